@@ -1,0 +1,123 @@
+/* The compute backend interface: a table of operations plus a context. All pointers
+ * are device pointers of that backend (host memory for cpu). Matrices are row-major;
+ * shapes are given in comments as (rows, cols). Operations are synchronous on the
+ * calling thread for cpu; a backend may queue them and finish on sl_backend_sync.
+ *
+ * Only kernels/sl_backend.c (the registry) knows which backends exist. */
+#ifndef SL_BACKEND_H
+#define SL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_status.h"
+
+typedef struct sl_backend_ops sl_backend_ops_t;
+
+typedef struct {
+    const sl_backend_ops_t *ops;
+    void *ctx;
+    const char *name; /* "cpu", "cuda:0" */
+} sl_backend_t;
+
+struct sl_backend_ops {
+    void (*destroy)(void *ctx);
+    /* Threads for BLAS and fused loops (cpu); ignored by device backends. */
+    void (*set_threads)(void *ctx, int threads);
+    /* Human-readable description of the math libraries in use ("OpenBLAS 0.3.21 ..."). */
+    const char *(*describe)(void *ctx);
+
+    sl_status_t (*alloc)(void *ctx, void **ptr, size_t bytes); /* zeroed */
+    void (*free)(void *ctx, void *ptr);
+    sl_status_t (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
+    sl_status_t (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
+    sl_status_t (*sync)(void *ctx);
+
+    /* C (m,n) = alpha * op(A) op(B) + beta * C; op(A) is (m,k), op(B) is (k,n).
+     * trans_a / trans_b nonzero mean A / B are stored transposed. lda/ldb/ldc are
+     * row strides in elements, as in cblas row-major. */
+    void (*gemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                 int ldc);
+
+    /* y += alpha * x;  x *= alpha;  dst = src;  x = 0 (n elements each). */
+    void (*axpy)(void *ctx, size_t n, float alpha, const float *x, float *y);
+    void (*scale)(void *ctx, size_t n, float alpha, float *x);
+    void (*copy)(void *ctx, size_t n, const float *src, float *dst);
+    void (*zero)(void *ctx, size_t n, float *x);
+    /* Sum of squares in double (for global-norm clipping). */
+    double (*sumsq)(void *ctx, size_t n, const float *x);
+
+    /* x (rows, cols) += bias (cols) on every row. */
+    void (*add_bias)(void *ctx, int rows, int cols, const float *bias, float *x);
+    /* db (cols) += sum over rows of dx (rows, cols). */
+    void (*bias_grad)(void *ctx, int rows, int cols, const float *dx, float *db);
+
+    /* LSTM cell, gates fused, gate order i, f, g, o (PyTorch's). For a batch of b rows:
+     *   gates (b, 4h) on entry holds the pre-activations x W_ih^T + r W_hh^T + bias;
+     *   on return it holds the activations (sigmoid i, f, o; tanh g), kept for backward.
+     *   c_prev (b, h) -> c (b, h) = f*c_prev + i*g;  m (b, h) = o * tanh(c).
+     * m is the cell output (before any projection). */
+    void (*lstm_cell_forward)(void *ctx, int b, int h, float *gates, const float *c_prev,
+                              float *c, float *m);
+    /* Backward of the cell for one time step. Given dm (b,h) and dc (b,h) (gradient
+     * flowing into c from step t+1; updated in place to the gradient w.r.t. c_prev),
+     * gates (activations from forward), c_prev and c: writes dgates (b,4h), the
+     * gradient w.r.t. the pre-activations. dgates may alias nothing else. */
+    void (*lstm_cell_backward)(void *ctx, int b, int h, const float *gates,
+                               const float *c_prev, const float *c, const float *dm,
+                               float *dc, float *dgates);
+
+    /* out (n, d) row i = table row ids[i]. */
+    void (*embedding_gather)(void *ctx, int n, int d, const float *table, const int32_t *ids,
+                             float *out);
+    /* Scatter-add over unique rows, so no atomics and no serialisation on frequent
+     * words: for u = 0..nrows-1, grad row rows[u] += sum of src rows pos[off[u]..off[u+1]).
+     * rows are distinct; off has nrows+1 entries; src is (n, d). */
+    void (*embedding_scatter_add)(void *ctx, int nrows, int d, const int32_t *rows,
+                                  const int32_t *off, const int32_t *pos, const float *src,
+                                  float *grad);
+
+    /* Full softmax cross-entropy over logits (n, v) with row stride ld. Returns the sum of
+     * -log p(target) over the n rows in *loss_sum. If grad_scale != 0 the logits are
+     * replaced by grad_scale * (softmax - onehot(target)); otherwise left as they are. */
+    void (*softmax_xent)(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
+                         float grad_scale, double *loss_sum);
+
+    /* Sampled softmax cross-entropy. logits (n, 1+s): column 0 is each row's true-class
+     * logit, columns 1..s the shared negatives samples[0..s). In place: subtract logq
+     * (logq_true[i] for column 0, logq_samp[j] for column 1+j; log of expected counts),
+     * mask accidental hits (samples[j] == targets[i] -> logit -inf), softmax with label 0.
+     * Loss sum into *loss_sum; if grad_scale != 0 logits become grad_scale * d loss/d logit
+     * (of the raw logits; masked entries get 0). */
+    void (*sampled_softmax_xent)(void *ctx, int n, int s, float *logits, const int32_t *targets,
+                                 const int32_t *samples, const float *logq_true,
+                                 const float *logq_samp, float grad_scale, double *loss_sum);
+
+    /* Inverted dropout, deterministic: element i is kept when sl_rng_float_at(key, i) >= p,
+     * kept values scaled by 1/(1-p), dropped set to 0. The same (key, n, p) on backward
+     * applies the same mask to the gradient. */
+    void (*dropout)(void *ctx, size_t n, float p, uint64_t key, float *x);
+
+    /* Optimizer updates, element-wise over n parameters, g the gradient.
+     * sgd:     w -= lr * g
+     * adagrad: acc += g^2;  w -= lr * g / (sqrt(acc) + eps)
+     * adam:    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *          w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps), t >= 1 (PyTorch's). */
+    void (*sgd_update)(void *ctx, size_t n, float lr, const float *g, float *w);
+    void (*adagrad_update)(void *ctx, size_t n, float lr, float eps, const float *g, float *acc,
+                           float *w);
+    void (*adam_update)(void *ctx, size_t n, float lr, float b1, float b2, float eps, long t,
+                        const float *g, float *m, float *v, float *w);
+};
+
+/* Creates a backend by name: "cpu" (always), "cuda", "cuda:N" (when built with CUDA).
+ * SL_ERR_UNSUPPORTED with a message saying how to get it otherwise. Destroy with
+ * sl_backend_destroy, which accepts NULL and NULLs the pointer. */
+sl_status_t sl_backend_new(sl_backend_t **out, const char *name, int threads);
+void sl_backend_destroy(sl_backend_t **b);
+
+/* The CPU backend, for tests that compare against it. */
+sl_status_t sl_backend_cpu_new(sl_backend_t **out, int threads);
+
+#endif

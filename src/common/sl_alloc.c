@@ -1,0 +1,33 @@
+/* Aligned allocation with overflow checks. */
+#include "sl_alloc.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+sl_status_t
+sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
+{
+    size_t bytes;
+    void *p = NULL;
+
+    *out = NULL;
+    if (size && count > SIZE_MAX / size)
+        return sl_err_set(SL_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
+    bytes = count * size;
+    if (bytes == 0)
+        bytes = SL_ALIGN;
+    bytes = (bytes + SL_ALIGN - 1) / SL_ALIGN * SL_ALIGN;
+    if (posix_memalign(&p, SL_ALIGN, bytes) != 0)
+        return sl_err_set(SL_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, bytes);
+    if (zero)
+        memset(p, 0, bytes);
+    *out = p;
+    return SL_OK;
+}
+
+void
+sl_free(void *p)
+{
+    free(p);
+}

@@ -1,0 +1,21 @@
+/* Non-cryptographic 64-bit hashing of byte ranges, for checksums of checkpoints,
+ * token caches and (later) wire frames. Incremental so files can be hashed in pieces. */
+#ifndef SL_HASH_H
+#define SL_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint64_t h;
+    uint64_t len;           /* bytes fed so far */
+    unsigned char tail[8];  /* the last len % 8 bytes, not yet mixed in */
+} sl_hash_t;
+
+void sl_hash_init(sl_hash_t *s, uint64_t seed);
+void sl_hash_update(sl_hash_t *s, const void *data, size_t bytes);
+uint64_t sl_hash_final(const sl_hash_t *s);
+/* One-shot hash of a byte range. */
+uint64_t sl_hash_bytes(const void *data, size_t bytes, uint64_t seed);
+
+#endif

@@ -1,0 +1,116 @@
+/* The run configuration: a typed struct filled from defaults, then a YAML file, then
+ * --set key=value overrides, then validated. Every error message has the form
+ * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message"). The schema of
+ * keys, their types, defaults and documentation lives in one table in sl_config.c. */
+#ifndef SL_CONFIG_H
+#define SL_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sl_status.h"
+
+#define SL_MAX_LAYERS 8
+
+typedef enum { SL_LEVEL_WORD, SL_LEVEL_CHAR } sl_level_t;
+typedef enum { SL_OUTPUT_FULL, SL_OUTPUT_SAMPLED } sl_output_kind_t;
+typedef enum { SL_OPT_SGD, SL_OPT_ADAGRAD, SL_OPT_ADAM } sl_opt_kind_t;
+typedef enum {
+    SL_SCHED_CONSTANT,    /* lr */
+    SL_SCHED_EPOCH_DECAY, /* lr * decay^epoch */
+    SL_SCHED_LINEAR       /* lr * (1 - step / total_steps), down to 0 */
+} sl_sched_kind_t;
+
+typedef struct {
+    int hidden;     /* LSTM cell size H */
+    int projection; /* LSTMP output size P; 0 = no projection (output is H) */
+} sl_layer_config_t;
+
+typedef struct {
+    char *source; /* file the config came from ("<defaults>" if none); owned */
+
+    struct {
+        char *name;       /* run name, default "shoal" */
+        uint64_t seed;    /* default 1234 */
+        char *dir;        /* run directory, default "runs/<name>" */
+        int threads;      /* compute threads per node, default 1 (0 = all cores) */
+        int log_every;    /* steps between progress/metrics lines, default 20 */
+        int checkpoint_every; /* steps between checkpoints, default 500 (0 = end only) */
+        int resume;       /* continue from the run dir's checkpoint if present, default 1 */
+    } run;
+
+    struct {
+        char *train;       /* required */
+        char *valid;       /* optional; "" = none (see valid_fraction) */
+        char *test;        /* optional */
+        sl_level_t level;  /* word | char, default word */
+        int vocab_size;    /* word: top V training words (+ <unk>, <eos>), default 10000;
+                              char: 0 = every character of the training text */
+        double valid_fraction; /* when valid is empty: hold out this tail fraction of
+                                  train as validation (tinyshakespeare: 0.1), default 0 */
+        char *cache_dir;   /* token cache; "" = $XDG_CACHE_HOME/shoal or ~/.cache/shoal */
+        long max_tokens;   /* use only the first N training tokens (0 = all) */
+    } data;
+
+    struct {
+        int embedding;                 /* E, default 256 */
+        int nlayers;                   /* default 2 */
+        sl_layer_config_t layers[SL_MAX_LAYERS]; /* default 2 x {256, 0} */
+        double dropout;                /* default 0 */
+        sl_output_kind_t output;       /* full | sampled, default full */
+        int samples;                   /* sampled negatives S, default 1024 */
+        double init_range;             /* uniform init bound, default 0.1 */
+    } model;
+
+    struct {
+        int batch;  /* B, default 32 */
+        int bptt;   /* T, default 35 */
+        int epochs; /* default 1 */
+        long max_steps; /* stop after this many steps (0 = epochs decide) */
+        struct {
+            sl_opt_kind_t type; /* default sgd */
+            double lr;          /* default 20 (sgd), see docs */
+            double clip;        /* global-norm clip, 0 = off, default 0.25 */
+            double beta1, beta2, eps; /* adam (0.9, 0.999, 1e-8); adagrad eps 1e-10 */
+            double initial_accumulator; /* adagrad, default 0 */
+        } optimizer;
+        struct {
+            sl_sched_kind_t type; /* default constant */
+            double decay;         /* epoch_decay factor per epoch, default 0.9 */
+            long warmup_steps;    /* linear warm-up from 0, default 0 */
+        } schedule;
+        int eval_every_epoch; /* evaluate on valid after each epoch, default 1 */
+    } train;
+
+    char *device;    /* cpu | cuda | cuda:N, default cpu */
+    char *precision; /* fp32 (bf16, fp16 with the CUDA backend), default fp32 */
+} sl_config_t;
+
+/* Fills every field with its default. Call sl_config_fini to free strings. */
+void sl_config_init(sl_config_t *cfg);
+void sl_config_fini(sl_config_t *cfg);
+
+/* Loads a YAML file over the current values. SL_ERR_CONFIG / SL_ERR_IO with
+ * "FILE:LINE:COL: message": syntax errors, unknown keys (with "did you mean 'x'?"),
+ * wrong types, values out of range, unknown enum names (listing the accepted ones). */
+sl_status_t sl_config_load_file(sl_config_t *cfg, const char *path);
+/* Loads YAML text (for tests); name is used in messages in place of a file name. */
+sl_status_t sl_config_load_string(sl_config_t *cfg, const char *yaml, const char *name);
+/* Applies one "a.b.c=value" override; the value is parsed as YAML (so lists work:
+ * model.layers=[{lstm: 512}]). */
+sl_status_t sl_config_set(sl_config_t *cfg, const char *assignment);
+/* Cross-field checks after all overrides (required keys, sizes that must agree). */
+sl_status_t sl_config_validate(const sl_config_t *cfg);
+
+/* Writes the resolved config as YAML that sl_config_load_file reads back equal. */
+sl_status_t sl_config_write_yaml(const sl_config_t *cfg, FILE *out);
+/* Prints the documented schema (key, type, default, meaning) for --help-config. */
+void sl_config_print_schema(FILE *out);
+
+/* Name <-> enum in one place. */
+const char *sl_level_name(sl_level_t v);
+const char *sl_output_name(sl_output_kind_t v);
+const char *sl_opt_name(sl_opt_kind_t v);
+const char *sl_sched_name(sl_sched_kind_t v);
+
+#endif

@@ -1,0 +1,70 @@
+/* Corpus, vocabulary, token cache and batches.
+ *
+ * Word level: tokens are runs of non-whitespace; every line ends with <eos>. The
+ * vocabulary is the top vocab_size training words plus <unk> and <eos>; ids are in
+ * order of descending training count (ties: byte order), with <unk> counted as the
+ * out-of-vocabulary tokens and <eos> as the lines, so id ~ Zipf rank (the sampled
+ * softmax's log-uniform sampler relies on it). Character level: tokens are UTF-8 code
+ * points (newline included), vocabulary every training character plus <unk>, same order.
+ * Invalid UTF-8 is an error naming the byte offset, at both levels.
+ *
+ * Token ids of train/valid/test are cached in one binary file named by a hash of the
+ * corpus bytes and the settings; a valid cache is reused, a corrupt one rebuilt. */
+#ifndef SL_DATA_H
+#define SL_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_config.h"
+#include "sl_status.h"
+
+typedef struct sl_vocab sl_vocab_t;
+
+typedef struct {
+    int32_t *ids;  /* (len) token ids */
+    size_t len;
+} sl_tokens_t;
+
+typedef struct {
+    sl_vocab_t *vocab;
+    sl_tokens_t train, valid, test; /* valid/test len 0 when absent */
+    uint64_t hash;                  /* of corpus bytes + settings: identifies the data */
+    int from_cache;                 /* 1 if loaded from the token cache */
+} sl_corpus_t;
+
+/* Reads, tokenizes (or loads from cache) everything cfg->data names. Errors:
+ * missing/unreadable file, empty corpus, invalid UTF-8 at byte N, vocab_size larger
+ * than the distinct words of the corpus. Messages start with the file name. */
+sl_status_t sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg);
+void sl_corpus_fini(sl_corpus_t *corpus);
+
+/* Vocabulary queries. */
+int sl_vocab_size(const sl_vocab_t *v);                 /* including specials */
+const char *sl_vocab_word(const sl_vocab_t *v, int id); /* UTF-8, borrowed */
+int sl_vocab_id(const sl_vocab_t *v, const char *word, size_t len); /* <unk> if unknown */
+int sl_vocab_unk(const sl_vocab_t *v);
+int sl_vocab_eos(const sl_vocab_t *v); /* -1 at char level */
+long sl_vocab_count(const sl_vocab_t *v, int id); /* training count */
+
+/* B parallel streams x BPTT length T over a contiguous share of a token array.
+ * The share of rank k of n is [k*len/n, (k+1)*len/n); it is cut into B streams of
+ * L = share/B tokens; batch i of an epoch holds, for each stream b, inputs
+ * stream_b[i*T .. i*T+T) and targets one token later. Batches per epoch =
+ * (L - 1) / T; the remainder is dropped. Layout is time-major: x[t*B + b]. Hidden
+ * state is carried by the model across consecutive batches of an epoch. */
+typedef struct {
+    const int32_t *share; /* borrowed from the tokens */
+    size_t share_len;
+    int batch, bptt;
+    long stream_len;      /* L */
+    long batches_per_epoch;
+} sl_batcher_t;
+
+/* SL_ERR_INVALID "... does not fit ..." when the share is too short for B x (T+1). */
+sl_status_t sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nranks,
+                            int batch, int bptt);
+/* Fills x and y (T*B each, caller-owned) with batch index i (0 <= i < batches_per_epoch). */
+void sl_batcher_get(const sl_batcher_t *bt, long i, int32_t *x, int32_t *y);
+
+#endif

@@ -1,0 +1,88 @@
+/* The LSTM language model: embedding (V,E) -> LSTM/LSTMP layers -> dropout -> output
+ * layer (V,R) + bias (V) with full or sampled softmax.
+ *
+ * Parameters live in one flat buffer (and gradients in a second of the same layout);
+ * tensors and components are views (offset, count) into it. Components are the units
+ * the sync algorithms exchange, each contiguous in the buffer so that a component (or
+ * a row shard of an embedding) is exactly what goes into a frame:
+ *   "embedding.<s>"  input embedding rows, S row shards (S = embedding_shards)
+ *   "lstm.<l>"       W_ih (4H, in), W_hh (4H, R), b (4H) of layer l
+ *   "proj.<l>"       W_proj (P, H) of layer l when it has a projection
+ *   "softmax.<s>"    output embedding rows (V, R), S row shards
+ *   "softmax_bias"   output bias (V)
+ * where R is the layer's output size (P with a projection, else H).
+ *
+ * Forward/backward follow PyTorch's nn.LSTM exactly (gate order i,f,g,o, one bias
+ * per layer), so a model can be compared with a PyTorch one step for step. */
+#ifndef SL_MODEL_H
+#define SL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_backend.h"
+#include "sl_config.h"
+#include "sl_status.h"
+
+typedef struct {
+    char name[32];
+    size_t offset;     /* first element in the flat buffer */
+    size_t count;      /* elements */
+    int sparse;        /* 1: rows of an embedding (exchanged by row), 0: dense */
+    long row_begin;    /* sparse: first vocabulary row of this shard */
+    long rows;         /* sparse: rows in the shard; dense: 0 */
+    int row_len;       /* sparse: elements per row */
+} sl_component_t;
+
+typedef struct sl_lm sl_lm_t;
+typedef struct sl_lm_state sl_lm_state_t;
+
+/* Builds the model for a vocabulary of vocab_size on backend be (borrowed; must
+ * outlive the model); parameters initialised uniform(-init_range, init_range) from a
+ * counter RNG keyed by seed, so every node and every backend starts identical.
+ * embedding_shards: row shards per embedding (1 = whole). max_batch: the largest
+ * number of streams forward will see (train batch or eval batch). */
+sl_status_t sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size,
+                      int embedding_shards, int max_batch, sl_backend_t *be);
+void sl_lm_destroy(sl_lm_t **lm);
+
+size_t sl_lm_nparams(const sl_lm_t *lm);
+float *sl_lm_params(sl_lm_t *lm);  /* backend memory, nparams floats */
+float *sl_lm_grads(sl_lm_t *lm);   /* same layout */
+int sl_lm_ncomponents(const sl_lm_t *lm);
+const sl_component_t *sl_lm_component(const sl_lm_t *lm, int i);
+/* Deterministic re-initialisation (same result as at sl_lm_new with that seed). */
+void sl_lm_init_params(sl_lm_t *lm, uint64_t seed);
+
+/* Recurrent state (h, c of every layer) for `batch` streams; carried across the
+ * batches of an epoch, zeroed at its start. Stored in host-visible form for
+ * checkpoints via sl_lm_state_{size,save,load} (floats). */
+sl_status_t sl_lm_state_new(sl_lm_t *lm, int batch, sl_lm_state_t **out);
+void sl_lm_state_destroy(sl_lm_state_t **st);
+void sl_lm_state_reset(sl_lm_state_t *st);
+size_t sl_lm_state_size(const sl_lm_state_t *st);
+sl_status_t sl_lm_state_save(const sl_lm_state_t *st, float *host);
+sl_status_t sl_lm_state_load(sl_lm_state_t *st, const float *host);
+
+/* Randomness of one training step: dropout masks and sampled-softmax negatives. */
+typedef struct {
+    uint64_t dropout_key; /* per step (and node) */
+    uint64_t sample_key;  /* per step and seed group: nodes of a group share negatives */
+} sl_step_keys_t;
+
+/* One training step's forward and backward on x, y (T*B time-major, B = the state's
+ * batch): zeroes and fills the gradients of the mean loss over T*B tokens, advances
+ * the state, returns the summed loss (nats) in *loss_sum. Sampled or full softmax as
+ * configured. Also records the embedding rows touched (see sl_lm_touched_rows). */
+sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
+                             const int32_t *y, int bptt, const sl_step_keys_t *keys,
+                             double *loss_sum);
+/* Forward only, full softmax, no dropout: summed loss of T*B tokens; advances state. */
+sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
+                             const int32_t *y, int bptt, double *loss_sum);
+
+/* Distinct input-embedding rows / output-embedding rows touched by the last train
+ * step, sorted ascending (borrowed, valid until the next step). */
+const int32_t *sl_lm_touched_rows(const sl_lm_t *lm, int output, int *count);
+
+#endif

@@ -1,0 +1,136 @@
+/* Unit tests of src/common: errors, RNG determinism, hashing, atomic files. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sl_alloc.h"
+#include "sl_file.h"
+#include "sl_hash.h"
+#include "sl_rng.h"
+#include "sl_status.h"
+
+START_TEST(test_err_set_and_prefix)
+{
+    sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s", "a.txt", "No such file");
+    ck_assert_int_eq(st, SL_ERR_IO);
+    ck_assert_str_eq(sl_err_msg(), "a.txt: No such file");
+    sl_err_prefix(st, "loading %d", 3);
+    ck_assert_str_eq(sl_err_msg(), "loading 3: a.txt: No such file");
+}
+END_TEST
+
+START_TEST(test_rng_counter_based)
+{
+    sl_rng_t a, b;
+    sl_rng_init(&a, 42);
+    sl_rng_init(&b, 42);
+    for (int i = 0; i < 5; i++)
+        sl_rng_u64(&a);
+    b.counter = 5; /* resuming from a saved counter gives the same stream */
+    ck_assert_uint_eq(sl_rng_u64(&a), sl_rng_u64(&b));
+    ck_assert_uint_eq(sl_rng_at(42, 6), sl_rng_u64(&a));
+    ck_assert_uint_ne(sl_rng_at(42, 0), sl_rng_at(43, 0));
+    /* uniform draws stay in [0, 1) and average near 1/2 */
+    double sum = 0;
+    for (int i = 0; i < 100000; i++) {
+        double u = sl_rng_double(&a);
+        ck_assert(u >= 0.0 && u < 1.0);
+        sum += u;
+    }
+    ck_assert_double_eq_tol(sum / 100000, 0.5, 0.01);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_uint_lt(sl_rng_below(&a, 7), 7);
+}
+END_TEST
+
+START_TEST(test_hash_split_independent)
+{
+    unsigned char buf[100];
+    for (int i = 0; i < 100; i++)
+        buf[i] = (unsigned char)(i * 7 + 3);
+    uint64_t whole = sl_hash_bytes(buf, sizeof buf, 9);
+    for (size_t cut = 0; cut <= 100; cut += 3) {
+        sl_hash_t s;
+        sl_hash_init(&s, 9);
+        sl_hash_update(&s, buf, cut);
+        sl_hash_update(&s, buf + cut, 100 - cut);
+        ck_assert_uint_eq(sl_hash_final(&s), whole);
+    }
+    buf[50] ^= 1;
+    ck_assert_uint_ne(sl_hash_bytes(buf, sizeof buf, 9), whole);
+    ck_assert_uint_ne(sl_hash_bytes(buf, 99, 9), sl_hash_bytes(buf, 100, 9));
+}
+END_TEST
+
+START_TEST(test_atomic_file)
+{
+    char dir[] = "/tmp/shoal-check-XXXXXX";
+    char path[256], *data;
+    size_t len;
+    sl_atomic_file_t f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/sub/x.bin", dir);
+    snprintf(path, sizeof path, "%s/sub/deeper", dir);
+    ck_assert_int_eq(sl_file_mkdirs(path), SL_OK);
+    rmdir(path);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    rmdir(path);
+    snprintf(path, sizeof path, "%s/x.bin", dir);
+    ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
+    ck_assert_int_eq(sl_atomic_write(&f, "old", 3), SL_OK);
+    ck_assert_int_eq(sl_atomic_commit(&f), SL_OK);
+    /* an aborted rewrite leaves the old content */
+    ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
+    ck_assert_int_eq(sl_atomic_write(&f, "new!", 4), SL_OK);
+    sl_atomic_abort(&f);
+    ck_assert_int_eq(sl_file_read_all(path, &data, &len), SL_OK);
+    ck_assert_uint_eq(len, 3);
+    ck_assert_str_eq(data, "old");
+    free(data);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_int_eq(sl_file_read_all(path, &data, &len), SL_ERR_IO);
+    ck_assert(strstr(sl_err_msg(), "x.bin: No such file") != NULL);
+}
+END_TEST
+
+START_TEST(test_alloc_overflow)
+{
+    float *p;
+    ck_assert_int_eq(SL_ALLOC(&p, (size_t)-1 / 2, "huge"), SL_ERR_NOMEM);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(SL_CALLOC(&p, 100, "small"), SL_OK);
+    ck_assert_uint_eq((uintptr_t)p % SL_ALIGN, 0);
+    ck_assert(p[99] == 0.0f);
+    sl_free(p);
+}
+END_TEST
+
+static Suite *
+common_suite(void)
+{
+    Suite *s = suite_create("common");
+    TCase *core = tcase_create("core");
+    tcase_add_test(core, test_err_set_and_prefix);
+    tcase_add_test(core, test_rng_counter_based);
+    tcase_add_test(core, test_hash_split_independent);
+    tcase_add_test(core, test_atomic_file);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_test(limits, test_alloc_overflow);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(common_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
