@@ -1,0 +1,57 @@
+/* Mini-batches: this rank's contiguous share of a token array, cut into B parallel
+ * streams that are read T tokens at a time (time-major x[t*B + b], targets one later). */
+#include "sl_data.h"
+
+/* floor(k * len / n) without the overflow of k * len: with len = q*n + r it is
+ * k*q + floor(k*r / n), and k*r < n*n fits easily. */
+static size_t
+share_start(size_t len, int k, int n)
+{
+    size_t q = len / (size_t)n, r = len % (size_t)n;
+
+    return (size_t)k * q + (size_t)k * r / (size_t)n;
+}
+
+sl_status_t
+sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nranks, int batch,
+                int bptt)
+{
+    size_t lo, hi, need;
+
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return sl_err_set(SL_ERR_INVALID, "batcher: rank %d of %d is out of range", rank, nranks);
+    if (batch < 1 || bptt < 1)
+        return sl_err_set(SL_ERR_INVALID, "batcher: batch %d and bptt %d must be positive", batch,
+                          bptt);
+    lo = share_start(tokens->len, rank, nranks);
+    hi = share_start(tokens->len, rank + 1, nranks);
+    need = (size_t)batch * ((size_t)bptt + 1);
+    if (hi - lo < need)
+        return sl_err_set(SL_ERR_INVALID,
+                          "rank %d of %d: a share of %zu tokens (of %zu) "
+                          "does not fit batch %d x bptt %d, which needs at least %zu "
+                          "(%d x %d)",
+                          rank, nranks, hi - lo, tokens->len, batch, bptt, need, batch, bptt + 1);
+    bt->share = tokens->ids + lo;
+    bt->share_len = hi - lo;
+    bt->batch = batch;
+    bt->bptt = bptt;
+    bt->stream_len = (long)(bt->share_len / (size_t)batch);
+    bt->batches_per_epoch = (bt->stream_len - 1) / bptt;
+    return SL_OK;
+}
+
+void
+sl_batcher_get(const sl_batcher_t *bt, long i, int32_t *x, int32_t *y)
+{
+    int B = bt->batch, T = bt->bptt;
+
+    SL_ASSERT(i >= 0 && i < bt->batches_per_epoch);
+    for (int b = 0; b < B; b++) {
+        const int32_t *s = bt->share + (size_t)b * (size_t)bt->stream_len + (size_t)i * T;
+        for (int t = 0; t < T; t++) {
+            x[t * B + b] = s[t];
+            y[t * B + b] = s[t + 1];
+        }
+    }
+}

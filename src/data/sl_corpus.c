@@ -1,0 +1,446 @@
+/* Corpus loading: read the files, hash their bytes with the settings, reuse the token
+ * cache or tokenize (words or code points), build the count-ordered vocabulary, map
+ * every token to its id and split off validation and max_tokens. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_data_internal.h"
+#include "sl_file.h"
+#include "sl_hash.h"
+#include "sl_log.h"
+
+#define CORPUS_HASH_SEED 0x636f72707573ULL /* "corpus" */
+
+enum { SRC_TRAIN, SRC_VALID, SRC_TEST, NSRC };
+
+typedef struct {
+    const char *path; /* borrowed from the config; NULL when the split has no file */
+    char *data;       /* whole file, NUL-terminated */
+    size_t len;
+} source_t;
+
+/* Walks a validated buffer token by token. Word level: runs of bytes other than
+ * space, tab, CR and newline, and an <eos> (len 0) at every newline and after a last
+ * line that has none. Character level: one UTF-8 sequence per token. */
+typedef struct {
+    const char *buf;
+    size_t len, pos;
+    sl_level_t level;
+    int tail_eos_done;
+} tok_iter_t;
+
+static int
+is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+/* 1 with the next token in (*tok, *n), n == 0 for <eos>; 0 at the end. */
+static int
+next_token(tok_iter_t *it, const char **tok, size_t *n)
+{
+    const char *b = it->buf;
+
+    if (it->level == SL_LEVEL_CHAR) {
+        if (it->pos >= it->len)
+            return 0;
+        *tok = b + it->pos;
+        *n = sl_utf8_seq_bytes((unsigned char)b[it->pos]);
+        it->pos += *n;
+        return 1;
+    }
+    while (it->pos < it->len && is_space(b[it->pos]))
+        it->pos++;
+    if (it->pos < it->len) {
+        size_t start = it->pos;
+        if (b[start] == '\n') {
+            it->pos++;
+            *n = 0;
+            return 1;
+        }
+        while (it->pos < it->len && b[it->pos] != '\n' && !is_space(b[it->pos]))
+            it->pos++;
+        *tok = b + start;
+        *n = it->pos - start;
+        return 1;
+    }
+    if (it->len > 0 && b[it->len - 1] != '\n' && !it->tail_eos_done) {
+        it->tail_eos_done = 1;
+        *n = 0;
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    int32_t *ids;
+    size_t len, cap;
+} idbuf_t;
+
+static sl_status_t
+idbuf_push(idbuf_t *b, int32_t id, const char *path)
+{
+    if (b->len == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        int32_t *ids = realloc(b->ids, cap * sizeof *ids);
+        if (!ids)
+            return sl_err_set(SL_ERR_NOMEM, "%s: out of memory at %zu tokens", path, b->len);
+        b->ids = ids;
+        b->cap = cap;
+    }
+    b->ids[b->len++] = id;
+    return SL_OK;
+}
+
+/* Gives the buffer's first n ids to tokens (shrunk to fit); the buffer is emptied. */
+static void
+idbuf_take(idbuf_t *b, size_t n, sl_tokens_t *tokens)
+{
+    if (n == 0) {
+        free(b->ids);
+        tokens->ids = NULL;
+    } else {
+        int32_t *ids = realloc(b->ids, n * sizeof *ids);
+        tokens->ids = ids ? ids : b->ids; /* a failed shrink keeps the larger block */
+    }
+    tokens->len = n;
+    memset(b, 0, sizeof *b);
+}
+
+static sl_status_t
+check_utf8(const source_t *src)
+{
+    size_t bad = sl_utf8_invalid_at((const unsigned char *)src->data, src->len);
+
+    if (bad < src->len)
+        return sl_err_set(SL_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", src->path, bad);
+    return SL_OK;
+}
+
+/* One candidate word of the vocabulary while it is being ordered. */
+typedef struct {
+    long count;
+    const char *word;
+    uint32_t len;
+    int32_t type; /* index in the table of distinct training tokens; -1 for a special */
+} entry_t;
+
+/* Descending count, ties in byte order (a prefix first), so ids follow Zipf ranks. */
+static int
+entry_cmp(const void *pa, const void *pb)
+{
+    const entry_t *a = pa, *b = pb;
+    int c;
+
+    if (a->count != b->count)
+        return a->count > b->count ? -1 : 1;
+    c = memcmp(a->word, b->word, a->len < b->len ? a->len : b->len);
+    if (c)
+        return c;
+    return (a->len > b->len) - (a->len < b->len);
+}
+
+/* Tokenizes a valid/test file against the finished vocabulary (unknown -> <unk>). */
+static sl_status_t
+tokenize_lookup(const source_t *src, const sl_vocab_t *v, sl_level_t level, sl_tokens_t *out)
+{
+    tok_iter_t it = {src->data, src->len, 0, level, 0};
+    idbuf_t b = {0};
+    const char *tok = NULL;
+    size_t n;
+
+    SL_TRY(check_utf8(src));
+    while (next_token(&it, &tok, &n)) {
+        int32_t id = n == 0 ? v->eos : sl_vocab_find(v, tok, n);
+        sl_status_t st = idbuf_push(&b, id >= 0 ? id : v->unk, src->path);
+        if (st != SL_OK) {
+            free(b.ids);
+            return st;
+        }
+    }
+    if (b.len == 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
+    idbuf_take(&b, b.len, out);
+    return SL_OK;
+}
+
+/* Tokenizes the training file into indices of a table of its distinct tokens (word
+ * level: <eos> and a literal "<unk>" are entries too, so that they are counted). */
+static sl_status_t
+tokenize_types(const source_t *src, sl_level_t level, sl_vocab_t *types, int32_t *eos_type,
+               int32_t *unk_type, idbuf_t *raw)
+{
+    tok_iter_t it = {src->data, src->len, 0, level, 0};
+    const char *tok = NULL;
+    size_t n;
+
+    SL_TRY(check_utf8(src));
+    *eos_type = *unk_type = -1;
+    if (level == SL_LEVEL_WORD) {
+        SL_TRY(sl_vocab_intern(types, "<eos>", 5, eos_type));
+        SL_TRY(sl_vocab_intern(types, "<unk>", 5, unk_type));
+    }
+    while (next_token(&it, &tok, &n)) {
+        int32_t t = *eos_type;
+        if (n)
+            SL_TRY(sl_vocab_intern(types, tok, n, &t));
+        SL_TRY(idbuf_push(raw, t, src->path));
+    }
+    if (raw->len == 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
+    return SL_OK;
+}
+
+/* The vocabulary from the training counts: the top vocab_size distinct tokens (all of
+ * them when 0) plus <unk> (counting the tokens left out) and, for words, <eos>; then
+ * everything ordered by entry_cmp. map[type] receives the final id of each type. */
+static sl_status_t
+build_vocab(const char *path, const sl_vocab_t *types, int32_t eos_type, int32_t unk_type,
+            sl_level_t level, int vocab_size, sl_vocab_t **out, int32_t *map)
+{
+    sl_status_t st = SL_OK;
+    entry_t *e = malloc(((size_t)types->size + 2) * sizeof *e);
+    sl_vocab_t *v = NULL;
+    int ncand = 0, keep;
+    long unk_count = unk_type >= 0 ? types->count[unk_type] : 0;
+
+    if (!e)
+        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+    for (int32_t t = 0; t < types->size; t++)
+        if (t != eos_type && t != unk_type && types->count[t] > 0)
+            e[ncand++] = (entry_t){types->count[t], types->text + types->off[t], types->len[t], t};
+    keep = vocab_size ? vocab_size : ncand;
+    if (keep > ncand) {
+        st = sl_err_set(SL_ERR_INVALID,
+                        "%s: vocab_size %d is larger than the %d distinct %s "
+                        "of the corpus",
+                        path, vocab_size, ncand, level == SL_LEVEL_WORD ? "words" : "characters");
+        goto out;
+    }
+    qsort(e, (size_t)ncand, sizeof *e, entry_cmp);
+    for (int i = keep; i < ncand; i++)
+        unk_count += e[i].count;
+    e[keep++] = (entry_t){unk_count, "<unk>", 5, -1};
+    if (level == SL_LEVEL_WORD)
+        e[keep++] = (entry_t){types->count[eos_type], "<eos>", 5, -1};
+    qsort(e, (size_t)keep, sizeof *e, entry_cmp);
+
+    SL_TRY_GOTO(sl_vocab_new(&v, keep), st, out);
+    for (int32_t t = 0; t < types->size; t++)
+        map[t] = -1; /* becomes <unk> below */
+    for (int i = 0; i < keep; i++) {
+        int32_t id;
+        SL_TRY_GOTO(sl_vocab_intern(v, e[i].word, e[i].len, &id), st, out);
+        v->count[id] = e[i].count;
+        if (e[i].type >= 0)
+            map[e[i].type] = id;
+    }
+    v->unk = sl_vocab_find(v, "<unk>", 5);
+    v->eos = level == SL_LEVEL_WORD ? sl_vocab_find(v, "<eos>", 5) : -1;
+    if (eos_type >= 0)
+        map[eos_type] = v->eos;
+    for (int32_t t = 0; t < types->size; t++)
+        if (map[t] < 0)
+            map[t] = v->unk;
+    *out = v;
+    v = NULL;
+out:
+    sl_vocab_destroy(&v);
+    free(e);
+    return st;
+}
+
+/* Tokenizes everything and fills corpus (vocab and ids; hash left to the caller). */
+static sl_status_t
+build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg)
+{
+    sl_status_t st;
+    sl_vocab_t *types = NULL;
+    idbuf_t raw = {0};
+    int32_t eos_type, unk_type, *map = NULL;
+    size_t n_all, n_train;
+    const char *path = src[SRC_TRAIN].path;
+    sl_level_t level = cfg->data.level;
+
+    SL_TRY(sl_vocab_new(&types, 4096));
+    SL_TRY_GOTO(tokenize_types(&src[SRC_TRAIN], level, types, &eos_type, &unk_type, &raw), st, out);
+    n_all = n_train = raw.len;
+    if (!src[SRC_VALID].path && cfg->data.valid_fraction > 0) {
+        n_train = (size_t)((double)n_all * (1.0 - cfg->data.valid_fraction));
+        if (n_train == 0) {
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s: valid_fraction %g leaves none of its %zu "
+                            "tokens for training",
+                            path, cfg->data.valid_fraction, n_all);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n_train; i++)
+        types->count[raw.ids[i]]++;
+    map = malloc((size_t)types->size * sizeof *map);
+    if (!map) {
+        st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    SL_TRY_GOTO(
+        build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size, &c->vocab, map),
+        st, out);
+    for (size_t i = 0; i < n_all; i++)
+        raw.ids[i] = map[raw.ids[i]];
+    if (n_train < n_all) {
+        c->valid.len = n_all - n_train;
+        c->valid.ids = malloc(c->valid.len * sizeof *c->valid.ids);
+        if (!c->valid.ids) {
+            st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+            goto out;
+        }
+        memcpy(c->valid.ids, raw.ids + n_train, c->valid.len * sizeof *c->valid.ids);
+    }
+    if (cfg->data.max_tokens > 0 && (size_t)cfg->data.max_tokens < n_train)
+        n_train = (size_t)cfg->data.max_tokens;
+    idbuf_take(&raw, n_train, &c->train);
+    if (src[SRC_VALID].path)
+        SL_TRY_GOTO(tokenize_lookup(&src[SRC_VALID], c->vocab, level, &c->valid), st, out);
+    if (src[SRC_TEST].path)
+        SL_TRY_GOTO(tokenize_lookup(&src[SRC_TEST], c->vocab, level, &c->test), st, out);
+    st = SL_OK;
+out:
+    free(raw.ids);
+    free(map);
+    sl_vocab_destroy(&types);
+    return st;
+}
+
+/* Identity of the data: every file's bytes (with a presence flag and length, so that
+ * moving bytes between files changes it) and every setting that changes the ids. */
+static uint64_t
+corpus_hash(const source_t *src, const sl_config_t *cfg)
+{
+    sl_hash_t h;
+    double frac = cfg->data.valid_fraction;
+    uint64_t words[5];
+
+    words[0] = SL_DATA_FORMAT_VERSION;
+    words[1] = (uint64_t)cfg->data.level;
+    words[2] = (uint64_t)(int64_t)cfg->data.vocab_size;
+    memcpy(&words[3], &frac, sizeof frac);
+    words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
+    sl_hash_init(&h, CORPUS_HASH_SEED);
+    sl_hash_update(&h, words, sizeof words);
+    for (int k = 0; k < NSRC; k++) {
+        uint64_t head[2] = {src[k].path != NULL, src[k].len};
+        sl_hash_update(&h, head, sizeof head);
+        if (src[k].len)
+            sl_hash_update(&h, src[k].data, src[k].len);
+    }
+    return sl_hash_final(&h);
+}
+
+/* The cache directory: data.cache_dir, else $XDG_CACHE_HOME/shoal, else
+ * $HOME/.cache/shoal; NULL (no cache) when none of them is set. Caller frees. */
+static char *
+cache_dir(const sl_config_t *cfg)
+{
+    const char *dir = cfg->data.cache_dir, *env;
+    char *out = NULL;
+
+    if (dir && *dir)
+        return strdup(dir);
+    if ((env = getenv("XDG_CACHE_HOME")) && *env) {
+        if (asprintf(&out, "%s/shoal", env) < 0)
+            out = NULL;
+    } else if ((env = getenv("HOME")) && *env) {
+        if (asprintf(&out, "%s/.cache/shoal", env) < 0)
+            out = NULL;
+    }
+    return out;
+}
+
+static sl_status_t
+check_settings(const sl_config_t *cfg)
+{
+    const char *path = cfg->data.train;
+
+    if (!path || !*path)
+        return sl_err_set(SL_ERR_INVALID, "data.train: no training file given");
+    if (cfg->data.level != SL_LEVEL_WORD && cfg->data.level != SL_LEVEL_CHAR)
+        return sl_err_set(SL_ERR_INVALID, "%s: unknown data.level %d", path, (int)cfg->data.level);
+    if (cfg->data.vocab_size < 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: vocab_size %d is negative", path,
+                          cfg->data.vocab_size);
+    if (!(cfg->data.valid_fraction >= 0 && cfg->data.valid_fraction < 1))
+        return sl_err_set(SL_ERR_INVALID, "%s: valid_fraction %g is not in [0, 1)", path,
+                          cfg->data.valid_fraction);
+    if (cfg->data.max_tokens < 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: max_tokens %ld is negative", path,
+                          cfg->data.max_tokens);
+    return SL_OK;
+}
+
+/* A cache that is absent or unreadable is silently rebuilt, a corrupt one with a
+ * warning; a cache that cannot be written costs one warning and nothing else. */
+sl_status_t
+sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
+{
+    sl_status_t st = SL_OK;
+    source_t src[NSRC] = {
+        {cfg->data.train, NULL, 0}, {cfg->data.valid, NULL, 0}, {cfg->data.test, NULL, 0}};
+    char *dir = NULL, *path = NULL;
+    uint64_t hash;
+
+    memset(corpus, 0, sizeof *corpus);
+    SL_TRY(check_settings(cfg));
+    for (int k = 0; k < NSRC; k++) {
+        if (src[k].path && !*src[k].path)
+            src[k].path = NULL;
+        if (src[k].path)
+            SL_TRY_GOTO(sl_file_read_all(src[k].path, &src[k].data, &src[k].len), st, out);
+    }
+    hash = corpus_hash(src, cfg);
+    dir = cache_dir(cfg);
+    if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
+        path = NULL;
+    if (path) {
+        st = sl_token_cache_read(path, hash, cfg->data.level, corpus);
+        if (st == SL_ERR_FORMAT)
+            sl_log_warn("data", "%s; rebuilding it", sl_err_msg());
+        else if (st != SL_OK && st != SL_ERR_IO)
+            goto out;
+        sl_err_clear();
+    }
+    if (!corpus->from_cache) {
+        SL_TRY_GOTO(build(corpus, src, cfg), st, out);
+        corpus->hash = hash;
+        if (!path)
+            sl_log_warn("data", "no cache directory (data.cache_dir, XDG_CACHE_HOME and HOME "
+                                "are unset); continuing without a token cache");
+        else if (sl_file_mkdirs(dir) != SL_OK ||
+                 sl_token_cache_write(path, corpus, cfg->data.level) != SL_OK)
+            sl_log_warn("data", "%s; continuing without a token cache", sl_err_msg());
+        sl_err_clear();
+    }
+    st = SL_OK;
+    sl_log_info("data", "%s: %zu train, %zu valid, %zu test tokens; vocabulary %d%s",
+                src[SRC_TRAIN].path, corpus->train.len, corpus->valid.len, corpus->test.len,
+                corpus->vocab->size, corpus->from_cache ? " (token cache)" : "");
+out:
+    for (int k = 0; k < NSRC; k++)
+        free(src[k].data);
+    free(dir);
+    free(path);
+    if (st != SL_OK)
+        sl_corpus_fini(corpus);
+    return st;
+}
+
+void
+sl_corpus_fini(sl_corpus_t *corpus)
+{
+    if (!corpus)
+        return;
+    sl_vocab_destroy(&corpus->vocab);
+    free(corpus->train.ids);
+    free(corpus->valid.ids);
+    free(corpus->test.ids);
+    memset(corpus, 0, sizeof *corpus);
+}

@@ -9,7 +9,17 @@
  * Invalid UTF-8 is an error naming the byte offset, at both levels.
  *
  * Token ids of train/valid/test are cached in one binary file named by a hash of the
- * corpus bytes and the settings; a valid cache is reused, a corrupt one rebuilt. */
+ * corpus bytes and the settings; a valid cache is reused, a corrupt one rebuilt.
+ *
+ * Settings (cfg->data): vocab_size 0 keeps every distinct training token (at both
+ * levels). Without a valid file, valid_fraction f > 0 keeps the first
+ * floor(n * (1 - f)) of the n tokens of the training file for training and makes the
+ * rest validation; the vocabulary is counted over the training part only (tokens
+ * seen only in the held-out part are <unk>). max_tokens > 0 then keeps the first
+ * max_tokens training ids; it does not change the vocabulary. A literal "<unk>" or
+ * "<eos>" word in the text is that special token. cache_dir "" means
+ * $XDG_CACHE_HOME/shoal or $HOME/.cache/shoal; a cache that cannot be written costs
+ * a warning, not an error. */
 #ifndef SL_DATA_H
 #define SL_DATA_H
 
@@ -22,7 +32,7 @@
 typedef struct sl_vocab sl_vocab_t;
 
 typedef struct {
-    int32_t *ids;  /* (len) token ids */
+    int32_t *ids; /* (len) token ids */
     size_t len;
 } sl_tokens_t;
 
@@ -34,17 +44,21 @@ typedef struct {
 } sl_corpus_t;
 
 /* Reads, tokenizes (or loads from cache) everything cfg->data names. Errors:
- * missing/unreadable file, empty corpus, invalid UTF-8 at byte N, vocab_size larger
- * than the distinct words of the corpus. Messages start with the file name. */
+ * missing/unreadable file (SL_ERR_IO "FILE: No such file or directory"), empty
+ * corpus (SL_ERR_INVALID "FILE: corpus is empty"), invalid UTF-8 (SL_ERR_FORMAT
+ * "FILE: invalid UTF-8 at byte N"), vocab_size larger than the distinct words of the
+ * corpus (SL_ERR_INVALID). Messages start with the file name. The corpus owns its
+ * vocabulary and ids; on error it is left zeroed. */
 sl_status_t sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg);
+/* Frees vocabulary and ids and zeroes the struct (safe on a zeroed one). */
 void sl_corpus_fini(sl_corpus_t *corpus);
 
-/* Vocabulary queries. */
-int sl_vocab_size(const sl_vocab_t *v);                 /* including specials */
-const char *sl_vocab_word(const sl_vocab_t *v, int id); /* UTF-8, borrowed */
+/* Vocabulary queries. Word and count of an id out of range: NULL and -1. */
+int sl_vocab_size(const sl_vocab_t *v);                             /* including specials */
+const char *sl_vocab_word(const sl_vocab_t *v, int id);             /* UTF-8, borrowed */
 int sl_vocab_id(const sl_vocab_t *v, const char *word, size_t len); /* <unk> if unknown */
 int sl_vocab_unk(const sl_vocab_t *v);
-int sl_vocab_eos(const sl_vocab_t *v); /* -1 at char level */
+int sl_vocab_eos(const sl_vocab_t *v);            /* -1 at char level */
 long sl_vocab_count(const sl_vocab_t *v, int id); /* training count */
 
 /* B parallel streams x BPTT length T over a contiguous share of a token array.
@@ -57,7 +71,7 @@ typedef struct {
     const int32_t *share; /* borrowed from the tokens */
     size_t share_len;
     int batch, bptt;
-    long stream_len;      /* L */
+    long stream_len; /* L */
     long batches_per_epoch;
 } sl_batcher_t;
 

@@ -1,0 +1,63 @@
+/* Internals of src/data shared between its files: UTF-8 validation, the vocabulary's
+ * interning table, and the token cache reader/writer. Not for use outside src/data. */
+#ifndef SL_DATA_INTERNAL_H
+#define SL_DATA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_data.h"
+#include "sl_status.h"
+
+/* Bumped whenever tokenization, id order or the cache layout changes, so that old
+ * caches miss instead of being misread. */
+#define SL_DATA_FORMAT_VERSION 1u
+
+/* ---- UTF-8 (sl_utf8.c) ---- */
+
+/* Offset of the first byte of the first invalid sequence (overlong form, surrogate,
+ * above U+10FFFF, stray continuation byte, truncated sequence), or len if s is valid. */
+size_t sl_utf8_invalid_at(const unsigned char *s, size_t len);
+
+/* Bytes in the sequence that starts with lead byte b of validated text (1..4). */
+static inline size_t
+sl_utf8_seq_bytes(unsigned char b)
+{
+    return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
+/* ---- Vocabulary (sl_vocab.c) ---- */
+
+struct sl_vocab {
+    int size;     /* entries, specials included */
+    int cap;      /* room in off/len/count */
+    int unk, eos; /* ids of <unk> and <eos>; -1 when absent (eos at char level) */
+    char *text;   /* every word followed by a NUL, in id order */
+    size_t text_len, text_cap;
+    size_t *off;    /* (cap) offset of word id in text */
+    uint32_t *len;  /* (cap) bytes of word id, NUL excluded */
+    long *count;    /* (cap) training count of word id */
+    int32_t *slots; /* (nslots) open addressing: word id or -1 */
+    size_t nslots;  /* power of two, at least twice size */
+};
+
+/* An empty table with room for about cap_hint words; unk = eos = -1. */
+sl_status_t sl_vocab_new(sl_vocab_t **v, int cap_hint);
+void sl_vocab_destroy(sl_vocab_t **v);
+/* Id of word (len bytes, need not be NUL-terminated), adding it with count 0 when new. */
+sl_status_t sl_vocab_intern(sl_vocab_t *v, const char *word, size_t len, int32_t *id);
+/* Id of word, or -1 when it is not in the table. */
+int32_t sl_vocab_find(const sl_vocab_t *v, const char *word, size_t len);
+
+/* ---- Token cache (sl_token_cache.c) ---- */
+
+/* Loads the cache file at path into corpus (vocab, ids, hash; from_cache = 1) when it
+ * exists and its magic, version, hash, level, sizes, checksum and ids are all right.
+ * SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT "path: corrupt
+ * token cache (why)", SL_ERR_NOMEM; on any error corpus is left zeroed. */
+sl_status_t sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level,
+                                sl_corpus_t *corpus);
+/* Writes corpus atomically to path. SL_ERR_IO on failure (path untouched). */
+sl_status_t sl_token_cache_write(const char *path, const sl_corpus_t *corpus, sl_level_t level);
+
+#endif
