@@ -1,0 +1,444 @@
+/* Checkpoint and model files: encoding, atomic writing, validation and loading.
+ * Integers and floats are stored little-endian whatever the host. */
+#include "sl_checkpoint.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_alloc.h"
+#include "sl_file.h"
+#include "sl_hash.h"
+
+#define CKPT_HASH_SEED 0x53484f414c434b50ull /* "SHOALCKP" */
+/* Element counts above this cannot be real (2^40 floats = 4 TiB): a corrupt header. */
+#define CKPT_MAX_COUNT (1ull << 40)
+
+/* Header field offsets (see sl_checkpoint.h). */
+enum {
+    OFF_MAGIC = 0,
+    OFF_VERSION = 8,
+    OFF_FLAGS = 12,
+    OFF_CORPUS = 16,
+    OFF_ARCH = 24,
+    OFF_VOCAB = 32,
+    OFF_EMBEDDING = 36,
+    OFF_NLAYERS = 40,
+    OFF_OPTIMIZER = 44,
+    OFF_HIDDEN = 48,
+    OFF_PROJECTION = 80,
+    OFF_BATCH = 112,
+    OFF_BPTT = 116,
+    OFF_NPARAMS = 120,
+    OFF_OPT_FLOATS = 128,
+    OFF_STATE_FLOATS = 136,
+    OFF_STEP = 144,
+    OFF_EPOCH = 152,
+    OFF_BATCH_INDEX = 160,
+    OFF_OPT_STEPS = 168,
+    OFF_TOKENS = 176,
+    OFF_TRAIN_TIME = 184
+};
+
+typedef struct {
+    uint32_t flags;
+    sl_ckpt_ident_t id;
+    uint64_t arch_hash;
+    uint64_t nparams, opt_floats, state_floats;
+    long opt_steps;
+    sl_ckpt_cursor_t cur;
+} header_t;
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t
+get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static int
+host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Converts n floats between host order and little-endian, in place (its own inverse). */
+static void
+swap_floats_if_big_endian(void *data, size_t n)
+{
+    unsigned char *p = data;
+
+    if (host_is_little_endian())
+        return;
+    for (size_t i = 0; i < n; i++, p += 4) {
+        unsigned char t0 = p[0], t1 = p[1];
+        p[0] = p[3];
+        p[1] = p[2];
+        p[2] = t1;
+        p[3] = t0;
+    }
+}
+
+void
+sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab, uint64_t corpus_hash)
+{
+    memset(id, 0, sizeof *id);
+    id->corpus_hash = corpus_hash;
+    id->vocab = vocab;
+    id->embedding = cfg->model.embedding;
+    id->nlayers = cfg->model.nlayers;
+    for (int l = 0; l < cfg->model.nlayers && l < SL_MAX_LAYERS; l++)
+        id->layers[l] = cfg->model.layers[l];
+    id->optimizer = cfg->train.optimizer.type;
+    id->batch = cfg->train.batch;
+    id->bptt = cfg->train.bptt;
+}
+
+uint64_t
+sl_ckpt_arch_hash(const sl_ckpt_ident_t *id)
+{
+    unsigned char buf[4 * (3 + 2 * SL_MAX_LAYERS)];
+    int n = id->nlayers < 0 ? 0 : id->nlayers > SL_MAX_LAYERS ? SL_MAX_LAYERS : id->nlayers;
+    size_t len = 0;
+
+    put_u32(buf + len, (uint32_t)id->vocab), len += 4;
+    put_u32(buf + len, (uint32_t)id->embedding), len += 4;
+    put_u32(buf + len, (uint32_t)id->nlayers), len += 4;
+    for (int l = 0; l < n; l++) {
+        put_u32(buf + len, (uint32_t)id->layers[l].hidden), len += 4;
+        put_u32(buf + len, (uint32_t)id->layers[l].projection), len += 4;
+    }
+    return sl_hash_bytes(buf, len, CKPT_HASH_SEED);
+}
+
+static int
+layers_equal(const sl_layer_config_t *a, const sl_layer_config_t *b)
+{
+    return a->hidden == b->hidden && a->projection == b->projection;
+}
+
+static size_t
+describe_layer(const sl_layer_config_t *l, char *buf, size_t size)
+{
+    int n = l->projection > 0 ? snprintf(buf, size, "%d/%d", l->hidden, l->projection)
+                              : snprintf(buf, size, "%d", l->hidden);
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size ? size - 1 : 0;
+}
+
+void
+sl_ckpt_describe_arch(const sl_ckpt_ident_t *id, char *buf, size_t size)
+{
+    int n = id->nlayers < 0 ? 0 : id->nlayers > SL_MAX_LAYERS ? SL_MAX_LAYERS : id->nlayers;
+    int uniform = 1;
+    size_t len;
+
+    for (int l = 1; l < n; l++)
+        uniform &= layers_equal(&id->layers[l], &id->layers[0]);
+    snprintf(buf, size, "vocab %d, embedding %d, ", id->vocab, id->embedding);
+    len = strlen(buf);
+    if (n == 0) {
+        snprintf(buf + len, size - len, "%d layers", id->nlayers);
+    } else if (uniform) {
+        snprintf(buf + len, size - len, "%d layer%s of ", id->nlayers, id->nlayers == 1 ? "" : "s");
+        len = strlen(buf);
+        describe_layer(&id->layers[0], buf + len, size - len);
+    } else {
+        snprintf(buf + len, size - len, "layers ");
+        for (int l = 0; l < n; l++) {
+            len = strlen(buf);
+            if (l > 0 && len + 2 < size)
+                memcpy(buf + len, ", ", 3), len += 2;
+            describe_layer(&id->layers[l], buf + len, size - len);
+        }
+    }
+}
+
+static void
+encode_header(unsigned char *h, const header_t *hd)
+{
+    memset(h, 0, SL_CKPT_HEADER_BYTES);
+    memcpy(h + OFF_MAGIC, SL_CKPT_MAGIC, 8);
+    put_u32(h + OFF_VERSION, SL_CKPT_VERSION);
+    put_u32(h + OFF_FLAGS, hd->flags);
+    put_u64(h + OFF_CORPUS, hd->id.corpus_hash);
+    put_u64(h + OFF_ARCH, hd->arch_hash);
+    put_u32(h + OFF_VOCAB, (uint32_t)hd->id.vocab);
+    put_u32(h + OFF_EMBEDDING, (uint32_t)hd->id.embedding);
+    put_u32(h + OFF_NLAYERS, (uint32_t)hd->id.nlayers);
+    put_u32(h + OFF_OPTIMIZER, (uint32_t)hd->id.optimizer);
+    for (int l = 0; l < SL_MAX_LAYERS && l < hd->id.nlayers; l++) {
+        put_u32(h + OFF_HIDDEN + 4 * l, (uint32_t)hd->id.layers[l].hidden);
+        put_u32(h + OFF_PROJECTION + 4 * l, (uint32_t)hd->id.layers[l].projection);
+    }
+    put_u32(h + OFF_BATCH, (uint32_t)hd->id.batch);
+    put_u32(h + OFF_BPTT, (uint32_t)hd->id.bptt);
+    put_u64(h + OFF_NPARAMS, hd->nparams);
+    put_u64(h + OFF_OPT_FLOATS, hd->opt_floats);
+    put_u64(h + OFF_STATE_FLOATS, hd->state_floats);
+    put_u64(h + OFF_STEP, (uint64_t)(int64_t)hd->cur.step);
+    put_u64(h + OFF_EPOCH, (uint64_t)(int64_t)hd->cur.epoch);
+    put_u64(h + OFF_BATCH_INDEX, (uint64_t)(int64_t)hd->cur.batch_index);
+    put_u64(h + OFF_OPT_STEPS, (uint64_t)(int64_t)hd->opt_steps);
+    put_u64(h + OFF_TOKENS, hd->cur.tokens);
+    {
+        uint64_t bits;
+        memcpy(&bits, &hd->cur.train_time_s, sizeof bits);
+        put_u64(h + OFF_TRAIN_TIME, bits);
+    }
+}
+
+static void
+decode_header(const unsigned char *h, header_t *hd)
+{
+    uint64_t bits;
+
+    memset(hd, 0, sizeof *hd);
+    hd->flags = get_u32(h + OFF_FLAGS);
+    hd->id.corpus_hash = get_u64(h + OFF_CORPUS);
+    hd->arch_hash = get_u64(h + OFF_ARCH);
+    hd->id.vocab = (int)get_u32(h + OFF_VOCAB);
+    hd->id.embedding = (int)get_u32(h + OFF_EMBEDDING);
+    hd->id.nlayers = (int)get_u32(h + OFF_NLAYERS);
+    hd->id.optimizer = (sl_opt_kind_t)get_u32(h + OFF_OPTIMIZER);
+    for (int l = 0; l < SL_MAX_LAYERS; l++) {
+        hd->id.layers[l].hidden = (int)get_u32(h + OFF_HIDDEN + 4 * l);
+        hd->id.layers[l].projection = (int)get_u32(h + OFF_PROJECTION + 4 * l);
+    }
+    hd->id.batch = (int)get_u32(h + OFF_BATCH);
+    hd->id.bptt = (int)get_u32(h + OFF_BPTT);
+    hd->nparams = get_u64(h + OFF_NPARAMS);
+    hd->opt_floats = get_u64(h + OFF_OPT_FLOATS);
+    hd->state_floats = get_u64(h + OFF_STATE_FLOATS);
+    hd->cur.step = (long)(int64_t)get_u64(h + OFF_STEP);
+    hd->cur.epoch = (int)(int64_t)get_u64(h + OFF_EPOCH);
+    hd->cur.batch_index = (long)(int64_t)get_u64(h + OFF_BATCH_INDEX);
+    hd->opt_steps = (long)(int64_t)get_u64(h + OFF_OPT_STEPS);
+    hd->cur.tokens = get_u64(h + OFF_TOKENS);
+    bits = get_u64(h + OFF_TRAIN_TIME);
+    memcpy(&hd->cur.train_time_s, &bits, sizeof bits);
+}
+
+/* Writes n floats (host order) as little-endian and feeds them to the checksum. */
+static sl_status_t
+write_floats(sl_atomic_file_t *f, sl_hash_t *hs, float *host, size_t n)
+{
+    swap_floats_if_big_endian(host, n);
+    sl_hash_update(hs, host, n * sizeof(float));
+    return sl_atomic_write(f, host, n * sizeof(float));
+}
+
+sl_status_t
+sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cursor_t *cur,
+                   sl_backend_t *be, sl_lm_t *lm, const sl_optim_t *opt, const sl_lm_state_t *st)
+{
+    unsigned char head[SL_CKPT_HEADER_BYTES], tail[8];
+    sl_atomic_file_t f;
+    sl_hash_t hs;
+    header_t hd;
+    float *host = NULL;
+    size_t most;
+    sl_status_t rc;
+
+    SL_ASSERT((opt == NULL) == (st == NULL));
+    memset(&hd, 0, sizeof hd);
+    hd.id = *id;
+    hd.arch_hash = sl_ckpt_arch_hash(id);
+    hd.cur = *cur;
+    hd.nparams = sl_lm_nparams(lm);
+    if (opt) {
+        hd.flags = SL_CKPT_TRAIN_STATE;
+        hd.opt_floats = sl_optim_state_size(opt);
+        hd.state_floats = sl_lm_state_size(st);
+        hd.opt_steps = sl_optim_steps(opt);
+    }
+    encode_header(head, &hd);
+
+    most = hd.nparams;
+    if (hd.opt_floats > most)
+        most = hd.opt_floats;
+    if (hd.state_floats > most)
+        most = hd.state_floats;
+    SL_TRY(SL_ALLOC(&host, most ? most : 1, "checkpoint staging buffer"));
+    rc = sl_atomic_open(&f, path);
+    if (rc != SL_OK) {
+        sl_free(host);
+        return rc;
+    }
+    sl_hash_init(&hs, CKPT_HASH_SEED);
+    sl_hash_update(&hs, head, sizeof head);
+    SL_TRY_GOTO(sl_atomic_write(&f, head, sizeof head), rc, fail);
+
+    SL_TRY_GOTO(be->ops->to_host(be->ctx, host, sl_lm_params(lm), hd.nparams * sizeof(float)), rc,
+                fail);
+    SL_TRY_GOTO(write_floats(&f, &hs, host, hd.nparams), rc, fail);
+    if (opt) {
+        long steps;
+        SL_TRY_GOTO(sl_optim_state_save(opt, host, &steps), rc, fail);
+        SL_TRY_GOTO(write_floats(&f, &hs, host, hd.opt_floats), rc, fail);
+        SL_TRY_GOTO(sl_lm_state_save(st, host), rc, fail);
+        SL_TRY_GOTO(write_floats(&f, &hs, host, hd.state_floats), rc, fail);
+    }
+    put_u64(tail, sl_hash_final(&hs));
+    SL_TRY_GOTO(sl_atomic_write(&f, tail, sizeof tail), rc, fail);
+    sl_free(host);
+    return sl_atomic_commit(&f);
+fail:
+    sl_atomic_abort(&f);
+    sl_free(host);
+    return rc;
+}
+
+/* Structure of the file: magic, version, size, checksum. Each failure is one line. */
+static sl_status_t
+check_container(const char *path, const unsigned char *data, size_t len, header_t *hd)
+{
+    uint64_t payload, expected;
+
+    if (len < 8 ? memcmp(data, SL_CKPT_MAGIC, len) != 0 : memcmp(data, SL_CKPT_MAGIC, 8) != 0)
+        return sl_err_set(SL_ERR_FORMAT, "%s: not a shoal checkpoint (bad magic)", path);
+    if (len >= OFF_VERSION + 4 && get_u32(data + OFF_VERSION) != SL_CKPT_VERSION)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint format version %" PRIu32
+                          " is not supported (this shoal reads %d)",
+                          path, get_u32(data + OFF_VERSION), SL_CKPT_VERSION);
+    if (len < SL_CKPT_HEADER_BYTES + 8)
+        return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected at least %d", path,
+                          len, SL_CKPT_HEADER_BYTES + 8);
+    decode_header(data, hd);
+    if (hd->nparams > CKPT_MAX_COUNT || hd->opt_floats > CKPT_MAX_COUNT ||
+        hd->state_floats > CKPT_MAX_COUNT)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: corrupt header (element counts %" PRIu64 ", %" PRIu64 ", %" PRIu64
+                          ")",
+                          path, hd->nparams, hd->opt_floats, hd->state_floats);
+    payload = 4 * (hd->nparams + hd->opt_floats + hd->state_floats);
+    expected = SL_CKPT_HEADER_BYTES + payload + 8;
+    if (len < expected)
+        return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected %" PRIu64, path, len,
+                          expected);
+    if (len > expected)
+        return sl_err_set(SL_ERR_FORMAT, "%s: %zu bytes, expected %" PRIu64 " (file corrupt)", path,
+                          len, expected);
+    if (sl_hash_bytes(data, expected - 8, CKPT_HASH_SEED) != get_u64(data + expected - 8))
+        return sl_err_set(SL_ERR_FORMAT, "%s: checksum mismatch (file corrupt)", path);
+    if (hd->id.nlayers < 1 || hd->id.nlayers > SL_MAX_LAYERS ||
+        sl_ckpt_arch_hash(&hd->id) != hd->arch_hash)
+        return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (architecture)", path);
+    return SL_OK;
+}
+
+/* Does the file fit this model (and, for training state, this optimizer and batch)? */
+static sl_status_t
+check_identity(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
+               const sl_optim_t *opt, const sl_lm_state_t *st)
+{
+    if (hd->arch_hash != sl_ckpt_arch_hash(id)) {
+        char have[256], want[256];
+        sl_ckpt_describe_arch(&hd->id, have, sizeof have);
+        sl_ckpt_describe_arch(id, want, sizeof want);
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint was written for a different model (%s vs %s in the "
+                          "config)",
+                          path, have, want);
+    }
+    if (hd->id.corpus_hash != id->corpus_hash)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint was written for a different corpus (data %016" PRIx64
+                          " vs %016" PRIx64 " in the config)",
+                          path, hd->id.corpus_hash, id->corpus_hash);
+    if (hd->nparams != sl_lm_nparams(lm))
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint holds %" PRIu64 " parameters, the model has %zu", path,
+                          hd->nparams, sl_lm_nparams(lm));
+    if (!opt)
+        return SL_OK;
+    if (!(hd->flags & SL_CKPT_TRAIN_STATE))
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: a model file without training state (training resumes only "
+                          "from a checkpoint)",
+                          path);
+    if (hd->id.optimizer != id->optimizer)
+        return sl_err_set(
+            SL_ERR_FORMAT, "%s: checkpoint was written with optimizer %s; the config has %s", path,
+            (unsigned)hd->id.optimizer <= SL_OPT_ADAM ? sl_opt_name(hd->id.optimizer) : "?",
+            sl_opt_name(id->optimizer));
+    if (hd->id.batch != id->batch || hd->id.bptt != id->bptt)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint was written with train.batch %d and train.bptt %d; the "
+                          "config has %d and %d",
+                          path, hd->id.batch, hd->id.bptt, id->batch, id->bptt);
+    if (hd->opt_floats != sl_optim_state_size(opt) || hd->state_floats != sl_lm_state_size(st))
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint holds %" PRIu64 " optimizer and %" PRIu64
+                          " hidden-state floats, expected %zu and %zu",
+                          path, hd->opt_floats, hd->state_floats, sl_optim_state_size(opt),
+                          sl_lm_state_size(st));
+    if (hd->cur.step < 0 || hd->cur.epoch < 0 || hd->cur.batch_index < 0 || hd->opt_steps < 0)
+        return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (negative step counters)", path);
+    return SL_OK;
+}
+
+sl_status_t
+sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be, sl_lm_t *lm,
+                   sl_optim_t *opt, sl_lm_state_t *st, sl_ckpt_cursor_t *cur)
+{
+    char *data;
+    unsigned char *p;
+    size_t len;
+    header_t hd;
+    sl_status_t rc;
+
+    SL_ASSERT((opt == NULL) == (st == NULL));
+    SL_TRY(sl_file_read_all(path, &data, &len));
+    p = (unsigned char *)data;
+    SL_TRY_GOTO(check_container(path, p, len, &hd), rc, out);
+    SL_TRY_GOTO(check_identity(path, &hd, id, lm, opt, st), rc, out);
+
+    /* Everything is checked: from here on only device copies can fail. */
+    p += SL_CKPT_HEADER_BYTES;
+    swap_floats_if_big_endian(p, hd.nparams + hd.opt_floats + hd.state_floats);
+    SL_TRY_GOTO(be->ops->to_device(be->ctx, sl_lm_params(lm), p, hd.nparams * sizeof(float)), rc,
+                out);
+    if (opt) {
+        p += hd.nparams * sizeof(float);
+        SL_TRY_GOTO(sl_optim_state_load(opt, (const float *)(const void *)p, hd.opt_steps), rc,
+                    out);
+        p += hd.opt_floats * sizeof(float);
+        SL_TRY_GOTO(sl_lm_state_load(st, (const float *)(const void *)p), rc, out);
+        if (cur)
+            *cur = hd.cur;
+    }
+    rc = SL_OK;
+out:
+    free(data);
+    return rc;
+}

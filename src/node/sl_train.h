@@ -1,0 +1,72 @@
+/* The single-node trainer: run directory, training loop, periodic checkpoints and
+ * evaluation, resume, final model and summary; and evaluation of a saved model.
+ *
+ * Files in the run directory (cfg->run.dir, or "runs/<run.name>" when empty):
+ *   config.yaml     the resolved configuration (rewritten at every start)
+ *   checkpoint.bin  parameters, optimizer and hidden state, data cursor
+ *   model.bin       the final parameters (same format, read by sl_eval_run)
+ *   metrics.jsonl   one JSON object per report and per evaluation
+ *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
+ *
+ * Per-step randomness comes from keys that are pure functions of (seed, step), so a
+ * resumed run continues bit for bit where the checkpoint left off. */
+#ifndef SL_TRAIN_H
+#define SL_TRAIN_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "sl_config.h"
+#include "sl_status.h"
+
+#define SL_TRAIN_PATH_MAX 1024
+
+typedef struct {
+    int rank, nranks; /* this node's share of the training data: rank of nranks */
+    int resume;       /* continue from <dir>/checkpoint.bin when it exists */
+    int quiet;        /* no progress lines */
+    /* Set (by a signal handler) to stop after the current step with a checkpoint;
+     * may be NULL; borrowed. */
+    volatile sig_atomic_t *interrupt;
+} sl_train_opts_t;
+
+/* rank 0 of 1, resume on, progress shown, no interrupt flag. */
+void sl_train_opts_init(sl_train_opts_t *o);
+
+typedef struct {
+    char dir[SL_TRAIN_PATH_MAX];        /* the run directory */
+    char checkpoint[SL_TRAIN_PATH_MAX]; /* <dir>/checkpoint.bin */
+    char model[SL_TRAIN_PATH_MAX];      /* <dir>/model.bin */
+    sl_level_t level;
+    long steps;                   /* steps done (also when interrupted) */
+    long total_steps;             /* steps of the whole run */
+    double epochs;                /* epochs done, as a real number */
+    uint64_t tokens;              /* training tokens seen, resumed runs included */
+    double train_time_s;          /* time in training steps, eval excluded */
+    double tokens_per_s;          /* tokens / train_time_s */
+    double final_train_loss;      /* mean over the last report interval; NaN if no steps ran */
+    int has_valid, has_test;      /* 0 when the split is absent */
+    double valid_loss, test_loss; /* nats per token, full softmax */
+    size_t nparams;
+} sl_train_result_t;
+
+/* Trains as cfg says (cfg validated; borrowed). res is filled as far as the run got.
+ * Returns SL_OK, SL_ERR_SHUTDOWN when *opts->interrupt was set (the checkpoint is
+ * saved), or the error of the step that failed (message set; nothing already written
+ * is lost: files are replaced atomically). */
+sl_status_t sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts,
+                         sl_train_result_t *res);
+
+typedef struct {
+    sl_level_t level;
+    double loss; /* nats per token */
+    long tokens; /* tokens evaluated */
+} sl_eval_result_t;
+
+/* Evaluates the checkpoint or model file at path on split ("valid" or "test") of the
+ * corpus cfg names, full softmax. SL_ERR_CONFIG when the split is absent; checkpoint
+ * errors as sl_checkpoint_load. */
+sl_status_t sl_eval_run(const sl_config_t *cfg, const char *path, const char *split,
+                        sl_eval_result_t *res);
+
+#endif

@@ -1,1 +1,1010 @@
-int main(void) { return 77; }
+/* Unit tests of src/node: exact resume from checkpoints, checkpoint validation, the
+ * run directory's files, the progress line, and the shoal command line. Trains tiny
+ * models (E 16, one LSTM layer of 16) on a 20000-token slice of Brown. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sl_backend.h"
+#include "sl_checkpoint.h"
+#include "sl_config.h"
+#include "sl_log.h"
+#include "sl_metrics.h"
+#include "sl_model.h"
+#include "sl_optim.h"
+#include "sl_progress.h"
+#include "sl_status.h"
+#include "sl_train.h"
+
+static char tmp_root[] = "/tmp/shoal-check-node-XXXXXX";
+static char data_dir[1024];
+
+/* ---------------------------------------------------------------- helpers */
+
+static char *
+read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+static void
+write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static void
+path_in(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s/%s", tmp_root, name);
+}
+
+/* The tiny configuration: a 20000-token slice of Brown, vocab 500, E 16, one layer of
+ * 16, B 32 x T 8 (78 batches an epoch), sampled softmax, dropout 0.2, Adam. The run
+ * directory is <tmp>/<run>. Further "key=value" overrides follow, NULL-terminated. */
+static void
+tiny_config(sl_config_t *cfg, const char *run, ...)
+{
+    char yaml[4096], dir[1024], cache[1024];
+    const char *set;
+    va_list ap;
+
+    path_in(dir, sizeof dir, run);
+    path_in(cache, sizeof cache, "cache");
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s, log_every: 10, checkpoint_every: 25}\n"
+             "data:\n"
+             "  train: %s/brown/train.txt\n"
+             "  valid: %s/brown/valid.txt\n"
+             "  test: %s/brown/test.txt\n"
+             "  vocab_size: 500\n"
+             "  max_tokens: 20000\n"
+             "  cache_dir: %s\n"
+             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
+             "        output: {type: sampled, samples: 32}}\n"
+             "train: {batch: 32, bptt: 8, epochs: 2,\n"
+             "        optimizer: {type: adam, lr: 0.01}}\n",
+             run, dir, data_dir, data_dir, data_dir, cache);
+    sl_config_init(cfg);
+    ck_assert_msg(sl_config_load_string(cfg, yaml, "tiny.yaml") == SL_OK, "%s", sl_err_msg());
+    va_start(ap, run);
+    while ((set = va_arg(ap, const char *)) != NULL)
+        ck_assert_msg(sl_config_set(cfg, set) == SL_OK, "%s: %s", set, sl_err_msg());
+    va_end(ap);
+    ck_assert_msg(sl_config_validate(cfg) == SL_OK, "%s", sl_err_msg());
+}
+
+static sl_status_t
+train(const sl_config_t *cfg, int resume, sl_train_result_t *res)
+{
+    sl_train_opts_t opts;
+
+    sl_train_opts_init(&opts);
+    opts.resume = resume;
+    opts.quiet = 1;
+    return sl_train_run(cfg, &opts, res);
+}
+
+static void
+train_ok(const sl_config_t *cfg, int resume, sl_train_result_t *res)
+{
+    sl_status_t rc = train(cfg, resume, res);
+    ck_assert_msg(rc == SL_OK, "training failed: %s", sl_err_msg());
+}
+
+/* Two checkpoints hold the same training state (parameters, optimizer state, hidden
+ * state, counters) when every byte but the training time and checksum agrees. */
+static void
+assert_same_training_state(const char *a_path, const char *b_path)
+{
+    size_t alen, blen;
+    char *a = read_file(a_path, &alen), *b = read_file(b_path, &blen);
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(alen, blen);
+    ck_assert_uint_gt(alen, SL_CKPT_HEADER_BYTES + 8);
+    ck_assert_msg(memcmp(a, b, 184) == 0, "headers differ"); /* up to the train time */
+    ck_assert_msg(memcmp(a + SL_CKPT_HEADER_BYTES, b + SL_CKPT_HEADER_BYTES,
+                         alen - SL_CKPT_HEADER_BYTES - 8) == 0,
+                  "parameters, optimizer or hidden state differ");
+    free(a);
+    free(b);
+}
+
+static long
+header_i64(const char *path, size_t off)
+{
+    size_t len;
+    unsigned char *d = (unsigned char *)read_file(path, &len);
+    uint64_t v = 0;
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_uint_ge(len, off + 8);
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)d[off + i] << (8 * i);
+    free(d);
+    return (long)(int64_t)v;
+}
+
+/* --------------------------------------------------- resume, bit for bit */
+
+/* Train 2N steps straight, and N steps then resume to 2N; N = 50 with 78 batches an
+ * epoch, so the resumed half crosses an epoch end (state reset, eval, checkpoint). */
+static void
+check_resume_exact(const char *tag, const char *opt1, const char *opt2, const char *opt3)
+{
+    sl_config_t c_straight, c_half, c_full;
+    sl_train_result_t r;
+    char straight[64], split[64], a[1024], b[1024], half[1024];
+
+    snprintf(straight, sizeof straight, "%s-straight", tag);
+    snprintf(split, sizeof split, "%s-split", tag);
+    tiny_config(&c_straight, straight, "train.max_steps=100", opt1, opt2, opt3, NULL);
+    tiny_config(&c_half, split, "train.max_steps=50", opt1, opt2, opt3, NULL);
+    tiny_config(&c_full, split, "train.max_steps=100", opt1, opt2, opt3, NULL);
+
+    train_ok(&c_straight, 1, &r);
+    ck_assert_int_eq(r.steps, 100);
+    train_ok(&c_half, 1, &r);
+    ck_assert_int_eq(r.steps, 50);
+    snprintf(half, sizeof half, "%s/%s/checkpoint.bin.half", tmp_root, split);
+    snprintf(b, sizeof b, "%s/%s/checkpoint.bin", tmp_root, split);
+    ck_assert_int_eq(header_i64(b, 144), 50); /* the checkpoint's step */
+    ck_assert_int_eq(link(b, half), 0);
+    train_ok(&c_full, 1, &r);
+    ck_assert_int_eq(r.steps, 100);
+    ck_assert_int_eq((long)r.tokens, 100 * 32 * 8);
+
+    snprintf(a, sizeof a, "%s/%s/checkpoint.bin", tmp_root, straight);
+    assert_same_training_state(a, b);
+    /* and the parameters did move between step 50 and 100 (the test can fail) */
+    {
+        size_t hl, fl;
+        char *h = read_file(half, &hl), *f = read_file(b, &fl);
+        ck_assert_uint_eq(hl, fl);
+        ck_assert(memcmp(h + SL_CKPT_HEADER_BYTES, f + SL_CKPT_HEADER_BYTES, 4000) != 0);
+        free(h);
+        free(f);
+    }
+    sl_config_fini(&c_straight);
+    sl_config_fini(&c_half);
+    sl_config_fini(&c_full);
+}
+
+START_TEST(test_resume_exact_adam_sampled_dropout)
+{
+    check_resume_exact("adam", "model.dropout=0.2", "model.output.type=sampled",
+                       "train.optimizer.type=adam");
+}
+END_TEST
+
+START_TEST(test_resume_exact_sgd_full)
+{
+    check_resume_exact("sgd", "model.dropout=0", "model.output.type=full",
+                       "train.optimizer.type=sgd");
+}
+END_TEST
+
+/* An interrupt finishes the current step, checkpoints and returns SL_ERR_SHUTDOWN;
+ * running again continues as if never stopped. */
+START_TEST(test_interrupt_then_resume)
+{
+    sl_config_t c_int, c_straight;
+    sl_train_result_t r;
+    sl_train_opts_t opts;
+    volatile sig_atomic_t stop = 1;
+    char a[1024], b[1024];
+
+    tiny_config(&c_int, "int", "train.max_steps=30", NULL);
+    tiny_config(&c_straight, "int-straight", "train.max_steps=30", NULL);
+    sl_train_opts_init(&opts);
+    opts.quiet = 1;
+    opts.interrupt = &stop;
+    ck_assert_int_eq(sl_train_run(&c_int, &opts, &r), SL_ERR_SHUTDOWN);
+    ck_assert_str_eq(sl_err_msg(), "interrupted at step 1");
+    ck_assert_int_eq(r.steps, 1);
+    snprintf(b, sizeof b, "%s/int/checkpoint.bin", tmp_root);
+    ck_assert_int_eq(header_i64(b, 144), 1);
+    snprintf(a, sizeof a, "%s/int/model.bin", tmp_root);
+    ck_assert_int_ne(access(a, F_OK), 0); /* no final model for an unfinished run */
+
+    train_ok(&c_int, 1, &r);
+    ck_assert_int_eq(r.steps, 30);
+    train_ok(&c_straight, 1, &r);
+    snprintf(a, sizeof a, "%s/int-straight/checkpoint.bin", tmp_root);
+    assert_same_training_state(a, b);
+    sl_config_fini(&c_int);
+    sl_config_fini(&c_straight);
+}
+END_TEST
+
+/* ------------------------------------------------------ run directory files */
+
+static double
+json_value(const char *json, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    p = strstr(json, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, json);
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    if (strncmp(p, "null", 4) == 0)
+        return NAN;
+    return strtod(p, NULL);
+}
+
+/* A few hundred steps lower the training loss clearly; the metrics and summary say so. */
+START_TEST(test_loss_falls_and_files)
+{
+    sl_config_t cfg;
+    sl_train_result_t r;
+    char path[1024], *metrics, *summary, *line, *last = NULL;
+    double first_loss, last_loss;
+    int step_lines = 0, eval_lines = 0;
+
+    tiny_config(&cfg, "falls", "train.batch=4", "train.max_steps=300", "model.dropout=0",
+                "model.output.type=full", "data.test=''", NULL);
+    train_ok(&cfg, 1, &r);
+    ck_assert_int_eq(r.steps, 300);
+    ck_assert_int_eq(r.has_valid, 1);
+    ck_assert_int_eq(r.has_test, 0);
+    ck_assert(r.valid_loss < log(502.0) - 1.0); /* far better than uniform */
+
+    snprintf(path, sizeof path, "%s/falls/metrics.jsonl", tmp_root);
+    metrics = read_file(path, NULL);
+    ck_assert_ptr_nonnull(metrics);
+    first_loss = json_value(metrics, "loss");
+    for (line = strtok(metrics, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "\"event\":\"eval\"")) {
+            eval_lines++;
+            ck_assert_ptr_nonnull(strstr(line, "\"split\":\"valid\""));
+        } else {
+            step_lines++;
+            last = line;
+        }
+    }
+    ck_assert_int_eq(step_lines, 30); /* every 10 steps */
+    ck_assert_int_eq(eval_lines, 1);  /* the final valid; the run ends before epoch 1 does */
+    ck_assert_int_eq((long)json_value(last, "step"), 300);
+    last_loss = json_value(last, "loss");
+    ck_assert_msg(last_loss < first_loss - 1.0, "loss %g -> %g", first_loss, last_loss);
+    ck_assert_double_eq_tol(json_value(last, "ppl"), exp(last_loss), 1e-3 * exp(last_loss));
+    free(metrics);
+
+    snprintf(path, sizeof path, "%s/falls/summary.json", tmp_root);
+    summary = read_file(path, NULL);
+    ck_assert_ptr_nonnull(summary);
+    ck_assert_int_eq((long)json_value(summary, "steps"), 300);
+    ck_assert_int_eq((long)json_value(summary, "train_tokens"), 300 * 4 * 8);
+    ck_assert_double_eq_tol(json_value(summary, "valid_loss"), r.valid_loss, 1e-4);
+    ck_assert(isnan(json_value(summary, "test_ppl")));
+    ck_assert_double_eq_tol(json_value(summary, "final_train_loss"), last_loss, 1e-4);
+    ck_assert(json_value(summary, "peak_rss_kb") > 0);
+    ck_assert_int_eq((long)json_value(summary, "params"), (long)r.nparams);
+    ck_assert_ptr_nonnull(strstr(summary, "\"level\": \"word\""));
+    free(summary);
+
+    snprintf(path, sizeof path, "%s/falls/config.yaml", tmp_root);
+    {
+        sl_config_t back;
+        sl_config_init(&back);
+        ck_assert_msg(sl_config_load_file(&back, path) == SL_OK, "%s", sl_err_msg());
+        ck_assert_int_eq(back.train.batch, 4);
+        ck_assert_int_eq(back.train.max_steps, 300);
+        sl_config_fini(&back);
+    }
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* -------------------------------------------------------- bad checkpoints */
+
+typedef struct {
+    sl_config_t cfg;
+    sl_backend_t *be;
+    sl_lm_t *lm;
+    sl_optim_t *opt;
+    sl_lm_state_t *st;
+    sl_ckpt_ident_t id;
+} small_model_t;
+
+/* A model of vocabulary 50 built without a corpus, with one training step taken so
+ * that the optimizer and hidden state are not zero. */
+static void
+small_model(small_model_t *m, const char *layers, uint64_t seed)
+{
+    char set[128];
+    int32_t x[4 * 8], y[4 * 8];
+    sl_step_keys_t keys = {11, 12};
+    double loss;
+
+    tiny_config(&m->cfg, "unused", "train.batch=4", NULL);
+    snprintf(set, sizeof set, "model.layers=%s", layers);
+    ck_assert_int_eq(sl_config_set(&m->cfg, set), SL_OK);
+    ck_assert_int_eq(sl_backend_cpu_new(&m->be, 1), SL_OK);
+    ck_assert_int_eq(sl_lm_new(&m->lm, &m->cfg, 50, 1, 4, m->be), SL_OK);
+    ck_assert_int_eq(sl_lm_init_params(m->lm, seed), SL_OK);
+    ck_assert_int_eq(sl_optim_new(&m->opt, &m->cfg, sl_lm_nparams(m->lm), m->be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(m->lm, 4, &m->st), SL_OK);
+    for (int i = 0; i < 32; i++) {
+        x[i] = (int32_t)((i * 7 + (int)seed) % 50);
+        y[i] = (int32_t)((i * 11 + 3) % 50);
+    }
+    ck_assert_int_eq(sl_lm_train_step(m->lm, m->st, x, y, 8, &keys, &loss), SL_OK);
+    sl_optim_step(m->opt, sl_lm_params(m->lm), sl_lm_grads(m->lm), 0.01);
+    sl_ckpt_ident_init(&m->id, &m->cfg, 50, 0x1234);
+}
+
+static void
+small_model_free(small_model_t *m)
+{
+    sl_lm_state_destroy(&m->st);
+    sl_optim_destroy(&m->opt);
+    sl_lm_destroy(&m->lm);
+    sl_backend_destroy(&m->be);
+    sl_config_fini(&m->cfg);
+}
+
+/* Parameters, optimizer state and hidden state, all on the host, for comparisons. */
+typedef struct {
+    float *params, *opt, *st;
+    size_t np, no, ns;
+    long opt_steps;
+} snapshot_t;
+
+static void
+snapshot(small_model_t *m, snapshot_t *s)
+{
+    s->np = sl_lm_nparams(m->lm);
+    s->no = sl_optim_state_size(m->opt);
+    s->ns = sl_lm_state_size(m->st);
+    s->params = malloc(s->np * sizeof(float));
+    s->opt = malloc((s->no + 1) * sizeof(float));
+    s->st = malloc(s->ns * sizeof(float));
+    memcpy(s->params, sl_lm_params(m->lm), s->np * sizeof(float));
+    ck_assert_int_eq(sl_optim_state_save(m->opt, s->opt, &s->opt_steps), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(m->st, s->st), SL_OK);
+}
+
+static int
+snapshot_equal(const snapshot_t *a, const snapshot_t *b)
+{
+    return a->np == b->np && a->no == b->no && a->ns == b->ns && a->opt_steps == b->opt_steps &&
+           memcmp(a->params, b->params, a->np * sizeof(float)) == 0 &&
+           memcmp(a->opt, b->opt, a->no * sizeof(float)) == 0 &&
+           memcmp(a->st, b->st, a->ns * sizeof(float)) == 0;
+}
+
+static void
+snapshot_free(snapshot_t *s)
+{
+    free(s->params);
+    free(s->opt);
+    free(s->st);
+}
+
+/* Loading path into m must fail with exactly msg and leave m and the file as they were. */
+static void
+assert_refused(small_model_t *m, const sl_ckpt_ident_t *id, const char *path, const char *msg,
+               int params_only)
+{
+    snapshot_t before, after;
+    sl_ckpt_cursor_t cur = {-7, -7, -7, 7, 7.0};
+    size_t len_before, len_after;
+    char *file_before = read_file(path, &len_before), *file_after;
+    sl_status_t rc;
+
+    snapshot(m, &before);
+    rc = params_only ? sl_checkpoint_load(path, id, m->be, m->lm, NULL, NULL, NULL)
+                     : sl_checkpoint_load(path, id, m->be, m->lm, m->opt, m->st, &cur);
+    ck_assert_int_eq(rc, SL_ERR_FORMAT);
+    ck_assert_str_eq(sl_err_msg(), msg);
+    snapshot(m, &after);
+    ck_assert_msg(snapshot_equal(&before, &after), "a refused load changed the model");
+    ck_assert_int_eq(cur.step, -7);
+    file_after = read_file(path, &len_after);
+    ck_assert_uint_eq(len_before, len_after);
+    ck_assert(memcmp(file_before, file_after, len_before) == 0);
+    free(file_before);
+    free(file_after);
+    snapshot_free(&before);
+    snapshot_free(&after);
+}
+
+START_TEST(test_bad_checkpoints)
+{
+    small_model_t src, dst, deep;
+    snapshot_t saved, loaded;
+    sl_ckpt_cursor_t cur = {120, 1, 42, 3840, 1.5}, got;
+    sl_ckpt_ident_t other;
+    char good[1024], bad[1024], model[1024], msg[2048], *data;
+    size_t len, expected;
+
+    path_in(good, sizeof good, "good.bin");
+    path_in(bad, sizeof bad, "bad.bin");
+    path_in(model, sizeof model, "model-only.bin");
+    small_model(&src, "[{lstm: 16}]", 1);
+    small_model(&dst, "[{lstm: 16}]", 2); /* different values everywhere */
+    small_model(&deep, "[{lstm: 16}, {lstm: 16}]", 1);
+    ck_assert_int_eq(sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st),
+                     SL_OK);
+    data = read_file(good, &len);
+    expected =
+        SL_CKPT_HEADER_BYTES +
+        4 * (sl_lm_nparams(src.lm) + sl_optim_state_size(src.opt) + sl_lm_state_size(src.st)) + 8;
+    ck_assert_uint_eq(len, expected);
+    ck_assert(memcmp(data, "SHOALCKP", 8) == 0);
+
+    /* bad magic */
+    data[0] = 'X';
+    write_file(bad, data, len);
+    snprintf(msg, sizeof msg, "%s: not a shoal checkpoint (bad magic)", bad);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    data[0] = 'S';
+    /* unsupported version (u32 little-endian at offset 8) */
+    data[8] = 9;
+    write_file(bad, data, len);
+    snprintf(msg, sizeof msg,
+             "%s: checkpoint format version 9 is not supported (this shoal reads 1)", bad);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    data[8] = 1;
+    /* truncated */
+    write_file(bad, data, len / 2);
+    snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len / 2, len);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    write_file(bad, data, 0);
+    snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 200", bad);
+    assert_refused(&dst, &dst.id, bad, msg, 1);
+    /* one flipped payload bit */
+    data[SL_CKPT_HEADER_BYTES + 101] ^= 0x10;
+    write_file(bad, data, len);
+    snprintf(msg, sizeof msg, "%s: checksum mismatch (file corrupt)", bad);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    assert_refused(&dst, &dst.id, bad, msg, 1);
+    data[SL_CKPT_HEADER_BYTES + 101] ^= 0x10;
+    /* a checkpoint of another architecture */
+    ck_assert_int_eq(sl_checkpoint_save(bad, &deep.id, &cur, deep.be, deep.lm, deep.opt, deep.st),
+                     SL_OK);
+    snprintf(msg, sizeof msg,
+             "%s: checkpoint was written for a different model (vocab 50, embedding 16, 2 "
+             "layers of 16 vs vocab 50, embedding 16, 1 layer of 16 in the config)",
+             bad);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    assert_refused(&dst, &dst.id, bad, msg, 1);
+    /* of another corpus */
+    other = dst.id;
+    other.corpus_hash = 0x5678;
+    snprintf(msg, sizeof msg,
+             "%s: checkpoint was written for a different corpus (data 0000000000001234 vs "
+             "0000000000005678 in the config)",
+             good);
+    assert_refused(&dst, &other, good, msg, 0);
+    /* another optimizer or batch shape cannot resume (but may be evaluated) */
+    other = dst.id;
+    other.optimizer = SL_OPT_SGD;
+    snprintf(msg, sizeof msg, "%s: checkpoint was written with optimizer adam; the config has sgd",
+             good);
+    assert_refused(&dst, &other, good, msg, 0);
+    other = dst.id;
+    other.bptt = 35;
+    snprintf(msg, sizeof msg,
+             "%s: checkpoint was written with train.batch 4 and train.bptt 8; the config has "
+             "4 and 35",
+             good);
+    assert_refused(&dst, &other, good, msg, 0);
+    /* a model file holds no training state */
+    ck_assert_int_eq(sl_checkpoint_save(model, &src.id, &cur, src.be, src.lm, NULL, NULL), SL_OK);
+    snprintf(msg, sizeof msg,
+             "%s: a model file without training state (training resumes only from a "
+             "checkpoint)",
+             model);
+    assert_refused(&dst, &dst.id, model, msg, 0);
+
+    /* and the good file loads everything */
+    ck_assert_int_eq(sl_checkpoint_load(good, &dst.id, dst.be, dst.lm, dst.opt, dst.st, &got),
+                     SL_OK);
+    snapshot(&src, &saved);
+    snapshot(&dst, &loaded);
+    ck_assert(snapshot_equal(&saved, &loaded));
+    ck_assert_int_eq(got.step, 120);
+    ck_assert_int_eq(got.epoch, 1);
+    ck_assert_int_eq(got.batch_index, 42);
+    ck_assert_uint_eq(got.tokens, 3840);
+    ck_assert(got.train_time_s == 1.5);
+    snapshot_free(&saved);
+    snapshot_free(&loaded);
+    /* a model file's parameters load for evaluation */
+    ck_assert_int_eq(sl_lm_init_params(dst.lm, 5), SL_OK);
+    ck_assert(memcmp(sl_lm_params(dst.lm), sl_lm_params(src.lm),
+                     sl_lm_nparams(src.lm) * sizeof(float)) != 0);
+    ck_assert_int_eq(sl_checkpoint_load(model, &src.id, dst.be, dst.lm, NULL, NULL, NULL), SL_OK);
+    ck_assert(memcmp(sl_lm_params(dst.lm), sl_lm_params(src.lm),
+                     sl_lm_nparams(src.lm) * sizeof(float)) == 0);
+    /* a missing file */
+    path_in(msg, sizeof msg, "none.bin");
+    ck_assert_int_eq(sl_checkpoint_load(msg, &dst.id, dst.be, dst.lm, NULL, NULL, NULL), SL_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "none.bin: No such file"));
+    free(data);
+    small_model_free(&src);
+    small_model_free(&dst);
+    small_model_free(&deep);
+}
+END_TEST
+
+START_TEST(test_describe_arch)
+{
+    sl_ckpt_ident_t id;
+    char buf[256];
+
+    memset(&id, 0, sizeof id);
+    id.vocab = 10002;
+    id.embedding = 512;
+    id.nlayers = 2;
+    id.layers[0].hidden = id.layers[1].hidden = 2048;
+    id.layers[0].projection = id.layers[1].projection = 512;
+    sl_ckpt_describe_arch(&id, buf, sizeof buf);
+    ck_assert_str_eq(buf, "vocab 10002, embedding 512, 2 layers of 2048/512");
+    id.layers[1].projection = 0;
+    sl_ckpt_describe_arch(&id, buf, sizeof buf);
+    ck_assert_str_eq(buf, "vocab 10002, embedding 512, layers 2048/512, 2048");
+    ck_assert_uint_ne(sl_ckpt_arch_hash(&id), 0);
+    {
+        uint64_t h = sl_ckpt_arch_hash(&id);
+        id.corpus_hash = 99; /* not part of the architecture */
+        id.batch = 7;
+        ck_assert_uint_eq(sl_ckpt_arch_hash(&id), h);
+        id.layers[1].hidden = 1024;
+        ck_assert_uint_ne(sl_ckpt_arch_hash(&id), h);
+    }
+}
+END_TEST
+
+/* A run whose corpus is missing fails with the corpus error and leaves the existing
+ * checkpoint and metrics byte for byte; so does a run that meets a corrupt checkpoint. */
+START_TEST(test_failed_run_keeps_files)
+{
+    sl_config_t ok, missing;
+    sl_train_result_t r;
+    char ckpt[1024], metrics[1024], set[1200], *c0, *m0, *c1, *m1;
+    size_t cl0, ml0, cl1, ml1;
+    sl_status_t rc;
+
+    tiny_config(&ok, "keep", "train.max_steps=5", NULL);
+    train_ok(&ok, 1, &r);
+    snprintf(ckpt, sizeof ckpt, "%s/keep/checkpoint.bin", tmp_root);
+    snprintf(metrics, sizeof metrics, "%s/keep/metrics.jsonl", tmp_root);
+    c0 = read_file(ckpt, &cl0);
+    m0 = read_file(metrics, &ml0);
+    ck_assert_ptr_nonnull(c0);
+    ck_assert_ptr_nonnull(m0);
+
+    snprintf(set, sizeof set, "data.train=%s/no-such-corpus.txt", tmp_root);
+    tiny_config(&missing, "keep", "train.max_steps=10", set, NULL);
+    rc = train(&missing, 1, &r);
+    ck_assert_int_eq(rc, SL_ERR_IO);
+    snprintf(set, sizeof set, "%s/no-such-corpus.txt: No such file or directory", tmp_root);
+    ck_assert_str_eq(sl_err_msg(), set);
+    c1 = read_file(ckpt, &cl1);
+    m1 = read_file(metrics, &ml1);
+    ck_assert(cl0 == cl1 && memcmp(c0, c1, cl0) == 0);
+    ck_assert(ml0 == ml1 && memcmp(m0, m1, ml0) == 0);
+    free(c1);
+    free(m1);
+
+    /* a corrupt checkpoint: refused with its one line, kept as it is */
+    c0[SL_CKPT_HEADER_BYTES + 5] ^= 1;
+    write_file(ckpt, c0, cl0);
+    sl_config_fini(&ok);
+    tiny_config(&ok, "keep", "train.max_steps=10", NULL);
+    ck_assert_int_eq(train(&ok, 1, &r), SL_ERR_FORMAT);
+    snprintf(set, sizeof set, "%s: checksum mismatch (file corrupt)", ckpt);
+    ck_assert_str_eq(sl_err_msg(), set);
+    c1 = read_file(ckpt, &cl1);
+    ck_assert(cl0 == cl1 && memcmp(c0, c1, cl0) == 0);
+    free(c1);
+    /* --no-resume starts over and replaces it */
+    train_ok(&ok, 0, &r);
+    ck_assert_int_eq(r.steps, 10);
+    ck_assert_int_eq(header_i64(ckpt, 144), 10);
+    free(c0);
+    free(m0);
+    sl_config_fini(&ok);
+    sl_config_fini(&missing);
+}
+END_TEST
+
+START_TEST(test_bf16_on_cpu_refused)
+{
+    sl_config_t cfg;
+    sl_train_result_t r;
+
+    tiny_config(&cfg, "bf16", "precision=bf16", NULL);
+    ck_assert_int_eq(train(&cfg, 1, &r), SL_ERR_UNSUPPORTED);
+    ck_assert_str_eq(sl_err_msg(), "precision bf16 needs the CUDA backend (device: cuda)");
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* ------------------------------------------------------- progress, metrics */
+
+START_TEST(test_progress_format)
+{
+    sl_progress_line_t l = {1200, 29850, 1, 4.0201, 3790.2, 5.6124, 0, 20, 7500};
+    char buf[256];
+
+    ck_assert_str_eq(sl_progress_format(&l, buf, sizeof buf),
+                     "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 5.612 | ppl 273.8 | "
+                     "lr 20 | ETA 2h05m");
+    l.char_level = 1;
+    l.loss = 1.0; /* 1 / ln 2 bits */
+    l.lr = 0.002;
+    l.eta_s = -1;
+    ck_assert_str_eq(sl_progress_format(&l, buf, sizeof buf),
+                     "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 1.000 | bpc 1.443 | "
+                     "lr 0.002 | ETA ?");
+}
+END_TEST
+
+/* On resume, lines about steps after the checkpoint and a torn last line go. */
+START_TEST(test_metrics_trim_on_resume)
+{
+    char path[1024], *got;
+    const char *before = "{\"step\":10,\"loss\":5}\n"
+                         "{\"event\":\"eval\",\"split\":\"valid\",\"step\":10,\"loss\":5}\n"
+                         "{\"step\":20,\"loss\":4}\n"
+                         "{\"step\":30,\"loss\":3}\n"
+                         "{\"step\":40,\"lo";
+    sl_metrics_t m;
+
+    path_in(path, sizeof path, "trim.jsonl");
+    write_file(path, before, strlen(before));
+    ck_assert_int_eq(sl_metrics_open(&m, path, 20), SL_OK);
+    ck_assert_int_eq(sl_metrics_eval(&m, "test", 20, log(2.0)), SL_OK);
+    sl_metrics_close(&m);
+    got = read_file(path, NULL);
+    ck_assert_str_eq(got, "{\"step\":10,\"loss\":5}\n"
+                          "{\"event\":\"eval\",\"split\":\"valid\",\"step\":10,\"loss\":5}\n"
+                          "{\"step\":20,\"loss\":4}\n"
+                          "{\"event\":\"eval\",\"split\":\"test\",\"step\":20,\"loss\":0.693147,"
+                          "\"ppl\":2,\"bpc\":1}\n");
+    free(got);
+    /* a fresh run (keep through step 0) starts empty */
+    ck_assert_int_eq(sl_metrics_open(&m, path, 0), SL_OK);
+    sl_metrics_close(&m);
+    got = read_file(path, NULL);
+    ck_assert_str_eq(got, "");
+    free(got);
+}
+END_TEST
+
+START_TEST(test_json_string_escapes)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+
+    sl_json_string(f, "a\"b\\c\n\x01");
+    fputc(' ', f);
+    sl_json_number(f, NAN);
+    fputc(' ', f);
+    sl_json_number(f, 0.25);
+    fclose(f);
+    ck_assert_str_eq(buf, "\"a\\\"b\\\\c\\n\\u0001\" null 0.25");
+    free(buf);
+}
+END_TEST
+
+/* -------------------------------------------------------------- command line */
+
+static char shoal_bin[1024];
+
+static int
+have_shoal(void)
+{
+    const char *b = getenv("SHOAL_BUILDDIR");
+
+    snprintf(shoal_bin, sizeof shoal_bin, "%s/shoal", b ? b : ".");
+    if (access(shoal_bin, X_OK) != 0) {
+        fprintf(stderr, "check_node: %s is not built; skipping the command-line case\n", shoal_bin);
+        return 0;
+    }
+    return 1;
+}
+
+/* Runs shoal with args (NULL-terminated); stdout and stderr into *out, *err (malloc'd).
+ * Returns the exit status, or 128 + signal. */
+static int
+run_shoal(char **out, char **err, const char *const *args)
+{
+    char out_path[1024], err_path[1024];
+    const char *argv[32];
+    int n = 0, status;
+    pid_t pid;
+
+    path_in(out_path, sizeof out_path, "cli.out");
+    path_in(err_path, sizeof err_path, "cli.err");
+    argv[n++] = shoal_bin;
+    while (*args && n < 31)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
+            _exit(99);
+        setenv("SHOAL_LOG", "warn", 1);
+        execv(shoal_bin, (char *const *)argv);
+        _exit(98);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    *out = read_file(out_path, NULL);
+    *err = read_file(err_path, NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int
+count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void
+write_tiny_yaml(const char *path, const char *run, const char *extra)
+{
+    char yaml[4096];
+
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s/%s, log_every: 10}\n"
+             "data: {train: %s/brown/train.txt, valid: %s/brown/valid.txt,\n"
+             "       vocab_size: 500, max_tokens: 20000, cache_dir: %s/cache}\n"
+             "model: {embedding: 16, layers: [{lstm: 16}]}\n"
+             "train: {batch: 32, bptt: 8, max_steps: 20, optimizer: {type: adam, lr: 0.01}}\n"
+             "%s",
+             run, tmp_root, run, data_dir, data_dir, tmp_root, extra);
+    write_file(path, yaml, strlen(yaml));
+}
+
+START_TEST(test_cli)
+{
+    char *out, *err, conf[1024], bad[1024], model[1024], expect[2048], summary[1024];
+    double valid_loss, printed_loss;
+
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--help", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "train CONF.yaml"));
+    ck_assert_ptr_nonnull(strstr(out, "Exit status"));
+    ck_assert_ptr_nonnull(strstr(out, "SHOAL_LOG"));
+    free(out), free(err);
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"train", "--help", NULL}), 0);
+    ck_assert(strncmp(out, "Usage: shoal train CONF.yaml", 28) == 0);
+    free(out), free(err);
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--version", NULL}), 0);
+    ck_assert(strncmp(out, "shoal 0.", 8) == 0 && count_lines(out) == 1);
+    free(out), free(err);
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--help-config", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "train.max_steps"));
+    free(out), free(err);
+
+    path_in(conf, sizeof conf, "cli.yaml");
+    write_tiny_yaml(conf, "cli", "");
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"train", conf, "--foo", NULL}), 2);
+    ck_assert_str_eq(err, "shoal: train: unknown option '--foo' (see shoal train --help)\n");
+    ck_assert_str_eq(out, "");
+    free(out), free(err);
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"frob", NULL}), 2);
+    ck_assert_str_eq(err, "shoal: unknown command 'frob' (see shoal --help)\n");
+    free(out), free(err);
+
+    /* an unknown key: exit 2, one line naming file:line:col */
+    path_in(bad, sizeof bad, "bad.yaml");
+    write_tiny_yaml(bad, "bad", "train_extra: 1\n");
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"train", bad, NULL}), 2);
+    snprintf(expect, sizeof expect, "shoal: %s:6:1: ", bad);
+    ck_assert_msg(strncmp(err, expect, strlen(expect)) == 0, "stderr: %s", err);
+    ck_assert_int_eq(count_lines(err), 1);
+    free(out), free(err);
+    ck_assert_int_eq(
+        run_shoal(&out, &err, (const char *[]){"train", conf, "--set", "train.batch=x", NULL}), 2);
+    ck_assert(strncmp(err, "shoal: --set train.batch:1:", 27) == 0 && count_lines(err) == 1);
+    free(out), free(err);
+
+    /* a real run, then its model evaluated */
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"train", conf, "--quiet", NULL}), 0);
+    snprintf(expect, sizeof expect, "; model %s/cli/model.bin\n", tmp_root);
+    ck_assert_msg(strncmp(out, "shoal: done: ", 13) == 0, "stdout: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, ", 20 steps in "));
+    ck_assert_ptr_nonnull(strstr(out, "; valid ppl "));
+    ck_assert_str_eq(out + strlen(out) - strlen(expect), expect);
+    ck_assert_str_eq(err, "");
+    free(out), free(err);
+    snprintf(summary, sizeof summary, "%s/cli/summary.json", tmp_root);
+    out = read_file(summary, NULL);
+    ck_assert_ptr_nonnull(out);
+    valid_loss = json_value(out, "valid_loss");
+    free(out);
+    snprintf(model, sizeof model, "%s/cli/model.bin", tmp_root);
+    ck_assert_int_eq(
+        run_shoal(&out, &err, (const char *[]){"eval", conf, "--checkpoint", model, NULL}), 0);
+    ck_assert_msg(strncmp(out, "valid ppl ", 10) == 0, "stdout: %s", out);
+    printed_loss = strtod(strstr(out, "(loss ") + 6, NULL);
+    ck_assert_double_eq_tol(printed_loss, valid_loss, 1e-4);
+    ck_assert_ptr_nonnull(strstr(out, ", 60000 tokens)\n"));
+    free(out), free(err);
+    ck_assert_int_eq(
+        run_shoal(&out, &err,
+                  (const char *[]){"eval", conf, "--checkpoint", model, "--split", "test", NULL}),
+        2);
+    ck_assert_msg(strstr(err, "no test split") && count_lines(err) == 1, "stderr: %s", err);
+    free(out), free(err);
+
+    /* a corrupt model: exit 1, one line */
+    {
+        size_t len;
+        char *d = read_file(model, &len);
+        d[len - 20] ^= 0x40;
+        write_file(model, d, len);
+        free(d);
+    }
+    ck_assert_int_eq(
+        run_shoal(&out, &err, (const char *[]){"eval", conf, "--checkpoint", model, NULL}), 1);
+    snprintf(expect, sizeof expect, "shoal: %s: checksum mismatch (file corrupt)\n", model);
+    ck_assert_str_eq(err, expect);
+    ck_assert_str_eq(out, "");
+    free(out), free(err);
+}
+END_TEST
+
+/* SIGINT: the run stops after the step in progress with a checkpoint, says so in one
+ * line and exits 130; the same command then finishes the run. */
+START_TEST(test_cli_sigint)
+{
+    char conf[1024], out_path[1024], err_path[1024], metrics[1024], *err, *out;
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    int status;
+    pid_t pid;
+
+    if (!have_shoal())
+        return;
+    path_in(conf, sizeof conf, "sig.yaml");
+    write_tiny_yaml(conf, "sig", "");
+    snprintf(metrics, sizeof metrics, "%s/sig/metrics.jsonl", tmp_root);
+    path_in(out_path, sizeof out_path, "sig.out");
+    path_in(err_path, sizeof err_path, "sig.err");
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
+            _exit(99);
+        setenv("SHOAL_LOG", "warn", 1);
+        execl(shoal_bin, shoal_bin, "train", conf, "--quiet", "--set", "train.max_steps=0", "--set",
+              "train.epochs=1000", (char *)NULL);
+        _exit(98);
+    }
+    /* wait until it trains (a metrics line exists), then interrupt */
+    for (int i = 0; i < 1000; i++) {
+        struct stat sb;
+        if (stat(metrics, &sb) == 0 && sb.st_size > 0)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    kill(pid, SIGINT);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 130);
+    err = read_file(err_path, NULL);
+    out = read_file(out_path, NULL);
+    ck_assert_msg(strncmp(err, "shoal: interrupted at step ", 27) == 0, "stderr: %s", err);
+    ck_assert_ptr_nonnull(strstr(err, "/sig/checkpoint.bin; run the same command to resume\n"));
+    ck_assert_int_eq(count_lines(err), 1);
+    ck_assert_str_eq(out, "");
+    {
+        long step = strtol(err + 27, NULL, 10), saved;
+        char ckpt[1024];
+        snprintf(ckpt, sizeof ckpt, "%s/sig/checkpoint.bin", tmp_root);
+        saved = header_i64(ckpt, 144);
+        ck_assert_int_eq(saved, step);
+        ck_assert_int_gt(step, 0);
+    }
+    free(err);
+    free(out);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- main */
+
+static int
+remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static Suite *
+node_suite(void)
+{
+    Suite *s = suite_create("node");
+    TCase *core = tcase_create("core");
+    TCase *limits = tcase_create("limits");
+
+    tcase_set_timeout(core, 120);
+    tcase_set_timeout(limits, 120);
+    tcase_add_test(core, test_progress_format);
+    tcase_add_test(core, test_describe_arch);
+    tcase_add_test(core, test_resume_exact_adam_sampled_dropout);
+    tcase_add_test(core, test_resume_exact_sgd_full);
+    tcase_add_test(core, test_interrupt_then_resume);
+    tcase_add_test(core, test_loss_falls_and_files);
+    tcase_add_test(core, test_cli);
+    tcase_add_test(limits, test_bad_checkpoints);
+    tcase_add_test(limits, test_failed_run_keeps_files);
+    tcase_add_test(limits, test_bf16_on_cpu_refused);
+    tcase_add_test(limits, test_metrics_trim_on_resume);
+    tcase_add_test(limits, test_json_string_escapes);
+    tcase_add_test(limits, test_cli_sigint);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
+    SRunner *sr;
+    int failed;
+
+    if (data)
+        snprintf(data_dir, sizeof data_dir, "%s", data);
+    else
+        snprintf(data_dir, sizeof data_dir, "%s/../shared/data", src ? src : "..");
+    if (!mkdtemp(tmp_root)) {
+        perror("check_node: mkdtemp");
+        return 1;
+    }
+    sl_log_set_level(SL_LOG_WARN);
+    sr = srunner_create(node_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
