@@ -12,8 +12,15 @@
  *   "softmax_bias"   output bias (V)
  * where R is the layer's output size (P with a projection, else H).
  *
- * Forward/backward follow PyTorch's nn.LSTM exactly (gate order i,f,g,o, one bias
- * per layer), so a model can be compared with a PyTorch one step for step. */
+ * Forward/backward follow PyTorch's nn.LSTM exactly (gate order i,f,g,o; with proj_size
+ * for LSTMP: r_t = W_proj m_t and the recurrence uses r), so a model can be compared with
+ * a PyTorch one step for step. Differences, on purpose: one bias b (4H) per layer, which
+ * is PyTorch's b_ih + b_hh merged (load their sum); every weight, LSTM ones included, is
+ * initialised uniform(-init_range, init_range) (PyTorch uses +-1/sqrt(H) for LSTM
+ * weights) and every bias zero. Dropout p = model.dropout sits where PyTorch's
+ * word_language_model puts it: on the embedding output, between layers and on the last
+ * layer's output; masks come from the step's dropout_key, the tensor and the element
+ * index, so they are reproducible. */
 #ifndef SL_MODEL_H
 #define SL_MODEL_H
 
@@ -39,9 +46,12 @@ typedef struct sl_lm_state sl_lm_state_t;
 
 /* Builds the model for a vocabulary of vocab_size on backend be (borrowed; must
  * outlive the model); parameters initialised uniform(-init_range, init_range) from a
- * counter RNG keyed by seed, so every node and every backend starts identical.
- * embedding_shards: row shards per embedding (1 = whole). max_batch: the largest
- * number of streams forward will see (train batch or eval batch). */
+ * counter RNG keyed by cfg->run.seed, so every node and every backend starts identical.
+ * embedding_shards: row shards per embedding (1 = whole; shard sizes differ by at most
+ * one row). max_batch: the largest number of streams forward will see (train batch or
+ * eval batch); cfg->train.bptt is the largest T a step accepts. All buffers are sized
+ * here, so steps allocate nothing. cfg is only read during the call. SL_ERR_INVALID for
+ * sizes out of range (sampled softmax needs 1 <= samples < vocab_size), SL_ERR_NOMEM. */
 sl_status_t sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size,
                       int embedding_shards, int max_batch, sl_backend_t *be);
 void sl_lm_destroy(sl_lm_t **lm);
@@ -51,12 +61,17 @@ float *sl_lm_params(sl_lm_t *lm);  /* backend memory, nparams floats */
 float *sl_lm_grads(sl_lm_t *lm);   /* same layout */
 int sl_lm_ncomponents(const sl_lm_t *lm);
 const sl_component_t *sl_lm_component(const sl_lm_t *lm, int i);
-/* Deterministic re-initialisation (same result as at sl_lm_new with that seed). */
-void sl_lm_init_params(sl_lm_t *lm, uint64_t seed);
+/* Deterministic re-initialisation (same result as at sl_lm_new with cfg->run.seed ==
+ * seed): every element is a function of (seed, tensor, element index) only, so shards
+ * and backends do not change it. SL_ERR_DEVICE if the upload fails. */
+sl_status_t sl_lm_init_params(sl_lm_t *lm, uint64_t seed);
 
-/* Recurrent state (h, c of every layer) for `batch` streams; carried across the
- * batches of an epoch, zeroed at its start. Stored in host-visible form for
- * checkpoints via sl_lm_state_{size,save,load} (floats). */
+/* Recurrent state (h, c of every layer) for `batch` streams (1..max_batch); carried
+ * across the batches of an epoch, zeroed at its start (new states start zeroed).
+ * Stored in host-visible form for checkpoints via sl_lm_state_{size,save,load}
+ * (floats; per layer, bottom first: h (batch, R) = the layer output r, then
+ * c (batch, H)). A state belongs to the model that made it and must be destroyed
+ * before the backend. */
 sl_status_t sl_lm_state_new(sl_lm_t *lm, int batch, sl_lm_state_t **out);
 void sl_lm_state_destroy(sl_lm_state_t **st);
 void sl_lm_state_reset(sl_lm_state_t *st);
@@ -73,7 +88,9 @@ typedef struct {
 /* One training step's forward and backward on x, y (T*B time-major, B = the state's
  * batch): zeroes and fills the gradients of the mean loss over T*B tokens, advances
  * the state, returns the summed loss (nats) in *loss_sum. Sampled or full softmax as
- * configured. Also records the embedding rows touched (see sl_lm_touched_rows). */
+ * configured. Also records the embedding rows touched (see sl_lm_touched_rows).
+ * x, y, keys are host memory. SL_ERR_INVALID when bptt is outside [1, train.bptt], an
+ * id is outside [0, V), or st belongs to another model; nothing is changed then. */
 sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
                              const int32_t *y, int bptt, const sl_step_keys_t *keys,
                              double *loss_sum);
@@ -81,8 +98,11 @@ sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
 sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
                              const int32_t *y, int bptt, double *loss_sum);
 
-/* Distinct input-embedding rows / output-embedding rows touched by the last train
- * step, sorted ascending (borrowed, valid until the next step). */
+/* Distinct input-embedding rows (output == 0) / output-embedding rows (output != 0)
+ * touched by the last train step, sorted ascending (borrowed host memory, valid until
+ * the next train step; count 0 before the first). Output rows are the targets and the
+ * negatives with sampled softmax, all V rows with full softmax. Only these rows of the
+ * embedding / softmax gradients can be nonzero. */
 const int32_t *sl_lm_touched_rows(const sl_lm_t *lm, int output, int *count);
 
 #endif

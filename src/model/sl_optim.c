@@ -1,0 +1,207 @@
+/* Optimizers (SGD, Adagrad, Adam) over the flat parameter buffer through the backend's
+ * update ops, PyTorch's global-norm clipping, and the learning-rate schedules.
+ *
+ * eps: both Adagrad and Adam use train.optimizer.eps, whose default follows the
+ * optimizer type in the config (PyTorch's: 1e-10 for Adagrad, 1e-8 for Adam), so a
+ * value the user sets is honoured either way. */
+#include "sl_optim.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "sl_alloc.h"
+
+#define FILL_CHUNK 65536 /* floats staged on the host to fill the accumulator */
+
+struct sl_optim {
+    sl_backend_t *be;
+    sl_opt_kind_t type;
+    size_t n;
+    float beta1, beta2, eps;
+    long steps;
+    size_t nstate; /* floats of state: 0 (sgd), n (adagrad), 2n (adam) */
+    float *state;  /* adagrad: acc (n); adam: m (n) then v (n); device memory */
+};
+
+/* Adagrad's accumulator starts at initial_accumulator (PyTorch's
+ * initial_accumulator_value); the backend has no fill op, so stage it. */
+static sl_status_t
+fill(sl_backend_t *be, float *dst, size_t n, float value)
+{
+    float *stage;
+    size_t chunk = n < FILL_CHUNK ? n : FILL_CHUNK;
+    sl_status_t st = SL_OK;
+
+    if (value == 0.0f) {
+        be->ops->zero(be->ctx, n, dst);
+        return SL_OK;
+    }
+    SL_TRY(SL_ALLOC(&stage, chunk, "optimizer staging"));
+    for (size_t i = 0; i < chunk; i++)
+        stage[i] = value;
+    for (size_t i = 0; i < n && st == SL_OK; i += chunk) {
+        size_t k = n - i < chunk ? n - i : chunk;
+        st = be->ops->to_device(be->ctx, dst + i, stage, k * sizeof(float));
+    }
+    sl_free(stage);
+    return st;
+}
+
+sl_status_t
+sl_optim_new(sl_optim_t **out, const sl_config_t *cfg, size_t nparams, sl_backend_t *be)
+{
+    sl_optim_t *o;
+    sl_status_t st;
+    double b1 = cfg->train.optimizer.beta1, b2 = cfg->train.optimizer.beta2;
+    double eps = cfg->train.optimizer.eps, acc0 = cfg->train.optimizer.initial_accumulator;
+
+    *out = NULL;
+    switch (cfg->train.optimizer.type) {
+    case SL_OPT_SGD:
+        break;
+    case SL_OPT_ADAGRAD:
+        if (!(acc0 >= 0.0 && eps >= 0.0))
+            return sl_err_set(SL_ERR_INVALID,
+                              "sl_optim_new: adagrad needs "
+                              "initial_accumulator >= 0 and eps >= 0 (got %g, %g)",
+                              acc0, eps);
+        break;
+    case SL_OPT_ADAM:
+        if (!(b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0 && eps >= 0.0))
+            return sl_err_set(SL_ERR_INVALID,
+                              "sl_optim_new: adam needs beta1, beta2 in "
+                              "[0, 1) and eps >= 0 (got %g, %g, %g)",
+                              b1, b2, eps);
+        break;
+    default:
+        return sl_err_set(SL_ERR_INVALID, "sl_optim_new: unknown optimizer %d",
+                          (int)cfg->train.optimizer.type);
+    }
+    SL_TRY(SL_CALLOC(&o, 1, "optimizer"));
+    o->be = be;
+    o->type = cfg->train.optimizer.type;
+    o->n = nparams;
+    o->beta1 = (float)b1;
+    o->beta2 = (float)b2;
+    o->eps = (float)eps;
+    o->nstate = o->type == SL_OPT_SGD ? 0 : o->type == SL_OPT_ADAGRAD ? nparams : 2 * nparams;
+    if (o->nstate > 0) {
+        if (o->type == SL_OPT_ADAM && nparams > SIZE_MAX / 2 / sizeof(float)) {
+            sl_free(o);
+            return sl_err_set(SL_ERR_NOMEM, "sl_optim_new: %zu parameters", nparams);
+        }
+        st = be->ops->alloc(be->ctx, (void **)&o->state, o->nstate * sizeof(float));
+        if (st == SL_OK && o->type == SL_OPT_ADAGRAD)
+            st = fill(be, o->state, nparams, (float)acc0);
+        if (st != SL_OK) {
+            sl_optim_destroy(&o);
+            return sl_err_prefix(st, "sl_optim_new");
+        }
+    }
+    *out = o;
+    return SL_OK;
+}
+
+void
+sl_optim_destroy(sl_optim_t **po)
+{
+    sl_optim_t *o = po ? *po : NULL;
+
+    if (!o)
+        return;
+    if (o->state)
+        o->be->ops->free(o->be->ctx, o->state);
+    sl_free(o);
+    *po = NULL;
+}
+
+double
+sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip)
+{
+    double norm = sqrt(be->ops->sumsq(be->ctx, n, grads));
+
+    if (clip > 0.0) {
+        double coef = clip / (norm + 1e-6);
+
+        if (coef < 1.0)
+            be->ops->scale(be->ctx, n, (float)coef, grads);
+    }
+    return norm;
+}
+
+double
+sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps)
+{
+    double lr = cfg->train.optimizer.lr;
+    long warm = cfg->train.schedule.warmup_steps;
+
+    switch (cfg->train.schedule.type) {
+    case SL_SCHED_CONSTANT:
+        break;
+    case SL_SCHED_EPOCH_DECAY:
+        lr *= pow(cfg->train.schedule.decay, (double)epoch);
+        break;
+    case SL_SCHED_LINEAR:
+        if (total_steps > 0) {
+            double f = 1.0 - (double)step / (double)total_steps;
+            lr *= f > 0.0 ? f : 0.0;
+        }
+        break;
+    }
+    if (warm > 0 && step + 1 < warm)
+        lr *= (double)(step + 1) / (double)warm;
+    return lr;
+}
+
+void
+sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr)
+{
+    const sl_backend_ops_t *ops = o->be->ops;
+    void *ctx = o->be->ctx;
+
+    o->steps++;
+    switch (o->type) {
+    case SL_OPT_SGD:
+        ops->sgd_update(ctx, o->n, (float)lr, grads, params);
+        break;
+    case SL_OPT_ADAGRAD:
+        ops->adagrad_update(ctx, o->n, (float)lr, o->eps, grads, o->state, params);
+        break;
+    case SL_OPT_ADAM:
+        ops->adam_update(ctx, o->n, (float)lr, o->beta1, o->beta2, o->eps, o->steps, grads,
+                         o->state, o->state + o->n, params);
+        break;
+    }
+}
+
+long
+sl_optim_steps(const sl_optim_t *o)
+{
+    return o->steps;
+}
+
+size_t
+sl_optim_state_size(const sl_optim_t *o)
+{
+    return o->nstate;
+}
+
+sl_status_t
+sl_optim_state_save(const sl_optim_t *o, float *host, long *steps)
+{
+    *steps = o->steps;
+    if (o->nstate == 0)
+        return SL_OK;
+    return o->be->ops->to_host(o->be->ctx, host, o->state, o->nstate * sizeof(float));
+}
+
+sl_status_t
+sl_optim_state_load(sl_optim_t *o, const float *host, long steps)
+{
+    if (steps < 0)
+        return sl_err_set(SL_ERR_INVALID, "sl_optim_state_load: negative step count %ld", steps);
+    if (o->nstate > 0)
+        SL_TRY(o->be->ops->to_device(o->be->ctx, o->state, host, o->nstate * sizeof(float)));
+    o->steps = steps;
+    return SL_OK;
+}

@@ -11,7 +11,10 @@
 
 typedef struct sl_optim sl_optim_t;
 
-/* State sized for nparams (Adagrad: accumulator; Adam: m and v), on backend be. */
+/* State sized for nparams (Adagrad: accumulator, starting at initial_accumulator;
+ * Adam: m and v, zero), on backend be (borrowed). Adagrad and Adam both use
+ * train.optimizer.eps (the config's default follows the type: 1e-10 Adagrad, 1e-8
+ * Adam, PyTorch's). SL_ERR_INVALID for out-of-range hyper-parameters, SL_ERR_NOMEM. */
 sl_status_t sl_optim_new(sl_optim_t **out, const sl_config_t *cfg, size_t nparams,
                          sl_backend_t *be);
 void sl_optim_destroy(sl_optim_t **o);
@@ -21,10 +24,13 @@ void sl_optim_destroy(sl_optim_t **o);
 double sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip);
 
 /* Learning rate at step (0-based), in epoch (0-based), total_steps of the run:
- * schedule applied, then linear warm-up over the first warmup_steps. */
+ * constant lr, epoch_decay lr * decay^epoch, linear lr * max(0, 1 - step/total_steps)
+ * (constant when total_steps <= 0); then, when warmup_steps > 0, times
+ * min(1, (step+1) / warmup_steps). */
 double sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps);
 
-/* One update of params with grads at learning rate lr (clipping is separate). */
+/* One update of params with grads at learning rate lr (clipping is separate); Adam's
+ * bias correction uses the step count after this update (1 on the first). */
 void sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr);
 
 /* Optimizer state for checkpoints: the step count and nstate floats (0, n or 2n). */

@@ -1,1 +1,1043 @@
-int main(void) { return 77; }
+/* Unit tests of src/model: parameter layout and components, the LSTM LM's loss against
+ * an independent double-precision reference, finite-difference gradient checks (full
+ * and sampled softmax, LSTM and LSTMP, with and without dropout), touched rows, state
+ * round trips, the log-uniform sampler, optimizers, clipping and lr schedules. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_backend.h"
+#include "sl_config.h"
+#include "sl_model.h"
+#include "sl_optim.h"
+#include "sl_rng.h"
+#include "sl_sampler.h"
+
+/* Tiny sizes for the numeric checks. */
+enum { V = 13, E = 5, H = 6, P = 4, T = 3, B = 2, S = 5, N = T * B };
+
+static sl_backend_t *be;
+static sl_config_t cfg; /* defaults, set per test by tiny_config */
+
+static void
+setup(void)
+{
+    ck_assert_int_eq(sl_backend_cpu_new(&be, 1), SL_OK);
+    sl_config_init(&cfg);
+}
+
+static void
+teardown(void)
+{
+    sl_config_fini(&cfg);
+    sl_backend_destroy(&be);
+}
+
+/* The model and optimizer fields of the tiny test models, over the defaults. */
+static void
+tiny_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout)
+{
+    c->run.seed = 7;
+    c->model.embedding = E;
+    c->model.nlayers = nlayers;
+    for (int l = 0; l < nlayers; l++) {
+        c->model.layers[l].hidden = H;
+        c->model.layers[l].projection = proj;
+    }
+    c->model.dropout = dropout;
+    c->model.output = out;
+    c->model.samples = S;
+    c->model.init_range = 0.3;
+    c->train.batch = B;
+    c->train.bptt = T;
+    c->train.optimizer.lr = 0.1;
+    c->train.optimizer.beta1 = 0.9;
+    c->train.optimizer.beta2 = 0.999;
+    c->train.optimizer.eps = 1e-8;
+}
+
+/* ---- the documented layout, computed independently of the model ---- */
+
+typedef struct {
+    size_t off, count;
+    int rows, cols;
+} tens_t;
+
+typedef struct {
+    int nl, in[SL_MAX_LAYERS], h[SL_MAX_LAYERS], p[SL_MAX_LAYERS], r[SL_MAX_LAYERS];
+    tens_t emb, w_ih[SL_MAX_LAYERS], w_hh[SL_MAX_LAYERS], b[SL_MAX_LAYERS];
+    tens_t w_proj[SL_MAX_LAYERS], w_out, b_out;
+    size_t total;
+} layout_t;
+
+static tens_t
+next_tensor(size_t *off, int rows, int cols)
+{
+    tens_t t = {*off, (size_t)rows * (size_t)cols, rows, cols};
+
+    *off += t.count;
+    return t;
+}
+
+static void
+expect_layout(const sl_config_t *c, int vocab, layout_t *lay)
+{
+    size_t off = 0;
+
+    memset(lay, 0, sizeof *lay);
+    lay->nl = c->model.nlayers;
+    lay->emb = next_tensor(&off, vocab, c->model.embedding);
+    for (int l = 0; l < lay->nl; l++) {
+        lay->h[l] = c->model.layers[l].hidden;
+        lay->p[l] = c->model.layers[l].projection;
+        lay->r[l] = lay->p[l] ? lay->p[l] : lay->h[l];
+        lay->in[l] = l ? lay->r[l - 1] : c->model.embedding;
+        lay->w_ih[l] = next_tensor(&off, 4 * lay->h[l], lay->in[l]);
+        lay->w_hh[l] = next_tensor(&off, 4 * lay->h[l], lay->r[l]);
+        lay->b[l] = next_tensor(&off, 1, 4 * lay->h[l]);
+        if (lay->p[l])
+            lay->w_proj[l] = next_tensor(&off, lay->p[l], lay->h[l]);
+    }
+    lay->w_out = next_tensor(&off, vocab, lay->r[lay->nl - 1]);
+    lay->b_out = next_tensor(&off, 1, vocab);
+    lay->total = off;
+}
+
+/* ---- an independent forward in double ---- */
+
+static double
+sigm(double z)
+{
+    return 1.0 / (1.0 + exp(-z));
+}
+
+/* Loss sum of T*B tokens of the model in params (laid out as lay) from the state in
+ * hs (the sl_lm_state layout: per layer h (B,R) then c (B,H)), which it advances.
+ * Plain loops over PyTorch's LSTM equations. samples/logq non-NULL: sampled softmax
+ * with logQ correction and accidental hits removed. */
+static double
+reference_loss(const layout_t *lay, const float *w, double *hs, const int32_t *x, const int32_t *y,
+               int t_steps, int vocab, const int32_t *samples, int ns, const double *logq)
+{
+    double loss = 0.0, v[64], g[4 * 64], lg[64];
+    double *h[SL_MAX_LAYERS], *c[SL_MAX_LAYERS];
+    size_t off = 0;
+
+    for (int l = 0; l < lay->nl; l++) {
+        h[l] = hs + off;
+        off += (size_t)B * (size_t)lay->r[l];
+        c[l] = hs + off;
+        off += (size_t)B * (size_t)lay->h[l];
+    }
+    for (int t = 0; t < t_steps; t++)
+        for (int b = 0; b < B; b++) {
+            int id = x[t * B + b], tgt = y[t * B + b], rl = lay->r[lay->nl - 1];
+            double mx = -INFINITY, z = 0.0;
+
+            for (int e = 0; e < lay->emb.cols; e++)
+                v[e] = w[lay->emb.off + (size_t)id * lay->emb.cols + e];
+            for (int l = 0; l < lay->nl; l++) {
+                int hh = lay->h[l], in = lay->in[l], r = lay->r[l];
+                double m[64];
+                double *hb = h[l] + b * r, *cb = c[l] + b * hh;
+
+                for (int k = 0; k < 4 * hh; k++) {
+                    double s = w[lay->b[l].off + k];
+                    for (int j = 0; j < in; j++)
+                        s += w[lay->w_ih[l].off + (size_t)k * in + j] * v[j];
+                    for (int j = 0; j < r; j++)
+                        s += w[lay->w_hh[l].off + (size_t)k * r + j] * hb[j];
+                    g[k] = s;
+                }
+                for (int k = 0; k < hh; k++) {
+                    double i = sigm(g[k]), f = sigm(g[hh + k]), gg = tanh(g[2 * hh + k]);
+                    double o = sigm(g[3 * hh + k]);
+                    cb[k] = f * cb[k] + i * gg;
+                    m[k] = o * tanh(cb[k]);
+                }
+                for (int k = 0; k < r; k++) {
+                    double s = 0.0;
+                    if (!lay->p[l])
+                        s = m[k];
+                    else
+                        for (int j = 0; j < hh; j++)
+                            s += w[lay->w_proj[l].off + (size_t)k * hh + j] * m[j];
+                    hb[k] = s;
+                }
+                for (int k = 0; k < r; k++)
+                    v[k] = hb[k];
+            }
+            for (int k = 0; k < vocab; k++) {
+                double s = w[lay->b_out.off + k];
+                for (int j = 0; j < rl; j++)
+                    s += w[lay->w_out.off + (size_t)k * rl + j] * v[j];
+                lg[k] = s;
+            }
+            if (samples) {
+                double tl = lg[tgt] - logq[tgt];
+                mx = tl;
+                for (int j = 0; j < ns; j++)
+                    if (samples[j] != tgt && lg[samples[j]] - logq[samples[j]] > mx)
+                        mx = lg[samples[j]] - logq[samples[j]];
+                z = exp(tl - mx);
+                for (int j = 0; j < ns; j++)
+                    if (samples[j] != tgt)
+                        z += exp(lg[samples[j]] - logq[samples[j]] - mx);
+                loss += mx + log(z) - tl;
+            } else {
+                for (int k = 0; k < vocab; k++)
+                    mx = lg[k] > mx ? lg[k] : mx;
+                for (int k = 0; k < vocab; k++)
+                    z += exp(lg[k] - mx);
+                loss += mx + log(z) - lg[tgt];
+            }
+        }
+    return loss;
+}
+
+/* Fixed data with repeated ids (so scatter-adds accumulate) and a few unused ones. */
+static const int32_t tx[N] = {3, 7, 3, 0, 12, 7};
+static const int32_t ty[N] = {7, 3, 0, 12, 7, 5};
+
+static size_t
+random_state(sl_lm_state_t *st, float *host, uint64_t key)
+{
+    size_t n = sl_lm_state_size(st);
+
+    for (size_t i = 0; i < n; i++)
+        host[i] = sl_rng_float_at(key, i) - 0.5f;
+    ck_assert_int_eq(sl_lm_state_load(st, host), SL_OK);
+    return n;
+}
+
+/* Every parameter, biases included (zero after init), uniform in [-0.3, 0.3), so that
+ * a bias left out of the forward shows. */
+static void
+random_params(sl_lm_t *lm, uint64_t key)
+{
+    float *w = sl_lm_params(lm);
+
+    for (size_t i = 0; i < sl_lm_nparams(lm); i++)
+        w[i] = 0.6f * sl_rng_float_at(key, i) - 0.3f;
+}
+
+/* The negatives and their log expected counts of a step keyed by sample_key,
+ * reproduced with the sampler. */
+static void
+reproduce_samples(uint64_t sample_key, int32_t *samples, double *logq)
+{
+    sl_sampler_t sp;
+    sl_rng_t rng;
+    long tries;
+
+    ck_assert_int_eq(sl_sampler_init(&sp, V), SL_OK);
+    sl_rng_init(&rng, sample_key);
+    ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, S, samples, &tries), SL_OK);
+    for (int k = 0; k < V; k++)
+        logq[k] = sl_sampler_log_expected(&sp, k, tries);
+    sl_sampler_fini(&sp);
+}
+
+/* ---- components ---- */
+
+START_TEST(test_components_cover_buffer)
+{
+    sl_lm_t *lm;
+    layout_t lay;
+    size_t end = 0;
+    const char *names[] = {"embedding.0", "embedding.1", "embedding.2", "lstm.0",
+                           "proj.0",      "lstm.1",      "proj.1",      "softmax.0",
+                           "softmax.1",   "softmax.2",   "softmax_bias"};
+    long rows[] = {5, 4, 4}, begin[] = {0, 5, 9};
+
+    tiny_config(&cfg, 2, P, SL_OUTPUT_FULL, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 3, B, be), SL_OK);
+    expect_layout(&cfg, V, &lay);
+    ck_assert_uint_eq(sl_lm_nparams(lm), lay.total);
+    ck_assert_int_eq(sl_lm_ncomponents(lm), 11);
+    for (int i = 0; i < 11; i++) {
+        const sl_component_t *c = sl_lm_component(lm, i);
+        ck_assert_str_eq(c->name, names[i]);
+        ck_assert_uint_eq(c->offset, end); /* contiguous, in order, no gaps */
+        end += c->count;
+    }
+    ck_assert_uint_eq(end, lay.total); /* the whole buffer, each element once */
+    ck_assert_ptr_null(sl_lm_component(lm, 11));
+    for (int s = 0; s < 3; s++) {
+        const sl_component_t *c = sl_lm_component(lm, s), *o = sl_lm_component(lm, 7 + s);
+        ck_assert(c->sparse && o->sparse);
+        ck_assert_int_eq(c->rows, rows[s]);
+        ck_assert_int_eq(c->row_begin, begin[s]);
+        ck_assert_int_eq(c->row_len, E);
+        ck_assert_uint_eq(c->offset, lay.emb.off + (size_t)begin[s] * E);
+        ck_assert_uint_eq(c->count, (size_t)rows[s] * E);
+        ck_assert_int_eq(o->rows, rows[s]);
+        ck_assert_int_eq(o->row_begin, begin[s]);
+        ck_assert_int_eq(o->row_len, P);
+        ck_assert_uint_eq(o->offset, lay.w_out.off + (size_t)begin[s] * P);
+    }
+    for (int l = 0; l < 2; l++) {
+        const sl_component_t *c = sl_lm_component(lm, 3 + 2 * l);
+        const sl_component_t *p = sl_lm_component(lm, 4 + 2 * l);
+        ck_assert(!c->sparse && !p->sparse && c->rows == 0);
+        ck_assert_uint_eq(c->offset, lay.w_ih[l].off);
+        ck_assert_uint_eq(c->count, lay.w_ih[l].count + lay.w_hh[l].count + lay.b[l].count);
+        ck_assert_uint_eq(p->offset, lay.w_proj[l].off);
+        ck_assert_uint_eq(p->count, (size_t)P * H);
+    }
+    ck_assert_uint_eq(sl_lm_component(lm, 10)->offset, lay.b_out.off);
+    sl_lm_destroy(&lm);
+    ck_assert_ptr_null(lm);
+}
+END_TEST
+
+/* Init: uniform in [-r, r), biases zero, a function of the seed only (not the shards). */
+START_TEST(test_init_deterministic)
+{
+    sl_lm_t *a, *b;
+    layout_t lay;
+    double sum = 0.0;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    expect_layout(&cfg, V, &lay);
+    ck_assert_int_eq(sl_lm_new(&a, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_new(&b, &cfg, V, 4, B, be), SL_OK);
+    const float *wa = sl_lm_params(a), *wb = sl_lm_params(b);
+    ck_assert_mem_eq(wa, wb, lay.total * sizeof(float));
+    for (size_t i = 0; i < lay.total; i++) {
+        int bias = (i >= lay.b[0].off && i < lay.b[0].off + lay.b[0].count) || i >= lay.b_out.off;
+        if (bias)
+            ck_assert(wa[i] == 0.0f);
+        else
+            ck_assert(wa[i] >= -0.3f && wa[i] < 0.3f && wa[i] != 0.0f);
+        sum += fabs(wa[i]);
+    }
+    ck_assert(sum > 0.1 * lay.total * 0.3 / 2);
+    ck_assert_int_eq(sl_lm_init_params(b, 8), SL_OK);
+    ck_assert(memcmp(wa, wb, lay.total * sizeof(float)) != 0);
+    ck_assert_int_eq(sl_lm_init_params(b, 7), SL_OK);
+    ck_assert_mem_eq(wa, wb, lay.total * sizeof(float));
+    sl_lm_destroy(&a);
+    sl_lm_destroy(&b);
+}
+END_TEST
+
+/* ---- forward against the reference ---- */
+
+static void
+check_forward(int nlayers, int proj, sl_output_kind_t out)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    layout_t lay;
+    float s0[512], s1[512];
+    double ref_state[512], loss, eval_loss, ref, logq[V];
+    int32_t samples[S];
+    sl_step_keys_t keys = {11, 22};
+    size_t ns;
+
+    tiny_config(&cfg, nlayers, proj, out, 0.0);
+    expect_layout(&cfg, V, &lay);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_params(lm, 6);
+    ns = random_state(st, s0, 5);
+    for (size_t i = 0; i < ns; i++)
+        ref_state[i] = s0[i];
+    if (out == SL_OUTPUT_SAMPLED)
+        reproduce_samples(keys.sample_key, samples, logq);
+    ref = reference_loss(&lay, sl_lm_params(lm), ref_state, tx, ty, T, V,
+                         out == SL_OUTPUT_SAMPLED ? samples : NULL, S, logq);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+    ck_assert_double_eq_tol(loss, ref, 1e-5 * fabs(ref));
+    ck_assert_int_eq(sl_lm_state_save(st, s1), SL_OK);
+    for (size_t i = 0; i < ns; i++)
+        ck_assert_double_eq_tol(s1[i], ref_state[i], 1e-5);
+    /* eval: full softmax from the same state */
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    for (size_t i = 0; i < ns; i++)
+        ref_state[i] = s0[i];
+    ref = reference_loss(&lay, sl_lm_params(lm), ref_state, tx, ty, T, V, NULL, 0, NULL);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &eval_loss), SL_OK);
+    ck_assert_double_eq_tol(eval_loss, ref, 1e-5 * fabs(ref));
+    if (out == SL_OUTPUT_FULL)
+        ck_assert_double_eq_tol(eval_loss, loss, 1e-6 * fabs(loss));
+    /* a shorter step is valid too */
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, 1, &eval_loss), SL_OK);
+    sl_lm_state_destroy(&st);
+    ck_assert_ptr_null(st);
+    sl_lm_destroy(&lm);
+}
+
+START_TEST(test_forward_lstm_full)
+{
+    check_forward(1, 0, SL_OUTPUT_FULL);
+}
+END_TEST
+
+START_TEST(test_forward_lstmp_full)
+{
+    check_forward(2, P, SL_OUTPUT_FULL);
+}
+END_TEST
+
+START_TEST(test_forward_lstmp_sampled)
+{
+    check_forward(2, P, SL_OUTPUT_SAMPLED);
+}
+END_TEST
+
+/* ---- finite differences ---- */
+
+/* Central differences of the mean loss in double from the float forward, at every
+ * parameter (the tiny models have a few hundred, so "every element of every tensor"
+ * replaces sampling ~20 of each), from a non-zero carried state reloaded before each
+ * evaluation, with the same keys (same negatives, same dropout masks), all
+ * parameters random (biases too). Step 1e-2 (relative to weights of 0.3); tolerance
+ * 3e-5 + 1e-2 |g| (the worst error seen is 5e-6). */
+static void
+grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    float s0[512];
+    sl_step_keys_t keys = {101, 202};
+    double loss, lp, lm_, worst = 0.0;
+    const double step = 1e-2;
+    double *an;
+    size_t np;
+    int nonzero = 0;
+
+    tiny_config(&cfg, nlayers, proj, out, dropout);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_params(lm, 10);
+    random_state(st, s0, 9);
+    np = sl_lm_nparams(lm);
+    an = malloc(np * sizeof *an);
+    ck_assert_ptr_nonnull(an);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+    for (size_t i = 0; i < np; i++)
+        an[i] = sl_lm_grads(lm)[i];
+    float *w = sl_lm_params(lm);
+    for (size_t i = 0; i < np; i++) {
+        float w0 = w[i], wp = (float)(w0 + step), wm = (float)(w0 - step);
+        double fd, err;
+
+        w[i] = wp;
+        ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &lp), SL_OK);
+        w[i] = wm;
+        ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &lm_), SL_OK);
+        w[i] = w0;
+        fd = (lp - lm_) / N / ((double)wp - (double)wm);
+        err = fabs(fd - an[i]);
+        if (err > 3e-5 + 1e-2 * fabs(an[i]))
+            ck_abort_msg("param %zu: analytic %.8g, finite differences %.8g", i, an[i], fd);
+        if (err > worst)
+            worst = err;
+        nonzero += fabs(an[i]) > 1e-5;
+    }
+    /* most parameters get a gradient (not the untouched embedding rows) */
+    ck_assert_int_gt(nonzero, (int)np / 2);
+    free(an);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+
+START_TEST(test_grad_lstm_full)
+{
+    grad_check(1, 0, SL_OUTPUT_FULL, 0.0);
+}
+END_TEST
+
+START_TEST(test_grad_lstmp_full)
+{
+    grad_check(2, P, SL_OUTPUT_FULL, 0.0);
+}
+END_TEST
+
+START_TEST(test_grad_lstm_sampled)
+{
+    grad_check(1, 0, SL_OUTPUT_SAMPLED, 0.0);
+}
+END_TEST
+
+START_TEST(test_grad_lstmp_sampled)
+{
+    grad_check(2, P, SL_OUTPUT_SAMPLED, 0.0);
+}
+END_TEST
+
+/* With fixed keys the masks are fixed, so the loss is a smooth function again. */
+START_TEST(test_grad_lstmp_dropout)
+{
+    grad_check(2, P, SL_OUTPUT_FULL, 0.3);
+}
+END_TEST
+
+START_TEST(test_dropout_keys)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    float s0[512];
+    sl_step_keys_t k1 = {1, 5}, k2 = {2, 5};
+    double a, b, c, ev1, ev2;
+
+    tiny_config(&cfg, 2, P, SL_OUTPUT_FULL, 0.5);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_state(st, s0, 3);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &k1, &a), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &k1, &b), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &k2, &c), SL_OK);
+    ck_assert(a == b);
+    ck_assert(fabs(a - c) > 1e-4);
+    /* eval never drops */
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &ev1), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &ev2), SL_OK);
+    ck_assert(ev1 == ev2 && fabs(ev1 - a) > 1e-4);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+END_TEST
+
+/* End to end: SGD with clipping on one repeated batch drives its loss well down
+ * (the model memorises 6 tokens), with either softmax and with dropout. The full
+ * softmax evaluation falls less after sampled training (seen: 15.4 -> 0.02 full,
+ * 15.4 -> 7.9 sampled), hence eval_factor. */
+static void
+check_learns(sl_output_kind_t out, double dropout, double eval_factor)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    sl_optim_t *o;
+    double first = 0.0, loss = 0.0, eval0, eval1;
+
+    tiny_config(&cfg, 2, P, out, dropout);
+    cfg.train.optimizer.type = SL_OPT_SGD;
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, sl_lm_nparams(lm), be), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &eval0), SL_OK);
+    for (int step = 0; step < 300; step++) {
+        sl_step_keys_t keys = {(uint64_t)step, (uint64_t)step};
+        sl_lm_state_reset(st);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+        if (step == 0)
+            first = loss;
+        sl_clip_global_norm(be, sl_lm_grads(lm), sl_lm_nparams(lm), 5.0);
+        sl_optim_step(o, sl_lm_params(lm), sl_lm_grads(lm), 3.0);
+    }
+    sl_lm_state_reset(st);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &eval1), SL_OK);
+    ck_assert_msg(loss < 0.3 * first && eval1 < eval_factor * eval0,
+                  "train loss %g -> %g, eval loss %g -> %g", first, loss, eval0, eval1);
+    sl_optim_destroy(&o);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+
+START_TEST(test_learns_full)
+{
+    check_learns(SL_OUTPUT_FULL, 0.0, 0.1);
+}
+END_TEST
+
+START_TEST(test_learns_sampled_dropout)
+{
+    check_learns(SL_OUTPUT_SAMPLED, 0.1, 0.7);
+}
+END_TEST
+
+/* ---- touched rows ---- */
+
+static int
+in_list(const int32_t *ids, int n, int32_t v)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == v)
+            return 1;
+    return 0;
+}
+
+START_TEST(test_touched_rows)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    sl_step_keys_t keys = {4, 77};
+    int32_t samples[S];
+    double logq[V], loss;
+    const int32_t *rows;
+    int n, expect = 0;
+    layout_t lay;
+
+    tiny_config(&cfg, 1, P, SL_OUTPUT_SAMPLED, 0.0);
+    expect_layout(&cfg, V, &lay);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    rows = sl_lm_touched_rows(lm, 0, &n);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+    /* inputs: {0, 3, 7, 12} */
+    rows = sl_lm_touched_rows(lm, 0, &n);
+    ck_assert_int_eq(n, 4);
+    ck_assert(rows[0] == 0 && rows[1] == 3 && rows[2] == 7 && rows[3] == 12);
+    /* outputs: targets and negatives, sorted, distinct */
+    reproduce_samples(keys.sample_key, samples, logq);
+    for (int k = 0; k < V; k++)
+        expect += in_list(ty, N, k) || in_list(samples, S, k);
+    rows = sl_lm_touched_rows(lm, 1, &n);
+    ck_assert_int_eq(n, expect);
+    for (int i = 0; i < n; i++) {
+        ck_assert(in_list(ty, N, rows[i]) || in_list(samples, S, rows[i]));
+        if (i > 0)
+            ck_assert_int_lt(rows[i - 1], rows[i]);
+    }
+    /* only touched rows carry gradient */
+    const float *g = sl_lm_grads(lm);
+    for (int k = 0; k < V; k++) {
+        double ein = 0.0, eout = 0.0;
+        for (int j = 0; j < E; j++)
+            ein += fabs(g[lay.emb.off + (size_t)k * E + j]);
+        for (int j = 0; j < P; j++)
+            eout += fabs(g[lay.w_out.off + (size_t)k * P + j]);
+        ck_assert_int_eq(ein > 0.0, in_list(tx, N, k));
+        ck_assert_int_eq(eout > 0.0, in_list(ty, N, k) || in_list(samples, S, k));
+    }
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+
+    /* full softmax: every output row */
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+    rows = sl_lm_touched_rows(lm, 1, &n);
+    ck_assert_int_eq(n, V);
+    for (int k = 0; k < V; k++)
+        ck_assert_int_eq(rows[k], k);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+END_TEST
+
+/* ---- state ---- */
+
+START_TEST(test_state_round_trip)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    float s0[512], back[512], s1[512], s2[512];
+    double a, b;
+    size_t n;
+
+    tiny_config(&cfg, 2, P, SL_OUTPUT_FULL, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, 3, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    n = sl_lm_state_size(st);
+    ck_assert_uint_eq(n, (size_t)B * 2 * (P + H)); /* per layer h (B,P) and c (B,H) */
+    random_state(st, s0, 1);
+    ck_assert_int_eq(sl_lm_state_save(st, back), SL_OK);
+    ck_assert_mem_eq(back, s0, n * sizeof(float));
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &a), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s1), SL_OK);
+    ck_assert(memcmp(s1, s0, n * sizeof(float)) != 0); /* the state advanced */
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &b), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s2), SL_OK);
+    ck_assert(a == b);
+    ck_assert_mem_eq(s1, s2, n * sizeof(float));
+    sl_lm_state_reset(st);
+    ck_assert_int_eq(sl_lm_state_save(st, back), SL_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(back[i] == 0.0f);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+END_TEST
+
+/* ---- sampler ---- */
+
+START_TEST(test_sampler_distribution)
+{
+    sl_sampler_t sp;
+    sl_rng_t rng;
+    enum { R = 100, DRAWS = 100000 };
+    long count[R] = {0};
+    double psum = 0.0;
+
+    ck_assert_int_eq(sl_sampler_init(&sp, R), SL_OK);
+    for (int k = 0; k < R; k++)
+        psum += sl_sampler_prob(&sp, k);
+    ck_assert_double_eq_tol(psum, 1.0, 1e-12);
+    /* P(0) = log 2 / log 101 */
+    ck_assert_double_eq_tol(sl_sampler_prob(&sp, 0), 0.6931471805599453 / 4.61512051684126, 1e-12);
+    sl_rng_init(&rng, 99);
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t k = sl_sampler_draw(&sp, &rng);
+        ck_assert(k >= 0 && k < R);
+        count[k]++;
+    }
+    for (int k = 0; k < 10; k++) {
+        double p = sl_sampler_prob(&sp, k), sd = sqrt(p * (1 - p) / DRAWS);
+        ck_assert_msg(fabs((double)count[k] / DRAWS - p) < 5 * sd, "k=%d: frequency %g, P %g", k,
+                      (double)count[k] / DRAWS, p);
+    }
+    sl_sampler_fini(&sp);
+}
+END_TEST
+
+START_TEST(test_sampler_unique)
+{
+    sl_sampler_t sp;
+    sl_rng_t rng;
+    int32_t out[50];
+    long tries;
+
+    ck_assert_int_eq(sl_sampler_init(&sp, 60), SL_OK);
+    sl_rng_init(&rng, 5);
+    for (int rep = 0; rep < 20; rep++) {
+        ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, 50, out, &tries), SL_OK);
+        ck_assert_int_ge(tries, 50);
+        for (int i = 0; i < 50; i++) {
+            ck_assert(out[i] >= 0 && out[i] < 60);
+            for (int j = 0; j < i; j++)
+                ck_assert_int_ne(out[i], out[j]);
+        }
+    }
+    /* expected counts: Q = P after one try; 1 - (1-P)^3 after three */
+    double p = sl_sampler_prob(&sp, 4);
+    ck_assert_double_eq_tol(sl_sampler_log_expected(&sp, 4, 1), log(p), 1e-12);
+    ck_assert_double_eq_tol(sl_sampler_log_expected(&sp, 4, 3), log(1 - pow(1 - p, 3)), 1e-12);
+    /* same key, same draws */
+    int32_t a[10], b[10];
+    sl_rng_init(&rng, 77);
+    ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, 10, a, &tries), SL_OK);
+    sl_rng_init(&rng, 77);
+    ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, 10, b, &tries), SL_OK);
+    ck_assert_mem_eq(a, b, sizeof a);
+    sl_sampler_fini(&sp);
+}
+END_TEST
+
+START_TEST(test_sampler_limits)
+{
+    sl_sampler_t sp;
+    sl_rng_t rng;
+    int32_t out[4];
+    long tries;
+
+    ck_assert_int_eq(sl_sampler_init(&sp, 0), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_sampler_init(&sp, 3), SL_OK);
+    sl_rng_init(&rng, 1);
+    ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, 4, out, &tries), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_sampler_draw_unique(&sp, &rng, 3, out, &tries), SL_OK);
+    ck_assert_int_eq(out[0] + out[1] + out[2], 0 + 1 + 2);
+    sl_sampler_fini(&sp);
+    sl_sampler_fini(&sp);
+}
+END_TEST
+
+/* ---- optimizers, clipping, schedules ---- */
+
+static const float w_init[3] = {1.0f, -2.0f, 0.5f};
+static const float g1[3] = {0.5f, -1.0f, 2.0f};
+static const float g2[3] = {-0.5f, 1.0f, 2.0f};
+
+static void
+two_steps(sl_opt_kind_t type, double acc0, float *w)
+{
+    sl_optim_t *o;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    cfg.train.optimizer.type = type;
+    cfg.train.optimizer.initial_accumulator = acc0;
+    cfg.train.optimizer.eps = type == SL_OPT_ADAGRAD ? 1e-10 : 1e-8; /* the config's defaults */
+    memcpy(w, w_init, sizeof w_init);
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, 3, be), SL_OK);
+    sl_optim_step(o, w, g1, 0.1);
+    sl_optim_step(o, w, g2, 0.1);
+    ck_assert_int_eq(sl_optim_steps(o), 2);
+    sl_optim_destroy(&o);
+    ck_assert_ptr_null(o);
+}
+
+START_TEST(test_optim_sgd)
+{
+    float w[3];
+
+    /* w - 0.1 g1 - 0.1 g2 = w - 0.1 (0, 0, 4) */
+    two_steps(SL_OPT_SGD, 0.0, w);
+    ck_assert_float_eq_tol(w[0], 1.0f, 1e-6f);
+    ck_assert_float_eq_tol(w[1], -2.0f, 1e-6f);
+    ck_assert_float_eq_tol(w[2], 0.1f, 1e-6f);
+}
+END_TEST
+
+START_TEST(test_optim_adagrad)
+{
+    float w[3];
+
+    /* acc0 = 0, eps 1e-10. Step 1: acc = g1^2 = (.25, 1, 4), step = .1 g/|g| = .1 sign:
+     * w = (.9, -1.9, .4). Step 2: acc = (.5, 2, 8), sqrt = (.7071068, 1.4142136,
+     * 2.8284271); step = .1 (-.5, 1, 2) / sqrt = (-.0707107, .0707107, .0707107):
+     * w = (.9707107, -1.9707107, .3292893). */
+    two_steps(SL_OPT_ADAGRAD, 0.0, w);
+    ck_assert_float_eq_tol(w[0], 0.9707107f, 1e-6f);
+    ck_assert_float_eq_tol(w[1], -1.9707107f, 1e-6f);
+    ck_assert_float_eq_tol(w[2], 0.3292893f, 1e-6f);
+    /* acc0 = 0.75. Step 1: acc = (1, 1.75, 4.75): w -= .1 (.5/1, -1/1.3228757,
+     * 2/2.1794495) = (.05, -.0755929, .0917663) -> (.95, -1.9244071, .4082337).
+     * Step 2: acc = (1.25, 2.75, 8.75): w -= .1 (-.5/1.1180340, 1/1.6583124,
+     * 2/2.9580399) = (-.0447214, .0603023, .0676123) -> (.9947214, -1.9847094, .3406214) */
+    two_steps(SL_OPT_ADAGRAD, 0.75, w);
+    ck_assert_float_eq_tol(w[0], 0.9947214f, 1e-6f);
+    ck_assert_float_eq_tol(w[1], -1.9847094f, 1e-6f);
+    ck_assert_float_eq_tol(w[2], 0.3406214f, 1e-6f);
+}
+END_TEST
+
+START_TEST(test_optim_adam)
+{
+    float w[3];
+
+    /* b1 .9, b2 .999, eps 1e-8, lr .1. Step 1: m = .1 g1, v = .001 g1^2; mhat = g1,
+     * vhat = g1^2: w -= .1 sign(g1) -> (.9, -1.9, .4).
+     * Step 2: m = .9 m + .1 g2 = (-.005, .01, .38); v = .999 v + .001 g2^2 =
+     * (.00049975, .001999, .007996); mhat = m / (1 - .81) = (-.0263158, .0526316, 2);
+     * vhat = v / (1 - .998001) = (.25, 1, 4); w -= .1 mhat / sqrt(vhat) =
+     * (-.0052632, .0052632, .1) -> (.9052632, -1.9052632, .3). */
+    two_steps(SL_OPT_ADAM, 0.0, w);
+    ck_assert_float_eq_tol(w[0], 0.9052632f, 1e-6f);
+    ck_assert_float_eq_tol(w[1], -1.9052632f, 1e-6f);
+    ck_assert_float_eq_tol(w[2], 0.3f, 1e-6f);
+}
+END_TEST
+
+/* Saving after one step and loading into a fresh optimizer continues identically. */
+START_TEST(test_optim_state_round_trip)
+{
+    sl_optim_t *o, *r;
+    float w[3], wr[3], state[6];
+    long steps;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    cfg.train.optimizer.type = SL_OPT_ADAM;
+    memcpy(w, w_init, sizeof w);
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, 3, be), SL_OK);
+    ck_assert_int_eq(sl_optim_new(&r, &cfg, 3, be), SL_OK);
+    ck_assert_uint_eq(sl_optim_state_size(o), 6);
+    sl_optim_step(o, w, g1, 0.1);
+    ck_assert_int_eq(sl_optim_state_save(o, state, &steps), SL_OK);
+    ck_assert_int_eq(steps, 1);
+    ck_assert_float_eq_tol(state[0], 0.05f, 1e-7f);  /* m = .1 g1 */
+    ck_assert_float_eq_tol(state[5], 0.004f, 1e-7f); /* v = .001 g1^2 */
+    ck_assert_int_eq(sl_optim_state_load(r, state, steps), SL_OK);
+    memcpy(wr, w, sizeof w);
+    sl_optim_step(o, w, g2, 0.1);
+    sl_optim_step(r, wr, g2, 0.1);
+    ck_assert_mem_eq(w, wr, sizeof w);
+    ck_assert_int_eq(sl_optim_state_load(r, state, -1), SL_ERR_INVALID);
+    sl_optim_destroy(&o);
+    sl_optim_destroy(&r);
+    cfg.train.optimizer.type = SL_OPT_SGD;
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, 3, be), SL_OK);
+    ck_assert_uint_eq(sl_optim_state_size(o), 0);
+    sl_optim_destroy(&o);
+}
+END_TEST
+
+START_TEST(test_clip)
+{
+    float g[3] = {3.0f, 4.0f, 0.0f};
+
+    /* norm 5 under 10: untouched */
+    ck_assert_double_eq_tol(sl_clip_global_norm(be, g, 3, 10.0), 5.0, 1e-12);
+    ck_assert(g[0] == 3.0f && g[1] == 4.0f);
+    /* clip 0 = off */
+    ck_assert_double_eq_tol(sl_clip_global_norm(be, g, 3, 0.0), 5.0, 1e-12);
+    ck_assert(g[0] == 3.0f);
+    /* factor 2.5 / (5 + 1e-6): (1.5, 2, 0) to float precision */
+    ck_assert_double_eq_tol(sl_clip_global_norm(be, g, 3, 2.5), 5.0, 1e-12);
+    ck_assert_float_eq_tol(g[0], 1.5f, 5e-7f);
+    ck_assert_float_eq_tol(g[1], 2.0f, 5e-7f);
+    ck_assert(g[2] == 0.0f);
+    /* where PyTorch's 1e-6 shows: norm 5e-6, clip 2.5e-6, factor 2.5e-6 / 6e-6 =
+     * .41666667: (1.25e-6, 1.6666667e-6) */
+    g[0] = 3e-6f;
+    g[1] = 4e-6f;
+    ck_assert_double_eq_tol(sl_clip_global_norm(be, g, 3, 2.5e-6), 5e-6, 1e-12);
+    ck_assert_float_eq_tol(g[0], 1.25e-6f, 1e-12f);
+    ck_assert_float_eq_tol(g[1], 1.6666667e-6f, 1e-12f);
+}
+END_TEST
+
+START_TEST(test_lr_schedules)
+{
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    cfg.train.optimizer.lr = 20.0;
+    cfg.train.schedule.type = SL_SCHED_CONSTANT;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 0, 0, 100), 20.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 99, 3, 100), 20.0, 1e-12);
+    cfg.train.schedule.type = SL_SCHED_EPOCH_DECAY;
+    cfg.train.schedule.decay = 0.5;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 0, 0, 100), 20.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 50, 1, 100), 10.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 50, 3, 100), 2.5, 1e-12);
+    cfg.train.schedule.type = SL_SCHED_LINEAR;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 0, 0, 100), 20.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 25, 0, 100), 15.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 100, 0, 100), 0.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 150, 0, 100), 0.0, 1e-12);
+    /* warm-up over 4 steps: x (step+1)/4 until 1 */
+    cfg.train.schedule.warmup_steps = 4;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 1, 0, 100), 20.0 * 0.99 * 0.5, 1e-12);
+    cfg.train.schedule.type = SL_SCHED_CONSTANT;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 0, 0, 100), 5.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 2, 0, 100), 15.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 3, 0, 100), 20.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 40, 0, 100), 20.0, 1e-12);
+}
+END_TEST
+
+/* ---- limits ---- */
+
+START_TEST(test_model_bad_sizes)
+{
+    sl_lm_t *lm = (sl_lm_t *)&cfg;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_SAMPLED, 0.0);
+    cfg.model.samples = V; /* S must be < V */
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_ERR_INVALID);
+    ck_assert_ptr_null(lm);
+    cfg.model.samples = S;
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, V + 1, B, be), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 0, B, be), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, 0, be), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, 1, 1, B, be), SL_ERR_INVALID);
+    cfg.model.nlayers = 0;
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_ERR_INVALID);
+    cfg.model.nlayers = 1;
+    cfg.model.dropout = 1.0;
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_ERR_INVALID);
+    cfg.model.dropout = 0.0;
+    cfg.model.layers[0].hidden = 0;
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_ERR_INVALID);
+    ck_assert(strstr(sl_err_msg(), "hidden") != NULL);
+}
+END_TEST
+
+START_TEST(test_step_bad_input)
+{
+    sl_lm_t *lm, *other;
+    sl_lm_state_t *st, *ost;
+    sl_step_keys_t keys = {1, 2};
+    int32_t bad[N];
+    float s0[512], s1[512];
+    double loss;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_new(&other, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B + 1, &st), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(other, B, &ost), SL_OK);
+    random_state(st, s0, 2);
+    /* bptt beyond train.bptt, or 0 */
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T + 1, &keys, &loss), SL_ERR_INVALID);
+    ck_assert(strstr(sl_err_msg(), "bptt") != NULL);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, 0, &loss), SL_ERR_INVALID);
+    /* ids out of range */
+    memcpy(bad, tx, sizeof bad);
+    bad[4] = V;
+    ck_assert_int_eq(sl_lm_train_step(lm, st, bad, ty, T, &keys, &loss), SL_ERR_INVALID);
+    bad[4] = -1;
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, bad, T, &keys, &loss), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, bad, ty, T, &loss), SL_ERR_INVALID);
+    /* another model's state */
+    ck_assert_int_eq(sl_lm_train_step(lm, ost, tx, ty, T, &keys, &loss), SL_ERR_INVALID);
+    /* nothing changed */
+    ck_assert_int_eq(sl_lm_state_save(st, s1), SL_OK);
+    ck_assert_mem_eq(s0, s1, sl_lm_state_size(st) * sizeof(float));
+    sl_lm_state_destroy(&st);
+    sl_lm_state_destroy(&ost);
+    sl_lm_state_destroy(&st); /* NULL is fine */
+    sl_lm_destroy(&lm);
+    sl_lm_destroy(&other);
+    sl_lm_destroy(&lm);
+}
+END_TEST
+
+START_TEST(test_optim_bad_config)
+{
+    sl_optim_t *o;
+
+    tiny_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    cfg.train.optimizer.type = SL_OPT_ADAM;
+    cfg.train.optimizer.beta1 = 1.0;
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, 3, be), SL_ERR_INVALID);
+    ck_assert_ptr_null(o);
+    cfg.train.optimizer.type = SL_OPT_ADAGRAD;
+    cfg.train.optimizer.initial_accumulator = -1.0;
+    ck_assert_int_eq(sl_optim_new(&o, &cfg, 3, be), SL_ERR_INVALID);
+}
+END_TEST
+
+static Suite *
+model_suite(void)
+{
+    Suite *s = suite_create("model");
+    TCase *core = tcase_create("core");
+    tcase_add_checked_fixture(core, setup, teardown);
+    tcase_add_test(core, test_components_cover_buffer);
+    tcase_add_test(core, test_init_deterministic);
+    tcase_add_test(core, test_forward_lstm_full);
+    tcase_add_test(core, test_forward_lstmp_full);
+    tcase_add_test(core, test_forward_lstmp_sampled);
+    tcase_add_test(core, test_grad_lstm_full);
+    tcase_add_test(core, test_grad_lstmp_full);
+    tcase_add_test(core, test_grad_lstm_sampled);
+    tcase_add_test(core, test_grad_lstmp_sampled);
+    tcase_add_test(core, test_grad_lstmp_dropout);
+    tcase_add_test(core, test_dropout_keys);
+    tcase_add_test(core, test_learns_full);
+    tcase_add_test(core, test_learns_sampled_dropout);
+    tcase_add_test(core, test_touched_rows);
+    tcase_add_test(core, test_state_round_trip);
+    tcase_add_test(core, test_sampler_distribution);
+    tcase_add_test(core, test_sampler_unique);
+    tcase_add_test(core, test_optim_sgd);
+    tcase_add_test(core, test_optim_adagrad);
+    tcase_add_test(core, test_optim_adam);
+    tcase_add_test(core, test_optim_state_round_trip);
+    tcase_add_test(core, test_clip);
+    tcase_add_test(core, test_lr_schedules);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_add_checked_fixture(limits, setup, teardown);
+    tcase_add_test(limits, test_model_bad_sizes);
+    tcase_add_test(limits, test_step_bad_input);
+    tcase_add_test(limits, test_sampler_limits);
+    tcase_add_test(limits, test_optim_bad_config);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(model_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
