@@ -1,0 +1,62 @@
+/* The backend registry: turns a device name ("cpu", "cuda", "cuda:N") into a backend.
+ * The only file that knows which backends exist, and the only one that would ask
+ * #ifdef HAVE_CUDA once a CUDA backend is built. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_alloc.h"
+#include "sl_backend.h"
+
+/* "cuda" or "cuda:N" with N a decimal device index; *index gets N (0 for "cuda"). */
+static int
+parse_cuda(const char *name, long *index)
+{
+    char *end;
+
+    if (strncmp(name, "cuda", 4) != 0)
+        return 0;
+    if (name[4] == '\0') {
+        *index = 0;
+        return 1;
+    }
+    if (name[4] != ':' || !isdigit((unsigned char)name[5]))
+        return 0;
+    errno = 0;
+    *index = strtol(name + 5, &end, 10);
+    return *end == '\0' && errno == 0;
+}
+
+sl_status_t
+sl_backend_new(sl_backend_t **out, const char *name, int threads)
+{
+    long index;
+
+    *out = NULL;
+    if (name == NULL || name[0] == '\0')
+        return sl_err_set(SL_ERR_INVALID, "device: no name given (accepted: cpu, cuda, cuda:N)");
+    if (strcmp(name, "cpu") == 0)
+        return sl_backend_cpu_new(out, threads);
+    if (parse_cuda(name, &index))
+        return sl_err_set(SL_ERR_UNSUPPORTED,
+                          "device 'cuda:%ld': this shoal was built without CUDA "
+                          "(configure --with-cuda)",
+                          index);
+    return sl_err_set(SL_ERR_INVALID, "device '%s': unknown (accepted: cpu, cuda, cuda:N)", name);
+}
+
+/* Objects come from sl_alloc in each backend's constructor; the context is the
+ * backend's to release. */
+void
+sl_backend_destroy(sl_backend_t **b)
+{
+    if (b == NULL || *b == NULL)
+        return;
+    if ((*b)->ops != NULL && (*b)->ops->destroy != NULL)
+        (*b)->ops->destroy((*b)->ctx);
+    sl_free(*b);
+    *b = NULL;
+}

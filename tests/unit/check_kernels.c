@@ -1,1 +1,851 @@
-int main(void) { return 77; }
+/* Unit tests of the compute backends: every op of the CPU backend against naive double
+ * references, gradients against central finite differences, optimizer steps worked out
+ * by hand, dropout masks, and the registry's answers for cpu / cuda / unknown names. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_alloc.h"
+#include "sl_backend.h"
+#include "sl_rng.h"
+#include "sl_status.h"
+
+static sl_backend_t *be;
+
+static void
+setup(void)
+{
+    ck_assert_int_eq(sl_backend_new(&be, "cpu", 2), SL_OK);
+}
+
+static void
+teardown(void)
+{
+    sl_backend_destroy(&be);
+}
+
+/* Uniform in [-scale, scale), from a fixed stream (never zero-filled inputs). */
+static void
+fill(float *x, size_t n, uint64_t key, float scale)
+{
+    sl_rng_t r;
+
+    sl_rng_init(&r, key);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * sl_rng_double(&r) - 1.0) * scale);
+}
+
+static float *
+fcopy(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof *y);
+
+    ck_assert_ptr_nonnull(y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* |got - want| <= abs_tol + rel_tol |want|, with a message naming the element. */
+#define ASSERT_CLOSE(got, want, abs_tol, rel_tol, what, idx)                                       \
+    ck_assert_msg(                                                                                 \
+        fabs((double)(got) - (double)(want)) <= (abs_tol) + (rel_tol)*fabs((double)(want)),        \
+        "%s[%d]: got %.9g, want %.9g", (what), (int)(idx), (double)(got), (double)(want))
+
+/* ---- gemm --------------------------------------------------------------------------- */
+
+/* All four transpose combinations with padded leading dimensions, alpha and beta,
+ * against a double triple loop; the padding columns of C must stay untouched. */
+START_TEST(test_gemm_transposes)
+{
+    const int sizes[2][3] = {{7, 5, 6}, {67, 45, 33}};
+    const float alpha = 0.75f, beta = -0.5f;
+
+    for (int sz = 0; sz < 2; sz++) {
+        int m = sizes[sz][0], n = sizes[sz][1], k = sizes[sz][2];
+
+        for (int ta = 0; ta < 2; ta++) {
+            for (int tb = 0; tb < 2; tb++) {
+                int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+                int arows = ta ? k : m, brows = tb ? n : k;
+                float *a = malloc(sizeof(float) * (size_t)arows * (size_t)lda);
+                float *b = malloc(sizeof(float) * (size_t)brows * (size_t)ldb);
+                float *c = malloc(sizeof(float) * (size_t)m * (size_t)ldc), *c0;
+
+                fill(a, (size_t)arows * (size_t)lda, 1 + (uint64_t)ta, 1.0f);
+                fill(b, (size_t)brows * (size_t)ldb, 3 + (uint64_t)tb, 1.0f);
+                fill(c, (size_t)m * (size_t)ldc, 5, 1.0f);
+                c0 = fcopy(c, (size_t)m * (size_t)ldc);
+                be->ops->gemm(be->ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                for (int i = 0; i < m; i++) {
+                    for (int j = 0; j < n; j++) {
+                        double ref = 0;
+
+                        for (int p = 0; p < k; p++) {
+                            double av = ta ? a[p * lda + i] : a[i * lda + p];
+                            double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+
+                            ref += av * bv;
+                        }
+                        ref = alpha * ref + beta * (double)c0[i * ldc + j];
+                        ASSERT_CLOSE(c[i * ldc + j], ref, 1e-5, 1e-5, "gemm c", i * ldc + j);
+                    }
+                    for (int j = n; j < ldc; j++)
+                        ck_assert(c[i * ldc + j] == c0[i * ldc + j]);
+                }
+                free(a);
+                free(b);
+                free(c);
+                free(c0);
+            }
+        }
+    }
+}
+END_TEST
+
+/* ---- LSTM cell ---------------------------------------------------------------------- */
+
+static double
+sigmoid_d(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+
+/* Forward against libm in double; h = 37 covers the vector body and its tail, and
+ * some pre-activations are far into saturation. */
+START_TEST(test_lstm_forward)
+{
+    enum { B = 3, H = 37 };
+    float gates[B * 4 * H], pre[B * 4 * H], cp[B * H], c[B * H], m[B * H];
+
+    fill(pre, B * 4 * H, 11, 3.0f);
+    pre[5] = 30.0f;
+    pre[H + 6] = -40.0f;
+    pre[2 * H + 7] = 25.0f;
+    fill(cp, B * H, 12, 2.0f);
+    memcpy(gates, pre, sizeof gates);
+    be->ops->lstm_cell_forward(be->ctx, B, H, gates, cp, c, m);
+    for (int r = 0; r < B; r++) {
+        for (int j = 0; j < H; j++) {
+            const float *z = pre + r * 4 * H;
+            double i = sigmoid_d(z[j]), f = sigmoid_d(z[H + j]), g = tanh(z[2 * H + j]);
+            double o = sigmoid_d(z[3 * H + j]);
+            double cc = f * cp[r * H + j] + i * g;
+            const float *act = gates + r * 4 * H;
+
+            ASSERT_CLOSE(act[j], i, 1e-7, 1e-6, "i", j);
+            ASSERT_CLOSE(act[H + j], f, 1e-7, 1e-6, "f", j);
+            ASSERT_CLOSE(act[2 * H + j], g, 1e-7, 1e-6, "g", j);
+            ASSERT_CLOSE(act[3 * H + j], o, 1e-7, 1e-6, "o", j);
+            ASSERT_CLOSE(c[r * H + j], cc, 1e-6, 1e-6, "c", r * H + j);
+            ASSERT_CLOSE(m[r * H + j], o * tanh(cc), 1e-6, 1e-6, "m", r * H + j);
+        }
+    }
+}
+END_TEST
+
+enum { LB = 2, LH = 19 };
+
+/* L = sum(wm * m) + sum(wc * c) of the float forward, summed in double. */
+static double
+lstm_loss(const float *pre, const float *cp, const float *wm, const float *wc)
+{
+    float gates[LB * 4 * LH], c[LB * LH], m[LB * LH];
+    double l = 0;
+
+    memcpy(gates, pre, sizeof gates);
+    be->ops->lstm_cell_forward(be->ctx, LB, LH, gates, cp, c, m);
+    for (int k = 0; k < LB * LH; k++)
+        l += (double)wm[k] * m[k] + (double)wc[k] * c[k];
+    return l;
+}
+
+/* Central difference of lstm_loss along x[k] with step 1e-2; the step actually taken
+ * is measured in double from the rounded float arguments. */
+static double
+lstm_fd(float *x, int k, const float *pre, const float *cp, const float *wm, const float *wc)
+{
+    float save = x[k], up, down;
+    double lp, lm;
+
+    x[k] = save + 1e-2f;
+    up = x[k];
+    lp = lstm_loss(pre, cp, wm, wc);
+    x[k] = save - 1e-2f;
+    down = x[k];
+    lm = lstm_loss(pre, cp, wm, wc);
+    x[k] = save;
+    return (lp - lm) / ((double)up - (double)down);
+}
+
+/* Backward against central finite differences of L w.r.t. every pre-activation and
+ * every c_prev entry. Step 1e-2: the truncation error (step^2/6 L''') is at most 5e-5
+ * here and the rounding noise (only the perturbed entry's c, m change) about 5e-6, so
+ * the tolerance is 1e-4 + 5e-4 |grad|. */
+START_TEST(test_lstm_backward_fd)
+{
+    float pre[LB * 4 * LH], cp[LB * LH], wm[LB * LH], wc[LB * LH];
+    float gates[LB * 4 * LH], c[LB * LH], m[LB * LH], dc[LB * LH], dg[LB * 4 * LH];
+
+    fill(pre, LB * 4 * LH, 21, 2.0f);
+    fill(cp, LB * LH, 22, 1.5f);
+    fill(wm, LB * LH, 23, 1.0f);
+    fill(wc, LB * LH, 24, 1.0f);
+    memcpy(gates, pre, sizeof gates);
+    be->ops->lstm_cell_forward(be->ctx, LB, LH, gates, cp, c, m);
+    memcpy(dc, wc, sizeof dc); /* dL/dc from this step's own term */
+    be->ops->lstm_cell_backward(be->ctx, LB, LH, gates, cp, c, wm, dc, dg);
+    for (int k = 0; k < LB * 4 * LH; k++) {
+        double fd = lstm_fd(pre, k, pre, cp, wm, wc);
+
+        ASSERT_CLOSE(dg[k], fd, 1e-4, 5e-4, "dgates", k);
+    }
+    for (int k = 0; k < LB * LH; k++) {
+        double fd = lstm_fd(cp, k, pre, cp, wm, wc);
+
+        ASSERT_CLOSE(dc[k], fd, 1e-4, 5e-4, "dc_prev", k);
+    }
+}
+END_TEST
+
+/* ---- softmax cross-entropy ---------------------------------------------------------- */
+
+enum { SN = 4, SV = 37, SLD = 41 };
+
+static double
+xent_loss(const float *logits, const int32_t *t)
+{
+    float tmp[SN * SLD];
+    double loss;
+
+    memcpy(tmp, logits, sizeof tmp);
+    be->ops->softmax_xent(be->ctx, SN, SV, tmp, SLD, t, 0.0f, &loss);
+    return loss;
+}
+
+/* Loss against a double log-sum-exp; gradient against the double softmax and against
+ * central differences of the op's own loss (step 1e-2, tolerance 5e-5 + 5e-4 |grad|;
+ * the largest deviation seen is 1.2e-5);
+ * grad_scale 0 leaves the logits as they were. Row stride 41 > 37: padding untouched. */
+START_TEST(test_softmax_xent)
+{
+    const int32_t t[SN] = {0, 36, 17, 5};
+    const float gs = 0.5f;
+    float x[SN * SLD], g[SN * SLD];
+    double loss, ref = 0;
+
+    fill(x, SN * SLD, 31, 4.0f);
+    memcpy(g, x, sizeof g);
+    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, t, 0.0f, &loss);
+    ck_assert(memcmp(g, x, sizeof g) == 0);
+    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, t, gs, &loss);
+    for (int r = 0; r < SN; r++) {
+        const float *row = x + r * SLD;
+        double mx = row[0], s = 0;
+
+        for (int j = 1; j < SV; j++)
+            mx = fmax(mx, row[j]);
+        for (int j = 0; j < SV; j++)
+            s += exp(row[j] - mx);
+        ref += log(s) + mx - row[t[r]];
+        for (int j = 0; j < SV; j++) {
+            double p = exp(row[j] - mx) / s - (j == t[r]);
+
+            ASSERT_CLOSE(g[r * SLD + j], gs * p, 1e-7, 1e-5, "softmax grad", r * SLD + j);
+        }
+        for (int j = SV; j < SLD; j++)
+            ck_assert(g[r * SLD + j] == x[r * SLD + j]);
+    }
+    ASSERT_CLOSE(loss, ref, 0, 1e-6, "softmax loss", 0);
+    for (int r = 0; r < SN; r++) {
+        for (int j = 0; j < SV; j++) {
+            int k = r * SLD + j;
+            float save = x[k], up, down;
+            double lp, lm;
+
+            x[k] = save + 1e-2f;
+            up = x[k];
+            lp = xent_loss(x, t);
+            x[k] = save - 1e-2f;
+            down = x[k];
+            lm = xent_loss(x, t);
+            x[k] = save;
+            ASSERT_CLOSE(g[k] / gs, (lp - lm) / ((double)up - (double)down), 5e-5, 5e-4,
+                         "softmax fd", k);
+        }
+    }
+}
+END_TEST
+
+/* One row worked by hand: raw logits [2, 1, 3], samples {4, 7}, target 7, logq_true 0,
+ * logq_samp {ln 2, 0}. Corrected: [2, 1 - ln 2, -inf (sample 7 is the target)], so
+ * loss = log(e^2 + e/2) - 2 = log(1 + e^-1 / 2) = 0.168848...; p = [e^2, e/2] / (e^2 +
+ * e/2) = [0.844638, 0.155362]; gradient (scale 1) [-0.155362, 0.155362, 0]. */
+START_TEST(test_sampled_hand)
+{
+    const int32_t target = 7, samples[2] = {4, 7};
+    const float logq_true = 0.0f, logq_samp[2] = {(float)M_LN2, 0.0f};
+    float x[3] = {2.0f, 1.0f, 3.0f};
+    double loss, p0 = exp(2.0) / (exp(2.0) + exp(1.0) / 2);
+
+    be->ops->sampled_softmax_xent(be->ctx, 1, 2, x, &target, samples, &logq_true, logq_samp, 1.0f,
+                                  &loss);
+    ck_assert_double_eq_tol(loss, log(1 + exp(-1.0) / 2), 1e-6);
+    ck_assert_double_eq_tol(loss, 0.1688476, 1e-6);
+    ck_assert_float_eq_tol(x[0], p0 - 1, 1e-6);
+    ck_assert_float_eq_tol(x[1], 1 - p0, 1e-6);
+    ck_assert(x[2] == 0.0f);
+    /* without a gradient the logits keep the corrected, masked values */
+    x[0] = 2.0f;
+    x[1] = 1.0f;
+    x[2] = 3.0f;
+    be->ops->sampled_softmax_xent(be->ctx, 1, 2, x, &target, samples, &logq_true, logq_samp, 0.0f,
+                                  &loss);
+    ck_assert_double_eq_tol(loss, 0.1688476, 1e-6);
+    ck_assert_float_eq_tol(x[1], 1 - M_LN2, 1e-6);
+    ck_assert(isinf(x[2]) && x[2] < 0);
+}
+END_TEST
+
+enum { QN = 3, QS = 6, QW = QS + 1 };
+
+static const int32_t q_targets[QN] = {5, 9, 2};
+static const int32_t q_samples[QS] = {1, 5, 7, 9, 3, 5}; /* row 0 hits twice, row 1 once */
+static const float q_logq_true[QN] = {-2.0f, -3.5f, -1.0f};
+static const float q_logq_samp[QS] = {-1.5f, -2.0f, -4.0f, -3.5f, -0.5f, -2.0f};
+
+static double
+sampled_loss(const float *x)
+{
+    float tmp[QN * QW];
+    double loss;
+
+    memcpy(tmp, x, sizeof tmp);
+    be->ops->sampled_softmax_xent(be->ctx, QN, QS, tmp, q_targets, q_samples, q_logq_true,
+                                  q_logq_samp, 0.0f, &loss);
+    return loss;
+}
+
+/* Loss against a double reference with logQ subtraction and accidental hits dropped;
+ * gradient against it and against central differences (step 1e-2, tolerance 5e-5 +
+ * 5e-4 |grad|); masked entries get exactly zero. */
+START_TEST(test_sampled_softmax_xent)
+{
+    const float gs = 2.0f;
+    float x[QN * QW], g[QN * QW];
+    double loss, ref = 0;
+
+    fill(x, QN * QW, 41, 3.0f);
+    memcpy(g, x, sizeof g);
+    be->ops->sampled_softmax_xent(be->ctx, QN, QS, g, q_targets, q_samples, q_logq_true,
+                                  q_logq_samp, gs, &loss);
+    for (int r = 0; r < QN; r++) {
+        double adj[QW], s = 0;
+
+        adj[0] = (double)x[r * QW] - q_logq_true[r];
+        for (int j = 0; j < QS; j++)
+            adj[1 + j] = (double)x[r * QW + 1 + j] - q_logq_samp[j];
+        for (int j = 0; j < QW; j++)
+            if (j == 0 || q_samples[j - 1] != q_targets[r])
+                s += exp(adj[j]);
+        ref += log(s) - adj[0];
+        for (int j = 0; j < QW; j++) {
+            int hit = j > 0 && q_samples[j - 1] == q_targets[r];
+            double want = hit ? 0.0 : gs * (exp(adj[j]) / s - (j == 0));
+
+            if (hit)
+                ck_assert_msg(g[r * QW + j] == 0.0f, "masked entry %d,%d not zero", r, j);
+            ASSERT_CLOSE(g[r * QW + j], want, 1e-7, 1e-5, "sampled grad", r * QW + j);
+        }
+    }
+    ASSERT_CLOSE(loss, ref, 0, 1e-6, "sampled loss", 0);
+    for (int k = 0; k < QN * QW; k++) {
+        float save = x[k], up, down;
+        double lp, lm;
+
+        x[k] = save + 1e-2f;
+        up = x[k];
+        lp = sampled_loss(x);
+        x[k] = save - 1e-2f;
+        down = x[k];
+        lm = sampled_loss(x);
+        x[k] = save;
+        ASSERT_CLOSE(g[k] / gs, (lp - lm) / ((double)up - (double)down), 5e-5, 5e-4, "sampled fd",
+                     k);
+    }
+}
+END_TEST
+
+/* ---- embeddings --------------------------------------------------------------------- */
+
+/* Word 3 appears three times: gather copies its row thrice; scatter-add over the unique
+ * rows {3, 0, 9, 1} adds all three source rows into row 3, like the naive loop. */
+START_TEST(test_embedding)
+{
+    enum { V = 10, D = 6, N = 6, U = 4 };
+    const int32_t ids[N] = {3, 0, 3, 9, 3, 1};
+    const int32_t rows[U] = {3, 0, 9, 1}, off[U + 1] = {0, 3, 4, 5, 6};
+    const int32_t pos[N] = {0, 2, 4, 1, 3, 5};
+    float table[V * D], out[N * D], src[N * D], grad[V * D], ref[V * D];
+
+    fill(table, V * D, 51, 1.0f);
+    be->ops->embedding_gather(be->ctx, N, D, table, ids, out);
+    for (int i = 0; i < N; i++)
+        ck_assert(memcmp(out + i * D, table + ids[i] * D, D * sizeof(float)) == 0);
+
+    fill(src, N * D, 52, 1.0f);
+    fill(grad, V * D, 53, 1.0f);
+    memcpy(ref, grad, sizeof ref);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < D; j++)
+            ref[ids[i] * D + j] += src[i * D + j];
+    be->ops->embedding_scatter_add(be->ctx, U, D, rows, off, pos, src, grad);
+    for (int k = 0; k < V * D; k++)
+        ASSERT_CLOSE(grad[k], ref[k], 1e-6, 0, "scatter", k);
+}
+END_TEST
+
+/* ---- optimizers --------------------------------------------------------------------- */
+
+/* sgd, lr 0.1, w = [1, -2, 0.5]:
+ *   g1 = [0.5, -1, 2]: w = [1 - 0.05, -2 + 0.1, 0.5 - 0.2] = [0.95, -1.9, 0.3]
+ *   g2 = [1, 1, -1]:   w = [0.95 - 0.1, -1.9 - 0.1, 0.3 + 0.1] = [0.85, -2.0, 0.4]
+ * adagrad, lr 0.5, eps 1, w = [1, 2, -1], acc = 0:
+ *   g1 = [3, -4, 0]: acc = [9, 16, 0], sqrt = [3, 4, 0],
+ *                    w -= 0.5 [3/4, -4/5, 0/1] = [0.375, -0.4, 0] -> [0.625, 2.4, -1]
+ *   g2 = [4, 3, 2]:  acc = [25, 25, 4], sqrt = [5, 5, 2],
+ *                    w -= 0.5 [4/6, 3/6, 2/3] -> [0.625 - 1/3, 2.15, -1 - 1/3]
+ * adam, lr 0.1, b1 0.5, b2 0.75, eps 1e-8 (below the tolerance), w = [1, -1, 2]:
+ *   t=1, g1 = [2, -4, 1]: m = 0.5 g1 = [1, -2, 0.5], v = 0.25 g1^2 = [1, 4, 0.25];
+ *        m/(1-0.5) = g1, v/(1-0.75) = g1^2, step 0.1 g1/|g1| -> w = [0.9, -0.9, 1.9]
+ *   t=2, g2 = [-2, 4, 3]: m = 0.5 m + 0.5 g2 = [-0.5, 1, 1.75],
+ *        v = 0.75 v + 0.25 g2^2 = [1.75, 7, 2.4375];
+ *        mhat = m / 0.75 = [-2/3, 4/3, 7/3], vhat = v / 0.4375 = [4, 16, 39/7],
+ *        w -= 0.1 mhat / sqrt(vhat) = 0.1 [-1/3, 1/3, (7/3)/sqrt(39/7)]
+ *        -> [0.9 + 1/30, -0.9 - 1/30, 1.9 - 0.0988538...] */
+START_TEST(test_optimizers)
+{
+    float w[3] = {1.0f, -2.0f, 0.5f};
+    const float sg1[3] = {0.5f, -1.0f, 2.0f}, sg2[3] = {1.0f, 1.0f, -1.0f};
+    const float ag1[3] = {3.0f, -4.0f, 0.0f}, ag2[3] = {4.0f, 3.0f, 2.0f};
+    const float mg1[3] = {2.0f, -4.0f, 1.0f}, mg2[3] = {-2.0f, 4.0f, 3.0f};
+    float acc[3] = {0}, m[3] = {0}, v[3] = {0};
+
+    be->ops->sgd_update(be->ctx, 3, 0.1f, sg1, w);
+    ck_assert_float_eq_tol(w[0], 0.95f, 1e-6);
+    ck_assert_float_eq_tol(w[1], -1.9f, 1e-6);
+    ck_assert_float_eq_tol(w[2], 0.3f, 1e-6);
+    be->ops->sgd_update(be->ctx, 3, 0.1f, sg2, w);
+    ck_assert_float_eq_tol(w[0], 0.85f, 1e-6);
+    ck_assert_float_eq_tol(w[1], -2.0f, 1e-6);
+    ck_assert_float_eq_tol(w[2], 0.4f, 1e-6);
+
+    w[0] = 1.0f;
+    w[1] = 2.0f;
+    w[2] = -1.0f;
+    be->ops->adagrad_update(be->ctx, 3, 0.5f, 1.0f, ag1, acc, w);
+    ck_assert_float_eq_tol(w[0], 0.625f, 1e-6);
+    ck_assert_float_eq_tol(w[1], 2.4f, 1e-6);
+    ck_assert_float_eq_tol(w[2], -1.0f, 1e-6);
+    be->ops->adagrad_update(be->ctx, 3, 0.5f, 1.0f, ag2, acc, w);
+    ck_assert_float_eq_tol(acc[0], 25.0f, 1e-6);
+    ck_assert_float_eq_tol(acc[1], 25.0f, 1e-6);
+    ck_assert_float_eq_tol(acc[2], 4.0f, 1e-6);
+    ck_assert_float_eq_tol(w[0], 0.625 - 1.0 / 3, 1e-6);
+    ck_assert_float_eq_tol(w[1], 2.15f, 1e-6);
+    ck_assert_float_eq_tol(w[2], -1.0 - 1.0 / 3, 1e-6);
+
+    w[0] = 1.0f;
+    w[1] = -1.0f;
+    w[2] = 2.0f;
+    be->ops->adam_update(be->ctx, 3, 0.1f, 0.5f, 0.75f, 1e-8f, 1, mg1, m, v, w);
+    ck_assert_float_eq_tol(m[2], 0.5f, 1e-6);
+    ck_assert_float_eq_tol(v[1], 4.0f, 1e-6);
+    ck_assert_float_eq_tol(w[0], 0.9f, 1e-6);
+    ck_assert_float_eq_tol(w[1], -0.9f, 1e-6);
+    ck_assert_float_eq_tol(w[2], 1.9f, 1e-6);
+    be->ops->adam_update(be->ctx, 3, 0.1f, 0.5f, 0.75f, 1e-8f, 2, mg2, m, v, w);
+    ck_assert_float_eq_tol(m[0], -0.5f, 1e-6);
+    ck_assert_float_eq_tol(m[1], 1.0f, 1e-6);
+    ck_assert_float_eq_tol(m[2], 1.75f, 1e-6);
+    ck_assert_float_eq_tol(v[0], 1.75f, 1e-6);
+    ck_assert_float_eq_tol(v[1], 7.0f, 1e-6);
+    ck_assert_float_eq_tol(v[2], 2.4375f, 1e-6);
+    ck_assert_float_eq_tol(w[0], 0.9 + 1.0 / 30, 1e-6);
+    ck_assert_float_eq_tol(w[1], -0.9 - 1.0 / 30, 1e-6);
+    ck_assert_float_eq_tol(w[2], 1.9 - 0.1 * (7.0 / 3) / sqrt(39.0 / 7), 1e-6);
+    ck_assert_float_eq_tol(w[2], 1.9 - 0.0988538, 1e-6);
+}
+END_TEST
+
+/* ---- dropout ------------------------------------------------------------------------ */
+
+/* The mask is the documented one (kept iff sl_rng_float_at(key, i) >= p), the same for
+ * the same key (forward and backward), different for another key; kept values are
+ * scaled by 1/(1-p); the dropped fraction on 100k elements is within 7 sigma of p. */
+START_TEST(test_dropout)
+{
+    enum { N = 100000 };
+    const float p = 0.3f, keep = 1.0f / (1.0f - p);
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
+    float *x;
+    int dropped = 0, differ = 0;
+
+    for (int i = 0; i < N; i++)
+        a[i] = b[i] = c[i] = 1.0f + (float)(i % 7);
+    x = fcopy(a, N);
+    be->ops->dropout(be->ctx, N, p, 1234, a);
+    be->ops->dropout(be->ctx, N, p, 1234, b);
+    be->ops->dropout(be->ctx, N, p, 1235, c);
+    ck_assert(memcmp(a, b, N * sizeof *a) == 0);
+    for (int i = 0; i < N; i++) {
+        int kept = sl_rng_float_at(1234, (uint64_t)i) >= p;
+
+        if (kept)
+            ck_assert_float_eq_tol(a[i], x[i] * keep, 1e-6);
+        else
+            ck_assert(a[i] == 0.0f);
+        dropped += !kept;
+        differ += (a[i] == 0.0f) != (c[i] == 0.0f);
+    }
+    ck_assert_double_eq_tol((double)dropped / N, p, 0.01);
+    ck_assert_int_gt(differ, N / 10); /* independent masks differ in ~42% of places */
+    memcpy(b, x, N * sizeof *b);
+    be->ops->dropout(be->ctx, N, 0.0f, 1234, b);
+    ck_assert(memcmp(b, x, N * sizeof *b) == 0);
+    free(a);
+    free(b);
+    free(c);
+    free(x);
+}
+END_TEST
+
+/* ---- element-wise and bias ---------------------------------------------------------- */
+
+START_TEST(test_elementwise)
+{
+    enum { N = 1003, R = 5, C = 131 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y), *y0;
+    float bias[C], db[C], db0[C], mat[R * C], mat0[R * C];
+    double ss = 0;
+
+    fill(x, N, 61, 2.0f);
+    fill(y, N, 62, 2.0f);
+    y0 = fcopy(y, N);
+    be->ops->axpy(be->ctx, N, -1.5f, x, y);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq_tol(y[i], y0[i] - 1.5f * x[i], 1e-6);
+    be->ops->scale(be->ctx, N, 0.25f, y);
+    for (int i = 0; i < N; i++)
+        ck_assert_float_eq_tol(y[i], 0.25f * (y0[i] - 1.5f * x[i]), 1e-6);
+    be->ops->copy(be->ctx, N, x, y);
+    ck_assert(memcmp(x, y, N * sizeof *x) == 0);
+    be->ops->zero(be->ctx, N - 3, y);
+    for (int i = 0; i < N - 3; i++)
+        ck_assert(y[i] == 0.0f);
+    ck_assert(y[N - 3] == x[N - 3]); /* zero stops at n */
+    for (int i = 0; i < N; i++)
+        ss += (double)x[i] * x[i];
+    ck_assert_double_eq_tol(be->ops->sumsq(be->ctx, N, x), ss, 1e-9 * ss);
+
+    fill(bias, C, 63, 1.0f);
+    fill(mat, R * C, 64, 1.0f);
+    memcpy(mat0, mat, sizeof mat);
+    be->ops->add_bias(be->ctx, R, C, bias, mat);
+    for (int k = 0; k < R * C; k++)
+        ck_assert_float_eq_tol(mat[k], mat0[k] + bias[k % C], 1e-6);
+    fill(db, C, 65, 1.0f);
+    memcpy(db0, db, sizeof db);
+    be->ops->bias_grad(be->ctx, R, C, mat0, db);
+    for (int j = 0; j < C; j++) {
+        double s = db0[j];
+
+        for (int r = 0; r < R; r++)
+            s += mat0[r * C + j];
+        ck_assert_float_eq_tol(db[j], s, 1e-5);
+    }
+    free(x);
+    free(y);
+    free(y0);
+}
+END_TEST
+
+/* ---- registry ----------------------------------------------------------------------- */
+
+START_TEST(test_registry)
+{
+    sl_backend_t *b = NULL, stale = {0};
+    float host[5] = {1, 2, 3, 4, 5}, back[5] = {0};
+    float *dev;
+
+    ck_assert_int_eq(sl_backend_new(&b, "cpu", 1), SL_OK);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(b->name, "cpu");
+    ck_assert_ptr_nonnull(strstr(b->ops->describe(b->ctx), "(1 thread)"));
+    ck_assert_int_eq(b->ops->alloc(b->ctx, (void **)&dev, sizeof host), SL_OK);
+    for (int i = 0; i < 5; i++)
+        ck_assert(dev[i] == 0.0f); /* alloc zeroes */
+    ck_assert_int_eq(b->ops->to_device(b->ctx, dev, host, sizeof host), SL_OK);
+    ck_assert_int_eq(b->ops->to_host(b->ctx, back, dev, sizeof host), SL_OK);
+    ck_assert_int_eq(b->ops->sync(b->ctx), SL_OK);
+    ck_assert(memcmp(host, back, sizeof host) == 0);
+    b->ops->free(b->ctx, dev);
+    b->ops->set_threads(b->ctx, 3);
+    ck_assert_ptr_nonnull(strstr(b->ops->describe(b->ctx), "(3 threads)"));
+    sl_backend_destroy(&b);
+    ck_assert_ptr_null(b);
+    sl_backend_destroy(&b); /* NULL pointer: no-op */
+    sl_backend_destroy(NULL);
+
+    b = &stale; /* a failed new must leave NULL */
+    ck_assert_int_eq(sl_backend_new(&b, "cuda", 1), SL_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(b);
+    ck_assert_str_eq(sl_err_msg(),
+                     "device 'cuda:0': this shoal was built without CUDA (configure --with-cuda)");
+    ck_assert_int_eq(sl_backend_new(&b, "cuda:1", 1), SL_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "'cuda:1'"));
+    ck_assert_int_eq(sl_backend_new(&b, "tpu", 1), SL_ERR_INVALID);
+    ck_assert_ptr_null(b);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "'tpu'"));
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "cpu, cuda"));
+}
+END_TEST
+
+/* ---- limits ------------------------------------------------------------------------- */
+
+START_TEST(test_registry_bad_names)
+{
+    sl_backend_t *b = NULL;
+    const char *bad[] = {"", "CPU", "cuda:", "cuda:x", "cuda:1x", "cuda0", "cpu "};
+
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_int_eq(sl_backend_new(&b, bad[i], 1), SL_ERR_INVALID);
+        ck_assert_ptr_null(b);
+    }
+    ck_assert_int_eq(sl_backend_new(&b, NULL, 1), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_backend_new(&b, "cpu", -1), SL_ERR_INVALID);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(sl_backend_new(&b, "cpu", 0), SL_OK); /* 0: all cores */
+    ck_assert_ptr_nonnull(strstr(b->ops->describe(b->ctx), "thread"));
+    sl_backend_destroy(&b);
+}
+END_TEST
+
+/* exp over its range through 2-class softmaxes: row [0, x] with label 0 has loss
+ * log(1 + e^x) and gradient e^x / (1 + e^x) on its second entry, which for x <= 0
+ * carries exp's relative error (< 2e-7) straight through; x from -86 to 86. */
+START_TEST(test_softmax_exp_range)
+{
+    const int32_t t = 0;
+
+    for (int r = -86; r <= 86; r++) {
+        double loss, xr = r, e = exp(xr);
+        double want = r > 0 ? xr + log1p(exp(-xr)) : log1p(e);
+        float x[2] = {0.0f, (float)r};
+
+        be->ops->softmax_xent(be->ctx, 1, 2, x, 2, &t, 1.0f, &loss);
+        ASSERT_CLOSE(loss, want, 1e-7, 3e-7, "2-class loss", r);
+        ASSERT_CLOSE(x[1], e / (1 + e), 1e-30, r <= 0 ? 5e-7 : 1e-6, "2-class p", r);
+    }
+}
+END_TEST
+
+/* Logits 1e4 apart, 1e30 and -1e30: no inf/nan, the loss is the gap (row 0; row 1
+ * is certain and costs 0), the gradient the one-hot difference. Sampled rows whose
+ * samples are all the target: loss 0, gradient 0. */
+START_TEST(test_softmax_extremes)
+{
+    float x[2 * 4] = {0.0f, 1e4f, -1e30f, 5.0f, 1e30f, 0.0f, -1e30f, 5.0f};
+    const int32_t t[2] = {0, 0};
+    const int32_t tq[2] = {4, 4}, sq[3] = {4, 4, 4};
+    const float lt[2] = {0.0f, 0.0f}, ls[3] = {-1.0f, -1.0f, -1.0f};
+    float q[2 * 4];
+    double loss;
+
+    be->ops->softmax_xent(be->ctx, 2, 4, x, 4, t, 1.0f, &loss);
+    ck_assert_double_eq_tol(loss, 1e4, 1e-2);
+    ck_assert_float_eq_tol(x[0], -1.0f, 1e-6);
+    ck_assert_float_eq_tol(x[1], 1.0f, 1e-6);
+    for (int k = 2; k < 8; k++)
+        ck_assert_msg(isfinite(x[k]) && fabsf(x[k]) < 1e-6f, "x[%d] = %g", k, (double)x[k]);
+    fill(q, 8, 71, 5.0f);
+    be->ops->sampled_softmax_xent(be->ctx, 2, 3, q, tq, sq, lt, ls, 1.0f, &loss);
+    ck_assert(loss == 0.0);
+    for (int k = 0; k < 8; k++)
+        ck_assert(q[k] == 0.0f);
+}
+END_TEST
+
+/* Pre-activations of +-100 saturate the gates without inf or nan, forward and back. */
+START_TEST(test_lstm_saturation)
+{
+    enum { H = 9 };
+    float gates[4 * H], cp[H], c[H], m[H], dm[H], dc[H], dg[4 * H];
+
+    for (int k = 0; k < 4 * H; k++)
+        gates[k] = k % 2 ? 100.0f : -100.0f;
+    for (int j = 0; j < H; j++) {
+        cp[j] = 50.0f;
+        dm[j] = 1.0f;
+        dc[j] = 1.0f;
+    }
+    be->ops->lstm_cell_forward(be->ctx, 1, H, gates, cp, c, m);
+    for (int k = 0; k < 4 * H; k++) {
+        float want = k % 2 ? 1.0f : (k / H == 2 ? -1.0f : 0.0f);
+
+        ck_assert_float_eq_tol(gates[k], want, 1e-30);
+    }
+    be->ops->lstm_cell_backward(be->ctx, 1, H, gates, cp, c, dm, dc, dg);
+    for (int j = 0; j < H; j++)
+        ck_assert(isfinite(c[j]) && isfinite(m[j]) && isfinite(dc[j]));
+    for (int k = 0; k < 4 * H; k++)
+        ck_assert(isfinite(dg[k]));
+}
+END_TEST
+
+/* Sizes over the threading thresholds (65536 fused, 2^20 streaming): two threads give the same bits
+ * as one (rows and elements are independent), losses and sums agree to rounding. */
+START_TEST(test_threads_agree)
+{
+    enum { N = 64, V = 5003, P = (1 << 20) + 5 };
+    float *x1 = malloc(sizeof(float) * N * V), *x2, *g, *w1, *w2, *m1, *m2, *v1, *v2;
+    int32_t t[N];
+    double l1, l2, s1, s2;
+
+    fill(x1, (size_t)N * V, 81, 6.0f);
+    x2 = fcopy(x1, (size_t)N * V);
+    for (int r = 0; r < N; r++)
+        t[r] = (r * 97) % V;
+    be->ops->set_threads(be->ctx, 1);
+    be->ops->softmax_xent(be->ctx, N, V, x1, V, t, 1.0f, &l1);
+    be->ops->set_threads(be->ctx, 2);
+    be->ops->softmax_xent(be->ctx, N, V, x2, V, t, 1.0f, &l2);
+    ck_assert(memcmp(x1, x2, sizeof(float) * N * V) == 0);
+    ck_assert_double_eq_tol(l1, l2, 1e-12 * l1);
+
+    g = malloc(sizeof(float) * P);
+    w1 = malloc(sizeof(float) * P);
+    fill(g, P, 82, 1.0f);
+    fill(w1, P, 83, 1.0f);
+    w2 = fcopy(w1, P);
+    m1 = calloc(P, sizeof(float));
+    m2 = calloc(P, sizeof(float));
+    v1 = calloc(P, sizeof(float));
+    v2 = calloc(P, sizeof(float));
+    be->ops->set_threads(be->ctx, 1);
+    be->ops->adam_update(be->ctx, P, 1e-3f, 0.9f, 0.999f, 1e-8f, 1, g, m1, v1, w1);
+    s1 = be->ops->sumsq(be->ctx, P, w1);
+    be->ops->set_threads(be->ctx, 2);
+    be->ops->adam_update(be->ctx, P, 1e-3f, 0.9f, 0.999f, 1e-8f, 1, g, m2, v2, w2);
+    s2 = be->ops->sumsq(be->ctx, P, w2);
+    ck_assert(memcmp(w1, w2, sizeof(float) * P) == 0);
+    ck_assert_double_eq_tol(s1, s2, 1e-12 * s1);
+    free(x1);
+    free(x2);
+    free(g);
+    free(w1);
+    free(w2);
+    free(m1);
+    free(m2);
+    free(v1);
+    free(v2);
+}
+END_TEST
+
+/* Empty sizes do nothing; p = 1 drops everything; Adagrad with eps 0 on a gradient of
+ * 1e-19 (acc = 1e-38, denormal) still moves w by lr; Adam at t = 10^6 has no bias
+ * correction left and stays finite. */
+START_TEST(test_edges)
+{
+    float x[4] = {1, 2, 3, 4}, w[1] = {1.0f}, acc[1] = {0.0f}, g[1] = {1e-19f};
+    float m[1] = {0}, v[1] = {0}, ga[1] = {0.5f};
+    double loss = -1, mm, vv;
+
+    be->ops->softmax_xent(be->ctx, 0, 4, x, 4, NULL, 1.0f, &loss);
+    ck_assert(loss == 0.0);
+    be->ops->axpy(be->ctx, 0, 1.0f, x, x);
+    be->ops->dropout(be->ctx, 0, 0.5f, 1, x);
+    ck_assert(be->ops->sumsq(be->ctx, 0, x) == 0.0);
+    be->ops->dropout(be->ctx, 4, 1.0f, 1, x);
+    for (int i = 0; i < 4; i++)
+        ck_assert(x[i] == 0.0f);
+    be->ops->adagrad_update(be->ctx, 1, 0.25f, 0.0f, g, acc, w);
+    ck_assert_float_eq_tol(w[0], 0.75f, 1e-6);
+    w[0] = 1.0f;
+    be->ops->adam_update(be->ctx, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 1000000, ga, m, v, w);
+    /* m = (1 - 0.9f) 0.5 ~ 0.05, v = (1 - 0.999f) 0.25 ~ 0.00025 (the float constants
+     * are not exact), bias corrections 1: w -= 0.1 m / (sqrt(v) + eps) ~ 0.316228 */
+    mm = (1 - (double)0.9f) * 0.5;
+    vv = (1 - (double)0.999f) * 0.25;
+    ck_assert_float_eq_tol(w[0], 1.0 - 0.1 * mm / (sqrt(vv) + 1e-8), 1e-6);
+}
+END_TEST
+
+/* Shapes that break the op contracts are bugs in the caller: they abort with a message
+ * (SL_ASSERT) instead of cblas printing and skipping the product, or reading outside
+ * a row. */
+START_TEST(test_gemm_bad_leading_dim)
+{
+    float a[6] = {0}, b[6] = {0}, c[4] = {0};
+
+    be->ops->gemm(be->ctx, 0, 0, 2, 2, 3, 1.0f, a, 2, b, 2, 0.0f, c, 2); /* lda 2 < k 3 */
+}
+END_TEST
+
+START_TEST(test_softmax_bad_target)
+{
+    float x[3] = {0};
+    const int32_t t = 3;
+    double loss;
+
+    be->ops->softmax_xent(be->ctx, 1, 3, x, 3, &t, 1.0f, &loss);
+}
+END_TEST
+
+static Suite *
+kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_checked_fixture(core, setup, teardown);
+    tcase_add_test(core, test_gemm_transposes);
+    tcase_add_test(core, test_lstm_forward);
+    tcase_add_test(core, test_lstm_backward_fd);
+    tcase_add_test(core, test_softmax_xent);
+    tcase_add_test(core, test_sampled_hand);
+    tcase_add_test(core, test_sampled_softmax_xent);
+    tcase_add_test(core, test_embedding);
+    tcase_add_test(core, test_optimizers);
+    tcase_add_test(core, test_dropout);
+    tcase_add_test(core, test_elementwise);
+    tcase_add_test(core, test_registry);
+    suite_add_tcase(s, core);
+
+    tcase_add_checked_fixture(limits, setup, teardown);
+    tcase_add_test(limits, test_registry_bad_names);
+    tcase_add_test(limits, test_softmax_exp_range);
+    tcase_add_test(limits, test_softmax_extremes);
+    tcase_add_test(limits, test_lstm_saturation);
+    tcase_add_test(limits, test_threads_agree);
+    tcase_add_test(limits, test_edges);
+    tcase_add_test_raise_signal(limits, test_gemm_bad_leading_dim, SIGABRT);
+    tcase_add_test_raise_signal(limits, test_softmax_bad_target, SIGABRT);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(kernels_suite());
+    int failed;
+
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
