@@ -4,15 +4,6 @@
 #include <math.h>
 
 uint64_t
-sl_mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-uint64_t
 sl_hash_u64s(const uint64_t *words, int n)
 {
     uint64_t h = 0x6a09e667f3bcc909ULL;
@@ -20,12 +11,6 @@ sl_hash_u64s(const uint64_t *words, int n)
     for (int i = 0; i < n; i++)
         h = sl_mix64(h ^ sl_mix64(words[i] + (uint64_t)i));
     return h;
-}
-
-uint64_t
-sl_rng_at(uint64_t key, uint64_t counter)
-{
-    return sl_mix64(sl_mix64(key) ^ (counter * 0xd1342543de82ef95ULL + 1));
 }
 
 void

@@ -11,12 +11,24 @@ typedef struct {
     uint64_t counter; /* next position in the stream; save it to resume */
 } sl_rng_t;
 
-/* Mixes a 64-bit value (SplitMix64 finalizer). */
-uint64_t sl_mix64(uint64_t x);
+/* Mixes a 64-bit value (SplitMix64 finalizer). Inline: dropout masks call it per element. */
+static inline uint64_t
+sl_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
 /* Hash of several 64-bit words: key derivation for (seed, round, component, node)... */
 uint64_t sl_hash_u64s(const uint64_t *words, int n);
 /* The value at position counter of stream key, without state. */
-uint64_t sl_rng_at(uint64_t key, uint64_t counter);
+static inline uint64_t
+sl_rng_at(uint64_t key, uint64_t counter)
+{
+    return sl_mix64(sl_mix64(key) ^ (counter * 0xd1342543de82ef95ULL + 1));
+}
 
 void sl_rng_init(sl_rng_t *r, uint64_t key);
 uint64_t sl_rng_u64(sl_rng_t *r);
