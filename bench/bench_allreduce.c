@@ -1,0 +1,298 @@
+/* bench_allreduce: bus bandwidth of shoal's ring allreduce, and gossip push/collect
+ * throughput next to raw ZeroMQ moving the same payloads, on N local node processes.
+ * Figures only (bench/bench_allreduce.sh runs it beside MPI_Allreduce).
+ *
+ *   bench_allreduce [-n NODES] [--ipc] [--chunk FLOATS] [--sizes "256K 1M ..."]
+ *
+ * Each size is timed on rank 0 after a barrier, over a fixed number of repetitions
+ * (more for small sizes) after one warm-up. Columns:
+ *   allreduce_ms  one sl_allreduce_sum of SIZE bytes of floats
+ *   busbw_GBps    2(n-1)/n * SIZE / time (the bytes each link carries; NCCL's metric)
+ *   gossip_GBps   SIZE / time of one sl_gossip_exchange (push to rank-1, collect from
+ *                 rank+1): what one node receives per second
+ *   rawzmq_GBps   the same pattern with bare PUSH/PULL sockets, zmq_send/zmq_recv of
+ *                 SIZE bytes (no header, no checksum, no mailbox)
+ * The parent forks the nodes, passes endpoints through pipes and kills them all if one
+ * fails or the run exceeds 15 minutes. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sl_clock.h"
+#include "sl_collective.h"
+#include "sl_log.h"
+#include "sl_transport.h"
+
+#define MAXN 16
+#define EP 256
+
+typedef struct {
+    int n, ipc;
+    size_t chunk;
+    size_t sizes[32];
+    int nsizes;
+    char dir[64];
+} bench_t;
+
+static int
+reps_for(size_t bytes)
+{
+    if (bytes <= ((size_t)1 << 20))
+        return 20;
+    if (bytes <= ((size_t)4 << 20))
+        return 10;
+    if (bytes <= ((size_t)16 << 20))
+        return 4;
+    return 3;
+}
+
+static int
+io_full(int fd, void *buf, size_t len, int writing)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t r = writing ? write(fd, p, len) : read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static void
+die(int rank, const char *what)
+{
+    fprintf(stderr, "bench_allreduce: rank %d: %s: %s\n", rank, what, sl_err_msg());
+    _exit(1);
+}
+
+static double
+gbps(double bytes, double seconds)
+{
+    return bytes / seconds / 1e9;
+}
+
+static void
+node(const bench_t *b, int rank, int up, int down)
+{
+    sl_transport_t *t;
+    sl_transport_opts_t o;
+    char bind[128], eps[2 * MAXN][EP];
+    const char *table[MAXN];
+    int n = b->n, left = (rank + n - 1) % n;
+    uint64_t round = 1;
+    uint32_t puller = (uint32_t)left, chosen = (uint32_t)((rank + 1) % n), from;
+    sl_collective_opts_t co = {b->chunk, 0, 0};
+    size_t got, len = EP;
+    void *ctx = zmq_ctx_new(), *pull = zmq_socket(ctx, ZMQ_PULL), *push = zmq_socket(ctx, ZMQ_PUSH);
+    int zero = 0;
+
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_transport_opts_default(&o);
+    o.run_id = 42;
+    o.rank = (uint32_t)rank;
+    o.size = (uint32_t)n;
+    o.timeout_ms = 60000;
+    if (b->ipc)
+        snprintf(bind, sizeof bind, "ipc://%s/rank-%d", b->dir, rank);
+    else
+        snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
+    o.bind_endpoint = bind;
+    if (sl_transport_new(&t, &o) != SL_OK)
+        die(rank, "transport");
+    zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof zero);
+    if (b->ipc)
+        snprintf(bind, sizeof bind, "ipc://%s/raw-%d", b->dir, rank);
+    if (zmq_bind(pull, bind) != 0)
+        die(rank, zmq_strerror(errno));
+    memset(eps, 0, sizeof eps);
+    snprintf(eps[0], EP, "%s", sl_transport_endpoint(t));
+    zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, eps[1], &len);
+    if (io_full(up, eps, 2 * EP, 1) || io_full(down, eps, 2 * (size_t)n * EP, 0))
+        die(rank, "endpoint exchange");
+    for (int k = 0; k < n; k++)
+        table[k] = eps[2 * k];
+    if (sl_transport_connect(t, table) != SL_OK || zmq_connect(push, eps[2 * left + 1]) != 0)
+        die(rank, "connect");
+    if (sl_barrier(t, round++, 0) != SL_OK)
+        die(rank, "barrier");
+
+    for (int s = 0; s < b->nsizes; s++) {
+        size_t bytes = b->sizes[s], count = bytes / sizeof(float);
+        int reps = reps_for(bytes);
+        float *buf = malloc(bytes), *recv = malloc(bytes);
+        double t0 = 0, ar, go, raw;
+
+        if (!buf || !recv)
+            die(rank, "out of memory");
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (float)(i % 7);
+        /* allreduce: one warm-up, then timed */
+        for (int r = 0; r <= reps; r++) {
+            if (r == 1) {
+                if (sl_barrier(t, round++, 0) != SL_OK)
+                    die(rank, "barrier");
+                t0 = sl_clock_now();
+            }
+            if (sl_allreduce_sum(t, 0, round++, buf, count, &co) != SL_OK)
+                die(rank, "allreduce");
+        }
+        ar = (sl_clock_now() - t0) / reps;
+        /* gossip push/collect of the same payload */
+        for (int r = 0; r <= reps; r++) {
+            if (r == 1) {
+                if (sl_barrier(t, round++, 0) != SL_OK)
+                    die(rank, "barrier");
+                t0 = sl_clock_now();
+            }
+            if (sl_gossip_exchange(t, 1, round++, buf, count, &puller, 1, &chosen, 1, recv, &from,
+                                   &got, 60000) != SL_OK)
+                die(rank, "gossip");
+        }
+        go = (sl_clock_now() - t0) / reps;
+        /* raw ZeroMQ: send to the left, receive from the right */
+        for (int r = 0; r <= reps; r++) {
+            if (r == 1) {
+                if (sl_barrier(t, round++, 0) != SL_OK)
+                    die(rank, "barrier");
+                t0 = sl_clock_now();
+            }
+            if (zmq_send(push, buf, bytes, 0) != (int)bytes ||
+                zmq_recv(pull, recv, bytes, 0) != (int)bytes)
+                die(rank, "raw zmq");
+        }
+        raw = (sl_clock_now() - t0) / reps;
+        if (rank == 0) {
+            char name[32];
+            if (bytes >= ((size_t)1 << 20))
+                snprintf(name, sizeof name, "%zuMiB", bytes >> 20);
+            else
+                snprintf(name, sizeof name, "%zuKiB", bytes >> 10);
+            printf("%-8s %12.3f %10.3f %11.3f %11.3f\n", name, ar * 1e3,
+                   gbps(2.0 * (n - 1) / n * (double)bytes, ar), gbps((double)bytes, go),
+                   gbps((double)bytes, raw));
+            fflush(stdout);
+        }
+        free(buf);
+        free(recv);
+    }
+    if (sl_barrier(t, round++, 0) != SL_OK)
+        die(rank, "barrier");
+    zmq_close(pull);
+    zmq_close(push);
+    zmq_ctx_term(ctx);
+    sl_transport_destroy(&t);
+    _exit(0);
+}
+
+static size_t
+parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    return (size_t)v / sizeof(float) * sizeof(float);
+}
+
+int
+main(int argc, char **argv)
+{
+    bench_t b = {.n = 2, .chunk = 0};
+    const char *sizes = "256K 1M 4M 16M 64M";
+    pid_t pids[MAXN];
+    int up[MAXN][2], down[MAXN][2], failed = 0;
+    char eps[2 * MAXN][EP];
+    double loads[3] = {0};
+
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc)
+            b.n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ipc"))
+            b.ipc = 1;
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            b.chunk = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+            sizes = argv[++i];
+        else {
+            fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--chunk FLOATS] "
+                            "[--sizes \"256K 1M 4M 16M 64M\"]\n");
+            return 2;
+        }
+    }
+    if (b.n < 2 || b.n > MAXN) {
+        fprintf(stderr, "bench_allreduce: -n must be 2..%d\n", MAXN);
+        return 2;
+    }
+    char *copy = strdup(sizes), *save = NULL;
+    for (char *tok = strtok_r(copy, " ,", &save); tok && b.nsizes < 32;
+         tok = strtok_r(NULL, " ,", &save))
+        if (parse_size(tok) > 0)
+            b.sizes[b.nsizes++] = parse_size(tok);
+    free(copy);
+    snprintf(b.dir, sizeof b.dir, "/tmp/shoal-XXXXXX");
+    if (!mkdtemp(b.dir)) {
+        perror("bench_allreduce: mkdtemp");
+        return 1;
+    }
+    getloadavg(loads, 3);
+    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s, chunk %zu floats, "
+           "load before %.2f on %ld cpus\n",
+           b.n, b.ipc ? "ipc" : "tcp loopback", b.chunk ? b.chunk : 65536, loads[0],
+           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
+           "rawzmq_GBps");
+    fflush(stdout);
+    for (int i = 0; i < b.n; i++) {
+        if (pipe(up[i]) || pipe(down[i]))
+            return 1;
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(up[i][0]);
+            close(down[i][1]);
+            node(&b, i, up[i][1], down[i][0]);
+        }
+        close(up[i][1]);
+        close(down[i][0]);
+    }
+    for (int i = 0; i < b.n && !failed; i++)
+        failed = io_full(up[i][0], eps[2 * i], 2 * EP, 0) != 0;
+    for (int i = 0; i < b.n && !failed; i++)
+        failed = io_full(down[i][1], eps, 2 * (size_t)b.n * EP, 1) != 0;
+    alarm(900); /* a stuck run ends; PDEATHSIG takes the nodes with it */
+    for (int left = b.n; left > 0; left--) {
+        int st;
+        pid_t w = wait(&st);
+        for (int i = 0; i < b.n; i++)
+            if (pids[i] == w)
+                pids[i] = 0;
+        if (failed || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            failed = 1; /* one node failed: stop the others */
+            for (int j = 0; j < b.n; j++)
+                if (pids[j] > 0)
+                    kill(pids[j], SIGKILL);
+        }
+    }
+    for (int i = 0; i < b.n; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/rank-%d", b.dir, i);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/raw-%d", b.dir, i);
+        unlink(path);
+    }
+    rmdir(b.dir);
+    getloadavg(loads, 3);
+    printf("# load after %.2f\n", loads[0]);
+    return failed;
+}

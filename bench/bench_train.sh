@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# bench_train.sh: training throughput and peak memory of shoal against PyTorch on the
+# reference models (word: Brown full softmax, sampled: Brown sampled softmax, char:
+# tinyshakespeare), at 1 and 2 threads, both sides run here one after the other.
+#
+#   bench/bench_train.sh [--steps N] [--repeat R] [--models LIST] [--threads LIST]
+#                        [--out DIR] [--keep]
+#   bench/bench_train.sh --epoch [--out DIR] [--keep]
+#
+#   --steps N       training steps per run (default 60); tok/s counts training steps
+#                   only: shoal's summary tokens_per_s, PyTorch after 3 warm-up steps
+#   --repeat R      run each side R times, alternating, and keep each side's fastest
+#                   run (default 1; the machine is shared, so figures are noisy)
+#   --models LIST   comma/space separated subset of: word sampled char (default all)
+#   --threads LIST  thread counts (default "1 2")
+#   --epoch         instead: one full epoch of the word model on both sides at 2
+#                   threads, then validation perplexity side by side (target: shoal
+#                   within 3% of PyTorch)
+#   --out DIR       put run dirs, logs and JSON here (default: a temp dir)
+#   --keep          keep the outputs (default: removed at exit)
+#   -h, --help      this text
+#
+# Environment: SHOAL (the binary, default <repo>/build/shoal), SHOAL_DATA (corpora,
+# default <repo>/../shared/data), TORCH_PYTHON (default /usr/bin/python3, Debian's
+# python3-torch). PyTorch runs with /usr/lib/x86_64-linux-gnu/openblas-pthread first in
+# LD_LIBRARY_PATH and must have libopenblas mapped. Both sides run with OMP_NUM_THREADS
+# and OPENBLAS_NUM_THREADS set to the thread count and OMP_WAIT_POLICY=PASSIVE (unless
+# OMP_WAIT_POLICY is exported: GOMP's spinning workers starve OpenBLAS's threads when
+# all cores are in use). Figures only: it never fails on
+# speed; it exits non-zero when a run fails.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+shoal=${SHOAL:-$top/build/shoal}
+data=${SHOAL_DATA:-$top/../shared/data}
+torch_py=${TORCH_PYTHON:-/usr/bin/python3}
+openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-pthread
+torch_ld="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+die() {
+    echo "bench_train.sh: $*" >&2
+    exit 1
+}
+
+steps=60
+repeat=1
+models="word sampled char"
+threads_list="1 2"
+epoch=0
+out=""
+keep=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
+        --steps=*) steps=${1#*=}; shift ;;
+        --repeat) [ $# -ge 2 ] || die "--repeat needs a value"; repeat=$2; shift 2 ;;
+        --repeat=*) repeat=${1#*=}; shift ;;
+        --models) [ $# -ge 2 ] || die "--models needs a value"; models=$2; shift 2 ;;
+        --models=*) models=${1#*=}; shift ;;
+        --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads_list=$2; shift 2 ;;
+        --threads=*) threads_list=${1#*=}; shift ;;
+        --epoch) epoch=1; shift ;;
+        --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+        --out=*) out=${1#*=}; shift ;;
+        --keep) keep=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+models=${models//,/ }
+threads_list=${threads_list//,/ }
+[[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps wants a positive integer, got '$steps'"
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a positive integer, got '$repeat'"
+for m in $models; do
+    case $m in word|sampled|char) ;; *) die "unknown model '$m' (word, sampled, char)" ;; esac
+done
+for t in $threads_list; do
+    [[ $t =~ ^[1-9][0-9]*$ ]] || die "--threads wants positive integers, got '$t'"
+done
+if [ -z "$models" ] || [ -z "$threads_list" ]; then
+    die "empty --models or --threads"
+fi
+[ -d "$data" ] || die "corpus folder $data not found (set SHOAL_DATA)"
+data=$(cd "$data" && pwd)
+
+py=$(command -v "$torch_py" || command -v python3) || die "no python3 to read the JSON"
+
+# Output folder: ours to remove at exit unless --keep; in a given --out DIR only what
+# this script wrote there is removed.
+made_out=0
+if [ -z "$out" ]; then
+    out=$(mktemp -d "${TMPDIR:-/tmp}/shoal-bench.XXXXXX")
+    made_out=1
+elif [ ! -d "$out" ]; then
+    mkdir -p "$out"
+    made_out=1
+fi
+out=$(cd "$out" && pwd)
+# shellcheck disable=SC2317 # called by the trap
+cleanup() {
+    if [ "$keep" = 1 ]; then
+        echo "outputs kept in $out" >&2
+    elif [ "$made_out" = 1 ]; then
+        rm -rf "$out"
+    else
+        rm -rf "$out"/shoal-* "$out"/torch-* "$out"/cache "$out"/table.txt
+    fi
+}
+trap cleanup EXIT
+
+have_shoal=1
+if [ ! -x "$shoal" ]; then
+    echo "note: shoal binary not found at $shoal (build it, or set SHOAL); reporting" \
+         "PyTorch alone" >&2
+    have_shoal=0
+fi
+have_torch=1
+if ! LD_LIBRARY_PATH=$torch_ld "$torch_py" -c 'import torch' >/dev/null 2>&1; then
+    echo "note: PyTorch not importable: apt-get install python3-torch" \
+         "(tried $torch_py); reporting shoal alone" >&2
+    have_torch=0
+fi
+[ "$have_shoal" = 1 ] || [ "$have_torch" = 1 ] || die "neither shoal nor PyTorch can run"
+
+conf_of() {
+    case $1 in
+        word) echo "$top/conf/brown-word.yaml" ;;
+        sampled) echo "$top/conf/brown-sampled.yaml" ;;
+        char) echo "$top/conf/shakespeare-char.yaml" ;;
+    esac
+}
+
+# data_sets MODEL [train-only]: the corpus overrides for shoal into the array dsets;
+# train-only drops Brown's valid/test files, which shoal would evaluate at the end
+# (the char model's validation tail stays: dropping it would change the training text)
+data_sets() {
+    case $1 in
+        word|sampled)
+            dsets=(--set "data.train=$data/brown/train.txt")
+            if [ "${2:-}" = train-only ]; then
+                dsets+=(--set 'data.valid=""' --set 'data.test=""')
+            else
+                dsets+=(--set "data.valid=$data/brown/valid.txt"
+                        --set "data.test=$data/brown/test.txt")
+            fi ;;
+        char) dsets=(--set "data.train=$data/tinyshakespeare/input.txt") ;;
+    esac
+}
+
+failed=0
+
+# run_shoal NAME MODEL THREADS DATA EXTRA...: shoal train into $out/shoal-NAME; DATA
+# is "all" or "train-only" (see data_sets); 0 if it wrote summary.json
+run_shoal() {
+    local name=$1 model=$2 t=$3 which=$4 dir conf
+    shift 4
+    dir=$out/shoal-$name
+    conf=$(conf_of "$model")
+    if [ ! -f "$conf" ]; then
+        echo "shoal $name: config $conf missing" >&2
+        return 1
+    fi
+    data_sets "$model" "$which"
+    if ! OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$shoal" train "$conf" \
+            "${dsets[@]}" --set "run.threads=$t" --set "run.dir=$dir" \
+            --set "data.cache_dir=$out/cache" --set run.checkpoint_every=0 "$@" \
+            --no-resume --quiet >"$out/shoal-$name.log" 2>&1 ||
+       [ ! -f "$dir/summary.json" ]; then
+        echo "shoal $name failed; last lines of $out/shoal-$name.log:" >&2
+        tail -n 20 "$out/shoal-$name.log" >&2
+        return 1
+    fi
+    cp "$dir/summary.json" "$out/shoal-$name.json"
+    [ "$keep" = 1 ] || rm -rf "$dir"  # checkpoints: tens of MB a run
+}
+
+# run_torch NAME MODEL THREADS EXTRA...: bench/torch_lm.py into $out/torch-NAME.json
+run_torch() {
+    local name=$1 model=$2 t=$3
+    shift 3
+    if ! LD_LIBRARY_PATH=$torch_ld "$torch_py" "$top/bench/torch_lm.py" --model "$model" \
+            --threads "$t" --data "$data" --require-openblas \
+            --out "$out/torch-$name.json" "$@" >"$out/torch-$name.log" 2>&1; then
+        echo "torch $name failed; last lines of $out/torch-$name.log:" >&2
+        tail -n 20 "$out/torch-$name.log" >&2
+        return 1
+    fi
+}
+
+# keep_best SIDE NAME R: of SIDE-NAME.r1..rR.json, the fastest becomes SIDE-NAME.json
+keep_best() {
+    "$py" - "$out/$1-$2" "$3" <<'EOF'
+import json, shutil, sys
+
+base, runs = sys.argv[1], int(sys.argv[2])
+best, rate = None, -1.0
+for k in range(1, runs + 1):
+    try:
+        with open("%s.r%d.json" % (base, k)) as f:
+            r = json.load(f).get("tokens_per_s")
+    except (OSError, ValueError):
+        continue
+    if isinstance(r, (int, float)) and r > rate:
+        best, rate = k, r
+if best is not None:
+    shutil.copy("%s.r%d.json" % (base, best), base + ".json")
+EOF
+}
+
+# report MODE: the table from the JSON files in $out (a missing file shows as "-")
+report() {
+    "$py" - "$1" "$out" "$models" "$threads_list" <<'EOF'
+import json, os, sys
+
+mode, out, models, threads = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4].split()
+
+
+def load(side, name):
+    try:
+        with open(os.path.join(out, "%s-%s.json" % (side, name))) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def num(d, key, fmt):
+    v = d.get(key) if d else None
+    return fmt % v if isinstance(v, (int, float)) else "-"
+
+
+def mib(d):
+    v = d.get("peak_rss_kb") if d else None
+    return "%.0f MiB" % (v / 1024) if isinstance(v, (int, float)) else "-"
+
+
+def short_blas(d):
+    s = (d or {}).get("backend") or "-"
+    return " ".join(s.split()[:2])
+
+
+def table(rows, nleft):
+    """Aligned columns: the first and the last nleft - 1 left, the numbers right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for k, r in enumerate(rows):
+        print("  ".join(c.rjust(w) if 0 < i < len(r) - nleft + 1 else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+blas = {}
+
+
+def note(key, text):
+    """Footer: each distinct BLAS description once per side."""
+    if text and text not in blas.setdefault(key, []):
+        blas[key].append(text)
+
+
+if mode == "throughput":
+    rows = [["model", "threads", "shoal tok/s", "torch tok/s", "ratio",
+             "shoal RSS", "torch RSS", "shoal BLAS", "torch BLAS"]]
+    for m in models:
+        for t in threads:
+            s, p = load("shoal", "%s-t%s" % (m, t)), load("torch", "%s-t%s" % (m, t))
+            ratio = "-"
+            if s and p and p.get("tokens_per_s"):
+                ratio = "%.2fx" % (s["tokens_per_s"] / p["tokens_per_s"])
+            rows.append([m, t, num(s, "tokens_per_s", "%.0f"), num(p, "tokens_per_s", "%.0f"),
+                         ratio, mib(s), mib(p), short_blas(s), short_blas(p)])
+            for side, d in (("shoal", s), ("torch", p)):
+                if d:
+                    note(side, d.get("backend"))
+                    if side == "torch":
+                        note("torch libs", ", ".join(d.get("blas_libs", [])))
+    table(rows, 3)
+    print("\nratio = shoal tok/s / PyTorch tok/s (target >= 1.5x); RSS = peak resident set")
+else:
+    s, p = load("shoal", "epoch"), load("torch", "epoch")
+    rows = [["side", "steps", "tok/s", "train s", "valid loss", "valid ppl", "peak RSS"]]
+    for side, d in (("shoal", s), ("torch", p)):
+        if not d:
+            continue
+        rows.append([side, num(d, "steps", "%d"), num(d, "tokens_per_s", "%.0f"),
+                     num(d, "train_time_s", "%.1f"), num(d, "valid_loss", "%.4f"),
+                     num(d, "valid_ppl", "%.2f"), mib(d)])
+        note(side, d.get("backend"))
+    table(rows, 1)
+    if s and p and s.get("valid_ppl") and p.get("valid_ppl"):
+        diff = 100.0 * (s["valid_ppl"] - p["valid_ppl"]) / p["valid_ppl"]
+        print("\nword model, 1 epoch, 2 threads: shoal valid ppl %.2f vs PyTorch %.2f "
+              "(%+.2f%%; target within 3%%: %s)"
+              % (s["valid_ppl"], p["valid_ppl"], diff, "yes" if abs(diff) <= 3 else "NO"))
+print()
+for k, texts in blas.items():
+    for v in texts:
+        print("%-11s %s" % (k + ":", v))
+EOF
+}
+
+if [ "$epoch" = 1 ]; then
+    echo "one epoch of the word model at 2 threads on each side (several minutes)" >&2
+    if [ "$have_shoal" = 1 ]; then
+        echo "[bench] shoal word epoch" >&2
+        run_shoal epoch word 2 all --set train.epochs=1 --set train.max_steps=0 \
+            --set train.eval_every_epoch=true || failed=1
+    fi
+    if [ "$have_torch" = 1 ]; then
+        echo "[bench] torch word epoch" >&2
+        run_torch epoch word 2 --epochs 1 --log-every 100 || failed=1
+    fi
+    report epoch | tee "$out/table.txt"
+else
+    for m in $models; do
+        for t in $threads_list; do
+            for k in $(seq "$repeat"); do
+                if [ "$have_shoal" = 1 ]; then
+                    echo "[bench] shoal $m threads=$t steps=$steps run $k/$repeat" >&2
+                    run_shoal "$m-t$t.r$k" "$m" "$t" train-only --set "train.max_steps=$steps" \
+                        --set train.eval_every_epoch=false || failed=1
+                fi
+                if [ "$have_torch" = 1 ]; then
+                    echo "[bench] torch $m threads=$t steps=$steps run $k/$repeat" >&2
+                    run_torch "$m-t$t.r$k" "$m" "$t" --steps "$steps" --no-eval || failed=1
+                fi
+            done
+            keep_best shoal "$m-t$t" "$repeat"
+            keep_best torch "$m-t$t" "$repeat"
+        done
+    done
+    report throughput | tee "$out/table.txt"
+fi
+exit "$failed"

@@ -1,0 +1,63 @@
+/* Collectives over the transport: ring allreduce (sum), ring allgather with per-node
+ * sizes, chain broadcast, dissemination barrier, and the gossip push/collect of one
+ * component. Every node of the run calls the same collective with the same component,
+ * round, sizes and options; rounds of one (collective, component) must increase from
+ * call to call (sl_transport.h: older rounds are stale).
+ *
+ * Buffers are lent to ZeroMQ while a collective runs and given back before it returns
+ * SL_OK. After an error they may still be queued to a dead peer: the caller must then
+ * leave them alone until sl_transport_destroy (a failed collective is fatal anyway,
+ * except the gossip exchange, which copies its snapshot and so lends nothing). */
+#ifndef SL_COLLECTIVE_H
+#define SL_COLLECTIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_status.h"
+#include "sl_transport.h"
+
+typedef struct {
+    size_t chunk_elems; /* floats per frame (0: 65536 = 256 KiB); large buffers stream */
+    unsigned window;    /* frames a node sends ahead of what it receives (0: 8) */
+    int timeout_ms;     /* a receive that waits longer fails (0: the transport's) */
+} sl_collective_opts_t;
+
+/* buf (count floats, the same count on every node) becomes the sum over all nodes,
+ * bit-identical on every node: reduce-scatter then allgather around the ring
+ * rank -> rank+1, each of the n segments streamed in chunks. o may be NULL.
+ * SL_ERR_TIMEOUT when a peer stops answering, SL_ERR_SHUTDOWN when one aborted,
+ * SL_ERR_INVALID when the nodes disagree on sizes. */
+sl_status_t sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *buf,
+                             size_t count, const sl_collective_opts_t *o);
+
+/* out (sum of counts floats) receives every node's block in rank order: node k's
+ * counts[k] floats at offset counts[0] + ... + counts[k-1]. mine (counts[rank] floats)
+ * may be that very place in out. counts may differ and be 0. */
+sl_status_t sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float *mine,
+                         float *out, const size_t *counts, const sl_collective_opts_t *o);
+
+/* buf (count floats) of root ends up on every node, passed down the chain
+ * root -> root+1 -> ... in chunks. */
+sl_status_t sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, uint32_t root,
+                         float *buf, size_t count, const sl_collective_opts_t *o);
+
+/* Returns once every node has entered the barrier of this round (ceil(log2 n) stages,
+ * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. */
+sl_status_t sl_barrier(sl_transport_t *t, uint64_t round, int timeout_ms);
+
+/* One component's gossip exchange. Pushes mine (count floats) to every node in pullers
+ * (the nodes that will pull from this one), then collects the snapshots of the nodes in
+ * chosen (the ones this node pulls from), waiting at most timeout_ms in all. Snapshots
+ * are stored in arrival order: recv (nchosen, count) row i comes from rank from[i]
+ * (from may be NULL); *got rows are filled. The schedule (who chooses whom) is the
+ * caller's; the lists hold distinct ranks other than this one.
+ * SL_OK when every chosen node answered; SL_ERR_TIMEOUT, not fatal, when only *got did
+ * (average over those); a push that cannot be queued is skipped and logged (its puller
+ * will miss it). Other codes are fatal. */
+sl_status_t sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t round,
+                               const float *mine, size_t count, const uint32_t *pullers,
+                               size_t npullers, const uint32_t *chosen, size_t nchosen, float *recv,
+                               uint32_t *from, size_t *got, int timeout_ms);
+
+#endif

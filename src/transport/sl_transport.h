@@ -1,0 +1,141 @@
+/* ZeroMQ transport between the nodes of one run: one bound ROUTER socket per node to
+ * receive, one DEALER per peer it sends to (made on the first send), self-describing
+ * frames (sl_wire.h) and a mailbox for frames that arrive before they are asked for.
+ *
+ * Why ROUTER/DEALER rather than PULL/PUSH: a ROUTER hands each message over with the
+ * routing id of the connection it came on. Our DEALERs set that id to "S" + their
+ * rank + a per-process nonce, so the receiver checks that the header's sender is the
+ * rank that really holds the connection: a misconfigured or foreign process cannot
+ * speak for another rank. Both pairs fair-queue the input and block (or time out) at
+ * the high-water mark, so nothing else changes.
+ *
+ * Delivery: frames between two nodes arrive in the order sent and are never
+ * duplicated; nothing is retried. A frame that fails validation is dropped, counted
+ * per reason (sl_transport_dropped) and logged once per reason. Rounds of one
+ * (kind, component) never go back: once a round is asked for, frames of older rounds
+ * are stale and dropped ("old round"). Not thread-safe: one thread per transport. */
+#ifndef SL_TRANSPORT_H
+#define SL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_status.h"
+#include "sl_wire.h"
+
+/* Payloads of at least this many bytes can be lent to ZeroMQ instead of copied. */
+#define SL_TRANSPORT_ZEROCOPY_BYTES 65536u
+
+/* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
+enum {
+    SL_DROP_FRAMING = SL_WIRE_NREASONS, /* not 1 or 2 parts after the routing id */
+    SL_DROP_IDENTITY,                   /* header sender is not the rank holding the connection */
+    SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
+    SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
+    SL_DROP_MAILBOX_FULL,
+    SL_DROP_NREASONS
+};
+const char *sl_transport_drop_name(unsigned reason);
+
+typedef struct {
+    uint64_t run_id;           /* frames of any other run are dropped */
+    uint32_t rank, size;       /* this node, number of nodes (rank < size) */
+    const char *bind_endpoint; /* "tcp://127.0.0.1:*", "ipc:///tmp/shoal-X/rank-3";
+                                  NULL: tcp://127.0.0.1:*. Copied. */
+    int timeout_ms;            /* default wait of sends and collectives; > 0 */
+    int heartbeat_ms;          /* ZMTP heartbeats on DEALERs (dead after 3 missed); 0 off */
+    int linger_ms;             /* how long destroy lets queued frames leave; >= 0 */
+    size_t mailbox_frames;     /* caps on frames held for later */
+    uint64_t mailbox_bytes;
+} sl_transport_opts_t;
+
+/* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
+ * bind tcp://127.0.0.1:*; run_id, rank and size 0 (set them). */
+void sl_transport_opts_default(sl_transport_opts_t *o);
+
+typedef struct sl_transport sl_transport_t;
+
+/* Messages and payload bytes (headers not included) per (kind, component). */
+typedef struct {
+    uint64_t sent_msgs, sent_bytes;
+    uint64_t recv_msgs, recv_bytes; /* valid frames accepted (handed out or filed) */
+    uint32_t component;
+    uint8_t kind;
+} sl_transport_stat_t;
+
+/* A received frame: the validated header and its payload (h.payload_bytes bytes, not
+ * aligned: copy it or read it with memcpy). Release with sl_transport_frame_release. */
+typedef struct {
+    sl_wire_header_t h;
+    const void *payload;
+} sl_transport_frame_t;
+
+/* Creates the ZeroMQ context and binds the node's socket. SL_ERR_INVALID for bad
+ * options, SL_ERR_TRANSPORT when the bind fails. */
+sl_status_t sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o);
+/* Closes every socket and frees; accepts NULL, NULLs *t. Frames still queued get
+ * linger_ms to leave, then are dropped (a dead peer cannot hold the exit longer); lent
+ * payloads are given back on return. A slow receiver can be more than linger_ms behind
+ * (the last node of a broadcast chain, say), so nodes pass sl_barrier before they
+ * destroy: then every peer has everything it was sent. */
+void sl_transport_destroy(sl_transport_t **t);
+
+/* The endpoint really bound (wildcards resolved), for the other nodes to connect to. */
+const char *sl_transport_endpoint(const sl_transport_t *t);
+uint32_t sl_transport_rank(const sl_transport_t *t);
+uint32_t sl_transport_size(const sl_transport_t *t);
+int sl_transport_timeout_ms(const sl_transport_t *t);
+
+/* Learns every node's endpoint (size entries, by rank; the own entry and the entries of
+ * nodes never sent to may be NULL). Copied. Sockets are connected on the first send to
+ * each peer. Once per transport. */
+sl_status_t sl_transport_connect(sl_transport_t *t, const char *const *endpoints);
+
+/* Lend payloads of at least SL_TRANSPORT_ZEROCOPY_BYTES to ZeroMQ (zero copy): the
+ * caller must leave them unchanged until sl_transport_wait_sent returns SL_OK or the
+ * transport is destroyed. Without it (and below that size) the payload is copied. */
+#define SL_SEND_LEND 1
+
+/* Sends count elements of payload (encoding sl_wire_encoding_t, scale as in the header)
+ * as one frame with key (key->peer = the destination, != own rank). Waits up to
+ * timeout_ms (< 0: the transport's) for room in the queue to that peer: SL_ERR_TIMEOUT
+ * when there is none; the frame is then not sent. Frames to a peer not yet connected
+ * are queued. SL_ERR_INVALID for a bad key, encoding or size. */
+sl_status_t sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *payload,
+                              uint32_t count, unsigned encoding, float scale, int flags,
+                              int timeout_ms);
+/* Waits up to timeout_ms until ZeroMQ has given back every lent payload.
+ * SL_ERR_TIMEOUT when some are still held (e.g. queued to a dead peer). */
+sl_status_t sl_transport_wait_sent(sl_transport_t *t, int timeout_ms);
+
+/* Waits up to timeout_ms (>= 0; 0 only takes what has already arrived) for a frame
+ * matching one of keys (exact kind, component, round, seq and sender). Frames for other
+ * keys are filed in the mailbox meanwhile. On SL_OK *frame is the caller's and *which
+ * (may be NULL) the index of the key it matched. SL_ERR_TIMEOUT when none came,
+ * SL_ERR_SHUTDOWN when a peer sent an abort (now or before), SL_ERR_TRANSPORT on socket
+ * failure, SL_ERR_INVALID for a bad key. */
+sl_status_t sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys,
+                                  int timeout_ms, sl_transport_frame_t **frame, size_t *which);
+/* sl_transport_recv_any for one key, copying the payload into buf (cap bytes):
+ * *got = its size. SL_ERR_INVALID (frame dropped) when it is larger than cap. */
+sl_status_t sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void *buf, size_t cap,
+                              size_t *got, int timeout_ms);
+/* Gives a received frame back; accepts NULL, NULLs *f. */
+void sl_transport_frame_release(sl_transport_frame_t **f);
+
+/* Tells every node with a known endpoint that this one stops (reason: a short text),
+ * waiting at most timeout_ms in all; their receives then fail with SL_ERR_SHUTDOWN.
+ * Best effort: SL_ERR_TIMEOUT names how many peers could not be told in time. */
+sl_status_t sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms);
+
+/* Counters of (kind, component), zeros when nothing passed. */
+void sl_transport_stat(const sl_transport_t *t, unsigned kind, uint32_t component,
+                       sl_transport_stat_t *out);
+/* Every row of counters; *rows is borrowed, valid until the next call on t. */
+size_t sl_transport_stats(const sl_transport_t *t, const sl_transport_stat_t **rows);
+/* Frames dropped for reason (a sl_wire_reason_t or SL_DROP_*); 0 for SL_WIRE_OK. */
+uint64_t sl_transport_dropped(const sl_transport_t *t, unsigned reason);
+/* Frames waiting in the mailbox. */
+size_t sl_transport_pending(const sl_transport_t *t);
+
+#endif

@@ -1,0 +1,278 @@
+/* Frame header encoding and validation. Fields are written and read one at a time as
+ * little-endian integers (never a struct memcpy), so the layout does not depend on the
+ * compiler's padding or the host's byte order. */
+#include "sl_wire.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "sl_hash.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "shoal's wire payloads are host floats: a big-endian host needs byte swapping"
+#endif
+
+#define ENC_BIT(e) (1u << (e))
+#define FLOAT_ENCS (ENC_BIT(SL_WIRE_FP32) | ENC_BIT(SL_WIRE_FP16) | ENC_BIT(SL_WIRE_BF16))
+
+/* What each kind may carry: a payload cap and the encodings allowed. */
+static const struct {
+    const char *name;
+    uint64_t max_payload;
+    unsigned encodings; /* bit per sl_wire_encoding_t */
+} kinds[SL_WIRE_NKINDS] = {
+    [SL_WIRE_DATA] = {"data", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS | ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_GOSSIP_SNAPSHOT] = {"gossip snapshot", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_GOSSIP_REQUEST] = {"gossip request", 0, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_ALLREDUCE] = {"allreduce", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_ALLGATHER] = {"allgather", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_BROADCAST] = {"broadcast", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_BARRIER] = {"barrier", 0, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_ABORT] = {"abort", SL_WIRE_MAX_ABORT, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_HEARTBEAT] = {"heartbeat", 0, ENC_BIT(SL_WIRE_BYTES)},
+};
+
+sl_wire_key_t
+sl_wire_key_of(const sl_wire_header_t *h)
+{
+    sl_wire_key_t k = {h->round, h->component, h->seq, h->sender, h->kind};
+    return k;
+}
+
+size_t
+sl_wire_element_bytes(unsigned encoding)
+{
+    switch (encoding) {
+    case SL_WIRE_FP32:
+        return 4;
+    case SL_WIRE_FP16:
+        return 2;
+    case SL_WIRE_BF16:
+        return 2;
+    case SL_WIRE_BYTES:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const char *
+sl_wire_kind_name(unsigned kind)
+{
+    return kind > 0 && kind < SL_WIRE_NKINDS ? kinds[kind].name : "unknown kind";
+}
+
+const char *
+sl_wire_encoding_name(unsigned encoding)
+{
+    switch (encoding) {
+    case SL_WIRE_FP32:
+        return "fp32";
+    case SL_WIRE_FP16:
+        return "fp16";
+    case SL_WIRE_BF16:
+        return "bf16";
+    case SL_WIRE_BYTES:
+        return "bytes";
+    default:
+        return "unknown encoding";
+    }
+}
+
+const char *
+sl_wire_reason_name(unsigned reason)
+{
+    static const char *names[SL_WIRE_NREASONS] = {"ok",
+                                                  "truncated",
+                                                  "bad magic",
+                                                  "bad version",
+                                                  "wrong run id",
+                                                  "bad sender",
+                                                  "wrong receiver",
+                                                  "unknown kind",
+                                                  "bad encoding",
+                                                  "bad scale",
+                                                  "too large",
+                                                  "count does not match size",
+                                                  "length does not match",
+                                                  "bad checksum"};
+    return reason < SL_WIRE_NREASONS ? names[reason] : "unknown reason";
+}
+
+static void
+put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t
+get_u16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t
+get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t
+float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float
+bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint64_t
+sl_wire_checksum(const unsigned char *head, const void *payload, size_t payload_bytes)
+{
+    sl_hash_t s;
+
+    sl_hash_init(&s, SL_WIRE_MAGIC);
+    sl_hash_update(&s, head, SL_WIRE_CHECKSUM_OFFSET);
+    if (payload_bytes)
+        sl_hash_update(&s, payload, payload_bytes);
+    return sl_hash_final(&s);
+}
+
+/* The checks that need only the header's own fields (kind, encoding, scale, sizes),
+ * shared by the encoder and the decoder so that what we send always decodes. */
+static sl_wire_reason_t
+check_fields(const sl_wire_header_t *h)
+{
+    size_t elem;
+
+    if (h->kind == 0 || h->kind >= SL_WIRE_NKINDS)
+        return SL_WIRE_BAD_KIND;
+    elem = sl_wire_element_bytes(h->encoding);
+    if (elem == 0 || !(kinds[h->kind].encodings & ENC_BIT(h->encoding)))
+        return SL_WIRE_BAD_ENCODING;
+    if (h->encoding == SL_WIRE_FP32 || h->encoding == SL_WIRE_BYTES) {
+        if (h->scale != 1.0f)
+            return SL_WIRE_BAD_SCALE;
+    } else if (!(isfinite(h->scale) && h->scale > 0.0f)) {
+        return SL_WIRE_BAD_SCALE;
+    }
+    if (h->payload_bytes > kinds[h->kind].max_payload)
+        return SL_WIRE_TOO_LARGE;
+    if ((uint64_t)h->count * elem != h->payload_bytes)
+        return SL_WIRE_BAD_COUNT;
+    return SL_WIRE_OK;
+}
+
+sl_status_t
+sl_wire_encode(const sl_wire_header_t *h, const void *payload,
+               unsigned char out[SL_WIRE_HEADER_BYTES])
+{
+    sl_wire_reason_t why = check_fields(h);
+
+    if (why != SL_WIRE_OK)
+        return sl_err_set(SL_ERR_INVALID, "sl_wire_encode: %s frame to rank %u: %s",
+                          sl_wire_kind_name(h->kind), (unsigned)h->receiver,
+                          sl_wire_reason_name(why));
+    put_u32(out + 0, SL_WIRE_MAGIC);
+    put_u16(out + 4, SL_WIRE_VERSION);
+    out[6] = h->kind;
+    out[7] = h->encoding;
+    put_u64(out + 8, h->run_id);
+    put_u32(out + 16, h->sender);
+    put_u32(out + 20, h->receiver);
+    put_u32(out + 24, h->component);
+    put_u32(out + 28, h->seq);
+    put_u64(out + 32, h->round);
+    put_u32(out + 40, h->count);
+    put_u32(out + 44, float_bits(h->scale));
+    put_u64(out + 48, h->payload_bytes);
+    put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, payload, h->payload_bytes));
+    return SL_OK;
+}
+
+sl_wire_reason_t
+sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
+                     uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
+{
+    const unsigned char *p = head;
+    sl_wire_reason_t why;
+
+    if (head_len < SL_WIRE_HEADER_BYTES)
+        return SL_WIRE_TRUNCATED;
+    if (get_u32(p) != SL_WIRE_MAGIC)
+        return SL_WIRE_BAD_MAGIC;
+    if (get_u16(p + 4) != SL_WIRE_VERSION)
+        return SL_WIRE_BAD_VERSION;
+    h->kind = p[6];
+    h->encoding = p[7];
+    h->run_id = get_u64(p + 8);
+    h->sender = get_u32(p + 16);
+    h->receiver = get_u32(p + 20);
+    h->component = get_u32(p + 24);
+    h->seq = get_u32(p + 28);
+    h->round = get_u64(p + 32);
+    h->count = get_u32(p + 40);
+    h->scale = bits_float(get_u32(p + 44));
+    h->payload_bytes = get_u64(p + 48);
+    if (h->run_id != run_id)
+        return SL_WIRE_BAD_RUN;
+    if (h->sender >= nranks || h->sender == me)
+        return SL_WIRE_BAD_SENDER;
+    if (h->receiver != me)
+        return SL_WIRE_BAD_RECEIVER;
+    why = check_fields(h);
+    if (why != SL_WIRE_OK)
+        return why;
+    if (head_len != SL_WIRE_HEADER_BYTES || h->payload_bytes != payload_len)
+        return SL_WIRE_BAD_LENGTH;
+    if (get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != sl_wire_checksum(p, payload, payload_len))
+        return SL_WIRE_BAD_CHECKSUM;
+    return SL_WIRE_OK;
+}
+
+sl_wire_reason_t
+sl_wire_decode(const void *buf, size_t len, uint64_t run_id, uint32_t me, uint32_t nranks,
+               sl_wire_header_t *h, const void **payload)
+{
+    const unsigned char *p = buf;
+
+    if (len < SL_WIRE_HEADER_BYTES)
+        return SL_WIRE_TRUNCATED;
+    *payload = p + SL_WIRE_HEADER_BYTES;
+    return sl_wire_decode_parts(p, SL_WIRE_HEADER_BYTES, p + SL_WIRE_HEADER_BYTES,
+                                len - SL_WIRE_HEADER_BYTES, run_id, me, nranks, h);
+}

@@ -1,0 +1,125 @@
+/* Wire format of every shoal frame: a fixed 64-byte little-endian header, encoded and
+ * decoded field by field, then the payload. Decoding validates every field and says
+ * which check failed, so a bad frame is dropped and counted, never trusted.
+ *
+ * Header layout (offsets in bytes, all little-endian):
+ *    0 magic u32 (SL_WIRE_MAGIC)     4 version u16       6 kind u8     7 encoding u8
+ *    8 run_id u64                   16 sender u32       20 receiver u32
+ *   24 component u32                28 seq u32          32 round u64
+ *   40 count u32 (elements)         44 scale f32        48 payload_bytes u64
+ *   56 checksum u64 = sl_hash(header bytes 0..55, then the payload; seed SL_WIRE_MAGIC)
+ * Payload elements are little-endian too: fp32 payloads are host floats, and sl_wire.c
+ * refuses to compile on a big-endian host. */
+#ifndef SL_WIRE_H
+#define SL_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_status.h"
+
+#define SL_WIRE_MAGIC 0x4c4f4853u /* "SHOL" read as little-endian bytes */
+#define SL_WIRE_VERSION 1u
+#define SL_WIRE_HEADER_BYTES 64u
+#define SL_WIRE_CHECKSUM_OFFSET 56u
+/* Largest payload of one frame; collectives chunk larger buffers. */
+#define SL_WIRE_MAX_PAYLOAD ((uint64_t)1 << 30)
+/* Largest payload of an abort frame (a reason string). */
+#define SL_WIRE_MAX_ABORT 1024u
+
+/* What a frame is for. Values are part of the protocol: never renumber. */
+typedef enum {
+    SL_WIRE_DATA = 1,            /* point-to-point data (sl_transport_send by hand) */
+    SL_WIRE_GOSSIP_SNAPSHOT = 2, /* one component's parameters pushed to a puller */
+    SL_WIRE_GOSSIP_REQUEST = 3,  /* ask a peer for its snapshot (pull mode; no payload) */
+    SL_WIRE_ALLREDUCE = 4,       /* ring allreduce chunk; seq = step * chunks + chunk */
+    SL_WIRE_ALLGATHER = 5,       /* ring allgather chunk; seq as above */
+    SL_WIRE_BROADCAST = 6,       /* chain broadcast chunk; seq = chunk */
+    SL_WIRE_BARRIER = 7,         /* dissemination barrier; seq = stage; no payload */
+    SL_WIRE_ABORT = 8,           /* sender is stopping; payload = reason (bytes) */
+    SL_WIRE_HEARTBEAT = 9        /* application-level liveness; no payload */
+} sl_wire_kind_t;
+#define SL_WIRE_NKINDS 10 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
+
+/* How payload elements are stored. fp16/bf16 carry values multiplied by scale before
+ * the down-cast (compression scaling); fp32 and bytes use scale 1. */
+typedef enum {
+    SL_WIRE_FP32 = 1,
+    SL_WIRE_FP16 = 2,
+    SL_WIRE_BF16 = 3,
+    SL_WIRE_BYTES = 4
+} sl_wire_encoding_t;
+
+/* Why sl_wire_decode refused a frame; one code per check, in the order checked. */
+typedef enum {
+    SL_WIRE_OK = 0,
+    SL_WIRE_TRUNCATED, /* fewer bytes than a header */
+    SL_WIRE_BAD_MAGIC,
+    SL_WIRE_BAD_VERSION,
+    SL_WIRE_BAD_RUN,      /* run id is not ours: a frame from another run */
+    SL_WIRE_BAD_SENDER,   /* sender >= nranks or sender == me */
+    SL_WIRE_BAD_RECEIVER, /* receiver != me */
+    SL_WIRE_BAD_KIND,
+    SL_WIRE_BAD_ENCODING, /* unknown, or not allowed for the kind */
+    SL_WIRE_BAD_SCALE,    /* not finite and > 0, or != 1 for fp32/bytes */
+    SL_WIRE_TOO_LARGE,    /* payload_bytes over the cap of the kind */
+    SL_WIRE_BAD_COUNT,    /* count * element size != payload_bytes */
+    SL_WIRE_BAD_LENGTH,   /* payload_bytes != the bytes that actually follow */
+    SL_WIRE_BAD_CHECKSUM,
+    SL_WIRE_NREASONS
+} sl_wire_reason_t;
+
+/* A decoded header. magic, version and checksum are checked, not stored. */
+typedef struct {
+    uint64_t run_id;
+    uint64_t round; /* the operation's round (sync block index, step, ...) */
+    uint64_t payload_bytes;
+    uint32_t sender, receiver;
+    uint32_t component;
+    uint32_t seq;   /* position within the operation (chunk, stage) */
+    uint32_t count; /* elements in the payload */
+    float scale;
+    uint8_t kind;     /* sl_wire_kind_t */
+    uint8_t encoding; /* sl_wire_encoding_t */
+} sl_wire_header_t;
+
+/* What a receiver asks for: one frame is identified by these header fields. */
+typedef struct {
+    uint64_t round;
+    uint32_t component;
+    uint32_t seq;
+    uint32_t peer; /* the sender (for a send: the receiver) */
+    uint8_t kind;  /* sl_wire_kind_t */
+} sl_wire_key_t;
+
+/* The key of a received frame (peer = its sender). */
+sl_wire_key_t sl_wire_key_of(const sl_wire_header_t *h);
+
+/* Bytes per element of an encoding; 0 when unknown. */
+size_t sl_wire_element_bytes(unsigned encoding);
+/* Short names for logs: "allreduce", "fp32", "bad checksum". Never NULL. */
+const char *sl_wire_kind_name(unsigned kind);
+const char *sl_wire_encoding_name(unsigned encoding);
+const char *sl_wire_reason_name(unsigned reason);
+
+/* Checksum of a frame: the first SL_WIRE_CHECKSUM_OFFSET bytes of head, then payload. */
+uint64_t sl_wire_checksum(const unsigned char *head, const void *payload, size_t payload_bytes);
+
+/* Writes the header for h and payload (h->payload_bytes bytes, may be NULL when 0)
+ * into out, checksum included. SL_ERR_INVALID when h would not pass sl_wire_decode
+ * (unknown kind or encoding, count/size mismatch, size over the cap, bad scale). */
+sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
+                           unsigned char out[SL_WIRE_HEADER_BYTES]);
+
+/* Validates a contiguous frame (header then payload, len bytes) for the node of rank
+ * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points
+ * *payload into buf (unaligned: read it with memcpy); otherwise leaves them undefined. */
+sl_wire_reason_t sl_wire_decode(const void *buf, size_t len, uint64_t run_id, uint32_t me,
+                                uint32_t nranks, sl_wire_header_t *h, const void **payload);
+/* The same for a frame sent as two parts: header (head_len bytes, must be exactly a
+ * header) and payload (payload_len bytes). */
+sl_wire_reason_t sl_wire_decode_parts(const void *head, size_t head_len, const void *payload,
+                                      size_t payload_len, uint64_t run_id, uint32_t me,
+                                      uint32_t nranks, sl_wire_header_t *h);
+
+#endif

@@ -1,0 +1,163 @@
+/* libFuzzer target: sl_wire_decode on arbitrary bytes, then every frame that passes is
+ * filed into a mailbox whose verdicts and takes are checked against a plain list.
+ * Input: records of [flags u8][length u16 le][frame bytes]. Flag bit 0 reseals the
+ * frame's checksum first (so the field checks behind it are reached), bit 1 advances
+ * the frame's (kind, component) to its round, bit 2 takes its key back out. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_mailbox.h"
+#include "sl_wire.h"
+
+#define RUN_ID 0x5eed5eed12345678ULL
+#define ME 1
+#define NRANKS 4
+#define MAX_FRAMES 8
+#define MAX_BYTES 4096
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+typedef struct {
+    sl_wire_key_t key;
+    uint64_t bytes;
+    void *owner;
+} ref_t;
+
+typedef struct {
+    sl_wire_key_t key;
+    uint64_t round;
+} ref_mark_t;
+
+static void
+release(void *owner)
+{
+    free(owner);
+}
+
+static int
+same_key(const sl_wire_key_t *a, const sl_wire_key_t *b)
+{
+    return a->round == b->round && a->component == b->component && a->seq == b->seq &&
+           a->peer == b->peer && a->kind == b->kind;
+}
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    sl_mailbox_t *mb = NULL;
+    ref_t ref[MAX_FRAMES];
+    ref_mark_t marks[64];
+    size_t nref = 0, nmarks = 0;
+    uint64_t ref_bytes = 0;
+
+    if (sl_mailbox_new(&mb, MAX_FRAMES, MAX_BYTES, release) != SL_OK)
+        abort();
+    while (size >= 3) {
+        unsigned flags = data[0];
+        size_t len = (size_t)data[1] | (size_t)data[2] << 8;
+        data += 3;
+        size -= 3;
+        if (len > size)
+            len = size;
+        unsigned char *buf = malloc(len ? len : 1); /* exact size: ASan sees overreads */
+        memcpy(buf, data, len);
+        data += len;
+        size -= len;
+        if ((flags & 1) && len >= SL_WIRE_HEADER_BYTES) {
+            uint64_t c =
+                sl_wire_checksum(buf, buf + SL_WIRE_HEADER_BYTES, len - SL_WIRE_HEADER_BYTES);
+            for (int i = 0; i < 8; i++)
+                buf[SL_WIRE_CHECKSUM_OFFSET + i] = (unsigned char)(c >> (8 * i));
+        }
+        sl_wire_header_t h;
+        const void *payload;
+        sl_wire_reason_t why = sl_wire_decode(buf, len, RUN_ID, ME, NRANKS, &h, &payload);
+        if (why >= SL_WIRE_NREASONS)
+            abort();
+        if (why != SL_WIRE_OK) {
+            free(buf);
+            continue;
+        }
+        /* what decode promised */
+        if (h.sender >= NRANKS || h.sender == ME || h.receiver != ME ||
+            h.payload_bytes != len - SL_WIRE_HEADER_BYTES ||
+            (uint64_t)h.count * sl_wire_element_bytes(h.encoding) != h.payload_bytes ||
+            payload != buf + SL_WIRE_HEADER_BYTES)
+            abort();
+        unsigned char again[SL_WIRE_HEADER_BYTES];
+        if (sl_wire_encode(&h, payload, again) != SL_OK || memcmp(again, buf, sizeof again))
+            abort();
+
+        sl_wire_key_t key = sl_wire_key_of(&h);
+        int old = 0, dup = 0;
+        for (size_t i = 0; i < nmarks; i++)
+            if (marks[i].key.kind == key.kind && marks[i].key.component == key.component &&
+                key.round < marks[i].round)
+                old = 1;
+        for (size_t i = 0; i < nref; i++)
+            if (same_key(&ref[i].key, &key))
+                dup = 1;
+        sl_mailbox_verdict_t want =
+            old                                                               ? SL_MAILBOX_OLD_ROUND
+            : dup                                                             ? SL_MAILBOX_DUPLICATE
+            : (nref == MAX_FRAMES || h.payload_bytes > MAX_BYTES - ref_bytes) ? SL_MAILBOX_FULL
+                                                                              : SL_MAILBOX_FILED;
+        if (sl_mailbox_file(mb, &key, h.payload_bytes, buf) != want)
+            abort();
+        if (want == SL_MAILBOX_FILED) {
+            ref[nref++] = (ref_t){key, h.payload_bytes, buf};
+            ref_bytes += h.payload_bytes;
+        }
+        if ((flags & 2) && nmarks < 64) {
+            size_t purged = 0, expect = 0;
+            int found = 0;
+            for (size_t i = 0; i < nmarks; i++)
+                if (marks[i].key.kind == key.kind && marks[i].key.component == key.component) {
+                    found = 1;
+                    if (key.round > marks[i].round)
+                        marks[i].round = key.round;
+                }
+            if (!found)
+                marks[nmarks++] = (ref_mark_t){key, key.round};
+            for (size_t i = 0; i < nref;)
+                if (ref[i].key.kind == key.kind && ref[i].key.component == key.component &&
+                    ref[i].key.round < key.round) {
+                    ref_bytes -= ref[i].bytes;
+                    ref[i] = ref[--nref];
+                    expect++;
+                } else {
+                    i++;
+                }
+            if (sl_mailbox_advance(mb, key.kind, key.component, key.round, &purged) != SL_OK ||
+                purged != expect)
+                abort();
+        }
+        if (flags & 4) {
+            void *want_owner = NULL;
+            for (size_t i = 0; i < nref; i++)
+                if (same_key(&ref[i].key, &key)) {
+                    want_owner = ref[i].owner;
+                    ref_bytes -= ref[i].bytes;
+                    ref[i] = ref[--nref];
+                    break;
+                }
+            void *got = sl_mailbox_take(mb, &key);
+            if (got != want_owner)
+                abort();
+            free(got);
+        }
+        if (sl_mailbox_frames(mb) != nref || sl_mailbox_bytes(mb) != ref_bytes)
+            abort();
+        for (size_t i = 0; i < nref; i++) { /* every filed frame is still reachable */
+            void *o = sl_mailbox_take(mb, &ref[i].key);
+            if (o != ref[i].owner ||
+                sl_mailbox_file(mb, &ref[i].key, ref[i].bytes, o) != SL_MAILBOX_FILED)
+                abort();
+        }
+    }
+    sl_mailbox_destroy(&mb);
+    if (mb)
+        abort();
+    return 0;
+}

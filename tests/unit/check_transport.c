@@ -1,0 +1,1032 @@
+/* Tests of src/transport: two transports in one process (sends, lent payloads, the
+ * mailbox at work), then real clusters of 1..7 forked node processes on
+ * tcp://127.0.0.1:* and ipc:// running every collective against locally computed
+ * results, frames with bad fields injected into a node's socket, a peer killed with
+ * SIGKILL mid-run and a peer that aborts. The parent coordinates: it collects each
+ * node's bound endpoint through a pipe, hands every node the full table, and kills and
+ * reaps all of them on failure or timeout (children also die with it: PDEATHSIG). */
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sl_clock.h"
+#include "sl_collective.h"
+#include "sl_hash.h"
+#include "sl_log.h"
+#include "sl_transport.h"
+
+#define RUN 0xfeed0000beefULL
+#define MAXN 8
+
+/* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
+ * exact in float whatever the order of addition. */
+static float
+value(uint32_t k, size_t i)
+{
+    return (float)((k * 131 + i * 17 + (i >> 7)) % 1024) / 64.0f - 8.0f;
+}
+
+/* ---------------------------------------------------------------- two in one process */
+
+static void
+pair_new(sl_transport_t *t[2], const char *bind)
+{
+    sl_transport_opts_t o;
+    const char *eps[2];
+
+    for (uint32_t r = 0; r < 2; r++) {
+        sl_transport_opts_default(&o);
+        o.run_id = RUN;
+        o.rank = r;
+        o.size = 2;
+        o.bind_endpoint = bind;
+        o.timeout_ms = 2000;
+        o.linger_ms = 0;
+        ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
+    }
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(t[1]);
+    ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
+    ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+}
+
+START_TEST(test_pair_send_recv)
+{
+    sl_transport_t *t[2];
+    enum { BIG = 300001 };
+    float *big = malloc(BIG * sizeof *big), *back = malloc(BIG * sizeof *back), small[5];
+    size_t got;
+
+    pair_new(t, NULL);
+    ck_assert(strncmp(sl_transport_endpoint(t[0]), "tcp://127.0.0.1:", 16) == 0);
+    ck_assert(strcmp(sl_transport_endpoint(t[0]) + 16, "*") != 0); /* real port read back */
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = value(0, i);
+    for (int i = 0; i < 5; i++)
+        small[i] = (float)i;
+    /* three frames sent in one order, asked for in another: the mailbox holds the rest */
+    sl_wire_key_t kb = {3, 7, 0, 1, SL_WIRE_DATA}, ks = {3, 7, 1, 1, SL_WIRE_DATA},
+                  kc = {3, 8, 0, 1, SL_WIRE_GOSSIP_SNAPSHOT};
+    ck_assert_int_eq(sl_transport_send(t[0], &kb, big, BIG, SL_WIRE_FP32, 1.0f, SL_SEND_LEND, -1),
+                     SL_OK);
+    ck_assert_int_eq(sl_transport_send(t[0], &ks, small, 5, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    ck_assert_int_eq(sl_transport_send(t[0], &kc, small, 2, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    ck_assert_msg(sl_transport_wait_sent(t[0], 2000) == SL_OK, "%s", sl_err_msg());
+    memset(big, 0, BIG * sizeof *big); /* given back: ours to change */
+
+    sl_wire_key_t rc = kc, rs = ks, rb = kb;
+    rc.peer = rs.peer = rb.peer = 0;
+    ck_assert_msg(sl_transport_recv(t[1], &rc, back, 8, &got, 2000) == SL_OK, "%s", sl_err_msg());
+    ck_assert_uint_eq(got, 8);
+    ck_assert(back[0] == 0.0f && back[1] == 1.0f);
+    ck_assert_uint_eq(sl_transport_pending(t[1]), 2); /* the big and the small one */
+    ck_assert_int_eq(sl_transport_recv(t[1], &rs, back, sizeof small, &got, 0), SL_OK);
+    ck_assert_uint_eq(got, sizeof small);
+    ck_assert(back[4] == 4.0f);
+    /* too small a buffer is an error, the frame is gone */
+    ck_assert_int_eq(sl_transport_recv(t[1], &rb, back, 100, &got, 0), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_transport_recv(t[1], &rb, back, 100, &got, 0), SL_ERR_TIMEOUT);
+
+    /* again, this time the lent frame arrives whole */
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = value(1, i);
+    kb.round = 4;
+    ck_assert_int_eq(sl_transport_send(t[0], &kb, big, BIG, SL_WIRE_FP32, 1.0f, SL_SEND_LEND, -1),
+                     SL_OK);
+    rb.round = 4;
+    ck_assert_int_eq(sl_transport_recv(t[1], &rb, back, BIG * sizeof *back, &got, 2000), SL_OK);
+    ck_assert_uint_eq(got, BIG * sizeof *back);
+    ck_assert_int_eq(memcmp(back, big, got), 0);
+    ck_assert_int_eq(sl_transport_wait_sent(t[0], 2000), SL_OK);
+
+    /* counters: payload bytes and messages per kind and component */
+    sl_transport_stat_t st;
+    sl_transport_stat(t[0], SL_WIRE_DATA, 7, &st);
+    ck_assert_uint_eq(st.sent_msgs, 3);
+    ck_assert_uint_eq(st.sent_bytes, 2 * BIG * 4 + 20);
+    sl_transport_stat(t[1], SL_WIRE_DATA, 7, &st);
+    ck_assert_uint_eq(st.recv_msgs, 3);
+    ck_assert_uint_eq(st.recv_bytes, 2 * BIG * 4 + 20);
+    sl_transport_stat(t[1], SL_WIRE_GOSSIP_SNAPSHOT, 8, &st);
+    ck_assert_uint_eq(st.recv_msgs, 1);
+    ck_assert_uint_eq(st.recv_bytes, 8);
+    sl_transport_stat(t[1], SL_WIRE_BARRIER, 0, &st);
+    ck_assert_uint_eq(st.recv_msgs, 0);
+    const sl_transport_stat_t *rows;
+    ck_assert_uint_eq(sl_transport_stats(t[1], &rows), 2);
+    for (unsigned r = 1; r < SL_DROP_NREASONS; r++)
+        ck_assert_uint_eq(sl_transport_dropped(t[1], r), 0);
+
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+    ck_assert_ptr_null(t[0]);
+    free(big);
+    free(back);
+}
+END_TEST
+
+/* A frame for an old round is dropped even when it arrives after the round moved on,
+ * and a late gossip snapshot does not leak into the next round. */
+START_TEST(test_pair_old_rounds)
+{
+    sl_transport_t *t[2];
+    float v[3] = {1, 2, 3}, out[6];
+    uint32_t from[1], one = 1, zero = 0;
+    size_t got;
+
+    pair_new(t, "ipc://*");
+    ck_assert(strncmp(sl_transport_endpoint(t[0]), "ipc://", 6) == 0);
+    sl_wire_key_t k = {10, 2, 0, 1, SL_WIRE_DATA};
+    ck_assert_int_eq(sl_transport_send(t[0], &k, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    k.round = 11;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    /* round 10 seq 5 never comes; rounds 10 and 11 (seq 0) are filed meanwhile */
+    k.peer = 0;
+    k.round = 10;
+    k.seq = 5;
+    ck_assert_int_eq(sl_transport_recv(t[1], &k, out, sizeof out, &got, 300), SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_OLD_ROUND), 0);
+    ck_assert_uint_eq(sl_transport_pending(t[1]), 2);
+    /* asking for round 12 purges both; round 9 sent now is refused on arrival */
+    k.peer = 1;
+    k.round = 9;
+    k.seq = 0;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    k.peer = 0;
+    k.round = 12;
+    ck_assert_int_eq(sl_transport_recv(t[1], &k, out, sizeof out, &got, 300), SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_OLD_ROUND), 3);
+    ck_assert_uint_eq(sl_transport_pending(t[1]), 0);
+
+    /* gossip: rank 1 is silent in round 0 and answers late; round 1 gets only round 1's */
+    ck_assert_int_eq(sl_gossip_exchange(t[0], 5, 0, v, 3, &one, 1, &one, 1, out, from, &got, 200),
+                     SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(got, 0);
+    ck_assert_int_eq(
+        sl_gossip_exchange(t[1], 5, 0, v, 3, &zero, 1, &zero, 1, out, from, &got, 1000),
+        SL_OK); /* rank 0's push of round 0 was waiting for it */
+    ck_assert_uint_eq(got, 1);
+    ck_assert_uint_eq(from[0], 0);
+    ck_assert(out[2] == 3.0f);
+    v[0] = 42;
+    ck_assert_int_eq(sl_gossip_exchange(t[1], 5, 1, v, 3, &zero, 1, &zero, 1, out, from, &got, 0),
+                     SL_ERR_TIMEOUT);
+    ck_assert_int_eq(sl_gossip_exchange(t[0], 5, 1, v, 3, &one, 1, &one, 1, out, from, &got, 1000),
+                     SL_OK);
+    ck_assert(out[0] == 42.0f);
+    ck_assert_uint_eq(sl_transport_dropped(t[0], SL_DROP_OLD_ROUND), 1); /* the late round 0 */
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+}
+END_TEST
+
+START_TEST(test_bad_arguments)
+{
+    sl_transport_t *t;
+    sl_transport_opts_t o;
+    float v[2] = {0};
+    size_t got;
+    uint32_t list[2] = {1, 1}, self = 0;
+
+    sl_transport_opts_default(&o);
+    o.size = 2;
+    o.rank = 2;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_INVALID);
+    ck_assert_ptr_null(t);
+    o.rank = 0;
+    o.timeout_ms = 0;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_INVALID);
+    o.timeout_ms = 500;
+    o.bind_endpoint = "tcp://256.1.1.1:1";
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_TRANSPORT);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "binding"));
+    o.bind_endpoint = "bogus://x";
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_TRANSPORT);
+    o.bind_endpoint = NULL;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+
+    sl_wire_key_t k = {0, 0, 0, 0, SL_WIRE_DATA};
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 1.0f, 0, -1), SL_ERR_INVALID);
+    k.peer = 1; /* no endpoint known yet */
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 1.0f, 0, -1), SL_ERR_INVALID);
+    const char *eps[2] = {NULL, "tcp://127.0.0.1:1"};
+    ck_assert_int_eq(sl_transport_connect(t, eps), SL_OK);
+    ck_assert_int_eq(sl_transport_connect(t, eps), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, 77, 1.0f, 0, -1), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 3.0f, 0, -1), SL_ERR_INVALID);
+    k.kind = SL_WIRE_BARRIER;
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_BYTES, 1.0f, 0, -1), SL_ERR_INVALID);
+    /* over the frame cap: refused before anything is read or allocated */
+    k.kind = SL_WIRE_DATA;
+    ck_assert_int_eq(sl_transport_send(t, &k, v, (1u << 28) + 1, SL_WIRE_FP32, 1.0f, 0, -1),
+                     SL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "too large"));
+    /* a peer that does not exist: the frame is queued, receiving times out on time */
+    k.kind = SL_WIRE_DATA;
+    ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 1.0f, 0, 0), SL_OK);
+    double t0 = sl_clock_now();
+    ck_assert_int_eq(sl_transport_recv(t, &k, v, sizeof v, &got, 250), SL_ERR_TIMEOUT);
+    double dt = sl_clock_now() - t0;
+    ck_assert_msg(dt >= 0.24 && dt < 1.0, "recv took %.3f s", dt);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "within 250 ms"));
+    ck_assert_int_eq(sl_transport_recv(t, &k, v, sizeof v, &got, -1), SL_ERR_INVALID);
+    k.peer = 0;
+    ck_assert_int_eq(sl_transport_recv(t, &k, v, sizeof v, &got, 0), SL_ERR_INVALID);
+    k.peer = 1;
+    k.kind = 0;
+    ck_assert_int_eq(sl_transport_recv(t, &k, v, sizeof v, &got, 0), SL_ERR_INVALID);
+    /* gossip lists must be distinct other ranks */
+    ck_assert_int_eq(sl_gossip_exchange(t, 0, 0, v, 2, list, 2, NULL, 0, v, NULL, &got, 10),
+                     SL_ERR_INVALID);
+    ck_assert_int_eq(sl_gossip_exchange(t, 0, 0, v, 2, NULL, 0, &self, 1, v, NULL, &got, 10),
+                     SL_ERR_INVALID);
+    ck_assert_int_eq(sl_broadcast(t, 0, 0, 2, v, 2, NULL), SL_ERR_INVALID);
+    sl_collective_opts_t co = {0, 1000, 0};
+    ck_assert_int_eq(sl_allreduce_sum(t, 0, 0, v, 2, &co), SL_ERR_INVALID);
+    co = (sl_collective_opts_t){1, 0, 0};
+    /* 2^32 chunks of one float cannot be numbered */
+    ck_assert_int_eq(sl_broadcast(t, 0, 0, 0, v, (size_t)1 << 33, &co), SL_ERR_INVALID);
+    sl_transport_destroy(&t);
+    sl_transport_destroy(&t);
+
+    /* one node alone: collectives are no-ops */
+    sl_transport_opts_default(&o);
+    o.size = 1;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    v[0] = 5;
+    ck_assert_int_eq(sl_allreduce_sum(t, 0, 0, v, 2, NULL), SL_OK);
+    ck_assert(v[0] == 5.0f);
+    ck_assert_int_eq(sl_barrier(t, 0, 0), SL_OK);
+    size_t one = 2;
+    float out[2];
+    ck_assert_int_eq(sl_allgather(t, 0, 0, v, out, &one, NULL), SL_OK);
+    ck_assert(out[0] == 5.0f);
+    ck_assert_int_eq(sl_broadcast(t, 0, 0, 0, v, 2, NULL), SL_OK);
+    sl_transport_destroy(&t);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- forked clusters */
+
+typedef struct cluster cluster_t;
+/* One node's part: returns 0 when all its checks passed; *result goes to the parent. */
+typedef int (*node_fn)(sl_transport_t *t, cluster_t *c, uint64_t *result);
+
+struct cluster {
+    int n;
+    int ipc;        /* ipc:// endpoints in dir, else tcp://127.0.0.1:* */
+    int timeout_ms; /* the nodes' transport timeout */
+    node_fn node;
+    const void *arg;
+    /* parent hooks: before the endpoint table goes out, and after */
+    void (*inject)(cluster_t *c, char eps[][256]);
+    int kill_rank, kill_after_ms; /* SIGKILL one node that long after the start; -1 none */
+    int final_barrier;            /* nodes pass a barrier before they destroy their transport */
+    double wait_s;                /* all nodes must be done by then */
+    char dir[64];
+    /* results */
+    int status[MAXN];
+    uint64_t result[MAXN];
+};
+
+static int
+read_full(int fd, void *buf, size_t len, int timeout_ms)
+{
+    char *p = buf;
+    while (len) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, timeout_ms) <= 0)
+            return -1;
+        ssize_t r = read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static int
+write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void
+child(cluster_t *c, int rank, int up, int down, pid_t parent)
+{
+    sl_transport_t *t = NULL;
+    sl_transport_opts_t o;
+    char bind[128], eps[MAXN][256];
+    const char *table[MAXN];
+    uint64_t result = 0;
+    int rc;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(97);
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_transport_opts_default(&o);
+    o.run_id = RUN;
+    o.rank = (uint32_t)rank;
+    o.size = (uint32_t)c->n;
+    if (c->ipc)
+        snprintf(bind, sizeof bind, "ipc://%s/rank-%d", c->dir, rank);
+    else
+        snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
+    o.bind_endpoint = bind;
+    o.timeout_ms = c->timeout_ms;
+    o.heartbeat_ms = 200;
+    o.linger_ms = 500;
+    if (sl_transport_new(&t, &o) != SL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());
+        _exit(90);
+    }
+    memset(eps, 0, sizeof eps);
+    snprintf(eps[0], sizeof eps[0], "%s", sl_transport_endpoint(t));
+    if (write_full(up, eps[0], sizeof eps[0]) != 0 ||
+        read_full(down, eps, sizeof eps[0] * (size_t)c->n, 10000) != 0)
+        _exit(91);
+    for (int k = 0; k < c->n; k++)
+        table[k] = eps[k];
+    if (sl_transport_connect(t, table) != SL_OK)
+        _exit(92);
+    rc = c->node(t, c, &result);
+    /* what a node sent last may still be queued: leave only when everybody has it */
+    if (rc == 0 && c->final_barrier && sl_transport_size(t) > 1 &&
+        sl_barrier(t, (uint64_t)1 << 40, 0) != SL_OK)
+        rc = 80;
+    if (rc != 0)
+        fprintf(stderr, "rank %d of %d (%s): check %d failed; last error: %s\n", rank, c->n,
+                c->ipc ? "ipc" : "tcp", rc, sl_err_msg());
+    write_full(up, &result, sizeof result);
+    sl_transport_destroy(&t);
+    _exit(rc);
+}
+
+/* Runs c->node on c->n forked nodes. Returns 0 when every node exited 0. */
+static int
+run_cluster(cluster_t *c)
+{
+    pid_t pids[MAXN], me = getpid();
+    int up[MAXN][2], down[MAXN][2], alive, bad = 0;
+    char eps[MAXN][256];
+    double t0 = sl_clock_now(), deadline = t0 + c->wait_s;
+    int killed = c->kill_rank < 0;
+
+    snprintf(c->dir, sizeof c->dir, "/tmp/shoal-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c->dir));
+    for (int i = 0; i < c->n; i++) {
+        ck_assert_int_eq(pipe(up[i]), 0);
+        ck_assert_int_eq(pipe(down[i]), 0);
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0) {
+            for (int j = 0; j < i; j++) {
+                close(up[j][0]);
+                close(down[j][1]);
+            }
+            close(up[i][0]);
+            close(down[i][1]);
+            child(c, i, up[i][1], down[i][0], me);
+        }
+        close(up[i][1]);
+        close(down[i][0]);
+        c->status[i] = -1;
+        c->result[i] = 0;
+    }
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = read_full(up[i][0], eps[i], sizeof eps[i], 10000) != 0;
+    if (!bad && c->inject)
+        c->inject(c, eps);
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = write_full(down[i][1], eps, sizeof eps[0] * (size_t)c->n) != 0;
+    do {
+        alive = 0;
+        for (int i = 0; i < c->n; i++) {
+            if (c->status[i] != -1)
+                continue;
+            int st;
+            pid_t w = waitpid(pids[i], &st, WNOHANG);
+            if (w == pids[i]) {
+                c->status[i] = st;
+                read_full(up[i][0], &c->result[i], sizeof c->result[i], 0);
+            } else {
+                alive++;
+            }
+        }
+        if (!killed && sl_clock_now() - t0 >= c->kill_after_ms / 1000.0) {
+            kill(pids[c->kill_rank], SIGKILL);
+            killed = 1;
+        }
+        if (alive && (bad || sl_clock_now() > deadline)) {
+            for (int i = 0; i < c->n; i++)
+                if (c->status[i] == -1)
+                    kill(pids[i], SIGKILL);
+            for (int i = 0; i < c->n; i++)
+                if (c->status[i] == -1) {
+                    waitpid(pids[i], NULL, 0);
+                    c->status[i] = -2; /* timed out */
+                }
+            bad = 1;
+            alive = 0;
+        }
+        if (alive)
+            usleep(5000);
+    } while (alive);
+    for (int i = 0; i < c->n; i++) {
+        close(up[i][0]);
+        close(down[i][1]);
+        char path[128];
+        snprintf(path, sizeof path, "%s/rank-%d", c->dir, i);
+        unlink(path); /* left behind by a killed node */
+        snprintf(path, sizeof path, "%s/enter-%d", c->dir, i);
+        unlink(path);
+    }
+    rmdir(c->dir);
+    for (int i = 0; i < c->n; i++)
+        if (!WIFEXITED(c->status[i]) || WEXITSTATUS(c->status[i]) != 0 || c->status[i] < 0)
+            bad = 1;
+    return bad;
+}
+
+static void
+assert_all_ok(cluster_t *c, const char *what)
+{
+    run_cluster(c);
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg(c->status[i] >= 0 && WIFEXITED(c->status[i]) &&
+                          WEXITSTATUS(c->status[i]) == 0,
+                      "%s, %d nodes on %s: rank %d %s %d", what, c->n, c->ipc ? "ipc" : "tcp", i,
+                      c->status[i] == -2          ? "timed out"
+                      : WIFSIGNALED(c->status[i]) ? "killed by signal"
+                                                  : "exited with",
+                      c->status[i] == -2          ? 0
+                      : WIFSIGNALED(c->status[i]) ? WTERMSIG(c->status[i])
+                                                  : WEXITSTATUS(c->status[i]));
+}
+
+static void
+cluster_init(cluster_t *c, int n, int ipc, node_fn fn, const void *arg)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    c->ipc = ipc;
+    c->timeout_ms = 2000;
+    c->node = fn;
+    c->arg = arg;
+    c->kill_rank = -1;
+    c->final_barrier = 1;
+    c->wait_s = 20;
+}
+
+/* ---- allreduce: several sizes and chunkings in a row, rounds increasing */
+
+typedef struct {
+    size_t count, chunk;
+    unsigned window;
+} shape_t;
+
+static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000, 7, 1},
+                                    {1000, 1000, 3}, {1000003, 65537, 0}, {0, 0, 0}};
+
+static int
+node_allreduce(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    const shape_t *shapes = c->arg;
+    sl_hash_t h;
+
+    sl_hash_init(&h, 1);
+    for (int s = 0; shapes[s].count; s++) {
+        size_t count = shapes[s].count;
+        float *buf = malloc(count * sizeof *buf);
+        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0};
+        for (size_t i = 0; i < count; i++)
+            buf[i] = value(me, i) * (float)(s + 1);
+        if (sl_allreduce_sum(t, 3, (uint64_t)s, buf, count, &o) != SL_OK)
+            return 10 + s;
+        for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (uint32_t k = 0; k < n; k++)
+                want += value(k, i) * (float)(s + 1);
+            if (buf[i] != want) {
+                fprintf(stderr, "allreduce shape %d: [%zu] = %g, want %g\n", s, i, buf[i], want);
+                return 20 + s;
+            }
+        }
+        sl_hash_update(&h, buf, count * sizeof *buf);
+        free(buf);
+    }
+    /* counters: in step s of reduce-scatter a node sends segment me - s and receives
+     * me - s - 1; in allgather it sends me + 1 - s and receives me - s */
+    sl_transport_stat_t st;
+    size_t sent = 0, recvd = 0;
+    sl_transport_stat(t, SL_WIRE_ALLREDUCE, 3, &st);
+    for (int s = 0; shapes[s].count; s++) {
+        size_t count = shapes[s].count;
+#define SEG(k) (count / n + ((k) % n < count % n))
+        for (uint32_t step = 0; step + 1 < n; step++) {
+            sent += SEG(me + n - step) + SEG(me + 1 + n - step);
+            recvd += SEG(me + 2 * n - step - 1) + SEG(me + n - step);
+        }
+#undef SEG
+    }
+    if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float))
+        return 30;
+    *result = sl_hash_final(&h);
+    return 0;
+}
+
+static void
+check_same_results(cluster_t *c)
+{
+    for (int i = 1; i < c->n; i++)
+        ck_assert_msg(c->result[i] == c->result[0], "rank %d's result differs from rank 0's", i);
+}
+
+START_TEST(test_allreduce)
+{
+    static const int sizes[] = {1, 2, 3, 4, 5, 7};
+    cluster_t c;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        cluster_init(&c, sizes[i], (int)(i % 2), node_allreduce, ar_shapes);
+        assert_all_ok(&c, "allreduce");
+        check_same_results(&c);
+    }
+}
+END_TEST
+
+/* ---- allgather with odd per-node counts, some zero */
+
+static size_t
+ag_count(uint32_t k, int pass)
+{
+    static const size_t counts[] = {5, 0, 1, 1000003, 13, 2, 0};
+    return pass == 0 ? counts[k % 7] : (k * 37 + 11) % 29;
+}
+
+static int
+node_allgather(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    size_t counts[MAXN], total = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        total = 0;
+        for (uint32_t k = 0; k < n; k++)
+            total += counts[k] = ag_count(k, pass);
+        float *out = malloc((total ? total : 1) * sizeof *out),
+              *mine = malloc((counts[me] + 1) * sizeof *mine);
+        for (size_t i = 0; i < counts[me]; i++)
+            mine[i] = value(me, i);
+        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0};
+        if (sl_allgather(t, 9, (uint64_t)pass, mine, out, counts, &o) != SL_OK)
+            return 10 + pass;
+        size_t at = 0;
+        for (uint32_t k = 0; k < n; k++)
+            for (size_t i = 0; i < counts[k]; i++, at++)
+                if (out[at] != value(k, i))
+                    return 20 + pass;
+        *result ^= sl_hash_bytes(out, total * sizeof *out, (uint64_t)pass);
+        free(out);
+        free(mine);
+    }
+    return 0;
+}
+
+START_TEST(test_allgather)
+{
+    static const int sizes[] = {2, 3, 7};
+    cluster_t c;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        cluster_init(&c, sizes[i], (int)(i % 2 == 0), node_allgather, NULL);
+        assert_all_ok(&c, "allgather");
+        check_same_results(&c);
+    }
+}
+END_TEST
+
+/* ---- broadcast of odd sizes from every root, odd chunks */
+
+static int
+node_broadcast(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    static const shape_t shapes[] = {{1, 0, 0}, {7, 3, 0}, {1000003, 65537, 0}, {1000, 1, 0}};
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    uint64_t round = 0;
+
+    for (size_t s = 0; s < 4; s++)
+        for (uint32_t root = 0; root < n; root++, round++) {
+            size_t count = shapes[s].count;
+            float *buf = malloc(count * sizeof *buf);
+            for (size_t i = 0; i < count; i++)
+                buf[i] = me == root ? value(root, i) : -99.0f;
+            sl_collective_opts_t o = {shapes[s].chunk, 0, 0};
+            if (sl_broadcast(t, 1, round, root, buf, count, &o) != SL_OK)
+                return 10 + (int)s;
+            for (size_t i = 0; i < count; i++)
+                if (buf[i] != value(root, i))
+                    return 20 + (int)s;
+            free(buf);
+            if (count > 100000)
+                break; /* the large one from one root is enough */
+        }
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_broadcast)
+{
+    cluster_t c;
+    cluster_init(&c, 3, 0, node_broadcast, NULL);
+    assert_all_ok(&c, "broadcast");
+    cluster_init(&c, 4, 1, node_broadcast, NULL);
+    assert_all_ok(&c, "broadcast");
+}
+END_TEST
+
+/* ---- barrier: nobody leaves before everybody has entered */
+
+static int
+node_barrier(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    char path[128];
+
+    for (uint64_t round = 0; round < 3; round++) {
+        usleep(((me * 7 + round * 3) % 5) * 20000); /* arrive at different times */
+        snprintf(path, sizeof path, "%s/enter-%u", c->dir, (unsigned)me);
+        FILE *f = fopen(path, "a");
+        if (!f)
+            return 10;
+        fputc('x', f);
+        fclose(f);
+        if (sl_barrier(t, round, 0) != SL_OK)
+            return 11;
+        for (uint32_t k = 0; k < n; k++) {
+            snprintf(path, sizeof path, "%s/enter-%u", c->dir, (unsigned)k);
+            f = fopen(path, "r");
+            if (!f)
+                return 12;
+            fseek(f, 0, SEEK_END);
+            long size = ftell(f);
+            fclose(f);
+            if (size < (long)round + 1)
+                return 13; /* node k has not entered this round yet */
+        }
+    }
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_barrier)
+{
+    cluster_t c;
+    cluster_init(&c, 5, 0, node_barrier, NULL);
+    assert_all_ok(&c, "barrier");
+    cluster_init(&c, 4, 1, node_barrier, NULL);
+    assert_all_ok(&c, "barrier");
+}
+END_TEST
+
+/* ---- gossip following a hand-made schedule: in round r node i pulls from i + d for
+ * d in offsets[r] (mod n), so its pullers are i - d. Every pull has exactly one push. */
+
+#define GOSSIP_N 5
+#define GOSSIP_COUNT 1001
+static const uint32_t gossip_offsets[3][2] = {{1, 3}, {2, 4}, {1, 2}};
+
+static int
+node_gossip(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    float mine[GOSSIP_COUNT], recv[2 * GOSSIP_COUNT];
+    int silent = c->arg ? *(const int *)c->arg : -1;
+
+    for (uint64_t r = 0; r < 3; r++) {
+        uint32_t chosen[2], pullers[2], from[2];
+        size_t got;
+        for (int j = 0; j < 2; j++) {
+            chosen[j] = (me + gossip_offsets[r][j]) % n;
+            pullers[j] = (me + n - gossip_offsets[r][j]) % n;
+        }
+        for (size_t i = 0; i < GOSSIP_COUNT; i++)
+            mine[i] = value(me, i) + (float)r;
+        if ((int)me == silent && r == 2)
+            return 0; /* leaves without pushing its last round */
+        double t0 = sl_clock_now();
+        sl_status_t st = sl_gossip_exchange(t, 4, r, mine, GOSSIP_COUNT, pullers, 2, chosen, 2,
+                                            recv, from, &got, 1000);
+        int expect_silent = silent >= 0 && r == 2 &&
+                            (chosen[0] == (uint32_t)silent || chosen[1] == (uint32_t)silent);
+        if (expect_silent) {
+            double dt = sl_clock_now() - t0;
+            if (st != SL_ERR_TIMEOUT || got != 1 || dt < 0.9 || dt > 2.0)
+                return 10;
+        } else if (st != SL_OK || got != 2) {
+            return 11;
+        }
+        for (size_t j = 0; j < got; j++) {
+            if (from[j] != chosen[0] && from[j] != chosen[1])
+                return 12;
+            for (size_t i = 0; i < GOSSIP_COUNT; i++)
+                if (recv[j * GOSSIP_COUNT + i] != value(from[j], i) + (float)r)
+                    return 13;
+        }
+        if (got == 2 && from[0] == from[1])
+            return 14;
+    }
+    sl_transport_stat_t st;
+    sl_transport_stat(t, SL_WIRE_GOSSIP_SNAPSHOT, 4, &st);
+    if (silent < 0 && (st.sent_msgs != 6 || st.recv_msgs != 6 ||
+                       st.sent_bytes != 6 * GOSSIP_COUNT * sizeof(float)))
+        return 15;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_gossip)
+{
+    cluster_t c;
+    static const int silent = 3;
+    cluster_init(&c, GOSSIP_N, 0, node_gossip, NULL);
+    assert_all_ok(&c, "gossip");
+    cluster_init(&c, GOSSIP_N, 1, node_gossip, &silent);
+    c.final_barrier = 0; /* the silent node is gone */
+    assert_all_ok(&c, "gossip with a silent peer");
+}
+END_TEST
+
+/* ---- bad frames injected into rank 0's socket before the real exchange */
+
+/* Sends [header + payload] parts over socket s, after optional damage. */
+static void
+inject_frame(void *s, const sl_wire_header_t *h, const float *payload, int damage)
+{
+    unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
+    size_t len = SL_WIRE_HEADER_BYTES + h->payload_bytes;
+
+    ck_assert_int_eq(sl_wire_encode(h, payload, buf), SL_OK);
+    memcpy(buf + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes);
+    if (damage == 1)
+        buf[len - 1] ^= 0x40; /* checksum no longer matches */
+    if (damage == 2)
+        len = 30;      /* truncated header */
+    if (damage == 3) { /* three parts */
+        ck_assert_int_ge(zmq_send(s, buf, 8, ZMQ_SNDMORE), 0);
+        ck_assert_int_ge(zmq_send(s, buf, 8, ZMQ_SNDMORE), 0);
+    }
+    ck_assert_int_ge(zmq_send(s, buf, len, 0), 0);
+}
+
+static void
+inject_bad(cluster_t *c, char eps[][256])
+{
+    void *ctx = zmq_ctx_new();
+    void *as_one = zmq_socket(ctx, ZMQ_DEALER), *anon = zmq_socket(ctx, ZMQ_DEALER);
+    unsigned char id[9] = {'S', 1, 0, 0, 0, 0x77, 0x77, 0x77, 0x77}; /* rank 1, other nonce */
+    float v[4] = {9, 9, 9, 9};
+    sl_wire_header_t h = {0};
+    int linger = 2000;
+
+    zmq_setsockopt(as_one, ZMQ_ROUTING_ID, id, sizeof id);
+    zmq_setsockopt(as_one, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(anon, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(as_one, eps[0]), 0);
+    ck_assert_int_eq(zmq_connect(anon, eps[0]), 0);
+    h.run_id = RUN;
+    h.sender = 1;
+    h.receiver = 0;
+    h.kind = SL_WIRE_DATA;
+    h.encoding = SL_WIRE_FP32;
+    h.scale = 1.0f;
+    h.component = 1;
+    h.count = 4;
+    h.payload_bytes = 16;
+    h.round = 3; /* older than the real exchange (round 5): stale */
+    inject_frame(as_one, &h, v, 0);
+    h.round = 5;
+    h.run_id = RUN + 1; /* another run */
+    inject_frame(as_one, &h, v, 0);
+    h.run_id = RUN;
+    inject_frame(as_one, &h, v, 1); /* bad checksum */
+    inject_frame(as_one, &h, v, 2); /* truncated */
+    inject_frame(as_one, &h, v, 3); /* three parts */
+    h.receiver = 1;
+    inject_frame(as_one, &h, v, 0); /* not for rank 0 */
+    h.receiver = 0;
+    inject_frame(anon, &h, v, 0); /* valid, but not from a node's connection */
+    h.component = 2;              /* the same key twice: one filed, one duplicate */
+    inject_frame(as_one, &h, v, 0);
+    inject_frame(as_one, &h, v, 0);
+    zmq_close(as_one);
+    zmq_close(anon);
+    zmq_ctx_term(ctx); /* returns once everything left (linger) */
+    (void)c;
+}
+
+static int
+node_after_injection(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t);
+    float buf[1000], v[4];
+    size_t got;
+
+    if (me == 1) {
+        for (size_t i = 0; i < 1000; i++)
+            buf[i] = value(1, i);
+        sl_wire_key_t k = {5, 1, 0, 0, SL_WIRE_DATA};
+        if (sl_transport_send(t, &k, buf, 1000, SL_WIRE_FP32, 1.0f, 0, -1) != SL_OK)
+            return 10;
+    } else {
+        /* first let everything injected arrive (nobody sends component 3): the stale and
+         * duplicate frames are filed or refused in a known order */
+        sl_wire_key_t k = {0, 3, 0, 1, SL_WIRE_DATA};
+        if (sl_transport_recv(t, &k, v, sizeof v, &got, 300) != SL_ERR_TIMEOUT)
+            return 14;
+        k = (sl_wire_key_t){5, 1, 0, 1, SL_WIRE_DATA};
+        if (sl_transport_recv(t, &k, buf, sizeof buf, &got, 2000) != SL_OK || got != sizeof buf)
+            return 11;
+        for (size_t i = 0; i < 1000; i++)
+            if (buf[i] != value(1, i))
+                return 12;
+        k.component = 2;
+        if (sl_transport_recv(t, &k, v, sizeof v, &got, 2000) != SL_OK || v[0] != 9.0f)
+            return 13;
+        static const struct {
+            unsigned reason;
+            uint64_t n;
+        } want[] = {{SL_DROP_OLD_ROUND, 1}, {SL_WIRE_BAD_RUN, 1},   {SL_WIRE_BAD_CHECKSUM, 1},
+                    {SL_WIRE_TRUNCATED, 1}, {SL_DROP_FRAMING, 1},   {SL_WIRE_BAD_RECEIVER, 1},
+                    {SL_DROP_IDENTITY, 1},  {SL_DROP_DUPLICATE, 1}, {SL_WIRE_BAD_MAGIC, 0}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (sl_transport_dropped(t, want[i].reason) != want[i].n) {
+                fprintf(stderr, "dropped for %s: %llu, want %llu\n",
+                        sl_transport_drop_name(want[i].reason),
+                        (unsigned long long)sl_transport_dropped(t, want[i].reason),
+                        (unsigned long long)want[i].n);
+                return 15;
+            }
+    }
+    /* and a real collective still works */
+    for (size_t i = 0; i < 1000; i++)
+        buf[i] = value(me, i);
+    sl_collective_opts_t o = {64, 0, 0};
+    if (sl_allreduce_sum(t, 0, 0, buf, 1000, &o) != SL_OK)
+        return 16;
+    for (size_t i = 0; i < 1000; i++)
+        if (buf[i] != value(0, i) + value(1, i))
+            return 17;
+    (void)c;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_bad_frames_dropped)
+{
+    cluster_t c;
+    cluster_init(&c, 2, 0, node_after_injection, NULL);
+    c.inject = inject_bad;
+    assert_all_ok(&c, "injection");
+    cluster_init(&c, 2, 1, node_after_injection, NULL);
+    c.inject = inject_bad;
+    assert_all_ok(&c, "injection");
+}
+END_TEST
+
+/* ---- a peer killed with SIGKILL while allreduces run: the others fail in time */
+
+static int
+node_until_killed(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    enum { COUNT = 200000 };
+    float *buf = malloc(COUNT * sizeof *buf);
+    double start = sl_clock_now();
+
+    for (uint64_t round = 0; sl_clock_now() - start < 8.0; round++) {
+        for (size_t i = 0; i < COUNT; i++)
+            buf[i] = 1.0f;
+        double t0 = sl_clock_now();
+        sl_status_t st = sl_allreduce_sum(t, 0, round, buf, COUNT, NULL);
+        double dt = sl_clock_now() - t0;
+        if (st == SL_OK)
+            continue;
+        /* the buffer may still be lent to a dead peer: leave it to destroy */
+        if (st != SL_ERR_TIMEOUT)
+            return 10;
+        if (dt > c->timeout_ms / 1000.0 + 1.0) {
+            fprintf(stderr, "allreduce took %.2f s to fail\n", dt);
+            return 11;
+        }
+        *result = round;
+        return round > 0 ? 0 : 12; /* some rounds went through before the kill */
+    }
+    return 13; /* never noticed */
+}
+
+START_TEST(test_killed_peer)
+{
+    cluster_t c;
+    for (int ipc = 0; ipc < 2; ipc++) {
+        cluster_init(&c, 3, ipc, node_until_killed, NULL);
+        c.timeout_ms = 1000;
+        c.kill_rank = 2;
+        c.final_barrier = 0;
+        c.kill_after_ms = 800;
+        c.wait_s = 15;
+        run_cluster(&c);
+        ck_assert_msg(WIFSIGNALED(c.status[2]) && WTERMSIG(c.status[2]) == SIGKILL,
+                      "the victim was not killed");
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(c.status[i] >= 0 && WIFEXITED(c.status[i]) &&
+                              WEXITSTATUS(c.status[i]) == 0,
+                          "%s: rank %d: status %d", ipc ? "ipc" : "tcp", i, c.status[i]);
+    }
+}
+END_TEST
+
+/* ---- a peer that aborts: the others stop at once with SL_ERR_SHUTDOWN */
+
+static int
+node_abort(sl_transport_t *t, cluster_t *c, uint64_t *result)
+{
+    float buf[100] = {0};
+
+    if (sl_transport_rank(t) == 2) {
+        usleep(100000);
+        return sl_transport_abort(t, "disk full\n", 1000) == SL_OK ? 0 : 10;
+    }
+    double t0 = sl_clock_now();
+    if (sl_allreduce_sum(t, 0, 0, buf, 100, NULL) != SL_ERR_SHUTDOWN)
+        return 11;
+    if (sl_clock_now() - t0 > 2.0 || !strstr(sl_err_msg(), "rank 2 aborted: disk full?"))
+        return 12;
+    /* and it stays that way */
+    if (sl_barrier(t, 1, 100) != SL_ERR_SHUTDOWN)
+        return 13;
+    (void)c;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_abort)
+{
+    cluster_t c;
+    cluster_init(&c, 3, 0, node_abort, NULL);
+    c.timeout_ms = 10000; /* without the abort they would wait this long */
+    c.final_barrier = 0;
+    assert_all_ok(&c, "abort");
+}
+END_TEST
+
+static Suite *
+transport_suite(void)
+{
+    Suite *s = suite_create("transport");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 90);
+    tcase_add_test(core, test_pair_send_recv);
+    tcase_add_test(core, test_pair_old_rounds);
+    tcase_add_test(core, test_allreduce);
+    tcase_add_test(core, test_allgather);
+    tcase_add_test(core, test_broadcast);
+    tcase_add_test(core, test_barrier);
+    tcase_add_test(core, test_gossip);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_set_timeout(limits, 90);
+    tcase_add_test(limits, test_bad_arguments);
+    tcase_add_test(limits, test_bad_frames_dropped);
+    tcase_add_test(limits, test_killed_peer);
+    tcase_add_test(limits, test_abort);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(transport_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
