@@ -41,9 +41,11 @@ static const char help_text[] =
     "ceil(ln 10 / -ln |lambda_2|).\n"
     "\n"
     "Options:\n"
-    "  --nodes N          number of nodes (required), 1..1048576\n"
-    "  --degree K         symmetric degree of the ring (default max(1, floor(log2 N) - 1),\n"
-    "                     the gossip-BMUF paper's p = log2(n) - 1)\n"
+    "  --nodes N          number of nodes, 1..1048576 (default cluster.nodes of\n"
+    "                     --config; required without it)\n"
+    "  --degree K         symmetric degree of the ring (default topology.degree of\n"
+    "                     --config when not 0, else max(1, floor(log2 N) - 1), the\n"
+    "                     gossip-BMUF paper's p = log2(n) - 1)\n"
     "  --neighbours Q     neighbours each node averages with per round (default 1);\n"
     "                     capped at the node's links, min(2K, N-1)\n"
     "  --local            every neighbour, Q = 2K (local-MA / local-BMUF)\n"
@@ -53,7 +55,8 @@ static const char help_text[] =
     "                     (default 0)\n"
     "  --component C      model component (default 0)\n"
     "  --rounds R_STATS   rounds the degree balance covers (default 1000)\n"
-    "  --config CONF.yaml take run.seed from a run configuration\n"
+    "  --config CONF.yaml take the defaults of --nodes, --degree and --seed from a run\n"
+    "                     configuration (cluster.nodes, topology.degree, run.seed)\n"
     "  --format FORMAT    text (default), json, or dot (Graphviz: ring links grey,\n"
     "                     the round's pushes as blue arrows)\n"
     "  --png FILE         also render the DOT graph to FILE with Graphviz 'dot'\n"
@@ -67,7 +70,7 @@ static const char help_text[] =
     "  shoal-topo --nodes 8\n"
     "  shoal-topo --nodes 16 --degree 3 --neighbours 2 --round 7 --format json\n"
     "  shoal-topo --nodes 8 --local --png ring8.png\n"
-    "  shoal-topo --config conf/brown-word.yaml --nodes 4\n"
+    "  shoal-topo --config conf/brown-4nodes.yaml\n"
     "\n"
     "Exit status:\n"
     "  0    success\n"
@@ -266,14 +269,14 @@ parse_args(int argc, char **argv, args_t *a)
     }
     if (a->local && a->has_neighbours)
         return usage_error("--local and --neighbours exclude each other");
-    if (!a->has_nodes)
-        return usage_error("missing --nodes N");
+    if (!a->has_nodes && !a->config)
+        return usage_error("missing --nodes N (or --config CONF.yaml)");
     return -1;
 }
 
-/* run.seed from the configuration unless --seed was given. The config schema has no
- * cluster.nodes, topology.degree or sync.neighbours yet; when it does, they are the
- * defaults of --nodes, --degree and --neighbours. */
+/* cluster.nodes, topology.degree (unless 0, "the default for n") and run.seed from the
+ * configuration, for the flags not given. sync.neighbours will join them when the
+ * schema has it. */
 static int
 apply_config(args_t *a)
 {
@@ -289,6 +292,14 @@ apply_config(args_t *a)
     }
     if (!a->has_seed)
         a->seed = cfg.run.seed;
+    if (!a->has_nodes) {
+        a->nodes = cfg.cluster.nodes;
+        a->has_nodes = 1;
+    }
+    if (!a->has_degree && cfg.topology.degree > 0) {
+        a->degree = cfg.topology.degree;
+        a->has_degree = 1;
+    }
     sl_config_fini(&cfg);
     return -1;
 }

@@ -24,6 +24,7 @@ static const char *const output_names[] = {"full", "sampled", NULL};
 static const char *const opt_names[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const sched_names[] = {"constant", "epoch_decay", "linear", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const transport_names[] = {"ipc", "tcp", NULL};
 
 /* Defaults that depend on train.optimizer.type, indexed by sl_opt_kind_t: SGD's lr is
  * the PyTorch word_language_model one, Adagrad's and Adam's lr and eps are PyTorch's. */
@@ -31,7 +32,8 @@ static const double opt_default_lr[] = {20.0, 0.01, 0.001};
 static const double opt_default_eps[] = {1e-8, 1e-10, 1e-8};
 
 _Static_assert(sizeof(sl_level_t) == sizeof(int) && sizeof(sl_output_kind_t) == sizeof(int) &&
-                   sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int),
+                   sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int) &&
+                   sizeof(sl_cluster_transport_t) == sizeof(int),
                "enum fields are stored as int");
 
 static int
@@ -72,6 +74,12 @@ const char *
 sl_sched_name(sl_sched_kind_t v)
 {
     return enum_name(sched_names, (int)v);
+}
+
+const char *
+sl_cluster_transport_name(sl_cluster_transport_t v)
+{
+    return enum_name(transport_names, (int)v);
 }
 
 /* Index of s (len bytes) in names, -1 if absent. */
@@ -117,6 +125,7 @@ typedef struct {
     int nonempty;              /* T_STR: "" is not allowed */
     int (*valid)(const char *s); /* T_STR: extra syntax check, described by expect */
     const char *expect;
+    const char *shape;         /* T_STR with valid: the type column, e.g. "cpu|cuda|cuda:N" */
     const char *doc;
 } entry_t;
 
@@ -140,6 +149,35 @@ valid_device(const char *s)
         return 0;
     digits = strspn(s + 5, "0123456789");
     return digits >= 1 && digits <= 4 && s[5 + digits] == '\0';
+}
+
+/* "" (no master given) or HOST:PORT: a host name or IPv4 address, port 1..65535. */
+static int
+valid_master(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    size_t host = colon ? (size_t)(colon - s) : 0, digits;
+
+    if (!*s)
+        return 1;
+    if (!colon || host == 0 || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789.-_") != host)
+        return 0;
+    digits = strspn(colon + 1, "0123456789");
+    if (digits < 1 || digits > 5 || colon[1 + digits] != '\0')
+        return 0;
+    return atoi(colon + 1) >= 1 && atoi(colon + 1) <= 65535;
+}
+
+/* What ZeroMQ binds tcp on: an IPv4 address, an interface name (eth0), or * for every
+ * interface; no scheme, no port. */
+static int
+valid_bind(const char *s)
+{
+    if (strcmp(s, "*") == 0)
+        return 1;
+    return *s && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_") ==
+                     strlen(s);
 }
 
 /* Sections must be contiguous (write_yaml emits each header once). */
@@ -221,8 +259,26 @@ static const entry_t schema[] = {
     {K("train.schedule.warmup_steps", T_LONG, train.schedule.warmup_steps), .def = "0",
      AT_LEAST(0), .doc = "linear warm-up from 0 over the first N steps"},
 
+    {K("cluster.nodes", T_INT, cluster.nodes), .def = "1", AT_LEAST(1),
+     .doc = "number of nodes n (processes) of the run"},
+    {K("cluster.transport", T_ENUM, cluster.transport), .def = "ipc", .names = transport_names,
+     .doc = "how nodes talk: ipc (Unix sockets, one machine) or tcp"},
+    {K("cluster.master", T_STR, cluster.master), .def = "", .valid = valid_master,
+     .expect = "HOST:PORT (port 1 to 65535) or empty", .shape = "HOST:PORT",
+     .doc = "rank 0's rendezvous address for shoal node (\"\" = SHOAL_MASTER_ADDR/PORT)"},
+    {K("cluster.bind", T_STR, cluster.bind), .def = "127.0.0.1", .nonempty = 1,
+     .valid = valid_bind, .expect = "an IPv4 address, an interface name or *",
+     .shape = "address", .doc = "address or interface nodes listen on for tcp (* = all)"},
+    {K("cluster.timeout_ms", T_INT, cluster.timeout_ms), .def = "30000", AT_LEAST(1),
+     .doc = "how long one exchange with a peer may take (ms)"},
+    {K("cluster.rendezvous_timeout_ms", T_INT, cluster.rendezvous_timeout_ms),
+     .def = "120000", AT_LEAST(1), .doc = "how long nodes wait for each other at start (ms)"},
+
+    {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
+     .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},
+
     {K("device", T_STR, device), .def = "cpu", .nonempty = 1, .valid = valid_device,
-     .expect = "cpu, cuda or cuda:N",
+     .expect = "cpu, cuda or cuda:N", .shape = "cpu|cuda|cuda:N",
      .doc = "cpu, cuda (the node's local-rank GPU) or cuda:N"},
     {K("precision", T_STR, precision), .def = "fp32", .names = precision_names,
      .doc = "compute precision; bf16 and fp16 need the CUDA backend"},
@@ -1464,7 +1520,7 @@ type_text(const entry_t *e, char *buf, size_t n)
         if (e->names)
             join_names(e->names, "|", buf, n);
         else
-            snprintf(buf, n, "%s", e->valid ? "cpu|cuda|cuda:N" : "string");
+            snprintf(buf, n, "%s", e->shape ? e->shape : "string");
         return;
     case T_ENUM:
         join_names(e->names, "|", buf, n);

@@ -20,6 +20,8 @@ typedef enum {
     SL_SCHED_EPOCH_DECAY, /* lr * decay^epoch */
     SL_SCHED_LINEAR       /* lr * (1 - step / total_steps), down to 0 */
 } sl_sched_kind_t;
+/* How the nodes of a run reach each other: Unix-domain sockets (one machine) or TCP. */
+typedef enum { SL_CLUSTER_IPC, SL_CLUSTER_TCP } sl_cluster_transport_t;
 
 typedef struct {
     int hidden;     /* LSTM cell size H */
@@ -82,6 +84,20 @@ typedef struct {
         int eval_every_epoch; /* evaluate on valid after each epoch, default 1 */
     } train;
 
+    struct {
+        int nodes;                        /* n, default 1 */
+        sl_cluster_transport_t transport; /* ipc | tcp, default ipc */
+        char *master;    /* "host:port" of rank 0's rendezvous; "" = none (shoal run picks
+                            one; shoal node then needs SHOAL_MASTER_ADDR/PORT), default "" */
+        char *bind;      /* address or interface nodes bind on for tcp, default 127.0.0.1 */
+        int timeout_ms;  /* per-operation timeout, default 30000 */
+        int rendezvous_timeout_ms; /* how long nodes wait for each other, default 120000 */
+    } cluster;
+
+    struct {
+        int degree; /* k of the k-symmetric ring; 0 = max(1, floor(log2 n) - 1), default 0 */
+    } topology;
+
     char *device;    /* cpu | cuda | cuda:N, default cpu */
     char *precision; /* fp32 (bf16, fp16 with the CUDA backend), default fp32 */
 } sl_config_t;
@@ -112,5 +128,6 @@ const char *sl_level_name(sl_level_t v);
 const char *sl_output_name(sl_output_kind_t v);
 const char *sl_opt_name(sl_opt_kind_t v);
 const char *sl_sched_name(sl_sched_kind_t v);
+const char *sl_cluster_transport_name(sl_cluster_transport_t v);
 
 #endif

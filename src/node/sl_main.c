@@ -1,5 +1,5 @@
-/* The shoal command line: train, eval, help. The only place that prints errors and
- * exits: every error is one line "shoal: <message>" on stderr. */
+/* The shoal command line: train, eval, run, node, help. The only place that prints
+ * errors and exits: every error is one line "shoal: <message>" on stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -13,6 +13,7 @@
 
 #include "sl_clock.h"
 #include "sl_config.h"
+#include "sl_launch.h"
 #include "sl_log.h"
 #include "sl_status.h"
 #include "sl_train.h"
@@ -20,11 +21,19 @@
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t stop_count; /* shoal run: every signal counts */
 
 static void
 on_stop_signal(int sig)
 {
     stop_requested = sig;
+}
+
+static void
+on_run_signal(int sig)
+{
+    (void)sig;
+    stop_count++;
 }
 
 static const char main_help[] =
@@ -37,6 +46,9 @@ static const char main_help[] =
     "  train CONF.yaml   train the model CONF.yaml describes; continues from the run\n"
     "                    directory's checkpoint when there is one\n"
     "  eval CONF.yaml    evaluate a checkpoint or model file on the valid or test split\n"
+    "  run CONF.yaml     start a run of several nodes (processes) on this machine\n"
+    "                    (cluster.nodes, or -n N), each training on its share of the data\n"
+    "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
     "  help [COMMAND]    show this help, or the help of COMMAND\n"
     "\n"
     "Options:\n"
@@ -50,6 +62,8 @@ static const char main_help[] =
     "  shoal train conf/brown-word.yaml\n"
     "  shoal train conf/brown-word.yaml --set train.epochs=3 --set run.name=brown3\n"
     "  shoal eval conf/brown-word.yaml --checkpoint runs/brown-word/model.bin --split test\n"
+    "  shoal run conf/brown-word.yaml -n 4\n"
+    "  srun shoal node conf/brown-4nodes.yaml       (see conf/slurm-brown.sh)\n"
     "\n"
     "Files (in the run directory: run.dir, default runs/<run.name>):\n"
     "  config.yaml      the resolved configuration of the run\n"
@@ -58,9 +72,18 @@ static const char main_help[] =
     "  model.bin        the final model (same format; shoal eval --checkpoint reads both)\n"
     "  metrics.jsonl    one JSON object per report and per evaluation\n"
     "  summary.json     final figures: steps, tokens/s, losses, perplexities, memory\n"
+    "  node-R/          with several nodes: node R's checkpoint.bin, model.bin,\n"
+    "                   metrics.jsonl and summary.json (config.yaml and summary.json\n"
+    "                   above are rank 0's)\n"
     "\n"
     "Environment:\n"
     "  SHOAL_LOG        log level on stderr: debug, info (default), warn, error, quiet\n"
+    "  SHOAL_MASTER_ADDR, SHOAL_MASTER_PORT\n"
+    "                   shoal node: where rank 0's rendezvous is\n"
+    "  SLURM_PROCID, SLURM_NTASKS, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,\n"
+    "  PMI_RANK, PMI_SIZE\n"
+    "                   shoal node: this node's rank and the number of nodes\n"
+    "  TMPDIR           where ipc:// sockets go (default /tmp)\n"
     "\n"
     "Exit status:\n"
     "  0    success\n"
@@ -70,6 +93,97 @@ static const char main_help[] =
     "       command again to resume\n"
     "\n"
     "See shoal(1) for details.\n";
+
+static const char run_help[] =
+    "Usage: shoal run CONF.yaml [-n N] [--transport ipc|tcp] [--set KEY=VALUE]...\n"
+    "                 [--no-resume] [--quiet]\n"
+    "\n"
+    "Train with N nodes on this machine: N processes (default cluster.nodes), node R\n"
+    "training on its share of the data, the R-th of N contiguous slices of the training\n"
+    "text. Each node runs as 'shoal node' would; they meet at a rendezvous on a free\n"
+    "port of 127.0.0.1 and reach each other over ipc:// sockets in a private temporary\n"
+    "directory (--transport tcp: over 127.0.0.1). cluster.master and cluster.bind are\n"
+    "for shoal node; shoal run listens on 127.0.0.1 only.\n"
+    "\n"
+    "There is no sync algorithm yet: after the rendezvous every node trains its own\n"
+    "model on its own share, independently of the others.\n"
+    "\n"
+    "Files: <run.dir>/config.yaml and summary.json (rank 0's), and per node\n"
+    "<run.dir>/node-R/ with checkpoint.bin, model.bin, metrics.jsonl, summary.json.\n"
+    "Running the same command again continues every node from its checkpoint.\n"
+    "\n"
+    "On stderr, one progress line for the run (the slowest node's step, the tokens/s\n"
+    "of all nodes together, their mean loss, the longest ETA) and the nodes' log lines:\n"
+    "  step 120/245 | 4 nodes | 11800 tok/s | loss 5.610 | ppl 273.1 | ETA 3m10s\n"
+    "  node 2: train: info: resuming from step 80 of 245 ...\n"
+    "At the end, on stdout, one line per node, then one for the run:\n"
+    "  shoal: node 0: done: 1 epoch, 245 steps in 1m02s, 2950 tokens/s; valid ppl ...\n"
+    "  shoal: done: 4 nodes, 11800 tokens/s in all; run directory runs/brown-word\n"
+    "\n"
+    "When a node fails or dies, the others are stopped (SIGTERM: they finish their\n"
+    "step, save a checkpoint and leave; SIGKILL after 10 s) and shoal run exits with\n"
+    "the first failure, e.g. 'shoal: node 2 failed: <its error>' or 'shoal: node 2\n"
+    "killed by signal 9'. SIGINT or SIGTERM is passed on to every node, which saves a\n"
+    "checkpoint (exit 130); a second one kills them. No node outlives shoal run.\n"
+    "\n"
+    "Options:\n"
+    "  -n, --nodes N      number of nodes, 1 to 1024 (default cluster.nodes; sets it)\n"
+    "  --transport KIND   ipc or tcp (default cluster.transport)\n"
+    "  --set KEY=VALUE    override a configuration key (repeatable)\n"
+    "  --no-resume        every node starts from step 0\n"
+    "  --quiet            no progress line\n"
+    "  -h, --help         show this help and exit\n"
+    "\n"
+    "Examples:\n"
+    "  shoal run conf/brown-word.yaml -n 4\n"
+    "  shoal run conf/brown-word.yaml -n 2 --transport tcp --set train.max_steps=100\n";
+
+static const char node_help[] =
+    "Usage: shoal node CONF.yaml [--rank R --size N] [--master HOST:PORT]\n"
+    "                  [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
+    "\n"
+    "Run one node of a run on several machines. A cluster's launcher starts one per\n"
+    "GPU or host, e.g. 'srun shoal node conf/brown-4nodes.yaml' (conf/slurm-brown.sh\n"
+    "is a complete Slurm batch script) or 'mpirun -np 4 shoal node ...'.\n"
+    "\n"
+    "Rank and size: --rank and --size, else the first pair that is set of\n"
+    "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE and\n"
+    "PMI_RANK/PMI_SIZE (without a size: cluster.nodes). The size must equal\n"
+    "cluster.nodes.\n"
+    "\n"
+    "Rendezvous: rank 0 listens on cluster.bind at the port of the master address,\n"
+    "which is --master, else SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT, else cluster.master.\n"
+    "Every node binds its endpoint (cluster.transport: ipc for nodes of one machine,\n"
+    "under $TMPDIR; tcp: on cluster.bind, any free port), registers it with rank 0 and\n"
+    "receives every node's. Nodes may start in any order; after\n"
+    "cluster.rendezvous_timeout_ms rank 0 names the ranks that never came. Rank 0\n"
+    "refuses nodes of another job or configuration, a wrong size, a rank given twice.\n"
+    "\n"
+    "There is no sync algorithm yet: after the rendezvous each node trains on its own\n"
+    "share of the data (rank R of N), independently. Node R's files go to\n"
+    "<run.dir>/node-R/ (checkpoint.bin, model.bin, metrics.jsonl, summary.json); rank 0\n"
+    "also writes <run.dir>/config.yaml and summary.json. A node that fails tells the\n"
+    "others, which stop after their step with a checkpoint. Starting the same job\n"
+    "again continues every node from its checkpoint.\n"
+    "\n"
+    "Options:\n"
+    "  --rank R           this node's rank, 0 <= R < N\n"
+    "  --size N           number of nodes\n"
+    "  --master HOST:PORT rank 0's rendezvous address\n"
+    "  --set KEY=VALUE    override a configuration key (repeatable; give every node\n"
+    "                     the same, or rank 0 refuses it)\n"
+    "  --no-resume        start from step 0\n"
+    "  --quiet            no progress line (only rank 0 shows one anyway)\n"
+    "  -h, --help         show this help and exit\n"
+    "\n"
+    "Log lines start with 'shoal node R:'; the last line on stdout is\n"
+    "'shoal: node R: done: ...'. Exit status as shoal train; a node that stopped\n"
+    "because another failed exits 1.\n"
+    "\n"
+    "Examples:\n"
+    "  srun shoal node conf/brown-4nodes.yaml\n"
+    "  shoal node conf/brown-word.yaml --set cluster.nodes=2 --rank 1 --size 2 \\\n"
+    "      --master 127.0.0.1:29500\n";
 
 static const char train_help[] =
     "Usage: shoal train CONF.yaml [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
@@ -116,9 +230,13 @@ static const char eval_help[] =
     "Example:\n"
     "  shoal eval runs/brown-word/config.yaml --checkpoint runs/brown-word/model.bin\n";
 
-static const char help_help[] = "Usage: shoal help [COMMAND]\n"
-                                "\n"
-                                "Show the help of shoal, or of COMMAND (train, eval, help).\n";
+static const char help_help[] =
+    "Usage: shoal help [COMMAND]\n"
+    "\n"
+    "Show the help of shoal, or of COMMAND (train, eval, run, node, help).\n";
+
+/* Which options a command takes. */
+enum { OPT_TRAIN = 1, OPT_EVAL = 2, OPT_NODE = 4, OPT_RUN = 8 };
 
 typedef struct {
     const char *conf;
@@ -129,6 +247,8 @@ typedef struct {
     int no_resume;
     int quiet;
     int help;
+    const char *rank, *size, *master; /* shoal node */
+    const char *nodes, *transport;    /* shoal run */
 } args_t;
 
 static int usage_error(const char *command, const char *fmt, ...)
@@ -170,10 +290,13 @@ option_value(int argc, char **argv, int *i, const char *name, int *matched)
 }
 
 /* Parses a command's arguments; returns -1 when fine, else the exit status (the
- * error already printed). accept_train / accept_eval pick which options exist. */
+ * error already printed). accept (OPT_*) picks which options exist. */
 static int
-parse_args(const char *command, int argc, char **argv, args_t *a, int accept_train, int accept_eval)
+parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
 {
+    int accept_train = accept & OPT_TRAIN, accept_eval = accept & OPT_EVAL;
+    int accept_node = accept & OPT_NODE, accept_run = accept & OPT_RUN;
+
     memset(a, 0, sizeof *a);
     a->sets = calloc((size_t)argc + 1, sizeof *a->sets);
     if (!a->sets) {
@@ -202,6 +325,29 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept_tra
             if (strcmp(v, "valid") != 0 && strcmp(v, "test") != 0)
                 return usage_error(command, "--split must be valid or test, not '%s'", v);
             a->split = v;
+        } else if (accept_node && ((v = option_value(argc, argv, &i, "--rank", &m)) || m)) {
+            if (!v)
+                return usage_error(command, "option '--rank' needs a number");
+            a->rank = v;
+        } else if (accept_node && ((v = option_value(argc, argv, &i, "--size", &m)) || m)) {
+            if (!v)
+                return usage_error(command, "option '--size' needs a number");
+            a->size = v;
+        } else if (accept_node && ((v = option_value(argc, argv, &i, "--master", &m)) || m)) {
+            if (!v)
+                return usage_error(command, "option '--master' needs HOST:PORT");
+            a->master = v;
+        } else if (accept_run && (((v = option_value(argc, argv, &i, "-n", &m)) || m) ||
+                                  ((v = option_value(argc, argv, &i, "--nodes", &m)) || m))) {
+            if (!v)
+                return usage_error(command, "option '%s' needs a number", arg);
+            a->nodes = v;
+        } else if (accept_run && ((v = option_value(argc, argv, &i, "--transport", &m)) || m)) {
+            if (!v)
+                return usage_error(command, "option '--transport' needs ipc or tcp");
+            if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
+                return usage_error(command, "--transport must be ipc or tcp, not '%s'", v);
+            a->transport = v;
         } else if (accept_train && strcmp(arg, "--no-resume") == 0) {
             a->no_resume = 1;
         } else if (accept_train && strcmp(arg, "--quiet") == 0) {
@@ -256,6 +402,20 @@ install_stop_handlers(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+/* shoal run counts signals (the first is passed on, a second kills the nodes) and
+ * stays alive to clean up. */
+static void
+install_run_handlers(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_run_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static int
 exit_status(sl_status_t rc)
 {
@@ -276,8 +436,9 @@ print_split(const char *split, int has, double loss, sl_level_t level)
         printf("; %s ppl %.2f", split, exp(loss));
 }
 
+/* "shoal: <who>done: ..." (who is "" or "node 2: "). */
 static void
-print_done(const sl_train_result_t *r)
+print_done(const char *who, const sl_train_result_t *r)
 {
     char took[32], epochs[32];
 
@@ -287,7 +448,7 @@ print_done(const sl_train_result_t *r)
     else
         snprintf(epochs, sizeof epochs, "%.2f epochs", r->epochs);
     sl_clock_format_duration(r->train_time_s, took, sizeof took);
-    printf("shoal: done: %s, %ld step%s in %s, %.0f tokens/s", epochs, r->steps,
+    printf("shoal: %sdone: %s, %ld step%s in %s, %.0f tokens/s", who, epochs, r->steps,
            r->steps == 1 ? "" : "s", took, r->tokens_per_s);
     print_split("valid", r->has_valid, r->valid_loss, r->level);
     print_split("test", r->has_test, r->test_loss, r->level);
@@ -303,7 +464,7 @@ cmd_train(int argc, char **argv)
     sl_train_opts_t opts;
     sl_train_result_t res;
     sl_status_t rc;
-    int ex = parse_args("train", argc, argv, &a, 1, 0);
+    int ex = parse_args("train", argc, argv, &a, OPT_TRAIN);
 
     if (ex < 0 && a.help) {
         fputs(train_help, stdout);
@@ -313,6 +474,11 @@ cmd_train(int argc, char **argv)
         free(a.sets);
         return ex;
     }
+    if (cfg.cluster.nodes > 1)
+        sl_log_warn("train",
+                    "cluster.nodes is %d, but shoal train trains one node on all the "
+                    "data (shoal run and shoal node start several)",
+                    cfg.cluster.nodes);
     sl_train_opts_init(&opts);
     opts.resume = cfg.run.resume && !a.no_resume;
     opts.quiet = a.quiet;
@@ -321,7 +487,7 @@ cmd_train(int argc, char **argv)
 
     rc = sl_train_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
-        print_done(&res);
+        print_done("", &res);
         ex = EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN) {
         if (access(res.checkpoint, F_OK) == 0)
@@ -348,7 +514,7 @@ cmd_eval(int argc, char **argv)
     sl_config_t cfg;
     sl_eval_result_t res;
     sl_status_t rc;
-    int ex = parse_args("eval", argc, argv, &a, 0, 1);
+    int ex = parse_args("eval", argc, argv, &a, OPT_EVAL);
 
     if (ex < 0 && a.help) {
         fputs(eval_help, stdout);
@@ -374,6 +540,286 @@ cmd_eval(int argc, char **argv)
     return exit_status(rc);
 }
 
+/* ---- shoal node ---- */
+
+/* A decimal integer in [lo, hi] (no sign, no spaces); 0 when s is not one. */
+static int
+parse_count(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    long v;
+
+    if (!s || !*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 9)
+        return 0;
+    v = strtol(s, &end, 10);
+    if (v < lo || v > hi)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+/* Rank and size of this node: the flags, else a launcher's environment, else (size
+ * only) cluster.nodes. Returns -1 when fine, else the exit status (error printed). */
+static int
+node_rank_size(const args_t *a, const sl_config_t *cfg, int *rank, int *size)
+{
+    static const char *const pairs[][2] = {{"SLURM_PROCID", "SLURM_NTASKS"},
+                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                           {"PMI_RANK", "PMI_SIZE"}};
+    const char *rank_s = a->rank, *size_s = a->size;
+    char rank_from[64] = "--rank", size_from[64] = "--size";
+
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
+        if (!r || !n)
+            continue;
+        if (!rank_s) {
+            rank_s = r;
+            snprintf(rank_from, sizeof rank_from, "%s", pairs[i][0]);
+        }
+        if (!size_s) {
+            size_s = n;
+            snprintf(size_from, sizeof size_from, "%s", pairs[i][1]);
+        }
+        break;
+    }
+    if (!rank_s)
+        return usage_error("node", "no rank: give --rank R --size N, or start shoal node with "
+                                   "srun or mpirun (SLURM_PROCID, OMPI_COMM_WORLD_RANK or "
+                                   "PMI_RANK)");
+    if (!size_s) {
+        *size = cfg->cluster.nodes;
+    } else if (!parse_count(size_s, 1, 65536, size)) {
+        fprintf(stderr, "shoal: node: %s '%s' is not a number of nodes (1 to 65536)\n", size_from,
+                size_s);
+        return EXIT_USAGE;
+    }
+    if (!parse_count(rank_s, 0, 65535, rank) || *rank >= *size) {
+        fprintf(stderr, "shoal: node: %s '%s' is not a rank of %d nodes (0 to %d)\n", rank_from,
+                rank_s, *size, *size - 1);
+        return EXIT_USAGE;
+    }
+    if (*size != cfg->cluster.nodes) {
+        fprintf(stderr,
+                "shoal: node: %s %d disagrees with cluster.nodes %d; start %d nodes or add "
+                "--set cluster.nodes=%d\n",
+                size_from, *size, cfg->cluster.nodes, cfg->cluster.nodes, *size);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Rank 0's rendezvous address: --master, SHOAL_MASTER_ADDR/PORT, cluster.master.
+ * Returns -1 when fine (buf filled), else the exit status (error printed). */
+static int
+node_master(const args_t *a, const sl_config_t *cfg, char *buf, size_t size)
+{
+    const char *addr = getenv("SHOAL_MASTER_ADDR"), *port = getenv("SHOAL_MASTER_PORT");
+    const char *what = "--master";
+    char host[256];
+    int p;
+
+    if (a->master) {
+        snprintf(buf, size, "%s", a->master);
+    } else if (addr || port) {
+        if (!addr || !port || !*addr || !*port) {
+            fprintf(stderr, "shoal: node: %s is set but %s is not; set both\n",
+                    addr ? "SHOAL_MASTER_ADDR" : "SHOAL_MASTER_PORT",
+                    addr ? "SHOAL_MASTER_PORT" : "SHOAL_MASTER_ADDR");
+            return EXIT_USAGE;
+        }
+        snprintf(buf, size, "%s:%s", addr, port);
+        what = "SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT";
+    } else if (cfg->cluster.master[0]) {
+        snprintf(buf, size, "%s", cfg->cluster.master);
+        what = "cluster.master";
+    } else {
+        return usage_error("node", "no master address: give --master HOST:PORT, set "
+                                   "SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT, or cluster.master");
+    }
+    if (sl_parse_host_port(buf, what, 0, host, sizeof host, &p) != SL_OK) {
+        fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
+        return EXIT_USAGE;
+    }
+    /* loopback only, the default, cannot work across machines: say so early */
+    if (strncmp(cfg->cluster.bind, "127.", 4) == 0 && strncmp(host, "127.", 4) != 0 &&
+        strcmp(host, "localhost") != 0)
+        sl_log_warn("node",
+                    "cluster.bind is %s: nodes on other machines cannot reach this one "
+                    "(set cluster.bind to this machine's address, an interface name or *)",
+                    cfg->cluster.bind);
+    return -1;
+}
+
+static int
+cmd_node(int argc, char **argv)
+{
+    static char tag[32];
+    args_t a;
+    sl_config_t cfg;
+    sl_node_opts_t opts;
+    sl_node_result_t res;
+    sl_status_t rc;
+    char master[320] = "", who[32];
+    int rank = 0, size = 1;
+    int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE);
+
+    if (ex < 0 && a.help) {
+        fputs(node_help, stdout);
+        ex = EXIT_OK;
+    }
+    if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
+        free(a.sets);
+        return ex;
+    }
+    if ((ex = node_rank_size(&a, &cfg, &rank, &size)) >= 0 ||
+        (size > 1 && (ex = node_master(&a, &cfg, master, sizeof master)) >= 0)) {
+        sl_config_fini(&cfg);
+        free(a.sets);
+        return ex;
+    }
+    snprintf(tag, sizeof tag, "node %d", rank);
+    snprintf(who, sizeof who, "node %d: ", rank);
+    sl_log_set_tag(tag);
+    sl_node_opts_init(&opts);
+    opts.rank = rank;
+    opts.size = size;
+    opts.master = master;
+    opts.resume = cfg.run.resume && !a.no_resume;
+    opts.quiet = a.quiet || rank != 0;
+    opts.interrupt = &stop_requested;
+    install_stop_handlers();
+
+    rc = sl_node_run(&cfg, &opts, &res);
+    if (rc == SL_OK) {
+        print_done(who, &res.train);
+        ex = EXIT_OK;
+    } else if (rc == SL_ERR_SHUTDOWN && !res.peer_stopped && res.trained &&
+               access(res.train.checkpoint, F_OK) == 0) {
+        fprintf(stderr,
+                "shoal: %sinterrupted at step %ld; checkpoint saved to %s; run the same job "
+                "to resume\n",
+                who, res.train.steps, res.train.checkpoint);
+        ex = EXIT_INTERRUPTED;
+    } else {
+        fprintf(stderr, "shoal: %s%s\n", who, sl_err_msg());
+        ex = rc == SL_ERR_SHUTDOWN ? (res.peer_stopped ? EXIT_RUNTIME : EXIT_INTERRUPTED)
+                                   : exit_status(rc);
+    }
+    sl_config_fini(&cfg);
+    free(a.sets);
+    return ex;
+}
+
+/* ---- shoal run ---- */
+
+/* -n, --transport, and loopback only: applied as --set would be, then validated. */
+static int
+run_overrides(const args_t *a, sl_config_t *cfg)
+{
+    char nodes[64], transport[64];
+    sl_status_t rc = SL_OK;
+    int n;
+
+    if (a->nodes) {
+        if (!parse_count(a->nodes, 1, 1024, &n))
+            return usage_error("run", "-n must be a number of nodes, 1 to 1024, not '%s'",
+                               a->nodes);
+        snprintf(nodes, sizeof nodes, "cluster.nodes=%d", n);
+        rc = sl_config_set(cfg, nodes);
+    }
+    if (rc == SL_OK && a->transport) {
+        snprintf(transport, sizeof transport, "cluster.transport=%s", a->transport);
+        rc = sl_config_set(cfg, transport);
+    }
+    if (rc == SL_OK)
+        rc = sl_config_set(cfg, "cluster.bind=127.0.0.1");
+    if (rc == SL_OK)
+        rc = sl_config_validate(cfg);
+    if (rc != SL_OK) {
+        fprintf(stderr, "shoal: run: %s\n", sl_err_msg());
+        return exit_status(rc);
+    }
+    return -1;
+}
+
+/* After an interrupt: where the checkpoints are, or which node had none yet. */
+static void
+print_run_interrupted(const sl_launch_result_t *r)
+{
+    const char *dir = NULL;
+
+    for (int i = 0; i < r->nodes; i++) {
+        const sl_launch_node_t *n = &r->node[i];
+        if (!n->has_train || access(n->train.checkpoint, F_OK) != 0) {
+            fprintf(stderr, "shoal: interrupted; node %d had no checkpoint yet\n", i);
+            return;
+        }
+        if (!dir)
+            dir = n->train.run_dir;
+    }
+    fprintf(stderr,
+            "shoal: interrupted; every node saved its checkpoint under %s; run the same "
+            "command to resume\n",
+            dir ? dir : "the run directory");
+}
+
+static int
+cmd_run(int argc, char **argv)
+{
+    args_t a;
+    sl_config_t cfg;
+    sl_launch_opts_t opts;
+    sl_launch_result_t res;
+    sl_status_t rc;
+    int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN);
+
+    if (ex < 0 && a.help) {
+        fputs(run_help, stdout);
+        ex = EXIT_OK;
+    }
+    if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
+        free(a.sets);
+        return ex;
+    }
+    if ((ex = run_overrides(&a, &cfg)) >= 0) {
+        sl_config_fini(&cfg);
+        free(a.sets);
+        return ex;
+    }
+    sl_launch_opts_init(&opts);
+    opts.resume = cfg.run.resume && !a.no_resume;
+    opts.quiet = a.quiet;
+    opts.interrupt = &stop_count;
+    opts.out = stderr;
+    install_run_handlers();
+
+    rc = sl_launch_run(&cfg, &opts, &res);
+    if (rc == SL_OK) {
+        double rate = 0;
+        for (int i = 0; i < res.nodes; i++) {
+            char who[32];
+            snprintf(who, sizeof who, "node %d: ", i);
+            print_done(who, &res.node[i].train);
+            rate += res.node[i].train.tokens_per_s;
+        }
+        printf("shoal: done: %d node%s, %.0f tokens/s in all; run directory %s\n", res.nodes,
+               res.nodes == 1 ? "" : "s", rate, res.node[0].train.run_dir);
+        fflush(stdout);
+        ex = EXIT_OK;
+    } else if (rc == SL_ERR_SHUTDOWN && stop_count > 0) {
+        print_run_interrupted(&res);
+        ex = EXIT_INTERRUPTED;
+    } else {
+        fprintf(stderr, "shoal: %s\n", sl_err_msg());
+        ex = exit_status(rc);
+    }
+    sl_launch_result_fini(&res);
+    sl_config_fini(&cfg);
+    free(a.sets);
+    return ex;
+}
+
 static int
 cmd_help(const char *command)
 {
@@ -383,6 +829,10 @@ cmd_help(const char *command)
         fputs(train_help, stdout);
     else if (strcmp(command, "eval") == 0)
         fputs(eval_help, stdout);
+    else if (strcmp(command, "run") == 0)
+        fputs(run_help, stdout);
+    else if (strcmp(command, "node") == 0)
+        fputs(node_help, stdout);
     else if (strcmp(command, "help") == 0)
         fputs(help_help, stdout);
     else {
@@ -416,6 +866,10 @@ main(int argc, char **argv)
         return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "node") == 0)
+        return cmd_node(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0) {
         if (argc > 3) {
             fprintf(stderr, "shoal: help: unexpected argument '%s' (see shoal help --help)\n",

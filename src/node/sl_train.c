@@ -63,6 +63,9 @@ sl_train_opts_init(sl_train_opts_t *o)
     o->resume = 1;
     o->quiet = 0;
     o->interrupt = NULL;
+    o->poll = NULL;
+    o->on_report = NULL;
+    o->hook_ctx = NULL;
 }
 
 static int
@@ -95,22 +98,31 @@ write_config(const sl_config_t *cfg, const char *path)
     return sl_atomic_commit(&f);
 }
 
-/* The run directory and the paths inside it; writes config.yaml. */
+/* The run directory, this node's directory and the paths inside; writes config.yaml
+ * (rank 0). */
 static sl_status_t
-setup_run_dir(const sl_config_t *cfg, sl_train_result_t *res)
+setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res)
 {
     char name[SL_TRAIN_PATH_MAX], path[SL_TRAIN_PATH_MAX];
 
     if (cfg->run.dir && cfg->run.dir[0]) {
-        SL_TRY(join_path(res->dir, cfg->run.dir, ""));
+        SL_TRY(join_path(res->run_dir, cfg->run.dir, ""));
     } else {
         SL_TRY(join_path(name, "runs", cfg->run.name));
-        SL_TRY(join_path(res->dir, name, ""));
+        SL_TRY(join_path(res->run_dir, name, ""));
+    }
+    if (opts->nranks > 1) {
+        snprintf(name, sizeof name, "node-%d", opts->rank);
+        SL_TRY(join_path(res->dir, res->run_dir, name));
+    } else {
+        SL_TRY(join_path(res->dir, res->run_dir, ""));
     }
     SL_TRY(join_path(res->checkpoint, res->dir, "checkpoint.bin"));
     SL_TRY(join_path(res->model, res->dir, "model.bin"));
     SL_TRY(sl_file_mkdirs(res->dir));
-    SL_TRY(join_path(path, res->dir, "config.yaml"));
+    if (opts->rank != 0)
+        return SL_OK;
+    SL_TRY(join_path(path, res->run_dir, "config.yaml"));
     return write_config(cfg, path);
 }
 
@@ -244,6 +256,8 @@ report(trainer_t *t, double lr, sl_train_result_t *res)
                                             (double)t->session_steps
                                       : -1;
     sl_progress_show(&t->progress, &line);
+    if (t->opts->on_report)
+        t->opts->on_report(t->opts->hook_ctx, &line);
 
     m.step = t->cur.step;
     m.epoch = line.epoch;
@@ -314,14 +328,29 @@ train_step(trainer_t *t, double *lr, double *loss)
     return SL_OK;
 }
 
+/* The poll hook's verdict after a step; its message is kept in msg, since the report
+ * and checkpoint that follow may overwrite the thread's message. */
+static sl_status_t
+poll_hook(const trainer_t *t, char *msg, size_t size)
+{
+    sl_status_t st;
+
+    if (!t->opts->poll || (st = t->opts->poll(t->opts->hook_ctx)) == SL_OK)
+        return SL_OK;
+    snprintf(msg, size, "%s", sl_err_msg());
+    return st;
+}
+
 static sl_status_t
 train_loop(trainer_t *t, sl_train_result_t *res)
 {
     const sl_config_t *cfg = t->cfg;
+    char why[512];
 
     while (t->cur.step < t->total_steps) {
         double lr, loss, vloss;
         int epoch_end, stop;
+        sl_status_t polled = SL_OK;
 
         SL_TRY(train_step(t, &lr, &loss));
         res->steps = t->cur.step;
@@ -332,12 +361,16 @@ train_loop(trainer_t *t, sl_train_result_t *res)
                               t->cur.step, loss);
         epoch_end = t->cur.batch_index == 0;
         stop = interrupted(t->opts);
+        if (!stop)
+            stop = (polled = poll_hook(t, why, sizeof why)) != SL_OK;
         if ((cfg->run.log_every > 0 && t->cur.step % cfg->run.log_every == 0) ||
             t->cur.step == t->total_steps || stop)
             SL_TRY(report(t, lr, res));
         if ((cfg->run.checkpoint_every > 0 && t->cur.step % cfg->run.checkpoint_every == 0) ||
             epoch_end || t->cur.step == t->total_steps || stop)
             SL_TRY(save_checkpoint(t, res));
+        if (polled != SL_OK)
+            return sl_err_set(polled, "%s", why);
         if (stop)
             return sl_err_set(SL_ERR_SHUTDOWN, "interrupted at step %ld", t->cur.step);
         if (epoch_end && cfg->train.eval_every_epoch && t->has_valid) {
@@ -379,16 +412,16 @@ json_split(FILE *f, const char *split, int has, double loss)
     sl_json_number(f, has ? loss / log(2.0) : NAN);
 }
 
-/* summary.json: one object the benchmark scripts parse; absent values are null. */
+/* summary.json in dir: one object the benchmark scripts parse; absent values are null. */
 static sl_status_t
-write_summary(const trainer_t *t, const sl_train_result_t *res)
+write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir)
 {
     char path[SL_TRAIN_PATH_MAX];
     long threads = t->cfg->run.threads > 0 ? t->cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
     sl_atomic_file_t f;
     FILE *o;
 
-    SL_TRY(join_path(path, res->dir, "summary.json"));
+    SL_TRY(join_path(path, dir, "summary.json"));
     SL_TRY(sl_atomic_open(&f, path));
     o = f.fp;
     json_key(o, "steps", 1);
@@ -415,6 +448,10 @@ write_summary(const trainer_t *t, const sl_train_result_t *res)
     sl_json_string(o, sl_level_name(t->cfg->data.level));
     json_key(o, "params", 0);
     fprintf(o, "%zu", res->nparams);
+    json_key(o, "nodes", 0);
+    fprintf(o, "%d", t->opts->nranks);
+    json_key(o, "rank", 0);
+    fprintf(o, "%d", t->opts->rank);
     fputs("\n}\n", o);
     return sl_atomic_commit(&f);
 }
@@ -436,7 +473,10 @@ finish(trainer_t *t, sl_train_result_t *res)
         res->test_loss = loss;
     }
     SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
-    return write_summary(t, res);
+    SL_TRY(write_summary(t, res, res->dir));
+    if (t->opts->nranks > 1 && t->opts->rank == 0)
+        return write_summary(t, res, res->run_dir);
+    return SL_OK;
 }
 
 static void
@@ -485,7 +525,7 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     res->final_train_loss = NAN;
     sl_progress_init(&t.progress, stderr, opts->quiet);
 
-    SL_TRY_GOTO(setup_run_dir(cfg, res), rc, out);
+    SL_TRY_GOTO(setup_run_dir(cfg, opts, res), rc, out);
     SL_TRY_GOTO(open_backend(cfg, &t.be), rc, out);
     SL_TRY_GOTO(setup_model(&t), rc, out);
     res->nparams = sl_lm_nparams(t.lm);

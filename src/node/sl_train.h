@@ -7,6 +7,9 @@
  *   model.bin       the final parameters (same format, read by sl_eval_run)
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
+ * With several nodes (opts->nranks > 1) each node keeps its files but config.yaml in
+ * <run dir>/node-<rank>/; rank 0 also writes <run dir>/config.yaml and a copy of its
+ * summary.json at the run directory's top.
  *
  * Per-step randomness comes from keys that are pure functions of (seed, step), so a
  * resumed run continues bit for bit where the checkpoint left off. */
@@ -17,24 +20,34 @@
 #include <stdint.h>
 
 #include "sl_config.h"
+#include "sl_progress.h"
 #include "sl_status.h"
 
 #define SL_TRAIN_PATH_MAX 1024
 
 typedef struct {
-    int rank, nranks; /* this node's share of the training data: rank of nranks */
+    int rank, nranks; /* this node's share of the training data: rank of nranks; also
+                         where its files go (see above) */
     int resume;       /* continue from <dir>/checkpoint.bin when it exists */
     int quiet;        /* no progress lines */
     /* Set (by a signal handler) to stop after the current step with a checkpoint;
      * may be NULL; borrowed. */
     volatile sig_atomic_t *interrupt;
+    /* Called after every step (may be NULL): a status other than SL_OK (message set)
+     * stops the run like an interrupt, with a checkpoint, and is returned. This is how
+     * a node learns that a peer gave up. */
+    sl_status_t (*poll)(void *ctx);
+    /* Called with every progress report, also when quiet (may be NULL). */
+    void (*on_report)(void *ctx, const sl_progress_line_t *line);
+    void *hook_ctx; /* passed to poll and on_report; borrowed */
 } sl_train_opts_t;
 
-/* rank 0 of 1, resume on, progress shown, no interrupt flag. */
+/* rank 0 of 1, resume on, progress shown, no interrupt flag, no hooks. */
 void sl_train_opts_init(sl_train_opts_t *o);
 
 typedef struct {
-    char dir[SL_TRAIN_PATH_MAX];        /* the run directory */
+    char run_dir[SL_TRAIN_PATH_MAX];    /* the run directory */
+    char dir[SL_TRAIN_PATH_MAX];        /* this node's files: run_dir, or run_dir/node-<rank> */
     char checkpoint[SL_TRAIN_PATH_MAX]; /* <dir>/checkpoint.bin */
     char model[SL_TRAIN_PATH_MAX];      /* <dir>/model.bin */
     sl_level_t level;
@@ -52,8 +65,9 @@ typedef struct {
 
 /* Trains as cfg says (cfg validated; borrowed). res is filled as far as the run got.
  * Returns SL_OK, SL_ERR_SHUTDOWN when *opts->interrupt was set (the checkpoint is
- * saved), or the error of the step that failed (message set; nothing already written
- * is lost: files are replaced atomically). */
+ * saved), the status of opts->poll when that stopped the run (the checkpoint is saved
+ * too), or the error of the step that failed (message set; nothing already written is
+ * lost: files are replaced atomically). */
 sl_status_t sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts,
                          sl_train_result_t *res);
 

@@ -23,7 +23,9 @@ static const char *const all_keys[] = {
     "train.optimizer.type", "train.optimizer.lr", "train.optimizer.clip",
     "train.optimizer.beta1", "train.optimizer.beta2", "train.optimizer.eps",
     "train.optimizer.initial_accumulator", "train.schedule.type", "train.schedule.decay",
-    "train.schedule.warmup_steps", "device", "precision", NULL};
+    "train.schedule.warmup_steps", "cluster.nodes", "cluster.transport", "cluster.master",
+    "cluster.bind", "cluster.timeout_ms", "cluster.rendezvous_timeout_ms", "topology.degree",
+    "device", "precision", NULL};
 
 static void
 load_ok(sl_config_t *c, const char *yaml)
@@ -366,7 +368,7 @@ static const bad_case_t bad_yaml[] = {
      "x.yaml:1:9: unknown key 'outptu' in 'model' (did you mean 'output'?)"},
     {"train.batch: 5",
      "x.yaml:1:1: unknown key 'train.batch' at top level (expected one of: run, data, model, "
-     "train, device, precision)"},
+     "train, cluster, topology, device, precision)"},
     /* wrong types */
     {"run:\n  name: x\ntrain:\n  batch: lots\n",
      "x.yaml:4:10: 'train.batch' must be an integer, got 'lots'"},

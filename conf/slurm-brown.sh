@@ -1,0 +1,39 @@
+#!/bin/bash
+# Slurm batch script: conf/brown-4nodes.yaml on four hosts, one shoal node per host.
+# Submit it from the source tree's root (the paths in the configuration are relative
+# to it, and ../shared/data must be on a file system every host sees):
+#
+#   sbatch conf/slurm-brown.sh
+#
+# shoal must be on PATH (make install), or set SHOAL to the binary, e.g.
+# SHOAL=$PWD/build/shoal sbatch conf/slurm-brown.sh. Submitting again continues
+# every node from its checkpoint in runs/brown-4nodes/node-R/.
+#
+#SBATCH --job-name=shoal-brown
+#SBATCH --nodes=4
+#SBATCH --ntasks=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=1
+#SBATCH --time=02:00:00
+#SBATCH --output=shoal-brown-%j.out
+
+set -eu
+
+# Rank 0 runs on the first host of the allocation, and its rendezvous listens there.
+SHOAL_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
+export SHOAL_MASTER_ADDR
+export SHOAL_MASTER_PORT=29500    # pick another when two jobs may share a first host
+
+# One `shoal node` per task: each takes its rank and the number of nodes from
+# SLURM_PROCID and SLURM_NTASKS (which must equal cluster.nodes). A node that fails
+# tells the others, which save a checkpoint and stop; --kill-on-bad-exit ends the
+# step if one dies without a word. --label prefixes every output line with the rank.
+srun --kill-on-bad-exit=1 --label "${SHOAL:-shoal}" node conf/brown-4nodes.yaml
+
+# The same with Open MPI instead of srun (mpirun sets OMPI_COMM_WORLD_RANK and
+# OMPI_COMM_WORLD_SIZE; this script then runs on the first host):
+#
+#   export SHOAL_MASTER_ADDR=$(hostname)
+#   export SHOAL_MASTER_PORT=29500
+#   mpirun -np 4 --map-by node -x SHOAL_MASTER_ADDR -x SHOAL_MASTER_PORT \
+#       shoal node conf/brown-4nodes.yaml

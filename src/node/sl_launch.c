@@ -1,0 +1,923 @@
+/* One node's start-up (endpoint, rendezvous, transport, training on its share) and the
+ * `shoal run` supervisor: node processes forked on this machine, their records and log
+ * lines read from pipes, one merged progress line, stopping them all when one fails. */
+#define _POSIX_C_SOURCE 200809L
+#include "sl_launch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "sl_clock.h"
+#include "sl_log.h"
+#include "sl_rendezvous.h"
+#include "sl_transport.h"
+
+#define ABORT_WAIT_MS 2000 /* a failing node waits at most this long to tell its peers */
+#define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
+#define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
+
+void
+sl_node_opts_init(sl_node_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = 1;
+    o->resume = 1;
+}
+
+void
+sl_launch_opts_init(sl_launch_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->resume = 1;
+    o->grace_ms = SL_LAUNCH_GRACE_MS;
+    o->out = stderr;
+}
+
+sl_status_t
+sl_parse_host_port(const char *s, const char *what, int zero_ok, char *host, size_t size, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hl = colon ? (size_t)(colon - s) : 0;
+    size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
+    long p = digits >= 1 && digits <= 5 ? strtol(colon + 1, NULL, 10) : -1;
+
+    if (!colon || hl == 0 || hl >= size || strspn(s, HOST_CHARS) != hl ||
+        colon[1 + digits] != '\0' || p < (zero_ok ? 0 : 1) || p > 65535)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s '%s' is not HOST:PORT (a host name or IPv4 address, port 1 to "
+                          "65535)",
+                          what, s);
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return SL_OK;
+}
+
+/* ---- one node ---- */
+
+typedef struct {
+    const sl_config_t *cfg;
+    const sl_node_opts_t *o;
+    sl_transport_t *tr;
+    int peer_stopped;
+    char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
+    char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
+} node_t;
+
+/* The train loop's poll hook: has a peer sent an abort frame? The transport has no
+ * call for just that, so ask (without waiting) for a frame nobody sends: the answer is
+ * SL_ERR_TIMEOUT, or SL_ERR_SHUTDOWN once a peer aborted. */
+static sl_status_t
+poll_peers(void *ctx)
+{
+    node_t *n = ctx;
+    uint32_t me = sl_transport_rank(n->tr), size = sl_transport_size(n->tr);
+    sl_wire_key_t key = {0, 0, 0, (me + 1) % size, SL_WIRE_HEARTBEAT};
+    sl_transport_frame_t *f = NULL;
+    sl_status_t st = sl_transport_recv_any(n->tr, &key, 1, 0, &f, NULL);
+    char msg[1024];
+    const char *m, *why;
+
+    sl_transport_frame_release(&f);
+    if (st == SL_OK || st == SL_ERR_TIMEOUT)
+        return SL_OK;
+    if (st != SL_ERR_SHUTDOWN)
+        return st;
+    /* "rank 1: rank 2 aborted: node 2 failed: ..." -> "stopped: node 2 failed: ..." */
+    m = sl_err_msg();
+    why = strstr(m, " aborted: ");
+    snprintf(msg, sizeof msg, "%s", why ? why + 10 : m);
+    n->peer_stopped = 1;
+    return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", msg);
+}
+
+static void
+report_hook(void *ctx, const sl_progress_line_t *line)
+{
+    node_t *n = ctx;
+
+    if (n->o->on_report)
+        n->o->on_report(n->o->hook_ctx, line);
+}
+
+/* Binds the node's transport endpoint: tcp://<cluster.bind>:* or ipc://<dir>/rank-R. */
+static sl_status_t
+open_transport(node_t *n, uint64_t run_id)
+{
+    const sl_config_t *cfg = n->cfg;
+    sl_transport_opts_t to;
+    char endpoint[SL_RDV_ENDPOINT_MAX + 16];
+    sl_status_t st;
+
+    sl_transport_opts_default(&to);
+    to.run_id = run_id;
+    to.rank = (uint32_t)n->o->rank;
+    to.size = (uint32_t)n->o->size;
+    to.timeout_ms = cfg->cluster.timeout_ms;
+    if (cfg->cluster.transport == SL_CLUSTER_TCP) {
+        snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
+    } else {
+        char dir[IPC_PATH_MAX + 64];
+        const char *tmp = getenv("TMPDIR");
+
+        if (n->o->ipc_dir)
+            snprintf(dir, sizeof dir, "%s", n->o->ipc_dir);
+        else
+            snprintf(dir, sizeof dir, "%s/shoal-%016" PRIx64, tmp && *tmp ? tmp : "/tmp", run_id);
+        if ((int)strlen(dir) + 16 >= IPC_PATH_MAX)
+            return sl_err_set(SL_ERR_INVALID,
+                              "%s: too long for ipc:// endpoints (at most %d bytes); set TMPDIR "
+                              "to a shorter directory or use cluster.transport: tcp",
+                              dir, IPC_PATH_MAX - 16);
+        if (!n->o->ipc_dir) {
+            if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+                return sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", dir,
+                                  strerror(errno));
+            snprintf(n->ipc_dir, sizeof n->ipc_dir, "%s", dir);
+        }
+        snprintf(n->ipc_path, sizeof n->ipc_path, "%s/rank-%d", dir, n->o->rank);
+        snprintf(endpoint, sizeof endpoint, "ipc://%s", n->ipc_path);
+    }
+    to.bind_endpoint = endpoint;
+    st = sl_transport_new(&n->tr, &to);
+    if (st != SL_OK)
+        n->ipc_path[0] = '\0'; /* not ours to remove */
+    return st;
+}
+
+/* A failing node tells its peers, keeping its own message for the caller. */
+static void
+tell_peers(node_t *n, sl_status_t st)
+{
+    char msg[1024], reason[1100];
+    int wait =
+        n->cfg->cluster.timeout_ms < ABORT_WAIT_MS ? n->cfg->cluster.timeout_ms : ABORT_WAIT_MS;
+
+    snprintf(msg, sizeof msg, "%s", sl_err_msg());
+    snprintf(reason, sizeof reason, "node %d failed: %s", n->o->rank, msg);
+    if (sl_transport_abort(n->tr, reason, wait) != SL_OK)
+        sl_log_warn("node", "telling the other nodes that this one stops: %s", sl_err_msg());
+    sl_err_set(st, "%s", msg);
+}
+
+/* Rendezvous and transport for a run of several nodes. */
+static sl_status_t
+meet_peers(node_t *n)
+{
+    const sl_node_opts_t *o = n->o;
+    sl_rendezvous_opts_t ro;
+    sl_rendezvous_t *rdv = NULL;
+    sl_rendezvous_table_t table = {0, NULL};
+    char host[256], port[16], conn[300], bind[300], master[300];
+    int p;
+    uint64_t run_id;
+    sl_status_t st;
+
+    if (!o->master || !*o->master)
+        return sl_err_set(SL_ERR_CONFIG, "node %d of %d: no master address (cluster.master)",
+                          o->rank, o->size);
+    SL_TRY(sl_parse_host_port(o->master, "master", o->rank == 0, host, sizeof host, &p));
+    if (p)
+        snprintf(port, sizeof port, "%d", p);
+    else
+        snprintf(port, sizeof port, "*");
+    snprintf(conn, sizeof conn, "tcp://%s:%s", host, port);
+    snprintf(bind, sizeof bind, "tcp://%s:%s", n->cfg->cluster.bind, port);
+    ro.rank = o->rank;
+    ro.size = o->size;
+    ro.master = conn;
+    ro.bind = bind;
+    ro.timeout_ms = n->cfg->cluster.rendezvous_timeout_ms;
+    ro.interrupt = o->interrupt;
+    SL_TRY(sl_rendezvous_new(&rdv, &ro));
+    snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
+    if (o->rank == 0 && o->on_master)
+        o->on_master(o->hook_ctx, master);
+    SL_TRY_GOTO(sl_rendezvous_run_id(n->cfg, master, &run_id), st, out);
+    SL_TRY_GOTO(open_transport(n, run_id), st, out);
+    sl_log_debug("node", "rank %d of %d: endpoint %s, rendezvous at %s, run id %016" PRIx64,
+                 o->rank, o->size, sl_transport_endpoint(n->tr), master, run_id);
+    SL_TRY_GOTO(sl_rendezvous_exchange(rdv, run_id, sl_transport_endpoint(n->tr), &table), st, out);
+    st = sl_transport_connect(n->tr, (const char *const *)table.endpoints);
+    if (st != SL_OK)
+        tell_peers(n, st);
+out:
+    sl_rendezvous_destroy(&rdv);
+    sl_rendezvous_table_fini(&table);
+    return st;
+}
+
+sl_status_t
+sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *res)
+{
+    node_t n;
+    sl_train_opts_t to;
+    sl_status_t st;
+
+    memset(res, 0, sizeof *res);
+    memset(&n, 0, sizeof n);
+    n.cfg = cfg;
+    n.o = o;
+    if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
+        return sl_err_set(SL_ERR_INVALID, "node: rank %d of %d is out of range", o->rank, o->size);
+    if (o->size != cfg->cluster.nodes)
+        return sl_err_set(SL_ERR_CONFIG, "node %d: %d nodes started, but cluster.nodes is %d",
+                          o->rank, o->size, cfg->cluster.nodes);
+    if (o->size > 1)
+        SL_TRY_GOTO(meet_peers(&n), st, out);
+    sl_train_opts_init(&to);
+    to.rank = o->rank;
+    to.nranks = o->size;
+    to.resume = o->resume;
+    to.quiet = o->quiet;
+    to.interrupt = o->interrupt;
+    to.poll = n.tr ? poll_peers : NULL;
+    to.on_report = report_hook;
+    to.hook_ctx = &n;
+    res->trained = 1;
+    st = sl_train_run(cfg, &to, &res->train);
+    res->peer_stopped = n.peer_stopped;
+    if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
+        tell_peers(&n, st);
+out:
+    sl_transport_destroy(&n.tr);
+    if (n.ipc_path[0])
+        unlink(n.ipc_path); /* ZeroMQ leaves the socket file of a named ipc endpoint */
+    if (n.ipc_dir[0])
+        rmdir(n.ipc_dir); /* the last node of this machine to leave removes it */
+    return st;
+}
+
+/* ---- shoal run: the node processes ---- */
+
+enum { REC_MASTER = 1, REC_REPORT, REC_END };
+
+/* One message from a node process to shoal run, always written whole (one writer per
+ * pipe, so no interleaving; the reader reassembles). */
+typedef struct {
+    int type;
+    int outcome; /* REC_END: SL_NODE_* */
+    int status;  /* REC_END: the node's status */
+    int has_train;
+    sl_progress_line_t line; /* REC_REPORT */
+    sl_train_result_t train; /* REC_END */
+    char text[1024];         /* REC_MASTER: the master; REC_END: the error message */
+} record_t;
+
+static volatile sig_atomic_t child_stop;
+
+static void
+on_child_signal(int sig)
+{
+    child_stop = sig;
+}
+
+static void
+write_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* shoal run is gone: nobody to tell */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+typedef struct {
+    int fd;
+    record_t rec;
+} child_io_t;
+
+static void
+child_master(void *ctx, const char *master)
+{
+    child_io_t *io = ctx;
+
+    memset(&io->rec, 0, sizeof io->rec);
+    io->rec.type = REC_MASTER;
+    snprintf(io->rec.text, sizeof io->rec.text, "%s", master);
+    write_all(io->fd, &io->rec, sizeof io->rec);
+}
+
+static void
+child_report(void *ctx, const sl_progress_line_t *line)
+{
+    child_io_t *io = ctx;
+
+    memset(&io->rec, 0, sizeof io->rec);
+    io->rec.type = REC_REPORT;
+    io->rec.line = *line;
+    write_all(io->fd, &io->rec, sizeof io->rec);
+}
+
+/* The body of a node process: its own signal handling, output on the log pipe, the
+ * node, the final record. Ends the process (it was forked, so main cannot): the exit
+ * status is the one `shoal node` would have. */
+static void
+child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t parent, int rank,
+           const char *master, const char *ipc_dir, int rec_fd, int log_fd)
+{
+    static child_io_t io;
+    struct sigaction sa;
+    sl_node_opts_t no;
+    sl_node_result_t nr;
+    sl_status_t st;
+    int devnull, code;
+
+    setpgid(0, 0); /* away from the terminal's Ctrl-C: shoal run forwards it once */
+#ifdef __linux__
+    {
+        char name[16];
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* shoal run killed: stop too */
+        snprintf(name, sizeof name, "shoal node %d", rank);
+        prctl(PR_SET_NAME, name);
+    }
+#endif
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_child_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND; /* a second signal stops at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (getppid() != parent)
+        child_stop = SIGTERM;
+    devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO);
+        close(devnull);
+    }
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    close(log_fd);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    sl_log_set_tag(NULL);
+
+    io.fd = rec_fd;
+    sl_node_opts_init(&no);
+    no.rank = rank;
+    no.size = cfg->cluster.nodes;
+    no.master = master;
+    no.ipc_dir = ipc_dir;
+    no.resume = lo->resume;
+    no.quiet = 1;
+    no.interrupt = &child_stop;
+    no.on_master = child_master;
+    no.on_report = child_report;
+    no.hook_ctx = &io;
+    st = sl_node_run(cfg, &no, &nr);
+
+    memset(&io.rec, 0, sizeof io.rec);
+    io.rec.type = REC_END;
+    io.rec.status = st;
+    io.rec.has_train = nr.trained;
+    io.rec.train = nr.train;
+    if (st == SL_OK) {
+        io.rec.outcome = SL_NODE_DONE;
+        code = 0;
+    } else if (st == SL_ERR_SHUTDOWN) {
+        io.rec.outcome = nr.peer_stopped ? SL_NODE_STOPPED : SL_NODE_INTERRUPTED;
+        code = nr.peer_stopped ? 1 : 130;
+    } else {
+        io.rec.outcome = SL_NODE_FAILED;
+        code = st == SL_ERR_CONFIG ? 2 : 1;
+    }
+    snprintf(io.rec.text, sizeof io.rec.text, "%s", st == SL_OK ? "" : sl_err_msg());
+    write_all(rec_fd, &io.rec, sizeof io.rec);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+}
+
+/* ---- shoal run: the supervisor ---- */
+
+typedef struct {
+    pid_t pid;
+    int rec_fd, log_fd; /* read ends; -1 once at end of file */
+    record_t rec;       /* being reassembled */
+    size_t rec_got;
+    char line[2048]; /* a log line being reassembled */
+    size_t line_len;
+    int exited, wstatus;
+    int ended; /* its REC_END arrived */
+    int judged;
+    int outcome, status, has_train;
+    sl_train_result_t train;
+    int has_report;
+    sl_progress_line_t report;
+} child_t;
+
+typedef struct {
+    const sl_config_t *cfg;
+    const sl_launch_opts_t *o;
+    FILE *out;
+    int n, forked;
+    child_t *c;
+    char ipc_dir[IPC_PATH_MAX];
+    char master[300];
+    int has_master;
+    int stopping; /* SIGTERM/SIGINT sent */
+    double kill_at;
+    int killed;     /* SIGKILL sent */
+    int interrupts; /* signals of this process handled so far */
+    int culprit;    /* first failed node, -1 */
+    sl_status_t culprit_st;
+    char culprit_msg[1200];
+    int tty, line_open;
+    long shown_step;
+    double shown_at;
+} launch_t;
+
+static void
+signal_all(launch_t *l, int sig)
+{
+    for (int i = 0; i < l->forked; i++)
+        if (!l->c[i].exited)
+            kill(l->c[i].pid, sig);
+}
+
+static void
+stop_all(launch_t *l, int sig)
+{
+    if (l->stopping)
+        return;
+    l->stopping = 1;
+    l->kill_at = sl_clock_now() + l->o->grace_ms / 1000.0;
+    signal_all(l, sig);
+}
+
+static void fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Records the first node that failed and why; later failures are consequences. */
+static void
+fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (l->culprit >= 0)
+        return;
+    l->culprit = rank;
+    l->culprit_st = st;
+    va_start(ap, fmt);
+    vsnprintf(l->culprit_msg, sizeof l->culprit_msg, fmt, ap);
+    va_end(ap);
+}
+
+/* "step 120/245 | 4 nodes | 11800 tok/s | loss 5.61 | ppl 273 | ETA 3m10s" over the
+ * nodes' last reports: the slowest node's step, the sum of their rates, the mean loss,
+ * the longest ETA. 0 until every node has reported. */
+static int
+merged_line(const launch_t *l, char *buf, size_t size, long *step)
+{
+    long lo = -1, total = 0;
+    double rate = 0, loss = 0, eta = -1;
+    char etas[32], quality[48];
+    int char_level = 0;
+
+    for (int i = 0; i < l->n; i++) {
+        const child_t *c = &l->c[i];
+        if (!c->has_report)
+            return 0;
+        if (lo < 0 || c->report.step < lo)
+            lo = c->report.step;
+        if (c->report.total_steps > total)
+            total = c->report.total_steps;
+        rate += c->report.tokens_per_s;
+        loss += c->report.loss / l->n;
+        if (c->report.eta_s > eta)
+            eta = c->report.eta_s;
+        char_level = c->report.char_level;
+    }
+    if (char_level)
+        snprintf(quality, sizeof quality, "bpc %.3f", loss / log(2.0));
+    else
+        snprintf(quality, sizeof quality, "ppl %.1f", exp(loss));
+    if (eta >= 0)
+        sl_clock_format_duration(eta, etas, sizeof etas);
+    else
+        snprintf(etas, sizeof etas, "?");
+    snprintf(buf, size, "step %ld/%ld | %d node%s | %.0f tok/s | loss %.3f | %s | ETA %s", lo,
+             total, l->n, l->n == 1 ? "" : "s", rate, loss, quality, etas);
+    *step = lo;
+    return 1;
+}
+
+/* On a terminal the line is rewritten in place (at most 10 times a second unless
+ * forced); otherwise a line is printed whenever the slowest node got further. */
+static void
+show_progress(launch_t *l, int force)
+{
+    char line[256];
+    long step;
+    double now = sl_clock_now();
+
+    if (l->o->quiet || !merged_line(l, line, sizeof line, &step))
+        return;
+    if (l->tty) {
+        if (!force && now - l->shown_at < 0.1)
+            return;
+        fprintf(l->out, "\r%s\033[K", line);
+        l->line_open = 1;
+    } else {
+        if (step <= l->shown_step)
+            return;
+        fprintf(l->out, "%s\n", line);
+    }
+    l->shown_step = step;
+    l->shown_at = now;
+    fflush(l->out);
+}
+
+/* A node's output line, as "node R: ..." (its own "shoal: " dropped). */
+static void
+forward_line(launch_t *l, int rank, const char *line)
+{
+    if (l->line_open)
+        fputs("\r\033[K", l->out);
+    fprintf(l->out, "node %d: %s\n", rank, strncmp(line, "shoal: ", 7) == 0 ? line + 7 : line);
+    fflush(l->out);
+    if (l->line_open)
+        show_progress(l, 1);
+}
+
+static void
+take_record(launch_t *l, int rank)
+{
+    child_t *c = &l->c[rank];
+    const record_t *r = &c->rec;
+
+    switch (r->type) {
+    case REC_MASTER:
+        if (rank == 0 && !l->has_master) {
+            snprintf(l->master, sizeof l->master, "%s", r->text);
+            l->has_master = 1;
+        }
+        break;
+    case REC_REPORT:
+        c->report = r->line;
+        c->has_report = 1;
+        show_progress(l, 0);
+        break;
+    case REC_END:
+        c->ended = 1;
+        c->outcome = r->outcome;
+        c->status = r->status;
+        c->has_train = r->has_train;
+        c->train = r->train;
+        if (r->outcome == SL_NODE_FAILED)
+            fail(l, rank, r->status, "node %d failed: %s", rank, r->text);
+        else if (r->outcome == SL_NODE_INTERRUPTED && !l->stopping) /* not by us */
+            fail(l, rank, r->status, "node %d was interrupted from outside: %s", rank, r->text);
+        break;
+    }
+}
+
+/* Reads what is there on one of a node's pipes; closes it at end of file. */
+static void
+read_pipe(launch_t *l, int rank, int is_log)
+{
+    child_t *c = &l->c[rank];
+    int *fd = is_log ? &c->log_fd : &c->rec_fd;
+    char buf[4096];
+    ssize_t got;
+
+    if (is_log)
+        got = read(*fd, buf, sizeof buf);
+    else
+        got = read(*fd, (char *)&c->rec + c->rec_got, sizeof c->rec - c->rec_got);
+    if (got < 0 && errno == EINTR)
+        return;
+    if (got <= 0) {
+        if (is_log && c->line_len) {
+            c->line[c->line_len] = '\0';
+            forward_line(l, rank, c->line);
+            c->line_len = 0;
+        }
+        close(*fd);
+        *fd = -1;
+        return;
+    }
+    if (!is_log) {
+        c->rec_got += (size_t)got;
+        if (c->rec_got == sizeof c->rec) {
+            take_record(l, rank);
+            c->rec_got = 0;
+        }
+        return;
+    }
+    for (ssize_t i = 0; i < got; i++) {
+        if (buf[i] == '\n' || c->line_len + 1 >= sizeof c->line) {
+            c->line[c->line_len] = '\0';
+            forward_line(l, rank, c->line);
+            c->line_len = 0;
+            if (buf[i] == '\n')
+                continue;
+        }
+        c->line[c->line_len++] = buf[i];
+    }
+}
+
+/* Waits up to ms for output of any node and reads it. */
+static void
+pump(launch_t *l, int ms)
+{
+    struct pollfd pfd[2 * 1024];
+    int who[2 * 1024], np = 0;
+
+    for (int i = 0; i < l->forked && np + 2 <= 2 * 1024; i++) {
+        if (l->c[i].rec_fd >= 0) {
+            pfd[np].fd = l->c[i].rec_fd;
+            pfd[np].events = POLLIN;
+            who[np++] = 2 * i;
+        }
+        if (l->c[i].log_fd >= 0) {
+            pfd[np].fd = l->c[i].log_fd;
+            pfd[np].events = POLLIN;
+            who[np++] = 2 * i + 1;
+        }
+    }
+    if (np == 0) {
+        struct timespec ts = {0, (long)ms * 1000000L};
+        nanosleep(&ts, NULL);
+        return;
+    }
+    if (poll(pfd, (nfds_t)np, ms) <= 0)
+        return;
+    for (int k = 0; k < np; k++)
+        if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR))
+            read_pipe(l, who[k] / 2, who[k] % 2);
+}
+
+/* Collects nodes that exited; judges a node once its pipes are drained too. */
+static void
+reap(launch_t *l)
+{
+    for (int i = 0; i < l->forked; i++) {
+        child_t *c = &l->c[i];
+
+        if (!c->exited && waitpid(c->pid, &c->wstatus, WNOHANG) == c->pid)
+            c->exited = 1;
+        if (c->judged || !c->exited || c->rec_fd >= 0 || c->log_fd >= 0)
+            continue;
+        c->judged = 1;
+        if (c->ended)
+            continue;
+        /* it said nothing: a crash or a kill. Ours (while stopping) do not count. */
+        c->outcome = SL_NODE_LOST;
+        if (WIFSIGNALED(c->wstatus)) {
+            int sig = WTERMSIG(c->wstatus);
+            if (l->stopping && (sig == SIGTERM || sig == SIGINT || sig == SIGKILL))
+                continue;
+            fail(l, i, SL_ERR_INVALID, "node %d killed by signal %d", i, sig);
+        } else {
+            fail(l, i, SL_ERR_INVALID, "node %d exited with status %d without saying why", i,
+                 WEXITSTATUS(c->wstatus));
+        }
+    }
+}
+
+static int
+all_judged(const launch_t *l)
+{
+    for (int i = 0; i < l->forked; i++)
+        if (!l->c[i].judged)
+            return 0;
+    return 1;
+}
+
+/* Signals of shoal run itself: the first is passed on to every node (they checkpoint
+ * and leave), a second kills them. */
+static void
+handle_interrupts(launch_t *l)
+{
+    int now = l->o->interrupt ? (int)*l->o->interrupt : 0;
+
+    if (now <= l->interrupts)
+        return;
+    if (l->interrupts == 0) {
+        stop_all(l, SIGINT); /* nothing new when already stopping */
+    } else if (!l->killed) {
+        signal_all(l, SIGKILL);
+        l->killed = 1;
+    }
+    l->interrupts = now;
+}
+
+static sl_status_t
+fork_node(launch_t *l, int rank, const char *master)
+{
+    int rp[2], lp[2];
+    pid_t pid, parent = getpid();
+    child_t *c = &l->c[rank];
+
+    if (pipe(rp) != 0)
+        return sl_err_set(SL_ERR_IO, "shoal run: pipe: %s", strerror(errno));
+    if (pipe(lp) != 0) {
+        close(rp[0]);
+        close(rp[1]);
+        return sl_err_set(SL_ERR_IO, "shoal run: pipe: %s", strerror(errno));
+    }
+    fflush(stdout);
+    fflush(stderr);
+    fflush(l->out);
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(rp[0]), close(rp[1]), close(lp[0]), close(lp[1]);
+        return sl_err_set(SL_ERR_IO, "shoal run: starting node %d: %s", rank, strerror(e));
+    }
+    if (pid == 0) {
+        close(rp[0]);
+        close(lp[0]);
+        for (int i = 0; i < l->forked; i++) {
+            if (l->c[i].rec_fd >= 0)
+                close(l->c[i].rec_fd);
+            if (l->c[i].log_fd >= 0)
+                close(l->c[i].log_fd);
+        }
+        child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL, rp[1],
+                   lp[1]);
+    }
+    close(rp[1]);
+    close(lp[1]);
+    setpgid(pid, pid); /* as the child does: whichever runs first */
+    c->pid = pid;
+    c->rec_fd = rp[0];
+    c->log_fd = lp[0];
+    l->forked = rank + 1;
+    return SL_OK;
+}
+
+/* The private directory of the ipc:// endpoints. */
+static sl_status_t
+make_ipc_dir(launch_t *l)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    if (!tmp || !*tmp || strlen(tmp) + 40 >= (size_t)IPC_PATH_MAX)
+        tmp = "/tmp";
+    snprintf(l->ipc_dir, sizeof l->ipc_dir, "%s/shoal-run-XXXXXX", tmp);
+    if (!mkdtemp(l->ipc_dir)) {
+        sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s", l->ipc_dir, strerror(errno));
+        l->ipc_dir[0] = '\0';
+        return st;
+    }
+    return SL_OK;
+}
+
+/* Removes the ipc directory with the sockets nodes killed before closing them left. */
+static void
+remove_ipc_dir(launch_t *l)
+{
+    DIR *d;
+    struct dirent *e;
+    char path[IPC_PATH_MAX + 300];
+
+    if (!l->ipc_dir[0])
+        return;
+    d = opendir(l->ipc_dir);
+    if (d) {
+        while ((e = readdir(d)) != NULL) {
+            if (strncmp(e->d_name, "rank-", 5) != 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", l->ipc_dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    if (rmdir(l->ipc_dir) != 0)
+        sl_log_warn("run", "%s: cannot remove: %s", l->ipc_dir, strerror(errno));
+}
+
+/* Starts rank 0, waits for its master address, starts the others, and watches them all
+ * until every one has exited and been judged. */
+static void
+supervise(launch_t *l)
+{
+    sl_status_t st;
+    char first[32];
+
+    snprintf(first, sizeof first, "127.0.0.1:0");
+    if ((st = fork_node(l, 0, first)) != SL_OK) {
+        fail(l, 0, st, "%s", sl_err_msg());
+        return;
+    }
+    while (l->n > 1 && !l->has_master && !l->c[0].exited && l->culprit < 0 && !l->stopping) {
+        pump(l, 100);
+        reap(l);
+        handle_interrupts(l);
+    }
+    for (int i = 1; i < l->n && l->has_master && l->culprit < 0 && !l->stopping; i++) {
+        if ((st = fork_node(l, i, l->master)) != SL_OK) {
+            fail(l, i, st, "%s", sl_err_msg());
+            break;
+        }
+    }
+    while (!all_judged(l)) {
+        pump(l, 100);
+        reap(l);
+        handle_interrupts(l);
+        if (l->culprit >= 0)
+            stop_all(l, SIGTERM);
+        if (l->stopping && !l->killed && sl_clock_now() >= l->kill_at) {
+            signal_all(l, SIGKILL);
+            l->killed = 1;
+        }
+    }
+}
+
+sl_status_t
+sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_result_t *res)
+{
+    launch_t l;
+    sl_status_t st = SL_OK;
+    int n = cfg->cluster.nodes;
+
+    memset(res, 0, sizeof *res);
+    res->failed_rank = -1;
+    if (n < 1 || n > 1024)
+        return sl_err_set(SL_ERR_INVALID, "shoal run: %d nodes: one machine runs 1 to 1024", n);
+    memset(&l, 0, sizeof l);
+    l.cfg = cfg;
+    l.o = o;
+    l.out = o->out ? o->out : stderr;
+    l.n = n;
+    l.culprit = -1;
+    l.shown_step = -1;
+    l.tty = isatty(fileno(l.out));
+    l.c = calloc((size_t)n, sizeof *l.c);
+    res->node = calloc((size_t)n, sizeof *res->node);
+    if (!l.c || !res->node) {
+        free(l.c);
+        sl_launch_result_fini(res);
+        return sl_err_set(SL_ERR_NOMEM, "shoal run: out of memory");
+    }
+    res->nodes = n;
+    for (int i = 0; i < n; i++)
+        l.c[i].rec_fd = l.c[i].log_fd = -1;
+    if (cfg->cluster.transport == SL_CLUSTER_IPC && n > 1 && (st = make_ipc_dir(&l)) != SL_OK) {
+        free(l.c);
+        return st;
+    }
+    supervise(&l);
+    if (l.line_open) {
+        show_progress(&l, 1); /* where the run ended, past the rate limit */
+        fputc('\n', l.out);
+    }
+    fflush(l.out);
+    remove_ipc_dir(&l);
+
+    for (int i = 0; i < n; i++) {
+        res->node[i].outcome = l.c[i].outcome;
+        res->node[i].has_train = l.c[i].has_train;
+        res->node[i].train = l.c[i].train;
+    }
+    if (l.culprit >= 0) {
+        res->failed_rank = l.culprit;
+        st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);
+    } else {
+        int stopped = -1;
+        for (int i = 0; i < n && stopped < 0; i++)
+            if (l.c[i].outcome != SL_NODE_DONE)
+                stopped = i;
+        if (stopped < 0) /* every node finished, whatever came after */
+            st = SL_OK;
+        else if (l.interrupts > 0)
+            st = sl_err_set(SL_ERR_SHUTDOWN, "interrupted");
+        else
+            st = sl_err_set(SL_ERR_SHUTDOWN, "node %d stopped without a reason", stopped);
+    }
+    free(l.c);
+    return st;
+}
+
+void
+sl_launch_result_fini(sl_launch_result_t *res)
+{
+    free(res->node);
+    res->node = NULL;
+    res->nodes = 0;
+}

@@ -1,0 +1,778 @@
+/* Rendezvous: rank 0's ROUTER collects one registration per rank and answers each with
+ * the endpoint table; the other ranks' DEALER registers and waits for it. */
+#define _POSIX_C_SOURCE 200809L
+#include "sl_rendezvous.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "sl_clock.h"
+#include "sl_hash.h"
+#include "sl_log.h"
+
+#define MAGIC "SLRV"
+#define HEAD_BYTES 16                   /* magic, version, kind, run id */
+#define REGISTER_BYTES (HEAD_BYTES + 8) /* then rank, size; the endpoint follows */
+#define MAX_NODES 65536                 /* keeps a table message under 17 MB */
+#define SLICE_MS 100                    /* polls this long at most between interrupt checks */
+#define LINGER_MS 5000                  /* rank 0 lets the tables leave this long */
+#define RUN_ID_SEED 0x53484f414c524456ull
+
+enum { KIND_REGISTER = 1, KIND_TABLE = 2, KIND_REFUSAL = 3, KIND_GIVE_UP = 4 };
+
+struct sl_rendezvous {
+    sl_rendezvous_opts_t o;
+    char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
+    char bind[SL_RDV_ENDPOINT_MAX];
+    void *ctx, *sock;
+    int used; /* exchange done */
+};
+
+/* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
+typedef struct {
+    unsigned char id[256];
+    size_t id_len;
+} peer_t;
+
+static void
+put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void
+put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void
+put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint16_t
+get_u16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t
+get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+
+static uint64_t
+get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void
+put_head(unsigned char *p, unsigned kind, uint64_t run_id)
+{
+    memcpy(p, MAGIC, 4);
+    put_u16(p + 4, SL_RDV_VERSION);
+    put_u16(p + 6, (uint16_t)kind);
+    put_u64(p + 8, run_id);
+}
+
+/* The kind of a message with our magic and version; 0 when it is not one. */
+static unsigned
+head_kind(const unsigned char *p, size_t len)
+{
+    if (len < HEAD_BYTES || memcmp(p, MAGIC, 4) != 0 || get_u16(p + 4) != SL_RDV_VERSION)
+        return 0;
+    return get_u16(p + 6);
+}
+
+static sl_status_t zmq_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A ZeroMQ failure as a status: ETERM/EINTR are SL_ERR_SHUTDOWN, the rest
+ * SL_ERR_TRANSPORT; "<what>: <zmq_strerror>". */
+static sl_status_t
+zmq_fail(const char *fmt, ...)
+{
+    int e = zmq_errno();
+    char what[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return sl_err_set(e == ETERM || e == EINTR ? SL_ERR_SHUTDOWN : SL_ERR_TRANSPORT, "%s: %s", what,
+                      zmq_strerror(e));
+}
+
+/* How an endpoint reads in messages: HOST:PORT for tcp, the whole endpoint otherwise. */
+static const char *
+shown(const char *endpoint)
+{
+    return strncmp(endpoint, "tcp://", 6) == 0 ? endpoint + 6 : endpoint;
+}
+
+/* Printable ASCII, 1 to SL_RDV_ENDPOINT_MAX - 1 bytes, tcp:// or ipc://. */
+static int
+good_endpoint(const char *s, size_t len)
+{
+    if (len < 7 || len >= SL_RDV_ENDPOINT_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return 0;
+    return strncmp(s, "tcp://", 6) == 0 || strncmp(s, "ipc://", 6) == 0;
+}
+
+/* "tcp://0.0.0.0:PORT" (a node listening on every interface) with host put in. */
+static int
+fill_wildcard_host(char *ep, size_t size, const char *host)
+{
+    static const char wild[] = "tcp://0.0.0.0:";
+    char port[16];
+
+    if (strncmp(ep, wild, sizeof wild - 1) != 0 || !host || !*host)
+        return 0;
+    snprintf(port, sizeof port, "%.15s", ep + sizeof wild - 1);
+    snprintf(ep, size, "tcp://%s:%s", host, port);
+    return 1;
+}
+
+static int
+interrupted(const sl_rendezvous_t *r)
+{
+    return r->o.interrupt && *r->o.interrupt;
+}
+
+static void
+format_seconds(int ms, char *buf, size_t size)
+{
+    snprintf(buf, size, "%g s", ms / 1000.0);
+}
+
+sl_status_t
+sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
+{
+    sl_rendezvous_t *r;
+    sl_status_t st;
+    int zero = 0, one = 1;
+
+    *out = NULL;
+    if (o->size < 1 || o->size > MAX_NODES || o->rank < 0 || o->rank >= o->size ||
+        o->timeout_ms <= 0 || !o->master)
+        return sl_err_set(SL_ERR_INVALID,
+                          "rendezvous: rank %d of %d, timeout %d ms: need 0 <= rank < size <= "
+                          "%d, a timeout > 0 and a master",
+                          o->rank, o->size, o->timeout_ms, MAX_NODES);
+    if (strlen(o->master) >= SL_RDV_ENDPOINT_MAX ||
+        (o->bind && strlen(o->bind) >= SL_RDV_ENDPOINT_MAX))
+        return sl_err_set(SL_ERR_INVALID, "rendezvous: master or bind endpoint too long");
+    r = calloc(1, sizeof *r);
+    if (!r)
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    r->o = *o;
+    snprintf(r->master, sizeof r->master, "%s", o->master);
+    snprintf(r->bind, sizeof r->bind, "%s", o->bind ? o->bind : o->master);
+    r->o.master = r->master;
+    r->o.bind = r->bind;
+    if (o->size == 1) {
+        *out = r;
+        return SL_OK;
+    }
+    r->ctx = zmq_ctx_new();
+    if (!r->ctx) {
+        st = zmq_fail("rendezvous: zmq_ctx_new");
+        goto fail;
+    }
+    r->sock = zmq_socket(r->ctx, o->rank == 0 ? ZMQ_ROUTER : ZMQ_DEALER);
+    if (!r->sock) {
+        st = zmq_fail("rendezvous: zmq_socket");
+        goto fail;
+    }
+    if (zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero) != 0) {
+        st = zmq_fail("rendezvous: setting ZMQ_LINGER");
+        goto fail;
+    }
+    if (o->rank == 0) {
+        int64_t most = REGISTER_BYTES + SL_RDV_ENDPOINT_MAX;
+        char last[SL_RDV_ENDPOINT_MAX], *colon;
+        size_t len = sizeof last;
+
+        if (zmq_setsockopt(r->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
+            zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
+            st = zmq_fail("rendezvous: setting socket options");
+            goto fail;
+        }
+        if (zmq_bind(r->sock, r->bind) != 0) {
+            st = zmq_fail("rendezvous: rank 0 cannot listen on %s", shown(r->bind));
+            goto fail;
+        }
+        /* a wildcard port: the others learn the real one from sl_rendezvous_master */
+        colon = strrchr(r->master, ':');
+        if (colon && strcmp(colon, ":*") == 0) {
+            if (zmq_getsockopt(r->sock, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+                st = zmq_fail("rendezvous: reading the bound endpoint");
+                goto fail;
+            }
+            snprintf(colon, sizeof r->master - (size_t)(colon - r->master), "%s",
+                     strrchr(last, ':'));
+        }
+    } else {
+        int64_t most = HEAD_BYTES + 4 + (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX);
+
+        if (zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
+            st = zmq_fail("rendezvous: setting ZMQ_MAXMSGSIZE");
+            goto fail;
+        }
+        if (zmq_connect(r->sock, r->master) != 0) {
+            st = zmq_fail("rendezvous: cannot connect to rank 0 at %s", shown(r->master));
+            goto fail;
+        }
+    }
+    *out = r;
+    return SL_OK;
+fail:
+    sl_rendezvous_destroy(&r);
+    return st;
+}
+
+void
+sl_rendezvous_destroy(sl_rendezvous_t **rp)
+{
+    sl_rendezvous_t *r = rp ? *rp : NULL;
+
+    if (!r)
+        return;
+    if (r->sock) {
+        int linger = r->o.rank == 0 && r->used ? LINGER_MS : 0;
+        zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(r->sock);
+    }
+    if (r->ctx)
+        while (zmq_ctx_term(r->ctx) != 0 && zmq_errno() == EINTR)
+            ;
+    free(r);
+    *rp = NULL;
+}
+
+const char *
+sl_rendezvous_master(const sl_rendezvous_t *r)
+{
+    return r->master;
+}
+
+void
+sl_rendezvous_table_fini(sl_rendezvous_table_t *t)
+{
+    for (int i = 0; t->endpoints && i < t->size; i++)
+        free(t->endpoints[i]);
+    free(t->endpoints);
+    t->endpoints = NULL;
+    t->size = 0;
+}
+
+static sl_status_t
+table_alloc(sl_rendezvous_table_t *t, int size)
+{
+    t->size = size;
+    t->endpoints = calloc((size_t)size, sizeof *t->endpoints);
+    if (!t->endpoints)
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    return SL_OK;
+}
+
+static sl_status_t
+table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len)
+{
+    t->endpoints[rank] = strndup(ep, len);
+    if (!t->endpoints[rank])
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    return SL_OK;
+}
+
+/* Waits up to ms (at most SLICE_MS) for the socket to be readable: 1 readable, 0 not
+ * (yet), or a status < 0. An interrupted poll is "not yet": the caller checks the flag. */
+static int
+wait_readable(sl_rendezvous_t *r, double deadline)
+{
+    zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
+    double left = deadline - sl_clock_now();
+    int ms = left <= 0 ? 0 : left * 1000 < SLICE_MS ? (int)(left * 1000) + 1 : SLICE_MS;
+    int rc = zmq_poll(&item, 1, ms);
+
+    if (rc < 0 && zmq_errno() == EINTR)
+        return 0;
+    if (rc < 0)
+        return zmq_fail("rendezvous: polling");
+    return rc > 0;
+}
+
+/* ---- rank 0 ---- */
+
+/* Ranks with reg[i] == want as "0, 1, 2" or, for runs of three or more, "0-5, 7"; cut
+ * with ", ..." when longer than the buffer. */
+static void
+rank_list(const unsigned char *reg, int n, int want, char *buf, size_t size)
+{
+    size_t used = 0;
+    int first = 1;
+
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        char item[32];
+
+        if (reg[i] != want)
+            continue;
+        while (j + 1 < n && reg[j + 1] == want)
+            j++;
+        if (j - i >= 2)
+            snprintf(item, sizeof item, "%s%d-%d", first ? "" : ", ", i, j);
+        else if (j > i)
+            snprintf(item, sizeof item, "%s%d, %d", first ? "" : ", ", i, j);
+        else
+            snprintf(item, sizeof item, "%s%d", first ? "" : ", ", i);
+        if (used + strlen(item) + 6 >= size) {
+            snprintf(buf + used, size - used, ", ...");
+            return;
+        }
+        used += (size_t)snprintf(buf + used, size - used, "%s", item);
+        first = 0;
+        i = j;
+    }
+}
+
+static sl_status_t
+timed_out_waiting(const sl_rendezvous_t *r, const unsigned char *reg, int count)
+{
+    char missing[256], have[256], secs[32];
+    int n = r->o.size;
+
+    rank_list(reg, n, 0, missing, sizeof missing);
+    rank_list(reg, n, 1, have, sizeof have);
+    format_seconds(r->o.timeout_ms, secs, sizeof secs);
+    return sl_err_set(SL_ERR_TIMEOUT,
+                      "rendezvous: timed out after %s waiting for rank%s %s (%d of %d "
+                      "registered: %s)",
+                      secs, n - count > 1 ? "s" : "", missing, count, n, have);
+}
+
+/* Sends [id][msg] on the ROUTER without waiting; 0 or the errno. */
+static int
+send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len)
+{
+    if (zmq_send(r->sock, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(r->sock, msg, len, ZMQ_DONTWAIT) < 0)
+        return zmq_errno();
+    return 0;
+}
+
+/* A refusal or a give-up: the kind and a reason. */
+static void
+send_reason(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, unsigned kind, const char *why)
+{
+    unsigned char msg[HEAD_BYTES + 512];
+    size_t len = strlen(why) < 512 ? strlen(why) : 512;
+
+    put_head(msg, kind, run_id);
+    memcpy(msg + HEAD_BYTES, why, len);
+    send_to(r, p, msg, HEAD_BYTES + len);
+}
+
+static void
+refuse(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, const char *from, const char *why)
+{
+    sl_log_warn("rendezvous", "refused a registration from %s: %s", from, why);
+    send_reason(r, run_id, p, KIND_REFUSAL, why);
+}
+
+/* Checks a registration against the run: 1 when accepted, with the rank and its
+ * endpoint (a wildcard host replaced by from) written; else 0 with the reason. */
+static int
+check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
+                   const char *from, const unsigned char *reg, const sl_rendezvous_table_t *t,
+                   int *rank, char *ep, char *why, size_t size)
+{
+    uint64_t their_id;
+    uint32_t rk, sz;
+    size_t eplen;
+
+    if (head_kind(m, len) != KIND_REGISTER || len < REGISTER_BYTES) {
+        if (len >= 6 && memcmp(m, MAGIC, 4) == 0 && get_u16(m + 4) != SL_RDV_VERSION)
+            snprintf(why, size, "rendezvous protocol version %u, this node speaks %u",
+                     (unsigned)get_u16(m + 4), SL_RDV_VERSION);
+        else
+            snprintf(why, size, "not a shoal registration (%zu bytes)", len);
+        return 0;
+    }
+    their_id = get_u64(m + 8);
+    rk = get_u32(m + 16);
+    sz = get_u32(m + 20);
+    if (their_id != run_id) {
+        snprintf(why, size,
+                 "run id %016" PRIx64 " is not this run's %016" PRIx64
+                 ": a node of another job, or started with another configuration or master "
+                 "address",
+                 their_id, run_id);
+        return 0;
+    }
+    if (sz != (uint32_t)r->o.size) {
+        snprintf(why, size, "rank %u says the run has %u nodes, rank 0 says %d", (unsigned)rk,
+                 (unsigned)sz, r->o.size);
+        return 0;
+    }
+    if (rk >= sz) {
+        snprintf(why, size, "rank %u is out of range for %u nodes", (unsigned)rk, (unsigned)sz);
+        return 0;
+    }
+    if (rk == 0 || reg[rk]) {
+        snprintf(why, size, "rank %u is already registered (at %s): two nodes were given rank %u",
+                 (unsigned)rk, shown(t->endpoints[rk]), (unsigned)rk);
+        return 0;
+    }
+    eplen = len - REGISTER_BYTES;
+    if (!good_endpoint((const char *)m + REGISTER_BYTES, eplen)) {
+        snprintf(why, size, "rank %u's endpoint is not a tcp:// or ipc:// address", (unsigned)rk);
+        return 0;
+    }
+    memcpy(ep, m + REGISTER_BYTES, eplen);
+    ep[eplen] = '\0';
+    if (strncmp(ep, "tcp://0.0.0.0:", 14) == 0 &&
+        !fill_wildcard_host(ep, SL_RDV_ENDPOINT_MAX, from)) {
+        snprintf(why, size, "rank %u listens on every interface, and its address is unknown",
+                 (unsigned)rk);
+        return 0;
+    }
+    *rank = (int)rk;
+    return 1;
+}
+
+/* Takes one message off the ROUTER and registers or refuses its sender. */
+static sl_status_t
+take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned char *reg,
+                  sl_rendezvous_table_t *t, int *count)
+{
+    zmq_msg_t idm, body;
+    peer_t p;
+    char from[64], why[512], ep[SL_RDV_ENDPOINT_MAX];
+    const char *addr;
+    int rank = -1, more = 0, ok;
+    size_t more_len = sizeof more;
+    sl_status_t st = SL_OK;
+
+    zmq_msg_init(&idm);
+    zmq_msg_init(&body);
+    if (zmq_msg_recv(&idm, r->sock, ZMQ_DONTWAIT) < 0) {
+        st = zmq_errno() == EAGAIN ? SL_OK : zmq_fail("rendezvous: receiving");
+        goto out;
+    }
+    if (zmq_msg_recv(&body, r->sock, ZMQ_DONTWAIT) < 0) {
+        st = zmq_fail("rendezvous: receiving");
+        goto out;
+    }
+    /* a sender of more parts is not ours: drop the rest */
+    while (zmq_getsockopt(r->sock, ZMQ_RCVMORE, &more, &more_len) == 0 && more) {
+        zmq_msg_t extra;
+        zmq_msg_init(&extra);
+        zmq_msg_recv(&extra, r->sock, 0);
+        zmq_msg_close(&extra);
+    }
+    p.id_len = zmq_msg_size(&idm) < sizeof p.id ? zmq_msg_size(&idm) : sizeof p.id;
+    memcpy(p.id, zmq_msg_data(&idm), p.id_len);
+    /* over ipc, ZeroMQ's "Peer-Address" is not an address */
+    addr = strncmp(r->bind, "tcp://", 6) == 0 ? zmq_msg_gets(&body, "Peer-Address") : NULL;
+    snprintf(from, sizeof from, "%s", addr ? addr : "a local process");
+    ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), addr ? from : NULL,
+                            reg, t, &rank, ep, why, sizeof why);
+    if (!ok) {
+        refuse(r, run_id, &p, from, why);
+        goto out;
+    }
+    SL_TRY_GOTO(table_set(t, rank, ep, strlen(ep)), st, out);
+    peers[rank] = p;
+    reg[rank] = 1;
+    ++*count;
+    sl_log_debug("rendezvous", "rank %d registered from %s: %s (%d of %d)", rank, from, ep, *count,
+                 r->o.size);
+out:
+    zmq_msg_close(&idm);
+    zmq_msg_close(&body);
+    return st;
+}
+
+/* The table message: head, size, then each endpoint with its length. */
+static sl_status_t
+encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **out, size_t *len)
+{
+    size_t n = HEAD_BYTES + 4;
+    unsigned char *m, *p;
+
+    for (int i = 0; i < t->size; i++)
+        n += 2 + strlen(t->endpoints[i]);
+    m = malloc(n);
+    if (!m)
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    put_head(m, KIND_TABLE, run_id);
+    put_u32(m + HEAD_BYTES, (uint32_t)t->size);
+    p = m + HEAD_BYTES + 4;
+    for (int i = 0; i < t->size; i++) {
+        size_t l = strlen(t->endpoints[i]);
+        put_u16(p, (uint16_t)l);
+        memcpy(p + 2, t->endpoints[i], l);
+        p += 2 + l;
+    }
+    *out = m;
+    *len = n;
+    return SL_OK;
+}
+
+static sl_status_t
+serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_table_t *t)
+{
+    int n = r->o.size, count = 1;
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
+    unsigned char *reg = calloc((size_t)n, 1), *msg = NULL;
+    peer_t *peers = calloc((size_t)n, sizeof *peers);
+    char own[SL_RDV_ENDPOINT_MAX], host[SL_RDV_ENDPOINT_MAX], *colon;
+    size_t len = 0;
+    sl_status_t st;
+
+    if (!reg || !peers) {
+        st = sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+        goto out;
+    }
+    SL_TRY_GOTO(table_alloc(t, n), st, out);
+    /* our own entry; listening on every interface, we are where the master is */
+    snprintf(own, sizeof own, "%s", endpoint);
+    snprintf(host, sizeof host, "%s", shown(r->master));
+    colon = strrchr(host, ':');
+    if (colon && strncmp(r->master, "tcp://", 6) == 0) {
+        *colon = '\0';
+        fill_wildcard_host(own, sizeof own, host);
+    }
+    SL_TRY_GOTO(table_set(t, 0, own, strlen(own)), st, out);
+    reg[0] = 1;
+    while (count < n) {
+        int ready;
+        if (interrupted(r)) {
+            st = sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
+            goto out;
+        }
+        if (sl_clock_now() >= deadline) {
+            st = timed_out_waiting(r, reg, count);
+            goto out;
+        }
+        ready = wait_readable(r, deadline);
+        if (ready < 0) {
+            st = ready;
+            goto out;
+        }
+        if (ready)
+            SL_TRY_GOTO(take_registration(r, run_id, peers, reg, t, &count), st, out);
+    }
+    SL_TRY_GOTO(encode_table(run_id, t, &msg, &len), st, out);
+    for (int i = 1; i < n; i++) {
+        int e = send_to(r, &peers[i], msg, len);
+        if (e)
+            sl_log_warn("rendezvous", "could not send the table to rank %d: %s", i,
+                        zmq_strerror(e));
+    }
+    sl_log_debug("rendezvous", "all %d nodes registered", n);
+    st = SL_OK;
+out:
+    /* the nodes that came need not wait for a table that will never be sent */
+    for (int i = 1; st != SL_OK && reg && peers && i < n; i++) {
+        const char *why = sl_err_msg();
+        if (strncmp(why, "rendezvous: ", 12) == 0)
+            why += 12;
+        if (reg[i])
+            send_reason(r, run_id, &peers[i], KIND_GIVE_UP, why);
+    }
+    if (st != SL_OK)
+        sl_rendezvous_table_fini(t);
+    free(msg);
+    free(reg);
+    free(peers);
+    return st;
+}
+
+/* ---- the other ranks ---- */
+
+/* Reads the table out of message m (len bytes). */
+static sl_status_t
+decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
+             sl_rendezvous_table_t *t)
+{
+    const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
+    sl_status_t st;
+
+    if (len < HEAD_BYTES + 4 || get_u64(m + 8) != run_id ||
+        get_u32(m + HEAD_BYTES) != (uint32_t)r->o.size)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "rendezvous: rank 0 at %s sent a table for another run or size",
+                          shown(r->master));
+    SL_TRY(table_alloc(t, r->o.size));
+    for (int i = 0; i < r->o.size; i++) {
+        size_t l;
+        if (end - p < 2 || (l = get_u16(p), (size_t)(end - p - 2) < l) ||
+            !good_endpoint((const char *)p + 2, l)) {
+            sl_rendezvous_table_fini(t);
+            return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
+                              shown(r->master));
+        }
+        if ((st = table_set(t, i, (const char *)p + 2, l)) != SL_OK) {
+            sl_rendezvous_table_fini(t);
+            return st;
+        }
+        p += 2 + l;
+    }
+    if (p != end) {
+        sl_rendezvous_table_fini(t);
+        return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
+                          shown(r->master));
+    }
+    return SL_OK;
+}
+
+/* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
+ * or a status < 0. */
+static int
+take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+{
+    zmq_msg_t m;
+    const unsigned char *d;
+    size_t len;
+    int rc;
+
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
+        rc = zmq_errno() == EAGAIN ? 0 : zmq_fail("rendezvous: receiving");
+        zmq_msg_close(&m);
+        return rc;
+    }
+    d = zmq_msg_data(&m);
+    len = zmq_msg_size(&m);
+    switch (head_kind(d, len)) {
+    case KIND_TABLE:
+        rc = decode_table(r, run_id, d, len, t);
+        rc = rc == SL_OK ? 1 : rc;
+        break;
+    case KIND_REFUSAL:
+    case KIND_GIVE_UP: {
+        size_t n = len - HEAD_BYTES < 512 ? len - HEAD_BYTES : 512;
+        char why[513];
+        for (size_t i = 0; i < n; i++)
+            why[i] = d[HEAD_BYTES + i] >= ' ' && d[HEAD_BYTES + i] <= '~' ? (char)d[HEAD_BYTES + i]
+                                                                          : '?';
+        why[n] = '\0';
+        if (head_kind(d, len) == KIND_REFUSAL)
+            rc = sl_err_set(SL_ERR_INVALID, "rendezvous: rank 0 at %s refused rank %d: %s",
+                            shown(r->master), r->o.rank, why);
+        else
+            rc = sl_err_set(SL_ERR_TIMEOUT, "rendezvous: rank 0 at %s gave up: %s",
+                            shown(r->master), why);
+        break;
+    }
+    default:
+        rc = sl_err_set(SL_ERR_FORMAT,
+                        "rendezvous: rank 0 at %s answered with %zu bytes that "
+                        "are not a shoal table",
+                        shown(r->master), len);
+        break;
+    }
+    zmq_msg_close(&m);
+    return rc;
+}
+
+static sl_status_t
+join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_table_t *t)
+{
+    unsigned char msg[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
+    size_t len = strlen(endpoint);
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
+    char secs[32];
+
+    put_head(msg, KIND_REGISTER, run_id);
+    put_u32(msg + 16, (uint32_t)r->o.rank);
+    put_u32(msg + 20, (uint32_t)r->o.size);
+    memcpy(msg + REGISTER_BYTES, endpoint, len);
+    /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
+    if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
+        return zmq_fail("rendezvous: registering with rank 0 at %s", shown(r->master));
+    for (;;) {
+        int ready;
+        if (interrupted(r))
+            return sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
+        if (sl_clock_now() >= deadline)
+            break;
+        ready = wait_readable(r, deadline);
+        if (ready < 0)
+            return ready;
+        if (ready && (ready = take_answer(r, run_id, t)) != 0)
+            return ready < 0 ? ready : SL_OK;
+    }
+    format_seconds(r->o.timeout_ms, secs, sizeof secs);
+    return sl_err_set(SL_ERR_TIMEOUT, "rendezvous: no table from rank 0 at %s after %s",
+                      shown(r->master), secs);
+}
+
+sl_status_t
+sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
+                       sl_rendezvous_table_t *table)
+{
+    memset(table, 0, sizeof *table);
+    if (r->used)
+        return sl_err_set(SL_ERR_INVALID, "rendezvous: exchange called twice");
+    if (!good_endpoint(endpoint, strlen(endpoint)))
+        return sl_err_set(SL_ERR_INVALID,
+                          "rendezvous: endpoint '%s' is not a tcp:// or ipc:// "
+                          "address shorter than %d bytes",
+                          endpoint, SL_RDV_ENDPOINT_MAX);
+    r->used = 1;
+    if (r->o.size == 1) {
+        SL_TRY(table_alloc(table, 1));
+        return table_set(table, 0, endpoint, strlen(endpoint));
+    }
+    if (r->o.rank == 0)
+        return serve(r, run_id, endpoint, table);
+    return join(r, run_id, endpoint, table);
+}
+
+sl_status_t
+sl_rendezvous_run_id(const sl_config_t *cfg, const char *master, uint64_t *id)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    sl_hash_t h;
+    sl_status_t st;
+
+    if (!f)
+        return sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));
+    st = sl_config_write_yaml(cfg, f);
+    if (fclose(f) != 0 && st == SL_OK)
+        st = sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));
+    if (st == SL_OK) {
+        sl_hash_init(&h, RUN_ID_SEED);
+        sl_hash_update(&h, text, len + 1); /* the NUL separates the two */
+        sl_hash_update(&h, master, strlen(master));
+        *id = sl_hash_final(&h);
+    }
+    free(text);
+    return st;
+}

@@ -1,0 +1,89 @@
+/* Rendezvous at start-up: every node registers its transport endpoint with rank 0 and
+ * gets back the full table, by rank, once all `size` ranks have registered.
+ *
+ * Raw ZeroMQ, independent of src/transport: rank 0 binds a ROUTER at the master
+ * endpoint and registers itself in-process; the others connect a DEALER, send one
+ * registration and wait for the table. Nodes may start in any order (ZeroMQ keeps a
+ * registration until rank 0 has bound). Rank 0 refuses registrations of another run id
+ * (a node of another job or configuration), another size, a rank out of range or one
+ * already registered: it tells the sender why (the sender fails with that reason),
+ * logs a warning and keeps waiting for the right nodes.
+ *
+ * Messages, little-endian, one ZeroMQ frame each:
+ *   register  "SLRV" u16 version, u16 kind 1, u64 run id, u32 rank, u32 size, endpoint
+ *   table     "SLRV" u16 version, u16 kind 2, u64 run id, u32 size,
+ *             size x (u16 length, endpoint)
+ *   refusal   "SLRV" u16 version, u16 kind 3, u64 run id, reason text
+ *   give-up   "SLRV" u16 version, u16 kind 4, u64 run id, rank 0's error: sent to the
+ *             nodes that registered when rank 0 fails (times out, is interrupted), so
+ *             that they fail at once rather than wait for a table
+ * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
+ * in the address it saw the registration come from (for its own entry: the master's
+ * host), so that the table holds addresses the others can connect to. */
+#ifndef SL_RENDEZVOUS_H
+#define SL_RENDEZVOUS_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "sl_config.h"
+#include "sl_status.h"
+
+#define SL_RDV_VERSION 1
+#define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
+
+typedef struct {
+    int rank, size; /* 0 <= rank < size */
+    /* Where the others connect: "tcp://HOST:PORT" or "ipc:///path". On rank 0 a tcp
+     * port "*" means "any free port" (then sl_rendezvous_master says which). Copied. */
+    const char *master;
+    /* Rank 0: the endpoint it binds, e.g. "tcp://127.0.0.1:29500" (host "*": every
+     * interface); NULL: master. Ignored on the other ranks. Copied. */
+    const char *bind;
+    int timeout_ms; /* how long sl_rendezvous_exchange waits in all; > 0 */
+    /* When set (by a signal handler) the wait stops with SL_ERR_SHUTDOWN; may be
+     * NULL; borrowed. */
+    volatile sig_atomic_t *interrupt;
+} sl_rendezvous_opts_t;
+
+typedef struct sl_rendezvous sl_rendezvous_t;
+
+/* The table every node receives: endpoints[r] is rank r's endpoint. */
+typedef struct {
+    int size;
+    char **endpoints; /* size strings; owned */
+} sl_rendezvous_table_t;
+
+/* Rank 0 binds (SL_ERR_TRANSPORT naming the endpoint when it cannot), the others
+ * connect; with size 1 nothing is opened. SL_ERR_INVALID for bad options. */
+sl_status_t sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o);
+/* Closes the sockets (rank 0 first lets the tables it sent leave, up to 5 s) and
+ * frees; accepts NULL, NULLs *r. */
+void sl_rendezvous_destroy(sl_rendezvous_t **r);
+
+/* The master endpoint with a wildcard port resolved ("tcp://127.0.0.1:41234"). */
+const char *sl_rendezvous_master(const sl_rendezvous_t *r);
+
+/* Registers this node (run_id, its endpoint: tcp:// or ipc://, shorter than
+ * SL_RDV_ENDPOINT_MAX) and waits for the table, which *table receives (free it with
+ * sl_rendezvous_table_fini). Once per rendezvous. Errors (message set):
+ *   SL_ERR_TIMEOUT   rank 0: "rendezvous: timed out after 120 s waiting for rank 3
+ *                    (3 of 4 registered: 0, 1, 2)"; the others: "rendezvous: no
+ *                    table from rank 0 at HOST:PORT after 120 s", or "rendezvous:
+ *                    rank 0 at HOST:PORT gave up: <its error>"
+ *   SL_ERR_INVALID   rank 0 refused this node: "rendezvous: rank 0 at HOST:PORT
+ *                    refused rank 2: <reason>"; a bad endpoint
+ *   SL_ERR_FORMAT    a malformed table
+ *   SL_ERR_SHUTDOWN  *interrupt was set
+ *   SL_ERR_TRANSPORT a socket failed */
+sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
+                                   sl_rendezvous_table_t *table);
+
+void sl_rendezvous_table_fini(sl_rendezvous_table_t *t);
+
+/* The run id: a hash of the resolved configuration (as sl_config_write_yaml writes it)
+ * and the master address, so that nodes of another job, or started with another
+ * configuration, are refused. SL_ERR_NOMEM / SL_ERR_IO. */
+sl_status_t sl_rendezvous_run_id(const sl_config_t *cfg, const char *master, uint64_t *id);
+
+#endif
