@@ -1,23 +1,22 @@
 /* The CPU backend: CBLAS (OpenBLAS) for gemm; the fused loops (softmax, LSTM cell,
  * embeddings, dropout, optimizers) in C with a branch-free polynomial exp so that they
  * vectorise, built for AVX2+FMA beside a generic x86-64 version (chosen at load time),
- * and split over OpenMP threads when large. The reference the other backends are
+ * and split over the backend's worker threads (sl_cpu_pool.h) when large. The reference the other backends are
  * checked against. Host memory is device memory here. */
 #include "config.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cblas.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "sl_alloc.h"
 #include "sl_backend.h"
+#include "sl_cpu_pool.h"
 #include "sl_rng.h"
 
 /* The fused loops need the vectoriser with a cost model that accepts loop epilogues
@@ -48,41 +47,22 @@ enum {
 };
 
 typedef struct {
-    int threads;    /* for OpenBLAS and the OpenMP loops, >= 1 */
-    char desc[320]; /* what describe() returns */
+    int threads;          /* for OpenBLAS and the fused loops, >= 1 */
+    sl_cpu_pool_t *pool;  /* threads - 1 sleeping workers; NULL: loops stay serial */
+    char desc[320];       /* what describe() returns */
 } cpu_t;
 
-/* A kernel over the index range [lo, hi) of its arguments; returns its partial sum
- * (of the loss, the squares) or 0. */
-typedef double (*range_fn)(const void *args, size_t lo, size_t hi);
+typedef sl_cpu_range_fn range_fn;
 
 /* Runs fn over [0, n) on the backend's threads when work (elements touched) reaches
  * min_work: contiguous ranges, one per thread, partial sums added in thread order so a
- * given thread count always gives the same bits. Kernels are never called inside an
- * OpenMP region of their own, so the multiversioned code is what runs. */
+ * given thread count always gives the same bits. Kernels with fewer rows than threads
+ * see empty ranges, which they treat as no work. */
 static double
 par_range(const cpu_t *cpu, size_t n, size_t work, size_t min_work, range_fn fn, const void *args)
 {
-#ifdef _OPENMP
-    int nt = cpu->threads;
-
-    if (nt > 1 && n > 1 && work >= min_work) {
-        double part[MAX_THREADS] = {0};
-        double sum = 0;
-
-        if ((size_t)nt > n)
-            nt = (int)n;
-#pragma omp parallel num_threads(nt)
-        {
-            size_t t = (size_t)omp_get_thread_num(), got = (size_t)omp_get_num_threads();
-
-            part[t] = fn(args, n * t / got, n * (t + 1) / got);
-        }
-        for (int t = 0; t < nt; t++)
-            sum += part[t];
-        return sum;
-    }
-#endif
+    if (cpu->pool && n > 1 && work >= min_work)
+        return sl_cpu_pool_run(cpu->pool, n, fn, args);
     return fn(args, 0, n);
 }
 
@@ -178,7 +158,7 @@ fast_sqrtf(float x)
  * order then depends on the vector width, so sums may differ in the last bits between
  * the AVX2 and baseline builds; a max is exact either way. Without OpenMP these loops
  * stay scalar, and with clang too (it cannot vectorise them and warns). */
-#if defined(_OPENMP) && !defined(__clang__)
+#if defined(SL_HAVE_OMP_SIMD) && !defined(__clang__)
 #define PRAGMA(x) _Pragma(#x)
 #define SIMD_REDUCE(op, var) PRAGMA(omp simd reduction(op : var))
 #else
@@ -828,13 +808,13 @@ cpu_sync(void *ctx)
 static int
 cores(void)
 {
-#ifdef _OPENMP
-    return omp_get_num_procs(); /* respects the affinity mask */
-#else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    long n;
 
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set); /* respects taskset and the batch system's binding */
+    n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
-#endif
 }
 
 /* Which build of the fused loops the loader picked, for describe(). */
@@ -849,13 +829,13 @@ loop_isa(void)
 #endif
 }
 
-/* threads <= 0: all cores. Sets OpenBLAS's pool, the OpenMP default of the calling
- * thread, and the count our own loops ask for (so they follow it from any thread). */
+/* threads <= 0: all cores. Sets OpenBLAS's pool and our own workers. If the workers
+ * cannot be started the loops stay on the calling thread (slower, still correct). */
 static void
 cpu_set_threads(void *ctx, int threads)
 {
     cpu_t *cpu = ctx;
-    const char *blas = "CBLAS", *omp = "";
+    const char *blas = "CBLAS";
 
     if (threads <= 0)
         threads = cores();
@@ -865,15 +845,17 @@ cpu_set_threads(void *ctx, int threads)
 #if defined(HAVE_OPENBLAS) && defined(HAVE_OPENBLAS_SET_NUM_THREADS)
     openblas_set_num_threads(threads);
 #endif
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-    omp = ", OpenMP";
-#endif
+    if (!cpu->pool || sl_cpu_pool_threads(cpu->pool) != threads) {
+        sl_cpu_pool_destroy(&cpu->pool);
+        if (threads > 1 && sl_cpu_pool_new(&cpu->pool, threads) != SL_OK)
+            cpu->pool = NULL;
+    }
 #if defined(HAVE_OPENBLAS) && defined(HAVE_OPENBLAS_GET_CONFIG)
     blas = openblas_get_config();
 #endif
     snprintf(cpu->desc, sizeof cpu->desc, "%s (%d thread%s); loops %s%s", blas, threads,
-             threads == 1 ? "" : "s", loop_isa(), omp);
+             threads == 1 ? "" : "s", loop_isa(),
+             threads > 1 && !cpu->pool ? ", serial (no worker threads)" : "");
 }
 
 static const char *
@@ -885,7 +867,10 @@ cpu_describe(void *ctx)
 static void
 cpu_destroy(void *ctx)
 {
-    sl_free(ctx);
+    cpu_t *cpu = ctx;
+
+    sl_cpu_pool_destroy(&cpu->pool);
+    sl_free(cpu);
 }
 
 static const sl_backend_ops_t cpu_ops = {
