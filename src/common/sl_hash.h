@@ -7,9 +7,9 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t h;
+    uint64_t lane[4];       /* four independent accumulators, one per 8-byte word of a stripe */
     uint64_t len;           /* bytes fed so far */
-    unsigned char tail[8];  /* the last len % 8 bytes, not yet mixed in */
+    unsigned char tail[32]; /* the last len % 32 bytes, not yet mixed in */
 } sl_hash_t;
 
 void sl_hash_init(sl_hash_t *s, uint64_t seed);
