@@ -25,6 +25,10 @@ static const char *const opt_names[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const sched_names[] = {"constant", "epoch_decay", "linear", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const transport_names[] = {"ipc", "tcp", NULL};
+static const char *const sync_names[] = {"none",       "allreduce",  "ma",        "bmuf",
+                                         "local-ma",   "local-bmuf", "gossip-ma", "gossip-bmuf",
+                                         NULL};
+static const char *const block_ref_names[] = {"blockstart", "omega", NULL};
 
 /* Defaults that depend on train.optimizer.type, indexed by sl_opt_kind_t: SGD's lr is
  * the PyTorch word_language_model one, Adagrad's and Adam's lr and eps are PyTorch's. */
@@ -80,6 +84,18 @@ const char *
 sl_cluster_transport_name(sl_cluster_transport_t v)
 {
     return enum_name(transport_names, (int)v);
+}
+
+const char *
+sl_sync_algorithm_name(sl_sync_algorithm_t v)
+{
+    return enum_name(sync_names, (int)v);
+}
+
+const char *
+sl_block_ref_name(sl_block_ref_t v)
+{
+    return enum_name(block_ref_names, (int)v);
 }
 
 /* Index of s (len bytes) in names, -1 if absent. */
@@ -276,6 +292,30 @@ static const entry_t schema[] = {
 
     {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
      .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},
+
+    {K("sync.algorithm", T_ENUM, sync.algorithm), .def = "none", .names = sync_names,
+     .doc = "how nodes keep their models together (see doc/config.md)"},
+    {K("sync.neighbours", T_INT, sync.neighbours), .def = "1", AT_LEAST(1),
+     .doc = "gossip-*: q neighbours each node averages with per round"},
+    {K("sync.block_momentum", T_DOUBLE, sync.block_momentum), .def = "0.9", AT_LEAST(0),
+     BELOW(1), .doc = "*bmuf: block momentum eta"},
+    {K("sync.block_lr", T_DOUBLE, sync.block_lr), .def = "1", ABOVE(0),
+     .doc = "*bmuf: block learning rate zeta"},
+    {K("sync.nesterov", T_BOOL, sync.nesterov), .def = "true",
+     .doc = "*bmuf: Nesterov block momentum (theta = omega + eta * Delta)"},
+    {K("sync.block_reference", T_ENUM, sync.block_reference), .def = "blockstart",
+     .names = block_ref_names,
+     .doc = "*bmuf: block gradient against the block start (paper) or omega (classic)"},
+    {K("sync.period", T_INT, sync.period), .def = "16", AT_LEAST(1),
+     .doc = "H: steps between syncs of each component"},
+    {K("sync.embedding_period", T_INT, sync.embedding_period), .def = "0", AT_LEAST(0),
+     .doc = "H of the embedding and softmax row shards (0 = sync.period)"},
+    {K("sync.embedding_shards", T_INT, sync.embedding_shards), .def = "1", AT_LEAST(1),
+     AT_MOST(1024), .doc = "row shards per embedding (each one component)"},
+    {K("sync.timeout_ms", T_INT, sync.timeout_ms), .def = "0", AT_LEAST(0),
+     .doc = "wait for one exchange (ms; 0 = cluster.timeout_ms)"},
+    {K("sync.keep_node_models", T_BOOL, sync.keep_node_models), .def = "true",
+     .doc = "keep each node's own model.bin beside the run's averaged one"},
 
     {K("device", T_STR, device), .def = "cpu", .nonempty = 1, .valid = valid_device,
      .expect = "cpu, cuda or cuda:N", .shape = "cpu|cuda|cuda:N",

@@ -22,6 +22,19 @@ typedef enum {
 } sl_sched_kind_t;
 /* How the nodes of a run reach each other: Unix-domain sockets (one machine) or TCP. */
 typedef enum { SL_CLUSTER_IPC, SL_CLUSTER_TCP } sl_cluster_transport_t;
+/* How the nodes' models are kept together (src/sync/sl_sync.h). */
+typedef enum {
+    SL_SYNC_NONE,       /* nodes train independently */
+    SL_SYNC_ALLREDUCE,  /* gradients summed over all nodes every step */
+    SL_SYNC_MA,         /* model averaging over all nodes every period */
+    SL_SYNC_BMUF,       /* BMUF on the average over all nodes */
+    SL_SYNC_LOCAL_MA,   /* average with every ring neighbour */
+    SL_SYNC_LOCAL_BMUF, /* BMUF on the average with every ring neighbour */
+    SL_SYNC_GOSSIP_MA,  /* average with q neighbours of the gossip schedule */
+    SL_SYNC_GOSSIP_BMUF /* BMUF on the gossip average */
+} sl_sync_algorithm_t;
+/* Which model the BMUF block gradient G = theta_bar - ref is taken against. */
+typedef enum { SL_BLOCK_REF_BLOCKSTART, SL_BLOCK_REF_OMEGA } sl_block_ref_t;
 
 typedef struct {
     int hidden;     /* LSTM cell size H */
@@ -98,6 +111,21 @@ typedef struct {
         int degree; /* k of the k-symmetric ring; 0 = max(1, floor(log2 n) - 1), default 0 */
     } topology;
 
+    struct {
+        sl_sync_algorithm_t algorithm; /* default none */
+        int neighbours;          /* gossip-*: q neighbours pulled from per round, default 1 */
+        double block_momentum;   /* BMUF eta, default 0.9 */
+        double block_lr;         /* BMUF zeta, default 1.0 */
+        int nesterov;            /* theta = omega + eta * Delta after a block, default 1 */
+        sl_block_ref_t block_reference; /* G against the block start or omega, default
+                                           blockstart */
+        int period;              /* H: steps between syncs of every component, default 16 */
+        int embedding_period;    /* H of embedding and softmax row shards; 0 = period */
+        int embedding_shards;    /* row shards per embedding, default 1 */
+        int timeout_ms;          /* wait for one exchange; 0 = cluster.timeout_ms */
+        int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
+    } sync;
+
     char *device;    /* cpu | cuda | cuda:N, default cpu */
     char *precision; /* fp32 (bf16, fp16 with the CUDA backend), default fp32 */
 } sl_config_t;
@@ -129,5 +157,7 @@ const char *sl_output_name(sl_output_kind_t v);
 const char *sl_opt_name(sl_opt_kind_t v);
 const char *sl_sched_name(sl_sched_kind_t v);
 const char *sl_cluster_transport_name(sl_cluster_transport_t v);
+const char *sl_sync_algorithm_name(sl_sync_algorithm_t v);
+const char *sl_block_ref_name(sl_block_ref_t v);
 
 #endif

@@ -249,10 +249,20 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     to.quiet = o->quiet;
     to.interrupt = o->interrupt;
     to.poll = n.tr ? poll_peers : NULL;
+    to.transport = n.tr;
     to.on_report = report_hook;
     to.hook_ctx = &n;
     res->trained = 1;
     st = sl_train_run(cfg, &to, &res->train);
+    if (st == SL_ERR_SHUTDOWN && n.tr && !n.peer_stopped && !(o->interrupt && *o->interrupt)) {
+        /* a peer's abort reached a sync collective rather than the poll hook */
+        char msg[1024];
+        const char *why = strstr(sl_err_msg(), " aborted: ");
+
+        snprintf(msg, sizeof msg, "%s", why ? why + 10 : sl_err_msg());
+        n.peer_stopped = 1;
+        sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", msg);
+    }
     res->peer_stopped = n.peer_stopped;
     if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
         tell_peers(&n, st);
@@ -445,6 +455,10 @@ typedef struct {
     int culprit;    /* first failed node, -1 */
     sl_status_t culprit_st;
     char culprit_msg[1200];
+    int tolerant;  /* the sync algorithm goes on without a node that vanished (gossip-*,
+                      local-*): such a node does not stop the others */
+    int lost;      /* first node that vanished while tolerated, -1 */
+    char lost_msg[256];
     int tty, line_open;
     long shown_step;
     double shown_at;
@@ -486,31 +500,39 @@ fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
     va_end(ap);
 }
 
-/* "step 120/245 | 4 nodes | 11800 tok/s | loss 5.61 | ppl 273 | ETA 3m10s" over the
- * nodes' last reports: the slowest node's step, the sum of their rates, the mean loss,
- * the longest ETA. 0 until every node has reported. */
+/* "step 120/245 | 4 nodes | 11800 tok/s | loss 5.61 | ppl 273 | sync 12% | ETA 3m10s"
+ * over the nodes' last reports: the slowest node's step, the sum of their rates, the
+ * mean loss and sync share (shown when > 0), the longest ETA. 0 until every node has reported. */
 static int
 merged_line(const launch_t *l, char *buf, size_t size, long *step)
 {
     long lo = -1, total = 0;
-    double rate = 0, loss = 0, eta = -1;
-    char etas[32], quality[48];
-    int char_level = 0;
+    double rate = 0, loss = 0, eta = -1, sync = 0;
+    char etas[32], quality[48], syncs[32] = "";
+    int char_level = 0, live = 0;
 
     for (int i = 0; i < l->n; i++) {
         const child_t *c = &l->c[i];
+        if (c->judged && c->outcome == SL_NODE_LOST && l->tolerant)
+            continue; /* vanished, and the others go on without it */
         if (!c->has_report)
             return 0;
+        live++;
         if (lo < 0 || c->report.step < lo)
             lo = c->report.step;
         if (c->report.total_steps > total)
             total = c->report.total_steps;
         rate += c->report.tokens_per_s;
-        loss += c->report.loss / l->n;
+        loss += c->report.loss;
+        sync += c->report.sync_pct;
         if (c->report.eta_s > eta)
             eta = c->report.eta_s;
         char_level = c->report.char_level;
     }
+    if (live == 0)
+        return 0;
+    loss /= live;
+    sync /= live;
     if (char_level)
         snprintf(quality, sizeof quality, "bpc %.3f", loss / log(2.0));
     else
@@ -519,8 +541,10 @@ merged_line(const launch_t *l, char *buf, size_t size, long *step)
         sl_clock_format_duration(eta, etas, sizeof etas);
     else
         snprintf(etas, sizeof etas, "?");
-    snprintf(buf, size, "step %ld/%ld | %d node%s | %.0f tok/s | loss %.3f | %s | ETA %s", lo,
-             total, l->n, l->n == 1 ? "" : "s", rate, loss, quality, etas);
+    if (sync > 0)
+        snprintf(syncs, sizeof syncs, "sync %.0f%% | ", sync);
+    snprintf(buf, size, "step %ld/%ld | %d node%s | %.0f tok/s | loss %.3f | %s | %sETA %s", lo,
+             total, live, live == 1 ? "" : "s", rate, loss, quality, syncs, etas);
     *step = lo;
     return 1;
 }
@@ -691,6 +715,16 @@ reap(launch_t *l)
             int sig = WTERMSIG(c->wstatus);
             if (l->stopping && (sig == SIGTERM || sig == SIGINT || sig == SIGKILL))
                 continue;
+            if (l->tolerant && !l->stopping) {
+                if (l->lost < 0) {
+                    l->lost = i;
+                    snprintf(l->lost_msg, sizeof l->lost_msg, "node %d killed by signal %d", i,
+                             sig);
+                }
+                sl_log_warn("run", "node %d killed by signal %d; %s goes on without it", i, sig,
+                            sl_sync_algorithm_name(l->cfg->sync.algorithm));
+                continue;
+            }
             fail(l, i, SL_ERR_INVALID, "node %d killed by signal %d", i, sig);
         } else {
             fail(l, i, SL_ERR_INVALID, "node %d exited with status %d without saying why", i,
@@ -866,6 +900,11 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     l.out = o->out ? o->out : stderr;
     l.n = n;
     l.culprit = -1;
+    l.lost = -1;
+    l.tolerant = n > 2 && (cfg->sync.algorithm == SL_SYNC_GOSSIP_MA ||
+                           cfg->sync.algorithm == SL_SYNC_GOSSIP_BMUF ||
+                           cfg->sync.algorithm == SL_SYNC_LOCAL_MA ||
+                           cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF);
     l.shown_step = -1;
     l.tty = isatty(fileno(l.out));
     l.c = calloc((size_t)n, sizeof *l.c);
@@ -898,6 +937,9 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     if (l.culprit >= 0) {
         res->failed_rank = l.culprit;
         st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);
+    } else if (l.lost >= 0) {
+        res->failed_rank = l.lost;
+        st = sl_err_set(SL_ERR_INVALID, "%s (the other nodes finished without it)", l.lost_msg);
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)

@@ -4,9 +4,11 @@
  * bind its transport endpoint (tcp://<cluster.bind>:* or ipc://<dir>/rank-R), meet the
  * others at rank 0's rendezvous, connect the transport with the endpoint table, then
  * train on its share of the data (rank R of n) with its files in
- * <run dir>/node-<R>/. Sync algorithms are not there yet: after the rendezvous the
- * nodes train independently. A node that fails tells its peers (an abort frame), and
- * a node told so stops after its step, with a checkpoint.
+ * <run dir>/node-<R>/, synchronising as cfg->sync says (src/sync/sl_sync.h). A node
+ * that fails tells its peers (an abort frame), and a node told so stops after its
+ * step, with a checkpoint. With gossip-* and local-* (and more than 2 nodes) shoal run
+ * lets the others finish when a node vanishes (killed, crashed): the sync leaves it
+ * out, and the run still fails at the end naming it.
  *
  * sl_launch_run is `shoal run`: it forks n such nodes on this machine (rank 0 first;
  * the others once rank 0 listens, on a free port of 127.0.0.1), each in one process

@@ -10,7 +10,7 @@
 const char *
 sl_progress_format(const sl_progress_line_t *l, char *buf, size_t size)
 {
-    char eta[32], quality[48];
+    char eta[32], quality[48], sync[32] = "";
 
     if (l->char_level)
         snprintf(quality, sizeof quality, "bpc %.3f", l->loss / log(2.0));
@@ -20,9 +20,12 @@ sl_progress_format(const sl_progress_line_t *l, char *buf, size_t size)
         sl_clock_format_duration(l->eta_s, eta, sizeof eta);
     else
         snprintf(eta, sizeof eta, "?");
+    if (l->sync_pct > 0)
+        snprintf(sync, sizeof sync, "sync %.0f%% | ", l->sync_pct);
     snprintf(buf, size,
-             "step %ld/%ld | ep %d %.1f%% | %.0f tok/s | loss %.3f | %s | lr %g | ETA %s", l->step,
-             l->total_steps, l->epoch, l->epoch_pct, l->tokens_per_s, l->loss, quality, l->lr, eta);
+             "step %ld/%ld | ep %d %.1f%% | %.0f tok/s | loss %.3f | %s | lr %g | %sETA %s",
+             l->step, l->total_steps, l->epoch, l->epoch_pct, l->tokens_per_s, l->loss, quality,
+             l->lr, sync, eta);
     return buf;
 }
 

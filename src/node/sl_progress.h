@@ -16,6 +16,8 @@ typedef struct {
     int char_level;         /* show bpc instead of ppl */
     double lr;
     double eta_s; /* < 0: unknown */
+    double sync_pct; /* percent of the wall time spent in sync since the previous report;
+                        shown only when > 0 */
 } sl_progress_line_t;
 
 typedef struct {
@@ -25,7 +27,8 @@ typedef struct {
     int line_open; /* a \r line is on the screen without its newline */
 } sl_progress_t;
 
-/* "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 5.612 | ppl 273.8 | lr 20 | ETA 2h05m";
+/* "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 5.612 | ppl 273.8 | lr 20 | ETA 2h05m"
+ * (with "| sync 12% " before ETA when sync_pct > 0);
  * returns buf. */
 const char *sl_progress_format(const sl_progress_line_t *l, char *buf, size_t size);
 

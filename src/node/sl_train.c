@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "sl_train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "sl_optim.h"
 #include "sl_progress.h"
 #include "sl_rng.h"
+#include "sl_sync.h"
 
 #define EVAL_BATCH 10 /* streams for evaluation, the usual choice for these corpora */
 
@@ -47,8 +49,10 @@ typedef struct {
     sl_metrics_t metrics;
     int metrics_open;
     sl_progress_t progress;
-    /* since the last report */
-    double acc_loss, acc_norm, acc_time;
+    sl_component_t *comps; /* (ncomponents) copies of the model's, lent to sync */
+    sl_sync_t *sync;
+    /* since the last report (acc_time includes acc_sync, the time in sync) */
+    double acc_loss, acc_norm, acc_time, acc_sync;
     long acc_steps;
     /* this process only, for the ETA */
     double session_time;
@@ -66,6 +70,7 @@ sl_train_opts_init(sl_train_opts_t *o)
     o->poll = NULL;
     o->on_report = NULL;
     o->hook_ctx = NULL;
+    o->transport = NULL;
 }
 
 static int
@@ -188,7 +193,7 @@ setup_model(trainer_t *t)
     SL_TRY(eval_batcher(&t->test_bt, &t->corpus.test, "test", bptt, &t->has_test));
 
     vocab = sl_vocab_size(t->corpus.vocab);
-    SL_TRY(sl_lm_new(&t->lm, cfg, vocab, 1, most, t->be));
+    SL_TRY(sl_lm_new(&t->lm, cfg, vocab, cfg->sync.embedding_shards, most, t->be));
     SL_TRY(sl_optim_new(&t->opt, cfg, sl_lm_nparams(t->lm), t->be));
     SL_TRY(sl_lm_state_new(t->lm, b, &t->st));
     SL_TRY(sl_lm_state_new(t->lm, EVAL_BATCH, &t->est));
@@ -223,6 +228,25 @@ maybe_resume(trainer_t *t, const sl_train_result_t *res)
     return SL_OK;
 }
 
+/* The sync algorithm over the model's components, from the (resumed) parameters. */
+static sl_status_t
+setup_sync(trainer_t *t)
+{
+    int nc = sl_lm_ncomponents(t->lm);
+
+    if (t->opts->nranks > 1 && t->cfg->sync.algorithm != SL_SYNC_NONE &&
+        strncmp(t->be->name, "cpu", 3) != 0)
+        return sl_err_set(SL_ERR_UNSUPPORTED,
+                          "sync.algorithm %s reads the parameters in host memory: it needs "
+                          "device cpu",
+                          sl_sync_algorithm_name(t->cfg->sync.algorithm));
+    SL_TRY(SL_ALLOC(&t->comps, (size_t)nc, "components"));
+    for (int i = 0; i < nc; i++)
+        t->comps[i] = *sl_lm_component(t->lm, i);
+    return sl_sync_new(&t->sync, t->cfg, t->opts->transport, t->opts->rank, t->opts->nranks,
+                       t->comps, nc, sl_lm_params(t->lm), sl_lm_nparams(t->lm));
+}
+
 static sl_status_t
 save_checkpoint(trainer_t *t, const sl_train_result_t *res)
 {
@@ -231,6 +255,51 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
     SL_TRY(sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st));
     t->saved_step = t->cur.step;
     sl_log_debug("train", "checkpoint at step %ld: %s", t->cur.step, res->checkpoint);
+    return SL_OK;
+}
+
+/* {"event":"sync", ...} lines into metrics.jsonl: per component (cumulative counts, the
+ * last consensus distance), or for allreduce one line for the gradients. */
+static sl_status_t
+report_sync(trainer_t *t)
+{
+    FILE *f = t->metrics.fp;
+    sl_sync_algorithm_t a = sl_sync_algorithm(t->sync);
+    int nc = sl_lm_ncomponents(t->lm);
+
+    if (a == SL_SYNC_NONE)
+        return SL_OK;
+    for (int c = 0; c < (a == SL_SYNC_ALLREDUCE ? 1 : nc); c++) {
+        sl_sync_stat_t g;
+        const sl_sync_stat_t *st = &g;
+
+        if (a == SL_SYNC_ALLREDUCE) {
+            sl_transport_stat_t ts;
+            sl_transport_stat(t->opts->transport, SL_WIRE_ALLREDUCE, (uint32_t)nc, &ts);
+            memset(&g, 0, sizeof g);
+            g.rounds = t->cur.step;
+            g.time_s = sl_sync_time_s(t->sync);
+            g.sent_bytes = ts.sent_bytes;
+            g.recv_bytes = ts.recv_bytes;
+            g.distance = NAN;
+        } else {
+            st = sl_sync_stat(t->sync, c);
+        }
+        fprintf(f, "{\"event\":\"sync\",\"step\":%ld,\"algorithm\":", t->cur.step);
+        sl_json_string(f, sl_sync_algorithm_name(a));
+        fputs(",\"component\":", f);
+        sl_json_string(f, a == SL_SYNC_ALLREDUCE ? "gradients" : t->comps[c].name);
+        fprintf(f, ",\"rounds\":%ld,\"time_s\":", st->rounds);
+        sl_json_number(f, st->time_s);
+        fprintf(f,
+                ",\"sent_bytes\":%" PRIu64 ",\"recv_bytes\":%" PRIu64 ",\"answered\":%" PRIu64
+                ",\"expected\":%" PRIu64 ",\"distance\":",
+                st->sent_bytes, st->recv_bytes, st->answered, st->expected);
+        sl_json_number(f, st->distance);
+        fprintf(f, ",\"dead_peers\":%d}\n", sl_sync_ndead(t->sync));
+    }
+    if (fflush(f) != 0 || ferror(f))
+        return sl_err_set(SL_ERR_IO, "%s: cannot write: %s", t->metrics.path, strerror(errno));
     return SL_OK;
 }
 
@@ -255,6 +324,7 @@ report(trainer_t *t, double lr, sl_train_result_t *res)
     line.eta_s = t->session_steps > 0 ? (double)(t->total_steps - t->cur.step) * t->session_time /
                                             (double)t->session_steps
                                       : -1;
+    line.sync_pct = t->acc_time > 0 ? 100.0 * t->acc_sync / t->acc_time : 0;
     sl_progress_show(&t->progress, &line);
     if (t->opts->on_report)
         t->opts->on_report(t->opts->hook_ctx, &line);
@@ -269,9 +339,10 @@ report(trainer_t *t, double lr, sl_train_result_t *res)
     m.grad_norm = t->acc_norm / (double)t->acc_steps;
     m.time_s = t->cur.train_time_s;
     res->final_train_loss = line.loss;
-    t->acc_loss = t->acc_norm = t->acc_time = 0;
+    t->acc_loss = t->acc_norm = t->acc_time = t->acc_sync = 0;
     t->acc_steps = 0;
-    return sl_metrics_step(&t->metrics, &m);
+    SL_TRY(sl_metrics_step(&t->metrics, &m));
+    return report_sync(t);
 }
 
 static sl_status_t
@@ -288,7 +359,9 @@ eval_split(trainer_t *t, const sl_batcher_t *bt, const char *split, double *loss
     return sl_metrics_eval(&t->metrics, split, t->cur.step, *loss);
 }
 
-/* One optimizer step on the next batch; advances the cursor. */
+/* One optimizer step on the next batch; advances the cursor; then the model sync of the
+ * step, if any. An error in that sync leaves a complete step (cursor advanced) behind,
+ * so a checkpoint can still be taken. */
 static sl_status_t
 train_step(trainer_t *t, double *lr, double *loss)
 {
@@ -297,7 +370,8 @@ train_step(trainer_t *t, double *lr, double *loss)
     uint64_t sk[3] = {cfg->run.seed, 'S', (uint64_t)t->cur.step};
     sl_step_keys_t keys;
     size_t n = sl_lm_nparams(t->lm);
-    double loss_sum, norm, t0 = sl_clock_now(), dt;
+    double loss_sum, norm, t0 = sl_clock_now(), dt, s0 = sl_sync_time_s(t->sync);
+    sl_status_t st;
 
     if (t->cur.batch_index == 0)
         sl_lm_state_reset(t->st);
@@ -305,6 +379,7 @@ train_step(trainer_t *t, double *lr, double *loss)
     keys.dropout_key = sl_hash_u64s(dk, 3);
     keys.sample_key = sl_hash_u64s(sk, 3);
     SL_TRY(sl_lm_train_step(t->lm, t->st, t->x, t->y, cfg->train.bptt, &keys, &loss_sum));
+    SL_TRY(sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step));
     norm = sl_clip_global_norm(t->be, sl_lm_grads(t->lm), n, cfg->train.optimizer.clip);
     *lr = sl_lr_at(cfg, t->cur.step, t->cur.epoch, t->total_steps);
     sl_optim_step(t->opt, sl_lm_params(t->lm), sl_lm_grads(t->lm), *lr);
@@ -325,7 +400,15 @@ train_step(trainer_t *t, double *lr, double *loss)
     t->acc_steps++;
     t->session_time += dt;
     t->session_steps++;
-    return SL_OK;
+
+    t0 = sl_clock_now();
+    st = sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
+    dt = sl_clock_now() - t0;
+    t->cur.train_time_s += dt;
+    t->acc_time += dt;
+    t->session_time += dt;
+    t->acc_sync += sl_sync_time_s(t->sync) - s0;
+    return st;
 }
 
 /* The poll hook's verdict after a step; its message is kept in msg, since the report
@@ -350,10 +433,22 @@ train_loop(trainer_t *t, sl_train_result_t *res)
     while (t->cur.step < t->total_steps) {
         double lr, loss, vloss;
         int epoch_end, stop;
-        sl_status_t polled = SL_OK;
+        sl_status_t polled = SL_OK, stepped;
+        long before = t->cur.step;
 
-        SL_TRY(train_step(t, &lr, &loss));
+        stepped = train_step(t, &lr, &loss);
         res->steps = t->cur.step;
+        if (stepped == SL_ERR_SHUTDOWN) {
+            /* interrupted, or a peer's abort, inside a sync exchange: keep the work when
+             * the step itself was complete (the model sync comes after it) */
+            snprintf(why, sizeof why, "%s", sl_err_msg());
+            if (t->cur.step > before)
+                SL_TRY(save_checkpoint(t, res));
+            if (interrupted(t->opts))
+                return sl_err_set(SL_ERR_SHUTDOWN, "interrupted at step %ld", t->cur.step);
+            return sl_err_set(SL_ERR_SHUTDOWN, "%s", why);
+        }
+        SL_TRY(stepped);
         if (!isfinite(loss))
             return sl_err_set(SL_ERR_INVALID,
                               "step %ld: training loss is %g (diverged; lower "
@@ -412,9 +507,10 @@ json_split(FILE *f, const char *split, int has, double loss)
     sl_json_number(f, has ? loss / log(2.0) : NAN);
 }
 
-/* summary.json in dir: one object the benchmark scripts parse; absent values are null. */
+/* summary.json in dir: one object the benchmark scripts parse; absent values are null.
+ * nmodels: how many nodes' models the evaluated one averages (1: this node's own). */
 static sl_status_t
-write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir)
+write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir, int nmodels)
 {
     char path[SL_TRAIN_PATH_MAX];
     long threads = t->cfg->run.threads > 0 ? t->cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
@@ -452,16 +548,61 @@ write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir)
     fprintf(o, "%d", t->opts->nranks);
     json_key(o, "rank", 0);
     fprintf(o, "%d", t->opts->rank);
+    json_key(o, "sync", 0);
+    sl_json_string(o, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
+    json_key(o, "sync_time_s", 0);
+    sl_json_number(o, sl_sync_time_s(t->sync));
+    json_key(o, "models_averaged", 0);
+    fprintf(o, "%d", nmodels);
     fputs("\n}\n", o);
     return sl_atomic_commit(&f);
 }
 
-/* End of the run: valid and test evaluation, model.bin, summary.json. */
+/* With a sync algorithm, on rank 0: the average of the nodes' models (avg) evaluated,
+ * saved as <run dir>/model.bin, and <run dir>/summary.json. Overwrites the parameters. */
+static sl_status_t
+finish_run_model(trainer_t *t, const sl_train_result_t *res, const float *avg, int nmodels)
+{
+    sl_train_result_t run = *res;
+    char path[SL_TRAIN_PATH_MAX];
+    const char *what = t->cfg->data.level == SL_LEVEL_CHAR ? "bpc" : "ppl";
+    const sl_batcher_t *bt[2] = {&t->valid_bt, &t->test_bt};
+    const char *split[2] = {"valid", "test"};
+    int has[2] = {t->has_valid, t->has_test};
+    double *loss[2] = {&run.valid_loss, &run.test_loss};
+
+    memcpy(sl_lm_params(t->lm), avg, sl_lm_nparams(t->lm) * sizeof *avg);
+    for (int i = 0; i < 2; i++) {
+        char key[32];
+        long tokens;
+        if (!has[i])
+            continue;
+        SL_TRY(evaluate(t->lm, t->est, bt[i], t->x, t->y, t->opts, loss[i], &tokens));
+        sl_log_info("train", "final model (average of %d nodes): %s %s %.*f (loss %.4f)", nmodels,
+                    split[i], what, t->cfg->data.level == SL_LEVEL_CHAR ? 3 : 2,
+                    t->cfg->data.level == SL_LEVEL_CHAR ? *loss[i] / log(2.0) : exp(*loss[i]),
+                    *loss[i]);
+        snprintf(key, sizeof key, "final_%s", split[i]);
+        SL_TRY(sl_metrics_eval(&t->metrics, key, t->cur.step, *loss[i]));
+    }
+    run.has_valid = t->has_valid;
+    run.has_test = t->has_test;
+    SL_TRY(join_path(path, res->run_dir, "model.bin"));
+    SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
+    sl_log_info("train", "final model: %s", path);
+    return write_summary(t, &run, res->run_dir, nmodels);
+}
+
+/* End of the run: the final average (every node takes part), valid and test evaluation
+ * of this node's model, its model.bin and summary.json; then rank 0's run-level files. */
 static sl_status_t
 finish(trainer_t *t, sl_train_result_t *res)
 {
     double loss;
+    const float *avg;
+    int writer, nmodels;
 
+    SL_TRY(sl_sync_final(t->sync, sl_lm_params(t->lm), &avg, &writer, &nmodels));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
         res->has_valid = 1;
@@ -472,10 +613,13 @@ finish(trainer_t *t, sl_train_result_t *res)
         res->has_test = 1;
         res->test_loss = loss;
     }
-    SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
-    SL_TRY(write_summary(t, res, res->dir));
+    if (t->cfg->sync.keep_node_models || sl_sync_algorithm(t->sync) == SL_SYNC_NONE)
+        SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
+    SL_TRY(write_summary(t, res, res->dir, 1));
+    if (writer && avg)
+        return finish_run_model(t, res, avg, nmodels);
     if (t->opts->nranks > 1 && t->opts->rank == 0)
-        return write_summary(t, res, res->run_dir);
+        return write_summary(t, res, res->run_dir, 1);
     return SL_OK;
 }
 
@@ -497,6 +641,8 @@ trainer_fini(trainer_t *t)
 {
     if (t->metrics_open)
         sl_metrics_close(&t->metrics);
+    sl_sync_destroy(&t->sync);
+    sl_free(t->comps);
     sl_free(t->x);
     sl_free(t->y);
     sl_lm_state_destroy(&t->est);
@@ -530,6 +676,7 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     SL_TRY_GOTO(setup_model(&t), rc, out);
     res->nparams = sl_lm_nparams(t.lm);
     SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
+    SL_TRY_GOTO(setup_sync(&t), rc, out);
     SL_TRY_GOTO(join_path(path, res->dir, "metrics.jsonl"), rc, out);
     SL_TRY_GOTO(sl_metrics_open(&t.metrics, path, t.cur.step), rc, out);
     t.metrics_open = 1;

@@ -8,8 +8,11 @@
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
  * With several nodes (opts->nranks > 1) each node keeps its files but config.yaml in
- * <run dir>/node-<rank>/; rank 0 also writes <run dir>/config.yaml and a copy of its
- * summary.json at the run directory's top.
+ * <run dir>/node-<rank>/; rank 0 also writes <run dir>/config.yaml and, at the run
+ * directory's top, a copy of its summary.json (sync.algorithm none) or, with a sync
+ * algorithm, the final model averaged over the live nodes as <run dir>/model.bin and
+ * its evaluation in <run dir>/summary.json. Each node's metrics.jsonl then also gets a
+ * {"event":"sync", ...} line per component at every report.
  *
  * Per-step randomness comes from keys that are pure functions of (seed, step), so a
  * resumed run continues bit for bit where the checkpoint left off. */
@@ -22,6 +25,7 @@
 #include "sl_config.h"
 #include "sl_progress.h"
 #include "sl_status.h"
+#include "sl_transport.h"
 
 #define SL_TRAIN_PATH_MAX 1024
 
@@ -40,6 +44,9 @@ typedef struct {
     /* Called with every progress report, also when quiet (may be NULL). */
     void (*on_report)(void *ctx, const sl_progress_line_t *line);
     void *hook_ctx; /* passed to poll and on_report; borrowed */
+    /* The node's connected transport for cfg->sync (src/sync/sl_sync.h); borrowed;
+     * NULL: a single node (required when nranks > 1). */
+    sl_transport_t *transport;
 } sl_train_opts_t;
 
 /* rank 0 of 1, resume on, progress shown, no interrupt flag, no hooks. */

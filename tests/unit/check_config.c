@@ -25,6 +25,9 @@ static const char *const all_keys[] = {
     "train.optimizer.initial_accumulator", "train.schedule.type", "train.schedule.decay",
     "train.schedule.warmup_steps", "cluster.nodes", "cluster.transport", "cluster.master",
     "cluster.bind", "cluster.timeout_ms", "cluster.rendezvous_timeout_ms", "topology.degree",
+    "sync.algorithm", "sync.neighbours", "sync.block_momentum", "sync.block_lr",
+    "sync.nesterov", "sync.block_reference", "sync.period", "sync.embedding_period",
+    "sync.embedding_shards", "sync.timeout_ms", "sync.keep_node_models",
     "device", "precision", NULL};
 
 static void
@@ -85,6 +88,17 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert_int_eq(a->train.schedule.type, b->train.schedule.type);
     ck_assert(a->train.schedule.decay == b->train.schedule.decay);
     ck_assert_int_eq(a->train.schedule.warmup_steps, b->train.schedule.warmup_steps);
+    ck_assert_int_eq(a->sync.algorithm, b->sync.algorithm);
+    ck_assert_int_eq(a->sync.neighbours, b->sync.neighbours);
+    ck_assert(a->sync.block_momentum == b->sync.block_momentum);
+    ck_assert(a->sync.block_lr == b->sync.block_lr);
+    ck_assert_int_eq(a->sync.nesterov, b->sync.nesterov);
+    ck_assert_int_eq(a->sync.block_reference, b->sync.block_reference);
+    ck_assert_int_eq(a->sync.period, b->sync.period);
+    ck_assert_int_eq(a->sync.embedding_period, b->sync.embedding_period);
+    ck_assert_int_eq(a->sync.embedding_shards, b->sync.embedding_shards);
+    ck_assert_int_eq(a->sync.timeout_ms, b->sync.timeout_ms);
+    ck_assert_int_eq(a->sync.keep_node_models, b->sync.keep_node_models);
     ck_assert_str_eq(a->device, b->device);
     ck_assert_str_eq(a->precision, b->precision);
 }
@@ -149,6 +163,17 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.train.schedule.type, SL_SCHED_CONSTANT);
     ck_assert(c.train.schedule.decay == 0.9);
     ck_assert_int_eq(c.train.schedule.warmup_steps, 0);
+    ck_assert_int_eq(c.sync.algorithm, SL_SYNC_NONE);
+    ck_assert_int_eq(c.sync.neighbours, 1);
+    ck_assert(c.sync.block_momentum == 0.9);
+    ck_assert(c.sync.block_lr == 1.0);
+    ck_assert_int_eq(c.sync.nesterov, 1);
+    ck_assert_int_eq(c.sync.block_reference, SL_BLOCK_REF_BLOCKSTART);
+    ck_assert_int_eq(c.sync.period, 16);
+    ck_assert_int_eq(c.sync.embedding_period, 0);
+    ck_assert_int_eq(c.sync.embedding_shards, 1);
+    ck_assert_int_eq(c.sync.timeout_ms, 0);
+    ck_assert_int_eq(c.sync.keep_node_models, 1);
     ck_assert_str_eq(c.device, "cpu");
     ck_assert_str_eq(c.precision, "fp32");
     /* defaults alone do not validate: there is no training text */
@@ -172,6 +197,16 @@ START_TEST(test_enum_names)
     ck_assert_str_eq(sl_sched_name(SL_SCHED_CONSTANT), "constant");
     ck_assert_str_eq(sl_sched_name(SL_SCHED_EPOCH_DECAY), "epoch_decay");
     ck_assert_str_eq(sl_sched_name(SL_SCHED_LINEAR), "linear");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_NONE), "none");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_ALLREDUCE), "allreduce");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_MA), "ma");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_BMUF), "bmuf");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_LOCAL_MA), "local-ma");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_LOCAL_BMUF), "local-bmuf");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_GOSSIP_MA), "gossip-ma");
+    ck_assert_str_eq(sl_sync_algorithm_name(SL_SYNC_GOSSIP_BMUF), "gossip-bmuf");
+    ck_assert_str_eq(sl_block_ref_name(SL_BLOCK_REF_BLOCKSTART), "blockstart");
+    ck_assert_str_eq(sl_block_ref_name(SL_BLOCK_REF_OMEGA), "omega");
     ck_assert_str_eq(sl_opt_name((sl_opt_kind_t)3), "?");
     ck_assert_str_eq(sl_level_name((sl_level_t)-1), "?");
 }
@@ -201,6 +236,9 @@ static const char full_yaml[] =
     "    eps: 1e-7\n"
     "    initial_accumulator: 0.1\n"
     "  schedule: {type: linear, decay: 0.5, warmup_steps: 100}\n"
+    "sync: {algorithm: gossip-bmuf, neighbours: 2, block_momentum: 0.5, block_lr: 0.75,\n"
+    "       nesterov: false, block_reference: omega, period: 8, embedding_period: 64,\n"
+    "       embedding_shards: 4, timeout_ms: 500, keep_node_models: false}\n"
     "device: cuda:1\n"
     "precision: bf16\n";
 
@@ -251,6 +289,17 @@ START_TEST(test_full_file)
     ck_assert_int_eq(c.train.schedule.type, SL_SCHED_LINEAR);
     ck_assert(c.train.schedule.decay == 0.5);
     ck_assert_int_eq(c.train.schedule.warmup_steps, 100);
+    ck_assert_int_eq(c.sync.algorithm, SL_SYNC_GOSSIP_BMUF);
+    ck_assert_int_eq(c.sync.neighbours, 2);
+    ck_assert(c.sync.block_momentum == 0.5);
+    ck_assert(c.sync.block_lr == 0.75);
+    ck_assert_int_eq(c.sync.nesterov, 0);
+    ck_assert_int_eq(c.sync.block_reference, SL_BLOCK_REF_OMEGA);
+    ck_assert_int_eq(c.sync.period, 8);
+    ck_assert_int_eq(c.sync.embedding_period, 64);
+    ck_assert_int_eq(c.sync.embedding_shards, 4);
+    ck_assert_int_eq(c.sync.timeout_ms, 500);
+    ck_assert_int_eq(c.sync.keep_node_models, 0);
     ck_assert_str_eq(c.device, "cuda:1");
     ck_assert_str_eq(c.precision, "bf16");
     ck_assert_int_eq(sl_config_validate(&c), SL_OK);
@@ -368,7 +417,7 @@ static const bad_case_t bad_yaml[] = {
      "x.yaml:1:9: unknown key 'outptu' in 'model' (did you mean 'output'?)"},
     {"train.batch: 5",
      "x.yaml:1:1: unknown key 'train.batch' at top level (expected one of: run, data, model, "
-     "train, cluster, topology, device, precision)"},
+     "train, cluster, topology, sync, device, precision)"},
     /* wrong types */
     {"run:\n  name: x\ntrain:\n  batch: lots\n",
      "x.yaml:4:10: 'train.batch' must be an integer, got 'lots'"},

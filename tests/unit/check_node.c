@@ -663,7 +663,7 @@ END_TEST
 
 START_TEST(test_progress_format)
 {
-    sl_progress_line_t l = {1200, 29850, 1, 4.0201, 3790.2, 5.6124, 0, 20, 7500};
+    sl_progress_line_t l = {1200, 29850, 1, 4.0201, 3790.2, 5.6124, 0, 20, 7500, 0};
     char buf[256];
 
     ck_assert_str_eq(sl_progress_format(&l, buf, sizeof buf),
@@ -676,6 +676,10 @@ START_TEST(test_progress_format)
     ck_assert_str_eq(sl_progress_format(&l, buf, sizeof buf),
                      "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 1.000 | bpc 1.443 | "
                      "lr 0.002 | ETA ?");
+    l.sync_pct = 12.4; /* shown only when there is a sync algorithm */
+    ck_assert_str_eq(sl_progress_format(&l, buf, sizeof buf),
+                     "step 1200/29850 | ep 1 4.0% | 3790 tok/s | loss 1.000 | bpc 1.443 | "
+                     "lr 0.002 | sync 12% | ETA ?");
 }
 END_TEST
 

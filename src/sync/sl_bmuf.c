@@ -1,0 +1,53 @@
+/* Mean, distance and BMUF block update of one component (see sl_bmuf.h). */
+#include "sl_bmuf.h"
+
+#include <math.h>
+
+void
+sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg)
+{
+    o->eta = (float)cfg->sync.block_momentum;
+    o->zeta = (float)cfg->sync.block_lr;
+    o->nesterov = cfg->sync.nesterov;
+    o->ref = cfg->sync.block_reference;
+}
+
+void
+sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows, size_t count)
+{
+    double inv = 1.0 / (double)(nrows + 1);
+
+    for (size_t j = 0; j < count; j++) {
+        double s = self[j];
+        for (size_t i = 0; i < nrows; i++)
+            s += rows[i * count + j];
+        bar[j] = (float)(s * inv);
+    }
+}
+
+double
+sl_bmuf_distance(const float *a, const float *b, size_t count)
+{
+    double s = 0;
+
+    for (size_t j = 0; j < count; j++) {
+        double d = (double)a[j] - (double)b[j];
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
+void
+sl_bmuf_update(const sl_bmuf_opts_t *o, float *theta, const float *bar, float *omega, float *delta,
+               float *start, size_t count)
+{
+    const float *ref = o->ref == SL_BLOCK_REF_OMEGA ? omega : start;
+
+    for (size_t j = 0; j < count; j++) {
+        float g = bar[j] - ref[j];
+        delta[j] = o->eta * delta[j] + o->zeta * g;
+        omega[j] = omega[j] + delta[j];
+        theta[j] = o->nesterov ? omega[j] + o->eta * delta[j] : omega[j];
+        start[j] = theta[j];
+    }
+}

@@ -1,0 +1,39 @@
+/* The maths the sync algorithms share, on one component's (count) floats: the mean of
+ * this node's copy and the copies it received, the distance to that mean, and the BMUF
+ * block update with (Nesterov) block momentum (gossip-BMUF paper, Algorithm 1 lines
+ * 7-12). Pure functions on caller-owned buffers: no allocation, no transport. */
+#ifndef SL_BMUF_H
+#define SL_BMUF_H
+
+#include <stddef.h>
+
+#include "sl_config.h"
+
+typedef struct {
+    float eta;          /* block momentum, [0, 1) */
+    float zeta;         /* block learning rate, > 0 */
+    int nesterov;       /* theta = omega + eta * Delta (1) or omega (0) */
+    sl_block_ref_t ref; /* G = theta_bar - start (BLOCKSTART) or theta_bar - omega (OMEGA) */
+} sl_bmuf_opts_t;
+
+/* Fills o from cfg->sync. */
+void sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg);
+
+/* bar = (self + rows[0] + ... + rows[nrows-1]) / (nrows + 1), rows (nrows, count)
+ * row-major; summed in double in that order. bar may be self. */
+void sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows, size_t count);
+
+/* Euclidean distance ||a - b||, in double. */
+double sl_bmuf_distance(const float *a, const float *b, size_t count);
+
+/* One block update, element by element (every buffer count floats):
+ *   G     = bar - ref            (ref: start or omega, as o->ref says)
+ *   delta = eta * delta + zeta * G
+ *   omega = omega + delta
+ *   theta = omega + eta * delta  (nesterov) or omega
+ *   start = theta
+ * in float arithmetic. bar may alias nothing else. */
+void sl_bmuf_update(const sl_bmuf_opts_t *o, float *theta, const float *bar, float *omega,
+                    float *delta, float *start, size_t count);
+
+#endif

@@ -1,0 +1,91 @@
+/* The sync algorithm of a run of several nodes (cfg->sync, doc/config.md "Sync
+ * algorithms"), per component of the flat parameter buffer:
+ *   allreduce          gradients summed over all nodes every step, divided by n
+ *   ma, bmuf           every H_i steps, the average over all n nodes (ring allreduce);
+ *                      ma takes it, bmuf applies the block update (sl_bmuf.h) to it
+ *   local-ma/-bmuf     the same with the average over self and all ring neighbours
+ *   gossip-ma/-bmuf    the same with self and the q neighbours the gossip schedule
+ *                      (topology/sl_schedule.h) picks for (block, component, node)
+ * H_i is sync.embedding_period for the row-shard components (sl_component_t.sparse)
+ * and sync.period for the others; the round of component i is its block index
+ * (steps done / H_i), so every node computes the same schedule without messages.
+ *
+ * Gossip and local: a neighbour that does not answer within sync.timeout_ms is left out
+ * of that average (logged once per rank); after SL_SYNC_DEAD_ROUNDS missed rounds in a
+ * row it is taken for dead: nobody waits for it or pushes to it any more, and it is left
+ * out of the final average. allreduce, ma, bmuf: a node that does not answer makes the
+ * collective fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so.
+ *
+ * The parameters must be host memory (the cpu backend). BMUF state (omega, Delta, block
+ * start) is not checkpointed: a resumed run starts it again from the resumed model.
+ * Not thread-safe; one per node. */
+#ifndef SL_SYNC_H
+#define SL_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_config.h"
+#include "sl_model.h"
+#include "sl_status.h"
+#include "sl_transport.h"
+
+#define SL_SYNC_DEAD_ROUNDS 3 /* missed rounds in a row after which a peer is dead */
+
+typedef struct sl_sync sl_sync_t;
+
+/* Per component, since the start of the process. */
+typedef struct {
+    long rounds;         /* syncs done */
+    double time_s;       /* time spent in them (waiting included) */
+    uint64_t sent_bytes; /* payload bytes this node sent for the component */
+    uint64_t recv_bytes; /* and received */
+    uint64_t answered;   /* peers whose copy went into an average, summed over rounds */
+    uint64_t expected;   /* peers asked for, summed over rounds */
+    double distance;     /* ||theta - theta_bar|| at the last sync (before the update) */
+} sl_sync_stat_t;
+
+/* Sets up the algorithm cfg->sync.algorithm for node rank of size over the ncomps
+ * components (borrowed, must outlive s) of a flat buffer of nparams floats whose
+ * current values are params (the starting model: omega and the block start copy it).
+ * tr (borrowed) is the node's connected transport; it may be NULL when size == 1 or
+ * the algorithm is none, where every call is a no-op. SL_ERR_INVALID for bad sizes, SL_ERR_NOMEM.
+ */
+sl_status_t sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int rank,
+                        int size, const sl_component_t *comps, int ncomps, const float *params,
+                        size_t nparams);
+/* Frees; accepts NULL, NULLs *s. */
+void sl_sync_destroy(sl_sync_t **s);
+
+/* The algorithm (SL_SYNC_NONE when size == 1). */
+sl_sync_algorithm_t sl_sync_algorithm(const sl_sync_t *s);
+
+/* allreduce: grads (nparams) becomes the mean over all nodes; step (0-based, increasing
+ * from call to call) numbers the round. Other algorithms: nothing. Errors are fatal. */
+sl_status_t sl_sync_gradients(sl_sync_t *s, float *grads, long step);
+
+/* After a step: syncs every component whose period divides steps_done (>= 1), in
+ * component order, updating params in place. Fatal errors only (a gossip neighbour that
+ * does not answer is not one). */
+sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
+
+/* End of the run, every node: the average of the live nodes' params (nparams) into the
+ * buffer *avg (owned by s, valid until destroy). ma/bmuf/allreduce: allreduce, every
+ * node gets it; gossip/local: every node sends its params to rank 0, which averages
+ * what arrives within the timeout (a node that died is left out) and tells each sender
+ * it got it. *writer is 1 on the node that should write the run's model (rank 0), else
+ * 0 (and *avg is NULL there when it has no average); *nmodels = how many nodes went
+ * into it. With size 1 or algorithm none: *writer 0, *avg NULL. If rank 0 itself died,
+ * nobody writes the run's model (the nodes' own models stay). */
+sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
+                          int *nmodels);
+
+/* Stats of component c (0..ncomps-1). */
+const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
+/* Seconds spent in sync (gradients, components, final) since creation. */
+double sl_sync_time_s(const sl_sync_t *s);
+/* Peers this node holds for dead, and whether rank r is one of them. */
+int sl_sync_ndead(const sl_sync_t *s);
+int sl_sync_is_dead(const sl_sync_t *s, int r);
+
+#endif
