@@ -2,7 +2,8 @@
 # shoal quick start: install what the build needs, build out of tree in build/, then
 # either run the main job (train on Brown) or run the whole test suite.
 #
-#   ./setup.sh run  [CORPUS_DIR]   build, then train conf/brown-word.yaml on CORPUS_DIR
+#   ./setup.sh run  [CORPUS_DIR]   build, then train conf/brown-4nodes-gossip-bmuf.yaml:
+#                                  4 gossip-BMUF nodes on this machine, on CORPUS_DIR
 #                                  (default ../shared/data/brown)
 #   ./setup.sh test                build, then make check (the whole test suite)
 #   ./setup.sh build               build only
@@ -74,7 +75,7 @@ run)
         [ -r "$corpus/$f.txt" ] || { echo "setup.sh: $corpus/$f.txt: not readable" >&2; exit 1; }
     done
     build
-    exec build/shoal train conf/brown-word.yaml \
+    exec build/shoal run conf/brown-4nodes-gossip-bmuf.yaml \
         --set data.train="$corpus/train.txt" --set data.valid="$corpus/valid.txt" \
         --set data.test="$corpus/test.txt"
     ;;

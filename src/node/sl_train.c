@@ -561,7 +561,7 @@ write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir,
 /* With a sync algorithm, on rank 0: the average of the nodes' models (avg) evaluated,
  * saved as <run dir>/model.bin, and <run dir>/summary.json. Overwrites the parameters. */
 static sl_status_t
-finish_run_model(trainer_t *t, const sl_train_result_t *res, const float *avg, int nmodels)
+finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
     sl_train_result_t run = *res;
     char path[SL_TRAIN_PATH_MAX];
@@ -587,6 +587,9 @@ finish_run_model(trainer_t *t, const sl_train_result_t *res, const float *avg, i
     }
     run.has_valid = t->has_valid;
     run.has_test = t->has_test;
+    res->final_models = nmodels;
+    res->final_valid_loss = run.valid_loss;
+    res->final_test_loss = run.test_loss;
     SL_TRY(join_path(path, res->run_dir, "model.bin"));
     SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
     sl_log_info("train", "final model: %s", path);

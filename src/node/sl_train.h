@@ -68,6 +68,10 @@ typedef struct {
     int has_valid, has_test;      /* 0 when the split is absent */
     double valid_loss, test_loss; /* nats per token, full softmax */
     size_t nparams;
+    /* With a sync algorithm, on the node that wrote <run_dir>/model.bin: how many
+     * nodes' models it averages (0 elsewhere) and the average's losses. */
+    int final_models;
+    double final_valid_loss, final_test_loss;
 } sl_train_result_t;
 
 /* Trains as cfg says (cfg validated; borrowed). res is filled as far as the run got.
