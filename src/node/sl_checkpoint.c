@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sl_alloc.h"
+#include "sl_endian.h"
 #include "sl_file.h"
 #include "sl_hash.h"
 
@@ -49,38 +50,6 @@ typedef struct {
     long opt_steps;
     sl_ckpt_cursor_t cur;
 } header_t;
-
-static void
-put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void
-put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t
-get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t
-get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static int
 host_is_little_endian(void)
@@ -130,12 +99,12 @@ sl_ckpt_arch_hash(const sl_ckpt_ident_t *id)
     int n = id->nlayers < 0 ? 0 : id->nlayers > SL_MAX_LAYERS ? SL_MAX_LAYERS : id->nlayers;
     size_t len = 0;
 
-    put_u32(buf + len, (uint32_t)id->vocab), len += 4;
-    put_u32(buf + len, (uint32_t)id->embedding), len += 4;
-    put_u32(buf + len, (uint32_t)id->nlayers), len += 4;
+    sl_put_u32(buf + len, (uint32_t)id->vocab), len += 4;
+    sl_put_u32(buf + len, (uint32_t)id->embedding), len += 4;
+    sl_put_u32(buf + len, (uint32_t)id->nlayers), len += 4;
     for (int l = 0; l < n; l++) {
-        put_u32(buf + len, (uint32_t)id->layers[l].hidden), len += 4;
-        put_u32(buf + len, (uint32_t)id->layers[l].projection), len += 4;
+        sl_put_u32(buf + len, (uint32_t)id->layers[l].hidden), len += 4;
+        sl_put_u32(buf + len, (uint32_t)id->layers[l].projection), len += 4;
     }
     return sl_hash_bytes(buf, len, CKPT_HASH_SEED);
 }
@@ -187,32 +156,32 @@ encode_header(unsigned char *h, const header_t *hd)
 {
     memset(h, 0, SL_CKPT_HEADER_BYTES);
     memcpy(h + OFF_MAGIC, SL_CKPT_MAGIC, 8);
-    put_u32(h + OFF_VERSION, SL_CKPT_VERSION);
-    put_u32(h + OFF_FLAGS, hd->flags);
-    put_u64(h + OFF_CORPUS, hd->id.corpus_hash);
-    put_u64(h + OFF_ARCH, hd->arch_hash);
-    put_u32(h + OFF_VOCAB, (uint32_t)hd->id.vocab);
-    put_u32(h + OFF_EMBEDDING, (uint32_t)hd->id.embedding);
-    put_u32(h + OFF_NLAYERS, (uint32_t)hd->id.nlayers);
-    put_u32(h + OFF_OPTIMIZER, (uint32_t)hd->id.optimizer);
+    sl_put_u32(h + OFF_VERSION, SL_CKPT_VERSION);
+    sl_put_u32(h + OFF_FLAGS, hd->flags);
+    sl_put_u64(h + OFF_CORPUS, hd->id.corpus_hash);
+    sl_put_u64(h + OFF_ARCH, hd->arch_hash);
+    sl_put_u32(h + OFF_VOCAB, (uint32_t)hd->id.vocab);
+    sl_put_u32(h + OFF_EMBEDDING, (uint32_t)hd->id.embedding);
+    sl_put_u32(h + OFF_NLAYERS, (uint32_t)hd->id.nlayers);
+    sl_put_u32(h + OFF_OPTIMIZER, (uint32_t)hd->id.optimizer);
     for (int l = 0; l < SL_MAX_LAYERS && l < hd->id.nlayers; l++) {
-        put_u32(h + OFF_HIDDEN + 4 * l, (uint32_t)hd->id.layers[l].hidden);
-        put_u32(h + OFF_PROJECTION + 4 * l, (uint32_t)hd->id.layers[l].projection);
+        sl_put_u32(h + OFF_HIDDEN + 4 * l, (uint32_t)hd->id.layers[l].hidden);
+        sl_put_u32(h + OFF_PROJECTION + 4 * l, (uint32_t)hd->id.layers[l].projection);
     }
-    put_u32(h + OFF_BATCH, (uint32_t)hd->id.batch);
-    put_u32(h + OFF_BPTT, (uint32_t)hd->id.bptt);
-    put_u64(h + OFF_NPARAMS, hd->nparams);
-    put_u64(h + OFF_OPT_FLOATS, hd->opt_floats);
-    put_u64(h + OFF_STATE_FLOATS, hd->state_floats);
-    put_u64(h + OFF_STEP, (uint64_t)(int64_t)hd->cur.step);
-    put_u64(h + OFF_EPOCH, (uint64_t)(int64_t)hd->cur.epoch);
-    put_u64(h + OFF_BATCH_INDEX, (uint64_t)(int64_t)hd->cur.batch_index);
-    put_u64(h + OFF_OPT_STEPS, (uint64_t)(int64_t)hd->opt_steps);
-    put_u64(h + OFF_TOKENS, hd->cur.tokens);
+    sl_put_u32(h + OFF_BATCH, (uint32_t)hd->id.batch);
+    sl_put_u32(h + OFF_BPTT, (uint32_t)hd->id.bptt);
+    sl_put_u64(h + OFF_NPARAMS, hd->nparams);
+    sl_put_u64(h + OFF_OPT_FLOATS, hd->opt_floats);
+    sl_put_u64(h + OFF_STATE_FLOATS, hd->state_floats);
+    sl_put_u64(h + OFF_STEP, (uint64_t)(int64_t)hd->cur.step);
+    sl_put_u64(h + OFF_EPOCH, (uint64_t)(int64_t)hd->cur.epoch);
+    sl_put_u64(h + OFF_BATCH_INDEX, (uint64_t)(int64_t)hd->cur.batch_index);
+    sl_put_u64(h + OFF_OPT_STEPS, (uint64_t)(int64_t)hd->opt_steps);
+    sl_put_u64(h + OFF_TOKENS, hd->cur.tokens);
     {
         uint64_t bits;
         memcpy(&bits, &hd->cur.train_time_s, sizeof bits);
-        put_u64(h + OFF_TRAIN_TIME, bits);
+        sl_put_u64(h + OFF_TRAIN_TIME, bits);
     }
 }
 
@@ -222,28 +191,28 @@ decode_header(const unsigned char *h, header_t *hd)
     uint64_t bits;
 
     memset(hd, 0, sizeof *hd);
-    hd->flags = get_u32(h + OFF_FLAGS);
-    hd->id.corpus_hash = get_u64(h + OFF_CORPUS);
-    hd->arch_hash = get_u64(h + OFF_ARCH);
-    hd->id.vocab = (int)get_u32(h + OFF_VOCAB);
-    hd->id.embedding = (int)get_u32(h + OFF_EMBEDDING);
-    hd->id.nlayers = (int)get_u32(h + OFF_NLAYERS);
-    hd->id.optimizer = (sl_opt_kind_t)get_u32(h + OFF_OPTIMIZER);
+    hd->flags = sl_get_u32(h + OFF_FLAGS);
+    hd->id.corpus_hash = sl_get_u64(h + OFF_CORPUS);
+    hd->arch_hash = sl_get_u64(h + OFF_ARCH);
+    hd->id.vocab = (int)sl_get_u32(h + OFF_VOCAB);
+    hd->id.embedding = (int)sl_get_u32(h + OFF_EMBEDDING);
+    hd->id.nlayers = (int)sl_get_u32(h + OFF_NLAYERS);
+    hd->id.optimizer = (sl_opt_kind_t)sl_get_u32(h + OFF_OPTIMIZER);
     for (int l = 0; l < SL_MAX_LAYERS; l++) {
-        hd->id.layers[l].hidden = (int)get_u32(h + OFF_HIDDEN + 4 * l);
-        hd->id.layers[l].projection = (int)get_u32(h + OFF_PROJECTION + 4 * l);
+        hd->id.layers[l].hidden = (int)sl_get_u32(h + OFF_HIDDEN + 4 * l);
+        hd->id.layers[l].projection = (int)sl_get_u32(h + OFF_PROJECTION + 4 * l);
     }
-    hd->id.batch = (int)get_u32(h + OFF_BATCH);
-    hd->id.bptt = (int)get_u32(h + OFF_BPTT);
-    hd->nparams = get_u64(h + OFF_NPARAMS);
-    hd->opt_floats = get_u64(h + OFF_OPT_FLOATS);
-    hd->state_floats = get_u64(h + OFF_STATE_FLOATS);
-    hd->cur.step = (long)(int64_t)get_u64(h + OFF_STEP);
-    hd->cur.epoch = (int)(int64_t)get_u64(h + OFF_EPOCH);
-    hd->cur.batch_index = (long)(int64_t)get_u64(h + OFF_BATCH_INDEX);
-    hd->opt_steps = (long)(int64_t)get_u64(h + OFF_OPT_STEPS);
-    hd->cur.tokens = get_u64(h + OFF_TOKENS);
-    bits = get_u64(h + OFF_TRAIN_TIME);
+    hd->id.batch = (int)sl_get_u32(h + OFF_BATCH);
+    hd->id.bptt = (int)sl_get_u32(h + OFF_BPTT);
+    hd->nparams = sl_get_u64(h + OFF_NPARAMS);
+    hd->opt_floats = sl_get_u64(h + OFF_OPT_FLOATS);
+    hd->state_floats = sl_get_u64(h + OFF_STATE_FLOATS);
+    hd->cur.step = (long)(int64_t)sl_get_u64(h + OFF_STEP);
+    hd->cur.epoch = (int)(int64_t)sl_get_u64(h + OFF_EPOCH);
+    hd->cur.batch_index = (long)(int64_t)sl_get_u64(h + OFF_BATCH_INDEX);
+    hd->opt_steps = (long)(int64_t)sl_get_u64(h + OFF_OPT_STEPS);
+    hd->cur.tokens = sl_get_u64(h + OFF_TOKENS);
+    bits = sl_get_u64(h + OFF_TRAIN_TIME);
     memcpy(&hd->cur.train_time_s, &bits, sizeof bits);
 }
 
@@ -307,7 +276,7 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
         SL_TRY_GOTO(sl_lm_state_save(st, host), rc, fail);
         SL_TRY_GOTO(write_floats(&f, &hs, host, hd.state_floats), rc, fail);
     }
-    put_u64(tail, sl_hash_final(&hs));
+    sl_put_u64(tail, sl_hash_final(&hs));
     SL_TRY_GOTO(sl_atomic_write(&f, tail, sizeof tail), rc, fail);
     sl_free(host);
     return sl_atomic_commit(&f);
@@ -325,11 +294,11 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
 
     if (len < 8 ? memcmp(data, SL_CKPT_MAGIC, len) != 0 : memcmp(data, SL_CKPT_MAGIC, 8) != 0)
         return sl_err_set(SL_ERR_FORMAT, "%s: not a shoal checkpoint (bad magic)", path);
-    if (len >= OFF_VERSION + 4 && get_u32(data + OFF_VERSION) != SL_CKPT_VERSION)
+    if (len >= OFF_VERSION + 4 && sl_get_u32(data + OFF_VERSION) != SL_CKPT_VERSION)
         return sl_err_set(SL_ERR_FORMAT,
                           "%s: checkpoint format version %" PRIu32
                           " is not supported (this shoal reads %d)",
-                          path, get_u32(data + OFF_VERSION), SL_CKPT_VERSION);
+                          path, sl_get_u32(data + OFF_VERSION), SL_CKPT_VERSION);
     if (len < SL_CKPT_HEADER_BYTES + 8)
         return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected at least %d", path,
                           len, SL_CKPT_HEADER_BYTES + 8);
@@ -348,7 +317,7 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
     if (len > expected)
         return sl_err_set(SL_ERR_FORMAT, "%s: %zu bytes, expected %" PRIu64 " (file corrupt)", path,
                           len, expected);
-    if (sl_hash_bytes(data, expected - 8, CKPT_HASH_SEED) != get_u64(data + expected - 8))
+    if (sl_hash_bytes(data, expected - 8, CKPT_HASH_SEED) != sl_get_u64(data + expected - 8))
         return sl_err_set(SL_ERR_FORMAT, "%s: checksum mismatch (file corrupt)", path);
     if (hd->id.nlayers < 1 || hd->id.nlayers > SL_MAX_LAYERS ||
         sl_ckpt_arch_hash(&hd->id) != hd->arch_hash)

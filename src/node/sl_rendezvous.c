@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "sl_clock.h"
+#include "sl_endian.h"
 #include "sl_hash.h"
 #include "sl_log.h"
 
@@ -40,66 +41,21 @@ typedef struct {
 } peer_t;
 
 static void
-put_u16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-}
-
-static void
-put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void
-put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint16_t
-get_u16(const unsigned char *p)
-{
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t
-get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++)
-        v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t
-get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void
 put_head(unsigned char *p, unsigned kind, uint64_t run_id)
 {
     memcpy(p, MAGIC, 4);
-    put_u16(p + 4, SL_RDV_VERSION);
-    put_u16(p + 6, (uint16_t)kind);
-    put_u64(p + 8, run_id);
+    sl_put_u16(p + 4, SL_RDV_VERSION);
+    sl_put_u16(p + 6, (uint16_t)kind);
+    sl_put_u64(p + 8, run_id);
 }
 
 /* The kind of a message with our magic and version; 0 when it is not one. */
 static unsigned
 head_kind(const unsigned char *p, size_t len)
 {
-    if (len < HEAD_BYTES || memcmp(p, MAGIC, 4) != 0 || get_u16(p + 4) != SL_RDV_VERSION)
+    if (len < HEAD_BYTES || memcmp(p, MAGIC, 4) != 0 || sl_get_u16(p + 4) != SL_RDV_VERSION)
         return 0;
-    return get_u16(p + 6);
+    return sl_get_u16(p + 6);
 }
 
 static sl_status_t zmq_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -413,16 +369,16 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     size_t eplen;
 
     if (head_kind(m, len) != KIND_REGISTER || len < REGISTER_BYTES) {
-        if (len >= 6 && memcmp(m, MAGIC, 4) == 0 && get_u16(m + 4) != SL_RDV_VERSION)
+        if (len >= 6 && memcmp(m, MAGIC, 4) == 0 && sl_get_u16(m + 4) != SL_RDV_VERSION)
             snprintf(why, size, "rendezvous protocol version %u, this node speaks %u",
-                     (unsigned)get_u16(m + 4), SL_RDV_VERSION);
+                     (unsigned)sl_get_u16(m + 4), SL_RDV_VERSION);
         else
             snprintf(why, size, "not a shoal registration (%zu bytes)", len);
         return 0;
     }
-    their_id = get_u64(m + 8);
-    rk = get_u32(m + 16);
-    sz = get_u32(m + 20);
+    their_id = sl_get_u64(m + 8);
+    rk = sl_get_u32(m + 16);
+    sz = sl_get_u32(m + 20);
     if (their_id != run_id) {
         snprintf(why, size,
                  "run id %016" PRIx64 " is not this run's %016" PRIx64
@@ -528,11 +484,11 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
     if (!m)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     put_head(m, KIND_TABLE, run_id);
-    put_u32(m + HEAD_BYTES, (uint32_t)t->size);
+    sl_put_u32(m + HEAD_BYTES, (uint32_t)t->size);
     p = m + HEAD_BYTES + 4;
     for (int i = 0; i < t->size; i++) {
         size_t l = strlen(t->endpoints[i]);
-        put_u16(p, (uint16_t)l);
+        sl_put_u16(p, (uint16_t)l);
         memcpy(p + 2, t->endpoints[i], l);
         p += 2 + l;
     }
@@ -621,15 +577,15 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
     sl_status_t st;
 
-    if (len < HEAD_BYTES + 4 || get_u64(m + 8) != run_id ||
-        get_u32(m + HEAD_BYTES) != (uint32_t)r->o.size)
+    if (len < HEAD_BYTES + 4 || sl_get_u64(m + 8) != run_id ||
+        sl_get_u32(m + HEAD_BYTES) != (uint32_t)r->o.size)
         return sl_err_set(SL_ERR_FORMAT,
                           "rendezvous: rank 0 at %s sent a table for another run or size",
                           shown(r->master));
     SL_TRY(table_alloc(t, r->o.size));
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
-        if (end - p < 2 || (l = get_u16(p), (size_t)(end - p - 2) < l) ||
+        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l) ||
             !good_endpoint((const char *)p + 2, l)) {
             sl_rendezvous_table_fini(t);
             return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
@@ -708,8 +664,8 @@ join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_ta
     char secs[32];
 
     put_head(msg, KIND_REGISTER, run_id);
-    put_u32(msg + 16, (uint32_t)r->o.rank);
-    put_u32(msg + 20, (uint32_t)r->o.size);
+    sl_put_u32(msg + 16, (uint32_t)r->o.rank);
+    sl_put_u32(msg + 20, (uint32_t)r->o.size);
     memcpy(msg + REGISTER_BYTES, endpoint, len);
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "sl_endian.h"
 #include "sl_hash.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -99,51 +100,6 @@ sl_wire_reason_name(unsigned reason)
     return reason < SL_WIRE_NREASONS ? names[reason] : "unknown reason";
 }
 
-static void
-put_u16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-}
-
-static void
-put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void
-put_u64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint16_t
-get_u16(const unsigned char *p)
-{
-    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
-}
-
-static uint32_t
-get_u32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t
-get_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static uint32_t
 float_bits(float f)
 {
@@ -207,20 +163,20 @@ sl_wire_encode(const sl_wire_header_t *h, const void *payload,
         return sl_err_set(SL_ERR_INVALID, "sl_wire_encode: %s frame to rank %u: %s",
                           sl_wire_kind_name(h->kind), (unsigned)h->receiver,
                           sl_wire_reason_name(why));
-    put_u32(out + 0, SL_WIRE_MAGIC);
-    put_u16(out + 4, SL_WIRE_VERSION);
+    sl_put_u32(out + 0, SL_WIRE_MAGIC);
+    sl_put_u16(out + 4, SL_WIRE_VERSION);
     out[6] = h->kind;
     out[7] = h->encoding;
-    put_u64(out + 8, h->run_id);
-    put_u32(out + 16, h->sender);
-    put_u32(out + 20, h->receiver);
-    put_u32(out + 24, h->component);
-    put_u32(out + 28, h->seq);
-    put_u64(out + 32, h->round);
-    put_u32(out + 40, h->count);
-    put_u32(out + 44, float_bits(h->scale));
-    put_u64(out + 48, h->payload_bytes);
-    put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, payload, h->payload_bytes));
+    sl_put_u64(out + 8, h->run_id);
+    sl_put_u32(out + 16, h->sender);
+    sl_put_u32(out + 20, h->receiver);
+    sl_put_u32(out + 24, h->component);
+    sl_put_u32(out + 28, h->seq);
+    sl_put_u64(out + 32, h->round);
+    sl_put_u32(out + 40, h->count);
+    sl_put_u32(out + 44, float_bits(h->scale));
+    sl_put_u64(out + 48, h->payload_bytes);
+    sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, payload, h->payload_bytes));
     return SL_OK;
 }
 
@@ -233,21 +189,21 @@ sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, siz
 
     if (head_len < SL_WIRE_HEADER_BYTES)
         return SL_WIRE_TRUNCATED;
-    if (get_u32(p) != SL_WIRE_MAGIC)
+    if (sl_get_u32(p) != SL_WIRE_MAGIC)
         return SL_WIRE_BAD_MAGIC;
-    if (get_u16(p + 4) != SL_WIRE_VERSION)
+    if (sl_get_u16(p + 4) != SL_WIRE_VERSION)
         return SL_WIRE_BAD_VERSION;
     h->kind = p[6];
     h->encoding = p[7];
-    h->run_id = get_u64(p + 8);
-    h->sender = get_u32(p + 16);
-    h->receiver = get_u32(p + 20);
-    h->component = get_u32(p + 24);
-    h->seq = get_u32(p + 28);
-    h->round = get_u64(p + 32);
-    h->count = get_u32(p + 40);
-    h->scale = bits_float(get_u32(p + 44));
-    h->payload_bytes = get_u64(p + 48);
+    h->run_id = sl_get_u64(p + 8);
+    h->sender = sl_get_u32(p + 16);
+    h->receiver = sl_get_u32(p + 20);
+    h->component = sl_get_u32(p + 24);
+    h->seq = sl_get_u32(p + 28);
+    h->round = sl_get_u64(p + 32);
+    h->count = sl_get_u32(p + 40);
+    h->scale = bits_float(sl_get_u32(p + 44));
+    h->payload_bytes = sl_get_u64(p + 48);
     if (h->run_id != run_id)
         return SL_WIRE_BAD_RUN;
     if (h->sender >= nranks || h->sender == me)
@@ -259,7 +215,7 @@ sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, siz
         return why;
     if (head_len != SL_WIRE_HEADER_BYTES || h->payload_bytes != payload_len)
         return SL_WIRE_BAD_LENGTH;
-    if (get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != sl_wire_checksum(p, payload, payload_len))
+    if (sl_get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != sl_wire_checksum(p, payload, payload_len))
         return SL_WIRE_BAD_CHECKSUM;
     return SL_WIRE_OK;
 }
