@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "sl_cli.h"
 #include "sl_config.h"
 #include "sl_mixing.h"
 #include "sl_ring.h"
@@ -118,28 +119,6 @@ usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL with *matched
- * set when the value is missing, NULL with *matched clear when argv[*i] is not it. */
-static const char *
-option_value(int argc, char **argv, int *i, const char *name, int *matched)
-{
-    size_t n = strlen(name);
-
-    *matched = 0;
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=') {
-        *matched = 1;
-        return argv[*i] + n + 1;
-    }
-    if (argv[*i][n] != '\0')
-        return NULL;
-    *matched = 1;
-    if (*i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
 /* A whole decimal integer in [lo, hi]; returns -1 when fine, else prints and returns 2. */
 static int
 parse_int(const char *opt, const char *v, long lo, long hi, int *out)
@@ -200,7 +179,7 @@ parse_args(int argc, char **argv, args_t *a)
             continue;
         }
         for (int o = 0; int_opts[o] && !done; o++) {
-            if (!(v = option_value(argc, argv, &i, int_opts[o], &m)) && !m)
+            if (!(v = sl_cli_option_value(argc, argv, &i, int_opts[o], &m)) && !m)
                 continue;
             done = 1;
             if (!v)
@@ -231,18 +210,18 @@ parse_args(int argc, char **argv, args_t *a)
                 return ex;
             continue;
         }
-        if ((v = option_value(argc, argv, &i, "--seed", &m)) || m) {
+        if ((v = sl_cli_option_value(argc, argv, &i, "--seed", &m)) || m) {
             if (!v)
                 return usage_error("option '--seed' needs a number");
             if ((ex = parse_u64("--seed", v, &a->seed)) >= 0)
                 return ex;
             a->has_seed = 1;
-        } else if ((v = option_value(argc, argv, &i, "--round", &m)) || m) {
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--round", &m)) || m) {
             if (!v)
                 return usage_error("option '--round' needs a number");
             if ((ex = parse_u64("--round", v, &a->round)) >= 0)
                 return ex;
-        } else if ((v = option_value(argc, argv, &i, "--format", &m)) || m) {
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--format", &m)) || m) {
             if (!v)
                 return usage_error("option '--format' needs text, json or dot");
             if (strcmp(v, "text") == 0)
@@ -253,11 +232,11 @@ parse_args(int argc, char **argv, args_t *a)
                 a->format = FORMAT_DOT;
             else
                 return usage_error("--format must be text, json or dot, not '%s'", v);
-        } else if ((v = option_value(argc, argv, &i, "--png", &m)) || m) {
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--png", &m)) || m) {
             if (!v || !*v)
                 return usage_error("option '--png' needs a FILE");
             a->png = v;
-        } else if ((v = option_value(argc, argv, &i, "--config", &m)) || m) {
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--config", &m)) || m) {
             if (!v || !*v)
                 return usage_error("option '--config' needs a CONF.yaml");
             a->config = v;

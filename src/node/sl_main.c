@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sl_cli.h"
 #include "sl_clock.h"
 #include "sl_config.h"
 #include "sl_launch.h"
@@ -275,27 +276,6 @@ usage_error(const char *command, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* The value of an option given as "--opt VALUE" or "--opt=VALUE"; NULL if absent. */
-static const char *
-option_value(int argc, char **argv, int *i, const char *name, int *matched)
-{
-    size_t n = strlen(name);
-
-    *matched = 0;
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=') {
-        *matched = 1;
-        return argv[*i] + n + 1;
-    }
-    if (argv[*i][n] != '\0')
-        return NULL;
-    *matched = 1;
-    if (*i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
 /* Parses a command's arguments; returns -1 when fine, else the exit status (the
  * error already printed). accept (OPT_*) picks which options exist. */
 static int
@@ -318,38 +298,38 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             a->help = 1;
             return -1;
         }
-        if ((v = option_value(argc, argv, &i, "--set", &m)) != NULL || m) {
+        if ((v = sl_cli_option_value(argc, argv, &i, "--set", &m)) != NULL || m) {
             if (!v)
                 return usage_error(command, "option '--set' needs KEY=VALUE");
             a->sets[a->nsets++] = v;
-        } else if (accept_eval && ((v = option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
+        } else if (accept_eval && ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--checkpoint' needs a FILE");
             a->checkpoint = v;
-        } else if (accept_eval && ((v = option_value(argc, argv, &i, "--split", &m)) || m)) {
+        } else if (accept_eval && ((v = sl_cli_option_value(argc, argv, &i, "--split", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--split' needs valid or test");
             if (strcmp(v, "valid") != 0 && strcmp(v, "test") != 0)
                 return usage_error(command, "--split must be valid or test, not '%s'", v);
             a->split = v;
-        } else if (accept_node && ((v = option_value(argc, argv, &i, "--rank", &m)) || m)) {
+        } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--rank", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--rank' needs a number");
             a->rank = v;
-        } else if (accept_node && ((v = option_value(argc, argv, &i, "--size", &m)) || m)) {
+        } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--size", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--size' needs a number");
             a->size = v;
-        } else if (accept_node && ((v = option_value(argc, argv, &i, "--master", &m)) || m)) {
+        } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--master' needs HOST:PORT");
             a->master = v;
-        } else if (accept_run && (((v = option_value(argc, argv, &i, "-n", &m)) || m) ||
-                                  ((v = option_value(argc, argv, &i, "--nodes", &m)) || m))) {
+        } else if (accept_run && (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
+                                  ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
             if (!v)
                 return usage_error(command, "option '%s' needs a number", arg);
             a->nodes = v;
-        } else if (accept_run && ((v = option_value(argc, argv, &i, "--transport", &m)) || m)) {
+        } else if (accept_run && ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--transport' needs ipc or tcp");
             if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
