@@ -81,31 +81,17 @@ typedef struct {
     char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
 } node_t;
 
-/* The train loop's poll hook: has a peer sent an abort frame? The transport has no
- * call for just that, so ask (without waiting) for a frame nobody sends: the answer is
- * SL_ERR_TIMEOUT, or SL_ERR_SHUTDOWN once a peer aborted. */
+/* The train loop's poll hook: has a peer sent an abort frame? */
 static sl_status_t
 poll_peers(void *ctx)
 {
     node_t *n = ctx;
-    uint32_t me = sl_transport_rank(n->tr), size = sl_transport_size(n->tr);
-    sl_wire_key_t key = {0, 0, 0, (me + 1) % size, SL_WIRE_HEARTBEAT};
-    sl_transport_frame_t *f = NULL;
-    sl_status_t st = sl_transport_recv_any(n->tr, &key, 1, 0, &f, NULL);
-    char msg[1024];
-    const char *m, *why;
+    sl_status_t st = sl_transport_poll(n->tr);
 
-    sl_transport_frame_release(&f);
-    if (st == SL_OK || st == SL_ERR_TIMEOUT)
-        return SL_OK;
     if (st != SL_ERR_SHUTDOWN)
         return st;
-    /* "rank 1: rank 2 aborted: node 2 failed: ..." -> "stopped: node 2 failed: ..." */
-    m = sl_err_msg();
-    why = strstr(m, " aborted: ");
-    snprintf(msg, sizeof msg, "%s", why ? why + 10 : m);
     n->peer_stopped = 1;
-    return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", msg);
+    return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", sl_transport_abort_reason(n->tr));
 }
 
 static void
@@ -256,12 +242,12 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     st = sl_train_run(cfg, &to, &res->train);
     if (st == SL_ERR_SHUTDOWN && n.tr && !n.peer_stopped && !(o->interrupt && *o->interrupt)) {
         /* a peer's abort reached a sync collective rather than the poll hook */
-        char msg[1024];
-        const char *why = strstr(sl_err_msg(), " aborted: ");
+        const char *why = sl_transport_abort_reason(n.tr);
 
-        snprintf(msg, sizeof msg, "%s", why ? why + 10 : sl_err_msg());
-        n.peer_stopped = 1;
-        sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", msg);
+        if (why) {
+            n.peer_stopped = 1;
+            sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", why);
+        }
     }
     res->peer_stopped = n.peer_stopped;
     if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)

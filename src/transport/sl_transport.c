@@ -742,6 +742,37 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 }
 
 sl_status_t
+sl_transport_poll(sl_transport_t *t)
+{
+    for (;;) {
+        frame_t *f;
+        size_t idx;
+        int got, matched;
+
+        if (t->aborted)
+            return abort_status(t);
+        SL_TRY(read_one(t, &f, &got));
+        if (!got)
+            return SL_OK;
+        if (!f)
+            continue; /* dropped and counted by read_one */
+        if (f->pub.h.kind == SL_WIRE_ABORT) {
+            note_abort(t, f);
+            SL_TRY(count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.payload_bytes, 0));
+            release_frame(f);
+            continue;
+        }
+        SL_TRY(dispatch(t, f, NULL, 0, &idx, &matched));
+    }
+}
+
+const char *
+sl_transport_abort_reason(const sl_transport_t *t)
+{
+    return t->aborted ? t->abort_msg : NULL;
+}
+
+sl_status_t
 sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void *buf, size_t cap, size_t *got,
                   int timeout_ms)
 {

@@ -123,6 +123,13 @@ sl_status_t sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void 
 /* Gives a received frame back; accepts NULL, NULLs *f. */
 void sl_transport_frame_release(sl_transport_frame_t **f);
 
+/* Files every frame that has already arrived, without waiting (call it between steps
+ * to notice a peer's abort early). SL_OK; SL_ERR_SHUTDOWN once a peer has sent an abort
+ * (now or before); SL_ERR_TRANSPORT on socket failure. */
+sl_status_t sl_transport_poll(sl_transport_t *t);
+/* The reason a peer gave in its abort frame (printable text), or NULL if none came. */
+const char *sl_transport_abort_reason(const sl_transport_t *t);
+
 /* Tells every node with a known endpoint that this one stops (reason: a short text),
  * waiting at most timeout_ms in all; their receives then fail with SL_ERR_SHUTDOWN.
  * Best effort: SL_ERR_TIMEOUT names how many peers could not be told in time. */
