@@ -682,25 +682,13 @@ cpu_dropout(void *ctx, size_t n, float p, uint64_t key, float *x)
 
 /* ---- optimizers -------------------------------------------------------------------- */
 
-HOT static double
-sgd_range(const void *argp, size_t lo, size_t hi)
-{
-    const elem_args_t *a = argp;
-    const float *restrict g = a->x;
-    float *restrict w = a->y;
-    const float lr = a->lr;
-
-    for (size_t i = lo; i < hi; i++)
-        w[i] -= lr * g[i];
-    return 0;
-}
-
 static void
 cpu_sgd_update(void *ctx, size_t n, float lr, const float *g, float *w)
 {
-    elem_args_t a = {.lr = lr, .x = g, .y = w};
+    /* w -= lr g is an axpy with -lr (negation is exact: same bits) */
+    elem_args_t a = {.alpha = -lr, .x = g, .y = w};
 
-    par_range(ctx, n, n, PAR_MIN_STREAM, sgd_range, &a);
+    par_range(ctx, n, n, PAR_MIN_STREAM, axpy_range, &a);
 }
 
 HOT static double
