@@ -29,6 +29,8 @@ static const char *const sync_names[] = {"none",       "allreduce",  "ma",      
                                          "local-ma",   "local-bmuf", "gossip-ma", "gossip-bmuf",
                                          NULL};
 static const char *const block_ref_names[] = {"blockstart", "omega", NULL};
+static const char *const exchange_names[] = {"dense", "unique", "allgather", NULL};
+static const char *const compress_names[] = {"fp32", "fp16", "bf16", NULL};
 
 /* Defaults that depend on train.optimizer.type, indexed by sl_opt_kind_t: SGD's lr is
  * the PyTorch word_language_model one, Adagrad's and Adam's lr and eps are PyTorch's. */
@@ -37,7 +39,8 @@ static const double opt_default_eps[] = {1e-8, 1e-10, 1e-8};
 
 _Static_assert(sizeof(sl_level_t) == sizeof(int) && sizeof(sl_output_kind_t) == sizeof(int) &&
                    sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int) &&
-                   sizeof(sl_cluster_transport_t) == sizeof(int),
+                   sizeof(sl_cluster_transport_t) == sizeof(int) &&
+                   sizeof(sl_exchange_t) == sizeof(int) && sizeof(sl_compress_t) == sizeof(int),
                "enum fields are stored as int");
 
 static int
@@ -96,6 +99,18 @@ const char *
 sl_block_ref_name(sl_block_ref_t v)
 {
     return enum_name(block_ref_names, (int)v);
+}
+
+const char *
+sl_exchange_name(sl_exchange_t v)
+{
+    return enum_name(exchange_names, (int)v);
+}
+
+const char *
+sl_compress_name(sl_compress_t v)
+{
+    return enum_name(compress_names, (int)v);
 }
 
 /* Index of s (len bytes) in names, -1 if absent. */
@@ -196,6 +211,18 @@ valid_bind(const char *s)
                      strlen(s);
 }
 
+/* per-node, one, zipf, log2 or a group count N >= 1. */
+static int
+valid_seed_groups(const char *s)
+{
+    size_t digits = strspn(s, "0123456789");
+
+    if (strcmp(s, "per-node") == 0 || strcmp(s, "one") == 0 || strcmp(s, "zipf") == 0 ||
+        strcmp(s, "log2") == 0)
+        return 1;
+    return digits >= 1 && digits <= 6 && s[digits] == '\0' && atoi(s) >= 1;
+}
+
 /* Sections must be contiguous (write_yaml emits each header once). */
 static const entry_t schema[] = {
     {K("run.name", T_STR, run.name), .def = "shoal", .nonempty = 1,
@@ -251,6 +278,12 @@ static const entry_t schema[] = {
      .doc = "passes over the training data"},
     {K("train.max_steps", T_LONG, train.max_steps), .def = "0", AT_LEAST(0),
      .doc = "stop after this many steps (0 = train.epochs decides)"},
+    {K("train.loss_scale.dynamic", T_BOOL, train.loss_scale.dynamic), .def = "true",
+     .doc = "fp16/bf16: halve the loss scale on overflow, double it after a good run"},
+    {K("train.loss_scale.init", T_DOUBLE, train.loss_scale.init), .def = "65536", ABOVE(0),
+     .doc = "fp16/bf16: starting (or, not dynamic, fixed) loss scale"},
+    {K("train.loss_scale.growth_interval", T_INT, train.loss_scale.growth_interval),
+     .def = "2000", AT_LEAST(1), .doc = "fp16/bf16: good steps before the scale doubles"},
     {K("train.eval_every_epoch", T_BOOL, train.eval_every_epoch), .def = "true",
      .doc = "evaluate on the validation text after each epoch"},
     {K("train.optimizer.type", T_ENUM, train.optimizer.type), .def = "sgd",
@@ -316,6 +349,21 @@ static const entry_t schema[] = {
      .doc = "wait for one exchange (ms; 0 = cluster.timeout_ms)"},
     {K("sync.keep_node_models", T_BOOL, sync.keep_node_models), .def = "true",
      .doc = "keep each node's own model.bin beside the run's averaged one"},
+    {K("sync.exchange", T_ENUM, sync.exchange), .def = "dense", .names = exchange_names,
+     .doc = "embedding and softmax rows: dense, unique (touched rows) or allgather"},
+    {K("sync.exchange_top", T_DOUBLE, sync.exchange_top), .def = "0", AT_LEAST(0),
+     AT_MOST(100), .doc = "unique: also send the top p% most frequent rows"},
+    {K("sync.exchange_random", T_DOUBLE, sync.exchange_random), .def = "0", AT_LEAST(0),
+     AT_MOST(100), .doc = "unique: also send a random q% of the rows"},
+    {K("sync.compression", T_ENUM, sync.compression), .def = "fp32", .names = compress_names,
+     .doc = "encoding of exchanged values: fp32, fp16 or bf16"},
+    {K("sync.compression_scale", T_DOUBLE, sync.compression_scale), .def = "0", AT_LEAST(0),
+     .doc = "F: values times F before the down-cast (0 = automatic, no overflow)"},
+
+    {K("embedding.seed_groups", T_STR, embedding.seed_groups), .def = "zipf", .nonempty = 1,
+     .valid = valid_seed_groups, .expect = "per-node, one, zipf, log2 or a count N >= 1",
+     .shape = "per-node|one|zipf|log2|N",
+     .doc = "nodes sharing sampled-softmax negatives: groups of contiguous ranks"},
 
     {K("device", T_STR, device), .def = "cpu", .nonempty = 1, .valid = valid_device,
      .expect = "cpu, cuda or cuda:N", .shape = "cpu|cuda|cuda:N",

@@ -35,6 +35,14 @@ typedef enum {
 } sl_sync_algorithm_t;
 /* Which model the BMUF block gradient G = theta_bar - ref is taken against. */
 typedef enum { SL_BLOCK_REF_BLOCKSTART, SL_BLOCK_REF_OMEGA } sl_block_ref_t;
+/* How the row-shard components (embedding, softmax) are exchanged (src/embed). */
+typedef enum {
+    SL_EXCHANGE_DENSE,    /* every row of the shard */
+    SL_EXCHANGE_UNIQUE,   /* only the rows touched since the last sync (Zipf-unique) */
+    SL_EXCHANGE_ALLGATHER /* allreduce mode: every node's K x D touched rows, gathered */
+} sl_exchange_t;
+/* Encoding of exchanged values on the wire. */
+typedef enum { SL_COMPRESS_FP32, SL_COMPRESS_FP16, SL_COMPRESS_BF16 } sl_compress_t;
 
 typedef struct {
     int hidden;     /* LSTM cell size H */
@@ -95,6 +103,12 @@ typedef struct {
             long warmup_steps;    /* linear warm-up from 0, default 0 */
         } schedule;
         int eval_every_epoch; /* evaluate on valid after each epoch, default 1 */
+        struct {                  /* precision fp16/bf16 (CUDA): loss scaling */
+            int dynamic;          /* halve on overflow, double after growth_interval good
+                                     steps, default 1 */
+            double init;          /* starting (or static) scale, default 65536 */
+            int growth_interval;  /* good steps before the scale doubles, default 2000 */
+        } loss_scale;
     } train;
 
     struct {
@@ -124,7 +138,19 @@ typedef struct {
         int embedding_shards;    /* row shards per embedding, default 1 */
         int timeout_ms;          /* wait for one exchange; 0 = cluster.timeout_ms */
         int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
+        sl_exchange_t exchange;  /* row-shard components: dense | unique | allgather,
+                                    default dense */
+        double exchange_top;     /* unique: also send the top p% most frequent rows, default 0 */
+        double exchange_random;  /* unique: and a random q% of the rows, default 0 */
+        sl_compress_t compression;  /* fp32 | fp16 | bf16, default fp32 */
+        double compression_scale;   /* F, values * F before the down-cast; 0 = chosen
+                                       automatically to avoid overflow, default 0 */
     } sync;
+
+    struct {
+        char *seed_groups; /* sampled-softmax seed groups: per-node | one | zipf
+                              (ceil(n^0.64)) | log2 | N, default zipf */
+    } embedding;
 
     char *device;    /* cpu | cuda | cuda:N, default cpu */
     char *precision; /* fp32 (bf16, fp16 with the CUDA backend), default fp32 */
@@ -159,5 +185,7 @@ const char *sl_sched_name(sl_sched_kind_t v);
 const char *sl_cluster_transport_name(sl_cluster_transport_t v);
 const char *sl_sync_algorithm_name(sl_sync_algorithm_t v);
 const char *sl_block_ref_name(sl_block_ref_t v);
+const char *sl_exchange_name(sl_exchange_t v);
+const char *sl_compress_name(sl_compress_t v);
 
 #endif

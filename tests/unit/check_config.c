@@ -19,7 +19,8 @@ static const char *const all_keys[] = {
     "data.level", "data.vocab_size", "data.valid_fraction", "data.cache_dir",
     "data.max_tokens", "model.embedding", "model.layers", "model.dropout",
     "model.output.type", "model.output.samples", "model.init_range", "train.batch",
-    "train.bptt", "train.epochs", "train.max_steps", "train.eval_every_epoch",
+    "train.bptt", "train.epochs", "train.max_steps", "train.loss_scale.dynamic",
+    "train.loss_scale.init", "train.loss_scale.growth_interval", "train.eval_every_epoch",
     "train.optimizer.type", "train.optimizer.lr", "train.optimizer.clip",
     "train.optimizer.beta1", "train.optimizer.beta2", "train.optimizer.eps",
     "train.optimizer.initial_accumulator", "train.schedule.type", "train.schedule.decay",
@@ -27,8 +28,9 @@ static const char *const all_keys[] = {
     "cluster.bind", "cluster.timeout_ms", "cluster.rendezvous_timeout_ms", "topology.degree",
     "sync.algorithm", "sync.neighbours", "sync.block_momentum", "sync.block_lr",
     "sync.nesterov", "sync.block_reference", "sync.period", "sync.embedding_period",
-    "sync.embedding_shards", "sync.timeout_ms", "sync.keep_node_models",
-    "device", "precision", NULL};
+    "sync.embedding_shards", "sync.timeout_ms", "sync.keep_node_models", "sync.exchange",
+    "sync.exchange_top", "sync.exchange_random", "sync.compression", "sync.compression_scale",
+    "embedding.seed_groups", "device", "precision", NULL};
 
 static void
 load_ok(sl_config_t *c, const char *yaml)
@@ -99,6 +101,15 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert_int_eq(a->sync.embedding_shards, b->sync.embedding_shards);
     ck_assert_int_eq(a->sync.timeout_ms, b->sync.timeout_ms);
     ck_assert_int_eq(a->sync.keep_node_models, b->sync.keep_node_models);
+    ck_assert_int_eq(a->sync.exchange, b->sync.exchange);
+    ck_assert(a->sync.exchange_top == b->sync.exchange_top);
+    ck_assert(a->sync.exchange_random == b->sync.exchange_random);
+    ck_assert_int_eq(a->sync.compression, b->sync.compression);
+    ck_assert(a->sync.compression_scale == b->sync.compression_scale);
+    ck_assert_int_eq(a->train.loss_scale.dynamic, b->train.loss_scale.dynamic);
+    ck_assert(a->train.loss_scale.init == b->train.loss_scale.init);
+    ck_assert_int_eq(a->train.loss_scale.growth_interval, b->train.loss_scale.growth_interval);
+    ck_assert_str_eq(a->embedding.seed_groups, b->embedding.seed_groups);
     ck_assert_str_eq(a->device, b->device);
     ck_assert_str_eq(a->precision, b->precision);
 }
@@ -174,6 +185,13 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.sync.embedding_shards, 1);
     ck_assert_int_eq(c.sync.timeout_ms, 0);
     ck_assert_int_eq(c.sync.keep_node_models, 1);
+    ck_assert_int_eq(c.sync.exchange, SL_EXCHANGE_DENSE);
+    ck_assert_int_eq(c.sync.compression, SL_COMPRESS_FP32);
+    ck_assert(c.sync.compression_scale == 0);
+    ck_assert_str_eq(c.embedding.seed_groups, "zipf");
+    ck_assert_int_eq(c.train.loss_scale.dynamic, 1);
+    ck_assert(c.train.loss_scale.init == 65536);
+    ck_assert_int_eq(c.train.loss_scale.growth_interval, 2000);
     ck_assert_str_eq(c.device, "cpu");
     ck_assert_str_eq(c.precision, "fp32");
     /* defaults alone do not validate: there is no training text */
@@ -417,7 +435,7 @@ static const bad_case_t bad_yaml[] = {
      "x.yaml:1:9: unknown key 'outptu' in 'model' (did you mean 'output'?)"},
     {"train.batch: 5",
      "x.yaml:1:1: unknown key 'train.batch' at top level (expected one of: run, data, model, "
-     "train, cluster, topology, sync, device, precision)"},
+     "train, cluster, topology, sync, embedding, device, precision)"},
     /* wrong types */
     {"run:\n  name: x\ntrain:\n  batch: lots\n",
      "x.yaml:4:10: 'train.batch' must be an integer, got 'lots'"},
