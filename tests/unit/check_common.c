@@ -6,6 +6,7 @@
 
 #include "sl_alloc.h"
 #include "sl_file.h"
+#include "sl_half.h"
 #include "sl_hash.h"
 #include "sl_rng.h"
 #include "sl_status.h"
@@ -96,6 +97,36 @@ START_TEST(test_atomic_file)
 }
 END_TEST
 
+/* Hand-worked conversions: exact values, ties to even, overflow, subnormals, NaN. */
+START_TEST(test_half_conversions)
+{
+    ck_assert_uint_eq(sl_fp32_to_fp16(1.0f), 0x3c00);
+    ck_assert_uint_eq(sl_fp32_to_fp16(-2.5f), 0xc100);
+    ck_assert_uint_eq(sl_fp32_to_fp16(65504.0f), 0x7bff);
+    ck_assert_uint_eq(sl_fp32_to_fp16(65519.0f), 0x7bff);  /* rounds down to the max */
+    ck_assert_uint_eq(sl_fp32_to_fp16(65520.0f), 0x7c00);  /* rounds up to inf */
+    ck_assert_uint_eq(sl_fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00); /* tie -> even */
+    ck_assert_uint_eq(sl_fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02); /* tie -> even */
+    ck_assert_uint_eq(sl_fp32_to_fp16(5.9604645e-8f), 0x0001);     /* 2^-24 */
+    ck_assert_uint_eq(sl_fp32_to_fp16(2.9802322e-8f), 0x0000);     /* 2^-25: tie -> 0 */
+    ck_assert_uint_eq(sl_fp32_to_fp16(-1e-30f), 0x8000);
+    ck_assert_uint_eq(sl_fp32_to_fp16(sl_f32_from_bits(0x7fc00000u)) & 0x7e00u, 0x7e00);
+    ck_assert(sl_fp16_to_fp32(0x3555) == 0.333251953125f);
+    ck_assert(sl_fp16_to_fp32(0x0001) == 5.9604645e-8f);
+    ck_assert(sl_fp16_to_fp32(0xfc00) == -__builtin_inff());
+    for (uint32_t h = 0; h < 0x7c00u; h++) /* every finite half survives the round trip */
+        ck_assert_uint_eq(sl_fp32_to_fp16(sl_fp16_to_fp32((uint16_t)h)), h);
+    ck_assert_uint_eq(sl_fp32_to_bf16(1.0f), 0x3f80);
+    ck_assert_uint_eq(sl_fp32_to_bf16(sl_f32_from_bits(0x3f808000u)), 0x3f80); /* tie -> even */
+    ck_assert_uint_eq(sl_fp32_to_bf16(sl_f32_from_bits(0x3f818000u)), 0x3f82); /* tie -> even */
+    ck_assert_uint_eq(sl_fp32_to_bf16(sl_f32_from_bits(0x3f808001u)), 0x3f81);
+    ck_assert(sl_bf16_to_fp32(0xc049) == -3.140625f);
+    ck_assert(sl_bf16_to_fp32(sl_fp32_to_bf16(3e38f)) > 2.9e38f);
+    ck_assert(sl_bf16_to_fp32(sl_fp32_to_bf16(sl_f32_from_bits(0x7fc00000u))) !=
+              sl_bf16_to_fp32(sl_fp32_to_bf16(sl_f32_from_bits(0x7fc00000u))));
+}
+END_TEST
+
 START_TEST(test_alloc_overflow)
 {
     float *p;
@@ -117,6 +148,7 @@ common_suite(void)
     tcase_add_test(core, test_rng_counter_based);
     tcase_add_test(core, test_hash_split_independent);
     tcase_add_test(core, test_atomic_file);
+    tcase_add_test(core, test_half_conversions);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
