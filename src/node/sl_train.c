@@ -23,6 +23,7 @@
 #include "sl_optim.h"
 #include "sl_progress.h"
 #include "sl_rng.h"
+#include "sl_seed_groups.h"
 #include "sl_sync.h"
 
 #define EVAL_BATCH 10 /* streams for evaluation, the usual choice for these corpora */
@@ -50,6 +51,7 @@ typedef struct {
     int metrics_open;
     sl_progress_t progress;
     sl_component_t *comps; /* (ncomponents) copies of the model's, lent to sync */
+    int seed_group;        /* this node's sampled-softmax seed group */
     sl_sync_t *sync;
     /* since the last report (acc_time includes acc_sync, the time in sync) */
     double acc_loss, acc_norm, acc_time, acc_sync;
@@ -182,7 +184,7 @@ setup_model(trainer_t *t)
     const sl_config_t *cfg = t->cfg;
     int b = cfg->train.batch, bptt = cfg->train.bptt;
     int most = b > EVAL_BATCH ? b : EVAL_BATCH;
-    int vocab;
+    int vocab, groups;
 
     SL_TRY(sl_corpus_load(&t->corpus, cfg));
     t->corpus_loaded = 1;
@@ -191,6 +193,9 @@ setup_model(trainer_t *t)
         return sl_err_prefix(SL_ERR_INVALID, "train split");
     SL_TRY(eval_batcher(&t->valid_bt, &t->corpus.valid, "valid", bptt, &t->has_valid));
     SL_TRY(eval_batcher(&t->test_bt, &t->corpus.test, "test", bptt, &t->has_test));
+
+    SL_TRY(sl_seed_groups_count(cfg->embedding.seed_groups, t->opts->nranks, &groups));
+    t->seed_group = sl_seed_group_of(t->opts->rank, t->opts->nranks, groups);
 
     vocab = sl_vocab_size(t->corpus.vocab);
     SL_TRY(sl_lm_new(&t->lm, cfg, vocab, cfg->sync.embedding_shards, most, t->be));
@@ -367,7 +372,6 @@ train_step(trainer_t *t, double *lr, double *loss)
 {
     const sl_config_t *cfg = t->cfg;
     uint64_t dk[3] = {cfg->run.seed, 'D', (uint64_t)t->cur.step};
-    uint64_t sk[3] = {cfg->run.seed, 'S', (uint64_t)t->cur.step};
     sl_step_keys_t keys;
     size_t n = sl_lm_nparams(t->lm);
     double loss_sum, norm, t0 = sl_clock_now(), dt, s0 = sl_sync_time_s(t->sync);
@@ -377,7 +381,7 @@ train_step(trainer_t *t, double *lr, double *loss)
         sl_lm_state_reset(t->st);
     sl_batcher_get(&t->train_bt, t->cur.batch_index, t->x, t->y);
     keys.dropout_key = sl_hash_u64s(dk, 3);
-    keys.sample_key = sl_hash_u64s(sk, 3);
+    keys.sample_key = sl_seed_group_sample_key(cfg->run.seed, t->cur.step, t->seed_group);
     SL_TRY(sl_lm_train_step(t->lm, t->st, t->x, t->y, cfg->train.bptt, &keys, &loss_sum));
     SL_TRY(sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step));
     norm = sl_clip_global_norm(t->be, sl_lm_grads(t->lm), n, cfg->train.optimizer.clip);
