@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# bench_table1.sh: the shape of the gossip-BMUF paper's Table 1 on Brown. A single-node
+# baseline against 4 nodes with allreduce, ma, bmuf, local-bmuf and gossip-bmuf, same
+# model and optimizer (conf/brown-word.yaml: SGD lr 20, clip 0.25), same total tokens
+# (each of the 4 nodes sees its quarter of the corpus per epoch), sync periods (16, 128)
+# (embeddings every 128 steps, the rest every 16) and (8); then a table of validation
+# perplexity and wall time, and a PNG of validation perplexity against tokens.
+#
+#   bench/bench_table1.sh [--epochs N] [--runs LIST] [--out DIR] [--set KEY=VALUE]...
+#                         [--table-only]
+#
+#   --epochs N     epochs of every run (default 3)
+#   --runs LIST    comma/space separated subset of the runs, in this order by default:
+#                  single gossip-bmuf ma bmuf local-bmuf allreduce
+#                  gossip-bmuf-8 ma-8 bmuf-8 local-bmuf-8
+#                  (NAME = periods (16, 128); NAME-8 = period 8 for every component)
+#   --out DIR      run directories, logs, table.md, ppl.dat and table1.png
+#                  (default runs/table1); a run whose summary.json exists is not run
+#                  again, and an interrupted one resumes from its checkpoint
+#   --set KEY=VALUE  passed on to every run (e.g. --set data.max_tokens=100000 for a
+#                  smoke test)
+#   --table-only   only build the table and the plot from what DIR holds
+#   -h, --help     this text
+#
+# Perplexity per epoch is node 0's own model (after each epoch's last sync); the final
+# row is the model shoal writes at the end: for 4 nodes, the average over all nodes.
+# Wall time is shoal's training time (evaluation excluded). Environment: SHOAL (the
+# binary, default <repo>/build/shoal), SHOAL_DATA (corpora, default <repo>/../shared/data).
+# The PNG needs gnuplot (Debian: gnuplot-nox); without it the table is still written.
+# Figures only: it exits non-zero when a run fails, never on the perplexity it finds.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+shoal=${SHOAL:-$top/build/shoal}
+data=${SHOAL_DATA:-$top/../shared/data}
+all_runs="single gossip-bmuf ma bmuf local-bmuf allreduce gossip-bmuf-8 ma-8 bmuf-8 local-bmuf-8"
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
+
+die() {
+    echo "bench_table1.sh: $*" >&2
+    exit 1
+}
+
+epochs=3
+runs=$all_runs
+out=$top/runs/table1
+table_only=0
+extra=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --epochs) [ $# -ge 2 ] || die "--epochs needs a value"; epochs=$2; shift 2 ;;
+    --runs) [ $# -ge 2 ] || die "--runs needs a value"; runs=${2//,/ }; shift 2 ;;
+    --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
+    --set) [ $# -ge 2 ] || die "--set needs KEY=VALUE"; extra+=(--set "$2"); shift 2 ;;
+    --table-only) table_only=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+case $epochs in '' | *[!0-9]* | 0) die "--epochs: expected a positive integer, got '$epochs'" ;; esac
+for r in $runs; do
+    case " $all_runs " in *" $r "*) ;; *) die "--runs: unknown run '$r' (known: $all_runs)" ;; esac
+done
+[ "$table_only" = 1 ] || [ -x "$shoal" ] || die "no shoal binary at $shoal (run ./setup.sh test, or set SHOAL)"
+[ -r "$data/brown/train.txt" ] || die "no Brown corpus under $data (set SHOAL_DATA)"
+mkdir -p "$out"
+
+common=(--set "data.train=$data/brown/train.txt" --set "data.valid=$data/brown/valid.txt"
+    --set "data.test=$data/brown/test.txt" --set "train.epochs=$epochs" --set run.log_every=50
+    ${extra[@]+"${extra[@]}"})
+
+run_one() {
+    local name=$1 algo periods=(--set sync.period=16 --set sync.embedding_period=128)
+    local dir=$out/$name
+    if [ -f "$dir/summary.json" ]; then
+        echo "== $name: done before ($dir/summary.json)"
+        return 0
+    fi
+    case $name in
+    *-8) algo=${name%-8}; periods=(--set sync.period=8 --set sync.embedding_period=0) ;;
+    *) algo=$name ;;
+    esac
+    echo "== $name: started $(date '+%H:%M:%S')"
+    if [ "$name" = single ]; then
+        "$shoal" train "$top/conf/brown-word.yaml" "${common[@]}" --set "run.dir=$dir" \
+            >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
+    else
+        "$shoal" run "$top/conf/brown-4nodes-$algo.yaml" -n 4 "${common[@]}" "${periods[@]}" \
+            --set "run.dir=$dir" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
+    fi
+    echo "== $name: finished $(date '+%H:%M:%S'): $(tail -n 1 "$out/$name.log")"
+}
+
+if [ "$table_only" = 0 ]; then
+    for r in $runs; do
+        run_one "$r"
+    done
+fi
+
+# table.md and ppl.dat (one block per run: tokens, valid ppl) from the run directories.
+python3 - "$out" $all_runs <<'EOF'
+import json, os, sys
+
+out, names = sys.argv[1], sys.argv[2:]
+rows, blocks = [], []
+for name in names:
+    d = os.path.join(out, name)
+    summ = os.path.join(d, "summary.json")
+    if not os.path.exists(summ):
+        continue
+    s = json.load(open(summ))
+    nodes = s.get("nodes", 1)
+    mdir = os.path.join(d, "node-0") if nodes > 1 else d
+    tokens_per_step = s["train_tokens"] / s["steps"] * nodes if s["steps"] else 0
+    pts = []
+    for line in open(os.path.join(mdir, "metrics.jsonl")):
+        r = json.loads(line)
+        if r.get("event") == "eval" and r.get("split") == "valid":
+            pts.append((r["step"] * tokens_per_step, r["ppl"]))
+    rows.append((name, nodes, s.get("sync", "none"), [p for _, p in pts], s["valid_ppl"],
+                 s.get("test_ppl"), s["train_time_s"], s["train_tokens"] * nodes))
+    blocks.append((name, pts))
+
+if not rows:
+    sys.exit("bench_table1.sh: no finished run under " + out)
+base = next((r[4] for r in rows if r[0] == "single"), None)
+nep = max(len(r[3]) for r in rows)
+with open(os.path.join(out, "table.md"), "w") as f:
+    head = ["run", "nodes", "periods"] + ["valid ppl ep %d" % (i + 1) for i in range(nep)]
+    head += ["final valid", "final test", "vs single", "wall (min)", "tokens"]
+    f.write("| " + " | ".join(head) + " |\n" + "|" + " --- |" * len(head) + "\n")
+    for name, nodes, sync, eps, fv, ft, wall, tok in rows:
+        per = "-" if nodes == 1 or sync == "allreduce" else ("8" if name.endswith("-8") else "16, 128")
+        cells = [name, str(nodes), per] + ["%.2f" % p for p in eps] + [""] * (nep - len(eps))
+        rel = "%+.1f%%" % (100 * (fv / base - 1)) if base else "-"
+        cells += ["%.2f" % fv, "%.2f" % ft if ft else "-", rel, "%.1f" % (wall / 60), str(tok)]
+        f.write("| " + " | ".join(cells) + " |\n")
+with open(os.path.join(out, "ppl.dat"), "w") as f:
+    for name, pts in blocks:
+        f.write('"%s"\n' % name)
+        for t, p in pts:
+            f.write("%d %.4f\n" % (t, p))
+        f.write("\n\n")
+print(open(os.path.join(out, "table.md")).read(), end="")
+EOF
+
+if command -v gnuplot >/dev/null 2>&1; then
+    n=$(grep -c '^"' "$out/ppl.dat")
+    gnuplot <<EOF
+set terminal pngcairo size 900,600 noenhanced
+set output "$out/table1.png"
+set title "Brown, 4 nodes vs 1: validation perplexity (node 0's model after each epoch)"
+set xlabel "training tokens, all nodes"
+set ylabel "validation perplexity"
+set key outside right
+set grid
+plot for [i=0:$((n - 1))] "$out/ppl.dat" index i using 1:2 with linespoints title columnheader(1)
+EOF
+    echo "bench_table1.sh: plot in $out/table1.png"
+else
+    echo "bench_table1.sh: gnuplot not found (Debian: apt-get install gnuplot-nox); no plot" >&2
+fi
