@@ -89,7 +89,7 @@ node(const bench_t *b, int rank, int up, int down)
     int n = b->n, left = (rank + n - 1) % n;
     uint64_t round = 1;
     uint32_t puller = (uint32_t)left, chosen = (uint32_t)((rank + 1) % n), from;
-    sl_collective_opts_t co = {b->chunk, 0, 0};
+    sl_collective_opts_t co = {b->chunk, 0, 0, NULL};
     size_t got, len = EP;
     void *ctx = zmq_ctx_new(), *pull = zmq_socket(ctx, ZMQ_PULL), *push = zmq_socket(ctx, ZMQ_PUSH);
     int zero = 0;

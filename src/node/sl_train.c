@@ -264,7 +264,8 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
 }
 
 /* {"event":"sync", ...} lines into metrics.jsonl: per component (cumulative counts, the
- * last consensus distance), or for allreduce one line for the gradients. */
+ * last consensus distance, rows and bytes by encoding of the sparse exchange), or for
+ * allreduce one line for the gradients (and one per row shard exchanged by rows). */
 static sl_status_t
 report_sync(trainer_t *t)
 {
@@ -274,11 +275,14 @@ report_sync(trainer_t *t)
 
     if (a == SL_SYNC_NONE)
         return SL_OK;
-    for (int c = 0; c < (a == SL_SYNC_ALLREDUCE ? 1 : nc); c++) {
+    for (int c = 0; c < (a == SL_SYNC_ALLREDUCE ? nc + 1 : nc); c++) {
         sl_sync_stat_t g;
         const sl_sync_stat_t *st = &g;
+        int grads = a == SL_SYNC_ALLREDUCE && c == nc;
 
-        if (a == SL_SYNC_ALLREDUCE) {
+        if (a == SL_SYNC_ALLREDUCE && !grads && sl_sync_stat(t->sync, c)->rounds == 0)
+            continue; /* allreduce: row shards by rows have lines of their own */
+        if (grads) {
             sl_transport_stat_t ts;
             sl_transport_stat(t->opts->transport, SL_WIRE_ALLREDUCE, (uint32_t)nc, &ts);
             memset(&g, 0, sizeof g);
@@ -293,7 +297,7 @@ report_sync(trainer_t *t)
         fprintf(f, "{\"event\":\"sync\",\"step\":%ld,\"algorithm\":", t->cur.step);
         sl_json_string(f, sl_sync_algorithm_name(a));
         fputs(",\"component\":", f);
-        sl_json_string(f, a == SL_SYNC_ALLREDUCE ? "gradients" : t->comps[c].name);
+        sl_json_string(f, grads ? "gradients" : t->comps[c].name);
         fprintf(f, ",\"rounds\":%ld,\"time_s\":", st->rounds);
         sl_json_number(f, st->time_s);
         fprintf(f,
@@ -301,6 +305,12 @@ report_sync(trainer_t *t)
                 ",\"expected\":%" PRIu64 ",\"distance\":",
                 st->sent_bytes, st->recv_bytes, st->answered, st->expected);
         sl_json_number(f, st->distance);
+        fprintf(f,
+                ",\"rows_own\":%" PRIu64 ",\"rows_merged\":%" PRIu64 ",\"sent_fp32\":%" PRIu64
+                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64,
+                st->rows_own, st->rows_merged, st->sent_enc_bytes[SL_WIRE_FP32],
+                st->sent_enc_bytes[SL_WIRE_FP16], st->sent_enc_bytes[SL_WIRE_BF16],
+                st->sent_enc_bytes[SL_WIRE_BYTES]);
         fprintf(f, ",\"dead_peers\":%d}\n", sl_sync_ndead(t->sync));
     }
     if (fflush(f) != 0 || ferror(f))
@@ -383,6 +393,7 @@ train_step(trainer_t *t, double *lr, double *loss)
     keys.dropout_key = sl_hash_u64s(dk, 3);
     keys.sample_key = sl_seed_group_sample_key(cfg->run.seed, t->cur.step, t->seed_group);
     SL_TRY(sl_lm_train_step(t->lm, t->st, t->x, t->y, cfg->train.bptt, &keys, &loss_sum));
+    SL_TRY(sl_sync_note_model(t->sync, t->lm));
     SL_TRY(sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step));
     norm = sl_clip_global_norm(t->be, sl_lm_grads(t->lm), n, cfg->train.optimizer.clip);
     *lr = sl_lr_at(cfg, t->cur.step, t->cur.epoch, t->total_steps);

@@ -1,18 +1,24 @@
 /* Sync algorithms per component over the transport: the allreduce of gradients, the
  * model averages (allreduce, ring neighbours, gossip schedule) with MA or BMUF on top,
- * dead-neighbour bookkeeping and the final average (see sl_sync.h). */
+ * whole or by touched rows, compressed or not, dead-neighbour bookkeeping and the final
+ * average (see sl_sync.h). */
 #include "sl_sync.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 #include "sl_alloc.h"
 #include "sl_bmuf.h"
 #include "sl_clock.h"
 #include "sl_collective.h"
+#include "sl_compress.h"
 #include "sl_log.h"
 #include "sl_ring.h"
+#include "sl_rng.h"
 #include "sl_schedule.h"
+#include "sl_sparse.h"
+#include "sl_sparse_allreduce.h"
 
 #define FINAL_ROUND 1u /* round of the final gather's frames (SL_WIRE_DATA) */
 
@@ -31,7 +37,7 @@ struct sl_sync {
     sl_schedule_t sched;
     float *omega, *delta, *start;       /* (nparams) each, *bmuf only */
     float *bar;                         /* (max_count) the average of one component */
-    float *recv;                        /* (links, max_count) snapshots received */
+    float *recv;                        /* (picks, max_count) snapshots received */
     float *avg, *peer;                  /* (nparams) final average; a peer's model (rank 0) */
     int *ichosen, *ipullers;            /* (links) from the schedule */
     uint32_t *chosen, *pullers, *from;  /* (links) after leaving out the dead */
@@ -41,6 +47,20 @@ struct sl_sync {
     int ndead;
     sl_sync_stat_t *stat; /* (ncomps) */
     double time_s;
+    /* row shards (sl_sparse.h, sl_sparse_allreduce.h) */
+    sl_exchange_t exchange;
+    double top_pct, random_pct; /* exchange_top, exchange_random */
+    uint64_t seed;
+    sl_rowset_t *touched;        /* (ncomps) U_k since the last sync; row shards only */
+    int32_t *sel;                /* (max_rows) E_k, or the absolute rows (allreduce) */
+    sl_sparse_t *sparse;         /* unique exchange in the model-averaging algorithms */
+    sl_sparse_allreduce_t **sar; /* (ncomps) allreduce mode, unique or allgather */
+    uint32_t *asked;             /* (links) pullers answered by a sparse exchange */
+    /* compression: codec is NULL for fp32 (frames lent as they are) */
+    sl_compress_t compress;
+    double compress_scale;
+    sl_codec_t codec_store;
+    const sl_codec_t *codec;
 };
 
 static int
@@ -60,6 +80,106 @@ static int
 component_period(const sl_sync_t *s, int c)
 {
     return s->comps[c].sparse ? s->embedding_period : s->period;
+}
+
+/* Output-embedding shards are the model's "softmax.<s>" (sl_model.h). */
+static int
+is_output(const sl_component_t *c)
+{
+    return strncmp(c->name, "softmax", 7) == 0;
+}
+
+/* Component c goes by its touched rows (sync.exchange unique or allgather), not whole. */
+static int
+by_rows(const sl_sync_t *s, int c)
+{
+    return s->comps[c].sparse && s->exchange != SL_EXCHANGE_DENSE;
+}
+
+/* The sync.exchange settings the algorithm can use (doc/config.md). */
+static sl_status_t
+check_exchange(const sl_config_t *cfg, sl_sync_algorithm_t algo)
+{
+    const char *a = sl_sync_algorithm_name(algo);
+    double top = cfg->sync.exchange_top, rnd = cfg->sync.exchange_random;
+
+    if (cfg->sync.exchange == SL_EXCHANGE_ALLGATHER && algo != SL_SYNC_ALLREDUCE)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "sync: sync.exchange allgather gathers every node's touched gradient "
+                          "rows, the baseline of sync.algorithm allreduce; with %s use unique "
+                          "or dense",
+                          a);
+    if (!(top >= 0 && top <= 100) || !(rnd >= 0 && rnd <= 100))
+        return sl_err_set(SL_ERR_CONFIG,
+                          "sync: sync.exchange_top %g and sync.exchange_random %g must be "
+                          "percentages in [0, 100]",
+                          top, rnd);
+    if ((top > 0 || rnd > 0) &&
+        (cfg->sync.exchange != SL_EXCHANGE_UNIQUE || algo == SL_SYNC_ALLREDUCE))
+        return sl_err_set(SL_ERR_CONFIG,
+                          "sync: sync.exchange_top and sync.exchange_random add rows to the "
+                          "unique exchange of the model-averaging algorithms: they need "
+                          "sync.exchange unique and an algorithm other than allreduce (here "
+                          "exchange %s, algorithm %s)",
+                          sl_exchange_name(cfg->sync.exchange), a);
+    return SL_OK;
+}
+
+/* The codec of sync.compression (sl_collective.h) over src/embed/sl_compress.h. */
+static float
+codec_scale(const void *ctx, const float *x, size_t n)
+{
+    const sl_sync_t *s = ctx;
+    return sl_compress_scale(s->compress, s->compress_scale, x, n);
+}
+
+static void
+codec_encode(const void *ctx, float scale, const float *x, size_t n, void *dst)
+{
+    const sl_sync_t *s = ctx;
+    sl_compress_encode(s->compress, scale, x, n, dst);
+}
+
+static sl_status_t
+codec_decode(const void *ctx, float scale, const void *src, size_t bytes, float *x, size_t n)
+{
+    const sl_sync_t *s = ctx;
+    return sl_compress_decode(s->compress, scale, src, bytes, x, n);
+}
+
+/* Row sets, buffers and exchange objects of the row shards that go by rows. */
+static sl_status_t
+setup_rows(sl_sync_t *s, int links)
+{
+    long max_rows = 0;
+    int max_len = 0;
+
+    SL_TRY(SL_CALLOC(&s->touched, (size_t)s->ncomps, "touched rows"));
+    for (int c = 0; c < s->ncomps; c++) {
+        const sl_component_t *cp = &s->comps[c];
+        if (!by_rows(s, c))
+            continue;
+        if (cp->rows < 1 || cp->row_len < 1 || (size_t)cp->rows * (size_t)cp->row_len != cp->count)
+            return sl_err_set(SL_ERR_INVALID, "sync: row shard %s: %ld rows of %d for %zu floats",
+                              cp->name, cp->rows, cp->row_len, cp->count);
+        SL_TRY(sl_rowset_init(&s->touched[c], cp->rows));
+        if (cp->rows > max_rows)
+            max_rows = cp->rows;
+        if (cp->row_len > max_len)
+            max_len = cp->row_len;
+    }
+    if (max_rows == 0)
+        return SL_OK;
+    SL_TRY(SL_ALLOC(&s->sel, (size_t)max_rows, "exchanged rows"));
+    if (s->algo == SL_SYNC_ALLREDUCE) {
+        SL_TRY(SL_CALLOC(&s->sar, (size_t)s->ncomps, "sparse allreduce"));
+        for (int c = 0; c < s->ncomps; c++)
+            if (by_rows(s, c))
+                SL_TRY(sl_sparse_allreduce_new(&s->sar[c], &s->comps[c], s->size));
+        return SL_OK;
+    }
+    SL_TRY(SL_ALLOC(&s->asked, (size_t)links, "sync lists"));
+    return sl_sparse_new(&s->sparse, max_rows, max_len, s->neighbour ? s->sched.picks : 0, s->size);
 }
 
 sl_status_t
@@ -90,13 +210,28 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     sl_bmuf_opts_from_config(&s->bmuf, cfg);
     s->is_bmuf = is_bmuf(s->algo);
     s->neighbour = is_neighbourhood(s->algo);
+    s->exchange = s->algo == SL_SYNC_NONE ? SL_EXCHANGE_DENSE : cfg->sync.exchange;
+    s->top_pct = cfg->sync.exchange_top;
+    s->random_pct = cfg->sync.exchange_random;
+    s->seed = cfg->run.seed;
+    s->compress = cfg->sync.compression;
+    s->compress_scale = cfg->sync.compression_scale;
+    if (s->compress != SL_COMPRESS_FP32) {
+        s->codec_store = (sl_codec_t){(unsigned)sl_compress_wire_encoding(s->compress), codec_scale,
+                                      codec_encode, codec_decode, s};
+        s->codec = &s->codec_store;
+    }
+    if (s->algo != SL_SYNC_NONE)
+        SL_TRY_GOTO(check_exchange(cfg, s->algo), st, fail);
+    s->max_count = 1;
     for (int c = 0; c < ncomps; c++) {
         if (comps[c].offset + comps[c].count > nparams || comps[c].count > UINT32_MAX) {
             st = sl_err_set(SL_ERR_INVALID, "sync: component %s lies outside the %zu parameters",
                             comps[c].name, nparams);
             goto fail;
         }
-        if (comps[c].count > s->max_count)
+        /* components that go by rows have their own buffers (sl_sparse.h) */
+        if (comps[c].count > s->max_count && !by_rows(s, c))
             s->max_count = comps[c].count;
     }
     if (s->neighbour) {
@@ -109,7 +244,10 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
                                          : cfg->sync.neighbours,
                                      cfg->run.seed),
                     st, fail);
-        SL_TRY_GOTO(SL_ALLOC(&s->recv, (size_t)links * s->max_count, "gossip snapshots"), st, fail);
+        /* snapshots of the picks nodes pulled from a round: q for gossip-*, all links for
+         * local-*; in gossip this memory does not grow with k */
+        SL_TRY_GOTO(SL_ALLOC(&s->recv, (size_t)s->sched.picks * s->max_count, "gossip snapshots"),
+                    st, fail);
     }
     SL_TRY_GOTO(SL_ALLOC(&s->ichosen, (size_t)links, "sync lists"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&s->ipullers, (size_t)links, "sync lists"), st, fail);
@@ -123,6 +261,8 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     SL_TRY_GOTO(SL_CALLOC(&s->step_ok, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&s->stat, (size_t)ncomps, "sync stats"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&s->bar, s->max_count, "sync average"), st, fail);
+    if (s->exchange != SL_EXCHANGE_DENSE)
+        SL_TRY_GOTO(setup_rows(s, links), st, fail);
     if (s->is_bmuf) {
         SL_TRY_GOTO(SL_ALLOC(&s->omega, nparams, "BMUF omega"), st, fail);
         SL_TRY_GOTO(SL_CALLOC(&s->delta, nparams, "BMUF Delta"), st, fail);
@@ -162,6 +302,15 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_free(s->step_miss);
     sl_free(s->step_ok);
     sl_free(s->stat);
+    for (int c = 0; s->touched && c < s->ncomps; c++)
+        sl_rowset_fini(&s->touched[c]);
+    sl_free(s->touched);
+    for (int c = 0; s->sar && c < s->ncomps; c++)
+        sl_sparse_allreduce_destroy(&s->sar[c]);
+    sl_free(s->sar);
+    sl_free(s->sel);
+    sl_free(s->asked);
+    sl_sparse_destroy(&s->sparse);
     sl_free(s);
     *sp = NULL;
 }
@@ -209,6 +358,110 @@ collective_failed(const sl_sync_t *s, sl_status_t st, const char *what, long rou
 }
 
 sl_status_t
+sl_sync_note_rows(sl_sync_t *s, int output, const int32_t *rows, int count)
+{
+    long vocab = 0;
+
+    if (!s->touched)
+        return SL_OK;
+    for (int c = 0; c < s->ncomps; c++) {
+        const sl_component_t *cp = &s->comps[c];
+        if (cp->sparse && is_output(cp) == (output != 0) && cp->row_begin + cp->rows > vocab)
+            vocab = cp->row_begin + cp->rows;
+    }
+    for (int i = 0; i < count && vocab > 0; i++) /* vocab 0: no shard of that table */
+        if (rows[i] < 0 || rows[i] >= vocab)
+            return sl_err_set(SL_ERR_INVALID,
+                              "sync: touched row %d of the %s embedding is outside its %ld rows",
+                              (int)rows[i], output ? "output" : "input", vocab);
+    for (int c = 0; c < s->ncomps; c++) {
+        const sl_component_t *cp = &s->comps[c];
+        if (!s->touched[c].bits || is_output(cp) != (output != 0))
+            continue;
+        for (int i = 0; i < count; i++)
+            if (rows[i] >= cp->row_begin && rows[i] < cp->row_begin + cp->rows)
+                sl_rowset_add(&s->touched[c], rows[i] - cp->row_begin);
+    }
+    return SL_OK;
+}
+
+sl_status_t
+sl_sync_note_model(sl_sync_t *s, const sl_lm_t *lm)
+{
+    const int32_t *rows;
+    int n;
+
+    if (!s->touched)
+        return SL_OK;
+    rows = sl_lm_touched_rows(lm, 0, &n);
+    SL_TRY(sl_sync_note_rows(s, 0, rows, n));
+    rows = sl_lm_touched_rows(lm, 1, &n);
+    return sl_sync_note_rows(s, 1, rows, n);
+}
+
+/* The transport's counters of every kind component c travels in, into its stats. */
+static void
+fill_bytes(sl_sync_t *s, int c)
+{
+    static const unsigned kinds[] = {SL_WIRE_GOSSIP_SNAPSHOT, SL_WIRE_SPARSE_INDEX,
+                                     SL_WIRE_SPARSE_VALUES, SL_WIRE_ALLGATHER, SL_WIRE_ALLREDUCE};
+    sl_sync_stat_t *stat = &s->stat[c];
+
+    stat->sent_bytes = stat->recv_bytes = 0;
+    memset(stat->sent_enc_bytes, 0, sizeof stat->sent_enc_bytes);
+    memset(stat->recv_enc_bytes, 0, sizeof stat->recv_enc_bytes);
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        sl_transport_stat_t ts;
+        sl_transport_stat(s->tr, kinds[k], (uint32_t)c, &ts);
+        stat->sent_bytes += ts.sent_bytes;
+        stat->recv_bytes += ts.recv_bytes;
+        for (int e = 0; e < SL_WIRE_NENCODINGS; e++) {
+            stat->sent_enc_bytes[e] += ts.sent_enc_bytes[e];
+            stat->recv_enc_bytes[e] += ts.recv_enc_bytes[e];
+        }
+    }
+}
+
+/* allreduce with sync.exchange unique or allgather: each row shard's gradient summed
+ * by its touched rows (sl_sparse_allreduce.h, round = step), each other component by a
+ * ring allreduce of its own (component ncomps, round step * ncomps + c). */
+static sl_status_t
+gradients_by_rows(sl_sync_t *s, float *grads, long step, const sl_collective_opts_t *o)
+{
+    for (int c = 0; c < s->ncomps; c++) {
+        const sl_component_t *cp = &s->comps[c];
+        double t0 = sl_clock_now();
+        sl_status_t st;
+
+        if (!by_rows(s, c)) {
+            st = sl_allreduce_sum(s->tr, (uint32_t)s->ncomps,
+                                  (uint64_t)step * (uint64_t)s->ncomps + (uint64_t)c,
+                                  grads + cp->offset, cp->count, o);
+        } else {
+            sl_sparse_stats_t ss;
+            size_t n = 0;
+
+            for (long r = 0; r < cp->rows; r++)
+                if (sl_rowset_has(&s->touched[c], r))
+                    s->sel[n++] = (int32_t)(cp->row_begin + r);
+            sl_rowset_clear(&s->touched[c]);
+            st = sl_sparse_allreduce(s->sar[c], s->tr, (uint32_t)c, (uint64_t)step, s->exchange,
+                                     s->sel, (int)n, grads + cp->offset, o);
+            sl_sparse_allreduce_stats(s->sar[c], &ss);
+            s->stat[c].rounds++;
+            s->stat[c].rows_own += ss.local_rows;
+            s->stat[c].rows_merged +=
+                s->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
+            fill_bytes(s, c);
+            s->stat[c].time_s += sl_clock_now() - t0;
+        }
+        if (st != SL_OK)
+            return collective_failed(s, st, cp->name, step);
+    }
+    return SL_OK;
+}
+
+sl_status_t
 sl_sync_gradients(sl_sync_t *s, float *grads, long step)
 {
     double t0 = sl_clock_now();
@@ -217,20 +470,25 @@ sl_sync_gradients(sl_sync_t *s, float *grads, long step)
 
     if (s->algo != SL_SYNC_ALLREDUCE)
         return SL_OK;
-    sl_collective_opts_t o = {0, 0, s->timeout_ms};
-    st = sl_allreduce_sum(s->tr, (uint32_t)s->ncomps, (uint64_t)step, grads, s->nparams, &o);
-    if (st != SL_OK)
-        return collective_failed(s, st, "of the gradients", step);
+    sl_collective_opts_t o = {0, 0, s->timeout_ms, s->codec};
+    if (s->exchange == SL_EXCHANGE_DENSE) {
+        st = sl_allreduce_sum(s->tr, (uint32_t)s->ncomps, (uint64_t)step, grads, s->nparams, &o);
+        if (st != SL_OK)
+            return collective_failed(s, st, "of the gradients", step);
+    } else {
+        SL_TRY(gradients_by_rows(s, grads, step, &o));
+    }
     for (size_t j = 0; j < s->nparams; j++)
         grads[j] *= inv;
     s->time_s += sl_clock_now() - t0;
     return SL_OK;
 }
 
-/* After a neighbourhood exchange: who answered and who did not (reported once per
- * rank), for the step's tally (end_step). */
+/* After a neighbourhood exchange: who of the chosen answered and who of the first
+ * nwait, the ones waited for, did not (reported once per rank), for the step's tally
+ * (end_step). */
 static void
-account_peers(sl_sync_t *s, int c, uint64_t round, size_t nchosen, size_t got)
+account_peers(sl_sync_t *s, int c, uint64_t round, size_t nchosen, size_t nwait, size_t got)
 {
     for (size_t i = 0; i < nchosen; i++) {
         int r = (int)s->chosen[i], answered = 0;
@@ -240,6 +498,8 @@ account_peers(sl_sync_t *s, int c, uint64_t round, size_t nchosen, size_t got)
             s->step_ok[r] = 1;
             continue;
         }
+        if (i >= nwait)
+            continue;
         s->step_miss[r] = 1;
         if (!s->told[r]) {
             s->told[r] = 1;
@@ -274,33 +534,141 @@ end_step(sl_sync_t *s)
     }
 }
 
+/* A sparse exchange's pullers: those expected to ask that did not miss one (reported
+ * once per rank) and those that asked. */
+static void
+account_pullers(sl_sync_t *s, int c, uint64_t round, size_t npullers, size_t nwait,
+                const sl_sparse_peers_t *p)
+{
+    for (size_t i = 0; i < npullers; i++) {
+        int r = (int)s->pullers[i], asked = 0;
+        for (size_t j = 0; j < p->nasked; j++)
+            asked |= p->asked[j] == s->pullers[i];
+        if (asked) {
+            s->step_ok[r] = 1;
+        } else if (i < nwait) {
+            s->step_miss[r] = 1;
+            if (!s->told[r]) {
+                s->told[r] = 1;
+                sl_log_warn("sync",
+                            "node %d did not ask for its rows within %d ms (%s, round %" PRIu64
+                            "): going on without it",
+                            r, s->timeout_ms, s->comps[c].name, round);
+            }
+        }
+    }
+}
+
+/* Live peers in list (n) into out, the ones that missed no exchange of this step first
+ * (*nwait of them): the others are not waited for again in the same step (one timeout
+ * per step, not one per component), but still get our pushes, sets and answers. */
+static size_t
+live_peers(const sl_sync_t *s, const int *list, int n, uint32_t *out, size_t *nwait)
+{
+    size_t m = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++)
+            if (!s->dead[list[i]] && s->step_miss[list[i]] == pass)
+                out[m++] = (uint32_t)list[i];
+        if (pass == 0)
+            *nwait = m;
+    }
+    return m;
+}
+
+/* The neighbourhood of component c at round, the dead left out: s->chosen (*nc, the
+ * first *ncw waited for) and s->pullers (*np, the first *npw). */
+static sl_status_t
+pick_peers(sl_sync_t *s, int c, uint64_t round, size_t *nc, size_t *ncw, size_t *np, size_t *npw)
+{
+    int nch, npl;
+
+    SL_TRY(sl_schedule_chosen(&s->sched, round, c, s->rank, s->ichosen, s->sched.links, &nch));
+    SL_TRY(sl_schedule_pullers(&s->sched, round, c, s->rank, s->ipullers, s->sched.links, &npl));
+    *nc = live_peers(s, s->ichosen, nch, s->chosen, ncw);
+    *np = live_peers(s, s->ipullers, npl, s->pullers, npw);
+    return SL_OK;
+}
+
 /* The average of component c with the neighbourhood of round: bar, *got peers. */
 static sl_status_t
 neighbourhood_mean(sl_sync_t *s, int c, uint64_t round, const float *theta, size_t count,
                    size_t *nexp, size_t *got)
 {
-    int nch, npl;
-    size_t nc = 0, np = 0;
+    size_t nc, ncw, np, npw;
     sl_status_t st;
 
-    SL_TRY(sl_schedule_chosen(&s->sched, round, c, s->rank, s->ichosen, s->sched.links, &nch));
-    SL_TRY(sl_schedule_pullers(&s->sched, round, c, s->rank, s->ipullers, s->sched.links, &npl));
-    /* a peer that missed an exchange of this step is not waited for again in the same
-     * step (it still gets our pushes): one timeout per step, not one per component */
-    for (int i = 0; i < nch; i++)
-        if (!s->dead[s->ichosen[i]] && !s->step_miss[s->ichosen[i]])
-            s->chosen[nc++] = (uint32_t)s->ichosen[i];
-    for (int i = 0; i < npl; i++)
-        if (!s->dead[s->ipullers[i]])
-            s->pullers[np++] = (uint32_t)s->ipullers[i];
+    SL_TRY(pick_peers(s, c, round, &nc, &ncw, &np, &npw));
     *got = 0;
-    st = sl_gossip_exchange(s->tr, (uint32_t)c, round, theta, count, s->pullers, np, s->chosen, nc,
-                            s->recv, s->from, got, s->timeout_ms);
+    /* pushes need no request: wait for the first ncw chosen only, push to every puller */
+    st = sl_gossip_exchange_coded(s->tr, (uint32_t)c, round, theta, count, s->codec, s->pullers, np,
+                                  s->chosen, ncw, s->recv, s->from, got, s->timeout_ms);
     if (st != SL_OK && st != SL_ERR_TIMEOUT)
         return sl_err_prefix(st, "sync %s round %" PRIu64, s->comps[c].name, round);
-    account_peers(s, c, round, nc, *got);
-    *nexp = nc;
+    account_peers(s, c, round, ncw, ncw, *got);
+    *nexp = ncw;
     sl_bmuf_mean(s->bar, theta, s->recv, *got, count);
+    return SL_OK;
+}
+
+/* One sync of row shard c at round by its rows (sync.exchange unique): E_k (the touched
+ * rows, the top p%, a random q% keyed by (seed, component, round)), the sparse exchange
+ * with the neighbourhood or all nodes, then MA or BMUF on the rows averaged only: the
+ * other rows keep their values and BMUF state. */
+static sl_status_t
+sync_rows(sl_sync_t *s, float *params, int c, uint64_t round, size_t *expected, size_t *got)
+{
+    const sl_component_t *cp = &s->comps[c];
+    float *theta = params + cp->offset;
+    size_t d = (size_t)cp->row_len, nsel, nres;
+    uint64_t kw[4] = {s->seed, 'R', (uint64_t)c, round};
+    long ntop = (long)ceil(s->top_pct / 100.0 * (double)cp->rows);
+    const int32_t *rows;
+    const float *mean;
+    double dist = 0;
+    sl_sparse_args_t a;
+    sl_status_t st;
+
+    nsel =
+        sl_sparse_select(&s->touched[c], ntop, s->random_pct / 100.0, sl_hash_u64s(kw, 4), s->sel);
+    sl_rowset_clear(&s->touched[c]);
+    a = (sl_sparse_args_t){(uint32_t)c, round, theta,    cp->rows,     cp->row_len,
+                           s->sel,      nsel,  s->codec, s->timeout_ms};
+    if (s->neighbour) {
+        size_t nc, ncw, np, npw;
+        sl_sparse_peers_t p;
+
+        SL_TRY(pick_peers(s, c, round, &nc, &ncw, &np, &npw));
+        p = (sl_sparse_peers_t){s->chosen, nc, ncw, s->pullers, np, npw, s->from, 0, s->asked, 0};
+        st = sl_sparse_gossip(s->sparse, s->tr, &a, &p);
+        if (st != SL_OK && st != SL_ERR_TIMEOUT)
+            return sl_err_prefix(st, "sync %s round %" PRIu64, cp->name, round);
+        account_peers(s, c, round, nc, ncw, p.nanswered);
+        account_pullers(s, c, round, np, npw, &p);
+        *expected = nc; /* each was sent our set */
+        *got = p.nanswered;
+    } else {
+        st = sl_sparse_allmean(s->sparse, s->tr, &a);
+        if (st != SL_OK)
+            return collective_failed(s, st, cp->name, (long)round);
+        *expected = *got = (size_t)s->size - 1;
+    }
+    nres = sl_sparse_result(s->sparse, &rows, &mean);
+    for (size_t i = 0; i < nres; i++) {
+        size_t at = (size_t)rows[i] * d;
+        double e = sl_bmuf_distance(theta + at, mean + i * d, d);
+
+        dist += e * e;
+        if (s->is_bmuf)
+            sl_bmuf_update(&s->bmuf, theta + at, mean + i * d, s->omega + cp->offset + at,
+                           s->delta + cp->offset + at, s->start + cp->offset + at, d);
+        else
+            memcpy(theta + at, mean + i * d, d * sizeof *theta);
+    }
+    s->stat[c].distance = sqrt(dist);
+    s->stat[c].rows_own += nsel;
+    s->stat[c].rows_merged += nres;
     return SL_OK;
 }
 
@@ -312,37 +680,37 @@ sync_component(sl_sync_t *s, float *params, int c, uint64_t round)
     float *theta = params + cp->offset;
     size_t count = cp->count, expected = 0, got = 0;
     sl_sync_stat_t *stat = &s->stat[c];
-    sl_transport_stat_t ts;
     double t0 = sl_clock_now();
 
-    if (s->neighbour) {
-        SL_TRY(neighbourhood_mean(s, c, round, theta, count, &expected, &got));
-        sl_transport_stat(s->tr, SL_WIRE_GOSSIP_SNAPSHOT, (uint32_t)c, &ts);
+    if (by_rows(s, c)) {
+        SL_TRY(sync_rows(s, params, c, round, &expected, &got));
     } else {
-        sl_collective_opts_t o = {0, 0, s->timeout_ms};
-        float inv = 1.0f / (float)s->size;
-        sl_status_t st;
+        if (s->neighbour) {
+            SL_TRY(neighbourhood_mean(s, c, round, theta, count, &expected, &got));
+        } else {
+            sl_collective_opts_t o = {0, 0, s->timeout_ms, s->codec};
+            float inv = 1.0f / (float)s->size;
+            sl_status_t st;
 
-        memcpy(s->bar, theta, count * sizeof *theta);
-        st = sl_allreduce_sum(s->tr, (uint32_t)c, round, s->bar, count, &o);
-        if (st != SL_OK)
-            return collective_failed(s, st, cp->name, (long)round);
-        for (size_t j = 0; j < count; j++)
-            s->bar[j] *= inv;
-        expected = got = (size_t)s->size - 1;
-        sl_transport_stat(s->tr, SL_WIRE_ALLREDUCE, (uint32_t)c, &ts);
+            memcpy(s->bar, theta, count * sizeof *theta);
+            st = sl_allreduce_sum(s->tr, (uint32_t)c, round, s->bar, count, &o);
+            if (st != SL_OK)
+                return collective_failed(s, st, cp->name, (long)round);
+            for (size_t j = 0; j < count; j++)
+                s->bar[j] *= inv;
+            expected = got = (size_t)s->size - 1;
+        }
+        stat->distance = sl_bmuf_distance(theta, s->bar, count);
+        if (s->is_bmuf)
+            sl_bmuf_update(&s->bmuf, theta, s->bar, s->omega + cp->offset, s->delta + cp->offset,
+                           s->start + cp->offset, count);
+        else
+            memcpy(theta, s->bar, count * sizeof *theta);
     }
-    stat->distance = sl_bmuf_distance(theta, s->bar, count);
-    if (s->is_bmuf)
-        sl_bmuf_update(&s->bmuf, theta, s->bar, s->omega + cp->offset, s->delta + cp->offset,
-                       s->start + cp->offset, count);
-    else
-        memcpy(theta, s->bar, count * sizeof *theta);
     stat->rounds++;
     stat->expected += expected;
     stat->answered += got;
-    stat->sent_bytes = ts.sent_bytes;
-    stat->recv_bytes = ts.recv_bytes;
+    fill_bytes(s, c);
     stat->time_s += sl_clock_now() - t0;
     s->time_s += sl_clock_now() - t0;
     return SL_OK;
@@ -466,7 +834,7 @@ sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
             *writer = 1;
         }
     } else {
-        sl_collective_opts_t o = {0, 0, s->timeout_ms};
+        sl_collective_opts_t o = {0, 0, s->timeout_ms, NULL}; /* the model: fp32 */
         float inv = 1.0f / (float)s->size;
         sl_status_t st;
 

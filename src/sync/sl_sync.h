@@ -16,6 +16,16 @@
  * out of the final average. allreduce, ma, bmuf: a node that does not answer makes the
  * collective fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so.
  *
+ * Row-shard components (embedding and softmax shards) go as the whole shard
+ * (sync.exchange dense) or, with sync.exchange unique, as only the rows some node touched
+ * since the component's last sync (src/embed/sl_sparse.h: neighbourhood or all-node
+ * exchange of row sets and values, MA or BMUF applied per row; rows nobody exchanged
+ * keep their values and BMUF state); in allreduce mode unique and allgather sum the
+ * touched rows' gradients (src/embed/sl_sparse_allreduce.h). The trainer reports the
+ * touched rows after every step (sl_sync_note_model). Exchanged values are encoded as
+ * sync.compression says (fp32, or fp16 / bf16 with the scale F; sums are fp32); the
+ * final average is always fp32.
+ *
  * The parameters must be host memory (the cpu backend). BMUF state (omega, Delta, block
  * start) is not checkpointed: a resumed run starts it again from the resumed model.
  * Not thread-safe; one per node. */
@@ -40,16 +50,25 @@ typedef struct {
     double time_s;       /* time spent in them (waiting included) */
     uint64_t sent_bytes; /* payload bytes this node sent for the component */
     uint64_t recv_bytes; /* and received */
-    uint64_t answered;   /* peers whose copy went into an average, summed over rounds */
-    uint64_t expected;   /* peers asked for, summed over rounds */
-    double distance;     /* ||theta - theta_bar|| at the last sync (before the update) */
+    /* the same split by encoding, indexed by sl_wire_encoding_t: values are fp32, fp16 or
+     * bf16, row ids and counts of the sparse exchange bytes (fp32 in allreduce mode) */
+    uint64_t sent_enc_bytes[SL_WIRE_NENCODINGS], recv_enc_bytes[SL_WIRE_NENCODINGS];
+    uint64_t answered;    /* peers whose copy went into an average, summed over rounds */
+    uint64_t expected;    /* peers asked for, summed over rounds */
+    uint64_t rows_own;    /* sparse exchange: rows of this node's set, summed over rounds */
+    uint64_t rows_merged; /* and rows averaged (the union: U_g in ma/bmuf), summed */
+    double distance;      /* ||theta - theta_bar|| at the last sync (before the update), over
+                             the rows averaged */
 } sl_sync_stat_t;
 
 /* Sets up the algorithm cfg->sync.algorithm for node rank of size over the ncomps
  * components (borrowed, must outlive s) of a flat buffer of nparams floats whose
  * current values are params (the starting model: omega and the block start copy it).
  * tr (borrowed) is the node's connected transport; it may be NULL when size == 1 or
- * the algorithm is none, where every call is a no-op. SL_ERR_INVALID for bad sizes, SL_ERR_NOMEM.
+ * the algorithm is none, where every call is a no-op. SL_ERR_INVALID for bad sizes;
+ * SL_ERR_CONFIG for a sync.exchange / compression setting the algorithm cannot use
+ * (allgather outside allreduce, exchange_top / exchange_random without unique or in
+ * allreduce mode); SL_ERR_NOMEM.
  */
 sl_status_t sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int rank,
                         int size, const sl_component_t *comps, int ncomps, const float *params,
@@ -59,6 +78,17 @@ void sl_sync_destroy(sl_sync_t **s);
 
 /* The algorithm (SL_SYNC_NONE when size == 1). */
 sl_sync_algorithm_t sl_sync_algorithm(const sl_sync_t *s);
+
+/* The rows touched by the last train step (sl_lm_touched_rows): rows (count vocabulary
+ * ids, borrowed, any order) of the input embedding (output 0) or the output embedding
+ * (output != 0). Each row-shard component keeps the union of what it was told since
+ * its last sync. A no-op unless sync.exchange is unique or allgather, and for a table
+ * with no row shard among the components. SL_ERR_INVALID for an id outside the
+ * vocabulary (nothing recorded then). */
+sl_status_t sl_sync_note_rows(sl_sync_t *s, int output, const int32_t *rows, int count);
+/* Both of lm's touched-row sets: the trainer calls it after every sl_lm_train_step,
+ * before sl_sync_gradients. */
+sl_status_t sl_sync_note_model(sl_sync_t *s, const sl_lm_t *lm);
 
 /* allreduce: grads (nparams) becomes the mean over all nodes; step (0-based, increasing
  * from call to call) numbers the round. Other algorithms: nothing. Errors are fatal. */

@@ -6,7 +6,12 @@
  * chunks in flight ahead of what it has received. Sends never run more than the window
  * (plus the difference between the two segments' sizes) ahead of receives, far below
  * ZeroMQ's high-water mark, so a ring of blocked senders cannot form; and every node
- * that waits keeps reading its socket, filing early chunks in the mailbox. */
+ * that waits keeps reading its socket, filing early chunks in the mailbox.
+ *
+ * With a codec (compression) chunks go as encoded copies: partial sums are encoded with
+ * a fresh scale at every hop and added in fp32 by the receiver; a finished value (the
+ * owner's segment in the allgather half) is encoded once, kept decoded by its owner too,
+ * and passed on with the scale it came with, so all nodes end with the same bits. */
 #include "sl_collective.h"
 
 #include <inttypes.h>
@@ -28,6 +33,11 @@ typedef struct {
     unsigned window;
     int timeout_ms;
     uint8_t kind;
+    const sl_codec_t *codec; /* NULL: fp32 frames, lent */
+    size_t elem;             /* bytes per encoded value */
+    unsigned char *enc;      /* (chunk * elem) encode scratch, codec only */
+    float *dec;              /* (chunk) decode scratch, codec only */
+    float *scales;           /* (2, chunks_max) scales received in the last two steps */
 } ring_t;
 
 static sl_status_t
@@ -43,11 +53,39 @@ ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64
     r->chunk = o && o->chunk_elems ? o->chunk_elems : DEFAULT_CHUNK;
     r->window = o && o->window ? o->window : DEFAULT_WINDOW;
     r->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : sl_transport_timeout_ms(t);
+    r->codec = o ? o->codec : NULL;
+    r->elem = sizeof(float);
+    r->enc = NULL;
+    r->dec = r->scales = NULL;
     if (r->chunk > SL_WIRE_MAX_PAYLOAD / sizeof(float) || r->window > 256)
         return sl_err_set(
             SL_ERR_INVALID, "%s: chunk of %zu floats (max %" PRIu64 "), window %u (max 256)",
             sl_wire_kind_name(kind), r->chunk, SL_WIRE_MAX_PAYLOAD / sizeof(float), r->window);
+    if (r->codec) {
+        r->elem = sl_wire_element_bytes(r->codec->encoding);
+        if (r->elem == 0 || r->elem > sizeof(float) || !r->codec->scale || !r->codec->encode ||
+            !r->codec->decode)
+            return sl_err_set(SL_ERR_INVALID, "%s: codec of encoding %u is incomplete",
+                              sl_wire_kind_name(kind), r->codec->encoding);
+        r->enc = malloc(r->chunk * r->elem);
+        r->dec = malloc(r->chunk * sizeof *r->dec);
+        if (!r->enc || !r->dec) {
+            free(r->enc);
+            free(r->dec);
+            return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", sl_wire_kind_name(kind));
+        }
+    }
     return SL_OK;
+}
+
+static void
+ring_fini(ring_t *r)
+{
+    free(r->enc);
+    free(r->dec);
+    free(r->scales);
+    r->enc = NULL;
+    r->dec = r->scales = NULL;
 }
 
 static size_t
@@ -67,77 +105,127 @@ add_into(float *restrict dst, const unsigned char *restrict src, size_t n)
     }
 }
 
+/* Sends n floats at p as chunk seq. With a codec: scale > 0 re-encodes a value passed
+ * on with the scale it came with; scale 0 picks a fresh one, and own then also keeps
+ * the decoded values in p, as the other nodes will see them. */
 static sl_status_t
-send_chunk(const ring_t *r, uint32_t to, uint32_t seq, const float *p, size_t n)
+send_chunk(const ring_t *r, uint32_t to, uint32_t seq, float *p, size_t n, float scale, int own)
 {
     sl_wire_key_t key = {r->round, r->component, seq, to, r->kind};
-    return sl_transport_send(r->t, &key, p, (uint32_t)n, SL_WIRE_FP32, 1.0f, SL_SEND_LEND,
-                             r->timeout_ms);
+    const sl_codec_t *c = r->codec;
+
+    if (!c)
+        return sl_transport_send(r->t, &key, p, (uint32_t)n, SL_WIRE_FP32, 1.0f, SL_SEND_LEND,
+                                 r->timeout_ms);
+    if (scale <= 0.0f)
+        scale = c->scale(c->ctx, p, n);
+    c->encode(c->ctx, scale, p, n, r->enc);
+    if (own)
+        SL_TRY(c->decode(c->ctx, scale, r->enc, n * r->elem, p, n));
+    /* copied: the scratch is reused for the next chunk */
+    return sl_transport_send(r->t, &key, r->enc, (uint32_t)n, c->encoding, scale, 0, r->timeout_ms);
 }
 
-/* Receives chunk seq (n floats) from `from` into dst, adding or copying. */
+/* Receives chunk seq (n floats) from `from` into dst, adding or copying; *scale (may be
+ * NULL) = the frame's scale. */
 static sl_status_t
-recv_chunk(const ring_t *r, uint32_t from, uint32_t seq, float *dst, size_t n, int add)
+recv_chunk(const ring_t *r, uint32_t from, uint32_t seq, float *dst, size_t n, int add,
+           float *scale)
 {
     sl_wire_key_t key = {r->round, r->component, seq, from, r->kind};
+    unsigned want = r->codec ? r->codec->encoding : SL_WIRE_FP32;
     sl_transport_frame_t *f;
+    sl_status_t st = SL_OK;
 
     SL_TRY(sl_transport_recv_any(r->t, &key, 1, r->timeout_ms, &f, NULL));
-    if (f->h.encoding != SL_WIRE_FP32 || f->h.count != n) {
-        sl_status_t st = sl_err_set(
-            SL_ERR_INVALID,
-            "%s: rank %u: chunk %u of round %" PRIu64 " from rank %u has %u %s elements, "
-            "expected %zu fp32: the nodes disagree on sizes or options",
-            sl_wire_kind_name(r->kind), (unsigned)r->rank, (unsigned)seq, r->round, (unsigned)from,
-            (unsigned)f->h.count, sl_wire_encoding_name(f->h.encoding), n);
-        sl_transport_frame_release(&f);
-        return st;
-    }
-    if (add)
+    if (f->h.encoding != want || f->h.count != n) {
+        st = sl_err_set(SL_ERR_INVALID,
+                        "%s: rank %u: chunk %u of round %" PRIu64 " from rank %u has %u %s "
+                        "elements, expected %zu %s: the nodes disagree on sizes or options",
+                        sl_wire_kind_name(r->kind), (unsigned)r->rank, (unsigned)seq, r->round,
+                        (unsigned)from, (unsigned)f->h.count, sl_wire_encoding_name(f->h.encoding),
+                        n, sl_wire_encoding_name(want));
+    } else if (r->codec) {
+        st = r->codec->decode(r->codec->ctx, f->h.scale, f->payload, f->h.payload_bytes,
+                              add ? r->dec : dst, n);
+        if (st == SL_OK && add)
+            for (size_t i = 0; i < n; i++)
+                dst[i] += r->dec[i];
+        if (st != SL_OK)
+            st = sl_err_prefix(st, "%s: rank %u: chunk %u from rank %u", sl_wire_kind_name(r->kind),
+                               (unsigned)r->rank, (unsigned)seq, (unsigned)from);
+    } else if (add) {
         add_into(dst, f->payload, n);
-    else
+    } else {
         memcpy(dst, f->payload, n * sizeof(float));
+    }
+    if (scale)
+        *scale = f->h.scale;
     sl_transport_frame_release(&f);
-    return SL_OK;
+    return st;
 }
 
-/* Sends chunk j of segment [p, p + len) to `to` as seq. */
+/* Sends chunk j of segment [p, p + len) to `to` as seq, with scale (0: fresh) and own
+ * as send_chunk says. */
 static sl_status_t
-send_seg_chunk(const ring_t *r, uint32_t to, uint32_t seq, const float *p, size_t len, size_t j)
+send_seg_chunk(const ring_t *r, uint32_t to, uint32_t seq, float *p, size_t len, size_t j,
+               float scale, int own)
 {
     size_t at = j * r->chunk, m = len - at;
-    return send_chunk(r, to, seq, p + at, m < r->chunk ? m : r->chunk);
+    return send_chunk(r, to, seq, p + at, m < r->chunk ? m : r->chunk, scale, own);
+}
+
+/* Chunk j of a ring step: with the scale it arrived with (prev, a value passed on) or
+ * a fresh one (prev NULL). */
+static sl_status_t
+pass_send(const ring_t *r, uint32_t to, uint32_t seq0, float *out, size_t len, size_t j,
+          const float *prev, int own)
+{
+    return send_seg_chunk(r, to, seq0 + (uint32_t)j, out, len, j, prev ? prev[j] : 0.0f, own);
 }
 
 /* n-1 steps around the ring: at step s send segment (start - s) to the right and
  * receive segment (start - s - 1) from the left, adding it into buf (reduce-scatter)
  * or copying it (allgather). Segment k is buf[off[k] .. off[k] + len[k]). Chunk j of
- * step s travels as seq seq_base + s * chunks_max + j. */
+ * step s travels as seq seq_base + s * chunks_max + j. With a codec, a copying pass
+ * sends at step 0 the node's own finished segment (fresh scales, kept decoded) and
+ * later the segment it received the step before, with the scales it came with (kept
+ * in r->scales, chunks_max per step). */
 static sl_status_t
-ring_pass(const ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t start,
+ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t start,
           uint32_t seq_base, uint32_t chunks_max, int add)
 {
     uint32_t n = r->n, right = (r->rank + 1) % n, left = (r->rank + n - 1) % n;
 
+    if (r->codec && !add) {
+        free(r->scales);
+        r->scales = malloc(2 * (chunks_max ? chunks_max : 1) * sizeof *r->scales);
+        if (!r->scales)
+            return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", sl_wire_kind_name(r->kind));
+    }
     for (uint32_t s = 0; s + 1 < n; s++) {
         uint32_t sseg = (start + n - s) % n, rseg = (start + 2 * n - s - 1) % n;
         uint32_t seq0 = seq_base + s * chunks_max;
         size_t nsend = nchunks(r, len[sseg]), nrecv = nchunks(r, len[rseg]), sent = 0;
-        const float *out = buf + off[sseg];
+        float *out = buf + off[sseg];
+        /* scales of the chunks received the step before (sent now), and of this step's */
+        const float *prev = r->scales && s > 0 ? r->scales + (s % 2) * chunks_max : NULL;
+        float *cur = r->scales ? r->scales + ((s + 1) % 2) * chunks_max : NULL;
+        int own = r->scales && s == 0;
 
         for (; sent < nsend && sent < r->window; sent++)
-            SL_TRY(send_seg_chunk(r, right, seq0 + (uint32_t)sent, out, len[sseg], sent));
+            SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
         for (size_t j = 0; j < nrecv; j++) {
             size_t at = j * r->chunk, m = len[rseg] - at;
             SL_TRY(recv_chunk(r, left, seq0 + (uint32_t)j, buf + off[rseg] + at,
-                              m < r->chunk ? m : r->chunk, add));
+                              m < r->chunk ? m : r->chunk, add, cur ? &cur[j] : NULL));
             if (sent < nsend) { /* one out for each one in: the window stays full */
-                SL_TRY(send_seg_chunk(r, right, seq0 + (uint32_t)sent, out, len[sseg], sent));
+                SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
                 sent++;
             }
         }
         for (; sent < nsend; sent++)
-            SL_TRY(send_seg_chunk(r, right, seq0 + (uint32_t)sent, out, len[sseg], sent));
+            SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
     }
     return SL_OK;
 }
@@ -170,11 +258,15 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
     sl_status_t st;
 
     SL_TRY(ring_init(&r, t, SL_WIRE_ALLREDUCE, component, round, o));
-    if (r.n == 1 || count == 0)
+    if (r.n == 1 || count == 0) {
+        ring_fini(&r);
         return SL_OK;
+    }
     off = malloc(2 * (size_t)r.n * sizeof *off);
-    if (!off)
-        return sl_err_set(SL_ERR_NOMEM, "sl_allreduce_sum: out of memory");
+    if (!off) {
+        st = sl_err_set(SL_ERR_NOMEM, "sl_allreduce_sum: out of memory");
+        goto out;
+    }
     len = off + r.n;
     /* n near-equal segments: the first count % n get one float more */
     for (uint32_t k = 0; k < r.n; k++) {
@@ -191,6 +283,7 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
     st = sl_transport_wait_sent(t, r.timeout_ms);
 out:
     free(off);
+    ring_fini(&r);
     return st;
 }
 
@@ -205,8 +298,10 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
 
     SL_TRY(ring_init(&r, t, SL_WIRE_ALLGATHER, component, round, o));
     off = malloc(r.n * sizeof *off);
-    if (!off)
+    if (!off) {
+        ring_fini(&r);
         return sl_err_set(SL_ERR_NOMEM, "sl_allgather: out of memory");
+    }
     for (uint32_t k = 0; k < r.n; k++)
         off[k] = k ? off[k - 1] + counts[k - 1] : 0;
     if (out + off[r.rank] != mine)
@@ -216,6 +311,7 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     st = sl_transport_wait_sent(t, r.timeout_ms);
 done:
     free(off);
+    ring_fini(&r);
     return st;
 }
 
@@ -226,25 +322,29 @@ sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, uint32_t roo
     ring_t r;
     uint32_t pos, left, right;
     size_t nch;
+    sl_status_t st = SL_OK;
 
     SL_TRY(ring_init(&r, t, SL_WIRE_BROADCAST, component, round, o));
-    if (root >= r.n)
-        return sl_err_set(SL_ERR_INVALID, "sl_broadcast: root %u of %u nodes", (unsigned)root,
-                          (unsigned)r.n);
     nch = nchunks(&r, count);
-    if (nch > UINT32_MAX)
-        return sl_err_set(SL_ERR_INVALID, "sl_broadcast: %zu chunks: use larger chunks", nch);
+    if (root >= r.n || nch > UINT32_MAX) {
+        ring_fini(&r);
+        return sl_err_set(SL_ERR_INVALID,
+                          "sl_broadcast: root %u of %u nodes, %zu chunks (use larger ones)",
+                          (unsigned)root, (unsigned)r.n, nch);
+    }
     pos = (r.rank + r.n - root) % r.n; /* place in the chain root -> root+1 -> ... */
     left = (r.rank + r.n - 1) % r.n;
     right = (r.rank + 1) % r.n;
-    for (size_t j = 0; j < nch; j++) {
+    for (size_t j = 0; j < nch && st == SL_OK; j++) {
         size_t at = j * r.chunk, m = count - at < r.chunk ? count - at : r.chunk;
+        float scale = 0.0f; /* the root encodes afresh (and keeps what it sent) */
         if (pos > 0)
-            SL_TRY(recv_chunk(&r, left, (uint32_t)j, buf + at, m, 0));
-        if (pos + 1 < r.n)
-            SL_TRY(send_chunk(&r, right, (uint32_t)j, buf + at, m));
+            st = recv_chunk(&r, left, (uint32_t)j, buf + at, m, 0, &scale);
+        if (st == SL_OK && pos + 1 < r.n)
+            st = send_chunk(&r, right, (uint32_t)j, buf + at, m, scale, pos == 0);
     }
-    return sl_transport_wait_sent(t, r.timeout_ms);
+    ring_fini(&r);
+    return st != SL_OK ? st : sl_transport_wait_sent(t, r.timeout_ms);
 }
 
 sl_status_t
@@ -288,35 +388,61 @@ sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t round, const 
                    size_t count, const uint32_t *pullers, size_t npullers, const uint32_t *chosen,
                    size_t nchosen, float *recv, uint32_t *from, size_t *got, int timeout_ms)
 {
+    return sl_gossip_exchange_coded(t, component, round, mine, count, NULL, pullers, npullers,
+                                    chosen, nchosen, recv, from, got, timeout_ms);
+}
+
+sl_status_t
+sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, const float *mine,
+                         size_t count, const sl_codec_t *codec, const uint32_t *pullers,
+                         size_t npullers, const uint32_t *chosen, size_t nchosen, float *recv,
+                         uint32_t *from, size_t *got, int timeout_ms)
+{
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    unsigned enc = codec ? codec->encoding : SL_WIRE_FP32;
+    size_t elem = sl_wire_element_bytes(enc);
     sl_wire_key_t *keys = NULL;
+    unsigned char *coded = NULL;
+    const void *payload = mine;
+    float scale = 1.0f;
     size_t left = nchosen;
     double deadline = sl_clock_now() + timeout_ms / 1000.0;
     sl_status_t st = SL_OK;
 
     *got = 0;
-    if (count > SL_WIRE_MAX_PAYLOAD / sizeof(float) || timeout_ms < 0)
+    if (count > SL_WIRE_MAX_PAYLOAD / sizeof(float) || timeout_ms < 0 || elem == 0 ||
+        (codec && (!codec->scale || !codec->encode || !codec->decode)))
         return sl_err_set(SL_ERR_INVALID,
                           "sl_gossip_exchange: %zu floats (max %" PRIu64 " per frame), "
-                          "timeout %d ms",
-                          count, SL_WIRE_MAX_PAYLOAD / sizeof(float), timeout_ms);
+                          "timeout %d ms, encoding %u",
+                          count, SL_WIRE_MAX_PAYLOAD / sizeof(float), timeout_ms, enc);
     SL_TRY(check_ranks(pullers, npullers, me, n, "pullers"));
     SL_TRY(check_ranks(chosen, nchosen, me, n, "chosen"));
+    if (codec && npullers > 0) {
+        if (!(coded = malloc(count * elem + 1)))
+            return sl_err_set(SL_ERR_NOMEM, "sl_gossip_exchange: out of memory");
+        scale = codec->scale(codec->ctx, mine, count);
+        codec->encode(codec->ctx, scale, mine, count, coded);
+        payload = coded;
+    }
     for (size_t i = 0; i < npullers; i++) {
         sl_wire_key_t key = {round, component, 0, pullers[i], SL_WIRE_GOSSIP_SNAPSHOT};
         /* copied, not lent: a push to a dead puller may stay queued */
-        st = sl_transport_send(t, &key, mine, (uint32_t)count, SL_WIRE_FP32, 1.0f, 0, 0);
+        st = sl_transport_send(t, &key, payload, (uint32_t)count, enc, scale, 0, 0);
         if (st == SL_ERR_TIMEOUT)
             sl_log_warn("gossip", "rank %u: push to rank %u skipped: %s", (unsigned)me,
                         (unsigned)pullers[i], sl_err_msg());
         else if (st != SL_OK)
-            return st;
+            goto out;
     }
+    st = SL_OK;
     if (nchosen == 0)
-        return SL_OK;
+        goto out;
     keys = malloc(nchosen * sizeof *keys);
-    if (!keys)
-        return sl_err_set(SL_ERR_NOMEM, "sl_gossip_exchange: out of memory");
+    if (!keys) {
+        st = sl_err_set(SL_ERR_NOMEM, "sl_gossip_exchange: out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < nchosen; i++)
         keys[i] = (sl_wire_key_t){round, component, 0, chosen[i], SL_WIRE_GOSSIP_SNAPSHOT};
     while (left > 0) {
@@ -329,16 +455,28 @@ sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t round, const 
             break;
         if (st != SL_OK)
             goto out;
-        if (f->h.encoding != SL_WIRE_FP32 || f->h.count != count) {
+        if (f->h.encoding != enc || f->h.count != count) {
             st = sl_err_set(SL_ERR_INVALID,
                             "sl_gossip_exchange: rank %u: snapshot of component %u from rank "
-                            "%u has %u %s elements, expected %zu fp32",
+                            "%u has %u %s elements, expected %zu %s",
                             (unsigned)me, (unsigned)component, (unsigned)f->h.sender,
-                            (unsigned)f->h.count, sl_wire_encoding_name(f->h.encoding), count);
+                            (unsigned)f->h.count, sl_wire_encoding_name(f->h.encoding), count,
+                            sl_wire_encoding_name(enc));
             sl_transport_frame_release(&f);
             goto out;
         }
-        memcpy(recv + *got * count, f->payload, count * sizeof(float));
+        if (codec) {
+            st = codec->decode(codec->ctx, f->h.scale, f->payload, f->h.payload_bytes,
+                               recv + *got * count, count);
+            if (st != SL_OK) {
+                st = sl_err_prefix(st, "sl_gossip_exchange: rank %u: snapshot from rank %u",
+                                   (unsigned)me, (unsigned)f->h.sender);
+                sl_transport_frame_release(&f);
+                goto out;
+            }
+        } else {
+            memcpy(recv + *got * count, f->payload, count * sizeof(float));
+        }
         if (from)
             from[*got] = f->h.sender;
         ++*got;
@@ -353,5 +491,6 @@ sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t round, const 
                           (unsigned)me, (unsigned)component, round, *got, nchosen, timeout_ms);
 out:
     free(keys);
+    free(coded);
     return st;
 }

@@ -17,10 +17,33 @@
 #include "sl_status.h"
 #include "sl_transport.h"
 
+/* How a collective's floats travel when they are compressed (sync.compression): as
+ * frames of encoding (sl_wire_encoding_t), n values taking n elements of
+ * sl_wire_element_bytes(encoding) bytes. scale picks the header's scale for n floats x;
+ * encode writes them with that scale at dst; decode reads a received payload (bytes
+ * bytes, its header's scale) back into n floats x, and its error status (a bad frame)
+ * fails the collective. ctx is passed back. The sync layer fills it from
+ * src/embed/sl_compress.h; the transport knows no encoding itself. Sums stay fp32: a
+ * node decodes what it receives and adds in fp32. A value that is passed on unchanged
+ * (the allgather half of a ring, a broadcast chain) is re-encoded with the scale it
+ * arrived with, so every node decodes the same bits. */
 typedef struct {
-    size_t chunk_elems; /* floats per frame (0: 65536 = 256 KiB); large buffers stream */
-    unsigned window;    /* frames a node sends ahead of what it receives (0: 8) */
-    int timeout_ms;     /* a receive that waits longer fails (0: the transport's) */
+    unsigned encoding;
+    float (*scale)(const void *ctx, const float *x, size_t n);
+    void (*encode)(const void *ctx, float scale, const float *x, size_t n, void *dst);
+    sl_status_t (*decode)(const void *ctx, float scale, const void *src, size_t bytes, float *x,
+                          size_t n);
+    const void *ctx;
+} sl_codec_t;
+
+typedef struct {
+    size_t chunk_elems;      /* floats per frame (0: 65536 = 256 KiB); large buffers stream */
+    unsigned window;         /* frames a node sends ahead of what it receives (0: 8) */
+    int timeout_ms;          /* a receive that waits longer fails (0: the transport's) */
+    const sl_codec_t *codec; /* borrowed; NULL: fp32 frames, lent without a copy. With a
+                                codec frames are encoded copies, and every node ends with
+                                the decoded values (its own included), so results stay
+                                identical on all nodes */
 } sl_collective_opts_t;
 
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,
@@ -59,5 +82,13 @@ sl_status_t sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t r
                                const float *mine, size_t count, const uint32_t *pullers,
                                size_t npullers, const uint32_t *chosen, size_t nchosen, float *recv,
                                uint32_t *from, size_t *got, int timeout_ms);
+/* The same with the snapshots encoded by codec (borrowed; NULL: fp32): mine is encoded
+ * once, the snapshots received are decoded into recv. A snapshot of another encoding or
+ * size, or one that does not decode, is SL_ERR_INVALID. */
+sl_status_t sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round,
+                                     const float *mine, size_t count, const sl_codec_t *codec,
+                                     const uint32_t *pullers, size_t npullers,
+                                     const uint32_t *chosen, size_t nchosen, float *recv,
+                                     uint32_t *from, size_t *got, int timeout_ms);
 
 #endif

@@ -333,7 +333,8 @@ find_stat(const sl_transport_t *t, unsigned kind, uint32_t component)
 }
 
 static sl_status_t
-count_msg(sl_transport_t *t, unsigned kind, uint32_t component, uint64_t bytes, int sent)
+count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding, uint64_t bytes,
+          int sent)
 {
     sl_transport_stat_t *s = find_stat(t, kind, component);
 
@@ -351,12 +352,16 @@ count_msg(sl_transport_t *t, unsigned kind, uint32_t component, uint64_t bytes, 
         s->kind = (uint8_t)kind;
         s->component = component;
     }
+    if (encoding >= SL_WIRE_NENCODINGS) /* frames are validated: only abort reasons */
+        encoding = 0;
     if (sent) {
         s->sent_msgs++;
         s->sent_bytes += bytes;
+        s->sent_enc_bytes[encoding] += bytes;
     } else {
         s->recv_msgs++;
         s->recv_bytes += bytes;
+        s->recv_enc_bytes[encoding] += bytes;
     }
     return SL_OK;
 }
@@ -496,7 +501,7 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
                           wait_ms);
     if (st != SL_OK)
         return st;
-    return count_msg(t, key->kind, key->component, h.payload_bytes, 1);
+    return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 
 sl_status_t
@@ -646,6 +651,7 @@ dispatch(sl_transport_t *t, frame_t *f, const sl_wire_key_t *keys, size_t nkeys,
     sl_wire_key_t k = sl_wire_key_of(&f->pub.h);
     sl_mailbox_verdict_t v;
     uint64_t bytes = f->pub.h.payload_bytes;
+    unsigned enc = f->pub.h.encoding; /* f belongs to the mailbox once filed */
     char detail[160];
 
     *matched = 0;
@@ -653,11 +659,11 @@ dispatch(sl_transport_t *t, frame_t *f, const sl_wire_key_t *keys, size_t nkeys,
         if (key_eq(&keys[i], &k)) {
             *which = i;
             *matched = 1;
-            return count_msg(t, k.kind, k.component, bytes, 0);
+            return count_msg(t, k.kind, k.component, enc, bytes, 0);
         }
     v = sl_mailbox_file(t->mb, &k, bytes, f);
     if (v == SL_MAILBOX_FILED)
-        return count_msg(t, k.kind, k.component, bytes, 0);
+        return count_msg(t, k.kind, k.component, enc, bytes, 0);
     snprintf(detail, sizeof detail, "%s component %u round %" PRIu64 " seq %u from rank %u",
              sl_wire_kind_name(k.kind), (unsigned)k.component, k.round, (unsigned)k.seq,
              (unsigned)k.peer);
@@ -710,7 +716,8 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
         SL_TRY(read_one(t, &f, &got));
         if (f && f->pub.h.kind == SL_WIRE_ABORT) {
             note_abort(t, f);
-            st = count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.payload_bytes, 0);
+            st = count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
+                           f->pub.h.payload_bytes, 0);
             release_frame(f);
             return st != SL_OK ? st : abort_status(t);
         }
@@ -758,7 +765,8 @@ sl_transport_poll(sl_transport_t *t)
             continue; /* dropped and counted by read_one */
         if (f->pub.h.kind == SL_WIRE_ABORT) {
             note_abort(t, f);
-            SL_TRY(count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.payload_bytes, 0));
+            SL_TRY(count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
+                             f->pub.h.payload_bytes, 0));
             release_frame(f);
             continue;
         }

@@ -55,10 +55,12 @@ void sl_transport_opts_default(sl_transport_opts_t *o);
 
 typedef struct sl_transport sl_transport_t;
 
-/* Messages and payload bytes (headers not included) per (kind, component). */
+/* Messages and payload bytes (headers not included) per (kind, component), and the
+ * same bytes split by the frames' encoding (index sl_wire_encoding_t; 0 unused). */
 typedef struct {
     uint64_t sent_msgs, sent_bytes;
     uint64_t recv_msgs, recv_bytes; /* valid frames accepted (handed out or filed) */
+    uint64_t sent_enc_bytes[SL_WIRE_NENCODINGS], recv_enc_bytes[SL_WIRE_NENCODINGS];
     uint32_t component;
     uint8_t kind;
 } sl_transport_stat_t;

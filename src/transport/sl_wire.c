@@ -31,6 +31,8 @@ static const struct {
     [SL_WIRE_BARRIER] = {"barrier", 0, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_ABORT] = {"abort", SL_WIRE_MAX_ABORT, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_HEARTBEAT] = {"heartbeat", 0, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SPARSE_INDEX] = {"sparse index", SL_WIRE_MAX_PAYLOAD, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SPARSE_VALUES] = {"sparse values", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
 };
 
 sl_wire_key_t

@@ -37,9 +37,12 @@ typedef enum {
     SL_WIRE_BROADCAST = 6,       /* chain broadcast chunk; seq = chunk */
     SL_WIRE_BARRIER = 7,         /* dissemination barrier; seq = stage; no payload */
     SL_WIRE_ABORT = 8,           /* sender is stopping; payload = reason (bytes) */
-    SL_WIRE_HEARTBEAT = 9        /* application-level liveness; no payload */
+    SL_WIRE_HEARTBEAT = 9,       /* application-level liveness; no payload */
+    SL_WIRE_SPARSE_INDEX = 10,   /* sparse exchange: row ids, int32 as bytes; seq 0 = a
+                                    puller's row set, seq 1 = the answerer's extra rows */
+    SL_WIRE_SPARSE_VALUES = 11   /* sparse exchange: values of the union rows (rows, len) */
 } sl_wire_kind_t;
-#define SL_WIRE_NKINDS 10 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
+#define SL_WIRE_NKINDS 12 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
 
 /* How payload elements are stored. fp16/bf16 carry values multiplied by scale before
  * the down-cast (compression scaling); fp32 and bytes use scale 1. */
@@ -49,6 +52,7 @@ typedef enum {
     SL_WIRE_BF16 = 3,
     SL_WIRE_BYTES = 4
 } sl_wire_encoding_t;
+#define SL_WIRE_NENCODINGS 5 /* encodings are 1 .. SL_WIRE_NENCODINGS - 1 */
 
 /* Why sl_wire_decode refused a frame; one code per check, in the order checked. */
 typedef enum {

@@ -1,12 +1,16 @@
 /* Tests of src/sync: the BMUF maths worked by hand on 3 nodes for every algorithm (a
  * gossip round with a missing peer included), gossip-MA consensus against the spectral
- * gap, and 4-node `shoal run` integration runs: every algorithm lowers the loss and
- * writes the final model, allreduce on 2 nodes equals one node with a 2x batch, and a
- * gossip-bmuf run survives a node killed with SIGKILL. */
+ * gap; the Zipf-unique sparse exchange on 3 in-process nodes (threads over loopback
+ * transports): the same rows as the dense exchange, bit for bit, BMUF per row by hand,
+ * compression within its bound; and 4-node `shoal run` integration runs: every
+ * algorithm lowers the loss and writes the final model, allreduce on 2 nodes equals one
+ * node with a 2x batch, a gossip-bmuf run survives a node killed with SIGKILL, and the
+ * unique exchange trains and sends fewer bytes than the dense one. */
 #include <check.h>
 #include <dirent.h>
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,9 +24,11 @@
 #include "sl_bmuf.h"
 #include "sl_config.h"
 #include "sl_file.h"
+#include "sl_log.h"
 #include "sl_mixing.h"
 #include "sl_ring.h"
 #include "sl_schedule.h"
+#include "sl_sparse.h"
 #include "sl_sync.h"
 
 static void
@@ -267,6 +273,500 @@ START_TEST(test_gossip_ma_consensus_rate)
 }
 END_TEST
 
+/* ------------------------------------------------------------ sparse exchange */
+
+/* Three nodes in one process: a thread each, over loopback transports. The model is
+ * laid out as the trainer's (sl_model.h): row shards of a 10-word vocabulary, 2 floats
+ * a row, and a dense component:
+ *   embedding.0  input rows 0..5      embedding.1  input rows 6..9
+ *   lstm.0       5 floats             softmax.0    output rows 0..9 */
+enum { NN = 3, NP = 12 + 8 + 5 + 20, NC = 4 };
+static const sl_component_t trio_comps[NC] = {
+    {"embedding.0", 0, 12, 1, 0, 6, 2},
+    {"embedding.1", 12, 8, 1, 6, 4, 2},
+    {"lstm.0", 20, 5, 0, 0, 0, 0},
+    {"softmax.0", 25, 20, 1, 0, 10, 2},
+};
+
+/* Hand-made touched rows: input {1,3,7} {3,4,8} {0,9} (nodes 0 and 1 overlap on 3,
+ * node 2 is disjoint from both), output {2} {} {2,5}. */
+static const int32_t in_rows[NN][3] = {{1, 3, 7}, {3, 4, 8}, {0, 9}};
+static const int in_count[NN] = {3, 3, 2};
+static const int32_t out_rows[NN][2] = {{2, 0}, {0, 0}, {2, 5}};
+static const int out_count[NN] = {1, 0, 2};
+
+typedef struct trio trio_t;
+/* What node k does before sync block b (1-based): change params, note rows. */
+typedef void (*trio_step_fn)(trio_t *tr, sl_sync_t *s, int k, int b, float *p);
+
+struct trio {
+    const char *conf; /* sync={...} for sl_config_set */
+    const sl_component_t *comps;
+    int ncomps, np, blocks;
+    int alive[NN]; /* the node takes part */
+    trio_step_fn step;
+    float p[NN][NP]; /* in: the start; out: after the last block */
+    sl_sync_stat_t stat[NN][NC];
+    sl_status_t st[NN];
+    char err[NN][256];
+    sl_config_t cfg;
+    sl_transport_t *t[NN];
+};
+
+typedef struct {
+    trio_t *tr;
+    int k;
+} trio_arg_t;
+
+static void *
+trio_node(void *arg)
+{
+    trio_t *tr = ((trio_arg_t *)arg)->tr;
+    int k = ((trio_arg_t *)arg)->k;
+    sl_sync_t *s = NULL;
+    sl_status_t st;
+
+    st =
+        sl_sync_new(&s, &tr->cfg, tr->t[k], k, NN, tr->comps, tr->ncomps, tr->p[k], (size_t)tr->np);
+    for (int b = 1; st == SL_OK && b <= tr->blocks; b++) {
+        if (tr->step)
+            tr->step(tr, s, k, b, tr->p[k]);
+        st = sl_sync_after_step(s, tr->p[k], b);
+    }
+    for (int c = 0; st == SL_OK && c < tr->ncomps; c++)
+        tr->stat[k][c] = *sl_sync_stat(s, c);
+    tr->st[k] = st;
+    snprintf(tr->err[k], sizeof tr->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
+    sl_sync_destroy(&s);
+    return NULL;
+}
+
+/* Runs the alive nodes of tr (period 1: every block syncs every component) and checks
+ * that each returned SL_OK. */
+static void
+trio_run(trio_t *tr)
+{
+    pthread_t th[NN];
+    trio_arg_t args[NN];
+    const char *eps[NN];
+
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_config_init(&tr->cfg);
+    ck_assert_msg(sl_config_set(&tr->cfg, tr->conf) == SL_OK, "%s", sl_err_msg());
+    for (int k = 0; k < NN; k++) {
+        sl_transport_opts_t o;
+        sl_transport_opts_default(&o);
+        o.run_id = 77;
+        o.rank = (uint32_t)k;
+        o.size = NN;
+        o.linger_ms = 100;
+        o.timeout_ms = 5000;
+        ck_assert_int_eq(sl_transport_new(&tr->t[k], &o), SL_OK);
+        eps[k] = sl_transport_endpoint(tr->t[k]);
+    }
+    for (int k = 0; k < NN; k++)
+        ck_assert_int_eq(sl_transport_connect(tr->t[k], eps), SL_OK);
+    for (int k = 0; k < NN; k++) {
+        args[k] = (trio_arg_t){tr, k};
+        if (tr->alive[k])
+            ck_assert_int_eq(pthread_create(&th[k], NULL, trio_node, &args[k]), 0);
+    }
+    for (int k = 0; k < NN; k++)
+        if (tr->alive[k])
+            pthread_join(th[k], NULL);
+    for (int k = 0; k < NN; k++)
+        sl_transport_destroy(&tr->t[k]);
+    sl_config_fini(&tr->cfg);
+    for (int k = 0; k < NN; k++)
+        ck_assert_msg(!tr->alive[k] || tr->st[k] == SL_OK, "node %d: %s", k, tr->err[k]);
+}
+
+/* Values that are multiples of 1/8 in [-4, 4), different on every node: every sum of
+ * three is exact, so averages agree bit for bit whatever the order of the additions. */
+static float
+eighths(int k, int i)
+{
+    return (float)((k * 37 + i * 11 + 5) % 64 - 32) / 8.0f;
+}
+
+/* Values that no 16-bit format holds exactly, for the compression bounds. */
+static float
+wavy(int k, int i)
+{
+    return (float)(3.0 * sin(7.1 * k + 1.3 * i + 0.2));
+}
+
+static void
+trio_init(trio_t *tr, const char *conf, float (*value)(int, int))
+{
+    memset(tr, 0, sizeof *tr);
+    tr->conf = conf;
+    tr->comps = trio_comps;
+    tr->ncomps = NC;
+    tr->np = NP;
+    tr->blocks = 1;
+    for (int k = 0; k < NN; k++) {
+        tr->alive[k] = 1;
+        for (int i = 0; i < NP; i++)
+            tr->p[k][i] = value(k, i);
+    }
+}
+
+static void
+note_hand_rows(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)tr;
+    (void)b;
+    (void)p;
+    ck_assert_int_eq(sl_sync_note_rows(s, 0, in_rows[k], in_count[k]), SL_OK);
+    ck_assert_int_eq(sl_sync_note_rows(s, 1, out_rows[k], out_count[k]), SL_OK);
+}
+
+/* Whether node k touched row r (shard-local) of shard cp. */
+static int
+touched(int k, const sl_component_t *cp, long r)
+{
+    long v = cp->row_begin + r;
+
+    if (strncmp(cp->name, "softmax", 7) == 0) {
+        for (int i = 0; i < out_count[k]; i++)
+            if (out_rows[k][i] == v)
+                return 1;
+        return 0;
+    }
+    for (int i = 0; i < in_count[k]; i++)
+        if (in_rows[k][i] == v)
+            return 1;
+    return 0;
+}
+
+/* The rank node k pulls from in round 1 of component c (gossip, q = 1, n = 3). */
+static int
+gossip_pull(int k, int c)
+{
+    sl_schedule_t sch;
+    int ch[4], cnt;
+
+    ck_assert_int_eq(sl_schedule_init(&sch, NN, sl_ring_default_degree(NN), 1, 1234), SL_OK);
+    ck_assert_int_eq(sl_schedule_chosen(&sch, 1, c, k, ch, 4, &cnt), SL_OK);
+    ck_assert_int_eq(cnt, 1);
+    return ch[0];
+}
+
+static const struct {
+    const char *algorithm;
+    int missing; /* node 2 takes no part */
+} unique_cases[] = {{"ma", 0}, {"gossip-ma", 0}, {"gossip-ma", 1}};
+/* The layout of the missing-peer case: the input embedding in one shard, nothing else. */
+static const sl_component_t one_shard[1] = {{"embedding.0", 0, 20, 1, 0, 10, 2}};
+
+/* One sync block of the hand-made touched rows, exchange unique against exchange dense
+ * from the same start: every node's rows in the set averaged (ma: the union U_g over
+ * all nodes; gossip-ma: E_k u E_j with the node j it pulled from, E_k alone when j was
+ * missing) equal the dense result bit for bit, every other row keeps its start value,
+ * and the dense component is exchanged as before. Bytes: a gossip node sends 4 bytes
+ * per id of E_k to its chosen node, of E_k \ E_p to each puller p, and 4 x 2 per row of
+ * E_k u E_p of values. */
+START_TEST(test_unique_equals_dense)
+{
+    const char *alg = unique_cases[_i].algorithm;
+    int missing = unique_cases[_i].missing, gossip = strcmp(alg, "gossip-ma") == 0;
+    static trio_t dense, uniq;
+    char cd[256], cu[256];
+    int changed = 0;
+
+    snprintf(cd, sizeof cd, "sync={algorithm: %s, period: 1, timeout_ms: %d}", alg,
+             missing ? 300 : 5000);
+    snprintf(cu, sizeof cu, "sync={algorithm: %s, period: 1, timeout_ms: %d, exchange: unique}",
+             alg, missing ? 300 : 5000);
+    trio_init(&dense, cd, eighths);
+    trio_init(&uniq, cu, eighths);
+    dense.step = uniq.step = note_hand_rows;
+    /* node 2 missing: one component only. With several, a node that waited for node 2
+     * in one component may be late for the next, in which a live peer waited for it
+     * just as long: whether it makes it is a race, dense or unique alike. */
+    if (missing) {
+        dense.alive[2] = uniq.alive[2] = 0;
+        dense.comps = uniq.comps = one_shard;
+        dense.ncomps = uniq.ncomps = 1;
+        dense.np = uniq.np = 20;
+    }
+    trio_run(&dense);
+    trio_run(&uniq);
+    for (int k = 0; k < NN; k++) {
+        if (!uniq.alive[k])
+            continue;
+        for (int c = 0; c < uniq.ncomps; c++) {
+            const sl_component_t *cp = &uniq.comps[c];
+            int j = gossip ? gossip_pull(k, c) : 0;
+            uint64_t ids = 0, vals = 0;
+
+            if (!cp->sparse) {
+                assert_floats(uniq.p[k] + cp->offset, dense.p[k] + cp->offset, cp->count);
+                continue;
+            }
+            for (long r = 0; r < cp->rows; r++) {
+                int in = touched(k, cp, r);
+                const float *got = uniq.p[k] + cp->offset + r * cp->row_len;
+                const float *avg = dense.p[k] + cp->offset + r * cp->row_len, *want;
+                float st0[2] = {eighths(k, (int)(cp->offset + r * 2)),
+                                eighths(k, (int)(cp->offset + r * 2 + 1))};
+
+                for (int m = 0; m < NN && !gossip; m++)
+                    in |= touched(m, cp, r);
+                if (gossip && uniq.alive[j])
+                    in |= touched(j, cp, r);
+                want = in ? avg : st0;
+                ck_assert_msg(got[0] == want[0] && got[1] == want[1],
+                              "%s node %d %s row %ld: got %g %g, want %g %g", alg, k, cp->name, r,
+                              got[0], got[1], want[0], want[1]);
+                changed += in && (avg[0] != st0[0] || avg[1] != st0[1]);
+            }
+            if (!gossip || missing)
+                continue;
+            /* the bytes this node sent for shard c: its set to j, then its answers */
+            for (long r = 0; r < cp->rows; r++)
+                ids += touched(k, cp, r);
+            for (int p = 0; p < NN; p++) {
+                if (p == k || gossip_pull(p, c) != k)
+                    continue;
+                for (long r = 0; r < cp->rows; r++) {
+                    ids += touched(k, cp, r) && !touched(p, cp, r);
+                    vals += touched(k, cp, r) || touched(p, cp, r);
+                }
+            }
+            ck_assert_uint_eq(uniq.stat[k][c].sent_enc_bytes[SL_WIRE_BYTES], 4 * ids);
+            ck_assert_uint_eq(uniq.stat[k][c].sent_enc_bytes[SL_WIRE_FP32], 4 * 2 * vals);
+            ck_assert_uint_eq(uniq.stat[k][c].sent_bytes, 4 * ids + 8 * vals);
+        }
+        if (missing) /* the node that pulled from node 2 averaged alone */
+            ck_assert_uint_eq(uniq.stat[k][0].answered, gossip_pull(k, 0) == 2 ? 0 : 1);
+    }
+    ck_assert_int_gt(changed, missing ? 0 : 4);
+}
+END_TEST
+
+/* bmuf (all-node average) with exchange unique, eta 0.5, zeta 1, Nesterov, blockstart,
+ * on one shard of 4 rows of 1 float; every node starts at 0 (omega = start = 0).
+ *   block 1: node 0 moves row 0 to 3 and touched it, node 1 row 1 to 6 (touched), node
+ *     2 row 3 to 5 without touching it (as Adam's momentum would). U_g = {0, 1}:
+ *     bar = [1, 2]; G = bar - 0; Delta = [1, 2]; omega = [1, 2];
+ *     theta = omega + Delta / 2 = [1.5, 3] on every node; row 3 stays 5 on node 2
+ *   block 2: node 0 moves row 1 by +3 (touched), node 2 row 3 to 9 (touched). U_g =
+ *     {1, 3}: bar = [(6 + 3 + 3) / 3, (0 + 0 + 9) / 3] = [4, 3]
+ *     row 1: G = 4 - 3 = 1; Delta = 0.5 * 2 + 1 = 2; omega = 4; theta = 5
+ *     row 3: first sync: G = 3; Delta = 3; omega = 3; theta = 4.5
+ *     row 0 (nobody touched it) keeps 1.5 and its Delta 1, row 2 stays 0
+ *   every node ends at [1.5, 5, 0, 4.5]. */
+static const sl_component_t bmuf_comp[1] = {{"embedding.0", 0, 4, 1, 0, 4, 1}};
+
+static void
+bmuf_steps(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    int32_t r;
+
+    (void)tr;
+    if (b == 1 && k < 2) {
+        r = k;
+        p[k] = k == 0 ? 3 : 6;
+        ck_assert_int_eq(sl_sync_note_rows(s, 0, &r, 1), SL_OK);
+    } else if (b == 1) {
+        p[3] = 5;
+    } else if (k == 0) {
+        r = 1;
+        p[1] += 3;
+        ck_assert_int_eq(sl_sync_note_rows(s, 0, &r, 1), SL_OK);
+    } else if (k == 2) {
+        r = 3;
+        p[3] = 9;
+        ck_assert_int_eq(sl_sync_note_rows(s, 0, &r, 1), SL_OK);
+    }
+}
+
+static float
+zero(int k, int i)
+{
+    (void)k;
+    (void)i;
+    return 0;
+}
+
+START_TEST(test_bmuf_rows_by_hand)
+{
+    static trio_t tr;
+    const float want[4] = {1.5f, 5, 0, 4.5f};
+
+    trio_init(&tr,
+              "sync={algorithm: bmuf, period: 1, exchange: unique, block_momentum: 0.5, "
+              "block_lr: 1, nesterov: true, block_reference: blockstart}",
+              zero);
+    tr.comps = bmuf_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 2;
+    tr.step = bmuf_steps;
+    trio_run(&tr);
+    for (int k = 0; k < NN; k++) {
+        assert_floats(tr.p[k], want, 4);
+        ck_assert_uint_eq(tr.stat[k][0].rows_merged, 4); /* |U_g| = 2 in each block */
+        ck_assert_uint_eq(tr.stat[k][0].rows_own, k == 1 ? 1 : k == 0 ? 2 : 1);
+    }
+}
+END_TEST
+
+static const struct {
+    const char *algorithm, *exchange, *compression;
+    double bound; /* largest |compressed - fp32| allowed */
+} compress_cases[] = {
+    /* a value in [-3, 3] passes at most 3 roundings of a partial sum of magnitude <= 9
+     * (reduce-scatter, then the owner's encoding) before the division by 3: error
+     * <= 3 x 9 x 2^-11 / 3 for fp16 (10 stored mantissa bits), 2^-8 for bf16 */
+    {"ma", "dense", "fp16", 9.0 / 2048},
+    {"ma", "unique", "fp16", 9.0 / 2048},
+    {"ma", "unique", "bf16", 9.0 / 256},
+    /* gossip: one received copy of magnitude <= 3, rounded once, halved */
+    {"gossip-ma", "unique", "fp16", 3.0 / 2048 / 2},
+    {"gossip-ma", "dense", "bf16", 3.0 / 256 / 2},
+};
+
+/* Compression: the same block with values that no 16-bit format holds exactly, fp32
+ * against fp16 / bf16 (automatic scale): every value within the bound, some not exact
+ * (compression did happen), and for ma every node ending with the same bits. Values
+ * travel in the encoding (counters by encoding), row ids as bytes. */
+START_TEST(test_compression_bound)
+{
+    static trio_t ref, cmp;
+    char c32[256], c16[256];
+    double worst = 0;
+    int ma = strcmp(compress_cases[_i].algorithm, "ma") == 0;
+    unsigned enc =
+        strcmp(compress_cases[_i].compression, "fp16") == 0 ? SL_WIRE_FP16 : SL_WIRE_BF16;
+
+    snprintf(c32, sizeof c32, "sync={algorithm: %s, period: 1, exchange: %s}",
+             compress_cases[_i].algorithm, compress_cases[_i].exchange);
+    snprintf(c16, sizeof c16, "sync={algorithm: %s, period: 1, exchange: %s, compression: %s}",
+             compress_cases[_i].algorithm, compress_cases[_i].exchange,
+             compress_cases[_i].compression);
+    trio_init(&ref, c32, wavy);
+    trio_init(&cmp, c16, wavy);
+    ref.step = cmp.step = note_hand_rows;
+    trio_run(&ref);
+    trio_run(&cmp);
+    for (int k = 0; k < NN; k++) {
+        for (int i = 0; i < NP; i++) {
+            double d = fabs((double)cmp.p[k][i] - (double)ref.p[k][i]);
+            if (d > worst)
+                worst = d;
+            if (ma && ref.p[k][i] == ref.p[0][i]) /* averaged (rows outside U_g are not) */
+                ck_assert_msg(cmp.p[k][i] == cmp.p[0][i], "node %d element %d: %.9g, node 0 %.9g",
+                              k, i, cmp.p[k][i], cmp.p[0][i]);
+        }
+        for (int c = 0; c < NC; c++) {
+            /* every node sends in ma; in gossip a node may have no puller */
+            ck_assert(!ma || cmp.stat[k][c].sent_enc_bytes[enc] > 0);
+            ck_assert(cmp.stat[0][c].sent_enc_bytes[enc] + cmp.stat[1][c].sent_enc_bytes[enc] +
+                          cmp.stat[2][c].sent_enc_bytes[enc] >
+                      0);
+            ck_assert_uint_eq(cmp.stat[k][c].sent_enc_bytes[SL_WIRE_FP32],
+                              ma && trio_comps[c].sparse &&
+                                      strcmp(compress_cases[_i].exchange, "unique") == 0
+                                  ? cmp.stat[k][c].sent_bytes -
+                                        cmp.stat[k][c].sent_enc_bytes[enc] /* ids, sizes */
+                                  : 0);
+        }
+    }
+    ck_assert_msg(worst > 0 && worst <= compress_cases[_i].bound, "worst %g, bound %g", worst,
+                  compress_cases[_i].bound);
+}
+END_TEST
+
+/* E_k: the touched rows, the top rows (ids below ntop) and a random fraction drawn from
+ * a key, the same for the same key. */
+START_TEST(test_sparse_select)
+{
+    sl_rowset_t rs;
+    int32_t out[1000], again[1000];
+    size_t n, m;
+    const int32_t want[] = {0, 1, 5, 63, 64, 999};
+
+    ck_assert_int_eq(sl_rowset_init(&rs, 1000), SL_OK);
+    sl_rowset_add(&rs, 999);
+    sl_rowset_add(&rs, 5);
+    sl_rowset_add(&rs, 64);
+    sl_rowset_add(&rs, 63);
+    sl_rowset_add(&rs, 5);
+    ck_assert_int_eq(sl_sparse_select(&rs, 2, 0, 1, out), 6);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(out[i], want[i]);
+    /* q = 30%: about 300 random rows, ascending, the touched ones kept, the same ones
+     * for the same key and others for another key */
+    n = sl_sparse_select(&rs, 0, 0.3, 42, out);
+    ck_assert_msg(n > 250 && n < 350, "%zu rows", n);
+    for (size_t i = 1; i < n; i++)
+        ck_assert_int_gt(out[i], out[i - 1]);
+    ck_assert_int_eq(out[n - 1], 999);
+    m = sl_sparse_select(&rs, 0, 0.3, 42, again);
+    ck_assert_uint_eq(m, n);
+    ck_assert_int_eq(memcmp(out, again, n * sizeof *out), 0);
+    m = sl_sparse_select(&rs, 0, 0.3, 43, again);
+    ck_assert(m != n || memcmp(out, again, n * sizeof *out) != 0);
+    ck_assert_int_eq(sl_sparse_select(&rs, 1000, 0, 1, out), 1000);
+    sl_rowset_clear(&rs);
+    ck_assert_int_eq(sl_sparse_select(&rs, 0, 0, 1, out), 0);
+    ck_assert_int_eq(sl_sparse_select(&rs, 0, 1.0, 7, out), 1000);
+    sl_rowset_fini(&rs);
+    ck_assert_int_eq(sl_rowset_init(&rs, 0), SL_ERR_INVALID);
+}
+END_TEST
+
+/* Settings an algorithm cannot use are refused with the key's name; touched rows outside
+ * the vocabulary are refused. */
+START_TEST(test_exchange_settings)
+{
+    static const struct {
+        const char *conf, *msg;
+    } bad[] = {
+        {"sync={algorithm: gossip-bmuf, exchange: allgather}", "sync.exchange allgather"},
+        {"sync={algorithm: ma, exchange: dense, exchange_top: 5}", "sync.exchange_top"},
+        {"sync={algorithm: allreduce, exchange: unique, exchange_random: 5}",
+         "sync.exchange_random"},
+        {"sync={algorithm: bmuf, exchange: unique}", "[0, 100]"}, /* set to 101 below */
+    };
+    sl_transport_t *t;
+    sl_transport_opts_t o;
+    sl_config_t c;
+    sl_sync_t *s = NULL;
+    float p[NP] = {0};
+    const int32_t good[] = {9, 0}, outside[] = {3, 10};
+
+    sl_transport_opts_default(&o);
+    o.size = 2;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_config_init(&c);
+        ck_assert_int_eq(sl_config_set(&c, bad[i].conf), SL_OK);
+        if (i == 3) /* the config refuses it; a caller filling the struct may not */
+            c.sync.exchange_top = 101;
+        ck_assert_int_eq(sl_sync_new(&s, &c, t, 0, 2, trio_comps, NC, p, NP), SL_ERR_CONFIG);
+        ck_assert_msg(strstr(sl_err_msg(), bad[i].msg) != NULL, "%s", sl_err_msg());
+        ck_assert_ptr_null(s);
+        sl_config_fini(&c);
+    }
+    sl_config_init(&c);
+    ck_assert_int_eq(sl_config_set(&c, "sync={algorithm: gossip-bmuf, exchange: unique, "
+                                       "exchange_top: 10, exchange_random: 1}"),
+                     SL_OK);
+    ck_assert_int_eq(sl_sync_new(&s, &c, t, 0, 2, trio_comps, NC, p, NP), SL_OK);
+    ck_assert_int_eq(sl_sync_note_rows(s, 0, good, 2), SL_OK);
+    ck_assert_int_eq(sl_sync_note_rows(s, 1, outside, 2), SL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "row 10 of the output embedding"));
+    ck_assert_int_eq(sl_sync_note_rows(s, 0, (const int32_t[]){-1}, 1), SL_ERR_INVALID);
+    sl_sync_destroy(&s);
+    sl_config_fini(&c);
+    sl_transport_destroy(&t);
+}
+END_TEST
+
 /* ------------------------------------------------------------ shoal run */
 
 static char tmp_root[512];
@@ -455,6 +955,69 @@ START_TEST(test_run_each_algorithm)
 }
 END_TEST
 
+/* sent_bytes of the last sync line of component comp in a node's metrics.jsonl. */
+static double
+last_sent_bytes(const char *run, int rank, const char *comp)
+{
+    char path[700], pat[80], *text, *line;
+    double bytes = -1;
+
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, rank);
+    snprintf(pat, sizeof pat, "\"component\":\"%s\"", comp);
+    text = slurp(path);
+    for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (strstr(line, "\"event\":\"sync\"") && strstr(line, pat))
+            bytes = json_num(line, "sent_bytes");
+    free(text);
+    ck_assert_msg(bytes >= 0, "no sync line of %s in %s", comp, path);
+    return bytes;
+}
+
+static const struct {
+    const char *algorithm, *exchange;
+} unique_runs[] = {{"gossip-bmuf", "unique"}, {"gossip-bmuf", "dense"}, {"allreduce", "unique"}};
+
+/* 4 nodes with exchange: unique (and the dense run it is compared with): the loss falls
+ * on every node and the final model is written. Then gossip-bmuf's input embedding
+ * (500 rows, each node seeing 8 x 32 tokens a block) cost node 0 fewer bytes with
+ * unique than with dense, but not none. */
+START_TEST(test_run_unique)
+{
+    char run[64], conf[700], extra[256], path[800];
+    double first, last;
+
+    if (!have_shoal())
+        return;
+    for (size_t i = 0; i < sizeof unique_runs / sizeof unique_runs[0]; i++) {
+        snprintf(run, sizeof run, "x-%s-%s", unique_runs[i].algorithm, unique_runs[i].exchange);
+        snprintf(extra, sizeof extra,
+                 "sync: {algorithm: %s, period: 4, embedding_period: 8, timeout_ms: 10000, "
+                 "exchange: %s}\n",
+                 unique_runs[i].algorithm, unique_runs[i].exchange);
+        tiny_yaml(conf, sizeof conf, run, extra);
+        ck_assert_int_eq(
+            wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
+                                                         "train.max_steps=120", NULL}),
+                       60),
+            0);
+        for (int r = 0; r < 4; r++) {
+            loss_first_last(run, r, &first, &last);
+            ck_assert_msg(last < first, "%s node %d: loss %.4f -> %.4f", run, r, first, last);
+        }
+        snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+        ck_assert_int_eq(access(path, F_OK), 0);
+    }
+    {
+        double u = last_sent_bytes("x-gossip-bmuf-unique", 0, "embedding.0");
+        double d = last_sent_bytes("x-gossip-bmuf-dense", 0, "embedding.0");
+        ck_assert_msg(u > 0 && u < d,
+                      "embedding.0: unique %.0f bytes, dense %.0f (unique sends nothing "
+                      "unless the trainer calls sl_sync_note_model after each step)",
+                      u, d);
+    }
+}
+END_TEST
+
 /* The parameters of a model file (after the 192-byte header). */
 static float *
 model_params(const char *path, size_t n)
@@ -609,9 +1172,17 @@ sync_suite(void)
     tcase_add_test(core, test_gossip_bmuf_two_blocks);
     tcase_add_test(core, test_sync_single_node);
     tcase_add_test(core, test_gossip_ma_consensus_rate);
+    tcase_add_loop_test(core, test_unique_equals_dense, 0,
+                        (int)(sizeof unique_cases / sizeof unique_cases[0]));
+    tcase_add_test(core, test_bmuf_rows_by_hand);
+    tcase_add_loop_test(core, test_compression_bound, 0,
+                        (int)(sizeof compress_cases / sizeof compress_cases[0]));
+    tcase_add_test(core, test_sparse_select);
+    tcase_add_test(core, test_exchange_settings);
     tcase_add_loop_test(core, test_run_each_algorithm, 0,
                         (int)(sizeof algorithms / sizeof algorithms[0]));
     tcase_add_test(core, test_allreduce_equals_big_batch);
+    tcase_add_test(core, test_run_unique);
     tcase_set_timeout(core, 120);
     tcase_add_test(limits, test_gossip_bmuf_survives_kill);
     tcase_set_timeout(limits, 120);

@@ -249,9 +249,9 @@ START_TEST(test_bad_arguments)
     ck_assert_int_eq(sl_gossip_exchange(t, 0, 0, v, 2, NULL, 0, &self, 1, v, NULL, &got, 10),
                      SL_ERR_INVALID);
     ck_assert_int_eq(sl_broadcast(t, 0, 0, 2, v, 2, NULL), SL_ERR_INVALID);
-    sl_collective_opts_t co = {0, 1000, 0};
+    sl_collective_opts_t co = {0, 1000, 0, NULL};
     ck_assert_int_eq(sl_allreduce_sum(t, 0, 0, v, 2, &co), SL_ERR_INVALID);
-    co = (sl_collective_opts_t){1, 0, 0};
+    co = (sl_collective_opts_t){1, 0, 0, NULL};
     /* 2^32 chunks of one float cannot be numbered */
     ck_assert_int_eq(sl_broadcast(t, 0, 0, 0, v, (size_t)1 << 33, &co), SL_ERR_INVALID);
     sl_transport_destroy(&t);
@@ -517,7 +517,7 @@ node_allreduce(sl_transport_t *t, cluster_t *c, uint64_t *result)
     for (int s = 0; shapes[s].count; s++) {
         size_t count = shapes[s].count;
         float *buf = malloc(count * sizeof *buf);
-        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0};
+        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0, NULL};
         for (size_t i = 0; i < count; i++)
             buf[i] = value(me, i) * (float)(s + 1);
         if (sl_allreduce_sum(t, 3, (uint64_t)s, buf, count, &o) != SL_OK)
@@ -596,7 +596,7 @@ node_allgather(sl_transport_t *t, cluster_t *c, uint64_t *result)
               *mine = malloc((counts[me] + 1) * sizeof *mine);
         for (size_t i = 0; i < counts[me]; i++)
             mine[i] = value(me, i);
-        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0};
+        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0, NULL};
         if (sl_allgather(t, 9, (uint64_t)pass, mine, out, counts, &o) != SL_OK)
             return 10 + pass;
         size_t at = 0;
@@ -638,7 +638,7 @@ node_broadcast(sl_transport_t *t, cluster_t *c, uint64_t *result)
             float *buf = malloc(count * sizeof *buf);
             for (size_t i = 0; i < count; i++)
                 buf[i] = me == root ? value(root, i) : -99.0f;
-            sl_collective_opts_t o = {shapes[s].chunk, 0, 0};
+            sl_collective_opts_t o = {shapes[s].chunk, 0, 0, NULL};
             if (sl_broadcast(t, 1, round, root, buf, count, &o) != SL_OK)
                 return 10 + (int)s;
             for (size_t i = 0; i < count; i++)
@@ -888,7 +888,7 @@ node_after_injection(sl_transport_t *t, cluster_t *c, uint64_t *result)
     /* and a real collective still works */
     for (size_t i = 0; i < 1000; i++)
         buf[i] = value(me, i);
-    sl_collective_opts_t o = {64, 0, 0};
+    sl_collective_opts_t o = {64, 0, 0, NULL};
     if (sl_allreduce_sum(t, 0, 0, buf, 1000, &o) != SL_OK)
         return 16;
     for (size_t i = 0; i < 1000; i++)

@@ -1,0 +1,796 @@
+/* Tests of src/embed/sl_sparse_allreduce: forked clusters of 1..5 nodes over ipc://
+ * run the unique, allgather and dense exchanges of one row shard on random touched sets
+ * (overlapping, disjoint, empty on some nodes, every row, rows outside the shard) and
+ * compare each with the sum every node computes locally from all nodes' rows; then a
+ * silent peer (SL_ERR_TIMEOUT within the timeout), a peer that aborts
+ * (SL_ERR_SHUTDOWN), a malicious peer that sends counts and rows that break the
+ * contract (SL_ERR_INVALID on every honest node), and bad arguments.
+ *
+ * What is asserted, per element of the shard:
+ *   allgather == the float sum in rank order from zero (bitwise: that is its order);
+ *   unique, dense within 1e-6 x sum |terms| of the double sum (the ring adds in another
+ *   order), and bitwise equal to the rank-order sum, hence to each other, in every row
+ *   that at most two nodes touched (two nonzero terms add the same in any order);
+ *   rows no node touched are 0 in every mode; all nodes end bit-identical (hash).
+ * The harness (fork, endpoints through pipes, kill on timeout) is check_transport.c's. */
+#include <check.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sl_clock.h"
+#include "sl_collective.h"
+#include "sl_half.h"
+#include "sl_hash.h"
+#include "sl_log.h"
+#include "sl_rng.h"
+#include "sl_sparse_allreduce.h"
+#include "sl_transport.h"
+
+#define RUN 0x5a5e0000c0deULL
+#define MAXN 8
+#define COMP 3u
+/* The shard: vocabulary rows [RB, RB + R) of D floats; touched rows reach below and above. */
+#define RB 100
+#define R 300
+#define D 7
+#define VOCAB (RB + R + 50)
+/* Collective options with a receive timeout. */
+#define WAIT(ms) (&(sl_collective_opts_t){.timeout_ms = (ms)})
+
+/* ---------------------------------------------------------------- forked clusters */
+
+typedef struct cluster cluster_t;
+/* One node's part: returns 0 when all its checks passed; res[0..2] go to the parent. */
+typedef int (*node_fn)(sl_transport_t *t, cluster_t *c, uint64_t *res);
+
+struct cluster {
+    int n;
+    int timeout_ms; /* the nodes' transport timeout */
+    node_fn node;
+    int final_barrier; /* nodes pass a barrier before they destroy their transport */
+    double wait_s;     /* all nodes must be done by then */
+    char dir[64];
+    int status[MAXN];
+    uint64_t res[MAXN][3]; /* [0]: a hash of the results, [1], [2]: sent, received bytes */
+};
+
+/* Contexts of a node, destroyed after its transport: after a failed call ZeroMQ may
+ * still hold their buffers (sl_collective.h). */
+static sl_sparse_allreduce_t *keep[8];
+
+static int
+read_full(int fd, void *buf, size_t len, int timeout_ms)
+{
+    char *p = buf;
+    while (len) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, timeout_ms) <= 0)
+            return -1;
+        ssize_t r = read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static int
+write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static void
+child(cluster_t *c, int rank, int up, int down, pid_t parent)
+{
+    sl_transport_t *t = NULL;
+    sl_transport_opts_t o;
+    char bind[128], eps[MAXN][256];
+    const char *table[MAXN];
+    uint64_t res[3] = {0, 0, 0};
+    int rc;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(97);
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_transport_opts_default(&o);
+    o.run_id = RUN;
+    o.rank = (uint32_t)rank;
+    o.size = (uint32_t)c->n;
+    snprintf(bind, sizeof bind, "ipc://%s/rank-%d", c->dir, rank);
+    o.bind_endpoint = bind;
+    o.timeout_ms = c->timeout_ms;
+    o.heartbeat_ms = 200;
+    o.linger_ms = 500;
+    if (sl_transport_new(&t, &o) != SL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());
+        _exit(90);
+    }
+    memset(eps, 0, sizeof eps);
+    snprintf(eps[0], sizeof eps[0], "%s", sl_transport_endpoint(t));
+    if (write_full(up, eps[0], sizeof eps[0]) != 0 ||
+        read_full(down, eps, sizeof eps[0] * (size_t)c->n, 10000) != 0)
+        _exit(91);
+    for (int k = 0; k < c->n; k++)
+        table[k] = eps[k];
+    if (sl_transport_connect(t, table) != SL_OK)
+        _exit(92);
+    rc = c->node(t, c, res);
+    if (rc == 0 && c->final_barrier && c->n > 1 && sl_barrier(t, (uint64_t)1 << 40, 0) != SL_OK)
+        rc = 80;
+    if (rc != 0)
+        fprintf(stderr, "rank %d of %d: check %d failed; last error: %s\n", rank, c->n, rc,
+                sl_err_msg());
+    write_full(up, res, sizeof res);
+    sl_transport_destroy(&t);
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        sl_sparse_allreduce_destroy(&keep[i]);
+    _exit(rc);
+}
+
+/* Runs c->node on c->n forked nodes; every node must exit 0. */
+static void
+run_cluster(cluster_t *c, const char *what)
+{
+    pid_t pids[MAXN], me = getpid();
+    int up[MAXN][2], down[MAXN][2], alive, bad = 0;
+    char eps[MAXN][256];
+    double deadline = sl_clock_now() + c->wait_s;
+
+    snprintf(c->dir, sizeof c->dir, "/tmp/shoal-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c->dir));
+    for (int i = 0; i < c->n; i++) {
+        ck_assert_int_eq(pipe(up[i]), 0);
+        ck_assert_int_eq(pipe(down[i]), 0);
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0) {
+            for (int j = 0; j < i; j++) {
+                close(up[j][0]);
+                close(down[j][1]);
+            }
+            close(up[i][0]);
+            close(down[i][1]);
+            child(c, i, up[i][1], down[i][0], me);
+        }
+        close(up[i][1]);
+        close(down[i][0]);
+        c->status[i] = -1;
+        memset(c->res[i], 0, sizeof c->res[i]);
+    }
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = read_full(up[i][0], eps[i], sizeof eps[i], 10000) != 0;
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = write_full(down[i][1], eps, sizeof eps[0] * (size_t)c->n) != 0;
+    do {
+        alive = 0;
+        for (int i = 0; i < c->n; i++) {
+            if (c->status[i] != -1)
+                continue;
+            int st;
+            if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                c->status[i] = st;
+                read_full(up[i][0], c->res[i], sizeof c->res[i], 0);
+            } else {
+                alive++;
+            }
+        }
+        if (alive && (bad || sl_clock_now() > deadline)) {
+            for (int i = 0; i < c->n; i++)
+                if (c->status[i] == -1) {
+                    kill(pids[i], SIGKILL);
+                    waitpid(pids[i], NULL, 0);
+                    c->status[i] = -2; /* timed out */
+                }
+            alive = 0;
+        }
+        if (alive)
+            usleep(5000);
+    } while (alive);
+    for (int i = 0; i < c->n; i++) {
+        char path[128];
+        close(up[i][0]);
+        close(down[i][1]);
+        snprintf(path, sizeof path, "%s/rank-%d", c->dir, i);
+        unlink(path);
+    }
+    rmdir(c->dir);
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg(c->status[i] >= 0 && WIFEXITED(c->status[i]) &&
+                          WEXITSTATUS(c->status[i]) == 0,
+                      "%s, %d nodes: rank %d %s %d", what, c->n, i,
+                      c->status[i] == -2          ? "timed out"
+                      : WIFSIGNALED(c->status[i]) ? "killed by signal"
+                                                  : "exited with",
+                      c->status[i] == -2          ? 0
+                      : WIFSIGNALED(c->status[i]) ? WTERMSIG(c->status[i])
+                                                  : WEXITSTATUS(c->status[i]));
+}
+
+static void
+cluster_init(cluster_t *c, int n, node_fn fn)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    c->timeout_ms = 3000;
+    c->node = fn;
+    c->final_barrier = 1;
+    c->wait_s = 25;
+}
+
+static sl_component_t
+shard(void)
+{
+    sl_component_t c = {.name = "embedding.1",
+                        .offset = 0,
+                        .count = (size_t)R * D,
+                        .sparse = 1,
+                        .row_begin = RB,
+                        .rows = R,
+                        .row_len = D};
+    return c;
+}
+
+/* ---------------------------------------------------------------- touched sets */
+
+enum { OVERLAP, DISJOINT, SOME_EMPTY, ALL_ROWS, ALL_EMPTY, NSCEN };
+static const char *const scen_name[NSCEN] = {"overlapping", "disjoint", "empty on some nodes",
+                                             "all rows", "empty everywhere"};
+
+/* Node k's touched rows (absolute ids, ascending, some outside the shard) and its shard
+ * gradient (R, D): nonzero random values in its touched rows of the shard, 0 elsewhere. */
+static void
+touched(int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
+{
+    static unsigned char on[VOCAB];
+    uint64_t key = sl_mix64((uint64_t)scen * 1000 + (uint64_t)k);
+
+    memset(on, 0, sizeof on);
+    switch (scen) {
+    case OVERLAP: /* skewed towards low ids, as Zipf: the nodes share the frequent rows */
+    case SOME_EMPTY:
+        for (int i = 0; i < 60 + 25 * k; i++) {
+            float u = sl_rng_float_at(key, (uint64_t)i);
+            on[(int)(u * u * VOCAB)] = 1;
+        }
+        if (scen == SOME_EMPTY && k == 1)
+            memset(on, 0, sizeof on); /* no rows at all */
+        if (scen == SOME_EMPTY && k == 0) {
+            memset(on, 0, sizeof on); /* rows, none in the shard */
+            on[3] = on[RB - 1] = on[RB + R] = 1;
+        }
+        break;
+    case DISJOINT:
+        for (int r = 0; r < VOCAB; r++)
+            on[r] = r % n == k && sl_rng_float_at(key, (uint64_t)r) < 0.7f;
+        break;
+    case ALL_ROWS:
+        memset(on, 1, sizeof on);
+        break;
+    default:
+        break;
+    }
+    *nrows = 0;
+    memset(grad, 0, (size_t)R * D * sizeof *grad);
+    for (int r = 0; r < VOCAB; r++) {
+        if (!on[r])
+            continue;
+        rows[(*nrows)++] = r;
+        if (r < RB || r >= RB + R)
+            continue;
+        for (int e = 0; e < D; e++) { /* in [-1, -1/8) or [1/8, 1): never 0 */
+            float u = sl_rng_float_at(key ^ 0xabcdULL, (uint64_t)r * D + (uint64_t)e);
+            grad[(r - RB) * D + e] = (u < 0.5f ? -1.0f : 1.0f) * (0.125f + 1.75f * fabsf(u - 0.5f));
+        }
+    }
+}
+
+/* Floats a ring allreduce of count floats makes node me of n send (sl_collective.h:
+ * reduce-scatter sends segments me - s, allgather me + 1 - s, s = 0 .. n-2). */
+static size_t
+ring_sent(size_t count, uint32_t me, uint32_t n)
+{
+    size_t sent = 0;
+#define SEG(k) (count / n + ((k) % n < count % n))
+    for (uint32_t s = 0; s + 1 < n; s++)
+        sent += SEG(me + n - s) + SEG(me + 1 + n - s);
+#undef SEG
+    return sent;
+}
+
+/* Every scenario in every mode on one context, checked against the local sums. */
+static int
+node_modes(sl_transport_t *t, cluster_t *c, uint64_t *res)
+{
+    static const sl_exchange_t modes[3] = {SL_EXCHANGE_UNIQUE, SL_EXCHANGE_ALLGATHER,
+                                           SL_EXCHANGE_DENSE};
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    sl_component_t comp = shard();
+    static int32_t rows[VOCAB], krows[VOCAB];
+    static float grad[R * D], kgrad[R * D], fsum[R * D], out[3][R * D];
+    static double dsum[R * D], asum[R * D];
+    static int cnt[R];
+    uint64_t round = 5;
+    size_t warm_bytes = 0;
+    sl_hash_t h;
+
+    sl_hash_init(&h, 7);
+    if (sl_sparse_allreduce_new(&keep[0], &comp, (int)n) != SL_OK)
+        return 1;
+    /* ALL_ROWS (the worst case) comes first among the rest: after it, and a warm-up, the
+     * buffers never grow again */
+    static const int order[] = {OVERLAP, ALL_ROWS, DISJOINT, SOME_EMPTY, ALL_EMPTY, OVERLAP};
+    for (size_t oi = 0; oi < sizeof order / sizeof order[0]; oi++) {
+        int scen = order[oi], nrows, kn, ug = 0;
+        size_t uk[MAXN], total = 0;
+
+        /* the local reference: every node's rows, summed */
+        memset(fsum, 0, sizeof fsum);
+        memset(dsum, 0, sizeof dsum);
+        memset(asum, 0, sizeof asum);
+        memset(cnt, 0, sizeof cnt);
+        for (uint32_t k = 0; k < n; k++) {
+            touched(scen, (int)k, (int)n, krows, &kn, kgrad);
+            uk[k] = 0;
+            for (int i = 0; i < kn; i++)
+                if (krows[i] >= RB && krows[i] < RB + R)
+                    cnt[krows[i] - RB]++, uk[k]++;
+            total += uk[k];
+            for (int j = 0; j < R * D; j++) {
+                fsum[j] += kgrad[j];
+                dsum[j] += kgrad[j];
+                asum[j] += fabs(kgrad[j]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            ug += cnt[r] > 0;
+        touched(scen, (int)me, (int)n, rows, &nrows, grad);
+
+        for (int m = 0; m < 3; m++) {
+            sl_sparse_stats_t s;
+            size_t want;
+
+            memcpy(out[m], grad, sizeof grad);
+            if (sl_sparse_allreduce(keep[0], t, COMP, round++, modes[m], rows, nrows, out[m],
+                                    WAIT(2000)) != SL_OK)
+                return 10 + m;
+            sl_sparse_allreduce_stats(keep[0], &s);
+            if (s.local_rows != uk[me] ||
+                s.gather_rows != (modes[m] == SL_EXCHANGE_DENSE ? 0 : total) ||
+                s.union_rows != (modes[m] == SL_EXCHANGE_UNIQUE      ? (size_t)ug
+                                 : modes[m] == SL_EXCHANGE_ALLGATHER ? 0
+                                                                     : (size_t)R)) {
+                fprintf(stderr,
+                        "%s, mode %d: stats local %zu gather %zu union %zu, want %zu %zu %d\n",
+                        scen_name[scen], m, s.local_rows, s.gather_rows, s.union_rows, uk[me],
+                        total, ug);
+                return 20 + m;
+            }
+            /* payload floats sent: counts (n - 1 words), index or row blocks (all but the
+             * right neighbour's), values (ring allreduce) */
+            size_t right = (me + 1) % n;
+            want = modes[m] == SL_EXCHANGE_DENSE ? ring_sent((size_t)R * D, me, n)
+                   : modes[m] == SL_EXCHANGE_UNIQUE
+                       ? (n - 1) + total - uk[right] + ring_sent((size_t)ug * D, me, n)
+                       : (n - 1) + (total - uk[right]) * (1 + D);
+            if (n == 1)
+                want = 0;
+            if (s.sent_bytes != want * sizeof(float) + s.sent_frames * SL_WIRE_HEADER_BYTES) {
+                fprintf(stderr, "%s, mode %d: sent %llu bytes in %llu frames, want %zu payload\n",
+                        scen_name[scen], m, (unsigned long long)s.sent_bytes,
+                        (unsigned long long)s.sent_frames, want * sizeof(float));
+                return 30 + m;
+            }
+            res[1] += s.sent_bytes;
+            res[2] += s.recv_bytes;
+            if (oi == 2 && m == 0)
+                warm_bytes = s.buffer_bytes;
+            if (oi > 2 && n > 1 && s.buffer_bytes != warm_bytes) {
+                fprintf(stderr, "buffers grew after the worst case: %zu -> %zu bytes\n", warm_bytes,
+                        s.buffer_bytes);
+                return 40;
+            }
+            sl_hash_update(&h, out[m], sizeof out[m]);
+        }
+        if (memcmp(out[1], fsum, sizeof fsum) != 0)
+            return 50; /* allgather adds in rank order */
+        for (int j = 0; j < R * D; j++) {
+            double tol = 1e-6 * asum[j];
+            for (int m = 0; m < 3; m += 2) {
+                if (fabs(out[m][j] - dsum[j]) > tol ||
+                    (cnt[j / D] <= 2 && memcmp(&out[m][j], &fsum[j], sizeof fsum[j]) != 0)) {
+                    fprintf(stderr,
+                            "%s, %u nodes, mode %d: [%d] (row touched by %d) = %.9g, "
+                            "want %.9g (rank-order sum %.9g)\n",
+                            scen_name[scen], n, m, j, cnt[j / D], out[m][j], dsum[j], fsum[j]);
+                    return 60 + m;
+                }
+            }
+        }
+    }
+    res[0] = sl_hash_final(&h);
+    return 0;
+}
+
+START_TEST(test_modes)
+{
+    cluster_t c;
+    for (int n = 1; n <= 5; n++) {
+        cluster_init(&c, n, node_modes);
+        run_cluster(&c, "unique / allgather / dense");
+        uint64_t sent = 0, recv = 0;
+        for (int i = 0; i < n; i++) {
+            ck_assert_msg(c.res[i][0] == c.res[0][0], "%d nodes: rank %d's results differ", n, i);
+            sent += c.res[i][1];
+            recv += c.res[i][2];
+        }
+        ck_assert_msg(sent == recv, "%d nodes: %llu bytes sent, %llu received", n,
+                      (unsigned long long)sent, (unsigned long long)recv);
+        ck_assert(n == 1 || sent > 0);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- compressed values */
+
+/* A bf16 codec (scale 1) as sync.compression would give: only the values may go through
+ * it; index words through it would come back as other rows and fail the checks. */
+static float
+bf16_scale(const void *ctx, const float *x, size_t n)
+{
+    (void)ctx, (void)x, (void)n;
+    return 1.0f;
+}
+
+static void
+bf16_encode(const void *ctx, float scale, const float *x, size_t n, void *dst)
+{
+    (void)ctx, (void)scale;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = sl_fp32_to_bf16(x[i]);
+        memcpy((unsigned char *)dst + 2 * i, &h, sizeof h);
+    }
+}
+
+static sl_status_t
+bf16_decode(const void *ctx, float scale, const void *src, size_t bytes, float *x, size_t n)
+{
+    (void)ctx, (void)scale;
+    if (bytes != 2 * n)
+        return sl_err_set(SL_ERR_INVALID, "bf16: %zu bytes for %zu values", bytes, n);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, (const unsigned char *)src + 2 * i, sizeof h);
+        x[i] = sl_bf16_to_fp32(h);
+    }
+    return SL_OK;
+}
+
+/* Every mode with bf16 values: the same result on every node, within bf16's rounding
+ * (2^-8 relative per encoding, a few encodings per value) of the sum, and 2-byte
+ * values next to 4-byte index words on the wire. */
+static int
+node_codec(sl_transport_t *t, cluster_t *c, uint64_t *res)
+{
+    static const sl_exchange_t modes[3] = {SL_EXCHANGE_UNIQUE, SL_EXCHANGE_ALLGATHER,
+                                           SL_EXCHANGE_DENSE};
+    static const sl_codec_t bf16 = {SL_WIRE_BF16, bf16_scale, bf16_encode, bf16_decode, NULL};
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t), right = (me + 1) % n;
+    sl_component_t comp = shard();
+    sl_collective_opts_t o = {.timeout_ms = 2000, .codec = &bf16};
+    static int32_t rows[VOCAB], krows[VOCAB];
+    static float grad[R * D], kgrad[R * D], out[R * D];
+    static double dsum[R * D], asum[R * D];
+    size_t uk[MAXN], total = 0;
+    int nrows, kn;
+    sl_hash_t h;
+
+    (void)c;
+    sl_hash_init(&h, 9);
+    memset(dsum, 0, sizeof dsum);
+    memset(asum, 0, sizeof asum);
+    for (uint32_t k = 0; k < n; k++) {
+        touched(OVERLAP, (int)k, (int)n, krows, &kn, kgrad);
+        uk[k] = 0;
+        for (int i = 0; i < kn; i++)
+            uk[k] += krows[i] >= RB && krows[i] < RB + R;
+        total += uk[k];
+        for (int j = 0; j < R * D; j++) {
+            dsum[j] += kgrad[j];
+            asum[j] += fabs(kgrad[j]);
+        }
+    }
+    touched(OVERLAP, (int)me, (int)n, rows, &nrows, grad);
+    if (sl_sparse_allreduce_new(&keep[0], &comp, (int)n) != SL_OK)
+        return 1;
+    for (int m = 0; m < 3; m++) {
+        sl_sparse_stats_t s;
+        memcpy(out, grad, sizeof grad);
+        if (sl_sparse_allreduce(keep[0], t, COMP, (uint64_t)m, modes[m], rows, nrows, out, &o) !=
+            SL_OK)
+            return 10 + m;
+        for (int j = 0; j < R * D; j++)
+            if (fabs(out[j] - dsum[j]) > 0.02 * asum[j]) {
+                fprintf(stderr, "bf16, mode %d: [%d] = %.6g, want %.6g\n", m, j, out[j], dsum[j]);
+                return 20 + m;
+            }
+        sl_sparse_allreduce_stats(keep[0], &s);
+        if (modes[m] == SL_EXCHANGE_ALLGATHER &&
+            s.sent_bytes != 4 * ((n - 1) + (total - uk[right])) + 2 * (total - uk[right]) * D +
+                                s.sent_frames * SL_WIRE_HEADER_BYTES)
+            return 30;
+        sl_hash_update(&h, out, sizeof out);
+    }
+    res[0] = sl_hash_final(&h);
+    return 0;
+}
+
+START_TEST(test_codec)
+{
+    cluster_t c;
+    cluster_init(&c, 3, node_codec);
+    run_cluster(&c, "bf16 values");
+    for (int i = 1; i < c.n; i++)
+        ck_assert_msg(c.res[i][0] == c.res[0][0], "rank %d's results differ", i);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- failures */
+
+#define SHORT_MS 400
+
+/* Rank 2 never calls: the others fail with SL_ERR_TIMEOUT after about SHORT_MS, in every
+ * mode, and the failed context refuses further calls. */
+static int
+node_silent(sl_transport_t *t, cluster_t *c, uint64_t *res)
+{
+    static const sl_exchange_t modes[3] = {SL_EXCHANGE_UNIQUE, SL_EXCHANGE_ALLGATHER,
+                                           SL_EXCHANGE_DENSE};
+    static int32_t rows[VOCAB];
+    static float grad[R * D];
+    sl_component_t comp = shard();
+    int nrows;
+
+    (void)c;
+    if (sl_transport_rank(t) == 2) {
+        usleep(3 * SHORT_MS * 1000 + 1500000);
+        return 0;
+    }
+    touched(OVERLAP, (int)sl_transport_rank(t), 3, rows, &nrows, grad);
+    for (int m = 0; m < 3; m++) {
+        if (sl_sparse_allreduce_new(&keep[m], &comp, 3) != SL_OK)
+            return 1;
+        double t0 = sl_clock_now();
+        sl_status_t st = sl_sparse_allreduce(keep[m], t, COMP, (uint64_t)m, modes[m], rows, nrows,
+                                             grad, WAIT(SHORT_MS));
+        double dt = sl_clock_now() - t0;
+        if (st != SL_ERR_TIMEOUT || !strstr(sl_err_msg(), "sl_sparse_allreduce: component 3")) {
+            fprintf(stderr, "mode %d: status %d: %s\n", m, st, sl_err_msg());
+            return 10 + m;
+        }
+        if (dt < 0.9 * SHORT_MS / 1000.0 || dt > SHORT_MS / 1000.0 + 1.0) {
+            fprintf(stderr, "mode %d: failed after %.3f s\n", m, dt);
+            return 20 + m;
+        }
+        if (sl_sparse_allreduce(keep[m], t, COMP, 10, modes[m], rows, nrows, grad,
+                                WAIT(SHORT_MS)) != SL_ERR_INVALID)
+            return 30 + m;
+    }
+    res[0] = 1;
+    return 0;
+}
+
+/* Rank 2 aborts: the others stop with SL_ERR_SHUTDOWN long before their timeout. */
+static int
+node_aborts(sl_transport_t *t, cluster_t *c, uint64_t *res)
+{
+    static int32_t rows[VOCAB];
+    static float grad[R * D];
+    sl_component_t comp = shard();
+    int nrows;
+
+    (void)c;
+    (void)res;
+    if (sl_transport_rank(t) == 2) {
+        usleep(100000);
+        return sl_transport_abort(t, "out of memory", 1000) == SL_OK ? 0 : 10;
+    }
+    touched(OVERLAP, (int)sl_transport_rank(t), 3, rows, &nrows, grad);
+    if (sl_sparse_allreduce_new(&keep[0], &comp, 3) != SL_OK)
+        return 1;
+    double t0 = sl_clock_now();
+    if (sl_sparse_allreduce(keep[0], t, COMP, 0, SL_EXCHANGE_UNIQUE, rows, nrows, grad,
+                            WAIT(10000)) != SL_ERR_SHUTDOWN)
+        return 11;
+    return sl_clock_now() - t0 < 5.0 ? 0 : 12;
+}
+
+START_TEST(test_silent_peer)
+{
+    cluster_t c;
+    cluster_init(&c, 3, node_silent);
+    c.final_barrier = 0; /* the silent node is gone */
+    run_cluster(&c, "silent peer");
+    cluster_init(&c, 3, node_aborts);
+    c.final_barrier = 0;
+    run_cluster(&c, "aborting peer");
+}
+END_TEST
+
+/* Rank 1 speaks the protocol by hand (the counts and index allgathers of rounds 3r and
+ * 3r + 1) with one lie per round; ranks 0 and 2 must answer SL_ERR_INVALID naming it. */
+enum { LIE_COUNT, LIE_RANGE, LIE_UNSORTED, LIE_DUPLICATE, LIE_ALLGATHER_RANGE, NLIES };
+
+static float
+word(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int
+node_malicious(sl_transport_t *t, cluster_t *c, uint64_t *res)
+{
+    static int32_t rows[VOCAB];
+    static float grad[R * D];
+    uint32_t me = sl_transport_rank(t);
+    sl_component_t comp = shard();
+    int nrows;
+
+    (void)c;
+    touched(OVERLAP, (int)me, 3, rows, &nrows, grad);
+    for (int lie = 0; lie < NLIES; lie++) {
+        uint64_t round = (uint64_t)lie;
+        int allgather = lie == LIE_ALLGATHER_RANGE;
+        if (me == 1) {
+            static const uint32_t idx[NLIES][3] = {
+                {0, 0, 0}, {2, 9, R}, {2, 9, 4}, {2, 9, 9}, {R + 7, 1, 2}};
+            static float out[3 * R];
+            float counts[3], words[3];
+            size_t ones[3] = {1, 1, 1}, sizes[3];
+            uint32_t nmine = lie == LIE_COUNT ? R + 1 : 3;
+
+            counts[1] = word(nmine);
+            if (sl_allgather(t, COMP, 3 * round, counts + 1, counts, ones, NULL) != SL_OK)
+                return 10 + lie;
+            if (lie == LIE_COUNT)
+                continue;
+            for (int i = 0; i < 3; i++)
+                words[i] = word(idx[lie][i]);
+            for (int k = 0; k < 3; k++) {
+                uint32_t u;
+                memcpy(&u, &counts[k], sizeof u);
+                sizes[k] = u;
+            }
+            if (sizes[0] + sizes[1] + sizes[2] > sizeof out / sizeof out[0])
+                return 20 + lie;
+            if (sl_allgather(t, COMP, 3 * round + 1, words, out, sizes, NULL) != SL_OK)
+                return 30 + lie;
+            continue;
+        }
+        if (sl_sparse_allreduce_new(&keep[lie], &comp, 3) != SL_OK)
+            return 1;
+        sl_status_t st = sl_sparse_allreduce(keep[lie], t, COMP, round,
+                                             allgather ? SL_EXCHANGE_ALLGATHER : SL_EXCHANGE_UNIQUE,
+                                             rows, nrows, grad, WAIT(2000));
+        if (st != SL_ERR_INVALID || !strstr(sl_err_msg(), "rank 1")) {
+            fprintf(stderr, "lie %d: status %d: %s\n", lie, st, sl_err_msg());
+            return 40 + lie;
+        }
+    }
+    res[0] = 1;
+    return 0;
+}
+
+START_TEST(test_malicious_peer)
+{
+    cluster_t c;
+    cluster_init(&c, 3, node_malicious);
+    run_cluster(&c, "malicious peer");
+}
+END_TEST
+
+/* Arguments, in one process with a transport of one node. */
+START_TEST(test_bad_arguments)
+{
+    sl_transport_t *t;
+    sl_transport_opts_t o;
+    sl_sparse_allreduce_t *sa = NULL;
+    sl_sparse_stats_t s;
+    sl_component_t comp = shard(), dense = shard();
+    int32_t rows[4] = {RB - 1, RB, RB + 5, RB + R};
+    float grad[R * D], copy[R * D];
+
+    sl_transport_opts_default(&o);
+    o.run_id = RUN;
+    o.rank = 0;
+    o.size = 1;
+    o.bind_endpoint = "ipc://*";
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    dense.sparse = 0;
+    ck_assert_int_eq(sl_sparse_allreduce_new(&sa, &dense, 1), SL_ERR_INVALID);
+    ck_assert_ptr_null(sa);
+    ck_assert_int_eq(sl_sparse_allreduce_new(&sa, &comp, 0), SL_ERR_INVALID);
+    comp.row_len = 0;
+    ck_assert_int_eq(sl_sparse_allreduce_new(&sa, &comp, 1), SL_ERR_INVALID);
+    comp = shard();
+    /* a context for 2 nodes on a transport of 1 */
+    ck_assert_int_eq(sl_sparse_allreduce_new(&sa, &comp, 2), SL_OK);
+    ck_assert_int_eq(
+        sl_sparse_allreduce(sa, t, COMP, 0, SL_EXCHANGE_UNIQUE, rows, 4, grad, WAIT(100)),
+        SL_ERR_INVALID);
+    sl_sparse_allreduce_destroy(&sa);
+    ck_assert_ptr_null(sa);
+    sl_sparse_allreduce_destroy(&sa); /* NULL is fine */
+    /* one node: nothing moves; own rows are still checked */
+    ck_assert_int_eq(sl_sparse_allreduce_new(&sa, &comp, 1), SL_OK);
+    for (int j = 0; j < R * D; j++)
+        grad[j] = copy[j] = (float)j;
+    ck_assert_int_eq(
+        sl_sparse_allreduce(sa, t, COMP, 0, SL_EXCHANGE_UNIQUE, rows, 4, grad, WAIT(100)), SL_OK);
+    ck_assert(memcmp(grad, copy, sizeof grad) == 0);
+    sl_sparse_allreduce_stats(sa, &s);
+    ck_assert_uint_eq(s.local_rows, 2); /* RB and RB + 5: the others are outside */
+    ck_assert_uint_eq(s.sent_bytes, 0);
+    rows[2] = RB;
+    ck_assert_int_eq(
+        sl_sparse_allreduce(sa, t, COMP, 1, SL_EXCHANGE_UNIQUE, rows, 4, grad, WAIT(100)),
+        SL_ERR_INVALID);
+    ck_assert(strstr(sl_err_msg(), "strictly ascending"));
+    ck_assert_int_eq(
+        sl_sparse_allreduce(sa, t, COMP, 2, (sl_exchange_t)77, rows, 0, grad, WAIT(100)),
+        SL_ERR_INVALID);
+    ck_assert_int_eq(
+        sl_sparse_allreduce(sa, t, COMP, 3, SL_EXCHANGE_DENSE, rows, -1, grad, WAIT(100)),
+        SL_ERR_INVALID);
+    sl_sparse_allreduce_destroy(&sa);
+    sl_transport_destroy(&t);
+}
+END_TEST
+
+static Suite *
+sparse_suite(void)
+{
+    Suite *s = suite_create("sparse");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 90);
+    tcase_add_test(core, test_modes);
+    tcase_add_test(core, test_codec);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_set_timeout(limits, 60);
+    tcase_add_test(limits, test_silent_peer);
+    tcase_add_test(limits, test_malicious_peer);
+    tcase_add_test(limits, test_bad_arguments);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(sparse_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
