@@ -15,7 +15,8 @@ Mirrors shoal (src/data/sl_data.h, src/model/sl_model.h):
     L = N // B tokens; batch i holds stream_b[i*T : i*T+T] and targets one token
     later; (L - 1) // T batches per epoch, the remainder dropped (shoal's batcher;
     PyTorch's word_language_model keeps a last short batch instead);
-  * nn.Embedding -> nn.LSTM (no dropout) -> Linear decoder; ONE bias per LSTM layer
+  * nn.Embedding -> nn.LSTM (no dropout; proj_size for LSTMP) -> Linear decoder; ONE
+    bias per LSTM layer
     (b_hh is zero and frozen, b_ih is the bias), every weight uniform(-r, r), biases
     zero; hidden state carried (detached) across the batches of an epoch, zeroed at
     its start; loss = mean cross-entropy over T*B tokens; clip_grad_norm_;
@@ -25,6 +26,12 @@ Mirrors shoal (src/data/sl_data.h, src/model/sl_model.h):
     log(V+1), logit -= log(expected count) with expected count
     -expm1(tries * log1p(-P(k))), negatives equal to the row's target masked out;
   * evaluation: full softmax, batch 10, same T, state zeroed at the start.
+
+Device and precision: --device cuda[:N] runs on a GPU (nn.LSTM is cuDNN's there);
+--precision bf16 wraps forward and loss in torch.autocast(dtype=bfloat16) (no loss
+scaling: bf16 has fp32's range). fp32 is strict fp32 on the GPU: TF32 is switched off for
+matmuls and cuDNN, as shoal's fp32 gemm does not use it. Times are taken after
+torch.cuda.synchronize().
 
 Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS are set to --threads before torch is
 imported (and OMP_WAIT_POLICY to PASSIVE unless set), then torch.set_num_threads. Run it with
@@ -44,16 +51,21 @@ import sys
 import time
 
 PRESETS = {
-    # name: level, corpus files, V, E, layers, B, T, optimizer, lr, clip, output
-    "word": dict(level="word", vocab=10000, embedding=256, hidden=256, layers=2,
+    # name: level, corpus files, V, E, layers of H (projected to proj when > 0), B, T,
+    # optimizer, lr, clip, output
+    "word": dict(level="word", vocab=10000, embedding=256, hidden=256, proj=0, layers=2,
                  batch=32, bptt=35, optimizer="sgd", lr=20.0, clip=0.25,
                  output="full", samples=1024),
-    "sampled": dict(level="word", vocab=10000, embedding=256, hidden=256, layers=2,
+    "sampled": dict(level="word", vocab=10000, embedding=256, hidden=256, proj=0, layers=2,
                     batch=32, bptt=35, optimizer="sgd", lr=20.0, clip=0.25,
                     output="sampled", samples=1024),
-    "char": dict(level="char", vocab=0, embedding=64, hidden=512, layers=1,
+    "char": dict(level="char", vocab=0, embedding=64, hidden=512, proj=0, layers=1,
                  batch=32, bptt=100, optimizer="adam", lr=2e-3, clip=5.0,
                  output="full", samples=0),
+    # conf/brown-lstmp-large.yaml: one LSTMP layer 2048/512, B 64 (the GPU benchmark)
+    "lstmp-large": dict(level="word", vocab=10000, embedding=512, hidden=2048, proj=512,
+                        layers=1, batch=64, bptt=35, optimizer="sgd", lr=20.0, clip=0.25,
+                        output="full", samples=1024),
 }
 
 EVAL_BATCH = 10
@@ -67,7 +79,14 @@ def parse_args(argv):
                     "print one JSON summary.")
     p.add_argument("--model", choices=sorted(PRESETS), required=True,
                    help="reference model: word (Brown, full softmax), sampled (Brown, "
-                        "sampled softmax), char (tinyshakespeare)")
+                        "sampled softmax), char (tinyshakespeare), lstmp-large (Brown, "
+                        "LSTMP 2048/512, B 64, full softmax)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (default), cuda or cuda:N")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="fp32 (default) or bf16 autocast")
+    p.add_argument("--warmup", type=int, default=WARMUP_STEPS,
+                   help="steps left out of tokens_per_s (default %d)" % WARMUP_STEPS)
     p.add_argument("--data", default=None,
                    help="corpus root holding brown/ and tinyshakespeare/ "
                         "(default $SHOAL_DATA or <repo>/../shared/data)")
@@ -93,8 +112,10 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.threads < 1:
         p.error("--threads must be >= 1")
-    if a.steps < 0 or a.epochs < 1 or a.eval_every < 0:
-        p.error("--steps and --eval-every must be >= 0 and --epochs >= 1")
+    if a.steps < 0 or a.epochs < 1 or a.eval_every < 0 or a.warmup < 0:
+        p.error("--steps, --warmup and --eval-every must be >= 0 and --epochs >= 1")
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", a.device):
+        p.error("--device must be cpu, cuda or cuda:N, not %r" % a.device)
     return a
 
 
@@ -178,7 +199,7 @@ def load_char(root, valid_fraction=0.1):
 class Batcher:
     """B contiguous streams of L = N // B tokens, (L - 1) // T batches, time-major."""
 
-    def __init__(self, torch, tokens, batch, bptt):
+    def __init__(self, torch, tokens, batch, bptt, device):
         n = len(tokens)
         self.stream_len = n // batch
         self.batches = (self.stream_len - 1) // bptt if self.stream_len > 0 else 0
@@ -186,7 +207,7 @@ class Batcher:
             raise SystemExit("torch_lm: %d tokens do not fit batch %d x bptt %d"
                              % (n, batch, bptt))
         t = torch.tensor(tokens[:self.stream_len * batch], dtype=torch.long)
-        self.data = t.view(batch, self.stream_len).t().contiguous()  # (L, B)
+        self.data = t.view(batch, self.stream_len).t().contiguous().to(device)  # (L, B)
         self.bptt = bptt
 
     def get(self, i):
@@ -196,6 +217,11 @@ class Batcher:
 
 # ---------------------------------------------------------------------------- model
 
+def out_size(cfg):
+    """R: what each LSTM layer outputs (P with a projection, else H)."""
+    return cfg["proj"] or cfg["hidden"]
+
+
 def make_model(torch, vocab, cfg, init_range):
     nn = torch.nn
 
@@ -203,8 +229,9 @@ def make_model(torch, vocab, cfg, init_range):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(vocab, cfg["embedding"])
-            self.lstm = nn.LSTM(cfg["embedding"], cfg["hidden"], cfg["layers"])
-            self.decoder = nn.Linear(cfg["hidden"], vocab)
+            self.lstm = nn.LSTM(cfg["embedding"], cfg["hidden"], cfg["layers"],
+                                proj_size=cfg["proj"])
+            self.decoder = nn.Linear(out_size(cfg), vocab)
 
         def forward(self, x, state):
             out, state = self.lstm(self.embed(x), state)
@@ -266,39 +293,42 @@ class LogUniformSampler:
 def sampled_loss(torch, F, h, y, decoder, sampler):
     """Mean sampled-softmax cross-entropy of h (N, H) against targets y (N)."""
     np = sampler.np
+    dev = h.device
     s_np, tries = sampler.draw()
-    y_np = y.numpy()
-    s = torch.from_numpy(s_np)
-    logq_s = torch.from_numpy(sampler.log_expected(s_np, tries).astype(np.float32))
-    logq_y = torch.from_numpy(sampler.log_expected(y_np, tries).astype(np.float32))
+    y_np = y.cpu().numpy()
+    s = torch.from_numpy(s_np).to(dev)
+    logq_s = torch.from_numpy(sampler.log_expected(s_np, tries).astype(np.float32)).to(dev)
+    logq_y = torch.from_numpy(sampler.log_expected(y_np, tries).astype(np.float32)).to(dev)
     w, b = decoder.weight, decoder.bias
     true_logit = (h * F.embedding(y, w)).sum(1) + b[y] - logq_y      # (N)
     samp_logit = torch.addmm(b[s] - logq_s, h, F.embedding(s, w).t())  # (N, S)
     hits = y.unsqueeze(1) == s.unsqueeze(0)
     samp_logit = samp_logit.masked_fill(hits, torch.finfo(torch.float32).min)
     logits = torch.cat([true_logit.unsqueeze(1), samp_logit], 1)    # (N, 1+S)
-    return F.cross_entropy(logits, torch.zeros(len(y), dtype=torch.long))
+    return F.cross_entropy(logits, torch.zeros(len(y), dtype=torch.long, device=dev))
 
 
 # ---------------------------------------------------------------------------- train
 
-def zero_state(torch, cfg, batch):
-    z = torch.zeros(cfg["layers"], batch, cfg["hidden"])
-    return (z, z.clone())
+def zero_state(torch, cfg, batch, device):
+    h = torch.zeros(cfg["layers"], batch, out_size(cfg), device=device)
+    c = torch.zeros(cfg["layers"], batch, cfg["hidden"], device=device)
+    return (h, c)
 
 
-def evaluate(torch, F, model, cfg, tokens, bptt):
+def evaluate(torch, F, model, cfg, tokens, bptt, device, autocast):
     if not tokens:
         return None
-    bt = Batcher(torch, tokens, EVAL_BATCH, bptt)
+    bt = Batcher(torch, tokens, EVAL_BATCH, bptt, device)
     model.eval()
     total, count = 0.0, 0
-    state = zero_state(torch, cfg, EVAL_BATCH)
+    state = zero_state(torch, cfg, EVAL_BATCH, device)
     with torch.no_grad():
         for i in range(bt.batches):
             x, y = bt.get(i)
-            out, state = model(x, state)
-            logits = model.decoder(out.view(-1, cfg["hidden"]))
+            with autocast():
+                out, state = model(x, state)
+                logits = model.decoder(out.reshape(-1, out_size(cfg)))
             total += F.cross_entropy(logits, y.reshape(-1), reduction="sum").item()
             count += y.numel()
     model.train()
@@ -342,6 +372,12 @@ def blas_report(torch):
     return desc, libs, bool(openblas), info
 
 
+def device_report(torch, device):
+    """cuDNN, CUDA and the GPU's name, for the backend field on a GPU."""
+    return "cuDNN %s, CUDA %s, %s" % (torch.backends.cudnn.version(), torch.version.cuda,
+                                      torch.cuda.get_device_name(device))
+
+
 def main(argv):
     a = parse_args(argv)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -359,8 +395,26 @@ def main(argv):
         return 2
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    device = torch.device(a.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        if not torch.cuda.is_available():
+            print("torch_lm: --device %s, but PyTorch sees no GPU" % a.device, file=sys.stderr)
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def autocast():
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16,
+                              enabled=a.precision == "bf16")
+
+    def synchronize():
+        if on_gpu:
+            torch.cuda.synchronize(device)
 
     backend, blas_libs, is_openblas, torch_blas = blas_report(torch)
+    if on_gpu:
+        backend = device_report(torch, device)
     if a.require_openblas and not is_openblas:
         print("torch_lm: libopenblas is not loaded (%s); put "
               "/usr/lib/x86_64-linux-gnu/openblas-pthread first in LD_LIBRARY_PATH"
@@ -380,7 +434,7 @@ def main(argv):
         splits, vocab = load_char(root)
     load_s = time.perf_counter() - t0
 
-    model = make_model(torch, vocab, cfg, a.init_range)
+    model = make_model(torch, vocab, cfg, a.init_range).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     nparams = sum(p.numel() for p in params)
     if cfg["optimizer"] == "sgd":
@@ -391,8 +445,9 @@ def main(argv):
     if cfg["output"] == "sampled":
         sampler = LogUniformSampler(np, vocab, cfg["samples"], a.seed)
 
-    B, T, H = cfg["batch"], cfg["bptt"], cfg["hidden"]
-    bt = Batcher(torch, splits["train"], B, T)
+    B, T = cfg["batch"], cfg["bptt"]
+    R = out_size(cfg)
+    bt = Batcher(torch, splits["train"], B, T, device)
     total = a.steps if a.steps > 0 else a.epochs * bt.batches
     losses, norms = [], []  # per step; norms: before clipping
     curve = []
@@ -402,27 +457,30 @@ def main(argv):
     while step < total:
         i = step % bt.batches
         if i == 0:
-            state = zero_state(torch, cfg, B)
+            state = zero_state(torch, cfg, B, device)
             if step > 0:
                 epoch += 1
         x, y = bt.get(i)
+        synchronize()
         t_start = time.perf_counter()
         state = tuple(s.detach() for s in state)
-        out, state = model(x, state)
-        h = out.view(-1, H)
-        if sampler is None:
-            loss = F.cross_entropy(model.decoder(h), y.reshape(-1))
-        else:
-            loss = sampled_loss(torch, F, h, y.reshape(-1), model.decoder, sampler)
+        with autocast():
+            out, state = model(x, state)
+            h = out.reshape(-1, R)
+            if sampler is None:
+                loss = F.cross_entropy(model.decoder(h), y.reshape(-1))
+            else:
+                loss = sampled_loss(torch, F, h, y.reshape(-1), model.decoder, sampler)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg["clip"] > 0:
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg["clip"])))
         opt.step()
         lv = loss.item()
+        synchronize()
         dt = time.perf_counter() - t_start
         train_s += dt
-        if step >= WARMUP_STEPS:
+        if step >= a.warmup:
             timed_s += dt
             timed_steps += 1
         losses.append(lv)
@@ -431,7 +489,7 @@ def main(argv):
             print("torch_lm: loss is %r at step %d" % (lv, step), file=sys.stderr)
             return 1
         if a.eval_every and step % a.eval_every == 0:
-            ev = evaluate(torch, F, model, cfg, splits["valid"], T)
+            ev = evaluate(torch, F, model, cfg, splits["valid"], T, device, autocast)
             curve.append([step, ev["ppl"]])
             print("step %d: valid ppl %.2f" % (step, ev["ppl"]), file=sys.stderr, flush=True)
         if a.log_every and step % a.log_every == 0:
@@ -461,6 +519,8 @@ def main(argv):
         "threads": a.threads,
         "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "device": a.device,
+        "precision": a.precision,
         "params": nparams,
         "vocab": vocab,
         "batches_per_epoch": bt.batches,
@@ -474,12 +534,14 @@ def main(argv):
     if curve:
         res["valid_curve"] = curve
     if not a.no_eval:
-        ev = evaluate(torch, F, model, cfg, splits["valid"], T)
+        ev = evaluate(torch, F, model, cfg, splits["valid"], T, device, autocast)
         res.update(valid_loss=ev["loss"], valid_ppl=ev["ppl"], valid_bpc=ev["bpc"])
         if a.test and splits["test"]:
-            ev = evaluate(torch, F, model, cfg, splits["test"], T)
+            ev = evaluate(torch, F, model, cfg, splits["test"], T, device, autocast)
             res.update(test_loss=ev["loss"], test_ppl=ev["ppl"], test_bpc=ev["bpc"])
     res["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if on_gpu:
+        res["peak_gpu_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     text = json.dumps(res, indent=1, sort_keys=True)
     if a.out:
         with open(a.out, "w") as f:

@@ -1,15 +1,19 @@
 /* The backend registry: turns a device name ("cpu", "cuda", "cuda:N") into a backend.
- * The only file that knows which backends exist, and the only one that would ask
- * #ifdef HAVE_CUDA once a CUDA backend is built. */
+ * The only file that knows which backends exist, and the only one that asks
+ * #ifdef HAVE_CUDA. */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sl_alloc.h"
 #include "sl_backend.h"
+#ifdef HAVE_CUDA
+#include "cuda/sl_cuda.h"
+#endif
 
 /* "cuda" or "cuda:N" with N a decimal device index; *index gets N (0 for "cuda"). */
 static int
@@ -40,11 +44,18 @@ sl_backend_new(sl_backend_t **out, const char *name, int threads)
         return sl_err_set(SL_ERR_INVALID, "device: no name given (accepted: cpu, cuda, cuda:N)");
     if (strcmp(name, "cpu") == 0)
         return sl_backend_cpu_new(out, threads);
-    if (parse_cuda(name, &index))
+    if (parse_cuda(name, &index)) {
+#ifdef HAVE_CUDA
+        if (index > INT_MAX)
+            return sl_err_set(SL_ERR_INVALID, "device '%s': device index out of range", name);
+        return sl_backend_cuda_new(out, (int)index);
+#else
         return sl_err_set(SL_ERR_UNSUPPORTED,
                           "device 'cuda:%ld': this shoal was built without CUDA "
                           "(configure --with-cuda)",
                           index);
+#endif
+    }
     return sl_err_set(SL_ERR_INVALID, "device '%s': unknown (accepted: cpu, cuda, cuda:N)", name);
 }
 

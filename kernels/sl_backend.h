@@ -1,7 +1,12 @@
 /* The compute backend interface: a table of operations plus a context. All pointers
  * are device pointers of that backend (host memory for cpu). Matrices are row-major;
  * shapes are given in comments as (rows, cols). Operations are synchronous on the
- * calling thread for cpu; a backend may queue them and finish on sl_backend_sync.
+ * calling thread for cpu; a device backend queues them on one stream in call order, and
+ * the ops that return a value to the host (sync, to_host, sumsq, the softmax losses)
+ * wait for what is queued. An op without a status that fails records its first failure
+ * in the backend (sumsq and the softmax losses then give NaN); the next op with a status
+ * (alloc, to_device, to_host, sync, set_precision) returns it with its message and
+ * clears it: SL_ERR_DEVICE for CUDA/cuBLAS failures, SL_ERR_INVALID for bad arguments.
  *
  * Only kernels/sl_backend.c (the registry) knows which backends exist. */
 #ifndef SL_BACKEND_H
@@ -13,6 +18,10 @@
 #include "sl_status.h"
 
 typedef struct sl_backend_ops sl_backend_ops_t;
+
+/* Precision of gemm inputs: fp32, or rounded to bf16 / fp16 (nearest even) with fp32
+ * accumulation and fp32 output. Also the 16-bit formats of to_half / from_half. */
+typedef enum { SL_PREC_FP32, SL_PREC_BF16, SL_PREC_FP16 } sl_precision_t;
 
 typedef struct {
     const sl_backend_ops_t *ops;
@@ -32,6 +41,11 @@ struct sl_backend_ops {
     sl_status_t (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
     sl_status_t (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
     sl_status_t (*sync)(void *ctx);
+    /* Precision of gemm's inputs from now on (fp32 at creation): bf16 / fp16 round A and B
+     * to that format (nearest even) and multiply with fp32 accumulation into fp32 C (tensor
+     * cores on CUDA). Every other op stays fp32. SL_ERR_UNSUPPORTED (with a message) when
+     * the backend cannot: cpu is fp32 only. */
+    sl_status_t (*set_precision)(void *ctx, sl_precision_t p);
 
     /* C (m,n) = alpha * op(A) op(B) + beta * C; op(A) is (m,k), op(B) is (k,n).
      * trans_a / trans_b nonzero mean A / B are stored transposed. lda/ldb/ldc are
@@ -47,6 +61,14 @@ struct sl_backend_ops {
     void (*zero)(void *ctx, size_t n, float *x);
     /* Sum of squares in double (for global-norm clipping). */
     double (*sumsq)(void *ctx, size_t n, const float *x);
+
+    /* 16-bit conversion with a scale (fmt SL_PREC_BF16 or SL_PREC_FP16, both buffers of
+     * this backend): dst[i] = half(src[i] * scale), rounded to nearest even, overflow to
+     * +-inf (fp16 above 65504), NaN kept; from_half: dst[i] = float(src[i]) * inv_scale. */
+    void (*to_half)(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,
+                    uint16_t *dst);
+    void (*from_half)(void *ctx, size_t n, sl_precision_t fmt, float inv_scale, const uint16_t *src,
+                      float *dst);
 
     /* x (rows, cols) += bias (cols) on every row. */
     void (*add_bias)(void *ctx, int rows, int cols, const float *bias, float *x);

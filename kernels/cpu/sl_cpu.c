@@ -1,7 +1,8 @@
 /* The CPU backend: CBLAS (OpenBLAS) for gemm; the fused loops (softmax, LSTM cell,
  * embeddings, dropout, optimizers) in C with a branch-free polynomial exp so that they
  * vectorise, built for AVX2+FMA beside a generic x86-64 version (chosen at load time),
- * and split over the backend's worker threads (sl_cpu_pool.h) when large. The reference the other backends are
+ * and split over the backend's worker threads (sl_cpu_pool.h) when large; fp16/bf16
+ * conversion through sl_half.h. fp32 only. The reference the other backends are
  * checked against. Host memory is device memory here. */
 #include "config.h"
 
@@ -17,6 +18,7 @@
 #include "sl_alloc.h"
 #include "sl_backend.h"
 #include "sl_cpu_pool.h"
+#include "sl_half.h"
 #include "sl_rng.h"
 
 /* The fused loops need the vectoriser with a cost model that accepts loop epilogues
@@ -646,6 +648,76 @@ cpu_bias_grad(void *ctx, int rows, int cols, const float *dx, float *db)
                   &a);
 }
 
+/* ---- 16-bit conversion ------------------------------------------------------------- */
+
+typedef struct {
+    float scale;
+    const float *f;
+    const uint16_t *h_in;
+    uint16_t *h;
+    float *f_out;
+} half_args_t;
+
+static double
+to_fp16_range(const void *argp, size_t lo, size_t hi)
+{
+    const half_args_t *a = argp;
+
+    for (size_t i = lo; i < hi; i++)
+        a->h[i] = sl_fp32_to_fp16(a->f[i] * a->scale);
+    return 0;
+}
+
+static double
+to_bf16_range(const void *argp, size_t lo, size_t hi)
+{
+    const half_args_t *a = argp;
+
+    for (size_t i = lo; i < hi; i++)
+        a->h[i] = sl_fp32_to_bf16(a->f[i] * a->scale);
+    return 0;
+}
+
+static double
+from_fp16_range(const void *argp, size_t lo, size_t hi)
+{
+    const half_args_t *a = argp;
+
+    for (size_t i = lo; i < hi; i++)
+        a->f_out[i] = sl_fp16_to_fp32(a->h_in[i]) * a->scale;
+    return 0;
+}
+
+static double
+from_bf16_range(const void *argp, size_t lo, size_t hi)
+{
+    const half_args_t *a = argp;
+
+    for (size_t i = lo; i < hi; i++)
+        a->f_out[i] = sl_bf16_to_fp32(a->h_in[i]) * a->scale;
+    return 0;
+}
+
+static void
+cpu_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src, uint16_t *dst)
+{
+    half_args_t a = {.scale = scale, .f = src, .h = dst};
+
+    SL_ASSERT(fmt == SL_PREC_FP16 || fmt == SL_PREC_BF16);
+    par_range(ctx, n, n, PAR_MIN_STREAM, fmt == SL_PREC_FP16 ? to_fp16_range : to_bf16_range, &a);
+}
+
+static void
+cpu_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale, const uint16_t *src,
+              float *dst)
+{
+    half_args_t a = {.scale = inv_scale, .h_in = src, .f_out = dst};
+
+    SL_ASSERT(fmt == SL_PREC_FP16 || fmt == SL_PREC_BF16);
+    par_range(ctx, n, n, PAR_MIN_STREAM, fmt == SL_PREC_FP16 ? from_fp16_range : from_bf16_range,
+              &a);
+}
+
 /* ---- dropout ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -793,6 +865,21 @@ cpu_sync(void *ctx)
     return SL_OK;
 }
 
+/* The CPU multiplies in fp32 only: emulating bf16/fp16 inputs would be slower than
+ * fp32 here and gain nothing, so a request for them is refused rather than ignored. */
+static sl_status_t
+cpu_set_precision(void *ctx, sl_precision_t p)
+{
+    if (p == SL_PREC_FP32)
+        return SL_OK;
+    return sl_err_set(SL_ERR_UNSUPPORTED,
+                      "device 'cpu': precision %s is not supported (the cpu backend computes "
+                      "in fp32; bf16/fp16 need device: cuda)",
+                      p == SL_PREC_BF16   ? "bf16"
+                      : p == SL_PREC_FP16 ? "fp16"
+                                          : "(unknown)");
+}
+
 static int
 cores(void)
 {
@@ -870,12 +957,15 @@ static const sl_backend_ops_t cpu_ops = {
     .to_device = cpu_memcpy,
     .to_host = cpu_memcpy,
     .sync = cpu_sync,
+    .set_precision = cpu_set_precision,
     .gemm = cpu_gemm,
     .axpy = cpu_axpy,
     .scale = cpu_scale,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .sumsq = cpu_sumsq,
+    .to_half = cpu_to_half,
+    .from_half = cpu_from_half,
     .add_bias = cpu_add_bias,
     .bias_grad = cpu_bias_grad,
     .lstm_cell_forward = cpu_lstm_cell_forward,

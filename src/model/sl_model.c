@@ -44,6 +44,7 @@ struct sl_lm {
     int max_batch, max_bptt, max_rows; /* max_rows = max_batch * max_bptt */
     int sampled, S;
     float dropout;
+    float loss_scale; /* multiplies d loss / d logits (mixed precision); 1 = off */
     double init_range;
     layer_t layer[SL_MAX_LAYERS];
     size_t emb;   /* offset of the input embedding (V, E) */
@@ -358,6 +359,7 @@ sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_s
     lm->sampled = cfg->model.output == SL_OUTPUT_SAMPLED;
     lm->S = lm->sampled ? cfg->model.samples : 0;
     lm->dropout = (float)cfg->model.dropout;
+    lm->loss_scale = 1.0f;
     lm->init_range = cfg->model.init_range;
     for (int l = 0; l < lm->L; l++) {
         layer_t *ly = &lm->layer[l];
@@ -753,7 +755,7 @@ output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
     o->gemm(ctx, 0, 0, N, S, 1, 1.0f, lm->ones, 1, lm->bg + N, S, 0.0f, L + 1, ld);
     o->gemm(ctx, 0, 1, N, S, R, 1.0f, y, R, ws, R, 1.0f, L + 1, ld);
     o->sampled_softmax_xent(ctx, N, S, L, lm->d_out, lm->d_out + N, lm->logq, lm->logq + N,
-                            1.0f / (float)N, &ls);
+                            lm->loss_scale / (float)N, &ls);
     *loss_sum = ls;
 
     /* bias gradients: column 0 as is, column sums of the negatives */
@@ -892,7 +894,7 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     if (lm->sampled)
         output_sampled(lm, N, lm->dbuf[0], loss_sum);
     else
-        output_full(lm, N, lm->d_out, 1.0f / (float)N, lm->dbuf[0], loss_sum);
+        output_full(lm, N, lm->d_out, lm->loss_scale / (float)N, lm->dbuf[0], loss_sum);
     backward(lm, st, bptt, drop, keys->dropout_key);
     lm->stepped = 1;
     return SL_OK;
@@ -913,6 +915,13 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     forward(lm, st, bptt, 0, 0);
     output_full(lm, N, lm->d_out, 0.0f, NULL, loss_sum);
     return SL_OK;
+}
+
+void
+sl_lm_set_loss_scale(sl_lm_t *lm, float scale)
+{
+    SL_ASSERT(scale > 0.0f);
+    lm->loss_scale = scale;
 }
 
 const int32_t *

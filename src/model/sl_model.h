@@ -98,6 +98,12 @@ sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
 sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
                              const int32_t *y, int bptt, double *loss_sum);
 
+/* Mixed precision: the gradient of the loss is multiplied by scale before backward, so
+ * every parameter gradient comes out multiplied by it (the caller divides and checks for
+ * overflow). 1 = off, the default. The loss returned by sl_lm_train_step stays unscaled.
+ * scale must be > 0 (asserted: it is the trainer's own value, not input). */
+void sl_lm_set_loss_scale(sl_lm_t *lm, float scale);
+
 /* Distinct input-embedding rows (output == 0) / output-embedding rows (output != 0)
  * touched by the last train step, sorted ascending (borrowed host memory, valid until
  * the next train step; count 0 before the first). Output rows are the targets and the

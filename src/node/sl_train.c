@@ -1,8 +1,21 @@
 /* Single-node training: set-up, the step loop with reports, checkpoints and epoch-end
- * evaluation, resume from a checkpoint, the final model and summary. */
+ * evaluation, resume from a checkpoint, the final model and summary.
+ *
+ * Device memory: the sync algorithms (src/sync) work on host memory. With a backend
+ * whose memory is not the host's (anything but cpu) and a sync algorithm, the trainer
+ * keeps a host mirror of the parameters (plain memory: the backend interface offers no
+ * pinned allocation) and stages through it: the gradients around sl_sync_gradients
+ * (allreduce), the components due at a step around sl_sync_after_step, the whole
+ * model for the final average. SHOAL_STAGE_SYNC=1 in the environment stages on the
+ * cpu backend too, so that tests run those copies without a device.
+ *
+ * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
+ * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
+ * decided after the gradient allreduce so that every node skips it alike. */
 #define _POSIX_C_SOURCE 200809L
 #include "sl_train.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -18,6 +31,7 @@
 #include "sl_data.h"
 #include "sl_file.h"
 #include "sl_log.h"
+#include "sl_loss_scale.h"
 #include "sl_metrics.h"
 #include "sl_model.h"
 #include "sl_optim.h"
@@ -53,9 +67,15 @@ typedef struct {
     sl_component_t *comps; /* (ncomponents) copies of the model's, lent to sync */
     int seed_group;        /* this node's sampled-softmax seed group */
     sl_sync_t *sync;
-    /* since the last report (acc_time includes acc_sync, the time in sync) */
+    /* (nparams) host mirror for sync when the parameters live on a device: the
+     * parameters, or with allreduce the gradients while they are averaged; NULL when
+     * sync reads the backend's memory directly (cpu) or there is no sync */
+    float *host;
+    sl_loss_scale_t ls;
+    /* since the last report (acc_time includes acc_sync, the time in sync; acc_norm
+     * sums the applied steps' gradient norms) */
     double acc_loss, acc_norm, acc_time, acc_sync;
-    long acc_steps;
+    long acc_steps, acc_applied, acc_skipped;
     /* this process only, for the ETA */
     double session_time;
     long session_steps;
@@ -133,14 +153,106 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
     return write_config(cfg, path);
 }
 
-static sl_status_t
-open_backend(const sl_config_t *cfg, sl_backend_t **be)
+/* GPUs this process may use: the entries of CUDA_VISIBLE_DEVICES when it is set, else
+ * the /dev/nvidiaN device files; 0 when that cannot be told. */
+static int
+visible_gpus(void)
 {
-    SL_TRY(sl_backend_new(be, cfg->device, cfg->run.threads));
-    if (strcmp(cfg->precision, "fp32") != 0 && strncmp((*be)->name, "cpu", 3) == 0)
-        return sl_err_set(SL_ERR_UNSUPPORTED, "precision %s needs the CUDA backend (device: cuda)",
-                          cfg->precision);
-    return SL_OK;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    struct dirent *e;
+    DIR *d;
+    int n = 0;
+
+    if (v) {
+        for (n = *v != '\0'; *v; v++)
+            n += *v == ',';
+        return n;
+    }
+    if ((d = opendir("/dev")) == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        const char *num = e->d_name + 6;
+        if (strncmp(e->d_name, "nvidia", 6) == 0 && *num &&
+            strspn(num, "0123456789") == strlen(num))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* This node's rank among the nodes on its machine: the launcher's local rank when the
+ * same launcher gave the process its rank (shoal node under srun or mpirun: the
+ * launcher's rank variable equals rank), else rank itself (shoal run starts every node
+ * on one machine). *from names where it came from. */
+static int
+local_rank(int rank, const char **from)
+{
+    static const char *const vars[][2] = {{"SLURM_LOCALID", "SLURM_PROCID"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK"},
+                                          {"MPI_LOCALRANKID", "PMI_RANK"}};
+
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *l = getenv(vars[i][0]), *g = getenv(vars[i][1]);
+        char *end;
+        long lv, gv;
+
+        if (!l || !g || !*l || !*g)
+            continue;
+        lv = strtol(l, &end, 10);
+        if (*end || lv < 0 || lv > 65535)
+            continue;
+        gv = strtol(g, &end, 10);
+        if (*end || gv != rank)
+            continue;
+        *from = vars[i][0];
+        return (int)lv;
+    }
+    *from = "node rank";
+    return rank;
+}
+
+/* The backend name for cfg->device: "cuda" is the GPU of the node's local rank, modulo
+ * the visible GPUs (so nodes share GPUs round robin, and a launcher that gives each
+ * task one GPU of its own, CUDA_VISIBLE_DEVICES=<one>, gets cuda:0 everywhere). */
+static void
+device_name(const sl_config_t *cfg, int rank, char *out, size_t size)
+{
+    const char *from;
+    int local, ngpus, index;
+
+    if (strcmp(cfg->device, "cuda") != 0) {
+        snprintf(out, size, "%s", cfg->device);
+        return;
+    }
+    local = local_rank(rank, &from);
+    ngpus = visible_gpus();
+    index = ngpus > 0 ? local % ngpus : local;
+    snprintf(out, size, "cuda:%d", index);
+    sl_log_debug("train", "device cuda: GPU %d (%s %d, %d GPUs visible)", index, from, local,
+                 ngpus);
+}
+
+/* cfg->precision (validated: fp32, bf16 or fp16) as the backend's enum. */
+static sl_precision_t
+precision_of(const char *name)
+{
+    if (strcmp(name, "bf16") == 0)
+        return SL_PREC_BF16;
+    if (strcmp(name, "fp16") == 0)
+        return SL_PREC_FP16;
+    return SL_PREC_FP32;
+}
+
+/* The backend of cfg->device for node rank, set to cfg->precision (the backend's
+ * message when it cannot: cpu is fp32 only). */
+static sl_status_t
+open_backend(const sl_config_t *cfg, int rank, sl_backend_t **be)
+{
+    char name[64];
+
+    device_name(cfg, rank, name, sizeof name);
+    SL_TRY(sl_backend_new(be, name, cfg->run.threads));
+    return (*be)->ops->set_precision((*be)->ctx, precision_of(cfg->precision));
 }
 
 /* A batcher of EVAL_BATCH streams over a whole split; *has = 0 when the split is absent. */
@@ -233,23 +345,115 @@ maybe_resume(trainer_t *t, const sl_train_result_t *res)
     return SL_OK;
 }
 
+/* Whether sync must go through a host mirror: the parameters are not in host memory
+ * (or SHOAL_STAGE_SYNC=1 asks for it on cpu, for tests) and there is something to sync. */
+static int
+needs_host_mirror(const trainer_t *t)
+{
+    const char *force = getenv("SHOAL_STAGE_SYNC");
+
+    if (t->opts->nranks < 2 || t->cfg->sync.algorithm == SL_SYNC_NONE)
+        return 0;
+    return strncmp(t->be->name, "cpu", 3) != 0 || (force && strcmp(force, "1") == 0);
+}
+
+/* Device -> host mirror (to_host != 0) or back, for count floats from offset. */
+static sl_status_t
+stage(trainer_t *t, float *dev, size_t offset, size_t count, int to_host)
+{
+    size_t bytes = count * sizeof(float);
+
+    if (to_host)
+        return t->be->ops->to_host(t->be->ctx, t->host + offset, dev + offset, bytes);
+    return t->be->ops->to_device(t->be->ctx, dev + offset, t->host + offset, bytes);
+}
+
 /* The sync algorithm over the model's components, from the (resumed) parameters. */
 static sl_status_t
 setup_sync(trainer_t *t)
 {
     int nc = sl_lm_ncomponents(t->lm);
+    size_t n = sl_lm_nparams(t->lm);
+    const float *params = sl_lm_params(t->lm);
 
-    if (t->opts->nranks > 1 && t->cfg->sync.algorithm != SL_SYNC_NONE &&
-        strncmp(t->be->name, "cpu", 3) != 0)
-        return sl_err_set(SL_ERR_UNSUPPORTED,
-                          "sync.algorithm %s reads the parameters in host memory: it needs "
-                          "device cpu",
-                          sl_sync_algorithm_name(t->cfg->sync.algorithm));
     SL_TRY(SL_ALLOC(&t->comps, (size_t)nc, "components"));
     for (int i = 0; i < nc; i++)
         t->comps[i] = *sl_lm_component(t->lm, i);
+    if (needs_host_mirror(t)) {
+        SL_TRY(SL_ALLOC(&t->host, n, "host mirror of the parameters"));
+        SL_TRY(stage(t, sl_lm_params(t->lm), 0, n, 1));
+        params = t->host;
+        sl_log_debug("train", "sync stages %zu parameters through host memory", n);
+    }
     return sl_sync_new(&t->sync, t->cfg, t->opts->transport, t->opts->rank, t->opts->nranks,
-                       t->comps, nc, sl_lm_params(t->lm), sl_lm_nparams(t->lm));
+                       t->comps, nc, params, n);
+}
+
+/* allreduce: the gradients averaged over the nodes, through the host mirror when they
+ * live on a device. Other algorithms: nothing (sl_sync_gradients). */
+static sl_status_t
+sync_gradients(trainer_t *t)
+{
+    float *g = sl_lm_grads(t->lm);
+    size_t n = sl_lm_nparams(t->lm);
+
+    if (!t->host || sl_sync_algorithm(t->sync) != SL_SYNC_ALLREDUCE)
+        return sl_sync_gradients(t->sync, g, t->cur.step);
+    SL_TRY(stage(t, g, 0, n, 1));
+    SL_TRY(sl_sync_gradients(t->sync, t->host, t->cur.step));
+    return stage(t, g, 0, n, 0);
+}
+
+/* Does sl_sync_after_step exchange component c after steps_done steps? Its rule
+ * (sl_sync.h): model-averaging algorithms, every H_i steps, H_i = sync.embedding_period
+ * (0: sync.period) for row shards, sync.period for the rest. */
+static int
+component_due(const trainer_t *t, int c, long steps_done)
+{
+    sl_sync_algorithm_t a = sl_sync_algorithm(t->sync);
+    int h = t->cfg->sync.period;
+
+    if (a == SL_SYNC_NONE || a == SL_SYNC_ALLREDUCE || steps_done < 1)
+        return 0;
+    if (t->comps[c].sparse && t->cfg->sync.embedding_period > 0)
+        h = t->cfg->sync.embedding_period;
+    return steps_done % h == 0;
+}
+
+/* The components due at this step between the device and the host mirror, one copy per
+ * run of adjacent components. */
+static sl_status_t
+stage_due(trainer_t *t, int to_host)
+{
+    float *params = sl_lm_params(t->lm);
+    int nc = sl_lm_ncomponents(t->lm);
+
+    for (int c = 0; c < nc;) {
+        size_t begin, end;
+
+        if (!component_due(t, c, t->cur.step)) {
+            c++;
+            continue;
+        }
+        begin = t->comps[c].offset;
+        end = begin + t->comps[c].count;
+        for (c++; c < nc && component_due(t, c, t->cur.step) && t->comps[c].offset == end; c++)
+            end += t->comps[c].count;
+        SL_TRY(stage(t, params, begin, end - begin, to_host));
+    }
+    return SL_OK;
+}
+
+/* The model sync after a step. Staged: the due components go to the host, are synced
+ * there and come back; after a failed sync they stay as the step left them. */
+static sl_status_t
+sync_after_step(trainer_t *t)
+{
+    if (!t->host)
+        return sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
+    SL_TRY(stage_due(t, 1));
+    SL_TRY(sl_sync_after_step(t->sync, t->host, t->cur.step));
+    return stage_due(t, 0);
 }
 
 static sl_status_t
@@ -318,6 +522,31 @@ report_sync(trainer_t *t)
     return SL_OK;
 }
 
+/* fp16: {"event":"loss_scale","step","scale","skipped"} into metrics.jsonl (the scale
+ * after the step, steps skipped since the last report), and a log line when any was. */
+static sl_status_t
+report_loss_scale(trainer_t *t)
+{
+    FILE *f = t->metrics.fp;
+
+    if (!t->ls.enabled)
+        return SL_OK;
+    if (t->acc_skipped > 0) {
+        sl_progress_break(&t->progress);
+        sl_log_info("train",
+                    "steps %ld-%ld: %ld of %ld skipped (fp16 gradients overflowed); loss "
+                    "scale now %g",
+                    t->cur.step - t->acc_steps + 1, t->cur.step, t->acc_skipped, t->acc_steps,
+                    (double)t->ls.scale);
+    }
+    fprintf(f, "{\"event\":\"loss_scale\",\"step\":%ld,\"scale\":", t->cur.step);
+    sl_json_number(f, t->ls.scale);
+    fprintf(f, ",\"skipped\":%ld}\n", t->acc_skipped);
+    if (fflush(f) != 0 || ferror(f))
+        return sl_err_set(SL_ERR_IO, "%s: cannot write: %s", t->metrics.path, strerror(errno));
+    return SL_OK;
+}
+
 /* Progress line and metrics line over the steps since the last report. */
 static sl_status_t
 report(trainer_t *t, double lr, sl_train_result_t *res)
@@ -340,6 +569,7 @@ report(trainer_t *t, double lr, sl_train_result_t *res)
                                             (double)t->session_steps
                                       : -1;
     line.sync_pct = t->acc_time > 0 ? 100.0 * t->acc_sync / t->acc_time : 0;
+    SL_TRY(report_loss_scale(t));
     sl_progress_show(&t->progress, &line);
     if (t->opts->on_report)
         t->opts->on_report(t->opts->hook_ctx, &line);
@@ -351,11 +581,11 @@ report(trainer_t *t, double lr, sl_train_result_t *res)
     m.tokens_per_s = rate;
     m.loss = line.loss;
     m.lr = lr;
-    m.grad_norm = t->acc_norm / (double)t->acc_steps;
+    m.grad_norm = t->acc_applied > 0 ? t->acc_norm / (double)t->acc_applied : NAN;
     m.time_s = t->cur.train_time_s;
     res->final_train_loss = line.loss;
     t->acc_loss = t->acc_norm = t->acc_time = t->acc_sync = 0;
-    t->acc_steps = 0;
+    t->acc_steps = t->acc_applied = t->acc_skipped = 0;
     SL_TRY(sl_metrics_step(&t->metrics, &m));
     return report_sync(t);
 }
@@ -376,7 +606,11 @@ eval_split(trainer_t *t, const sl_batcher_t *bt, const char *split, double *loss
 
 /* One optimizer step on the next batch; advances the cursor; then the model sync of the
  * step, if any. An error in that sync leaves a complete step (cursor advanced) behind,
- * so a checkpoint can still be taken. */
+ * so a checkpoint can still be taken. With fp16 the gradients come out of backward
+ * multiplied by the loss scale S and are divided by it at once; whether they overflowed
+ * is decided after the allreduce (every node then holds the same sum: non-finite on all
+ * if on one), and an overflowed step updates nothing but still counts as a step, so
+ * that the data, the schedule and the model syncs stay in step across nodes. */
 static sl_status_t
 train_step(trainer_t *t, double *lr, double *loss)
 {
@@ -385,6 +619,8 @@ train_step(trainer_t *t, double *lr, double *loss)
     sl_step_keys_t keys;
     size_t n = sl_lm_nparams(t->lm);
     double loss_sum, norm, t0 = sl_clock_now(), dt, s0 = sl_sync_time_s(t->sync);
+    float scale = t->ls.scale;
+    int applied;
     sl_status_t st;
 
     if (t->cur.batch_index == 0)
@@ -392,14 +628,24 @@ train_step(trainer_t *t, double *lr, double *loss)
     sl_batcher_get(&t->train_bt, t->cur.batch_index, t->x, t->y);
     keys.dropout_key = sl_hash_u64s(dk, 3);
     keys.sample_key = sl_seed_group_sample_key(cfg->run.seed, t->cur.step, t->seed_group);
+    if (t->ls.enabled)
+        sl_lm_set_loss_scale(t->lm, scale);
     SL_TRY(sl_lm_train_step(t->lm, t->st, t->x, t->y, cfg->train.bptt, &keys, &loss_sum));
     SL_TRY(sl_sync_note_model(t->sync, t->lm));
-    SL_TRY(sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step));
-    norm = sl_clip_global_norm(t->be, sl_lm_grads(t->lm), n, cfg->train.optimizer.clip);
+    sl_loss_scale_unscale(&t->ls, t->be, sl_lm_grads(t->lm), n);
+    SL_TRY(sync_gradients(t));
     *lr = sl_lr_at(cfg, t->cur.step, t->cur.epoch, t->total_steps);
-    sl_optim_step(t->opt, sl_lm_params(t->lm), sl_lm_grads(t->lm), *lr);
+    st = sl_loss_scale_step(&t->ls, t->be, t->opt, sl_lm_params(t->lm), sl_lm_grads(t->lm), n,
+                            cfg->train.optimizer.clip, *lr, &norm, &applied);
+    if (st != SL_OK) {
+        sl_err_prefix(st, "step %ld", t->cur.step);
+        return st;
+    }
     SL_TRY(t->be->ops->sync(t->be->ctx));
     dt = sl_clock_now() - t0;
+    if (!applied)
+        sl_log_debug("train", "step %ld skipped: gradients overflowed at loss scale %g (now %g)",
+                     t->cur.step, (double)scale, (double)t->ls.scale);
 
     *loss = loss_sum / ((double)cfg->train.batch * cfg->train.bptt);
     t->cur.train_time_s += dt;
@@ -410,14 +656,19 @@ train_step(trainer_t *t, double *lr, double *loss)
         t->cur.epoch++;
     }
     t->acc_loss += *loss;
-    t->acc_norm += norm;
+    if (applied) {
+        t->acc_norm += norm;
+        t->acc_applied++;
+    } else {
+        t->acc_skipped++;
+    }
     t->acc_time += dt;
     t->acc_steps++;
     t->session_time += dt;
     t->session_steps++;
 
     t0 = sl_clock_now();
-    st = sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
+    st = sync_after_step(t);
     dt = sl_clock_now() - t0;
     t->cur.train_time_s += dt;
     t->acc_time += dt;
@@ -555,6 +806,14 @@ write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir,
     fprintf(o, "%ld", threads);
     json_key(o, "backend", 0);
     sl_json_string(o, t->be->ops->describe(t->be->ctx));
+    json_key(o, "device", 0);
+    sl_json_string(o, t->be->name);
+    json_key(o, "precision", 0);
+    sl_json_string(o, t->cfg->precision);
+    json_key(o, "loss_scale", 0);
+    sl_json_number(o, t->ls.enabled ? t->ls.scale : NAN);
+    json_key(o, "skipped_steps", 0);
+    fprintf(o, "%ld", t->ls.skipped);
     json_key(o, "level", 0);
     sl_json_string(o, sl_level_name(t->cfg->data.level));
     json_key(o, "params", 0);
@@ -586,7 +845,8 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     int has[2] = {t->has_valid, t->has_test};
     double *loss[2] = {&run.valid_loss, &run.test_loss};
 
-    memcpy(sl_lm_params(t->lm), avg, sl_lm_nparams(t->lm) * sizeof *avg);
+    SL_TRY(t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), avg,
+                                 sl_lm_nparams(t->lm) * sizeof *avg));
     for (int i = 0; i < 2; i++) {
         char key[32];
         long tokens;
@@ -617,10 +877,14 @@ static sl_status_t
 finish(trainer_t *t, sl_train_result_t *res)
 {
     double loss;
-    const float *avg;
+    const float *avg, *params = sl_lm_params(t->lm);
     int writer, nmodels;
 
-    SL_TRY(sl_sync_final(t->sync, sl_lm_params(t->lm), &avg, &writer, &nmodels));
+    if (t->host) {
+        SL_TRY(stage(t, sl_lm_params(t->lm), 0, sl_lm_nparams(t->lm), 1));
+        params = t->host;
+    }
+    SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
         res->has_valid = 1;
@@ -660,6 +924,7 @@ trainer_fini(trainer_t *t)
     if (t->metrics_open)
         sl_metrics_close(&t->metrics);
     sl_sync_destroy(&t->sync);
+    sl_free(t->host);
     sl_free(t->comps);
     sl_free(t->x);
     sl_free(t->y);
@@ -690,7 +955,8 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     sl_progress_init(&t.progress, stderr, opts->quiet);
 
     SL_TRY_GOTO(setup_run_dir(cfg, opts, res), rc, out);
-    SL_TRY_GOTO(open_backend(cfg, &t.be), rc, out);
+    SL_TRY_GOTO(open_backend(cfg, opts->rank, &t.be), rc, out);
+    SL_TRY_GOTO(sl_loss_scale_init(&t.ls, cfg), rc, out);
     SL_TRY_GOTO(setup_model(&t), rc, out);
     res->nparams = sl_lm_nparams(t.lm);
     SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
@@ -730,7 +996,7 @@ sl_eval_run(const sl_config_t *cfg, const char *path, const char *split, sl_eval
     memset(res, 0, sizeof *res);
     res->level = cfg->data.level;
     res->loss = NAN;
-    SL_TRY_GOTO(open_backend(cfg, &t.be), rc, out);
+    SL_TRY_GOTO(open_backend(cfg, 0, &t.be), rc, out);
     SL_TRY_GOTO(sl_corpus_load(&t.corpus, cfg), rc, out);
     t.corpus_loaded = 1;
     tokens = strcmp(split, "test") == 0 ? &t.corpus.test : &t.corpus.valid;

@@ -556,6 +556,67 @@ START_TEST(test_learns_sampled_dropout)
 }
 END_TEST
 
+/* Loss scaling: with scale 1024 every gradient is 1024 times the one with scale 1 and
+ * the loss is the same. Multiplying by a power of two commutes with rounding, so the
+ * match is exact but for subnormals; tolerance 1e-6 relative. Both softmax kinds, with
+ * dropout, from the same state and keys. */
+static void
+check_loss_scale(sl_output_kind_t out)
+{
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    float s0[512];
+    sl_step_keys_t keys = {11, 12};
+    double l1, l2;
+    float *g1;
+    size_t np;
+    int nonzero = 0;
+
+    tiny_config(&cfg, 2, P, out, 0.2);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 1, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_params(lm, 4);
+    random_state(st, s0, 5);
+    np = sl_lm_nparams(lm);
+    g1 = malloc(np * sizeof *g1);
+    ck_assert_ptr_nonnull(g1);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &l1), SL_OK);
+    memcpy(g1, sl_lm_grads(lm), np * sizeof *g1);
+    sl_lm_set_loss_scale(lm, 1024.0f);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &l2), SL_OK);
+    ck_assert_msg(l1 == l2, "loss %.17g changed to %.17g by the loss scale", l1, l2);
+    for (size_t i = 0; i < np; i++) {
+        double want = 1024.0 * (double)g1[i], got = sl_lm_grads(lm)[i];
+
+        if (fabs(got - want) > 1e-6 * fabs(want) + 1e-30)
+            ck_abort_msg("param %zu: scaled gradient %.9g, want 1024 x %.9g", i, got,
+                         (double)g1[i]);
+        nonzero += g1[i] != 0.0f;
+    }
+    ck_assert_int_gt(nonzero, (int)np / 2);
+    /* back to 1: the original gradients again */
+    sl_lm_set_loss_scale(lm, 1.0f);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &l2), SL_OK);
+    ck_assert(memcmp(g1, sl_lm_grads(lm), np * sizeof *g1) == 0);
+    free(g1);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+
+START_TEST(test_loss_scale_full)
+{
+    check_loss_scale(SL_OUTPUT_FULL);
+}
+END_TEST
+
+START_TEST(test_loss_scale_sampled)
+{
+    check_loss_scale(SL_OUTPUT_SAMPLED);
+}
+END_TEST
+
 /* ---- touched rows ---- */
 
 static int
@@ -1010,6 +1071,8 @@ model_suite(void)
     tcase_add_test(core, test_dropout_keys);
     tcase_add_test(core, test_learns_full);
     tcase_add_test(core, test_learns_sampled_dropout);
+    tcase_add_test(core, test_loss_scale_full);
+    tcase_add_test(core, test_loss_scale_sampled);
     tcase_add_test(core, test_touched_rows);
     tcase_add_test(core, test_state_round_trip);
     tcase_add_test(core, test_sampler_distribution);

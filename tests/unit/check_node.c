@@ -654,7 +654,9 @@ START_TEST(test_bf16_on_cpu_refused)
 
     tiny_config(&cfg, "bf16", "precision=bf16", NULL);
     ck_assert_int_eq(train(&cfg, 1, &r), SL_ERR_UNSUPPORTED);
-    ck_assert_str_eq(sl_err_msg(), "precision bf16 needs the CUDA backend (device: cuda)");
+    ck_assert_msg(strstr(sl_err_msg(), "precision bf16 is not supported") &&
+                      strstr(sl_err_msg(), "device: cuda"),
+                  "%s", sl_err_msg());
     sl_config_fini(&cfg);
 }
 END_TEST
@@ -952,6 +954,178 @@ START_TEST(test_cli_sigint)
 }
 END_TEST
 
+/* ------------------------------------------------- GPU choice, staged sync */
+
+/* Trains (one step, sync none) as node rank of 2 with device dev and checks the backend
+ * name the trainer chose: want is in the error of a build without CUDA (or of a machine
+ * without that GPU), or in summary.json's "device" when it trained. */
+static void
+expect_device(const char *dev, int rank, const char *want)
+{
+    char set[64], quoted[64], path[2048];
+    sl_config_t cfg;
+    sl_train_opts_t opts;
+    sl_train_result_t r;
+    sl_status_t rc;
+
+    snprintf(set, sizeof set, "device=%s", dev);
+    tiny_config(&cfg, "devsel", set, "train.max_steps=1", NULL);
+    sl_train_opts_init(&opts);
+    opts.rank = rank;
+    opts.nranks = 2;
+    opts.quiet = 1;
+    opts.resume = 0;
+    rc = sl_train_run(&cfg, &opts, &r);
+    snprintf(quoted, sizeof quoted, "'%s'", want);
+    if (rc != SL_OK) {
+        ck_assert_msg(strstr(sl_err_msg(), quoted) || strstr(sl_err_msg(), want),
+                      "%s as rank %d: want %s, got: %s", dev, rank, want, sl_err_msg());
+    } else {
+        char *text;
+        snprintf(path, sizeof path, "%s/summary.json", r.dir);
+        text = read_file(path, NULL);
+        ck_assert_ptr_nonnull(text);
+        snprintf(quoted, sizeof quoted, "\"device\": \"%s\"", want);
+        ck_assert_msg(strstr(text, quoted), "%s as rank %d: want %s in %s", dev, rank, want, text);
+        free(text);
+    }
+    sl_config_fini(&cfg);
+}
+
+/* device: cuda is the local rank's GPU modulo the visible GPUs, the local rank taken
+ * from the launcher that gave the process its rank; cuda:N is N. */
+START_TEST(test_device_choice)
+{
+    static const char *const vars[] = {
+        "SLURM_LOCALID",        "SLURM_PROCID",    "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "PMI_RANK"};
+
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1);
+    setenv("SLURM_LOCALID", "3", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    expect_device("cuda", 1, "cuda:3"); /* srun: SLURM_PROCID is this rank */
+    setenv("SLURM_PROCID", "0", 1);
+    expect_device("cuda", 1, "cuda:1"); /* shoal run in an allocation: not ours, the rank */
+    unsetenv("SLURM_LOCALID");
+    unsetenv("SLURM_PROCID");
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "6", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    expect_device("cuda", 1, "cuda:2"); /* 6 mod 4 */
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    setenv("MPI_LOCALRANKID", "1", 1);
+    setenv("PMI_RANK", "1", 1);
+    setenv("CUDA_VISIBLE_DEVICES", "5,6,7", 1);
+    expect_device("cuda", 1, "cuda:1");
+    setenv("CUDA_VISIBLE_DEVICES", "6", 1); /* one GPU per task */
+    expect_device("cuda", 1, "cuda:0");
+    expect_device("cuda:7", 1, "cuda:7");
+}
+END_TEST
+
+/* Runs shoal ARGS (NULL-terminated) with SHOAL_STAGE_SYNC=stage and SHOAL_LOG=debug;
+ * returns the exit status and the output (stdout and stderr, malloc'd) in *log. */
+static int
+run_shoal_staged(const char *stage, char **log, const char *const *args)
+{
+    char path[1024];
+    const char *argv[32];
+    int n = 0, status;
+    pid_t pid;
+
+    path_in(path, sizeof path, "staged.log");
+    argv[n++] = shoal_bin;
+    while (*args && n < 31)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(path, "w", stdout) || dup2(fileno(stdout), 2) < 0)
+            _exit(99);
+        setenv("SHOAL_LOG", "debug", 1);
+        setenv("SHOAL_STAGE_SYNC", stage, 1);
+        execv(shoal_bin, (char *const *)argv);
+        _exit(98);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    *log = read_file(path, NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The parameters of a model file (between header and checksum; the header holds the
+ * training time, which differs from run to run). */
+static char *
+model_params(const char *path, size_t *len)
+{
+    char *data = read_file(path, len);
+
+    ck_assert_msg(data != NULL, "%s missing", path);
+    ck_assert_uint_gt(*len, SL_CKPT_HEADER_BYTES + 8);
+    *len -= SL_CKPT_HEADER_BYTES + 8;
+    memmove(data, data + SL_CKPT_HEADER_BYTES, *len);
+    return data;
+}
+
+/* Sync through the host mirror, the GPU backend's path (forced on cpu with
+ * SHOAL_STAGE_SYNC=1), changes nothing: two nodes of gossip-bmuf (dense components
+ * every 2 steps, the row shards every 4, so some steps stage part of the model) and of
+ * allreduce (gradients staged every step) end with the same node and run models, bit
+ * for bit, as without it. */
+START_TEST(test_staged_sync_same_models)
+{
+    static const char *const syncs[2] = {
+        "{algorithm: gossip-bmuf, period: 2, embedding_period: 4, embedding_shards: 2}",
+        "{algorithm: allreduce}"};
+
+    if (!have_shoal())
+        return;
+    for (int a = 0; a < 2; a++) {
+        char *models[2][2];
+        size_t lens[2][2];
+
+        for (int staged = 0; staged < 2; staged++) {
+            char conf[1024], run[64], yaml[2048], path[2048], *log;
+            int rc;
+
+            snprintf(run, sizeof run, "staged-%d-%d", a, staged);
+            path_in(conf, sizeof conf, "staged.yaml");
+            snprintf(yaml, sizeof yaml,
+                     "run: {name: %s, dir: %s/%s, log_every: 4, checkpoint_every: 0}\n"
+                     "data: {train: %s/brown/train.txt, vocab_size: 500, max_tokens: 20000,\n"
+                     "       cache_dir: %s/cache}\n"
+                     "model: {embedding: 16, layers: [{lstm: 16}]}\n"
+                     "train: {batch: 8, bptt: 8, max_steps: 12, eval_every_epoch: false,\n"
+                     "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
+                     "cluster: {nodes: 2, rendezvous_timeout_ms: 20000}\n"
+                     "sync: %s\n",
+                     run, tmp_root, run, data_dir, tmp_root, syncs[a]);
+            write_file(conf, yaml, strlen(yaml));
+            rc = run_shoal_staged(staged ? "1" : "0", &log,
+                                  (const char *[]){"run", conf, "--no-resume", NULL});
+            ck_assert_msg(rc == 0, "shoal run (%s, staged %d) exited %d:\n%s", syncs[a], staged, rc,
+                          log);
+            ck_assert_msg(!strstr(log, "through host memory") == !staged,
+                          "staged %d, but the log says otherwise:\n%s", staged, log);
+            free(log);
+            snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+            models[staged][0] = model_params(path, &lens[staged][0]);
+            snprintf(path, sizeof path, "%s/%s/node-1/model.bin", tmp_root, run);
+            models[staged][1] = model_params(path, &lens[staged][1]);
+        }
+        for (int m = 0; m < 2; m++) {
+            ck_assert_uint_eq(lens[0][m], lens[1][m]);
+            ck_assert_msg(memcmp(models[0][m], models[1][m], lens[0][m]) == 0,
+                          "%s: the %s model differs when staged", syncs[a], m ? "node 1" : "run");
+            free(models[0][m]);
+            free(models[1][m]);
+        }
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- main */
 
 static int
@@ -977,6 +1151,8 @@ node_suite(void)
     tcase_add_test(core, test_interrupt_then_resume);
     tcase_add_test(core, test_loss_falls_and_files);
     tcase_add_test(core, test_cli);
+    tcase_add_test(core, test_staged_sync_same_models);
+    tcase_add_test(limits, test_device_choice);
     tcase_add_test(limits, test_bad_checkpoints);
     tcase_add_test(limits, test_failed_run_keeps_files);
     tcase_add_test(limits, test_bf16_on_cpu_refused);

@@ -1,0 +1,501 @@
+/* The CUDA backend: context (one device, one stream, one cuBLAS handle), device memory
+ * and copies, gemm through cuBLAS (fp32 without TF32, or bf16/fp16 operands on tensor
+ * cores with fp32 accumulation), error recording, describe(), and the ops table. The
+ * fused kernels are in sl_cuda_kernels.cu; kernels/cpu/sl_cpu.c is the reference every
+ * op is checked against (tests/unit/check_cuda.c).
+ *
+ * cuDNN is not used: see sl_cuda_kernels.cu for why its RNN API does not fit the
+ * per-cell interface; configure only reports whether it is installed. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sl_cuda_ctx.h"
+
+extern "C" {
+#include "sl_alloc.h"
+#include "sl_cuda.h"
+}
+
+/* ---- errors ------------------------------------------------------------------------ */
+
+void
+sl_cuda_fail(sl_cuda_t *cu, sl_status_t code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (cu->err != SL_OK)
+        return;
+    cu->err = code;
+    va_start(ap, fmt);
+    vsnprintf(cu->err_msg, sizeof cu->err_msg, fmt, ap);
+    va_end(ap);
+}
+
+int
+sl_cuda_check(sl_cuda_t *cu, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 1;
+    sl_cuda_fail(cu, SL_ERR_DEVICE, "%s: %s: %s (%s)", cu->name, what, cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+    return 0;
+}
+
+int
+sl_cuda_launched(sl_cuda_t *cu, const char *what)
+{
+    return sl_cuda_check(cu, cudaGetLastError(), what);
+}
+
+int
+sl_cuda_enter(sl_cuda_t *cu, const char *what)
+{
+    return sl_cuda_check(cu, cudaSetDevice(cu->device), what);
+}
+
+static int
+blas_check(sl_cuda_t *cu, cublasStatus_t st, const char *what)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 1;
+    sl_cuda_fail(cu, SL_ERR_DEVICE, "%s: %s: cuBLAS: %s", cu->name, what,
+                 cublasGetStatusString(st));
+    return 0;
+}
+
+#define SL_CUBLAS_TRY(cu, expr, what)                                                              \
+    do {                                                                                           \
+        if (!blas_check((cu), (expr), (what)))                                                     \
+            return sl_cuda_take_error(cu);                                                         \
+    } while (0)
+
+sl_status_t
+sl_cuda_take_error(sl_cuda_t *cu)
+{
+    sl_status_t code = cu->err;
+
+    if (code == SL_OK)
+        return SL_OK;
+    cu->err = SL_OK;
+    return sl_err_set(code, "%s", cu->err_msg);
+}
+
+int
+sl_cuda_blocks(size_t n, int cap)
+{
+    size_t b = (n + SL_CUDA_THREADS - 1) / SL_CUDA_THREADS;
+
+    return b < 1 ? 1 : b > (size_t)cap ? cap : (int)b;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static sl_status_t
+cuda_alloc(void *ctx, void **ptr, size_t bytes)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    void *p = NULL;
+    cudaError_t e;
+
+    *ptr = NULL;
+    SL_TRY(sl_cuda_take_error(cu));
+    SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "alloc");
+    e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* out of memory is not sticky: clear it */
+        return sl_err_set(SL_ERR_NOMEM, "%s: alloc: out of device memory for %zu bytes", cu->name,
+                          bytes);
+    }
+    SL_CUDA_TRY(cu, e, "alloc");
+    if (!sl_cuda_check(cu, cudaMemsetAsync(p, 0, bytes, cu->stream), "alloc")) {
+        cudaFree(p);
+        return sl_cuda_take_error(cu);
+    }
+    *ptr = p;
+    return SL_OK;
+}
+
+/* cudaFree waits for the device, so nothing queued can still use ptr. */
+static void
+cuda_free(void *ctx, void *ptr)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (ptr && sl_cuda_enter(cu, "free"))
+        sl_cuda_check(cu, cudaFree(ptr), "free");
+}
+
+/* host_src may be reused as soon as this returns: pageable memory is staged by the
+ * copy call itself, and for page-locked memory (which the copy reads later, in stream
+ * order) it waits for the stream. */
+static sl_status_t
+cuda_to_device(void *ctx, void *dst, const void *host_src, size_t bytes)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    cudaPointerAttributes attr;
+    int pinned;
+
+    SL_TRY(sl_cuda_take_error(cu));
+    if (bytes == 0)
+        return SL_OK;
+    SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "to_device");
+    pinned =
+        cudaPointerGetAttributes(&attr, host_src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+    cudaGetLastError(); /* an unknown pointer is pageable memory, not an error */
+    SL_CUDA_TRY(cu, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cu->stream),
+                "to_device");
+    if (pinned)
+        SL_CUDA_TRY(cu, cudaStreamSynchronize(cu->stream), "to_device");
+    return SL_OK;
+}
+
+static sl_status_t
+cuda_to_host(void *ctx, void *host_dst, const void *src, size_t bytes)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    SL_TRY(sl_cuda_take_error(cu));
+    if (bytes == 0)
+        return SL_OK;
+    SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "to_host");
+    SL_CUDA_TRY(cu, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cu->stream),
+                "to_host");
+    SL_CUDA_TRY(cu, cudaStreamSynchronize(cu->stream), "to_host");
+    return sl_cuda_take_error(cu); /* what the queued ops recorded meanwhile */
+}
+
+static sl_status_t
+cuda_sync(void *ctx)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (sl_cuda_enter(cu, "sync"))
+        sl_cuda_check(cu, cudaStreamSynchronize(cu->stream), "sync");
+    return sl_cuda_take_error(cu);
+}
+
+/* Device-to-device, in stream order. The model never copies between overlapping
+ * ranges (the CPU's memmove would allow it). */
+static void
+cuda_copy(void *ctx, size_t n, const float *src, float *dst)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (n == 0 || src == dst || !sl_cuda_enter(cu, "copy"))
+        return;
+    sl_cuda_check(
+        cu, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cu->stream),
+        "copy");
+}
+
+static void
+cuda_zero(void *ctx, size_t n, float *x)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (n == 0 || !sl_cuda_enter(cu, "zero"))
+        return;
+    sl_cuda_check(cu, cudaMemsetAsync(x, 0, n * sizeof(float), cu->stream), "zero");
+}
+
+/* ---- gemm -------------------------------------------------------------------------- */
+
+static sl_status_t
+cuda_set_precision(void *ctx, sl_precision_t p)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    SL_TRY(sl_cuda_take_error(cu));
+    if (p != SL_PREC_FP32 && p != SL_PREC_BF16 && p != SL_PREC_FP16)
+        return sl_err_set(SL_ERR_INVALID, "%s: precision %d unknown", cu->name, (int)p);
+    cu->prec = p;
+    return SL_OK;
+}
+
+/* The 16-bit operand buffer, grown in stream order (allocations and frees are queued,
+ * so gemms still in flight keep the old one). Grows only until the largest gemm has
+ * been seen, i.e. during the first step. */
+static int
+half_space(sl_cuda_t *cu, size_t bytes)
+{
+    void *p;
+
+    if (bytes <= cu->half_bytes)
+        return 1;
+    bytes += bytes / 4;
+    if (cu->half_buf && !sl_cuda_check(cu, cudaFreeAsync(cu->half_buf, cu->stream), "gemm"))
+        return 0;
+    cu->half_buf = NULL;
+    cu->half_bytes = 0;
+    if (!sl_cuda_check(cu, cudaMallocAsync(&p, bytes, cu->stream), "gemm (16-bit operands)"))
+        return 0;
+    cu->half_buf = p;
+    cu->half_bytes = bytes;
+    return 1;
+}
+
+static size_t
+round_up(size_t x, size_t to)
+{
+    return (x + to - 1) / to * to;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major
+ * matrix read column-major is its transpose: so cuBLAS gets B first, the dimensions
+ * (n, m, k) and the same leading dimensions. With bf16/fp16 the stored operands are
+ * first rounded into the half buffer, rows padded to 8 elements so tensor cores take
+ * any shape; accumulation and C stay fp32 (CUBLAS_COMPUTE_32F). The shape checks are
+ * the CPU's: breaking them is a bug in the caller. */
+static void
+cuda_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+          int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
+    int lpa, lpb;
+    size_t abytes, bbytes;
+    cudaDataType_t t;
+    char *ah, *bh;
+
+    SL_ASSERT(m >= 0 && n >= 0 && k >= 0);
+    SL_ASSERT(lda >= ac && lda >= 1);
+    SL_ASSERT(ldb >= bc && ldb >= 1);
+    SL_ASSERT(ldc >= n && ldc >= 1);
+    if (m == 0 || n == 0 || !sl_cuda_enter(cu, "gemm"))
+        return;
+    if (cu->prec == SL_PREC_FP32 || k == 0) {
+        blas_check(cu,
+                   cublasSgemm(cu->blas, opb, opa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
+                   "gemm");
+        return;
+    }
+    lpa = (int)round_up((size_t)ac, 8);
+    lpb = (int)round_up((size_t)bc, 8);
+    abytes = round_up((size_t)ar * (size_t)lpa * 2, 256);
+    bbytes = (size_t)br * (size_t)lpb * 2;
+    if (!half_space(cu, abytes + bbytes))
+        return;
+    ah = (char *)cu->half_buf;
+    bh = ah + abytes;
+    sl_cuda_pack_half(cu, cu->prec, ar, ac, a, lda, ah, lpa);
+    sl_cuda_pack_half(cu, cu->prec, br, bc, b, ldb, bh, lpb);
+    t = cu->prec == SL_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    blas_check(cu,
+               cublasGemmEx(cu->blas, opb, opa, n, m, k, &alpha, bh, t, lpb, ah, t, lpa, &beta, c,
+                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "gemm (16-bit operands)");
+}
+
+/* db += dx^T 1 as a cuBLAS gemv: dx (rows, cols) row-major is (cols, rows) column-major.
+ * A kernel with one thread per column and the rows in order keeps only a few loads in
+ * flight per SM (cols threads in all), where gemv streams dx at memory speed; its
+ * order of additions differs from the CPU's, within fp32 rounding. The ones vector
+ * grows like the half buffer, during the first step. */
+static void
+cuda_bias_grad(void *ctx, int rows, int cols, const float *dx, float *db)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    const float one = 1.0f;
+
+    if (rows <= 0 || cols <= 0 || !sl_cuda_enter(cu, "bias_grad"))
+        return;
+    if ((size_t)rows > cu->ones_n) {
+        size_t n = (size_t)rows + (size_t)rows / 4;
+        void *p;
+
+        if (cu->ones && !sl_cuda_check(cu, cudaFreeAsync(cu->ones, cu->stream), "bias_grad"))
+            return;
+        cu->ones = NULL;
+        cu->ones_n = 0;
+        if (!sl_cuda_check(cu, cudaMallocAsync(&p, n * sizeof(float), cu->stream), "bias_grad"))
+            return;
+        cu->ones = (float *)p;
+        cu->ones_n = n;
+        sl_cuda_fill(cu, n, 1.0f, cu->ones);
+    }
+    blas_check(
+        cu,
+        cublasSgemv(cu->blas, CUBLAS_OP_N, cols, rows, &one, dx, cols, cu->ones, 1, &one, db, 1),
+        "bias_grad");
+}
+
+/* ---- backend ----------------------------------------------------------------------- */
+
+static void
+cuda_set_threads(void *ctx, int threads)
+{
+    (void)ctx;
+    (void)threads; /* the device has its own parallelism */
+}
+
+static const char *
+cuda_describe(void *ctx)
+{
+    return ((sl_cuda_t *)ctx)->desc;
+}
+
+static void
+cuda_destroy(void *ctx)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (!cu)
+        return;
+    cudaSetDevice(cu->device);
+    if (cu->stream)
+        cudaStreamSynchronize(cu->stream);
+    if (cu->half_buf)
+        cudaFree(cu->half_buf);
+    if (cu->ones)
+        cudaFree(cu->ones);
+    if (cu->partial)
+        cudaFree(cu->partial);
+    if (cu->d_result)
+        cudaFree(cu->d_result);
+    if (cu->h_result)
+        cudaFreeHost(cu->h_result);
+    if (cu->blas)
+        cublasDestroy(cu->blas);
+    if (cu->stream)
+        cudaStreamDestroy(cu->stream);
+    cudaGetLastError();
+    sl_free(cu);
+}
+
+static const sl_backend_ops_t cuda_ops = {
+    .destroy = cuda_destroy,
+    .set_threads = cuda_set_threads,
+    .describe = cuda_describe,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .to_device = cuda_to_device,
+    .to_host = cuda_to_host,
+    .sync = cuda_sync,
+    .set_precision = cuda_set_precision,
+    .gemm = cuda_gemm,
+    .axpy = sl_cuda_axpy,
+    .scale = sl_cuda_scale,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .sumsq = sl_cuda_sumsq,
+    .to_half = sl_cuda_to_half,
+    .from_half = sl_cuda_from_half,
+    .add_bias = sl_cuda_add_bias,
+    .bias_grad = cuda_bias_grad,
+    .lstm_cell_forward = sl_cuda_lstm_cell_forward,
+    .lstm_cell_backward = sl_cuda_lstm_cell_backward,
+    .embedding_gather = sl_cuda_embedding_gather,
+    .embedding_scatter_add = sl_cuda_embedding_scatter_add,
+    .softmax_xent = sl_cuda_softmax_xent,
+    .sampled_softmax_xent = sl_cuda_sampled_softmax_xent,
+    .dropout = sl_cuda_dropout,
+    .sgd_update = sl_cuda_sgd_update,
+    .adagrad_update = sl_cuda_adagrad_update,
+    .adam_update = sl_cuda_adam_update,
+};
+
+/* "CUDA 13.0 (driver 13.0), cuBLAS 13.1.0, cuDNN not used, device NVIDIA H100, sm_90". */
+static void
+describe_init(sl_cuda_t *cu, const cudaDeviceProp *prop)
+{
+    int rt = 0, drv = 0, blas = 0;
+
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    cublasGetVersion(cu->blas, &blas);
+    snprintf(cu->desc, sizeof cu->desc,
+             "CUDA %d.%d (driver %d.%d), cuBLAS %d.%d.%d, cuDNN not used%s%s%s, device %s, "
+             "sm_%d%d",
+             rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10, blas / 10000,
+             blas % 10000 / 100, blas % 100,
+#ifdef SL_CUDNN_FOUND
+             " (", SL_CUDNN_FOUND, " installed)",
+#else
+             "", "", "",
+#endif
+             prop->name, prop->major, prop->minor);
+}
+
+/* Everything the ops need, made once: a non-blocking stream (it never waits for the
+ * legacy default stream), cuBLAS on it with TF32 off (fp32 gemms stay fp32, so they
+ * match the CPU), the reduction buffers. */
+static sl_status_t
+cuda_init(sl_cuda_t *cu)
+{
+    cudaDeviceProp prop;
+
+    SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "init");
+    SL_CUDA_TRY(cu, cudaGetDeviceProperties(&prop, cu->device), "init");
+    SL_CUDA_TRY(cu, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), "init");
+    SL_CUBLAS_TRY(cu, cublasCreate(&cu->blas), "init");
+    SL_CUBLAS_TRY(cu, cublasSetStream(cu->blas, cu->stream), "init");
+    SL_CUBLAS_TRY(cu, cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH), "init");
+    SL_CUDA_TRY(cu, cudaMalloc(&cu->partial, SL_CUDA_MAX_BLOCKS * sizeof(double)), "init");
+    SL_CUDA_TRY(cu, cudaMalloc(&cu->d_result, sizeof *cu->d_result), "init");
+    SL_CUDA_TRY(cu, cudaMallocHost(&cu->h_result, sizeof *cu->h_result), "init");
+    describe_init(cu, &prop);
+    return SL_OK;
+}
+
+sl_status_t
+sl_cuda_device_count(int *count)
+{
+    cudaError_t e = cudaGetDeviceCount(count);
+
+    if (e == cudaSuccess)
+        return SL_OK;
+    *count = 0;
+    cudaGetLastError();
+    return sl_err_set(SL_ERR_DEVICE, "CUDA: no usable device: %s (%s)", cudaGetErrorString(e),
+                      cudaGetErrorName(e));
+}
+
+sl_status_t
+sl_backend_cuda_new(sl_backend_t **out, int device)
+{
+    sl_backend_t *b;
+    sl_cuda_t *cu;
+    sl_status_t st;
+    int count;
+
+    *out = NULL;
+    st = sl_cuda_device_count(&count);
+    if (st != SL_OK)
+        return sl_err_prefix(st, "device 'cuda:%d'", device);
+    if (device < 0 || device >= count)
+        return sl_err_set(SL_ERR_DEVICE, "device 'cuda:%d': %d CUDA device%s visible", device,
+                          count, count == 1 ? "" : "s");
+    SL_TRY(SL_CALLOC(&b, 1, "cuda backend"));
+    if (SL_CALLOC(&cu, 1, "cuda backend context") != SL_OK) {
+        sl_free(b);
+        return SL_ERR_NOMEM;
+    }
+    cu->device = device;
+    cu->prec = SL_PREC_FP32;
+    snprintf(cu->name, sizeof cu->name, "cuda:%d", device);
+    st = cuda_init(cu);
+    if (st != SL_OK) {
+        cuda_destroy(cu);
+        sl_free(b);
+        return st;
+    }
+    b->ops = &cuda_ops;
+    b->ctx = cu;
+    b->name = cu->name;
+    *out = b;
+    return SL_OK;
+}
+
+sl_status_t
+sl_cuda_rng_floats(sl_backend_t *b, uint64_t key, size_t n, float *out)
+{
+    if (b == NULL || b->ops != &cuda_ops)
+        return sl_err_set(SL_ERR_INVALID, "sl_cuda_rng_floats: not a CUDA backend");
+    sl_cuda_rng_fill((sl_cuda_t *)b->ctx, key, n, out);
+    return cuda_sync(b->ctx);
+}
