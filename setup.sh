@@ -53,18 +53,20 @@ build() {
 
 # One closing line over every Check case run: "tests: N passed, N failed, N skipped".
 summarize_tests() {
-    local checks=0 bad=0 skipped=0 log line
+    local checks=0 bad=0 died=0 skipped=0 log line
     for log in build/tests/unit/*.log; do
         [ -f "$log" ] || continue
         line=$(grep -E '^[0-9]+%: Checks: ' "$log" | tail -n 1) || true
         if [ -z "$line" ]; then
-            grep -q '^SKIP' "${log%.log}.trs" 2>/dev/null && skipped=$((skipped + 1))
+            # no Check summary: a skipped program (exit 77), or one that died before it
+            grep -q '^:test-result: SKIP' "${log%.log}.trs" 2>/dev/null && skipped=$((skipped + 1))
+            grep -qE '^:test-result: (FAIL|ERROR)' "${log%.log}.trs" 2>/dev/null && died=$((died + 1))
             continue
         fi
         set -- $(echo "$line" | sed -E 's/.*Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2 \3/')
         checks=$((checks + $1)); bad=$((bad + $2 + $3))
     done
-    echo "tests: $((checks - bad)) passed, $bad failed, $skipped skipped"
+    echo "tests: $((checks - bad)) passed, $((bad + died)) failed, $skipped skipped"
 }
 
 cmd=${1:-}
