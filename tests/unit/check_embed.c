@@ -20,6 +20,7 @@
 #include "sl_status.h"
 #include "sl_wire.h"
 #include "sl_zipf.h"
+#include "test_tool.h"
 
 /* --------------------------------------------------------------- compress */
 
@@ -668,67 +669,6 @@ END_TEST
 
 static char stats_bin[1024];
 
-static int
-have_stats(void)
-{
-    const char *b = getenv("SHOAL_BUILDDIR");
-
-    snprintf(stats_bin, sizeof stats_bin, "%s/tools/shoal-corpus-stats", b ? b : ".");
-    if (access(stats_bin, X_OK) != 0) {
-        fprintf(stderr, "check_embed: %s is not built; skipping the command-line case\n",
-                stats_bin);
-        return 0;
-    }
-    return 1;
-}
-
-/* Runs shoal-corpus-stats with args (NULL-terminated) and PATH=path (NULL: unchanged),
- * stdout into out and stderr into err (each cap bytes, truncated); the exit status. */
-static int
-run_stats(char *out, char *err, size_t cap, const char *path, const char *const *args)
-{
-    const char *argv[32];
-    int n = 0, status, po[2], pe[2];
-    pid_t pid;
-
-    argv[n++] = stats_bin;
-    while (*args && n < 31)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    ck_assert_int_eq(pipe(po), 0);
-    ck_assert_int_eq(pipe(pe), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        close(po[0]);
-        close(pe[0]);
-        if (path)
-            setenv("PATH", path, 1);
-        execv(stats_bin, (char *const *)argv);
-        _exit(98);
-    }
-    close(po[1]);
-    close(pe[1]);
-    for (int f = 0; f < 2; f++) { /* outputs are small: stdout first, then stderr */
-        int fd = f ? pe[0] : po[0];
-        char *buf = f ? err : out, sink[4096];
-        size_t got = 0;
-        ssize_t k;
-
-        while ((k = read(fd, got + 1 < cap ? buf + got : sink,
-                         got + 1 < cap ? cap - 1 - got : sizeof sink)) > 0)
-            if (got + 1 < cap)
-                got += (size_t)k;
-        buf[got] = '\0';
-        close(fd);
-    }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status));
-    return WEXITSTATUS(status);
-}
-
 /* The tool reads the text through src/data: "a a b\na c c\n" is a a b <eos> a c c <eos>.
  * N = 2: aa ab bE Ea ac cc cE -> 12/7; N = 4: aabE abEa bEac Eacc accE -> 16/5. */
 START_TEST(test_corpus_stats_cli)
@@ -737,7 +677,7 @@ START_TEST(test_corpus_stats_cli)
     char dir[] = "/tmp/shoal-embed-XXXXXX", file[256], png[256];
     FILE *f;
 
-    if (!have_stats())
+    if (!test_tool_find("shoal-corpus-stats", stats_bin, sizeof stats_bin))
         return;
     ck_assert_ptr_nonnull(mkdtemp(dir));
     setenv("XDG_CACHE_HOME", dir, 1); /* the token cache goes there, not to $HOME */
@@ -748,12 +688,13 @@ START_TEST(test_corpus_stats_cli)
     fputs("a a b\na c c\n", f);
     fclose(f);
 
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL, (const char *const[]){"--help", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--help", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "Usage: shoal-corpus-stats"));
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--nodes", "1,2,16",
-                                                     "--tokens=2", "--format", "csv", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--nodes", "1,2,16",
+                                                         "--tokens=2", "--format", "csv", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "G,K,N,windows,U_mean,U_min,U_max,U_over_N,U_fit\n"));
     ck_assert_ptr_nonnull(strstr(out, "\n1,2,2,7,1.7142857142857142,1,2,"));
@@ -761,9 +702,9 @@ START_TEST(test_corpus_stats_cli)
     ck_assert_ptr_null(strstr(out, "\n16,2,"));
     ck_assert_ptr_nonnull(strstr(err, "skipped N = 16x2: more than the corpus's 8 tokens"));
     /* the JSON fit is the line through the two points: b = ln(3.2 / (12/7)) / ln 2 */
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--nodes", "2,1", "--tokens",
-                                                     "2", "--format=json", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--nodes", "2,1",
+                                                         "--tokens", "2", "--format=json", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "\"tokens\": 8, \"types\": 4"));
     {
@@ -773,45 +714,48 @@ START_TEST(test_corpus_stats_cli)
         ck_assert_double_eq_tol(strtod(b + 5, NULL), log2(3.2 * 7 / 12), 1e-12);
     }
     /* character level: 12 code points incl. newlines, types a b c space newline */
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--level", "char", "--nodes",
-                                                     "12", "--tokens", "1", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--level", "char",
+                                                         "--nodes", "12", "--tokens", "1", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "12 tokens, 5 types"));
     ck_assert_ptr_nonnull(strstr(out, "no fit"));
 
     /* errors: usage 2, runtime 1, one line naming the problem */
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL, (const char *const[]){NULL}), 2);
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){NULL}),
+                     2);
     ck_assert_ptr_nonnull(strstr(err, "missing --corpus"));
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--nodes", "1,x", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--nodes", "1,x", NULL}),
                      2);
     ck_assert_ptr_nonnull(strstr(err, "--nodes: 'x' is not an integer"));
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--windows", "0", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--windows", "0", NULL}),
                      2);
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--level", "byte", NULL}),
-                     2);
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", "/nonexistent/x.txt", NULL}),
+    ck_assert_int_eq(
+        test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                      (const char *const[]){"--corpus", file, "--level", "byte", NULL}),
+        2);
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", "/nonexistent/x.txt", NULL}),
                      1);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.txt: No such file or directory"));
-    ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                               (const char *const[]){"--corpus", file, "--tokens", "9", NULL}),
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, "--tokens", "9", NULL}),
                      1);
     ck_assert_ptr_nonnull(strstr(err, "fewer than every N"));
     ck_assert_int_eq(
-        run_stats(out, err, sizeof out, "/nonexistent",
-                  (const char *const[]){"--corpus", file, "--tokens", "2", "--png", png, NULL}),
+        test_tool_run(stats_bin, out, sizeof out, err, sizeof err, "/nonexistent",
+                      (const char *const[]){"--corpus", file, "--tokens", "2", "--png", png, NULL}),
         1);
     ck_assert_ptr_nonnull(strstr(err, "gnuplot is not on PATH"));
     if (system("gnuplot --version >/dev/null 2>&1") == 0) {
         unsigned char magic[4] = {0};
 
-        ck_assert_int_eq(run_stats(out, err, sizeof out, NULL,
-                                   (const char *const[]){"--corpus", file, "--nodes", "1,2",
-                                                         "--tokens", "2", "--png", png, NULL}),
+        ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                       (const char *const[]){"--corpus", file, "--nodes", "1,2",
+                                                             "--tokens", "2", "--png", png, NULL}),
                          0);
         f = fopen(png, "rb");
         ck_assert_ptr_nonnull(f);
@@ -822,8 +766,9 @@ START_TEST(test_corpus_stats_cli)
     f = fopen(file, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
-    ck_assert_int_eq(
-        run_stats(out, err, sizeof out, NULL, (const char *const[]){"--corpus", file, NULL}), 1);
+    ck_assert_int_eq(test_tool_run(stats_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--corpus", file, NULL}),
+                     1);
     ck_assert_ptr_nonnull(strstr(err, "corpus is empty"));
     snprintf(png, sizeof png, "rm -rf '%s'", dir); /* the text, the plot, the token cache */
     ck_assert_int_eq(system(png), 0);

@@ -508,12 +508,15 @@ START_TEST(test_dropout_keys)
 }
 END_TEST
 
-/* End to end: SGD with clipping on one repeated batch drives its loss well down
- * (the model memorises 6 tokens), with either softmax and with dropout. The full
- * softmax evaluation falls less after sampled training (seen: 15.4 -> 0.02 full,
- * 15.4 -> 7.9 sampled), hence eval_factor. */
+/* End to end: Adam with clipping on one repeated batch drives its loss well down (the
+ * model memorises 6 tokens), with either softmax and with dropout. Adam, not SGD: with
+ * SGD the outcome hung on the initial weights and on the BLAS's rounding (a machine with
+ * another OpenBLAS kernel failed where this one passed). Over run seeds 1-40 the worst
+ * ratios (final / first) were 0.0025 train and 0.0025 eval with the full softmax, and
+ * 0.43 train and 0.31 eval (full-softmax evaluation) after sampled training with
+ * dropout, whose per-step loss is noisy; hence the factors. */
 static void
-check_learns(sl_output_kind_t out, double dropout, double eval_factor)
+check_learns(sl_output_kind_t out, double dropout, double train_factor, double eval_factor)
 {
     sl_lm_t *lm;
     sl_lm_state_t *st;
@@ -521,7 +524,7 @@ check_learns(sl_output_kind_t out, double dropout, double eval_factor)
     double first = 0.0, loss = 0.0, eval0, eval1;
 
     tiny_config(&cfg, 2, P, out, dropout);
-    cfg.train.optimizer.type = SL_OPT_SGD;
+    cfg.train.optimizer.type = SL_OPT_ADAM;
     ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 2, B, be), SL_OK);
     ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
     ck_assert_int_eq(sl_optim_new(&o, &cfg, sl_lm_nparams(lm), be), SL_OK);
@@ -533,11 +536,11 @@ check_learns(sl_output_kind_t out, double dropout, double eval_factor)
         if (step == 0)
             first = loss;
         sl_clip_global_norm(be, sl_lm_grads(lm), sl_lm_nparams(lm), 5.0);
-        sl_optim_step(o, sl_lm_params(lm), sl_lm_grads(lm), 3.0);
+        sl_optim_step(o, sl_lm_params(lm), sl_lm_grads(lm), 0.03);
     }
     sl_lm_state_reset(st);
     ck_assert_int_eq(sl_lm_eval_batch(lm, st, tx, ty, T, &eval1), SL_OK);
-    ck_assert_msg(loss < 0.3 * first && eval1 < eval_factor * eval0,
+    ck_assert_msg(loss < train_factor * first && eval1 < eval_factor * eval0,
                   "train loss %g -> %g, eval loss %g -> %g", first, loss, eval0, eval1);
     sl_optim_destroy(&o);
     sl_lm_state_destroy(&st);
@@ -546,13 +549,13 @@ check_learns(sl_output_kind_t out, double dropout, double eval_factor)
 
 START_TEST(test_learns_full)
 {
-    check_learns(SL_OUTPUT_FULL, 0.0, 0.1);
+    check_learns(SL_OUTPUT_FULL, 0.0, 0.1, 0.1);
 }
 END_TEST
 
 START_TEST(test_learns_sampled_dropout)
 {
-    check_learns(SL_OUTPUT_SAMPLED, 0.1, 0.7);
+    check_learns(SL_OUTPUT_SAMPLED, 0.1, 0.7, 0.6);
 }
 END_TEST
 

@@ -14,6 +14,7 @@
 #include "sl_ring.h"
 #include "sl_schedule.h"
 #include "sl_status.h"
+#include "test_tool.h"
 
 /* ------------------------------------------------------------------- ring */
 
@@ -432,69 +433,6 @@ END_TEST
 static char topo_bin[1024];
 
 static int
-have_topo(void)
-{
-    const char *b = getenv("SHOAL_BUILDDIR");
-
-    snprintf(topo_bin, sizeof topo_bin, "%s/tools/shoal-topo", b ? b : ".");
-    if (access(topo_bin, X_OK) != 0) {
-        fprintf(stderr, "check_topology: %s is not built; skipping the command-line case\n",
-                topo_bin);
-        return 0;
-    }
-    return 1;
-}
-
-/* Runs shoal-topo with args (NULL-terminated) and env PATH=path (NULL: unchanged);
- * stdout and stderr into out, err (truncated to cap). Returns the exit status. */
-static int
-run_topo(char *out, char *err, size_t cap, const char *path, const char *const *args)
-{
-    const char *argv[32];
-    int n = 0, status, po[2], pe[2];
-    pid_t pid;
-
-    argv[n++] = topo_bin;
-    while (*args && n < 31)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    ck_assert_int_eq(pipe(po), 0);
-    ck_assert_int_eq(pipe(pe), 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        close(po[0]);
-        close(pe[0]);
-        if (path)
-            setenv("PATH", path, 1);
-        execv(topo_bin, (char *const *)argv);
-        _exit(98);
-    }
-    close(po[1]);
-    close(pe[1]);
-    /* outputs here are small; read stderr after stdout is closed */
-    for (int f = 0; f < 2; f++) {
-        int fd = f ? pe[0] : po[0];
-        char *buf = f ? err : out;
-        size_t got = 0;
-        ssize_t k;
-        char sink[4096];
-
-        while ((k = read(fd, got + 1 < cap ? buf + got : sink,
-                         got + 1 < cap ? cap - 1 - got : sizeof sink)) > 0)
-            if (got + 1 < cap)
-                got += (size_t)k;
-        buf[got] = '\0';
-        close(fd);
-    }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status));
-    return WEXITSTATUS(status);
-}
-
-static int
 count_lines(const char *s)
 {
     int n = 0;
@@ -508,16 +446,17 @@ START_TEST(test_topo_cli)
 {
     static char out[1 << 16], err[4096];
 
-    if (!have_topo())
+    if (!test_tool_find("shoal-topo", topo_bin, sizeof topo_bin))
         return;
-    ck_assert_int_eq(run_topo(out, err, sizeof out, NULL, (const char *const[]){"--help", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--help", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "Usage: shoal-topo"));
     ck_assert_ptr_nonnull(strstr(out, "--neighbours"));
 
     /* n = 3, k = 1, q = 1 is the case worked by hand above */
-    ck_assert_int_eq(run_topo(out, err, sizeof out, NULL,
-                              (const char *const[]){"--nodes", "3", "--format", "json", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--nodes", "3", "--format", "json", NULL}),
                      0);
     ck_assert_str_eq(err, "");
     ck_assert_ptr_nonnull(strstr(out, "\"nodes\": 3, \"degree\": 1, \"neighbours\": 1, "
@@ -533,11 +472,12 @@ START_TEST(test_topo_cli)
         int chosen[2], count;
         char want[128];
 
-        ck_assert_int_eq(run_topo(out, err, sizeof out, NULL,
-                                  (const char *const[]){"--nodes=16", "--neighbours=2", "--seed",
-                                                        "77", "--round", "9", "--component", "2",
-                                                        "--format=json", NULL}),
-                         0);
+        ck_assert_int_eq(
+            test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                          (const char *const[]){"--nodes=16", "--neighbours=2", "--seed", "77",
+                                                "--round", "9", "--component", "2", "--format=json",
+                                                NULL}),
+            0);
         ck_assert_int_eq(sl_schedule_init(&s, 16, 3, 2, 77), SL_OK);
         for (int i = 0; i < 16; i++) {
             ck_assert_int_eq(sl_schedule_chosen(&s, 9, 2, i, chosen, 2, &count), SL_OK);
@@ -548,15 +488,15 @@ START_TEST(test_topo_cli)
     }
 
     ck_assert_int_eq(
-        run_topo(out, err, sizeof out, NULL,
-                 (const char *const[]){"--nodes", "8", "--local", "--format", "dot", NULL}),
+        test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                      (const char *const[]){"--nodes", "8", "--local", "--format", "dot", NULL}),
         0);
     ck_assert_int_eq(strncmp(out, "digraph shoal_topology {", 24), 0);
     ck_assert_ptr_nonnull(strstr(out, "    0 -> 7;\n")); /* ring link, and 7 pushes to 0 */
     ck_assert_ptr_nonnull(strstr(out, "    7 -> 0;\n"));
 
-    ck_assert_int_eq(run_topo(out, err, sizeof out, NULL,
-                              (const char *const[]){"--nodes", "5", "--degree", "2", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--nodes", "5", "--degree", "2", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "  node 0: 1 2 3 4\n"));
     ck_assert_ptr_nonnull(strstr(out, "spectral gap"));
@@ -570,15 +510,16 @@ START_TEST(test_topo_cli)
                                          {"--degree", "2", NULL},
                                          {"--nodes", "4", "--local", "--neighbours", "2", NULL}};
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
-        ck_assert_int_eq(run_topo(out, err, sizeof out, NULL, bad[b]), 2);
+        ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL, bad[b]),
+                         2);
         ck_assert_int_eq(strncmp(err, "shoal-topo: ", 12), 0);
         ck_assert_int_eq(count_lines(err), 1);
         ck_assert_str_eq(out, "");
     }
 
     /* --png without Graphviz on PATH: one line, exit 1 */
-    ck_assert_int_eq(run_topo(out, err, sizeof out, "/nonexistent",
-                              (const char *const[]){"--nodes", "4", "--png", "x.png", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, "/nonexistent",
+                                   (const char *const[]){"--nodes", "4", "--png", "x.png", NULL}),
                      1);
     ck_assert_ptr_nonnull(strstr(err, "'dot' is not on PATH"));
     ck_assert_int_eq(count_lines(err), 1);
@@ -592,7 +533,7 @@ START_TEST(test_topo_config)
     char dir[] = "/tmp/check_topology.XXXXXX", conf[1100];
     FILE *f;
 
-    if (!have_topo())
+    if (!test_tool_find("shoal-topo", topo_bin, sizeof topo_bin))
         return;
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(conf, sizeof conf, "%s/run.yaml", dir);
@@ -600,23 +541,23 @@ START_TEST(test_topo_config)
     ck_assert_ptr_nonnull(f);
     fputs("run: {name: topo, seed: 4242}\n", f);
     fclose(f);
-    ck_assert_int_eq(
-        run_topo(out, err, sizeof out, NULL,
-                 (const char *const[]){"--config", conf, "--nodes", "4", "--format", "json", NULL}),
-        0);
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--config", conf, "--nodes", "4",
+                                                         "--format", "json", NULL}),
+                     0);
     ck_assert_ptr_nonnull(strstr(out, "\"seed\": 4242"));
     /* --seed wins over the file */
-    ck_assert_int_eq(run_topo(out, err, sizeof out, NULL,
-                              (const char *const[]){"--config", conf, "--nodes", "4", "--seed", "5",
-                                                    "--format", "json", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--config", conf, "--nodes", "4", "--seed",
+                                                         "5", "--format", "json", NULL}),
                      0);
     ck_assert_ptr_nonnull(strstr(out, "\"seed\": 5,"));
     f = fopen(conf, "w");
     ck_assert_ptr_nonnull(f);
     fputs("run: {nmae: topo}\n", f);
     fclose(f);
-    ck_assert_int_eq(run_topo(out, err, sizeof out, NULL,
-                              (const char *const[]){"--config", conf, "--nodes", "4", NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--config", conf, "--nodes", "4", NULL}),
                      2);
     ck_assert_int_eq(strncmp(err, "shoal-topo: ", 12), 0);
     ck_assert_ptr_nonnull(strstr(err, "run.yaml:1:"));
@@ -633,7 +574,7 @@ START_TEST(test_topo_png)
     char dir[] = "/tmp/check_topology.XXXXXX", dot[1100], png[1100];
     FILE *f;
 
-    if (!have_topo())
+    if (!test_tool_find("shoal-topo", topo_bin, sizeof topo_bin))
         return;
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(dot, sizeof dot, "%s/dot", dir);
@@ -645,10 +586,10 @@ START_TEST(test_topo_png)
           f);
     fclose(f);
     ck_assert_int_eq(chmod(dot, 0755), 0);
-    ck_assert_int_eq(
-        run_topo(out, err, sizeof out, dir,
-                 (const char *const[]){"--nodes", "6", "--png", png, "--format", "json", NULL}),
-        0);
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, dir,
+                                   (const char *const[]){"--nodes", "6", "--png", png, "--format",
+                                                         "json", NULL}),
+                     0);
     ck_assert_str_eq(err, "");
     ck_assert_ptr_nonnull(strstr(out, "\"nodes\": 6")); /* stdout keeps its format */
     f = fopen(png, "r");
@@ -662,8 +603,8 @@ START_TEST(test_topo_png)
     ck_assert_ptr_nonnull(f);
     fputs("#!/bin/sh\nexit 1\n", f);
     fclose(f);
-    ck_assert_int_eq(run_topo(out, err, sizeof out, dir,
-                              (const char *const[]){"--nodes", "6", "--png", png, NULL}),
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, dir,
+                                   (const char *const[]){"--nodes", "6", "--png", png, NULL}),
                      1);
     ck_assert_ptr_nonnull(strstr(err, "shoal-topo: dot failed to write"));
     ck_assert_int_eq(count_lines(err), 1);
