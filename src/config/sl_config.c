@@ -157,6 +157,7 @@ typedef struct {
     int (*valid)(const char *s); /* T_STR: extra syntax check, described by expect */
     const char *expect;
     const char *shape;         /* T_STR with valid: the type column, e.g. "cpu|cuda|cuda:N" */
+    int auto_ok;               /* T_DOUBLE: "auto" is allowed, stored as SL_CONFIG_AUTO */
     const char *doc;
 } entry_t;
 
@@ -330,8 +331,8 @@ static const entry_t schema[] = {
      .doc = "how nodes keep their models together (see doc/config.md)"},
     {K("sync.neighbours", T_INT, sync.neighbours), .def = "1", AT_LEAST(1),
      .doc = "gossip-*: q neighbours each node averages with per round"},
-    {K("sync.block_momentum", T_DOUBLE, sync.block_momentum), .def = "0.9", AT_LEAST(0),
-     BELOW(1), .doc = "*bmuf: block momentum eta"},
+    {K("sync.block_momentum", T_DOUBLE, sync.block_momentum), .def = "auto", AT_LEAST(0),
+     BELOW(1), .auto_ok = 1, .doc = "*bmuf: block momentum eta (auto = 1 - 1/n)"},
     {K("sync.block_lr", T_DOUBLE, sync.block_lr), .def = "1", ABOVE(0),
      .doc = "*bmuf: block learning rate zeta"},
     {K("sync.nesterov", T_BOOL, sync.nesterov), .def = "true",
@@ -577,7 +578,10 @@ format_value(const entry_t *e, const value_t *v, char *buf, size_t n)
         snprintf(buf, n, "%" PRIu64, v->u);
         break;
     case T_DOUBLE:
-        format_double(v->d, buf, n);
+        if (e->auto_ok && v->d == SL_CONFIG_AUTO)
+            snprintf(buf, n, "auto");
+        else
+            format_double(v->d, buf, n);
         break;
     case T_BOOL:
         snprintf(buf, n, "%s", v->i ? "true" : "false");
@@ -685,6 +689,8 @@ bad_value(const entry_t *e, const value_t *v, int overflow, const char *shown, c
         }
         return 0;
     case T_DOUBLE:
+        if (e->auto_ok && v->d == SL_CONFIG_AUTO)
+            return 0;
         if (!isfinite(v->d)) {
             snprintf(why, n, "must be a finite number, got %s", shown);
             return 1;
@@ -789,7 +795,7 @@ type_phrase(const entry_t *e)
     case T_INT:
     case T_LONG: return "an integer";
     case T_U64: return "a non-negative integer";
-    case T_DOUBLE: return "a number";
+    case T_DOUBLE: return e->auto_ok ? "a number or auto" : "a number";
     case T_BOOL: return "true or false";
     case T_ENUM: return "a name";
     case T_LAYERS: return "a list";
@@ -978,7 +984,10 @@ convert(const load_t *ld, const entry_t *e, const char *path, const yaml_node_t 
         ok = parse_integer(s, 1, v, &overflow);
         break;
     case T_DOUBLE:
-        ok = parse_double(s, &v->d);
+        if (e->auto_ok && strcmp(s, "auto") == 0)
+            v->d = SL_CONFIG_AUTO;
+        else
+            ok = parse_double(s, &v->d);
         break;
     case T_BOOL:
         if (!strcasecmp(s, "true") || !strcasecmp(s, "yes"))
@@ -1640,6 +1649,11 @@ type_text(const entry_t *e, char *buf, size_t n)
         snprintf(buf, n, "%s %s %s", base, e->hi_kind == CLOSED ? "<=" : "<", hi);
     else
         snprintf(buf, n, "%s", base);
+    if (e->auto_ok) {
+        size_t used = strlen(buf);
+
+        snprintf(buf + used, n - used, " or auto");
+    }
 }
 
 static void

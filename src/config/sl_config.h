@@ -11,6 +11,8 @@
 #include "sl_status.h"
 
 #define SL_MAX_LAYERS 8
+/* A number key's value when the file says "auto": the key's documented rule decides. */
+#define SL_CONFIG_AUTO (-1.0)
 
 typedef enum { SL_LEVEL_WORD, SL_LEVEL_CHAR } sl_level_t;
 typedef enum { SL_OUTPUT_FULL, SL_OUTPUT_SAMPLED } sl_output_kind_t;
@@ -128,7 +130,7 @@ typedef struct {
     struct {
         sl_sync_algorithm_t algorithm; /* default none */
         int neighbours;          /* gossip-*: q neighbours pulled from per round, default 1 */
-        double block_momentum;   /* BMUF eta, default 0.9 */
+        double block_momentum;   /* BMUF eta; SL_CONFIG_AUTO (the default): 1 - 1/n */
         double block_lr;         /* BMUF zeta, default 1.0 */
         int nesterov;            /* theta = omega + eta * Delta after a block, default 1 */
         sl_block_ref_t block_reference; /* G against the block start or omega, default

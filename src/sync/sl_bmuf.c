@@ -6,7 +6,11 @@
 void
 sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg)
 {
-    o->eta = (float)cfg->sync.block_momentum;
+    /* auto: 1 - 1/n, the block momentum BMUF's authors (Chen and Huo) set for n workers */
+    if (cfg->sync.block_momentum == SL_CONFIG_AUTO)
+        o->eta = (float)(1.0 - 1.0 / (double)cfg->cluster.nodes);
+    else
+        o->eta = (float)cfg->sync.block_momentum;
     o->zeta = (float)cfg->sync.block_lr;
     o->nesterov = cfg->sync.nesterov;
     o->ref = cfg->sync.block_reference;

@@ -16,7 +16,7 @@ typedef struct {
     sl_block_ref_t ref; /* G = theta_bar - start (BLOCKSTART) or theta_bar - omega (OMEGA) */
 } sl_bmuf_opts_t;
 
-/* Fills o from cfg->sync. */
+/* Fills o from cfg->sync; block_momentum auto is 1 - 1/n for cfg->cluster.nodes = n. */
 void sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg);
 
 /* bar = (self + rows[0] + ... + rows[nrows-1]) / (nrows + 1), rows (nrows, count)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sl_bmuf.h"
 #include "sl_config.h"
 #include "sl_file.h"
 #include "sl_status.h"
@@ -176,7 +177,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.train.schedule.warmup_steps, 0);
     ck_assert_int_eq(c.sync.algorithm, SL_SYNC_NONE);
     ck_assert_int_eq(c.sync.neighbours, 1);
-    ck_assert(c.sync.block_momentum == 0.9);
+    ck_assert(c.sync.block_momentum == SL_CONFIG_AUTO);
     ck_assert(c.sync.block_lr == 1.0);
     ck_assert_int_eq(c.sync.nesterov, 1);
     ck_assert_int_eq(c.sync.block_reference, SL_BLOCK_REF_BLOCKSTART);
@@ -200,6 +201,34 @@ START_TEST(test_defaults)
     sl_config_fini(&c);
     ck_assert_ptr_null(c.run.name);
     sl_config_fini(&c); /* twice is harmless */
+}
+END_TEST
+
+/* block_momentum auto is 1 - 1/n (BMUF's rule), and stays auto when written out; a
+ * number is taken as it is. */
+START_TEST(test_block_momentum_auto)
+{
+    const int nodes[3] = {1, 4, 16};
+    const float eta[3] = {0.0f, 0.75f, 0.9375f};
+    sl_bmuf_opts_t o;
+    sl_config_t c;
+    char *text;
+
+    sl_config_init(&c);
+    for (int i = 0; i < 3; i++) {
+        c.cluster.nodes = nodes[i];
+        sl_bmuf_opts_from_config(&o, &c);
+        ck_assert_float_eq(o.eta, eta[i]);
+    }
+    text = yaml_of(&c);
+    ck_assert_ptr_nonnull(strstr(text, "\n  block_momentum: auto\n"));
+    free(text);
+    set_ok(&c, "sync.block_momentum=0.5");
+    sl_bmuf_opts_from_config(&o, &c);
+    ck_assert_float_eq(o.eta, 0.5f);
+    set_ok(&c, "sync={block_momentum: auto}");
+    ck_assert(c.sync.block_momentum == SL_CONFIG_AUTO);
+    sl_config_fini(&c);
 }
 END_TEST
 
@@ -445,6 +474,9 @@ static const bad_case_t bad_yaml[] = {
     {"train: {epochs: 1e3}", "x.yaml:1:17: 'train.epochs' must be an integer, got '1e3'"},
     {"run: {seed: -1}", "x.yaml:1:13: 'run.seed' must be a non-negative integer, got '-1'"},
     {"model: {dropout: .inf}", "x.yaml:1:18: 'model.dropout' must be a number, got '.inf'"},
+    {"sync: {block_momentum: Auto}",
+     "x.yaml:1:24: 'sync.block_momentum' must be a number or auto, got 'Auto'"},
+    {"model: {dropout: auto}", "x.yaml:1:18: 'model.dropout' must be a number, got 'auto'"},
     {"run: {resume: maybe}", "x.yaml:1:15: 'run.resume' must be true or false, got 'maybe'"},
     {"run: {name: [a, b]}", "x.yaml:1:13: 'run.name' must be a string, got a list"},
     {"train: 5", "x.yaml:1:8: 'train' must be a mapping, got '5'"},
@@ -942,6 +974,7 @@ config_suite(void)
     Suite *s = suite_create("config");
     TCase *core = tcase_create("core");
     tcase_add_test(core, test_defaults);
+    tcase_add_test(core, test_block_momentum_auto);
     tcase_add_test(core, test_enum_names);
     tcase_add_test(core, test_full_file);
     tcase_add_test(core, test_set_each_type);
