@@ -39,16 +39,22 @@ enum {
     OFF_BATCH_INDEX = 160,
     OFF_OPT_STEPS = 168,
     OFF_TOKENS = 176,
-    OFF_TRAIN_TIME = 184
+    OFF_TRAIN_TIME = 184,
+    OFF_NODES = 192, /* version 2 from here */
+    OFF_RANK = 196,
+    OFF_SYNC = 200,
+    OFF_RESERVED = 204
 };
 
 typedef struct {
-    uint32_t flags;
+    uint32_t version, flags;
+    size_t header_bytes; /* of this version */
     sl_ckpt_ident_t id;
     uint64_t arch_hash;
     uint64_t nparams, opt_floats, state_floats;
     long opt_steps;
     sl_ckpt_cursor_t cur;
+    uint64_t sync_bytes; /* version 2: the sync section's length (read from the body) */
 } header_t;
 
 static int
@@ -78,7 +84,8 @@ swap_floats_if_big_endian(void *data, size_t n)
 }
 
 void
-sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab, uint64_t corpus_hash)
+sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab, uint64_t corpus_hash,
+                   int rank, int nodes)
 {
     memset(id, 0, sizeof *id);
     id->corpus_hash = corpus_hash;
@@ -90,6 +97,9 @@ sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab, uint6
     id->optimizer = cfg->train.optimizer.type;
     id->batch = cfg->train.batch;
     id->bptt = cfg->train.bptt;
+    id->nodes = nodes;
+    id->rank = rank;
+    id->sync = nodes > 1 ? cfg->sync.algorithm : SL_SYNC_NONE; /* as sl_sync_new */
 }
 
 uint64_t
@@ -183,6 +193,9 @@ encode_header(unsigned char *h, const header_t *hd)
         memcpy(&bits, &hd->cur.train_time_s, sizeof bits);
         sl_put_u64(h + OFF_TRAIN_TIME, bits);
     }
+    sl_put_u32(h + OFF_NODES, (uint32_t)hd->id.nodes);
+    sl_put_u32(h + OFF_RANK, (uint32_t)hd->id.rank);
+    sl_put_u32(h + OFF_SYNC, (uint32_t)hd->id.sync);
 }
 
 static void
@@ -191,6 +204,8 @@ decode_header(const unsigned char *h, header_t *hd)
     uint64_t bits;
 
     memset(hd, 0, sizeof *hd);
+    hd->version = sl_get_u32(h + OFF_VERSION);
+    hd->header_bytes = hd->version == 1 ? SL_CKPT_V1_HEADER_BYTES : SL_CKPT_HEADER_BYTES;
     hd->flags = sl_get_u32(h + OFF_FLAGS);
     hd->id.corpus_hash = sl_get_u64(h + OFF_CORPUS);
     hd->arch_hash = sl_get_u64(h + OFF_ARCH);
@@ -214,6 +229,12 @@ decode_header(const unsigned char *h, header_t *hd)
     hd->cur.tokens = sl_get_u64(h + OFF_TOKENS);
     bits = sl_get_u64(h + OFF_TRAIN_TIME);
     memcpy(&hd->cur.train_time_s, &bits, sizeof bits);
+    hd->cur.version = (int)hd->version;
+    if (hd->version == 1)
+        return;
+    hd->id.nodes = (int)sl_get_u32(h + OFF_NODES);
+    hd->id.rank = (int)sl_get_u32(h + OFF_RANK);
+    hd->id.sync = (sl_sync_algorithm_t)sl_get_u32(h + OFF_SYNC);
 }
 
 /* Writes n floats (host order) as little-endian and feeds them to the checksum. */
@@ -227,14 +248,16 @@ write_floats(sl_atomic_file_t *f, sl_hash_t *hs, float *host, size_t n)
 
 sl_status_t
 sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cursor_t *cur,
-                   sl_backend_t *be, sl_lm_t *lm, const sl_optim_t *opt, const sl_lm_state_t *st)
+                   sl_backend_t *be, sl_lm_t *lm, const sl_optim_t *opt, const sl_lm_state_t *st,
+                   const sl_sync_t *sync)
 {
-    unsigned char head[SL_CKPT_HEADER_BYTES], tail[8];
+    unsigned char head[SL_CKPT_HEADER_BYTES], len8[8], tail[8];
+    unsigned char *sync_state = NULL;
     sl_atomic_file_t f;
     sl_hash_t hs;
     header_t hd;
     float *host = NULL;
-    size_t most;
+    size_t most, sync_bytes = 0;
     sl_status_t rc;
 
     SL_ASSERT((opt == NULL) == (st == NULL));
@@ -248,6 +271,7 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
         hd.opt_floats = sl_optim_state_size(opt);
         hd.state_floats = sl_lm_state_size(st);
         hd.opt_steps = sl_optim_steps(opt);
+        sync_bytes = sync ? sl_sync_state_bytes(sync) : 0;
     }
     encode_header(head, &hd);
 
@@ -257,8 +281,19 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
     if (hd.state_floats > most)
         most = hd.state_floats;
     SL_TRY(SL_ALLOC(&host, most ? most : 1, "checkpoint staging buffer"));
+    if (sync_bytes > 0) {
+        rc = SL_ALLOC(&sync_state, sync_bytes, "checkpoint sync state");
+        if (rc == SL_OK)
+            rc = sl_sync_state_save(sync, sync_state, sync_bytes);
+        if (rc != SL_OK) {
+            sl_free(sync_state);
+            sl_free(host);
+            return rc;
+        }
+    }
     rc = sl_atomic_open(&f, path);
     if (rc != SL_OK) {
+        sl_free(sync_state);
         sl_free(host);
         return rc;
     }
@@ -276,14 +311,30 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
         SL_TRY_GOTO(sl_lm_state_save(st, host), rc, fail);
         SL_TRY_GOTO(write_floats(&f, &hs, host, hd.state_floats), rc, fail);
     }
+    sl_put_u64(len8, sync_bytes);
+    sl_hash_update(&hs, len8, sizeof len8);
+    SL_TRY_GOTO(sl_atomic_write(&f, len8, sizeof len8), rc, fail);
+    if (sync_bytes > 0) {
+        sl_hash_update(&hs, sync_state, sync_bytes);
+        SL_TRY_GOTO(sl_atomic_write(&f, sync_state, sync_bytes), rc, fail);
+    }
     sl_put_u64(tail, sl_hash_final(&hs));
     SL_TRY_GOTO(sl_atomic_write(&f, tail, sizeof tail), rc, fail);
+    sl_free(sync_state);
     sl_free(host);
     return sl_atomic_commit(&f);
 fail:
     sl_atomic_abort(&f);
+    sl_free(sync_state);
     sl_free(host);
     return rc;
+}
+
+/* The smallest file of a version: header, sync length (version 2), checksum. */
+static size_t
+min_file_bytes(uint32_t version)
+{
+    return version == 1 ? SL_CKPT_V1_HEADER_BYTES + 8 : SL_CKPT_HEADER_BYTES + 8 + 8;
 }
 
 /* Structure of the file: magic, version, size, checksum. Each failure is one line. */
@@ -291,17 +342,21 @@ static sl_status_t
 check_container(const char *path, const unsigned char *data, size_t len, header_t *hd)
 {
     uint64_t payload, expected;
+    uint32_t version = SL_CKPT_VERSION;
 
     if (len < 8 ? memcmp(data, SL_CKPT_MAGIC, len) != 0 : memcmp(data, SL_CKPT_MAGIC, 8) != 0)
         return sl_err_set(SL_ERR_FORMAT, "%s: not a shoal checkpoint (bad magic)", path);
-    if (len >= OFF_VERSION + 4 && sl_get_u32(data + OFF_VERSION) != SL_CKPT_VERSION)
-        return sl_err_set(SL_ERR_FORMAT,
-                          "%s: checkpoint format version %" PRIu32
-                          " is not supported (this shoal reads %d)",
-                          path, sl_get_u32(data + OFF_VERSION), SL_CKPT_VERSION);
-    if (len < SL_CKPT_HEADER_BYTES + 8)
-        return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected at least %d", path,
-                          len, SL_CKPT_HEADER_BYTES + 8);
+    if (len >= OFF_VERSION + 4) {
+        version = sl_get_u32(data + OFF_VERSION);
+        if (version != 1 && version != SL_CKPT_VERSION)
+            return sl_err_set(SL_ERR_FORMAT,
+                              "%s: checkpoint format version %" PRIu32
+                              " is not supported (this shoal reads 1 and %d)",
+                              path, version, SL_CKPT_VERSION);
+    }
+    if (len < min_file_bytes(version))
+        return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected at least %zu", path,
+                          len, min_file_bytes(version));
     decode_header(data, hd);
     if (hd->nparams > CKPT_MAX_COUNT || hd->opt_floats > CKPT_MAX_COUNT ||
         hd->state_floats > CKPT_MAX_COUNT)
@@ -310,7 +365,16 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
                           ")",
                           path, hd->nparams, hd->opt_floats, hd->state_floats);
     payload = 4 * (hd->nparams + hd->opt_floats + hd->state_floats);
-    expected = SL_CKPT_HEADER_BYTES + payload + 8;
+    expected = min_file_bytes(version) + payload;
+    if (version != 1 && len >= expected) {
+        /* the sync section's length, then the section itself */
+        hd->sync_bytes = sl_get_u64(data + hd->header_bytes + payload);
+        if (hd->sync_bytes > len)
+            return sl_err_set(SL_ERR_FORMAT,
+                              "%s: truncated: %zu bytes, but its sync state alone is %" PRIu64,
+                              path, len, hd->sync_bytes);
+        expected += hd->sync_bytes;
+    }
     if (len < expected)
         return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected %" PRIu64, path, len,
                           expected);
@@ -325,10 +389,34 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
     return SL_OK;
 }
 
-/* Does the file fit this model (and, for training state, this optimizer and batch)? */
+/* Training state of version 2: the same node of a run of as many nodes, the same sync
+ * algorithm, and a sync state of the size this node's sync object keeps. */
+static sl_status_t
+check_run(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, const sl_sync_t *sync)
+{
+    if (hd->version == 1)
+        return SL_OK;
+    if (hd->id.nodes != id->nodes || hd->id.rank != id->rank)
+        return sl_err_set(SL_ERR_FORMAT, "%s: written by node %d of %d, this is node %d of %d",
+                          path, hd->id.rank, hd->id.nodes, id->rank, id->nodes);
+    if (hd->id.sync != id->sync)
+        return sl_err_set(
+            SL_ERR_FORMAT, "%s: checkpoint was written with sync.algorithm %s; the config has %s",
+            path, sl_sync_algorithm_name(hd->id.sync), sl_sync_algorithm_name(id->sync));
+    if (sync && hd->sync_bytes != sl_sync_state_bytes(sync))
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint holds %" PRIu64 " bytes of sync state, this node's %s "
+                          "keeps %zu (was sync.exchange or the model changed?)",
+                          path, hd->sync_bytes, sl_sync_algorithm_name(id->sync),
+                          sl_sync_state_bytes(sync));
+    return SL_OK;
+}
+
+/* Does the file fit this model (and, for training state, this optimizer, batch, run
+ * and sync)? */
 static sl_status_t
 check_identity(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
-               const sl_optim_t *opt, const sl_lm_state_t *st)
+               const sl_optim_t *opt, const sl_lm_state_t *st, const sl_sync_t *sync)
 {
     if (hd->arch_hash != sl_ckpt_arch_hash(id)) {
         char have[256], want[256];
@@ -373,16 +461,16 @@ check_identity(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, 
                           sl_lm_state_size(st));
     if (hd->cur.step < 0 || hd->cur.epoch < 0 || hd->cur.batch_index < 0 || hd->opt_steps < 0)
         return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (negative step counters)", path);
-    return SL_OK;
+    return check_run(path, hd, id, sync);
 }
 
 sl_status_t
 sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be, sl_lm_t *lm,
-                   sl_optim_t *opt, sl_lm_state_t *st, sl_ckpt_cursor_t *cur)
+                   sl_optim_t *opt, sl_lm_state_t *st, sl_sync_t *sync, sl_ckpt_cursor_t *cur)
 {
     char *data;
     unsigned char *p;
-    size_t len;
+    size_t len, floats;
     header_t hd;
     sl_status_t rc;
 
@@ -390,11 +478,20 @@ sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be
     SL_TRY(sl_file_read_all(path, &data, &len));
     p = (unsigned char *)data;
     SL_TRY_GOTO(check_container(path, p, len, &hd), rc, out);
-    SL_TRY_GOTO(check_identity(path, &hd, id, lm, opt, st), rc, out);
+    SL_TRY_GOTO(check_identity(path, &hd, id, lm, opt, st, sync), rc, out);
 
-    /* Everything is checked: from here on only device copies can fail. */
-    p += SL_CKPT_HEADER_BYTES;
-    swap_floats_if_big_endian(p, hd.nparams + hd.opt_floats + hd.state_floats);
+    /* The sync state checks itself completely before it changes anything; after it,
+     * only device copies can fail. */
+    p += hd.header_bytes;
+    floats = hd.nparams + hd.opt_floats + hd.state_floats;
+    if (opt && sync && hd.version != 1) {
+        rc = sl_sync_state_load(sync, p + 4 * floats + 8, hd.sync_bytes);
+        if (rc != SL_OK) {
+            sl_err_prefix(rc, "%s", path);
+            goto out;
+        }
+    }
+    swap_floats_if_big_endian(p, floats);
     SL_TRY_GOTO(be->ops->to_device(be->ctx, sl_lm_params(lm), p, hd.nparams * sizeof(float)), rc,
                 out);
     if (opt) {

@@ -1,17 +1,23 @@
 /* Checkpoints and model files: one little-endian binary file, written atomically and
  * validated completely before anything in memory changes.
  *
- * Layout (version 1):
- *   header (192 bytes)  magic "SHOALCKP", u32 version, u32 flags, u64 corpus hash,
+ * Layout (version 2):
+ *   header (208 bytes)  magic "SHOALCKP", u32 version, u32 flags, u64 corpus hash,
  *                       u64 architecture hash, u32 vocab, embedding, layers, optimizer,
  *                       u32 hidden[8], projection[8], batch, bptt,
  *                       u64 nparams, optimizer floats, state floats,
  *                       i64 step, epoch, batch index, optimizer steps, u64 tokens,
- *                       f64 train time (s)
+ *                       f64 train time (s),
+ *                       u32 nodes of the run, rank of this node, sync algorithm
+ *                       (sl_sync_algorithm_t, none with one node), u32 0
  *   f32 params[nparams], f32 optimizer state[], f32 hidden state[]
+ *   u64 sync bytes, sync state[sync bytes]   sl_sync_state_save's bytes; 0 of them in a
+ *                       model file and when the algorithm keeps nothing (sl_sync.h)
  *   u64 checksum        sl_hash of every byte before it
- * A checkpoint (flags & SL_CKPT_TRAIN_STATE) carries the optimizer and hidden state so
- * that training continues exactly; a model file carries the parameters only. */
+ * Version 1 (still read): a 192-byte header that ends after the train time, and no sync
+ * section; a run resumed from it starts its sync state from the resumed parameters.
+ * A checkpoint (flags & SL_CKPT_TRAIN_STATE) carries the optimizer, hidden and sync
+ * state so that training continues exactly; a model file carries the parameters only. */
 #ifndef SL_CHECKPOINT_H
 #define SL_CHECKPOINT_H
 
@@ -22,14 +28,17 @@
 #include "sl_model.h"
 #include "sl_optim.h"
 #include "sl_status.h"
+#include "sl_sync.h"
 
 #define SL_CKPT_MAGIC "SHOALCKP"
-#define SL_CKPT_VERSION 1
-#define SL_CKPT_HEADER_BYTES 192
-#define SL_CKPT_TRAIN_STATE 1u /* flags: optimizer and hidden state present */
+#define SL_CKPT_VERSION 2
+#define SL_CKPT_HEADER_BYTES 208    /* version 2 */
+#define SL_CKPT_V1_HEADER_BYTES 192 /* version 1 */
+#define SL_CKPT_TRAIN_STATE 1u      /* flags: optimizer and hidden state present */
 
 /* What a file must match to be loaded: the data, the architecture, and (for training
- * state) the optimizer and the shape of the hidden state and data cursor. */
+ * state) the optimizer, the shape of the hidden state and data cursor, and the run's
+ * nodes, this node's rank and the sync algorithm. */
 typedef struct {
     uint64_t corpus_hash; /* sl_corpus_t.hash */
     int vocab;            /* V, specials included */
@@ -37,7 +46,9 @@ typedef struct {
     int nlayers;
     sl_layer_config_t layers[SL_MAX_LAYERS];
     sl_opt_kind_t optimizer;
-    int batch, bptt; /* of the training run */
+    int batch, bptt;          /* of the training run */
+    int nodes, rank;          /* of the training run, this node's (0-based) */
+    sl_sync_algorithm_t sync; /* the algorithm in effect: none with one node */
 } sl_ckpt_ident_t;
 
 /* Where training stands. */
@@ -47,31 +58,43 @@ typedef struct {
     long batch_index;    /* next batch within that epoch */
     uint64_t tokens;     /* training tokens seen */
     double train_time_s; /* time in training steps so far, eval excluded */
+    int version;         /* the format version of the file loaded (sl_checkpoint_load sets
+                            it; 1: no sync state); save ignores it */
 } sl_ckpt_cursor_t;
 
+/* id for node rank of nodes (1 and 0 outside a multi-node run). */
 void sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab,
-                        uint64_t corpus_hash);
+                        uint64_t corpus_hash, int rank, int nodes);
 /* Hash of vocab, embedding and the layer sizes: equal iff the parameters fit. */
 uint64_t sl_ckpt_arch_hash(const sl_ckpt_ident_t *id);
 /* "vocab 502, embedding 16, 2 layers of 256" (LSTMP layers as "2048/512"). */
 void sl_ckpt_describe_arch(const sl_ckpt_ident_t *id, char *buf, size_t size);
 
 /* Writes path atomically (temp file, fsync, rename): a crash leaves the old file.
- * opt and st are both given (a checkpoint) or both NULL (a model file). lm and be are
- * borrowed; parameters are copied to the host in one staging buffer. */
+ * opt and st are both given (a checkpoint) or both NULL (a model file). sync (may be
+ * NULL: no sync state) is the node's sync object, whose sl_sync_state_save goes into
+ * the sync section of a checkpoint. lm, be and sync are borrowed; parameters are
+ * copied to the host in one staging buffer. */
 sl_status_t sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id,
                                const sl_ckpt_cursor_t *cur, sl_backend_t *be, sl_lm_t *lm,
-                               const sl_optim_t *opt, const sl_lm_state_t *st);
+                               const sl_optim_t *opt, const sl_lm_state_t *st,
+                               const sl_sync_t *sync);
 
 /* Reads and validates path against id, then loads the parameters into lm and, when opt
- * and st are given, the optimizer state, the hidden state and *cur (cur may be NULL).
+ * and st are given, the optimizer state, the hidden state, the sync state into sync
+ * (when given and the file is of version 2) and *cur (cur may be NULL; cur->version
+ * says whether the file had a sync section: a version 1 file leaves sync as it was).
  * opt and st NULL: parameters only (evaluation); a checkpoint or a model file.
  * Every failure is one line starting with the path, and changes nothing:
  *   SL_ERR_IO      unreadable file
  *   SL_ERR_FORMAT  bad magic, unsupported version, truncated, checksum mismatch,
- *                  different model / corpus / optimizer / batch shape, no training state */
+ *                  different model / corpus / optimizer / batch shape, no training
+ *                  state; for training state of version 2: written by another node or
+ *                  for another number of nodes ("written by node 2 of 4, this is node 0
+ *                  of 2"), with another sync algorithm, or a sync state that this sync
+ *                  object refuses (sl_sync_state_load) */
 sl_status_t sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be,
-                               sl_lm_t *lm, sl_optim_t *opt, sl_lm_state_t *st,
+                               sl_lm_t *lm, sl_optim_t *opt, sl_lm_state_t *st, sl_sync_t *sync,
                                sl_ckpt_cursor_t *cur);
 
 #endif

@@ -7,7 +7,9 @@
  * pinned allocation) and stages through it: the gradients around sl_sync_gradients
  * (allreduce), the components due at a step around sl_sync_after_step, the whole
  * model for the final average. SHOAL_STAGE_SYNC=1 in the environment stages on the
- * cpu backend too, so that tests run those copies without a device.
+ * cpu backend too, so that tests run those copies without a device. The sync state
+ * that checkpoints carry (sl_sync_state_save) is the sync object's own host memory:
+ * nothing of it is staged.
  *
  * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
@@ -316,32 +318,11 @@ setup_model(trainer_t *t)
     SL_TRY(sl_lm_state_new(t->lm, EVAL_BATCH, &t->est));
     SL_TRY(SL_ALLOC(&t->x, (size_t)most * bptt, "batch inputs"));
     SL_TRY(SL_ALLOC(&t->y, (size_t)most * bptt, "batch targets"));
-    sl_ckpt_ident_init(&t->id, cfg, vocab, t->corpus.hash);
+    sl_ckpt_ident_init(&t->id, cfg, vocab, t->corpus.hash, t->opts->rank, t->opts->nranks);
 
     t->total_steps = (long)cfg->train.epochs * t->train_bt.batches_per_epoch;
     if (cfg->train.max_steps > 0 && cfg->train.max_steps < t->total_steps)
         t->total_steps = cfg->train.max_steps;
-    return SL_OK;
-}
-
-static sl_status_t
-maybe_resume(trainer_t *t, const sl_train_result_t *res)
-{
-    long bpe = t->train_bt.batches_per_epoch;
-
-    if (!t->opts->resume || access(res->checkpoint, F_OK) != 0)
-        return SL_OK;
-    SL_TRY(sl_checkpoint_load(res->checkpoint, &t->id, t->be, t->lm, t->opt, t->st, &t->cur));
-    if (t->cur.batch_index >= bpe)
-        return sl_err_set(SL_ERR_FORMAT,
-                          "%s: data cursor at batch %ld of an epoch of %ld batches (was it "
-                          "written with another number of nodes?)",
-                          res->checkpoint, t->cur.batch_index, bpe);
-    t->saved_step = t->cur.step;
-    sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
-                t->total_steps, t->cur.epoch + 1, t->cur.batch_index, bpe);
-    if (t->cur.step >= t->total_steps)
-        sl_log_info("train", "the checkpoint is at the end of the run: nothing left to train");
     return SL_OK;
 }
 
@@ -368,25 +349,71 @@ stage(trainer_t *t, float *dev, size_t offset, size_t count, int to_host)
     return t->be->ops->to_device(t->be->ctx, dev + offset, t->host + offset, bytes);
 }
 
-/* The sync algorithm over the model's components, from the (resumed) parameters. */
+/* The sync object, its state (omega and the block start of *bmuf) started from the
+ * parameters as they are now, through the host mirror when there is one. */
+static sl_status_t
+start_sync(trainer_t *t)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    const float *params = sl_lm_params(t->lm);
+
+    if (t->host) {
+        SL_TRY(stage(t, sl_lm_params(t->lm), 0, n, 1));
+        params = t->host;
+    }
+    return sl_sync_new(&t->sync, t->cfg, t->opts->transport, t->opts->rank, t->opts->nranks,
+                       t->comps, sl_lm_ncomponents(t->lm), params, n);
+}
+
+/* The sync algorithm over the model's components, from the initial parameters: a
+ * resume (maybe_resume) then loads the sync state saved with the checkpoint into it. */
 static sl_status_t
 setup_sync(trainer_t *t)
 {
     int nc = sl_lm_ncomponents(t->lm);
     size_t n = sl_lm_nparams(t->lm);
-    const float *params = sl_lm_params(t->lm);
 
     SL_TRY(SL_ALLOC(&t->comps, (size_t)nc, "components"));
     for (int i = 0; i < nc; i++)
         t->comps[i] = *sl_lm_component(t->lm, i);
     if (needs_host_mirror(t)) {
         SL_TRY(SL_ALLOC(&t->host, n, "host mirror of the parameters"));
-        SL_TRY(stage(t, sl_lm_params(t->lm), 0, n, 1));
-        params = t->host;
         sl_log_debug("train", "sync stages %zu parameters through host memory", n);
     }
-    return sl_sync_new(&t->sync, t->cfg, t->opts->transport, t->opts->rank, t->opts->nranks,
-                       t->comps, nc, params, n);
+    return start_sync(t);
+}
+
+/* Training state, sync state included, from this node's checkpoint when there is one
+ * and resume is on. A version 1 checkpoint has no sync state: the sync object starts
+ * again from the resumed parameters, as if the run began there. */
+static sl_status_t
+maybe_resume(trainer_t *t, const sl_train_result_t *res)
+{
+    long bpe = t->train_bt.batches_per_epoch;
+
+    if (!t->opts->resume || access(res->checkpoint, F_OK) != 0)
+        return SL_OK;
+    SL_TRY(
+        sl_checkpoint_load(res->checkpoint, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
+    if (t->cur.batch_index >= bpe)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: data cursor at batch %ld of an epoch of %ld batches (was it "
+                          "written with another number of nodes?)",
+                          res->checkpoint, t->cur.batch_index, bpe);
+    if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {
+        sl_log_warn("train",
+                    "%s: a version 1 checkpoint holds no sync state: %s starts it again "
+                    "from the resumed parameters",
+                    res->checkpoint, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
+        sl_sync_destroy(&t->sync);
+        SL_TRY(start_sync(t));
+    }
+    t->saved_step = t->cur.step;
+    sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
+                t->total_steps, t->cur.epoch + 1, t->cur.batch_index, bpe);
+    if (t->cur.step >= t->total_steps)
+        sl_log_info("train", "the checkpoint is at the end of the run: nothing left to train");
+    return SL_OK;
 }
 
 /* allreduce: the gradients averaged over the nodes, through the host mirror when they
@@ -461,7 +488,8 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
 {
     if (t->saved_step == t->cur.step)
         return SL_OK;
-    SL_TRY(sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st));
+    SL_TRY(
+        sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st, t->sync));
     t->saved_step = t->cur.step;
     sl_log_debug("train", "checkpoint at step %ld: %s", t->cur.step, res->checkpoint);
     return SL_OK;
@@ -866,7 +894,7 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     res->final_valid_loss = run.valid_loss;
     res->final_test_loss = run.test_loss;
     SL_TRY(join_path(path, res->run_dir, "model.bin"));
-    SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
+    SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     sl_log_info("train", "final model: %s", path);
     return write_summary(t, &run, res->run_dir, nmodels);
 }
@@ -896,7 +924,7 @@ finish(trainer_t *t, sl_train_result_t *res)
         res->test_loss = loss;
     }
     if (t->cfg->sync.keep_node_models || sl_sync_algorithm(t->sync) == SL_SYNC_NONE)
-        SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL));
+        SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     SL_TRY(write_summary(t, res, res->dir, 1));
     if (writer && avg)
         return finish_run_model(t, res, avg, nmodels);
@@ -959,8 +987,8 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     SL_TRY_GOTO(sl_loss_scale_init(&t.ls, cfg), rc, out);
     SL_TRY_GOTO(setup_model(&t), rc, out);
     res->nparams = sl_lm_nparams(t.lm);
-    SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
     SL_TRY_GOTO(setup_sync(&t), rc, out);
+    SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
     SL_TRY_GOTO(join_path(path, res->dir, "metrics.jsonl"), rc, out);
     SL_TRY_GOTO(sl_metrics_open(&t.metrics, path, t.cur.step), rc, out);
     t.metrics_open = 1;
@@ -1015,8 +1043,8 @@ sl_eval_run(const sl_config_t *cfg, const char *path, const char *split, sl_eval
     SL_TRY_GOTO(sl_lm_state_new(t.lm, EVAL_BATCH, &t.est), rc, out);
     SL_TRY_GOTO(SL_ALLOC(&t.x, (size_t)EVAL_BATCH * cfg->train.bptt, "batch inputs"), rc, out);
     SL_TRY_GOTO(SL_ALLOC(&t.y, (size_t)EVAL_BATCH * cfg->train.bptt, "batch targets"), rc, out);
-    sl_ckpt_ident_init(&t.id, cfg, sl_vocab_size(t.corpus.vocab), t.corpus.hash);
-    SL_TRY_GOTO(sl_checkpoint_load(path, &t.id, t.be, t.lm, NULL, NULL, NULL), rc, out);
+    sl_ckpt_ident_init(&t.id, cfg, sl_vocab_size(t.corpus.vocab), t.corpus.hash, 0, 1);
+    SL_TRY_GOTO(sl_checkpoint_load(path, &t.id, t.be, t.lm, NULL, NULL, NULL, NULL), rc, out);
     SL_TRY_GOTO(evaluate(t.lm, t.est, &bt, t.x, t.y, NULL, &res->loss, &res->tokens), rc, out);
 out:
     trainer_fini(&t);

@@ -26,8 +26,10 @@
  * sync.compression says (fp32, or fp16 / bf16 with the scale F; sums are fp32); the
  * final average is always fp32.
  *
- * The parameters must be host memory (the cpu backend). BMUF state (omega, Delta, block
- * start) is not checkpointed: a resumed run starts it again from the resumed model.
+ * The parameters must be host memory (the cpu backend; the trainer stages a device's
+ * through a host mirror). What the algorithm carries from one step to the next and the
+ * step count does not give back (the BMUF state, the touched rows not yet exchanged)
+ * goes into checkpoints through sl_sync_state_save / sl_sync_state_load.
  * Not thread-safe; one per node. */
 #ifndef SL_SYNC_H
 #define SL_SYNC_H
@@ -109,6 +111,29 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
  * nobody writes the run's model (the nodes' own models stay). */
 sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
                           int *nmodels);
+
+/* The sync state a checkpoint carries, so that a resumed run syncs exactly as one that
+ * never stopped. Rounds, schedules and random row picks are derived from the step count
+ * and are not in it; neither are the statistics nor which peers were taken for dead (a
+ * resumed run starts with every peer alive). Little-endian bytes:
+ *   u32 algorithm (sl_sync_algorithm_t), u32 row sets, u64 n, u64 bitmap words
+ *   f32 omega[n], f32 Delta[n], f32 block start[n]   *bmuf: n = nparams; else n = 0
+ *   u64 bits[ceil(rows / 64)] of each row set   row r: bit r % 64 of word r / 64
+ * The row sets are the touched rows U_k of each row shard that goes by rows in a model-
+ * averaging algorithm (sync.exchange unique), in component order: rows touched since
+ * the shard's last sync. allreduce exchanges them within the step: none are kept.
+ * sl_sync_state_bytes is 0, and there is no header either, when there is nothing to
+ * keep (one node, none, allreduce, ma or the *-ma algorithms with exchange dense). */
+size_t sl_sync_state_bytes(const sl_sync_t *s);
+/* Writes the state into buf (len bytes, the caller's; len must be
+ * sl_sync_state_bytes(s), else SL_ERR_INVALID). */
+sl_status_t sl_sync_state_save(const sl_sync_t *s, void *buf, size_t len);
+/* Replaces the state with the one in buf (len bytes, borrowed) written by
+ * sl_sync_state_save of a sync object of the same algorithm, parameters and row shards.
+ * Checked completely first: a wrong length, a header that does not match this object or
+ * a row set bit beyond its shard's rows is SL_ERR_FORMAT ("sync: ..."), and s is left
+ * as it was. len 0 is accepted when there is nothing to keep. */
+sl_status_t sl_sync_state_load(sl_sync_t *s, const void *buf, size_t len);
 
 /* Stats of component c (0..ncomps-1). */
 const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
