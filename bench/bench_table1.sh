@@ -19,7 +19,8 @@
 #                  again, and an interrupted one resumes from its checkpoint
 #   --set KEY=VALUE  passed on to every run (e.g. --set data.max_tokens=100000 for a
 #                  smoke test, --set device=cuda on a GPU: the 4 nodes share it, or
-#                  --set sync.block_momentum=0.9 against the default 1 - 1/n)
+#                  --set sync.block_momentum=0.9 against the configurations' auto,
+#                  1 - 1/n)
 #   --table-only   only build the table and the plot from what DIR holds
 #   -h, --help     this text
 #

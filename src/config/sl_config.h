@@ -130,7 +130,7 @@ typedef struct {
     struct {
         sl_sync_algorithm_t algorithm; /* default none */
         int neighbours;          /* gossip-*: q neighbours pulled from per round, default 1 */
-        double block_momentum;   /* BMUF eta; SL_CONFIG_AUTO (the default): 1 - 1/n */
+        double block_momentum;   /* BMUF eta, default 0.9; SL_CONFIG_AUTO: 1 - 1/n */
         double block_lr;         /* BMUF zeta, default 1.0 */
         int nesterov;            /* theta = omega + eta * Delta after a block, default 1 */
         sl_block_ref_t block_reference; /* G against the block start or omega, default

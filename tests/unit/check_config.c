@@ -177,7 +177,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.train.schedule.warmup_steps, 0);
     ck_assert_int_eq(c.sync.algorithm, SL_SYNC_NONE);
     ck_assert_int_eq(c.sync.neighbours, 1);
-    ck_assert(c.sync.block_momentum == SL_CONFIG_AUTO);
+    ck_assert(c.sync.block_momentum == 0.9);
     ck_assert(c.sync.block_lr == 1.0);
     ck_assert_int_eq(c.sync.nesterov, 1);
     ck_assert_int_eq(c.sync.block_reference, SL_BLOCK_REF_BLOCKSTART);
@@ -215,6 +215,7 @@ START_TEST(test_block_momentum_auto)
     char *text;
 
     sl_config_init(&c);
+    set_ok(&c, "sync.block_momentum=auto");
     for (int i = 0; i < 3; i++) {
         c.cluster.nodes = nodes[i];
         sl_bmuf_opts_from_config(&o, &c);
