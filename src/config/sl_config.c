@@ -136,7 +136,11 @@ join_names(const char *const *names, const char *sep, char *buf, size_t n)
 
 /* ---- the schema ---- */
 
-typedef enum { T_STR, T_INT, T_LONG, T_U64, T_DOUBLE, T_BOOL, T_ENUM, T_LAYERS } key_type_t;
+/* T_LAYERS (model.layers) and T_PERIODS (sync.periods) are lists of mappings, each
+ * read, checked and written by its own code rather than by the scalar paths. */
+typedef enum {
+    T_STR, T_INT, T_LONG, T_U64, T_DOUBLE, T_BOOL, T_ENUM, T_LAYERS, T_PERIODS
+} key_type_t;
 typedef enum { NO_BOUND, CLOSED, OPEN } bound_t;
 
 /* Keys whose default follows another key: run.dir is runs/<run.name>; lr and eps
@@ -346,6 +350,8 @@ static const entry_t schema[] = {
      .doc = "H of the embedding and softmax row shards (0 = sync.period)"},
     {K("sync.embedding_shards", T_INT, sync.embedding_shards), .def = "1", AT_LEAST(1),
      AT_MOST(1024), .doc = "row shards per embedding (each one component)"},
+    {K("sync.periods", T_PERIODS, sync.period_rule), .def = "[]",
+     .doc = "H per component by name: [{match: GLOB, period: H}], the first match wins"},
     {K("sync.timeout_ms", T_INT, sync.timeout_ms), .def = "0", AT_LEAST(0),
      .doc = "wait for one exchange (ms; 0 = cluster.timeout_ms)"},
     {K("sync.keep_node_models", T_BOOL, sync.keep_node_models), .def = "true",
@@ -381,6 +387,13 @@ static const entry_t layer_keys[] = {
     {.key = "projection", .type = T_INT, AT_LEAST(0), .doc = "LSTMP output size P (0 = none)"},
 };
 static const char *const layer_key_names[] = {"lstm", "projection", NULL};
+
+/* The keys of one sync.periods rule. */
+static const entry_t rule_keys[] = {
+    {.key = "match", .type = T_STR, .nonempty = 1, .doc = "glob on component names"},
+    {.key = "period", .type = T_INT, AT_LEAST(1), .doc = "H of the components it matches"},
+};
+static const char *const rule_key_names[] = {"match", "period", NULL};
 
 static const entry_t *
 find_entry(const char *path)
@@ -495,7 +508,8 @@ store(sl_config_t *cfg, const entry_t *e, value_t *v)
         memcpy(p, &v->d, sizeof v->d);
         break;
     case T_LAYERS:
-        SL_ASSERT(!"model.layers is stored by apply_layers");
+    case T_PERIODS:
+        SL_ASSERT(!"lists are stored by apply_layers and apply_periods");
     }
 }
 
@@ -531,7 +545,8 @@ fetch(const sl_config_t *cfg, const entry_t *e)
         memcpy(&v.d, p, sizeof v.d);
         break;
     case T_LAYERS:
-        SL_ASSERT(!"model.layers has no scalar value");
+    case T_PERIODS:
+        SL_ASSERT(!"lists have no scalar value");
     }
     return v;
 }
@@ -593,7 +608,8 @@ format_value(const entry_t *e, const value_t *v, char *buf, size_t n)
             snprintf(buf, n, "%lld", v->i);
         break;
     case T_LAYERS:
-        SL_ASSERT(!"model.layers is formatted by write_layers");
+    case T_PERIODS:
+        SL_ASSERT(!"lists are formatted by sl_config_write_yaml");
     }
 }
 
@@ -711,9 +727,10 @@ bad_value(const entry_t *e, const value_t *v, int overflow, const char *shown, c
     case T_BOOL:
         return 0;
     case T_LAYERS:
+    case T_PERIODS:
         break;
     }
-    SL_ASSERT(!"bad_value on model.layers");
+    SL_ASSERT(!"bad_value on a list");
     return 1;
 }
 
@@ -798,7 +815,8 @@ type_phrase(const entry_t *e)
     case T_DOUBLE: return e->auto_ok ? "a number or auto" : "a number";
     case T_BOOL: return "true or false";
     case T_ENUM: return "a name";
-    case T_LAYERS: return "a list";
+    case T_LAYERS:
+    case T_PERIODS: return "a list";
     }
     return "?";
 }
@@ -1001,7 +1019,8 @@ convert(const load_t *ld, const entry_t *e, const char *path, const yaml_node_t 
         v->i = find_name(e->names, s, len);
         break;
     case T_LAYERS:
-        SL_ASSERT(!"convert on model.layers");
+    case T_PERIODS:
+        SL_ASSERT(!"convert on a list");
     }
     if (!ok)
         return err_at(ld, n->start_mark, "'%s' must be %s, got %s", path, type_phrase(e),
@@ -1070,6 +1089,95 @@ apply_layers(load_t *ld, const entry_t *e, const yaml_node_t *n)
     return SL_OK;
 }
 
+/* Frees the globs of rules[0..n) and empties the slots. */
+static void
+free_rules(sl_period_rule_t *rules, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(rules[i].match);
+        rules[i].match = NULL;
+        rules[i].period = 0;
+    }
+}
+
+/* One sync.periods entry (path "sync.periods[i]"): {match: GLOB, period: H}, both
+ * required. The glob is stored in *r (malloc'd) even when a later key fails. */
+static sl_status_t
+apply_rule(load_t *ld, const char *path, const yaml_node_t *item, sl_period_rule_t *r)
+{
+    size_t lens[3] = {strlen(rule_key_names[0]), strlen(rule_key_names[1]), 0};
+    char got[96];
+    int have_period = 0;
+
+    if (item->type != YAML_MAPPING_NODE)
+        return err_at(ld, item->start_mark,
+                      "'%s' must be a mapping like {match: \"lstm.*\", period: 4}, got %s", path,
+                      describe(item, got, sizeof got));
+    for (const yaml_node_pair_t *pr = item->data.mapping.pairs.start;
+         pr < item->data.mapping.pairs.top; pr++) {
+        const yaml_node_t *k, *val = yaml_document_get_node(ld->doc, pr->value);
+        char sub[96];
+        value_t v = {0};
+        int which;
+
+        SL_TRY(pair_key(ld, item, pr, &k));
+        which = find_name(rule_key_names, (const char *)k->data.scalar.value,
+                          k->data.scalar.length);
+        if (which < 0)
+            return unknown_key(ld, k->start_mark, path, (const char *)k->data.scalar.value,
+                               k->data.scalar.length, rule_key_names, lens);
+        snprintf(sub, sizeof sub, "%s.%s", path, rule_keys[which].key);
+        SL_TRY(convert(ld, &rule_keys[which], sub, val, &v));
+        if (which == 0) {
+            r->match = v.s; /* pair_key refused a second 'match' */
+        } else {
+            r->period = (int)v.i;
+            have_period = 1;
+        }
+    }
+    if (!r->match)
+        return err_at(ld, item->start_mark, "'%s' needs 'match' (a glob on component names)",
+                      path);
+    if (!have_period)
+        return err_at(ld, item->start_mark,
+                      "'%s' needs 'period' (steps between syncs of what it matches)", path);
+    return SL_OK;
+}
+
+/* sync.periods: a list of 0..SL_MAX_PERIOD_RULES rules; replaces the whole list. */
+static sl_status_t
+apply_periods(load_t *ld, const entry_t *e, const yaml_node_t *n)
+{
+    sl_period_rule_t rules[SL_MAX_PERIOD_RULES];
+    char got[96], path[64];
+    long count;
+    sl_status_t st = SL_OK;
+
+    if (n->type != YAML_SEQUENCE_NODE)
+        return err_at(ld, n->start_mark,
+                      "'%s' must be a list like [{match: \"lstm.*\", period: 4}], got %s", e->key,
+                      describe(n, got, sizeof got));
+    count = n->data.sequence.items.top - n->data.sequence.items.start;
+    if (count > SL_MAX_PERIOD_RULES)
+        return err_at(ld, n->start_mark, "'%s' must have at most %d rules, got %ld", e->key,
+                      SL_MAX_PERIOD_RULES, count);
+    memset(rules, 0, sizeof rules);
+    for (long i = 0; i < count && st == SL_OK; i++) {
+        snprintf(path, sizeof path, "%s[%ld]", e->key, i);
+        st = apply_rule(ld, path,
+                        yaml_document_get_node(ld->doc, n->data.sequence.items.start[i]),
+                        &rules[i]);
+    }
+    if (st != SL_OK) {
+        free_rules(rules, (int)count);
+        return st;
+    }
+    free_rules(ld->cfg->sync.period_rule, SL_MAX_PERIOD_RULES);
+    memcpy(ld->cfg->sync.period_rule, rules, sizeof rules);
+    ld->cfg->sync.nperiod_rules = (int)count;
+    return SL_OK;
+}
+
 /* Applies node n at key path ("" = top level): a leaf key takes a value, a section a
  * mapping of its keys (or nothing). */
 static sl_status_t
@@ -1081,6 +1189,8 @@ apply_node(load_t *ld, const char *path, const yaml_node_t *n)
     if (e) {
         if (e->type == T_LAYERS) {
             SL_TRY(apply_layers(ld, e, n));
+        } else if (e->type == T_PERIODS) {
+            SL_TRY(apply_periods(ld, e, n));
         } else {
             value_t v = {0};
             SL_TRY(convert(ld, e, path, n, &v));
@@ -1229,6 +1339,8 @@ config_copy(sl_config_t *dst, const sl_config_t *src)
     for (size_t i = 0; i < NKEYS; i++)
         if (schema[i].type == T_STR)
             *(char **)slot(dst, &schema[i]) = NULL;
+    for (int i = 0; i < SL_MAX_PERIOD_RULES; i++)
+        dst->sync.period_rule[i].match = NULL;
     if (replace_string(&dst->source, src->source ? src->source : "<defaults>") != SL_OK)
         goto fail;
     for (size_t i = 0; i < NKEYS; i++) {
@@ -1239,6 +1351,11 @@ config_copy(sl_config_t *dst, const sl_config_t *src)
         if (replace_string((char **)slot(dst, &schema[i]), s ? s : "") != SL_OK)
             goto fail;
     }
+    for (int i = 0; i < SL_MAX_PERIOD_RULES; i++)
+        if (src->sync.period_rule[i].match &&
+            replace_string(&dst->sync.period_rule[i].match, src->sync.period_rule[i].match) !=
+                SL_OK)
+            goto fail;
     return SL_OK;
 fail:
     sl_config_fini(dst);
@@ -1333,6 +1450,8 @@ sl_config_fini(sl_config_t *cfg)
             *sp = NULL;
         }
     }
+    free_rules(cfg->sync.period_rule, SL_MAX_PERIOD_RULES);
+    cfg->sync.nperiod_rules = 0;
 }
 
 static sl_status_t
@@ -1464,7 +1583,7 @@ sl_config_validate(const sl_config_t *cfg)
     for (size_t i = 0; i < NKEYS; i++) {
         const entry_t *e = &schema[i];
         value_t v;
-        if (e->type == T_LAYERS)
+        if (e->type == T_LAYERS || e->type == T_PERIODS)
             continue;
         v = fetch(cfg, e);
         format_value(e, &v, shown, sizeof shown);
@@ -1481,6 +1600,18 @@ sl_config_validate(const sl_config_t *cfg)
         if (cfg->model.layers[i].projection < 0)
             return sl_err_set(SL_ERR_CONFIG, "%s: 'model.layers[%d].projection' must be at "
                               "least 0, got %d", src, i, cfg->model.layers[i].projection);
+    }
+    if (cfg->sync.nperiod_rules < 0 || cfg->sync.nperiod_rules > SL_MAX_PERIOD_RULES)
+        return sl_err_set(SL_ERR_CONFIG, "%s: 'sync.periods' must have at most %d rules, got %d",
+                          src, SL_MAX_PERIOD_RULES, cfg->sync.nperiod_rules);
+    for (int i = 0; i < cfg->sync.nperiod_rules; i++) {
+        const sl_period_rule_t *r = &cfg->sync.period_rule[i];
+        if (!r->match || !r->match[0])
+            return sl_err_set(SL_ERR_CONFIG, "%s: 'sync.periods[%d].match' must not be empty",
+                              src, i);
+        if (r->period < 1)
+            return sl_err_set(SL_ERR_CONFIG, "%s: 'sync.periods[%d].period' must be at least 1, "
+                              "got %d", src, i, r->period);
     }
     if (!cfg->data.train[0])
         return sl_err_set(SL_ERR_CONFIG, "%s: 'data.train' is required", src);
@@ -1587,6 +1718,14 @@ sl_config_write_yaml(const sl_config_t *cfg, FILE *out)
             for (int l = 0; l < cfg->model.nlayers; l++)
                 fprintf(out, "%*s- {lstm: %d, projection: %d}\n", 2 * depth + 2, "",
                         cfg->model.layers[l].hidden, cfg->model.layers[l].projection);
+        } else if (e->type == T_PERIODS) {
+            fputs(cfg->sync.nperiod_rules > 0 ? "\n" : " []\n", out);
+            for (int r = 0; r < cfg->sync.nperiod_rules; r++) {
+                const char *m = cfg->sync.period_rule[r].match;
+                fprintf(out, "%*s- {match: ", 2 * depth + 2, "");
+                write_string(out, m ? m : "");
+                fprintf(out, ", period: %d}\n", cfg->sync.period_rule[r].period);
+            }
         } else {
             value_t v = fetch(cfg, e);
             fputc(' ', out);
@@ -1626,6 +1765,7 @@ type_text(const entry_t *e, char *buf, size_t n)
         snprintf(buf, n, "bool");
         return;
     case T_LAYERS:
+    case T_PERIODS:
         snprintf(buf, n, "list");
         return;
     case T_U64:
@@ -1709,4 +1849,9 @@ sl_config_print_schema(FILE *out)
     }
     fputs("\nmodel.layers entries: {lstm: H (integer >= 1, the LSTM cell size), "
           "projection: P (integer >= 0, LSTMP output size; 0 = none)}\n", out);
+    fprintf(out, "sync.periods entries (at most %d): {match: GLOB (fnmatch(3) on component "
+            "names:\n  embedding.S, lstm.L, proj.L, softmax.S, softmax_bias), period: H "
+            "(integer >= 1)}; the first rule\n  that matches a component gives its H; the "
+            "others keep sync.embedding_period (row shards)\n  or sync.period. allreduce has "
+            "no periods\n", SL_MAX_PERIOD_RULES);
 }

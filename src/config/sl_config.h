@@ -11,6 +11,7 @@
 #include "sl_status.h"
 
 #define SL_MAX_LAYERS 8
+#define SL_MAX_PERIOD_RULES 32 /* entries of sync.periods */
 /* A number key's value when the file says "auto": the key's documented rule decides. */
 #define SL_CONFIG_AUTO (-1.0)
 
@@ -50,6 +51,14 @@ typedef struct {
     int hidden;     /* LSTM cell size H */
     int projection; /* LSTMP output size P; 0 = no projection (output is H) */
 } sl_layer_config_t;
+
+/* One sync.periods rule: the components whose name the glob matches (fnmatch(3), no
+ * flags: '*' crosses dots) sync every period steps, unless an earlier rule matched. */
+typedef struct {
+    char *match; /* glob on component names (sl_model.h): embedding.S, lstm.L, proj.L,
+                    softmax.S, softmax_bias; owned, non-empty */
+    int period;  /* H_i >= 1 */
+} sl_period_rule_t;
 
 typedef struct {
     char *source; /* file the config came from ("<defaults>" if none); owned */
@@ -135,9 +144,13 @@ typedef struct {
         int nesterov;            /* theta = omega + eta * Delta after a block, default 1 */
         sl_block_ref_t block_reference; /* G against the block start or omega, default
                                            blockstart */
-        int period;              /* H: steps between syncs of every component, default 16 */
+        int period;              /* H: steps between syncs of a component, default 16 */
         int embedding_period;    /* H of embedding and softmax row shards; 0 = period */
         int embedding_shards;    /* row shards per embedding, default 1 */
+        sl_period_rule_t period_rule[SL_MAX_PERIOD_RULES]; /* sync.periods, in order; the
+                                    first that matches a component gives its H (else
+                                    embedding_period / period); unused slots NULL */
+        int nperiod_rules;       /* 0..SL_MAX_PERIOD_RULES, default 0 */
         int timeout_ms;          /* wait for one exchange; 0 = cluster.timeout_ms */
         int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
         sl_exchange_t exchange;  /* row-shard components: dense | unique | allgather,

@@ -431,22 +431,6 @@ sync_gradients(trainer_t *t)
     return stage(t, g, 0, n, 0);
 }
 
-/* Does sl_sync_after_step exchange component c after steps_done steps? Its rule
- * (sl_sync.h): model-averaging algorithms, every H_i steps, H_i = sync.embedding_period
- * (0: sync.period) for row shards, sync.period for the rest. */
-static int
-component_due(const trainer_t *t, int c, long steps_done)
-{
-    sl_sync_algorithm_t a = sl_sync_algorithm(t->sync);
-    int h = t->cfg->sync.period;
-
-    if (a == SL_SYNC_NONE || a == SL_SYNC_ALLREDUCE || steps_done < 1)
-        return 0;
-    if (t->comps[c].sparse && t->cfg->sync.embedding_period > 0)
-        h = t->cfg->sync.embedding_period;
-    return steps_done % h == 0;
-}
-
 /* The components due at this step between the device and the host mirror, one copy per
  * run of adjacent components. */
 static sl_status_t
@@ -458,13 +442,13 @@ stage_due(trainer_t *t, int to_host)
     for (int c = 0; c < nc;) {
         size_t begin, end;
 
-        if (!component_due(t, c, t->cur.step)) {
+        if (!sl_sync_due(t->sync, c, t->cur.step)) {
             c++;
             continue;
         }
         begin = t->comps[c].offset;
         end = begin + t->comps[c].count;
-        for (c++; c < nc && component_due(t, c, t->cur.step) && t->comps[c].offset == end; c++)
+        for (c++; c < nc && sl_sync_due(t->sync, c, t->cur.step) && t->comps[c].offset == end; c++)
             end += t->comps[c].count;
         SL_TRY(stage(t, params, begin, end - begin, to_host));
     }

@@ -4,8 +4,10 @@
  * average (see sl_sync.h). */
 #include "sl_sync.h"
 
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sl_alloc.h"
@@ -30,7 +32,7 @@ struct sl_sync {
     const sl_component_t *comps; /* borrowed */
     int ncomps;
     size_t nparams, max_count;
-    int period, embedding_period;
+    int *period; /* (ncomps) H_i */
     int timeout_ms;
     sl_bmuf_opts_t bmuf;
     int is_bmuf;   /* bmuf, local-bmuf, gossip-bmuf */
@@ -77,10 +79,145 @@ is_neighbourhood(sl_sync_algorithm_t a)
            a == SL_SYNC_GOSSIP_BMUF;
 }
 
+/* Whether name b is the shard after name a: "x.N" then "x.N+1". */
 static int
-component_period(const sl_sync_t *s, int c)
+next_shard(const char *a, const char *b)
 {
-    return s->comps[c].sparse ? s->embedding_period : s->period;
+    const char *da = strrchr(a, '.'), *db = strrchr(b, '.');
+
+    if (!da || !db || da - a != db - b || strncmp(a, b, (size_t)(da - a)) != 0)
+        return 0;
+    if (!da[1] || !db[1] || strspn(da + 1, "0123456789") != strlen(da + 1) ||
+        strspn(db + 1, "0123456789") != strlen(db + 1))
+        return 0;
+    return atol(db + 1) == atol(da + 1) + 1;
+}
+
+/* "embedding.0 to embedding.7, lstm.0, lstm.1" into buf (n bytes, cut when full): the
+ * names of the components c with pick[c] != 0, a run of three or more shards of one
+ * table as its first and last, so that 1024 shards still make a short message. */
+static void
+list_names(const sl_sync_t *s, const unsigned char *pick, char *buf, size_t n)
+{
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int c = 0; c < s->ncomps && used < n; c++) {
+        int last = c;
+        const char *sep = used ? ", " : "";
+
+        if (!pick[c])
+            continue;
+        while (last + 1 < s->ncomps && pick[last + 1] &&
+               next_shard(s->comps[last].name, s->comps[last + 1].name))
+            last++;
+        if (last - c >= 2) {
+            used += (size_t)snprintf(buf + used, n - used, "%s%s to %s", sep, s->comps[c].name,
+                                     s->comps[last].name);
+            c = last;
+        } else {
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, s->comps[c].name);
+        }
+    }
+}
+
+/* H_i of every component: the period of the first sync.periods rule whose glob matches
+ * its name, else sync.embedding_period (0: sync.period) for a row shard and sync.period
+ * for the others. A rule that gives no component its period, because its glob matches
+ * none or only components an earlier rule took, is a mistake in the config (a typo, or
+ * a catch-all put first): SL_ERR_CONFIG naming it. */
+static sl_status_t
+resolve_periods(sl_sync_t *s, const sl_config_t *cfg)
+{
+    int nrules = cfg->sync.nperiod_rules;
+    int emb = cfg->sync.embedding_period > 0 ? cfg->sync.embedding_period : cfg->sync.period;
+    unsigned char used[SL_MAX_PERIOD_RULES] = {0}, *pick;
+    char names[640];
+    sl_status_t st = SL_OK;
+
+    if (nrules < 0 || nrules > SL_MAX_PERIOD_RULES)
+        return sl_err_set(SL_ERR_CONFIG, "sync.periods: %d rules, at most %d allowed", nrules,
+                          SL_MAX_PERIOD_RULES);
+    SL_TRY(SL_ALLOC(&s->period, (size_t)s->ncomps, "sync periods"));
+    for (int c = 0; c < s->ncomps; c++) {
+        s->period[c] = s->comps[c].sparse ? emb : cfg->sync.period;
+        for (int r = 0; r < nrules; r++) {
+            const sl_period_rule_t *rule = &cfg->sync.period_rule[r];
+            if (rule->match && fnmatch(rule->match, s->comps[c].name, 0) == 0) {
+                s->period[c] = rule->period;
+                used[r] = 1;
+                break;
+            }
+        }
+        if (s->period[c] < 1)
+            return sl_err_set(SL_ERR_CONFIG,
+                              "sync: component %s would sync every %d steps: "
+                              "periods must be at least 1",
+                              s->comps[c].name, s->period[c]);
+    }
+    for (int r = 0; r < nrules && st == SL_OK; r++) {
+        const char *glob = cfg->sync.period_rule[r].match;
+        int any = 0;
+
+        if (used[r])
+            continue;
+        SL_TRY(SL_CALLOC(&pick, (size_t)s->ncomps, "sync periods"));
+        for (int c = 0; c < s->ncomps; c++) {
+            pick[c] = glob && fnmatch(glob, s->comps[c].name, 0) == 0;
+            any |= pick[c];
+        }
+        if (any) {
+            list_names(s, pick, names, sizeof names);
+            st = sl_err_set(SL_ERR_CONFIG,
+                            "sync.periods[%d]: '%s' matches only components that an earlier "
+                            "rule gives a period (%s); put the more specific rule first",
+                            r, glob, names);
+        } else {
+            memset(pick, 1, (size_t)s->ncomps);
+            list_names(s, pick, names, sizeof names);
+            st = sl_err_set(SL_ERR_CONFIG,
+                            "sync.periods[%d]: '%s' matches no component (the model's: %s)", r,
+                            glob ? glob : "", names);
+        }
+        sl_free(pick);
+    }
+    return st;
+}
+
+/* Once, on rank 0, when sync.periods is given: which components sync how often, or
+ * that allreduce has no periods. */
+static sl_status_t
+log_periods(const sl_sync_t *s, const sl_config_t *cfg)
+{
+    unsigned char *pick;
+    char line[1536], names[640];
+    size_t used = 0;
+
+    if (cfg->sync.nperiod_rules == 0 || s->rank != 0 || s->algo == SL_SYNC_NONE)
+        return SL_OK;
+    if (s->algo == SL_SYNC_ALLREDUCE) {
+        sl_log_info("sync", "sync.periods is not used by allreduce: it averages the gradients "
+                            "of every component every step");
+        return SL_OK;
+    }
+    SL_TRY(SL_ALLOC(&pick, (size_t)s->ncomps, "sync periods"));
+    line[0] = '\0';
+    for (int c = 0; c < s->ncomps && used < sizeof line; c++) {
+        int seen = 0;
+
+        for (int b = 0; b < c; b++)
+            seen |= s->period[b] == s->period[c];
+        if (seen)
+            continue;
+        for (int d = 0; d < s->ncomps; d++)
+            pick[d] = s->period[d] == s->period[c];
+        list_names(s, pick, names, sizeof names);
+        used += (size_t)snprintf(line + used, sizeof line - used, "%severy %d steps: %s",
+                                 used ? "; " : "", s->period[c], names);
+    }
+    sl_free(pick);
+    sl_log_info("sync", "periods H_i (sync.periods): %s", line);
+    return SL_OK;
 }
 
 /* Output-embedding shards are the model's "softmax.<s>" (sl_model.h). */
@@ -204,9 +341,6 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     s->comps = comps;
     s->ncomps = ncomps;
     s->nparams = nparams;
-    s->period = cfg->sync.period;
-    s->embedding_period =
-        cfg->sync.embedding_period > 0 ? cfg->sync.embedding_period : cfg->sync.period;
     s->timeout_ms = cfg->sync.timeout_ms > 0 ? cfg->sync.timeout_ms : cfg->cluster.timeout_ms;
     sl_bmuf_opts_from_config(&s->bmuf, cfg);
     s->is_bmuf = is_bmuf(s->algo);
@@ -235,6 +369,8 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         if (comps[c].count > s->max_count && !by_rows(s, c))
             s->max_count = comps[c].count;
     }
+    SL_TRY_GOTO(resolve_periods(s, cfg), st, fail);
+    SL_TRY_GOTO(log_periods(s, cfg), st, fail);
     if (s->neighbour) {
         int k = cfg->topology.degree > 0 ? cfg->topology.degree : sl_ring_default_degree(size);
         SL_TRY_GOTO(sl_ring_links(size, k, &links), st, fail);
@@ -303,6 +439,7 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_free(s->step_miss);
     sl_free(s->step_ok);
     sl_free(s->stat);
+    sl_free(s->period);
     for (int c = 0; s->touched && c < s->ncomps; c++)
         sl_rowset_fini(&s->touched[c]);
     sl_free(s->touched);
@@ -326,6 +463,20 @@ const sl_sync_stat_t *
 sl_sync_stat(const sl_sync_t *s, int c)
 {
     return &s->stat[c];
+}
+
+int
+sl_sync_period(const sl_sync_t *s, int c)
+{
+    return s->period[c];
+}
+
+int
+sl_sync_due(const sl_sync_t *s, int c, long steps_done)
+{
+    if (s->algo == SL_SYNC_NONE || s->algo == SL_SYNC_ALLREDUCE || steps_done < 1)
+        return 0;
+    return steps_done % s->period[c] == 0;
 }
 
 double
@@ -892,11 +1043,9 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
 {
     if (s->algo == SL_SYNC_NONE || s->algo == SL_SYNC_ALLREDUCE || steps_done < 1)
         return SL_OK;
-    for (int c = 0; c < s->ncomps; c++) {
-        int h = component_period(s, c);
-        if (steps_done % h == 0)
-            SL_TRY(sync_component(s, params, c, (uint64_t)(steps_done / h)));
-    }
+    for (int c = 0; c < s->ncomps; c++)
+        if (sl_sync_due(s, c, steps_done))
+            SL_TRY(sync_component(s, params, c, (uint64_t)(steps_done / s->period[c])));
     if (s->neighbour)
         end_step(s);
     return SL_OK;

@@ -6,9 +6,11 @@
  *   local-ma/-bmuf     the same with the average over self and all ring neighbours
  *   gossip-ma/-bmuf    the same with self and the q neighbours the gossip schedule
  *                      (topology/sl_schedule.h) picks for (block, component, node)
- * H_i is sync.embedding_period for the row-shard components (sl_component_t.sparse)
- * and sync.period for the others; the round of component i is its block index
- * (steps done / H_i), so every node computes the same schedule without messages.
+ * H_i is the period of the first sync.periods rule whose glob (fnmatch(3)) matches the
+ * component's name, else sync.embedding_period for the row-shard components
+ * (sl_component_t.sparse) and sync.period for the others; the round of component i is
+ * its block index (steps done / H_i), so every node computes the same schedule without
+ * messages. allreduce has no periods: it sums every gradient every step.
  *
  * Gossip and local: a neighbour that does not answer within sync.timeout_ms is left out
  * of that average (logged once per rank); after SL_SYNC_DEAD_ROUNDS missed rounds in a
@@ -70,7 +72,10 @@ typedef struct {
  * the algorithm is none, where every call is a no-op. SL_ERR_INVALID for bad sizes;
  * SL_ERR_CONFIG for a sync.exchange / compression setting the algorithm cannot use
  * (allgather outside allreduce, exchange_top / exchange_random without unique or in
- * allreduce mode); SL_ERR_NOMEM.
+ * allreduce mode), and for a sync.periods rule that gives no component its period (its
+ * glob matches none of comps' names, or only ones an earlier rule took), checked
+ * whatever the algorithm and size; SL_ERR_NOMEM. With sync.periods given, rank 0 logs
+ * the resulting periods once (info).
  */
 sl_status_t sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int rank,
                         int size, const sl_component_t *comps, int ncomps, const float *params,
@@ -137,6 +142,13 @@ sl_status_t sl_sync_state_load(sl_sync_t *s, const void *buf, size_t len);
 
 /* Stats of component c (0..ncomps-1). */
 const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
+/* H_i of component c (0..ncomps-1), as resolved from sync.periods and the two period
+ * keys (also when the algorithm does not use it). */
+int sl_sync_period(const sl_sync_t *s, int c);
+/* Whether sl_sync_after_step(s, ..., steps_done) syncs component c: a model-averaging
+ * algorithm and H_i divides steps_done >= 1. These are the components a trainer that
+ * syncs a device's parameters through a host copy must stage before and after. */
+int sl_sync_due(const sl_sync_t *s, int c, long steps_done);
 /* Seconds spent in sync (gradients, components, final) since creation. */
 double sl_sync_time_s(const sl_sync_t *s);
 /* Peers this node holds for dead, and whether rank r is one of them. */

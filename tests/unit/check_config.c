@@ -29,7 +29,7 @@ static const char *const all_keys[] = {
     "cluster.bind", "cluster.timeout_ms", "cluster.rendezvous_timeout_ms", "topology.degree",
     "sync.algorithm", "sync.neighbours", "sync.block_momentum", "sync.block_lr",
     "sync.nesterov", "sync.block_reference", "sync.period", "sync.embedding_period",
-    "sync.embedding_shards", "sync.timeout_ms", "sync.keep_node_models", "sync.exchange",
+    "sync.embedding_shards", "sync.periods", "sync.timeout_ms", "sync.keep_node_models", "sync.exchange",
     "sync.exchange_top", "sync.exchange_random", "sync.compression", "sync.compression_scale",
     "embedding.seed_groups", "device", "precision", NULL};
 
@@ -100,6 +100,11 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert_int_eq(a->sync.period, b->sync.period);
     ck_assert_int_eq(a->sync.embedding_period, b->sync.embedding_period);
     ck_assert_int_eq(a->sync.embedding_shards, b->sync.embedding_shards);
+    ck_assert_int_eq(a->sync.nperiod_rules, b->sync.nperiod_rules);
+    for (int i = 0; i < a->sync.nperiod_rules; i++) {
+        ck_assert_str_eq(a->sync.period_rule[i].match, b->sync.period_rule[i].match);
+        ck_assert_int_eq(a->sync.period_rule[i].period, b->sync.period_rule[i].period);
+    }
     ck_assert_int_eq(a->sync.timeout_ms, b->sync.timeout_ms);
     ck_assert_int_eq(a->sync.keep_node_models, b->sync.keep_node_models);
     ck_assert_int_eq(a->sync.exchange, b->sync.exchange);
@@ -184,6 +189,8 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.sync.period, 16);
     ck_assert_int_eq(c.sync.embedding_period, 0);
     ck_assert_int_eq(c.sync.embedding_shards, 1);
+    ck_assert_int_eq(c.sync.nperiod_rules, 0);
+    ck_assert_ptr_null(c.sync.period_rule[0].match);
     ck_assert_int_eq(c.sync.timeout_ms, 0);
     ck_assert_int_eq(c.sync.keep_node_models, 1);
     ck_assert_int_eq(c.sync.exchange, SL_EXCHANGE_DENSE);
@@ -286,7 +293,8 @@ static const char full_yaml[] =
     "  schedule: {type: linear, decay: 0.5, warmup_steps: 100}\n"
     "sync: {algorithm: gossip-bmuf, neighbours: 2, block_momentum: 0.5, block_lr: 0.75,\n"
     "       nesterov: false, block_reference: omega, period: 8, embedding_period: 64,\n"
-    "       embedding_shards: 4, timeout_ms: 500, keep_node_models: false}\n"
+    "       embedding_shards: 4, timeout_ms: 500, keep_node_models: false,\n"
+    "       periods: [{match: \"embedding.*\", period: 128}, {period: 4, match: lstm.1}]}\n"
     "device: cuda:1\n"
     "precision: bf16\n";
 
@@ -346,6 +354,12 @@ START_TEST(test_full_file)
     ck_assert_int_eq(c.sync.period, 8);
     ck_assert_int_eq(c.sync.embedding_period, 64);
     ck_assert_int_eq(c.sync.embedding_shards, 4);
+    ck_assert_int_eq(c.sync.nperiod_rules, 2);
+    ck_assert_str_eq(c.sync.period_rule[0].match, "embedding.*");
+    ck_assert_int_eq(c.sync.period_rule[0].period, 128);
+    ck_assert_str_eq(c.sync.period_rule[1].match, "lstm.1");
+    ck_assert_int_eq(c.sync.period_rule[1].period, 4);
+    ck_assert_ptr_null(c.sync.period_rule[2].match);
     ck_assert_int_eq(c.sync.timeout_ms, 500);
     ck_assert_int_eq(c.sync.keep_node_models, 0);
     ck_assert_str_eq(c.device, "cuda:1");
@@ -396,6 +410,18 @@ START_TEST(test_set_each_type)
     ck_assert_int_eq(c.model.layers[0].projection, 16);
     ck_assert_int_eq(c.model.layers[1].hidden, 8);
     ck_assert_int_eq(c.model.layers[1].projection, 0);
+    set_ok(&c, "sync.periods=[{match: \"lstm.*\", period: 4}]"); /* a list of rules */
+    ck_assert_int_eq(c.sync.nperiod_rules, 1);
+    ck_assert_str_eq(c.sync.period_rule[0].match, "lstm.*");
+    ck_assert_int_eq(c.sync.period_rule[0].period, 4);
+    set_ok(&c, "sync={periods: [{match: softmax*, period: 2}, {match: '*', period: 3}]}");
+    ck_assert_int_eq(c.sync.nperiod_rules, 2); /* replaced whole, not appended */
+    ck_assert_str_eq(c.sync.period_rule[0].match, "softmax*");
+    ck_assert_str_eq(c.sync.period_rule[1].match, "*");
+    ck_assert_int_eq(c.sync.period_rule[1].period, 3);
+    set_ok(&c, "sync.periods=[]");
+    ck_assert_int_eq(c.sync.nperiod_rules, 0);
+    ck_assert_ptr_null(c.sync.period_rule[0].match);
     set_ok(&c, "device=cuda:3");
     ck_assert_str_eq(c.device, "cuda:3");
     set_ok(&c, "data.valid=");                     /* empty value: "" */
@@ -530,6 +556,47 @@ static const bad_case_t bad_yaml[] = {
     {"model: {layers: [{lstm: 8, lstm: 9}]}", "x.yaml:1:28: duplicate key 'lstm'"},
     {"model: {layers: [{lstm: 8, projection: -1}]}",
      "x.yaml:1:40: 'model.layers[0].projection' must be at least 0, got -1"},
+    /* sync.periods */
+    {"sync: {periods: {match: lstm.0, period: 4}}",
+     "x.yaml:1:17: 'sync.periods' must be a list like [{match: \"lstm.*\", period: 4}], got a "
+     "mapping"},
+    {"sync: {periods: lstm.0}",
+     "x.yaml:1:17: 'sync.periods' must be a list like [{match: \"lstm.*\", period: 4}], got "
+     "'lstm.0'"},
+    {"sync: {periods: [lstm.0]}",
+     "x.yaml:1:18: 'sync.periods[0]' must be a mapping like {match: \"lstm.*\", period: 4}, got "
+     "'lstm.0'"},
+    {"sync:\n  periods:\n    - {match: lstm.0, period: 4}\n    - {match: lstm.1, priod: 4}\n",
+     "x.yaml:4:23: unknown key 'priod' in 'sync.periods[1]' (did you mean 'period'?)"},
+    {"sync: {periods: [{match: lstm.0, every: 4}]}",
+     "x.yaml:1:34: unknown key 'every' in 'sync.periods[0]' (expected one of: match, period)"},
+    {"sync: {periods: [{match: lstm.0}]}",
+     "x.yaml:1:18: 'sync.periods[0]' needs 'period' (steps between syncs of what it matches)"},
+    {"sync: {periods: [{match: lstm.0, period: 2}, {period: 4}]}",
+     "x.yaml:1:46: 'sync.periods[1]' needs 'match' (a glob on component names)"},
+    {"sync: {periods: [{match: lstm.0, period: 0}]}",
+     "x.yaml:1:42: 'sync.periods[0].period' must be at least 1, got 0"},
+    {"sync: {periods: [{match: lstm.0, period: 1.5}]}",
+     "x.yaml:1:42: 'sync.periods[0].period' must be an integer, got '1.5'"},
+    {"sync: {periods: [{match: \"\", period: 4}]}",
+     "x.yaml:1:26: 'sync.periods[0].match' must not be empty"},
+    {"sync: {periods: [{match: , period: 4}]}",
+     "x.yaml:1:26: 'sync.periods[0].match' must not be empty"},
+    {"sync: {periods: [{match: [lstm.0], period: 4}]}",
+     "x.yaml:1:26: 'sync.periods[0].match' must be a string, got a list"},
+    {"sync: {periods: [{match: a, period: 4, match: b}]}", "x.yaml:1:40: duplicate key 'match'"},
+    {"sync:\n  periods: [{match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1},\n"
+     "    {match: a, period: 1}, {match: a, period: 1}, {match: a, period: 1}]\n",
+     "x.yaml:2:12: 'sync.periods' must have at most 32 rules, got 33"},
 };
 
 START_TEST(test_bad_yaml)
@@ -580,6 +647,12 @@ static const bad_case_t bad_set[] = {
      "--set train.optimizer:1:18: unknown key 'tpye' in 'train.optimizer' (did you mean "
      "'type'?)"},
     {"run.seed=1\n---\n2", "--set run.seed:3:1: only one YAML document is allowed"},
+    {"sync.periods=[{match: \"lstm.*\", period: 0}]",
+     "--set sync.periods:1:41: 'sync.periods[0].period' must be at least 1, got 0"},
+    {"sync.periods=", "--set sync.periods:1:14: 'sync.periods' must be a list like "
+                      "[{match: \"lstm.*\", period: 4}], got nothing"},
+    {"sync.periods.match=lstm.0", "--set sync.periods.match:1:14: 'sync.periods' has no "
+                                  "sub-keys"},
 };
 
 START_TEST(test_bad_set)
@@ -615,6 +688,13 @@ START_TEST(test_failure_changes_nothing)
     ck_assert_int_eq(sl_config_set(&c, "train.optimizer={type: adam, lr: -1}"), SL_ERR_CONFIG);
     ck_assert_int_eq(c.train.optimizer.type, SL_OPT_SGD);
     ck_assert(c.train.optimizer.lr == 20.0);
+    /* a rule list half read (its first rule's glob already copied) keeps the old one */
+    set_ok(&c, "sync.periods=[{match: lstm.0, period: 2}]");
+    ck_assert_int_eq(sl_config_set(&c, "sync.periods=[{match: a, period: 1}, {match: b}]"),
+                     SL_ERR_CONFIG);
+    ck_assert_int_eq(c.sync.nperiod_rules, 1);
+    ck_assert_str_eq(c.sync.period_rule[0].match, "lstm.0");
+    ck_assert_int_eq(c.sync.period_rule[0].period, 2);
     sl_config_fini(&c);
 }
 END_TEST
@@ -680,6 +760,20 @@ START_TEST(test_validate)
     ck_assert_str_eq(sl_err_msg(), "t.yaml: 'model.layers[0].lstm' must be at least 1, got 0");
     c.model.layers[0].hidden = 4;
     ck_assert_int_eq(sl_config_validate(&c), SL_OK);
+    set_ok(&c, "sync.periods=[{match: lstm.0, period: 2}, {match: lstm.1, period: 3}]");
+    c.sync.period_rule[1].period = 0;
+    ck_assert_int_eq(sl_config_validate(&c), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "t.yaml: 'sync.periods[1].period' must be at least 1, got 0");
+    c.sync.period_rule[1].period = 3;
+    c.sync.period_rule[0].match[0] = '\0';
+    ck_assert_int_eq(sl_config_validate(&c), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "t.yaml: 'sync.periods[0].match' must not be empty");
+    c.sync.period_rule[0].match[0] = 'l';
+    c.sync.nperiod_rules = SL_MAX_PERIOD_RULES + 1;
+    ck_assert_int_eq(sl_config_validate(&c), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "t.yaml: 'sync.periods' must have at most 32 rules, got 33");
+    c.sync.nperiod_rules = 2;
+    ck_assert_int_eq(sl_config_validate(&c), SL_OK);
     sl_config_fini(&c);
 }
 END_TEST
@@ -724,6 +818,8 @@ START_TEST(test_write_round_trip)
     ck_assert_ptr_nonnull(strstr(text, "\ntrain:\n  batch: 16\n"));
     ck_assert_ptr_nonnull(strstr(text, "\n  optimizer:\n    type: adam\n    lr: 0.1\n"));
     ck_assert_ptr_nonnull(strstr(text, "\n  layers:\n    - {lstm: 7, projection: 3}\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\n  periods:\n    - {match: \"embedding.*\", period: 128}\n"
+                                       "    - {match: lstm.1, period: 4}\n  timeout_ms:"));
     ck_assert_ptr_nonnull(strstr(text, "\ndevice: cuda:1\nprecision: bf16\n"));
     for (int i = 0; all_keys[i]; i++) {
         const char *leaf = strrchr(all_keys[i], '.');
@@ -742,6 +838,7 @@ START_TEST(test_write_round_trip)
     /* the defaults round-trip as well */
     sl_config_init(&d);
     text = yaml_of(&d);
+    ck_assert_ptr_nonnull(strstr(text, "\n  periods: []\n"));
     sl_config_fini(&b);
     sl_config_init(&b);
     set_ok(&b, "run.name=elsewhere");

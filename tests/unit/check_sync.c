@@ -5,7 +5,9 @@
  * compression within its bound; and 4-node `shoal run` integration runs: every
  * algorithm lowers the loss and writes the final model, allreduce on 2 nodes equals one
  * node with a 2x batch, a gossip-bmuf run survives a node killed with SIGKILL, and the
- * unique exchange trains and sends fewer bytes than the dense one. */
+ * unique exchange trains and sends fewer bytes than the dense one; sync.periods: which
+ * rule gives a component its period, and 3 nodes whose two components sync every 1 and
+ * every 3 steps worked by hand. */
 #include <check.h>
 #include <dirent.h>
 #include <ftw.h>
@@ -980,6 +982,165 @@ START_TEST(test_exchange_settings)
 }
 END_TEST
 
+/* ------------------------------------------------------------ periods by rule */
+
+/* Two one-float components; sync.period is 16, so without the rules neither syncs in 6
+ * steps. lstm.0 matches both rules: the first, period 1, is its. */
+static const sl_component_t pair_comps[2] = {
+    {"lstm.0", 0, 1, 0, 0, 0, 0},
+    {"lstm.1", 1, 1, 0, 0, 0, 0},
+};
+static const char periods_conf[] =
+    "sync={algorithm: ma, periods: [{match: lstm.0, period: 1}, {match: \"lstm.*\", period: 3}]}";
+
+/* Before each step node k maps x to a x + c with a = k + 1 (mean 2) and, for lstm.0,
+ * c = k (mean 1), for lstm.1 c = 1, 1, 2. Not affine in the average: how often the
+ * nodes average changes where they end. */
+static void
+affine_steps(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    static const float c1[NN] = {1, 1, 2};
+
+    (void)tr;
+    (void)b;
+    ck_assert_int_eq(sl_sync_period(s, 0), 1);
+    ck_assert_int_eq(sl_sync_period(s, 1), 3);
+    p[0] = (float)(k + 1) * p[0] + (float)k;
+    p[1] = (float)(k + 1) * p[1] + c1[k];
+}
+
+/* ma on 3 nodes from x = 0, steps 1..6:
+ *   lstm.0, every step: x = 2x + 1 on every node: 1, 3, 7, 15, 31, 63
+ *   lstm.1, at steps 3 and 6: node k after three steps c (a^2 + a + 1) = 3, 7, 26,
+ *     mean 12; then a^3 12 + c (a^2 + a + 1) = 15, 103, 350, mean 156
+ * (without the rules the nodes would not agree; with lstm.1 every step, x = 2x + 4/3
+ * is no integer). 6 rounds of lstm.0, 2 of lstm.1. */
+START_TEST(test_periods_by_rule)
+{
+    static trio_t tr;
+    const float want[2] = {63, 156};
+
+    trio_init(&tr, periods_conf, zero);
+    tr.comps = pair_comps;
+    tr.ncomps = 2;
+    tr.np = 2;
+    tr.blocks = 6;
+    tr.step = affine_steps;
+    trio_run(&tr);
+    for (int k = 0; k < NN; k++) {
+        assert_floats(tr.p[k], want, 2);
+        ck_assert_int_eq(tr.stat[k][0].rounds, 6);
+        ck_assert_int_eq(tr.stat[k][1].rounds, 2);
+    }
+}
+END_TEST
+
+/* A sync object on one node (nothing exchanged) over comps with the config sets. */
+static sl_status_t
+periods_sync(sl_sync_t **s, const char *sets, const sl_component_t *comps, int ncomps)
+{
+    sl_config_t c;
+    float p[NP] = {0};
+    sl_status_t st;
+
+    sl_config_init(&c);
+    ck_assert_msg(sl_config_set(&c, sets) == SL_OK, "%s", sl_err_msg());
+    st = sl_sync_new(s, &c, NULL, 0, 1, comps, ncomps, p, NP);
+    sl_config_fini(&c);
+    return st;
+}
+
+/* The model's layout with 4 shards per embedding (names as sl_model.c makes them). */
+static const sl_component_t shard_comps[] = {
+    {"embedding.0", 0, 1, 1, 0, 1, 1},  {"embedding.1", 1, 1, 1, 1, 1, 1},
+    {"embedding.2", 2, 1, 1, 2, 1, 1},  {"embedding.3", 3, 1, 1, 3, 1, 1},
+    {"lstm.0", 4, 1, 0, 0, 0, 0},       {"proj.0", 5, 1, 0, 0, 0, 0},
+    {"softmax.0", 6, 1, 1, 0, 1, 1},    {"softmax.1", 7, 1, 1, 1, 1, 1},
+    {"softmax_bias", 8, 1, 0, 0, 0, 0},
+};
+enum { NSHARD = sizeof shard_comps / sizeof shard_comps[0] };
+
+/* Which rule gives which component its period; rules that give none are refused with
+ * one line naming them and the model's components. allreduce ignores the periods. */
+START_TEST(test_periods_rules)
+{
+    static const struct {
+        const char *sets;
+        int want[NSHARD];
+    } ok[] = {
+        /* no rules: sync.embedding_period for the row shards, sync.period for the rest */
+        {"sync={period: 16, embedding_period: 128}", {128, 128, 128, 128, 16, 16, 128, 128, 16}},
+        {"sync={period: 16}", {16, 16, 16, 16, 16, 16, 16, 16, 16}},
+        /* the paper's (16, 128) by rules; softmax* also takes softmax_bias */
+        {"sync={period: 16, periods: [{match: \"embedding.*\", period: 128}, "
+         "{match: \"softmax*\", period: 64}]}",
+         {128, 128, 128, 128, 16, 16, 64, 64, 64}},
+        /* first match wins; a rule beats embedding_period; character classes */
+        {"sync={period: 8, embedding_period: 32, periods: [{match: embedding.0, period: 2}, "
+         "{match: \"embedding.[0-2]\", period: 3}, {match: \"*.0\", period: 5}]}",
+         {2, 3, 3, 32, 5, 5, 5, 32, 8}},
+    };
+    static const struct {
+        const char *sets, *msg;
+    } bad[] = {
+        {"sync.periods=[{match: \"lstm.*\", period: 4}, {match: \"embeding.*\", period: 128}]",
+         "sync.periods[1]: 'embeding.*' matches no component (the model's: embedding.0, "
+         "embedding.1, lstm.0, softmax.0)"},
+        {"sync.periods=[{match: \"*\", period: 16}, {match: \"softmax.*\", period: 128}]",
+         "sync.periods[1]: 'softmax.*' matches only components that an earlier rule gives a "
+         "period (softmax.0); put the more specific rule first"},
+    };
+    sl_sync_t *s = NULL;
+
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ck_assert_msg(periods_sync(&s, ok[i].sets, shard_comps, NSHARD) == SL_OK, "%s",
+                      sl_err_msg());
+        for (int c = 0; c < NSHARD; c++)
+            ck_assert_msg(sl_sync_period(s, c) == ok[i].want[c], "case %zu %s: H %d, want %d", i,
+                          shard_comps[c].name, sl_sync_period(s, c), ok[i].want[c]);
+        sl_sync_destroy(&s);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(periods_sync(&s, bad[i].sets, trio_comps, NC), SL_ERR_CONFIG);
+        ck_assert_str_eq(sl_err_msg(), bad[i].msg);
+        ck_assert_ptr_null(s);
+    }
+    /* runs of three or more shards are listed by their first and last */
+    ck_assert_int_eq(
+        periods_sync(&s, "sync.periods=[{match: lstm.1, period: 2}]", shard_comps, NSHARD),
+        SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "sync.periods[0]: 'lstm.1' matches no component (the "
+                                   "model's: embedding.0 to embedding.3, lstm.0, proj.0, "
+                                   "softmax.0, softmax.1, softmax_bias)");
+    /* allreduce: after a step nothing is due and nothing changes, whatever the rules */
+    {
+        sl_transport_t *t;
+        sl_transport_opts_t o;
+        sl_config_t c;
+        float p[NP] = {1, 2, 3, 4, 5};
+
+        sl_transport_opts_default(&o);
+        o.size = 2;
+        ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+        sl_config_init(&c);
+        ck_assert_int_eq(sl_config_set(&c, "sync={algorithm: allreduce, periods: "
+                                           "[{match: \"*\", period: 1}]}"),
+                         SL_OK);
+        sl_log_set_level(SL_LOG_WARN);
+        ck_assert_int_eq(sl_sync_new(&s, &c, t, 0, 2, trio_comps, NC, p, NP), SL_OK);
+        ck_assert_int_eq(sl_sync_period(s, 0), 1);
+        for (int c2 = 0; c2 < NC; c2++)
+            ck_assert(!sl_sync_due(s, c2, 1));
+        ck_assert_int_eq(sl_sync_after_step(s, p, 1), SL_OK);
+        ck_assert(p[0] == 1 && p[4] == 5);
+        ck_assert_int_eq(sl_sync_stat(s, 0)->rounds, 0);
+        sl_sync_destroy(&s);
+        sl_config_fini(&c);
+        sl_transport_destroy(&t);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ shoal run */
 
 static char tmp_root[512];
@@ -1394,6 +1555,8 @@ sync_suite(void)
     tcase_add_test(core, test_sparse_select);
     tcase_add_test(core, test_exchange_settings);
     tcase_add_test(core, test_sync_state_resume);
+    tcase_add_test(core, test_periods_by_rule);
+    tcase_add_test(limits, test_periods_rules);
     tcase_add_test(limits, test_sync_state_limits);
     tcase_add_loop_test(core, test_run_each_algorithm, 0,
                         (int)(sizeof algorithms / sizeof algorithms[0]));
