@@ -924,8 +924,21 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
         res->failed_rank = l.culprit;
         st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);
     } else if (l.lost >= 0) {
+        int w = -1; /* the node that wrote the run's model */
+        for (int i = 0; i < n; i++)
+            if (l.c[i].has_train && l.c[i].train.final_models > 0)
+                w = i;
         res->failed_rank = l.lost;
-        st = sl_err_set(SL_ERR_INVALID, "%s (the other nodes finished without it)", l.lost_msg);
+        if (w >= 0)
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s (the other nodes finished without it); the run's model, the "
+                            "average of %d nodes, was written by node %d: %s/model.bin",
+                            l.lost_msg, l.c[w].train.final_models, w, l.c[w].train.run_dir);
+        else
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s (the other nodes finished without it); no node wrote the run's "
+                            "model.bin",
+                            l.lost_msg);
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)

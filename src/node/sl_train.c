@@ -844,8 +844,10 @@ write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir,
     return sl_atomic_commit(&f);
 }
 
-/* With a sync algorithm, on rank 0: the average of the nodes' models (avg) evaluated,
- * saved as <run dir>/model.bin, and <run dir>/summary.json. Overwrites the parameters. */
+/* With a sync algorithm, on the writer sl_sync_final names (rank 0; in gossip and local
+ * runs the lowest-ranked live node): the average of the nodes' models (avg) evaluated,
+ * saved as <run dir>/model.bin, and <run dir>/summary.json (its "rank" is the writer's).
+ * Overwrites the parameters. */
 static sl_status_t
 finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
@@ -884,7 +886,8 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
 }
 
 /* End of the run: the final average (every node takes part), valid and test evaluation
- * of this node's model, its model.bin and summary.json; then rank 0's run-level files. */
+ * of this node's model, its model.bin and summary.json; then the run-level files: the
+ * writer's, or rank 0's copy of its summary without a sync algorithm. */
 static sl_status_t
 finish(trainer_t *t, sl_train_result_t *res)
 {

@@ -11,7 +11,8 @@
  * <run dir>/node-<rank>/; rank 0 also writes <run dir>/config.yaml and, at the run
  * directory's top, a copy of its summary.json (sync.algorithm none) or, with a sync
  * algorithm, the final model averaged over the live nodes as <run dir>/model.bin and
- * its evaluation in <run dir>/summary.json. Each node's metrics.jsonl then also gets a
+ * its evaluation in <run dir>/summary.json (written by the lowest live rank instead
+ * when rank 0 died in a gossip or local run). Each node's metrics.jsonl then also gets a
  * {"event":"sync", ...} line per component at every report.
  *
  * Per-step randomness comes from keys that are pure functions of (seed, step), so a

@@ -6,6 +6,7 @@
 
 #include <fnmatch.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,12 @@
 #include "sl_sparse.h"
 #include "sl_sparse_allreduce.h"
 
-#define FINAL_ROUND 1u /* round of the final gather's frames (SL_WIRE_DATA) */
+/* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; component c
+ * of a node's model as component c, a confirmation (one byte: 1 = in the average, 0 =
+ * gathered without it) and a claim (no payload) as the two past them */
+#define FINAL_ROUND 1u
+#define FINAL_ACK(s) ((uint32_t)(s)->ncomps)
+#define FINAL_CLAIM(s) ((uint32_t)(s)->ncomps + 1u)
 
 struct sl_sync {
     sl_sync_algorithm_t algo;
@@ -1051,45 +1057,88 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
     return SL_OK;
 }
 
-/* Every node but rank 0: its model to rank 0, component by component, then wait for
- * rank 0 to confirm (it may be waiting on nodes that died first). */
-static sl_status_t
-send_final(sl_sync_t *s, const float *params)
+/* The wait in ms (>= 0, at most INT_MAX) until the sl_clock_now() time at. */
+static int
+ms_until(double at)
 {
-    sl_wire_key_t ack = {FINAL_ROUND, (uint32_t)s->ncomps, 0, 0, SL_WIRE_DATA};
-    char b;
-    size_t got;
+    double ms = ceil((at - sl_clock_now()) * 1000.0);
+
+    return ms <= 0 ? 0 : ms >= (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* A sender of the final walk (final_walk): its model to candidate c, component by
+ * component, then a confirmation from c or from a candidate below it (one given up on
+ * that answered late), or a claim from a candidate between c and itself, waited for
+ * until the sl_clock_now() time until; keys has room for s->rank keys. *next = -1 on a
+ * confirmation (done: in that candidate's average, or left out of it), the claimant's
+ * rank on a claim (*claim = 1), else c + 1: a send that finds no room in time, or
+ * nothing coming, is c's failure (logged), not an error. Frames are keyed by their
+ * sender, which the transport checks, so a confirmation from c can only be c's. */
+static sl_status_t
+offer_final(sl_sync_t *s, const float *params, int c, double until, sl_wire_key_t *keys, int *next,
+            int *claim)
+{
+    sl_transport_frame_t *f = NULL;
+    size_t which, nkeys = 0;
+    int wait_ms, from;
+    unsigned char in = 0;
     sl_status_t st;
 
-    for (int c = 0; c < s->ncomps; c++) {
-        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)c, 0, 0, SL_WIRE_DATA};
-        st = sl_transport_send(s->tr, &k, params + s->comps[c].offset, (uint32_t)s->comps[c].count,
+    *next = c + 1;
+    *claim = 0;
+    for (int i = 0; i < s->ncomps; i++) {
+        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)i, 0, (uint32_t)c, SL_WIRE_DATA};
+        st = sl_transport_send(s->tr, &k, params + s->comps[i].offset, (uint32_t)s->comps[i].count,
                                SL_WIRE_FP32, 1.0f, 0, s->timeout_ms);
         if (st != SL_OK) {
-            sl_log_warn("sync", "sending this node's model to node 0: %s", sl_err_msg());
+            sl_log_warn("sync", "sending this node's final model to node %d: %s; trying node %d", c,
+                        sl_err_msg(), c + 1);
             return SL_OK;
         }
     }
-    st = sl_transport_recv(s->tr, &ack, &b, sizeof b, &got, s->timeout_ms * s->size);
-    if (st == SL_ERR_TIMEOUT)
+    for (int r = 0; r < s->rank; r++)
+        keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, r <= c ? FINAL_ACK(s) : FINAL_CLAIM(s), 0,
+                                        (uint32_t)r, SL_WIRE_DATA};
+    wait_ms = ms_until(until);
+    st = sl_transport_recv_any(s->tr, keys, nkeys, wait_ms, &f, &which);
+    if (st == SL_ERR_TIMEOUT) {
         sl_log_warn("sync",
-                    "node 0 did not confirm the final model within %d ms: it may have "
-                    "died; then the run's model.bin is not written (the nodes' own stay)",
-                    s->timeout_ms * s->size);
-    else if (st != SL_OK)
+                    "node %d did not confirm this node's final model within %d ms: it may "
+                    "have died; trying node %d",
+                    c, wait_ms, c + 1);
+        return SL_OK;
+    }
+    if (st != SL_OK)
         return sl_err_prefix(st, "sync: final model");
+    from = (int)keys[which].peer;
+    if (keys[which].component == FINAL_CLAIM(s)) {
+        sl_transport_frame_release(&f);
+        *next = from;
+        *claim = 1;
+        sl_log_info("sync", "node %d gathers the final model: this node's goes there", from);
+        return SL_OK;
+    }
+    if (f->h.payload_bytes == 1)
+        memcpy(&in, f->payload, 1);
+    sl_transport_frame_release(&f);
+    *next = -1;
+    if (!in)
+        sl_log_warn("sync",
+                    "node %d gathered the final model without this node's (it came too late)",
+                    from);
     return SL_OK;
 }
 
-/* Rank 0: one live peer's whole model into s->peer; SL_ERR_TIMEOUT when it did not come. */
+/* The gatherer: peer r's whole model into s->peer, its first frame waited for first_ms,
+ * each further one sync.timeout_ms. SL_ERR_TIMEOUT when it did not all come. */
 static sl_status_t
-recv_final(sl_sync_t *s, int r)
+recv_final(sl_sync_t *s, int r, int first_ms)
 {
     for (int c = 0; c < s->ncomps; c++) {
         sl_wire_key_t k = {FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
         size_t got, bytes = s->comps[c].count * sizeof(float);
-        SL_TRY(
-            sl_transport_recv(s->tr, &k, s->peer + s->comps[c].offset, bytes, &got, s->timeout_ms));
+        SL_TRY(sl_transport_recv(s->tr, &k, s->peer + s->comps[c].offset, bytes, &got,
+                                 c == 0 ? first_ms : s->timeout_ms));
         if (got != bytes)
             return sl_err_set(SL_ERR_INVALID, "sync: node %d sent %zu bytes of %s, not %zu", r, got,
                               s->comps[c].name, bytes);
@@ -1097,11 +1146,17 @@ recv_final(sl_sync_t *s, int r)
     return SL_OK;
 }
 
-/* Rank 0 of gossip/local: the average of its own model and every live peer's. */
+/* The gatherer (final_walk): into s->avg the average of its own model and those of the
+ * ranks above it that arrive, in rank order (the sum is the same on every run). A
+ * peer's first frame is waited for until the sl_clock_now() time deadline; one it holds
+ * for dead is not waited for, but taken if it is already here. Every peer above gets a
+ * confirmation saying whether its model is in: one that comes too late (or that was
+ * wrongly held for dead) then stops its walk there, left out as it always was, rather
+ * than walking on to gather (and write) a model of its own. */
 static sl_status_t
-gather_final(sl_sync_t *s, const float *params, int *nmodels)
+gather_final(sl_sync_t *s, const float *params, double deadline, int *nmodels)
 {
-    sl_wire_key_t ack = {FINAL_ROUND, (uint32_t)s->ncomps, 0, 0, SL_WIRE_DATA};
+    sl_wire_key_t ack = {FINAL_ROUND, FINAL_ACK(s), 0, 0, SL_WIRE_DATA};
     float inv;
     sl_status_t st;
 
@@ -1109,28 +1164,112 @@ gather_final(sl_sync_t *s, const float *params, int *nmodels)
         SL_TRY(SL_ALLOC(&s->peer, s->nparams, "a peer's final model"));
     memcpy(s->avg, params, s->nparams * sizeof *params);
     *nmodels = 1;
-    for (int r = 1; r < s->size; r++) {
-        if (s->dead[r])
-            continue;
-        st = recv_final(s, r);
+    for (int r = s->rank + 1; r < s->size; r++) {
+        unsigned char in = 1;
+
+        st = recv_final(s, r, s->dead[r] ? 0 : ms_until(deadline));
         if (st == SL_ERR_TIMEOUT) {
-            sl_log_warn("sync", "node %d sent no final model within %d ms: left out of it", r,
-                        s->timeout_ms);
-            continue;
-        }
-        if (st != SL_OK)
+            if (!s->dead[r])
+                sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
+            in = 0;
+        } else if (st != SL_OK) {
             return sl_err_prefix(st, "sync: final model");
-        for (size_t j = 0; j < s->nparams; j++)
-            s->avg[j] += s->peer[j];
-        ++*nmodels;
+        } else {
+            for (size_t j = 0; j < s->nparams; j++)
+                s->avg[j] += s->peer[j];
+            ++*nmodels;
+        }
+        /* a dead node's queue may be full: no wait for room then */
         ack.peer = (uint32_t)r;
-        if (sl_transport_send(s->tr, &ack, "", 0, SL_WIRE_BYTES, 1.0f, 0, s->timeout_ms) != SL_OK)
+        if (sl_transport_send(s->tr, &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0,
+                              in ? s->timeout_ms : 0) != SL_OK &&
+            in)
             sl_log_warn("sync", "confirming node %d's final model: %s", r, sl_err_msg());
     }
     inv = 1.0f / (float)*nmodels;
     for (size_t j = 0; j < s->nparams; j++)
         s->avg[j] *= inv;
     return SL_OK;
+}
+
+/* The final model of gossip and local runs, where any node may have died: the lowest
+ * live rank gathers it, without a coordinator. Candidates c = 0, 1, ... in rank order;
+ * node r walks them:
+ *   c < r   unless r holds c for dead (s->dead[c]: then on at once), r sends its model
+ *           to c and waits for a confirmation: with one (from c, or late from a
+ *           candidate below c) r is done, its model in that average or, when it came
+ *           too late, left out; without one (c died, or a send found no room) r tries
+ *           c + 1;
+ *   c == r  r is the gatherer and the writer: the average of its model and those of the
+ *           ranks above it (gather_final), which each get a confirmation saying whether
+ *           theirs is in. A gatherer above rank 0 first sends a claim to each rank
+ *           above it that it waits for: a node still waiting on a lower candidate goes
+ *           straight to the claimant (even one it held for dead) rather than waiting
+ *           out that candidate's window.
+ * Timing. Each node counts from its own entry here (t0); T = sync.timeout_ms and
+ * P = size * T (the gatherer receives up to size - 1 models, each frame within T).
+ * Candidate c owns the window [c P, (c + 1) P) of every node's clock:
+ *   - a sender gives up on c at t0 + (c + 1) P, whatever it knew about the candidates
+ *     below c, so it has sent to c by t0 + c P plus its sending time;
+ *   - the gatherer c waits for each peer's first frame until t0 + c P + T: T past the
+ *     latest a live peer can have sent, for the skew between the nodes' entries and the
+ *     sending; then T for each further frame. It stops as soon as every peer it waits
+ *     for is in. Its confirmations go out by t0 + c P + T + (receiving), inside the
+ *     senders' window while skew + receiving < P - T = (size - 1) T.
+ * The deadlines are absolute, so a dead peer costs the gatherer one wait, not one per
+ * peer, and nothing compounds from candidate to candidate: node r is done by
+ * t0 + r P + T + (receiving) at the latest. Nodes may disagree on who is dead (each
+ * learns it from its own exchanges); the windows make that safe and the claims make it
+ * quick: with rank 0 dead, rank 1 gathers at once if it held rank 0 for dead, else
+ * after P, and the others follow its claim. With every node alive rank 0 gathers and
+ * there are no claims; a node later than T is left out of the average, as it always
+ * was (the "without you" confirmation stops its walk). Two writers remain possible
+ * when an assumption breaks: a sender that holds every candidate below it for dead
+ * while one of them is alive gathers at once (a live node held for dead: it missed
+ * SL_SYNC_DEAD_ROUNDS rounds in a row), or a confirmation comes after the sender's
+ * window and the sender reaches itself first. Each writer writes the average of the
+ * models it got; the run's model.bin is the last one written. The dead marks are what
+ * make a crash cheap; a timeout that keeps live nodes from being taken for dead keeps
+ * them safe. */
+static sl_status_t
+final_walk(sl_sync_t *s, const float *params, int *writer, int *nmodels)
+{
+    double t0 = sl_clock_now(), t = s->timeout_ms / 1000.0, p = s->size * t;
+    sl_wire_key_t *keys = NULL;
+    int claimed = 0, next;
+    sl_status_t st = SL_OK;
+
+    if (s->rank > 0)
+        SL_TRY(SL_ALLOC(&keys, (size_t)s->rank, "final model keys"));
+    for (int c = 0; c < s->rank;) {
+        if (s->dead[c] && !claimed) {
+            c++;
+            continue;
+        }
+        SL_TRY_GOTO(offer_final(s, params, c, t0 + (c + 1) * p, keys, &next, &claimed), st, out);
+        if (next < 0)
+            goto out; /* taken */
+        c = next;
+    }
+    if (s->rank > 0) {
+        sl_wire_key_t claim = {FINAL_ROUND, FINAL_CLAIM(s), 0, 0, SL_WIRE_DATA};
+        sl_log_warn("sync",
+                    "no node below this one took its final model: node %d gathers it and "
+                    "writes the run's model.bin",
+                    s->rank);
+        for (int r = s->rank + 1; r < s->size; r++) {
+            if (s->dead[r])
+                continue;
+            claim.peer = (uint32_t)r;
+            if (sl_transport_send(s->tr, &claim, "", 0, SL_WIRE_BYTES, 1.0f, 0, 0) != SL_OK)
+                sl_log_debug("sync", "claim to node %d: %s", r, sl_err_msg());
+        }
+    }
+    SL_TRY_GOTO(gather_final(s, params, t0 + s->rank * p + t, nmodels), st, out);
+    *writer = 1;
+out:
+    sl_free(keys);
+    return st;
 }
 
 sl_status_t
@@ -1146,13 +1285,9 @@ sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
     if (!s->avg)
         SL_TRY(SL_ALLOC(&s->avg, s->nparams, "final model"));
     if (s->neighbour) {
-        if (s->rank != 0) {
-            SL_TRY(send_final(s, params));
-        } else {
-            SL_TRY(gather_final(s, params, nmodels));
+        SL_TRY(final_walk(s, params, writer, nmodels));
+        if (*writer)
             *avg = s->avg;
-            *writer = 1;
-        }
     } else {
         sl_collective_opts_t o = {0, 0, s->timeout_ms, NULL}; /* the model: fp32 */
         float inv = 1.0f / (float)s->size;

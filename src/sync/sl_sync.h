@@ -17,6 +17,8 @@
  * row it is taken for dead: nobody waits for it or pushes to it any more, and it is left
  * out of the final average. allreduce, ma, bmuf: a node that does not answer makes the
  * collective fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so.
+ * The final model of gossip and local runs is gathered by the lowest-ranked live node
+ * (sl_sync_final), so it is written even when rank 0 died.
  *
  * Row-shard components (embedding and softmax shards) go as the whole shard
  * (sync.exchange dense) or, with sync.exchange unique, as only the rows some node touched
@@ -108,12 +110,20 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
 
 /* End of the run, every node: the average of the live nodes' params (nparams) into the
  * buffer *avg (owned by s, valid until destroy). ma/bmuf/allreduce: allreduce, every
- * node gets it; gossip/local: every node sends its params to rank 0, which averages
- * what arrives within the timeout (a node that died is left out) and tells each sender
- * it got it. *writer is 1 on the node that should write the run's model (rank 0), else
- * 0 (and *avg is NULL there when it has no average); *nmodels = how many nodes went
- * into it. With size 1 or algorithm none: *writer 0, *avg NULL. If rank 0 itself died,
- * nobody writes the run's model (the nodes' own models stay). */
+ * node gets it, rank 0 is the writer. gossip/local: the lowest-ranked live node gathers
+ * it: every node offers its params to rank 0, then, when no confirmation comes within
+ * its window, to rank 1, and so on (skipping the ranks it holds for dead), and the node
+ * whose turn it is averages its own params with those of the ranks above it that arrive
+ * in time (a node that died or came too late is left out) and tells each of them
+ * whether its params are in; the walk, its time bounds and when it can give two
+ * writers are described in sl_sync.c (final_walk). With rank 0 alive that is rank 0;
+ * with only rank 0 dead it is rank 1, done within (size + 1) * sync.timeout_ms (at
+ * once when rank 1 already held rank 0 for dead; the others follow its claim).
+ * *writer is 1 on the node that should write the run's model, else 0 (and *avg is NULL
+ * there); *nmodels = how many nodes went into it. With size 1 or algorithm none:
+ * *writer 0, *avg NULL. Errors: the transport's (a peer's abort: SL_ERR_SHUTDOWN), a
+ * peer's model of the wrong size (SL_ERR_INVALID), SL_ERR_NOMEM; a candidate that does
+ * not answer is not one. */
 sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
                           int *nmodels);
 

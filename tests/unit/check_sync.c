@@ -4,13 +4,16 @@
  * transports): the same rows as the dense exchange, bit for bit, BMUF per row by hand,
  * compression within its bound; and 4-node `shoal run` integration runs: every
  * algorithm lowers the loss and writes the final model, allreduce on 2 nodes equals one
- * node with a 2x batch, a gossip-bmuf run survives a node killed with SIGKILL, and the
- * unique exchange trains and sends fewer bytes than the dense one; sync.periods: which
- * rule gives a component its period, and 3 nodes whose two components sync every 1 and
- * every 3 steps worked by hand. */
+ * node with a 2x batch, a gossip-bmuf run survives a node killed with SIGKILL (rank 0
+ * too: node 1 then writes the run's model), and the unique exchange trains and sends
+ * fewer bytes than the dense one; sync.periods: which rule gives a component its
+ * period, and 3 nodes whose two components sync every 1 and every 3 steps worked by
+ * hand; the final model of a gossip run without rank 0 on 3 in-process nodes (who
+ * gathers, the average, the waits), nodes agreeing or not on rank 0's death. */
 #include <check.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +27,7 @@
 #include <unistd.h>
 
 #include "sl_bmuf.h"
+#include "sl_clock.h"
 #include "sl_config.h"
 #include "sl_file.h"
 #include "sl_log.h"
@@ -302,7 +306,8 @@ typedef struct trio trio_t;
 typedef void (*trio_step_fn)(trio_t *tr, sl_sync_t *s, int k, int b, float *p);
 
 struct trio {
-    const char *conf; /* sync={...} for sl_config_set */
+    const char *conf;  /* sync={...} for sl_config_set */
+    const char *conf2; /* another setting, or NULL */
     const sl_component_t *comps;
     int ncomps, np, blocks;
     int first; /* the first block's number (0: 1) */
@@ -315,6 +320,13 @@ struct trio {
     size_t state_out_len[NN];
     int alive[NN]; /* the node takes part */
     trio_step_fn step;
+    /* final: after the blocks each alive node calls sl_sync_final; its results, the
+     * seconds it took and whether it then held node 0 for dead */
+    int final;
+    double late_s[NN]; /* sleep before sl_sync_final */
+    int writer[NN], nmodels[NN], has_avg[NN], dead0[NN];
+    float avg[NN][NP];
+    double final_s[NN];
     float p[NN][NP]; /* in: the start; out: after the last block */
     sl_sync_stat_t stat[NN][NC];
     sl_status_t st[NN];
@@ -354,6 +366,19 @@ trio_node(void *arg)
     }
     for (int c = 0; st == SL_OK && c < tr->ncomps; c++)
         tr->stat[k][c] = *sl_sync_stat(s, c);
+    if (st == SL_OK && tr->final) {
+        const float *avg;
+        double t0;
+
+        usleep((useconds_t)(tr->late_s[k] * 1e6));
+        t0 = sl_clock_now();
+        st = sl_sync_final(s, tr->p[k], &avg, &tr->writer[k], &tr->nmodels[k]);
+        tr->final_s[k] = sl_clock_now() - t0;
+        tr->has_avg[k] = avg != NULL;
+        if (avg)
+            memcpy(tr->avg[k], avg, (size_t)tr->np * sizeof *avg);
+        tr->dead0[k] = sl_sync_is_dead(s, 0);
+    }
     tr->st[k] = st;
     snprintf(tr->err[k], sizeof tr->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
     sl_sync_destroy(&s);
@@ -372,6 +397,8 @@ trio_run(trio_t *tr)
     sl_log_set_level(SL_LOG_ERROR);
     sl_config_init(&tr->cfg);
     ck_assert_msg(sl_config_set(&tr->cfg, tr->conf) == SL_OK, "%s", sl_err_msg());
+    if (tr->conf2)
+        ck_assert_msg(sl_config_set(&tr->cfg, tr->conf2) == SL_OK, "%s", sl_err_msg());
     for (int k = 0; k < NN; k++) {
         sl_transport_opts_t o;
         sl_transport_opts_default(&o);
@@ -1141,6 +1168,133 @@ START_TEST(test_periods_rules)
 }
 END_TEST
 
+/* The final model of a gossip run without rank 0 (sl_sync_final: every node walks the
+ * candidates 0, 1, ... and the first one alive gathers), on 3 in-process nodes of one
+ * 4-float component, sync.timeout_ms T = 300, so each candidate's window P = 3 T = 0.9 s:
+ *   node 1 = [1, -2, 3, 0.5], node 2 = [3, 4, -1, 1.5] (node 0's values are never sent)
+ * case 0: node 0 never runs, no blocks: nodes 1 and 2 each wait P for node 0's
+ *   confirmation, then node 1 gathers (and claims node 2): the writer, 2 models,
+ *   ([1, -2, 3, 0.5] + [3, 4, -1, 1.5]) / 2 = [2, 1, 1, 1]; node 2 is not a writer.
+ * case 1: only node 2 runs: it gives up on node 0 at P and node 1 at 2 P and writes its
+ *   own model, 1 model.
+ * case 2: the nodes disagree on node 0: gossip-ma q = 1, 3 blocks without node 0, with a
+ *   seed where node 1 pulls from node 0 in all three (it times out and keeps its model
+ *   each time, then holds node 0 for dead) and node 2 from node 1 (it never misses
+ *   node 0; it sleeps T before blocks 2 and 3 to keep pace with node 1): node 2
+ *   becomes ([3, 4, -1, 1.5] + [1, -2, 3, 0.5]) / 2 = [2, 1, 1, 1], then
+ *   [1.5, -0.5, 2, 0.75], then [1.25, -1.25, 2.5, 0.625]. Node 1 skips node 0 and
+ *   gathers at once; its claim takes node 2 off node 0 before node 0's window is out,
+ *   and node 1 writes
+ *   ([1, -2, 3, 0.5] + [1.25, -1.25, 2.5, 0.625]) / 2 = [1.125, -1.625, 2.75, 0.5625].
+ * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes 2 T late:
+ *   node 0 writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
+ *   and tells node 2 its model is not in, so node 2 stops there rather than walking on
+ *   to gather a model of its own (a second writer). */
+static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
+
+static float
+final_start(int k, int i)
+{
+    static const float v[NN][4] = {{100, 100, 100, 100}, {1, -2, 3, 0.5f}, {3, 4, -1, 1.5f}};
+    return i < 4 ? v[k][i] : 0; /* trio_init fills NP floats; the model has 4 */
+}
+
+/* Node 1 waits T for node 0 in every block, so its pushes come T later each block:
+ * node 2 sleeps T before blocks 2 and 3 so as not to run ahead and time out on them. */
+static void
+lag_node2(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)tr;
+    (void)s;
+    (void)p;
+    if (k == 2 && b > 1)
+        usleep(300000);
+}
+
+/* A run.seed under which, in rounds 1..3 of component 0 (gossip, q = 1, n = 3), node 1
+ * pulls from node 0 and node 2 from node 1 every time. */
+static uint64_t
+disagreeing_seed(void)
+{
+    for (uint64_t seed = 1; seed < 100000; seed++) {
+        sl_schedule_t sch;
+        int ok = 1;
+
+        ck_assert_int_eq(sl_schedule_init(&sch, NN, sl_ring_default_degree(NN), 1, seed), SL_OK);
+        for (uint64_t r = 1; r <= 3 && ok; r++) {
+            int ch[4], cnt;
+            ck_assert_int_eq(sl_schedule_chosen(&sch, r, 0, 1, ch, 4, &cnt), SL_OK);
+            ok = ch[0] == 0;
+            ck_assert_int_eq(sl_schedule_chosen(&sch, r, 0, 2, ch, 4, &cnt), SL_OK);
+            ok = ok && ch[0] == 1;
+        }
+        if (ok)
+            return seed;
+    }
+    ck_abort_msg("no seed where node 1 pulls from node 0 three times in a row");
+    return 0;
+}
+
+START_TEST(test_final_without_rank0)
+{
+    static trio_t tr;
+    static const float want[4][4] = {{2, 1, 1, 1},
+                                     {3, 4, -1, 1.5f},
+                                     {1.125f, -1.625f, 2.75f, 0.5625f},
+                                     {50.5f, 49, 51.5f, 50.25f}};
+    static const int writer[4] = {1, 2, 1, 0}, nmodels[4] = {2, 1, 2, 2};
+    const double p = 3 * 0.3;
+    char seed[64];
+    int w = writer[_i];
+
+    trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 300}",
+              final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = _i == 2 ? 3 : 0;
+    tr.step = lag_node2;
+    tr.final = 1;
+    tr.alive[0] = _i == 3;
+    tr.alive[1] = _i != 1;
+    if (_i == 2) {
+        snprintf(seed, sizeof seed, "run.seed=%" PRIu64, disagreeing_seed());
+        tr.conf2 = seed;
+    }
+    if (_i == 3)
+        tr.late_s[2] = 2 * 0.3;
+    trio_run(&tr);
+    for (int k = 0; k < NN; k++) {
+        if (!tr.alive[k])
+            continue;
+        ck_assert_int_eq(tr.writer[k], k == w);
+        ck_assert_int_eq(tr.has_avg[k], k == w);
+    }
+    ck_assert_int_eq(tr.nmodels[w], nmodels[_i]);
+    assert_floats(tr.avg[w], want[_i], 4);
+    if (_i == 2) {
+        ck_assert_int_eq(tr.dead0[1], 1);
+        ck_assert_int_eq(tr.dead0[2], 0);
+    }
+    /* case 0: both waited out node 0's window (node 2 until its own end or node 1's
+     * claim: the nodes started within milliseconds), and no more than one more;
+     * case 1: node 2 waited out the windows of nodes 0 and 1; case 2: no window;
+     * case 3: node 2 found node 0's "without you" at once */
+    if (_i == 0) {
+        ck_assert_msg(tr.final_s[1] >= p - 0.01, "node 1: %.3f s", tr.final_s[1]);
+        ck_assert_msg(tr.final_s[2] >= p - 0.1, "node 2: %.3f s", tr.final_s[2]);
+    }
+    if (_i == 1)
+        ck_assert_msg(tr.final_s[2] >= 2 * p - 0.01, "node 2: %.3f s", tr.final_s[2]);
+    for (int k = 0; k < NN; k++)
+        if (tr.alive[k])
+            ck_assert_msg(tr.final_s[k] < (_i >= 2 ? 1 : _i + 2) * p, "node %d: %.3f s", k,
+                          tr.final_s[k]);
+    if (_i == 3)
+        ck_assert_msg(tr.final_s[2] < p / 2, "node 2: %.3f s", tr.final_s[2]);
+}
+END_TEST
+
 /* ------------------------------------------------------------ shoal run */
 
 static char tmp_root[512];
@@ -1488,50 +1642,87 @@ child_named(pid_t parent, const char *comm)
     return found;
 }
 
-/* SIGKILL of node 2 in the middle of a 4-node gossip-bmuf run: the other three finish,
- * rank 0 writes the final model averaged over the 3 live nodes, and shoal run exits
- * non-zero naming the dead node. The timeout is long enough that a live node on a
- * loaded machine does not miss 3 rounds in a row (2 s did, at load 9 on 2 cores). */
-START_TEST(test_gossip_bmuf_survives_kill)
+/* A 4-node gossip-bmuf run named run whose node victim is killed with SIGKILL once it
+ * has logged a few reports; shoal run's exit status. The timeout is long enough that a
+ * live node on a loaded machine does not miss 3 rounds in a row (2 s did, at load 9 on
+ * 2 cores). */
+static int
+run_killing(const char *run, int victim)
 {
-    char conf[700], path[800], *text, *log;
-    pid_t pid, victim = 0;
+    char conf[700], path[800], comm[32];
+    pid_t pid, v = 0;
     double t0;
     struct stat sb;
 
-    if (!have_shoal())
-        return;
-    tiny_yaml(conf, sizeof conf, "kill",
+    tiny_yaml(conf, sizeof conf, run,
               "sync: {algorithm: gossip-bmuf, period: 4, timeout_ms: 6000}\n");
-    pid = start_shoal("kill", (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
-                                               "train.epochs=4", NULL});
-    snprintf(path, sizeof path, "%s/kill/node-2/metrics.jsonl", tmp_root);
+    pid = start_shoal(
+        run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set", "train.epochs=2", NULL});
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
+    snprintf(comm, sizeof comm, "shoal node %d", victim);
     t0 = now_s();
     while ((stat(path, &sb) != 0 || sb.st_size < 400) && now_s() - t0 < 30)
         usleep(10000);
-    while (!(victim = child_named(pid, "shoal node 2")) && now_s() - t0 < 30)
+    while (!(v = child_named(pid, comm)) && now_s() - t0 < 30)
         usleep(10000);
-    ck_assert_int_gt(victim, 0);
-    ck_assert_int_eq(kill(victim, SIGKILL), 0);
-    ck_assert_int_eq(wait_shoal(pid, 80), 1);
-    snprintf(path, sizeof path, "%s/kill.log", tmp_root);
+    ck_assert_int_gt(v, 0);
+    ck_assert_int_eq(kill(v, SIGKILL), 0);
+    return wait_shoal(pid, 100);
+}
+
+/* After run_killing(run, victim): shoal run said which node died and which wrote the
+ * run's model (writer, from the 3 live nodes), the run's summary.json says the same
+ * (models_averaged 3, the writer's rank, every step done), model.bin is there, and so
+ * are the live nodes' own summaries. */
+static void
+assert_killed_run(const char *run, int victim, int writer)
+{
+    char path[800], want[300], *text, *log;
+
+    snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
-    ck_assert_msg(strstr(log, "shoal: node 2 killed by signal 9 (the other nodes finished "
-                              "without it)") != NULL,
-                  "%s", log);
-    ck_assert_msg(strstr(log, "node 2 missed 3 rounds in a row") != NULL, "%s", log);
+    snprintf(want, sizeof want,
+             "shoal: node %d killed by signal 9 (the other nodes finished without it); the "
+             "run's model, the average of 3 nodes, was written by node %d: %s/%s/model.bin\n",
+             victim, writer, tmp_root, run);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    snprintf(want, sizeof want, "node %d missed 3 rounds in a row", victim);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     free(log);
-    snprintf(path, sizeof path, "%s/kill/summary.json", tmp_root);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
     ck_assert_int_eq((int)json_num(text, "models_averaged"), 3);
-    ck_assert_int_eq((int)json_num(text, "steps"), 4 * 156); /* 5000 tokens, 4 x 8 */
+    ck_assert_int_eq((int)json_num(text, "rank"), writer);
+    ck_assert_int_eq((int)json_num(text, "steps"), 2 * 156); /* 2 epochs of 5000 tokens, 4 x 8 */
     free(text);
-    snprintf(path, sizeof path, "%s/kill/model.bin", tmp_root);
+    snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
     ck_assert_int_eq(access(path, F_OK), 0);
-    for (int r = 0; r < 4; r += r == 1 ? 2 : 1) {
-        snprintf(path, sizeof path, "%s/kill/node-%d/summary.json", tmp_root, r);
-        ck_assert_int_eq(access(path, F_OK), 0);
+    for (int r = 0; r < 4; r++) {
+        snprintf(path, sizeof path, "%s/%s/node-%d/summary.json", tmp_root, run, r);
+        ck_assert_int_eq(access(path, F_OK), r == victim ? -1 : 0);
     }
+}
+
+/* SIGKILL of node 2 in the middle of a 4-node gossip-bmuf run: the other three finish,
+ * rank 0 writes the final model averaged over the 3 live nodes, and shoal run exits
+ * non-zero naming the dead node and the writer. */
+START_TEST(test_gossip_bmuf_survives_kill)
+{
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_killing("kill", 2), 1);
+    assert_killed_run("kill", 2, 0);
+}
+END_TEST
+
+/* The same with rank 0 killed: the lowest live rank, node 1, gathers the final model of
+ * the 3 others and writes the run's model.bin and summary.json. */
+START_TEST(test_gossip_bmuf_survives_rank0_kill)
+{
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_killing("kill0", 0), 1);
+    assert_killed_run("kill0", 0, 1);
 }
 END_TEST
 
@@ -1556,6 +1747,7 @@ sync_suite(void)
     tcase_add_test(core, test_exchange_settings);
     tcase_add_test(core, test_sync_state_resume);
     tcase_add_test(core, test_periods_by_rule);
+    tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
     tcase_add_test(limits, test_periods_rules);
     tcase_add_test(limits, test_sync_state_limits);
     tcase_add_loop_test(core, test_run_each_algorithm, 0,
@@ -1564,6 +1756,7 @@ sync_suite(void)
     tcase_add_test(core, test_run_unique);
     tcase_set_timeout(core, 120);
     tcase_add_test(limits, test_gossip_bmuf_survives_kill);
+    tcase_add_test(limits, test_gossip_bmuf_survives_rank0_kill);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
