@@ -576,6 +576,32 @@ START_TEST(test_elementwise)
 }
 END_TEST
 
+/* Bias gradients sum long columns (N = T*B = 1120 rows in a word-model step) in double:
+ * a column of 1 followed by 4096 times 2^-26 sums to exactly 1 + 2^-14, which a float
+ * running sum never reaches (each 2^-26 is below half an ulp of 1 and is lost). 300
+ * columns span two of the kernel's column blocks, and 4097 x 300 elements are enough
+ * for the 2-thread split. */
+START_TEST(test_bias_grad_long_columns)
+{
+    enum { R = 4097, C = 300 };
+    float *dx = malloc((size_t)R * C * sizeof *dx), db[C];
+
+    ck_assert_ptr_nonnull(dx);
+    for (int j = 0; j < C; j++) {
+        dx[j] = 1.0f + (float)j / 1024.0f;
+        db[j] = 0.25f;
+    }
+    for (size_t k = C; k < (size_t)R * C; k++)
+        dx[k] = 0x1p-26f;
+    be->ops->bias_grad(be->ctx, R, C, dx, db);
+    for (int j = 0; j < C; j++)
+        ck_assert_msg(db[j] == 0.25f + (1.0f + (float)j / 1024.0f) + 0x1p-14f,
+                      "db[%d] = %.9g, want %.9g", j, (double)db[j],
+                      0.25 + (1.0 + j / 1024.0) + 0x1p-14);
+    free(dx);
+}
+END_TEST
+
 /* ---- 16-bit conversion and precision ------------------------------------------------ */
 
 /* Hand-worked encodings: ties to even, fp16's overflow at 65520 and its subnormals,
@@ -941,6 +967,7 @@ kernels_suite(void)
     tcase_add_test(core, test_optimizers);
     tcase_add_test(core, test_dropout);
     tcase_add_test(core, test_elementwise);
+    tcase_add_test(core, test_bias_grad_long_columns);
     tcase_add_test(core, test_half_values);
     tcase_add_test(core, test_half_round_trip);
     tcase_add_test(core, test_precision_cpu);
