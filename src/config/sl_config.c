@@ -1033,6 +1033,27 @@ convert(const load_t *ld, const entry_t *e, const char *path, const yaml_node_t 
     return SL_OK;
 }
 
+/* One key: value pair of a list item's mapping (model.layers, sync.periods), path the
+ * item's ("model.layers[1]"): *which is the key's index in names (keys[*which] its
+ * entry) and *v its value, converted and checked. An unknown key is an error that
+ * names the item and the keys it takes. */
+static sl_status_t
+item_value(const load_t *ld, const yaml_node_t *item, const yaml_node_pair_t *pr, const char *path,
+           const entry_t *keys, const char *const *names, const size_t *lens, int *which,
+           value_t *v)
+{
+    const yaml_node_t *k, *val = yaml_document_get_node(ld->doc, pr->value);
+    char sub[96];
+
+    SL_TRY(pair_key(ld, item, pr, &k));
+    *which = find_name(names, (const char *)k->data.scalar.value, k->data.scalar.length);
+    if (*which < 0)
+        return unknown_key(ld, k->start_mark, path, (const char *)k->data.scalar.value,
+                           k->data.scalar.length, names, lens);
+    snprintf(sub, sizeof sub, "%s.%s", path, keys[*which].key);
+    return convert(ld, &keys[*which], sub, val, v);
+}
+
 /* model.layers: a list of 1..SL_MAX_LAYERS mappings {lstm: H, projection: P}. */
 static sl_status_t
 apply_layers(load_t *ld, const entry_t *e, const yaml_node_t *n)
@@ -1061,19 +1082,10 @@ apply_layers(load_t *ld, const entry_t *e, const yaml_node_t *n)
                           path, describe(item, got, sizeof got));
         for (const yaml_node_pair_t *pr = item->data.mapping.pairs.start;
              pr < item->data.mapping.pairs.top; pr++) {
-            const yaml_node_t *k, *val = yaml_document_get_node(ld->doc, pr->value);
-            char sub[96];
             value_t v = {0};
             int which;
 
-            SL_TRY(pair_key(ld, item, pr, &k));
-            which = find_name(layer_key_names, (const char *)k->data.scalar.value,
-                              k->data.scalar.length);
-            if (which < 0)
-                return unknown_key(ld, k->start_mark, path, (const char *)k->data.scalar.value,
-                                   k->data.scalar.length, layer_key_names, lens);
-            snprintf(sub, sizeof sub, "%s.%s", path, layer_keys[which].key);
-            SL_TRY(convert(ld, &layer_keys[which], sub, val, &v));
+            SL_TRY(item_value(ld, item, pr, path, layer_keys, layer_key_names, lens, &which, &v));
             if (which == 0) {
                 layers[i].hidden = (int)v.i;
                 have_lstm = 1;
@@ -1115,19 +1127,10 @@ apply_rule(load_t *ld, const char *path, const yaml_node_t *item, sl_period_rule
                       describe(item, got, sizeof got));
     for (const yaml_node_pair_t *pr = item->data.mapping.pairs.start;
          pr < item->data.mapping.pairs.top; pr++) {
-        const yaml_node_t *k, *val = yaml_document_get_node(ld->doc, pr->value);
-        char sub[96];
         value_t v = {0};
         int which;
 
-        SL_TRY(pair_key(ld, item, pr, &k));
-        which = find_name(rule_key_names, (const char *)k->data.scalar.value,
-                          k->data.scalar.length);
-        if (which < 0)
-            return unknown_key(ld, k->start_mark, path, (const char *)k->data.scalar.value,
-                               k->data.scalar.length, rule_key_names, lens);
-        snprintf(sub, sizeof sub, "%s.%s", path, rule_keys[which].key);
-        SL_TRY(convert(ld, &rule_keys[which], sub, val, &v));
+        SL_TRY(item_value(ld, item, pr, path, rule_keys, rule_key_names, lens, &which, &v));
         if (which == 0) {
             r->match = v.s; /* pair_key refused a second 'match' */
         } else {
