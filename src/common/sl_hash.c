@@ -6,6 +6,11 @@
 
 #include <string.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#endif
+
 #include "sl_rng.h"
 
 #define P1 0x9e3779b185ebca87ULL
@@ -93,4 +98,109 @@ sl_hash_bytes(const void *data, size_t bytes, uint64_t seed)
     sl_hash_init(&s, seed);
     sl_hash_update(&s, data, bytes);
     return sl_hash_final(&s);
+}
+
+/* sl_hash_bulk. Block b (64 bytes, words d[0..7]) with lane keys k[i] = key0[i] +
+ * (b + 1) * BULK_STEP and x = d[i] ^ k[i] does, for every lane i,
+ *   acc[i] += (x mod 2^32) * (x div 2^32);   acc[i ^ 1] += d[i];
+ * the product mixes a word's halves, the plain sum keeps every bit of it, and the
+ * position in the key makes swapped blocks count. Words after the last whole block go
+ * through the same step as a partial block; the final 1..7 bytes as one zero-padded
+ * word, with the length mixed into the result. */
+#define BULK_STEP 0x9e3779b97f4a7c15ULL
+
+static inline void
+bulk_word(uint64_t acc[8], unsigned i, uint64_t d, uint64_t k)
+{
+    uint64_t x = d ^ k;
+
+    acc[i] += (x & 0xffffffffu) * (x >> 32);
+    acc[i ^ 1] += d;
+}
+
+static void
+bulk_blocks_portable(uint64_t acc[8], const unsigned char *p, size_t nblocks,
+                     const uint64_t key0[8])
+{
+    for (size_t b = 0; b < nblocks; b++, p += 64)
+        for (unsigned i = 0; i < 8; i++) {
+            uint64_t d;
+            memcpy(&d, p + 8 * i, sizeof d);
+            bulk_word(acc, i, d, key0[i] + (uint64_t)(b + 1) * BULK_STEP);
+        }
+}
+
+#ifdef HAVE_AVX2_PATH
+__attribute__((target("avx2"))) static void
+bulk_blocks_avx2(uint64_t acc[8], const unsigned char *p, size_t nblocks, const uint64_t key0[8])
+{
+    __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)acc);
+    __m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(acc + 4));
+    __m256i k0 = _mm256_loadu_si256((const __m256i *)(const void *)key0);
+    __m256i k1 = _mm256_loadu_si256((const __m256i *)(const void *)(key0 + 4));
+    const __m256i step = _mm256_set1_epi64x((long long)BULK_STEP);
+
+    for (size_t b = 0; b < nblocks; b++, p += 64) {
+        __m256i d0 = _mm256_loadu_si256((const __m256i *)(const void *)p);
+        __m256i d1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+        __m256i x0, x1;
+
+        k0 = _mm256_add_epi64(k0, step);
+        k1 = _mm256_add_epi64(k1, step);
+        x0 = _mm256_xor_si256(d0, k0);
+        x1 = _mm256_xor_si256(d1, k1);
+        a0 = _mm256_add_epi64(a0, _mm256_mul_epu32(x0, _mm256_srli_epi64(x0, 32)));
+        a1 = _mm256_add_epi64(a1, _mm256_mul_epu32(x1, _mm256_srli_epi64(x1, 32)));
+        /* acc[i ^ 1] += d[i]: swap the 64-bit words of each 128-bit half */
+        a0 = _mm256_add_epi64(a0, _mm256_shuffle_epi32(d0, 0x4e));
+        a1 = _mm256_add_epi64(a1, _mm256_shuffle_epi32(d1, 0x4e));
+    }
+    _mm256_storeu_si256((__m256i *)(void *)acc, a0);
+    _mm256_storeu_si256((__m256i *)(void *)(acc + 4), a1);
+}
+
+static int
+have_avx2(void)
+{
+    static int known = -1;
+
+    if (known < 0)
+        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return known;
+}
+#endif
+
+uint64_t
+sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t acc[8], key0[8], kb, d, h;
+    size_t nblocks = bytes / 64, rest = bytes % 64;
+    unsigned i;
+
+    for (i = 0; i < 8; i++) {
+        acc[i] = sl_mix64(seed + i);
+        key0[i] = sl_mix64(seed ^ (P2 + i));
+    }
+#ifdef HAVE_AVX2_PATH
+    if (have_avx2())
+        bulk_blocks_avx2(acc, p, nblocks, key0);
+    else
+#endif
+        bulk_blocks_portable(acc, p, nblocks, key0);
+    p += 64 * nblocks;
+    kb = (uint64_t)(nblocks + 1) * BULK_STEP;
+    for (i = 0; rest >= 8; i++, p += 8, rest -= 8) {
+        memcpy(&d, p, sizeof d);
+        bulk_word(acc, i, d, key0[i] + kb);
+    }
+    if (rest) {
+        d = 0;
+        memcpy(&d, p, rest);
+        bulk_word(acc, i, d, key0[i] + kb);
+    }
+    h = sl_mix64(seed ^ (uint64_t)bytes * P1);
+    for (i = 0; i < 8; i++)
+        h = sl_mix64(h + acc[i]);
+    return h;
 }

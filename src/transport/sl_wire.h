@@ -7,7 +7,8 @@
  *    8 run_id u64                   16 sender u32       20 receiver u32
  *   24 component u32                28 seq u32          32 round u64
  *   40 count u32 (elements)         44 scale f32        48 payload_bytes u64
- *   56 checksum u64 = sl_hash(header bytes 0..55, then the payload; seed SL_WIRE_MAGIC)
+ *   56 checksum u64 = sl_hash_bulk(payload, seed = sl_hash_bytes(header bytes 0..55,
+ *                     seed SL_WIRE_MAGIC))
  * Payload elements are little-endian too: fp32 payloads are host floats, and sl_wire.c
  * refuses to compile on a big-endian host. */
 #ifndef SL_WIRE_H
@@ -19,7 +20,7 @@
 #include "sl_status.h"
 
 #define SL_WIRE_MAGIC 0x4c4f4853u /* "SHOL" read as little-endian bytes */
-#define SL_WIRE_VERSION 1u
+#define SL_WIRE_VERSION 2u /* 2: payloads hashed with sl_hash_bulk */
 #define SL_WIRE_HEADER_BYTES 64u
 #define SL_WIRE_CHECKSUM_OFFSET 56u
 /* Largest payload of one frame; collectives chunk larger buffers. */

@@ -64,6 +64,64 @@ START_TEST(test_hash_split_independent)
 }
 END_TEST
 
+/* sl_hash_bulk as its comment in sl_hash.c defines it, one word at a time. */
+static uint64_t
+bulk_reference(const unsigned char *p, size_t n, uint64_t seed)
+{
+    const uint64_t step = 0x9e3779b97f4a7c15ULL, p1 = 0x9e3779b185ebca87ULL,
+                   p2 = 0xc2b2ae3d27d4eb4fULL;
+    uint64_t acc[8], key0[8], h;
+
+    for (unsigned i = 0; i < 8; i++) {
+        acc[i] = sl_mix64(seed + i);
+        key0[i] = sl_mix64(seed ^ (p2 + i));
+    }
+    for (size_t w = 0; 8 * w < n; w++) {
+        uint64_t d = 0, x;
+        size_t take = n - 8 * w < 8 ? n - 8 * w : 8;
+        for (size_t b = 0; b < take; b++)
+            d |= (uint64_t)p[8 * w + b] << (8 * b);
+        x = d ^ (key0[w % 8] + (uint64_t)(w / 8 + 1) * step);
+        acc[w % 8] += (x & 0xffffffffu) * (x >> 32);
+        acc[(w % 8) ^ 1] += d;
+    }
+    h = sl_mix64(seed ^ (uint64_t)n * p1);
+    for (unsigned i = 0; i < 8; i++)
+        h = sl_mix64(h + acc[i]);
+    return h;
+}
+
+START_TEST(test_hash_bulk)
+{
+    enum { N = 1000 };
+    unsigned char buf[N + 8], moved[N];
+    sl_rng_t r;
+
+    sl_rng_init(&r, 5);
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)sl_rng_below(&r, 256);
+    /* every length around the 64-byte blocks and the 8-byte words, at odd offsets */
+    for (size_t n = 0; n <= 300; n++)
+        for (size_t at = 0; at < 8; at += 3)
+            ck_assert_uint_eq(sl_hash_bulk(buf + at, n, 77), bulk_reference(buf + at, n, 77));
+    ck_assert_uint_eq(sl_hash_bulk(buf, N, 3), bulk_reference(buf, N, 3));
+    /* any flipped bit, the length and the seed change it, and so do swapped blocks */
+    uint64_t whole = sl_hash_bulk(buf, N, 3);
+    for (size_t bit = 0; bit < 8 * N; bit += 37) {
+        buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        ck_assert_uint_ne(sl_hash_bulk(buf, N, 3), whole);
+        buf[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+    }
+    ck_assert_uint_ne(sl_hash_bulk(buf, N - 1, 3), whole);
+    ck_assert_uint_ne(sl_hash_bulk(buf, N, 4), whole);
+    memcpy(moved, buf, N);
+    memcpy(moved, buf + 64, 64);
+    memcpy(moved + 64, buf, 64);
+    ck_assert_uint_ne(sl_hash_bulk(moved, N, 3), whole);
+    ck_assert_uint_ne(sl_hash_bulk(buf, N, 3), sl_hash_bytes(buf, N, 3));
+}
+END_TEST
+
 START_TEST(test_atomic_file)
 {
     char dir[] = "/tmp/shoal-check-XXXXXX";
@@ -147,6 +205,7 @@ common_suite(void)
     tcase_add_test(core, test_err_set_and_prefix);
     tcase_add_test(core, test_rng_counter_based);
     tcase_add_test(core, test_hash_split_independent);
+    tcase_add_test(core, test_hash_bulk);
     tcase_add_test(core, test_atomic_file);
     tcase_add_test(core, test_half_conversions);
     suite_add_tcase(s, core);
