@@ -2,7 +2,7 @@
  * throughput next to raw ZeroMQ moving the same payloads, on N local node processes.
  * Figures only (bench/bench_allreduce.sh runs it beside MPI_Allreduce).
  *
- *   bench_allreduce [-n NODES] [--ipc] [--chunk FLOATS] [--sizes "256K 1M ..."]
+ *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--chunk FLOATS] [--sizes "256K 1M ..."]
  *
  * Each size is timed on rank 0 after a barrier, over a fixed number of repetitions
  * (more for small sizes) after one warm-up. Columns:
@@ -12,6 +12,8 @@
  *                 rank+1): what one node receives per second
  *   rawzmq_GBps   the same pattern with bare PUSH/PULL sockets, zmq_send/zmq_recv of
  *                 SIZE bytes (no header, no checksum, no mailbox)
+ * shoal's frames of 16 KiB and more between these processes go through shared-memory
+ * lanes (sl_shm_lane.h) unless --no-shm; the last line says how many did.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
  * fails or the run exceeds 15 minutes. */
 #include <errno.h>
@@ -33,7 +35,7 @@
 #define EP 256
 
 typedef struct {
-    int n, ipc;
+    int n, ipc, no_shm;
     size_t chunk;
     size_t sizes[32];
     int nsizes;
@@ -100,6 +102,7 @@ node(const bench_t *b, int rank, int up, int down)
     o.rank = (uint32_t)rank;
     o.size = (uint32_t)n;
     o.timeout_ms = 60000;
+    o.shm = !b->no_shm;
     if (b->ipc)
         snprintf(bind, sizeof bind, "ipc://%s/rank-%d", b->dir, rank);
     else
@@ -186,6 +189,13 @@ node(const bench_t *b, int rank, int up, int down)
     }
     if (sl_barrier(t, round++, 0) != SL_OK)
         die(rank, "barrier");
+    if (rank == 0) {
+        uint64_t shm_sent, shm_recv;
+        sl_transport_shm_frames(t, &shm_sent, &shm_recv);
+        printf("# rank 0: %llu frames sent and %llu received through shared memory\n",
+               (unsigned long long)shm_sent, (unsigned long long)shm_recv);
+        fflush(stdout);
+    }
     zmq_close(pull);
     zmq_close(push);
     zmq_ctx_term(ctx);
@@ -220,12 +230,14 @@ main(int argc, char **argv)
             b.n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ipc"))
             b.ipc = 1;
+        else if (!strcmp(argv[i], "--no-shm"))
+            b.no_shm = 1;
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             b.chunk = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--chunk FLOATS] "
+            fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--chunk FLOATS] "
                             "[--sizes \"256K 1M 4M 16M 64M\"]\n");
             return 2;
         }
@@ -246,9 +258,10 @@ main(int argc, char **argv)
         return 1;
     }
     getloadavg(loads, 3);
-    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s, chunk %zu floats, "
+    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s, chunk %zu floats, "
            "load before %.2f on %ld cpus\n",
-           b.n, b.ipc ? "ipc" : "tcp loopback", b.chunk ? b.chunk : 65536, loads[0],
+           b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm ? "" : " + shared memory",
+           b.chunk ? b.chunk : 65536, loads[0],
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
            "rawzmq_GBps");

@@ -15,13 +15,17 @@
 #                   (default $SHOAL_BUILDDIR, else <repo>/build)
 #   -h, --help      this text
 #
-# Columns: allreduce_ms and busbw_GBps = 2(n-1)/n * size / time for shoal; gossip_GBps
+# Columns: allreduce_ms and busbw_GBps = 2(n-1)/n * size / time for shoal as it runs by
+# default, with frames of 16 KiB and more going through shared-memory lanes between
+# these local processes, and busbw_zmq_GBps with everything over ZeroMQ
+# (cluster.shared_memory: false); gossip_GBps (lanes) and gossip_zmq_GBps (ZeroMQ only)
 # and rawzmq_GBps = size / time of one push-to-left + collect-from-right exchange per
-# node (sl_gossip_exchange, then bare PUSH/PULL); mpi_* for MPI_Allreduce with
-# OpenMPI's default transports (shared memory) and mpitcp_* with TCP loopback only
-# (--mca btl tcp,self), the like-for-like comparison. The machine is shared: the load
-# average is printed before and after each run. Figures only: it never fails on speed;
-# it exits non-zero when a run fails.
+# node (sl_gossip_exchange, then bare PUSH/PULL; a gossip snapshot over 1 MiB does not
+# fit a lane); mpi_* for MPI_Allreduce with OpenMPI's default transports (shared
+# memory: compare with busbw_GBps) and mpitcp_* with TCP loopback only (--mca btl
+# tcp,self: compare with busbw_zmq_GBps). The machine is shared: the load average is
+# printed before and after each run. Figures only: it never fails on speed; it exits
+# non-zero when a run fails.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -81,6 +85,9 @@ for n in $nodes; do
     # shellcheck disable=SC2086
     "$tmp/bench_allreduce" -n "$n" $ipc $chunk --sizes "$sizes" >"$tmp/shoal.txt" \
         || { cat "$tmp/shoal.txt"; die "bench_allreduce -n $n failed"; }
+    # shellcheck disable=SC2086
+    "$tmp/bench_allreduce" -n "$n" $ipc $chunk --no-shm --sizes "$sizes" >"$tmp/zmq.txt" \
+        || { cat "$tmp/zmq.txt"; die "bench_allreduce -n $n --no-shm failed"; }
     : >"$tmp/mpi.txt"
     : >"$tmp/mpitcp.txt"
     if [ $have_mpi = 1 ]; then
@@ -93,15 +100,18 @@ for n in $nodes; do
     awk -v have_mpi=$have_mpi '
         FILENAME == ARGV[1] && !/^#/ { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
         FILENAME == ARGV[2] && !/^#/ { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
-        FILENAME == ARGV[3] && /^#/ { next }
-        FILENAME == ARGV[3] {
+        FILENAME == ARGV[3] && !/^#/ { zmq_bw[$1] = $3; zmq_go[$1] = $4; next }
+        FILENAME == ARGV[4] && /^#/ { next }
+        FILENAME == ARGV[4] {
             if ($1 == "size") {
+                z1 = "busbw_zmq_GBps"; z2 = "gossip_zmq_GBps"
                 m = have_mpi ? sprintf(" %10s %9s %12s %11s", "mpi_ms", "mpi_GBps", "mpitcp_ms", "mpitcp_GBps") : ""
             } else {
+                z1 = zmq_bw[$1]; z2 = zmq_go[$1]
                 m = have_mpi ? sprintf(" %10s %9s %12s %11s", mpi_ms[$1], mpi_bw[$1], tcp_ms[$1], tcp_bw[$1]) : ""
             }
-            printf "%-8s %12s %10s %11s %11s%s\n", $1, $2, $3, $4, $5, m
-        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "$tmp/shoal.txt"
+            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", $1, $2, $3, z1, $4, z2, $5, m
+        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "$tmp/zmq.txt" "$tmp/shoal.txt"
     grep 'load after' "$tmp/shoal.txt" || true
     echo
 done

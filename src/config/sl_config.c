@@ -327,6 +327,8 @@ static const entry_t schema[] = {
      .doc = "how long one exchange with a peer may take (ms)"},
     {K("cluster.rendezvous_timeout_ms", T_INT, cluster.rendezvous_timeout_ms),
      .def = "120000", AT_LEAST(1), .doc = "how long nodes wait for each other at start (ms)"},
+    {K("cluster.shared_memory", T_BOOL, cluster.shared_memory), .def = "true",
+     .doc = "large frames to nodes on the same machine go through shared memory"},
 
     {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
      .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},

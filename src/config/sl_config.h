@@ -130,6 +130,8 @@ typedef struct {
         char *bind;      /* address or interface nodes bind on for tcp, default 127.0.0.1 */
         int timeout_ms;  /* per-operation timeout, default 30000 */
         int rendezvous_timeout_ms; /* how long nodes wait for each other, default 120000 */
+        int shared_memory; /* large frames to peers on the same machine through shared
+                              memory (sl_shm_lane.h), default true */
     } cluster;
 
     struct {

@@ -117,6 +117,7 @@ open_transport(node_t *n, uint64_t run_id)
     to.rank = (uint32_t)n->o->rank;
     to.size = (uint32_t)n->o->size;
     to.timeout_ms = cfg->cluster.timeout_ms;
+    to.shm = cfg->cluster.shared_memory;
     if (cfg->cluster.transport == SL_CLUSTER_TCP) {
         snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
     } else {

@@ -13,12 +13,17 @@
 #include <zmq.h>
 
 #include "sl_clock.h"
+#include "sl_endian.h"
 #include "sl_log.h"
 #include "sl_mailbox.h"
 #include "sl_rng.h"
+#include "sl_shm_lane.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024
+
+/* Where a peer stands with our lane to it. */
+enum { LANE_NONE, LANE_OFFERED, LANE_ACCEPTED, LANE_UNUSABLE };
 
 struct sl_transport {
     sl_transport_opts_t o;
@@ -40,18 +45,26 @@ struct sl_transport {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     uint64_t lent;
+    /* shared memory: our lanes to peers, theirs to us (mapped), per peer */
+    sl_shm_lane_t **out_lanes, **in_lanes;
+    unsigned char *lane_state; /* LANE_* of out_lanes */
+    uint64_t shm_sent, shm_recv;
+    int shm_refused_logged;
 };
 
-/* A received frame: the public part first, then the messages that hold its bytes. */
+/* A received frame: the public part first, then the messages that hold its bytes, or
+ * the lane slot that does. */
 typedef struct {
     sl_transport_frame_t pub;
     zmq_msg_t part[2];
     int nparts;
+    sl_shm_lane_t *lane; /* borrowed from in_lanes; NULL for a frame from the socket */
+    uint32_t slot;
 } frame_t;
 
 static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
     "not 1 or 2 parts", "sender is not the connection's rank", "old round", "duplicate",
-    "mailbox full"};
+    "mailbox full", "bad shared-memory frame"};
 
 const char *
 sl_transport_drop_name(unsigned reason)
@@ -70,6 +83,9 @@ sl_transport_opts_default(sl_transport_opts_t *o)
     o->linger_ms = 1000;
     o->mailbox_frames = 65536;
     o->mailbox_bytes = (uint64_t)4 << 30;
+    o->shm = 1;
+    o->shm_slots = 16;
+    o->shm_slot_bytes = ((uint64_t)1 << 20) + SL_WIRE_HEADER_BYTES;
 }
 
 /* Maps the last ZeroMQ error to our codes (STYLE.md "Errors") with a message. */
@@ -96,6 +112,8 @@ release_frame(void *owner)
 
     for (int i = 0; i < f->nparts; i++)
         zmq_msg_close(&f->part[i]);
+    if (f->lane)
+        sl_shm_lane_release(f->lane, f->slot);
     free(f);
 }
 
@@ -141,11 +159,14 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
 
     *out = NULL;
     if (o->size == 0 || o->rank >= o->size || o->timeout_ms <= 0 || o->heartbeat_ms < 0 ||
-        o->linger_ms < 0 || o->mailbox_frames == 0 || o->mailbox_bytes == 0)
+        o->linger_ms < 0 || o->mailbox_frames == 0 || o->mailbox_bytes == 0 ||
+        (o->shm && (o->shm_slots == 0 || o->shm_slots > SL_SHM_MAX_SLOTS ||
+                    o->shm_slot_bytes <= SL_WIRE_HEADER_BYTES ||
+                    o->shm_slot_bytes > SL_SHM_MAX_SLOT_BYTES)))
         return sl_err_set(SL_ERR_INVALID,
                           "sl_transport_new: rank %u of %u, timeout %d ms, heartbeat %d ms, "
                           "linger %d ms: need rank < size, timeout > 0, others >= 0, "
-                          "mailbox caps > 0",
+                          "mailbox caps > 0, shared-memory slots and sizes in range",
                           (unsigned)o->rank, (unsigned)o->size, o->timeout_ms, o->heartbeat_ms,
                           o->linger_ms);
     if (o->bind_endpoint && strlen(o->bind_endpoint) >= ENDPOINT_MAX)
@@ -170,7 +191,10 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
         t->id[5 + i] = (unsigned char)(nonce >> (8 * i));
     }
     t->peers = calloc(o->size, sizeof *t->peers);
-    if (!t->peers) {
+    t->out_lanes = calloc(o->size, sizeof *t->out_lanes);
+    t->in_lanes = calloc(o->size, sizeof *t->in_lanes);
+    t->lane_state = calloc(o->size, sizeof *t->lane_state);
+    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -225,6 +249,13 @@ sl_transport_destroy(sl_transport_t **tp)
     if (t->ctx) /* blocks until queued frames left or linger_ms passed; gives lent back */
         while (zmq_ctx_term(t->ctx) != 0 && zmq_errno() == EINTR)
             ;
+    for (uint32_t p = 0; t->out_lanes && p < t->o.size; p++)
+        sl_shm_lane_destroy(&t->out_lanes[p]);
+    for (uint32_t p = 0; t->in_lanes && p < t->o.size; p++)
+        sl_shm_lane_destroy(&t->in_lanes[p]);
+    free(t->out_lanes);
+    free(t->in_lanes);
+    free(t->lane_state);
     for (uint32_t p = 0; t->endpoints && p < t->o.size; p++)
         free(t->endpoints[p]);
     free(t->endpoints);
@@ -398,6 +429,13 @@ sl_transport_pending(const sl_transport_t *t)
     return sl_mailbox_frames(t->mb);
 }
 
+void
+sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received)
+{
+    *sent = t->shm_sent;
+    *received = t->shm_recv;
+}
+
 /* Counts a dropped frame and logs the first one of each reason (a flood of bad frames
  * must not flood the log too). */
 static void
@@ -427,66 +465,65 @@ wait_ready(void *s, short events, int timeout_ms, const char *what)
     return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
 }
 
-sl_status_t
-sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *payload, uint32_t count,
-                  unsigned encoding, float scale, int flags, int timeout_ms)
+/* The header of a frame from this node with key (key->peer = the receiver). */
+static void
+fill_header(const sl_transport_t *t, const sl_wire_key_t *key, uint32_t count, unsigned encoding,
+            float scale, sl_wire_header_t *h)
 {
-    sl_wire_header_t h;
-    unsigned char hb[SL_WIRE_HEADER_BYTES];
+    memset(h, 0, sizeof *h);
+    h->run_id = t->o.run_id;
+    h->round = key->round;
+    h->payload_bytes = (uint64_t)count * sl_wire_element_bytes(encoding);
+    h->sender = t->o.rank;
+    h->receiver = key->peer;
+    h->component = key->component;
+    h->seq = key->seq;
+    h->count = count;
+    h->scale = scale;
+    h->kind = key->kind;
+    h->encoding = (uint8_t)(encoding < 256 ? encoding : 0);
+}
+
+/* Queues an encoded frame (header hb, then payload_bytes of payload) on the DEALER to
+ * peer, lending the payload (SL_SEND_LEND) or copying it. */
+static sl_status_t
+send_zmq(sl_transport_t *t, uint32_t peer, const unsigned char *hb, const void *payload,
+         uint64_t payload_bytes, int flags, int wait_ms, unsigned kind)
+{
     zmq_msg_t head, body;
     void *s = NULL;
     sl_status_t st;
-    size_t elem = sl_wire_element_bytes(encoding);
-    int lend, body_live = 0, wait_ms = timeout_ms < 0 ? t->o.timeout_ms : timeout_ms;
+    int lend, body_live = 0;
 
-    if (key->peer >= t->o.size || key->peer == t->o.rank)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: bad destination %u",
-                          (unsigned)t->o.rank, (unsigned)key->peer);
-    memset(&h, 0, sizeof h);
-    h.run_id = t->o.run_id;
-    h.round = key->round;
-    h.payload_bytes = (uint64_t)count * elem;
-    h.sender = t->o.rank;
-    h.receiver = key->peer;
-    h.component = key->component;
-    h.seq = key->seq;
-    h.count = count;
-    h.scale = scale;
-    h.kind = key->kind;
-    h.encoding = (uint8_t)(encoding < 256 ? encoding : 0);
-    if (h.payload_bytes && !payload)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
-                          (unsigned)count);
-    SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates sizes before anything is allocated */
-    SL_TRY(peer_socket(t, key->peer, &s));
-    lend = (flags & SL_SEND_LEND) && h.payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
-    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : h.payload_bytes)) != 0)
-        return zmq_fail("sl_transport_send: %" PRIu64 " bytes", h.payload_bytes);
+    SL_TRY(peer_socket(t, peer, &s));
+    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
+    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
+        return zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
     memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
-    if (!lend && h.payload_bytes)
-        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, h.payload_bytes);
+    if (!lend && payload_bytes)
+        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
     if (lend) {
         pthread_mutex_lock(&t->lock);
         t->lent++;
         pthread_mutex_unlock(&t->lock);
         /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, h.payload_bytes, give_back, t) !=
+        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, t) !=
             0) {
             give_back(NULL, t);
             zmq_msg_close(&head);
-            return zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", h.payload_bytes);
+            return zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
         }
         body_live = 1;
     }
     st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
     if (st == SL_OK && zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend ? ZMQ_SNDMORE : 0)) < 0)
         st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                      (unsigned)key->peer);
+                      (unsigned)peer);
     /* once the first part is queued the rest of the message always is */
     if (st == SL_OK && lend) {
         if (zmq_msg_send(&body, s, ZMQ_DONTWAIT) < 0)
             st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                          (unsigned)key->peer);
+                          (unsigned)peer);
         else
             body_live = 0;
     }
@@ -497,10 +534,111 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
         return sl_err_set(st,
                           "sl_transport_send: rank %u: no room to send %s to rank %u within "
                           "%d ms",
-                          (unsigned)t->o.rank, sl_wire_kind_name(key->kind), (unsigned)key->peer,
-                          wait_ms);
-    if (st != SL_OK)
+                          (unsigned)t->o.rank, sl_wire_kind_name(kind), (unsigned)peer, wait_ms);
+    return st;
+}
+
+/* Sends one of the transport's own frames (bytes; not in the counters). */
+static sl_status_t
+send_control(sl_transport_t *t, const sl_wire_key_t *key, const void *payload, uint32_t bytes,
+             int wait_ms)
+{
+    sl_wire_header_t h;
+    unsigned char hb[SL_WIRE_HEADER_BYTES];
+
+    fill_header(t, key, bytes, SL_WIRE_BYTES, 1.0f, &h);
+    SL_TRY(sl_wire_encode(&h, payload, hb));
+    return send_zmq(t, key->peer, hb, payload, bytes, 0, wait_ms, key->kind);
+}
+
+/* Creates our lane to peer and offers it. A lane that cannot be made is not an error:
+ * frames then stay on ZeroMQ (said once). */
+static sl_status_t
+offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
+{
+    sl_shm_offer_t offer;
+    unsigned char ob[SL_SHM_OFFER_BYTES];
+    sl_wire_key_t key = {0, 0, 0, peer, SL_WIRE_SHM_OFFER};
+    sl_status_t st;
+
+    t->lane_state[peer] = LANE_UNUSABLE;
+    if (sl_shm_lane_create(&t->out_lanes[peer], t->o.run_id, t->o.rank, peer, t->o.shm_slots,
+                           t->o.shm_slot_bytes, &offer) != SL_OK) {
+        if (!t->shm_refused_logged++)
+            sl_log_info("transport", "rank %u: no shared memory, frames stay on ZeroMQ: %s",
+                        (unsigned)t->o.rank, sl_err_msg());
+        return SL_OK;
+    }
+    sl_shm_offer_encode(&offer, ob);
+    st = send_control(t, &key, ob, SL_SHM_OFFER_BYTES, wait_ms);
+    if (st != SL_OK) {
+        sl_shm_lane_destroy(&t->out_lanes[peer]);
         return st;
+    }
+    t->lane_state[peer] = LANE_OFFERED;
+    return SL_OK;
+}
+
+/* Writes the frame (header hb, payload) into a free slot of the lane to h->receiver and
+ * sends the reference. *used = 0, and nothing sent, when the peer has not accepted a
+ * lane, the frame is larger than a slot or every slot is still held. */
+static sl_status_t
+send_lane(sl_transport_t *t, const sl_wire_key_t *key, const unsigned char *hb,
+          const void *payload, uint64_t payload_bytes, int wait_ms, int *used)
+{
+    sl_shm_lane_t *lane = t->out_lanes[key->peer];
+    sl_wire_key_t rkey = *key;
+    unsigned char ref[SL_SHM_REF_BYTES], *mem;
+    uint64_t frame_bytes = SL_WIRE_HEADER_BYTES + payload_bytes;
+    int slot;
+    sl_status_t st;
+
+    *used = 0;
+    if (t->lane_state[key->peer] != LANE_ACCEPTED || frame_bytes > sl_shm_lane_slot_bytes(lane))
+        return SL_OK;
+    slot = sl_shm_lane_acquire(lane, &mem);
+    if (slot < 0)
+        return SL_OK;
+    memcpy(mem, hb, SL_WIRE_HEADER_BYTES);
+    memcpy(mem + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
+    sl_shm_lane_publish(lane, slot);
+    memset(ref, 0, sizeof ref);
+    sl_put_u32(ref, (uint32_t)slot);
+    sl_put_u64(ref + 8, frame_bytes);
+    rkey.kind = SL_WIRE_SHM_REF;
+    st = send_control(t, &rkey, ref, SL_SHM_REF_BYTES, wait_ms);
+    if (st != SL_OK) {
+        sl_shm_lane_release(lane, (uint32_t)slot); /* the peer never heard of it */
+        return st;
+    }
+    t->shm_sent++;
+    *used = 1;
+    return SL_OK;
+}
+
+sl_status_t
+sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *payload, uint32_t count,
+                  unsigned encoding, float scale, int flags, int timeout_ms)
+{
+    sl_wire_header_t h;
+    unsigned char hb[SL_WIRE_HEADER_BYTES];
+    int used = 0, wait_ms = timeout_ms < 0 ? t->o.timeout_ms : timeout_ms;
+
+    if (key->peer >= t->o.size || key->peer == t->o.rank)
+        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: bad destination %u",
+                          (unsigned)t->o.rank, (unsigned)key->peer);
+    fill_header(t, key, count, encoding, scale, &h);
+    if (h.payload_bytes && !payload)
+        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
+                          (unsigned)count);
+    SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates sizes before anything is allocated */
+    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES) {
+        if (t->lane_state[key->peer] == LANE_NONE)
+            SL_TRY(offer_lane(t, key->peer, wait_ms));
+        SL_TRY(send_lane(t, key, hb, payload, h.payload_bytes, wait_ms, &used));
+    }
+    if (!used)
+        SL_TRY(send_zmq(t, key->peer, hb, payload, h.payload_bytes, flags, wait_ms, key->kind));
     return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 
@@ -529,6 +667,108 @@ sl_transport_wait_sent(sl_transport_t *t, int timeout_ms)
                           " lent payloads still queued after %d ms",
                           (unsigned)t->o.rank, left, timeout_ms);
     return SL_OK;
+}
+
+/* A peer offers its lane: map it and say so. Refusals (another machine, shared memory
+ * off here, a file that is not a lane) are not errors: that peer's frames stay on
+ * ZeroMQ. */
+static void
+take_offer(sl_transport_t *t, const frame_t *f)
+{
+    uint32_t from = f->pub.h.sender;
+    sl_wire_key_t key = {0, 0, 0, from, SL_WIRE_SHM_ACCEPT};
+    unsigned char nb[8];
+    sl_shm_offer_t offer;
+
+    if (!t->o.shm)
+        return;
+    if (f->pub.h.payload_bytes != SL_SHM_OFFER_BYTES || t->in_lanes[from]) {
+        note_drop(t, SL_DROP_SHM, 1,
+                  t->in_lanes[from] ? "a second lane offer" : "a lane offer of the wrong size");
+        return;
+    }
+    sl_shm_offer_decode(f->pub.payload, &offer);
+    if (sl_shm_lane_open(&t->in_lanes[from], &offer, t->o.run_id, from, t->o.rank) != SL_OK) {
+        sl_log_debug("transport", "rank %u: frames from rank %u stay on ZeroMQ: %s",
+                     (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
+        return;
+    }
+    sl_put_u64(nb, offer.nonce);
+    /* best effort: unanswered, the peer keeps sending over ZeroMQ */
+    if (send_control(t, &key, nb, sizeof nb, 0) != SL_OK)
+        sl_log_debug("transport", "rank %u: could not accept the lane of rank %u: %s",
+                     (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
+}
+
+/* A peer mapped our lane: large frames to it go through it from now on. */
+static void
+take_accept(sl_transport_t *t, const frame_t *f)
+{
+    uint32_t from = f->pub.h.sender;
+
+    if (f->pub.h.payload_bytes != 8 || t->lane_state[from] != LANE_OFFERED ||
+        sl_get_u64(f->pub.payload) != sl_shm_lane_nonce(t->out_lanes[from])) {
+        note_drop(t, SL_DROP_SHM, 1, "an accept for no lane offered");
+        return;
+    }
+    t->lane_state[from] = LANE_ACCEPTED;
+}
+
+/* A reference to a frame in the lane of its sender: that frame, validated like one from
+ * the socket and with the reference's key, holding its slot until released; NULL when
+ * it is dropped (the slot, if it was the sender's to give, is freed). Takes f. */
+static frame_t *
+take_ref(sl_transport_t *t, frame_t *f)
+{
+    uint32_t from = f->pub.h.sender, slot = 0;
+    sl_shm_lane_t *lane = t->in_lanes[from];
+    const unsigned char *mem = NULL;
+    const void *payload;
+    uint64_t bytes = 0;
+    sl_wire_header_t h;
+    sl_wire_reason_t why = SL_WIRE_OK;
+    const char *bad = NULL;
+    char detail[160];
+
+    if (!lane) {
+        bad = "no lane mapped";
+    } else if (f->pub.h.payload_bytes != SL_SHM_REF_BYTES) {
+        bad = "a reference of the wrong size";
+    } else {
+        slot = sl_get_u32(f->pub.payload);
+        bytes = sl_get_u64((const unsigned char *)f->pub.payload + 8);
+        mem = sl_shm_lane_peek(lane, slot);
+        if (!mem)
+            bad = "a slot that does not exist or holds no frame";
+        else if (bytes > sl_shm_lane_slot_bytes(lane))
+            bad = "a frame longer than its slot";
+    }
+    if (!bad) {
+        why = sl_wire_decode(mem, bytes, t->o.run_id, t->o.rank, t->o.size, &h, &payload);
+        if (why == SL_WIRE_OK &&
+            (h.sender != from || h.kind == SL_WIRE_SHM_OFFER || h.kind == SL_WIRE_SHM_ACCEPT ||
+             h.kind == SL_WIRE_SHM_REF || h.component != f->pub.h.component ||
+             h.round != f->pub.h.round || h.seq != f->pub.h.seq))
+            bad = "a frame that is not the one referenced";
+    }
+    if (bad || why != SL_WIRE_OK) {
+        snprintf(detail, sizeof detail, "from rank %u, slot %u: %s", (unsigned)from,
+                 (unsigned)slot, bad ? bad : "in shared memory");
+        note_drop(t, bad ? SL_DROP_SHM : (unsigned)why, 1, detail);
+        if (mem)
+            sl_shm_lane_release(lane, slot);
+        release_frame(f);
+        return NULL;
+    }
+    for (int i = 0; i < f->nparts; i++)
+        zmq_msg_close(&f->part[i]);
+    f->nparts = 0;
+    f->pub.h = h;
+    f->pub.payload = payload;
+    f->lane = lane;
+    f->slot = slot;
+    t->shm_recv++;
+    return f;
 }
 
 /* Reads one message if one is waiting: *out is then a validated frame, or NULL when it
@@ -609,8 +849,22 @@ read_one(sl_transport_t *t, frame_t **out, int *got)
         release_frame(f);
         return SL_OK;
     }
-    *out = f;
-    return SL_OK;
+    switch (f->pub.h.kind) {
+    case SL_WIRE_SHM_OFFER:
+        take_offer(t, f);
+        release_frame(f);
+        return SL_OK;
+    case SL_WIRE_SHM_ACCEPT:
+        take_accept(t, f);
+        release_frame(f);
+        return SL_OK;
+    case SL_WIRE_SHM_REF:
+        *out = take_ref(t, f);
+        return SL_OK;
+    default:
+        *out = f;
+        return SL_OK;
+    }
 }
 
 static int

@@ -13,7 +13,13 @@
  * duplicated; nothing is retried. A frame that fails validation is dropped, counted
  * per reason (sl_transport_dropped) and logged once per reason. Rounds of one
  * (kind, component) never go back: once a round is asked for, frames of older rounds
- * are stale and dropped ("old round"). Not thread-safe: one thread per transport. */
+ * are stale and dropped ("old round"). Not thread-safe: one thread per transport.
+ *
+ * Peers on one machine: a node offers each peer it sends large frames to a
+ * shared-memory lane; once the peer has mapped it and said so, such a frame is written
+ * into the lane and only a small reference crosses the socket, in the same order as the
+ * rest. A full lane, a frame larger than a slot or a peer that never accepts (another
+ * machine, shared memory off) simply leaves the frame on ZeroMQ. */
 #ifndef SL_TRANSPORT_H
 #define SL_TRANSPORT_H
 
@@ -25,6 +31,9 @@
 
 /* Payloads of at least this many bytes can be lent to ZeroMQ instead of copied. */
 #define SL_TRANSPORT_ZEROCOPY_BYTES 65536u
+/* Payloads of at least this many bytes go through a shared-memory lane when the peer
+ * accepted one (below it the reference frame would cost as much as the payload). */
+#define SL_TRANSPORT_SHM_MIN_BYTES 16384u
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
@@ -33,6 +42,7 @@ enum {
     SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
     SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
     SL_DROP_MAILBOX_FULL,
+    SL_DROP_SHM, /* a shared-memory offer, accept or reference that does not check out */
     SL_DROP_NREASONS
 };
 const char *sl_transport_drop_name(unsigned reason);
@@ -47,10 +57,19 @@ typedef struct {
     int linger_ms;             /* how long destroy lets queued frames leave; >= 0 */
     size_t mailbox_frames;     /* caps on frames held for later */
     uint64_t mailbox_bytes;
+    int shm;                   /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);
+                                  peers on this machine that map it get the frames of
+                                  >= SL_TRANSPORT_SHM_MIN_BYTES through it, the others
+                                  never answer and stay on ZeroMQ. 0: ZeroMQ only */
+    uint32_t shm_slots;        /* frames a lane holds at once, 1..SL_SHM_MAX_SLOTS */
+    uint64_t shm_slot_bytes;   /* largest frame (header + payload) of a slot; larger
+                                  frames go over ZeroMQ */
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
- * bind tcp://127.0.0.1:*; run_id, rank and size 0 (set them). */
+ * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 1 MiB + a header (whole
+ * ring-allreduce chunks; a gossip snapshot above 1 MiB goes over ZeroMQ); run_id, rank
+ * and size 0 (set them). */
 void sl_transport_opts_default(sl_transport_opts_t *o);
 
 typedef struct sl_transport sl_transport_t;
@@ -146,5 +165,8 @@ size_t sl_transport_stats(const sl_transport_t *t, const sl_transport_stat_t **r
 uint64_t sl_transport_dropped(const sl_transport_t *t, unsigned reason);
 /* Frames waiting in the mailbox. */
 size_t sl_transport_pending(const sl_transport_t *t);
+/* Frames sent and received through shared-memory lanes (their payloads never crossed
+ * a socket); they are counted in the per-kind counters too. */
+void sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "sl_endian.h"
 #include "sl_hash.h"
+#include "sl_shm_lane.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shoal's wire payloads are host floats: a big-endian host needs byte swapping"
@@ -33,6 +34,9 @@ static const struct {
     [SL_WIRE_HEARTBEAT] = {"heartbeat", 0, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_INDEX] = {"sparse index", SL_WIRE_MAX_PAYLOAD, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_VALUES] = {"sparse values", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SHM_ACCEPT] = {"shared-memory accept", 8, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SHM_REF] = {"shared-memory frame", SL_SHM_REF_BYTES, ENC_BIT(SL_WIRE_BYTES)},
 };
 
 sl_wire_key_t

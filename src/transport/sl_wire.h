@@ -41,9 +41,13 @@ typedef enum {
     SL_WIRE_HEARTBEAT = 9,       /* application-level liveness; no payload */
     SL_WIRE_SPARSE_INDEX = 10,   /* sparse exchange: row ids, int32 as bytes; seq 0 = a
                                     puller's row set, seq 1 = the answerer's extra rows */
-    SL_WIRE_SPARSE_VALUES = 11   /* sparse exchange: values of the union rows (rows, len) */
+    SL_WIRE_SPARSE_VALUES = 11,  /* sparse exchange: values of the union rows (rows, len) */
+    SL_WIRE_SHM_OFFER = 12,      /* the sender's shared-memory lane (sl_shm_lane.h), bytes */
+    SL_WIRE_SHM_ACCEPT = 13,     /* the receiver mapped it; payload = the lane's nonce */
+    SL_WIRE_SHM_REF = 14         /* a frame waits in a lane: slot and length, bytes; its
+                                    component, round and seq are the inner frame's */
 } sl_wire_kind_t;
-#define SL_WIRE_NKINDS 12 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
+#define SL_WIRE_NKINDS 15 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
 
 /* How payload elements are stored. fp16/bf16 carry values multiplied by scale before
  * the down-cast (compression scaling); fp32 and bytes use scale 1. */

@@ -135,6 +135,7 @@ START_TEST(test_cluster_defaults_and_values)
     ck_assert_str_eq(c.cluster.bind, "127.0.0.1");
     ck_assert_int_eq(c.cluster.timeout_ms, 30000);
     ck_assert_int_eq(c.cluster.rendezvous_timeout_ms, 120000);
+    ck_assert_int_eq(c.cluster.shared_memory, 1);
     ck_assert_int_eq(c.topology.degree, 0);
     ck_assert_str_eq(sl_cluster_transport_name(SL_CLUSTER_TCP), "tcp");
     ck_assert_msg(sl_config_load_string(&c,

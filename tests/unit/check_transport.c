@@ -290,6 +290,7 @@ struct cluster {
     void (*inject)(cluster_t *c, char eps[][256]);
     int kill_rank, kill_after_ms; /* SIGKILL one node that long after the start; -1 none */
     int final_barrier;            /* nodes pass a barrier before they destroy their transport */
+    int no_shm;                   /* shared-memory lanes off (sl_transport_opts_t.shm) */
     double wait_s;                /* all nodes must be done by then */
     char dir[64];
     /* results */
@@ -354,6 +355,7 @@ child(cluster_t *c, int rank, int up, int down, pid_t parent)
     o.timeout_ms = c->timeout_ms;
     o.heartbeat_ms = 200;
     o.linger_ms = 500;
+    o.shm = !c->no_shm;
     if (sl_transport_new(&t, &o) != SL_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());
         _exit(90);
@@ -503,8 +505,12 @@ typedef struct {
     unsigned window;
 } shape_t;
 
-static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000, 7, 1},
-                                    {1000, 1000, 3}, {1000003, 65537, 0}, {0, 0, 0}};
+/* The large shape runs twice: in the first the nodes offer and accept shared-memory
+ * lanes, so the second certainly goes through them. */
+static const shape_t ar_shapes[] = {{1, 0, 0},          {7, 3, 0},
+                                    {1000, 7, 1},       {1000, 1000, 3},
+                                    {1000003, 65537, 0}, {1000003, 65537, 0},
+                                    {0, 0, 0}};
 
 static int
 node_allreduce(sl_transport_t *t, cluster_t *c, uint64_t *result)
@@ -550,6 +556,12 @@ node_allreduce(sl_transport_t *t, cluster_t *c, uint64_t *result)
     }
     if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float))
         return 30;
+    /* the large shape's chunks went through shared memory (once the lanes were
+     * accepted), unless it was off */
+    uint64_t shm_sent, shm_recv;
+    sl_transport_shm_frames(t, &shm_sent, &shm_recv);
+    if (n > 1 && (c->no_shm ? shm_sent + shm_recv != 0 : shm_sent == 0 || shm_recv == 0))
+        return 31;
     *result = sl_hash_final(&h);
     return 0;
 }
@@ -565,11 +577,20 @@ START_TEST(test_allreduce)
 {
     static const int sizes[] = {1, 2, 3, 4, 5, 7};
     cluster_t c;
+    uint64_t with_shm = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         cluster_init(&c, sizes[i], (int)(i % 2), node_allreduce, ar_shapes);
         assert_all_ok(&c, "allreduce");
         check_same_results(&c);
+        if (sizes[i] == 3)
+            with_shm = c.result[0];
     }
+    /* all over ZeroMQ: the same bits */
+    cluster_init(&c, 3, 0, node_allreduce, ar_shapes);
+    c.no_shm = 1;
+    assert_all_ok(&c, "allreduce without shared memory");
+    check_same_results(&c);
+    ck_assert(c.result[0] == with_shm);
 }
 END_TEST
 

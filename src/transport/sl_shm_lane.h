@@ -1,0 +1,76 @@
+/* Shared-memory lanes: the frames one node sends to another on the same machine,
+ * written into memory both processes map, so a large payload crosses once instead of
+ * going through two kernel copies of a socket. ZeroMQ still carries a small reference
+ * for each frame, so ordering, mailbox and timeouts stay the transport's.
+ *
+ * A lane belongs to one (sender, receiver) pair. The sender creates it as a sealed
+ * memfd (it can never shrink, so a mapping never faults past its end), made of a head
+ * page and nslots slots of slot_bytes; each slot holds one whole wire frame, header
+ * and payload. Slot states live in the head, one cache line each: FREE (the sender may
+ * write), FULL (written, the receiver owns it until it releases it). The receiver maps
+ * the lane through /proc/<pid>/fd/<fd> after checking the machine (boot id), the seals,
+ * the size and the head's magic and nonce, so it cannot map something else by mistake.
+ * Nothing in a lane is trusted: the receiver validates every frame it reads like one
+ * from a socket. */
+#ifndef SL_SHM_LANE_H
+#define SL_SHM_LANE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_status.h"
+
+#define SL_SHM_MAX_SLOTS 32u
+#define SL_SHM_MAX_SLOT_BYTES ((uint64_t)64 << 20)
+/* Bytes of an offer's payload: what the receiver needs to find and check the lane. */
+#define SL_SHM_OFFER_BYTES 48u
+/* Bytes of a reference's payload: slot and frame length. */
+#define SL_SHM_REF_BYTES 16u
+
+typedef struct sl_shm_lane sl_shm_lane_t;
+
+/* What a sender tells a receiver about its lane (sent as SL_SHM_OFFER_BYTES bytes). */
+typedef struct {
+    uint64_t boot_id; /* hash of the sender's /proc/sys/kernel/random/boot_id */
+    uint64_t nonce;   /* also in the lane's head */
+    uint64_t run_id;
+    uint64_t slot_bytes;
+    uint32_t pid;
+    int32_t fd;
+    uint32_t nslots;
+} sl_shm_offer_t;
+
+void sl_shm_offer_encode(const sl_shm_offer_t *o, unsigned char out[SL_SHM_OFFER_BYTES]);
+void sl_shm_offer_decode(const unsigned char in[SL_SHM_OFFER_BYTES], sl_shm_offer_t *o);
+
+/* Hash of this machine's boot id; SL_ERR_IO when it cannot be read (no lanes then). */
+sl_status_t sl_shm_boot_id(uint64_t *out);
+
+/* Creates the sender's lane for (run_id, sender -> receiver) and fills *offer.
+ * slot_bytes is rounded up to whole pages. SL_ERR_INVALID for sizes out of bounds,
+ * SL_ERR_IO when the memfd cannot be made or mapped. */
+sl_status_t sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t sender,
+                               uint32_t receiver, uint32_t nslots, uint64_t slot_bytes,
+                               sl_shm_offer_t *offer);
+/* Maps a peer's lane from its offer, as receiver `me` of frames from `sender`.
+ * SL_ERR_INVALID with the reason when the offer is not for this machine, this run or
+ * this pair, or the file is not such a lane; SL_ERR_IO when it cannot be opened. */
+sl_status_t sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *offer, uint64_t run_id,
+                             uint32_t sender, uint32_t me);
+/* Unmaps (and for the sender closes); accepts NULL, NULLs *lane. */
+void sl_shm_lane_destroy(sl_shm_lane_t **lane);
+
+uint32_t sl_shm_lane_slots(const sl_shm_lane_t *lane);
+uint64_t sl_shm_lane_slot_bytes(const sl_shm_lane_t *lane);
+uint64_t sl_shm_lane_nonce(const sl_shm_lane_t *lane);
+
+/* Sender: a FREE slot (searched round-robin) and its memory, or -1 when all are FULL. */
+int sl_shm_lane_acquire(sl_shm_lane_t *lane, unsigned char **mem);
+/* Sender: the slot is written; the receiver owns it now. */
+void sl_shm_lane_publish(sl_shm_lane_t *lane, int slot);
+/* Receiver: the memory of a FULL slot, or NULL when slot is out of range or not FULL. */
+const unsigned char *sl_shm_lane_peek(const sl_shm_lane_t *lane, uint32_t slot);
+/* Either side: the slot is FREE again (receiver: read; sender: a publish undone). */
+void sl_shm_lane_release(sl_shm_lane_t *lane, uint32_t slot);
+
+#endif

@@ -1,0 +1,443 @@
+/* Tests of shared-memory lanes (src/transport/sl_shm_lane.c) and of the transport's use
+ * of them: slot states, what an offer must match before a lane is mapped, frames going
+ * through lanes between two transports in one process (with more frames held by the
+ * receiver than a lane has slots, and with the receiver refusing), and references from
+ * a peer that does not play by the rules: each dropped and counted, its slot freed,
+ * never a crash. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "sl_endian.h"
+#include "sl_log.h"
+#include "sl_shm_lane.h"
+#include "sl_transport.h"
+#include "sl_wire.h"
+
+#define RUN 0x5eed00005107ULL
+#define SLOT_BYTES (64u << 10)
+
+/* ---------------------------------------------------------------- the lane itself */
+
+START_TEST(test_lane_slots)
+{
+    sl_shm_lane_t *out, *in;
+    sl_shm_offer_t offer;
+    unsigned char *mem;
+    int slots[3];
+
+    ck_assert_msg(sl_shm_lane_create(&out, RUN, 0, 1, 3, 5000, &offer) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_uint_eq(offer.slot_bytes, 8192); /* whole pages */
+    ck_assert_uint_eq(offer.nslots, 3);
+    ck_assert_msg(sl_shm_lane_open(&in, &offer, RUN, 0, 1) == SL_OK, "%s", sl_err_msg());
+    /* round-robin over free slots; none once all are full */
+    for (int i = 0; i < 3; i++) {
+        slots[i] = sl_shm_lane_acquire(out, &mem);
+        ck_assert_int_eq(slots[i], i);
+        ck_assert_ptr_null(sl_shm_lane_peek(in, (uint32_t)i)); /* not published yet */
+        memset(mem, 'a' + i, 8192);
+        sl_shm_lane_publish(out, slots[i]);
+    }
+    ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), -1);
+    /* the receiver sees what was written, through its own mapping */
+    for (uint32_t i = 0; i < 3; i++) {
+        const unsigned char *p = sl_shm_lane_peek(in, i);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(p[0], 'a' + (int)i);
+        ck_assert_int_eq(p[8191], 'a' + (int)i);
+    }
+    ck_assert_ptr_null(sl_shm_lane_peek(in, 3));
+    ck_assert_ptr_null(sl_shm_lane_peek(in, UINT32_MAX));
+    sl_shm_lane_release(in, 1);
+    sl_shm_lane_release(in, 7); /* out of range: ignored */
+    ck_assert_ptr_null(sl_shm_lane_peek(in, 1));
+    ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), 1);
+    ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), 1); /* still free: never published */
+    sl_shm_lane_destroy(&out);
+    ck_assert_ptr_null(out);
+    /* the receiver's mapping outlives the sender's */
+    ck_assert_int_eq(sl_shm_lane_peek(in, 2)[0], 'c');
+    sl_shm_lane_destroy(&in);
+    sl_shm_lane_destroy(&in); /* NULL is fine */
+}
+END_TEST
+
+START_TEST(test_lane_offer_checked)
+{
+    sl_shm_lane_t *out, *in = NULL;
+    sl_shm_offer_t offer, bad;
+    unsigned char wire[SL_SHM_OFFER_BYTES];
+    char path[] = "/tmp/shoal-check-shm-XXXXXX";
+    int plain;
+
+    ck_assert_int_eq(sl_shm_lane_create(&out, RUN, 2, 5, 4, SLOT_BYTES, &offer), SL_OK);
+    sl_shm_offer_encode(&offer, wire);
+    sl_shm_offer_decode(wire, &bad);
+    ck_assert(bad.boot_id == offer.boot_id && bad.nonce == offer.nonce &&
+              bad.run_id == offer.run_id && bad.slot_bytes == offer.slot_bytes &&
+              bad.pid == offer.pid && bad.fd == offer.fd && bad.nslots == offer.nslots);
+    /* each field that does not match: refused with a reason, nothing mapped */
+    struct {
+        const char *what;
+        void (*spoil)(sl_shm_offer_t *o);
+    } cases[] = {
+        {"another machine", NULL}, {"another run", NULL}, {"nonce", NULL},
+        {"slot count", NULL},      {"slot size", NULL},   {"no such fd", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bad = offer;
+        switch (i) {
+        case 0: bad.boot_id ^= 1; break;
+        case 1: bad.run_id ^= 1; break;
+        case 2: bad.nonce ^= 1; break;
+        case 3: bad.nslots = 3; break;
+        case 4: bad.slot_bytes += 4096; break;
+        case 5: bad.fd = 100000; break;
+        }
+        ck_assert_msg(sl_shm_lane_open(&in, &bad, RUN, 2, 5) != SL_OK, "%s accepted",
+                      cases[i].what);
+        ck_assert_ptr_null(in);
+    }
+    ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 3, 5), SL_OK); /* other sender */
+    ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 2, 4), SL_OK); /* other receiver */
+    bad = offer;
+    bad.nslots = SL_SHM_MAX_SLOTS + 1;
+    ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_INVALID);
+    /* a plain file of the right size is not a sealed lane */
+    plain = mkstemp(path);
+    ck_assert_int_ge(plain, 0);
+    unlink(path);
+    ck_assert_int_eq(ftruncate(plain, (off_t)(4096 + 4 * (size_t)SLOT_BYTES)), 0);
+    bad = offer;
+    bad.fd = plain;
+    ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_INVALID);
+    ck_assert_msg(strstr(sl_err_msg(), "not a sealed lane") != NULL, "%s", sl_err_msg());
+    close(plain);
+    ck_assert_int_eq(sl_shm_lane_open(&in, &offer, RUN, 2, 5), SL_OK);
+    sl_shm_lane_destroy(&in);
+    /* sizes out of bounds are refused before anything is made */
+    ck_assert_int_eq(sl_shm_lane_create(&in, RUN, 0, 1, 0, SLOT_BYTES, &bad), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_shm_lane_create(&in, RUN, 0, 1, 2, SL_SHM_MAX_SLOT_BYTES + 1, &bad),
+                     SL_ERR_INVALID);
+    sl_shm_lane_destroy(&out);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- through a transport */
+
+static void
+pair_new(sl_transport_t *t[2], int shm1)
+{
+    sl_transport_opts_t o;
+    const char *eps[2];
+
+    for (uint32_t r = 0; r < 2; r++) {
+        sl_transport_opts_default(&o);
+        o.run_id = RUN;
+        o.rank = r;
+        o.size = 2;
+        o.timeout_ms = 2000;
+        o.linger_ms = 0;
+        o.shm_slots = 4;
+        o.shm_slot_bytes = SLOT_BYTES;
+        o.shm = r == 0 || shm1;
+        ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
+    }
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(t[1]);
+    ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
+    ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+}
+
+enum { BIG = 8000 }; /* 32000 bytes: over SL_TRANSPORT_SHM_MIN_BYTES, within a slot */
+
+static float
+value(unsigned frame, size_t i)
+{
+    return (float)(frame * 1000 + i % 997);
+}
+
+static void
+send_frame(sl_transport_t *t, unsigned seq)
+{
+    static float buf[BIG];
+    sl_wire_key_t k = {1, 4, seq, 1, SL_WIRE_DATA};
+
+    for (size_t i = 0; i < BIG; i++)
+        buf[i] = value(seq, i);
+    ck_assert_msg(sl_transport_send(t, &k, buf, BIG, SL_WIRE_FP32, 1.0f, 0, -1) == SL_OK, "%s",
+                  sl_err_msg());
+}
+
+static void
+recv_frame(sl_transport_t *t, unsigned seq)
+{
+    static float buf[BIG];
+    sl_wire_key_t k = {1, 4, seq, 0, SL_WIRE_DATA};
+    size_t got;
+
+    ck_assert_msg(sl_transport_recv(t, &k, buf, sizeof buf, &got, 2000) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_uint_eq(got, sizeof buf);
+    for (size_t i = 0; i < BIG; i++)
+        ck_assert(buf[i] == value(seq, i));
+}
+
+/* Lets rank 1 take the offer and rank 0 the accept (neither has anything else to read). */
+static void
+settle(sl_transport_t *t[2])
+{
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(sl_transport_poll(t[1]), SL_OK);
+        ck_assert_int_eq(sl_transport_poll(t[0]), SL_OK);
+        usleep(5000);
+    }
+}
+
+START_TEST(test_frames_through_lanes)
+{
+    sl_transport_t *t[2];
+    uint64_t sent, recvd;
+    sl_transport_stat_t st;
+
+    pair_new(t, 1);
+    send_frame(t[0], 0); /* offers the lane; this one goes over ZeroMQ */
+    recv_frame(t[1], 0);
+    settle(t);
+    sl_transport_shm_frames(t[0], &sent, &recvd);
+    ck_assert_uint_eq(sent, 0);
+    /* 10 frames, received in reverse: the first 4 fill the lane's slots while they wait
+     * in the mailbox, the other 6 go over ZeroMQ */
+    for (unsigned s = 1; s <= 10; s++)
+        send_frame(t[0], s);
+    for (unsigned s = 10; s >= 1; s--)
+        recv_frame(t[1], s);
+    sl_transport_shm_frames(t[0], &sent, &recvd);
+    ck_assert_uint_eq(sent, 4);
+    sl_transport_shm_frames(t[1], &sent, &recvd);
+    ck_assert_uint_eq(recvd, 4);
+    /* released on receipt: the slots serve again */
+    for (unsigned s = 11; s <= 16; s++) {
+        send_frame(t[0], s);
+        recv_frame(t[1], s);
+    }
+    sl_transport_shm_frames(t[0], &sent, &recvd);
+    ck_assert_uint_eq(sent, 10);
+    /* counted as what they carry; nothing dropped; small frames stay on ZeroMQ */
+    sl_transport_stat(t[1], SL_WIRE_DATA, 4, &st);
+    ck_assert_uint_eq(st.recv_msgs, 17);
+    ck_assert_uint_eq(st.recv_bytes, 17 * sizeof(float) * BIG);
+    for (unsigned r = 1; r < SL_DROP_NREASONS; r++)
+        ck_assert_uint_eq(sl_transport_dropped(t[1], r), 0);
+    float small[4] = {1, 2, 3, 4}, back[4];
+    size_t got;
+    sl_wire_key_t k = {2, 4, 0, 1, SL_WIRE_DATA};
+    ck_assert_int_eq(sl_transport_send(t[0], &k, small, 4, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    k.peer = 0;
+    ck_assert_int_eq(sl_transport_recv(t[1], &k, back, sizeof back, &got, 2000), SL_OK);
+    ck_assert(back[3] == 4.0f);
+    sl_transport_shm_frames(t[0], &sent, &recvd);
+    ck_assert_uint_eq(sent, 10);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+}
+END_TEST
+
+START_TEST(test_receiver_without_shm)
+{
+    sl_transport_t *t[2];
+    uint64_t sent, recvd;
+
+    pair_new(t, 0);
+    for (unsigned s = 0; s < 3; s++) {
+        send_frame(t[0], s);
+        recv_frame(t[1], s);
+        settle(t);
+    }
+    sl_transport_shm_frames(t[0], &sent, &recvd);
+    ck_assert_uint_eq(sent, 0);
+    sl_transport_shm_frames(t[1], &sent, &recvd);
+    ck_assert_uint_eq(recvd, 0);
+    for (unsigned r = 1; r < SL_DROP_NREASONS; r++)
+        ck_assert_uint_eq(sl_transport_dropped(t[1], r), 0);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- a peer that cheats */
+
+/* The test plays rank 0 of run RUN towards a real rank 1: its own lane, and frames sent
+ * by hand from a DEALER with rank 0's routing id. */
+typedef struct {
+    void *ctx, *s;
+    sl_shm_lane_t *lane;
+    sl_shm_offer_t offer;
+} fake_t;
+
+static void
+fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t bytes)
+{
+    sl_wire_header_t h = {0};
+    unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
+
+    h.run_id = RUN;
+    h.sender = 0;
+    h.receiver = 1;
+    h.kind = kind;
+    h.encoding = SL_WIRE_BYTES;
+    h.scale = 1.0f;
+    h.component = 4;
+    h.round = 1;
+    h.seq = seq;
+    h.count = bytes;
+    h.payload_bytes = bytes;
+    ck_assert_int_eq(sl_wire_encode(&h, payload, buf), SL_OK);
+    memcpy(buf + SL_WIRE_HEADER_BYTES, payload, bytes);
+    ck_assert_int_ge(zmq_send(f->s, buf, SL_WIRE_HEADER_BYTES + bytes, 0), 0);
+}
+
+/* Writes a data frame (seq, 100 floats) into a slot and publishes it; damage 1 flips a
+ * payload byte after the checksum, 2 gives the frame seq + 1. Returns its length. */
+static uint64_t
+fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
+{
+    sl_wire_header_t h = {0};
+    float v[100];
+    unsigned char *mem;
+    int slot = sl_shm_lane_acquire(f->lane, &mem);
+
+    ck_assert_int_eq(slot, slot_expected);
+    for (int i = 0; i < 100; i++)
+        v[i] = (float)(seq + (uint32_t)i);
+    h.run_id = RUN;
+    h.sender = 0;
+    h.receiver = 1;
+    h.kind = SL_WIRE_DATA;
+    h.encoding = SL_WIRE_FP32;
+    h.scale = 1.0f;
+    h.component = 4;
+    h.round = 1;
+    h.seq = seq + (damage == 2);
+    h.count = 100;
+    h.payload_bytes = sizeof v;
+    ck_assert_int_eq(sl_wire_encode(&h, v, mem), SL_OK);
+    memcpy(mem + SL_WIRE_HEADER_BYTES, v, sizeof v);
+    if (damage == 1)
+        mem[SL_WIRE_HEADER_BYTES + 7] ^= 0x10;
+    sl_shm_lane_publish(f->lane, slot);
+    return SL_WIRE_HEADER_BYTES + sizeof v;
+}
+
+static void
+fake_ref(fake_t *f, uint32_t seq, uint32_t slot, uint64_t bytes)
+{
+    unsigned char ref[SL_SHM_REF_BYTES] = {0};
+
+    sl_put_u32(ref, slot);
+    sl_put_u64(ref + 8, bytes);
+    fake_send(f, SL_WIRE_SHM_REF, seq, ref, sizeof ref);
+}
+
+START_TEST(test_bad_references_dropped)
+{
+    sl_transport_t *t;
+    sl_transport_opts_t o;
+    const char *eps[2] = {NULL, NULL};
+    unsigned char id[9] = {'S', 0, 0, 0, 0, 1, 2, 3, 4}, ob[SL_SHM_OFFER_BYTES], nb[8] = {0};
+    fake_t f = {0};
+    float back[100];
+    size_t got;
+    int linger = 0;
+
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_transport_opts_default(&o);
+    o.run_id = RUN;
+    o.rank = 1;
+    o.size = 2;
+    o.timeout_ms = 2000;
+    o.linger_ms = 0;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    eps[1] = sl_transport_endpoint(t);
+    ck_assert_int_eq(sl_transport_connect(t, eps), SL_OK); /* rank 0 unknown: no accept */
+    f.ctx = zmq_ctx_new();
+    f.s = zmq_socket(f.ctx, ZMQ_DEALER);
+    zmq_setsockopt(f.s, ZMQ_ROUTING_ID, id, sizeof id);
+    zmq_setsockopt(f.s, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(f.s, eps[1]), 0);
+    ck_assert_int_eq(sl_shm_lane_create(&f.lane, RUN, 0, 1, 6, 4096, &f.offer), SL_OK);
+    sl_shm_offer_encode(&f.offer, ob);
+
+    fake_ref(&f, 0, 0, 100);                        /* 1: before any offer */
+    fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8);     /* 2: an accept for nothing offered */
+    fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob);
+    fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob); /* 3: a second offer */
+    fake_ref(&f, 0, 99, 100);                        /* 4: no such slot */
+    fake_ref(&f, 0, 5, 100);                         /* 5: slot 5 holds nothing */
+    uint64_t len = fake_frame(&f, 0, 10, 0);
+    fake_ref(&f, 10, 0, 4097);                       /* 6: longer than its slot (freed) */
+    ck_assert_uint_eq(fake_frame(&f, 1, 11, 1), len);
+    fake_ref(&f, 11, 1, len);                        /* bad checksum (freed) */
+    fake_frame(&f, 2, 12, 2);
+    fake_ref(&f, 12, 2, len);                        /* 7: not the frame referenced (freed) */
+    fake_frame(&f, 3, 13, 0);
+    fake_ref(&f, 13, 3, len - 4);                    /* truncated: length mismatch (freed) */
+    fake_frame(&f, 4, 14, 0);
+    fake_ref(&f, 14, 4, len);                        /* the one good frame */
+
+    sl_wire_key_t k = {1, 4, 14, 0, SL_WIRE_DATA};
+    ck_assert_msg(sl_transport_recv(t, &k, back, sizeof back, &got, 2000) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_uint_eq(got, sizeof back);
+    for (int i = 0; i < 100; i++)
+        ck_assert(back[i] == (float)(14 + i));
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM), 7);
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_CHECKSUM), 1);
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_LENGTH), 1);
+    /* every slot the receiver was given is free again, slot 5 was never used */
+    unsigned char *mem;
+    for (int s = 0; s < 6; s++)
+        ck_assert_int_eq(sl_shm_lane_acquire(f.lane, &mem), (s + 5) % 6);
+    uint64_t sent, recvd;
+    sl_transport_shm_frames(t, &sent, &recvd);
+    ck_assert_uint_eq(recvd, 1);
+
+    sl_transport_destroy(&t);
+    zmq_close(f.s);
+    zmq_ctx_term(f.ctx);
+    sl_shm_lane_destroy(&f.lane);
+}
+END_TEST
+
+static Suite *
+shm_suite(void)
+{
+    Suite *s = suite_create("shm");
+    TCase *lane = tcase_create("lane");
+    tcase_add_test(lane, test_lane_slots);
+    tcase_add_test(lane, test_lane_offer_checked);
+    suite_add_tcase(s, lane);
+    TCase *tr = tcase_create("transport");
+    tcase_set_timeout(tr, 60);
+    tcase_add_test(tr, test_frames_through_lanes);
+    tcase_add_test(tr, test_receiver_without_shm);
+    tcase_add_test(tr, test_bad_references_dropped);
+    suite_add_tcase(s, tr);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *sr = srunner_create(shm_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
