@@ -261,7 +261,7 @@ main(int argc, char **argv)
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s, chunk %zu floats, "
            "load before %.2f on %ld cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm ? "" : " + shared memory",
-           b.chunk ? b.chunk : 65536, loads[0],
+           b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS, loads[0],
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
            "rawzmq_GBps");

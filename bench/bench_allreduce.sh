@@ -10,7 +10,7 @@
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
 #   --ipc           shoal over ipc:// instead of tcp://127.0.0.1
-#   --chunk FLOATS  allreduce chunk (default the library's, 65536 floats)
+#   --chunk FLOATS  allreduce chunk (default the library's, 262144 floats = 1 MiB)
 #   --builddir DIR  a configured, built tree: its libshoal.a is linked
 #                   (default $SHOAL_BUILDDIR, else <repo>/build)
 #   -h, --help      this text

@@ -21,7 +21,6 @@
 #include "sl_clock.h"
 #include "sl_log.h"
 
-#define DEFAULT_CHUNK 65536u
 #define DEFAULT_WINDOW 8u
 
 typedef struct {
@@ -50,7 +49,7 @@ ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64
     r->round = round;
     r->rank = sl_transport_rank(t);
     r->n = sl_transport_size(t);
-    r->chunk = o && o->chunk_elems ? o->chunk_elems : DEFAULT_CHUNK;
+    r->chunk = o && o->chunk_elems ? o->chunk_elems : SL_COLLECTIVE_CHUNK_ELEMS;
     r->window = o && o->window ? o->window : DEFAULT_WINDOW;
     r->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : sl_transport_timeout_ms(t);
     r->codec = o ? o->codec : NULL;

@@ -36,8 +36,13 @@ typedef struct {
     const void *ctx;
 } sl_codec_t;
 
+/* Floats per frame of the ring collectives by default: 1 MiB, a whole shared-memory
+ * slot (sl_transport_opts_t), so a local exchange needs few references and wake-ups;
+ * large buffers still stream in several chunks per ring step. */
+#define SL_COLLECTIVE_CHUNK_ELEMS 262144u
+
 typedef struct {
-    size_t chunk_elems;      /* floats per frame (0: 65536 = 256 KiB); large buffers stream */
+    size_t chunk_elems;      /* floats per frame (0: SL_COLLECTIVE_CHUNK_ELEMS) */
     unsigned window;         /* frames a node sends ahead of what it receives (0: 8) */
     int timeout_ms;          /* a receive that waits longer fails (0: the transport's) */
     const sl_codec_t *codec; /* borrowed; NULL: fp32 frames, lent without a copy. With a
