@@ -31,8 +31,7 @@ struct sl_shm_lane {
     uint64_t nonce;
     uint64_t slot_bytes;
     uint32_t nslots;
-    uint32_t cursor; /* sender: where the next search for a free slot starts */
-    int fd;          /* sender: the memfd, kept open so receivers can open it; else -1 */
+    int fd; /* sender: the memfd, kept open so receivers can open it; else -1 */
 };
 
 void
@@ -269,15 +268,12 @@ sl_shm_lane_nonce(const sl_shm_lane_t *l)
 int
 sl_shm_lane_acquire(sl_shm_lane_t *l, unsigned char **mem)
 {
-    for (uint32_t i = 0; i < l->nslots; i++) {
-        uint32_t s = (l->cursor + i) % l->nslots;
+    for (uint32_t s = 0; s < l->nslots; s++)
         /* acquire: the receiver's reads of the slot are done before we overwrite it */
         if (atomic_load_explicit(state(l, s), memory_order_acquire) == SLOT_FREE) {
-            l->cursor = (s + 1) % l->nslots;
             *mem = slot_mem(l, s);
             return (int)s;
         }
-    }
     return -1;
 }
 

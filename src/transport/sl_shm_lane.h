@@ -7,7 +7,9 @@
  * memfd (it can never shrink, so a mapping never faults past its end), made of a head
  * page and nslots slots of slot_bytes; each slot holds one whole wire frame, header
  * and payload. Slot states live in the head, one cache line each: FREE (the sender may
- * write), FULL (written, the receiver owns it until it releases it). The receiver maps
+ * write), FULL (written, the receiver owns it until it releases it). The sender takes
+ * the lowest free slot, so only as many slots are ever touched (and take memory) as
+ * frames were in flight at once; the rest of the memfd stays a hole. The receiver maps
  * the lane through /proc/<pid>/fd/<fd> after checking the machine (boot id), the seals,
  * the size and the head's magic and nonce, so it cannot map something else by mistake.
  * Nothing in a lane is trusted: the receiver validates every frame it reads like one
@@ -64,7 +66,7 @@ uint32_t sl_shm_lane_slots(const sl_shm_lane_t *lane);
 uint64_t sl_shm_lane_slot_bytes(const sl_shm_lane_t *lane);
 uint64_t sl_shm_lane_nonce(const sl_shm_lane_t *lane);
 
-/* Sender: a FREE slot (searched round-robin) and its memory, or -1 when all are FULL. */
+/* Sender: the lowest FREE slot and its memory, or -1 when all are FULL. */
 int sl_shm_lane_acquire(sl_shm_lane_t *lane, unsigned char **mem);
 /* Sender: the slot is written; the receiver owns it now. */
 void sl_shm_lane_publish(sl_shm_lane_t *lane, int slot);

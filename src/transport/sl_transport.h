@@ -67,9 +67,9 @@ typedef struct {
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
- * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 1 MiB + a header (whole
- * ring-allreduce chunks; a gossip snapshot above 1 MiB goes over ZeroMQ); run_id, rank
- * and size 0 (set them). */
+ * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 8 MiB + a header (address
+ * space; only the slots in use take memory, as far as their frames reach: a gossip
+ * snapshot of a component up to 8 MiB fits); run_id, rank and size 0 (set them). */
 void sl_transport_opts_default(sl_transport_opts_t *o);
 
 typedef struct sl_transport sl_transport_t;
