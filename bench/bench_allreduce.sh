@@ -20,7 +20,7 @@
 # these local processes, and busbw_zmq_GBps with everything over ZeroMQ
 # (cluster.shared_memory: false); gossip_GBps (lanes) and gossip_zmq_GBps (ZeroMQ only)
 # and rawzmq_GBps = size / time of one push-to-left + collect-from-right exchange per
-# node (sl_gossip_exchange, then bare PUSH/PULL; a gossip snapshot over 1 MiB does not
+# node (sl_gossip_exchange, then bare PUSH/PULL; a gossip snapshot over 8 MiB does not
 # fit a lane); mpi_* for MPI_Allreduce with OpenMPI's default transports (shared
 # memory: compare with busbw_GBps) and mpitcp_* with TCP loopback only (--mca btl
 # tcp,self: compare with busbw_zmq_GBps). The machine is shared: the load average is

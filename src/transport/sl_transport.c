@@ -579,17 +579,17 @@ offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
     return SL_OK;
 }
 
-/* Writes the frame (header hb, payload) into a free slot of the lane to h->receiver and
- * sends the reference. *used = 0, and nothing sent, when the peer has not accepted a
- * lane, the frame is larger than a slot or every slot is still held. */
+/* Encodes the frame (h, payload) into a free slot of the lane to key->peer and sends
+ * the reference. *used = 0, and nothing sent, when the peer has not accepted a lane,
+ * the frame is larger than a slot or every slot is still held. */
 static sl_status_t
-send_lane(sl_transport_t *t, const sl_wire_key_t *key, const unsigned char *hb,
-          const void *payload, uint64_t payload_bytes, int wait_ms, int *used)
+send_lane(sl_transport_t *t, const sl_wire_key_t *key, const sl_wire_header_t *h,
+          const void *payload, int wait_ms, int *used)
 {
     sl_shm_lane_t *lane = t->out_lanes[key->peer];
     sl_wire_key_t rkey = *key;
     unsigned char ref[SL_SHM_REF_BYTES], *mem;
-    uint64_t frame_bytes = SL_WIRE_HEADER_BYTES + payload_bytes;
+    uint64_t frame_bytes = SL_WIRE_HEADER_BYTES + h->payload_bytes;
     int slot;
     sl_status_t st;
 
@@ -599,8 +599,7 @@ send_lane(sl_transport_t *t, const sl_wire_key_t *key, const unsigned char *hb,
     slot = sl_shm_lane_acquire(lane, &mem);
     if (slot < 0)
         return SL_OK;
-    memcpy(mem, hb, SL_WIRE_HEADER_BYTES);
-    memcpy(mem + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
+    SL_TRY(sl_wire_encode_frame(h, payload, mem)); /* the slot stays free on failure */
     sl_shm_lane_publish(lane, slot);
     memset(ref, 0, sizeof ref);
     sl_put_u32(ref, (uint32_t)slot);
@@ -631,14 +630,15 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
     if (h.payload_bytes && !payload)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
                           (unsigned)count);
-    SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates sizes before anything is allocated */
     if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES) {
         if (t->lane_state[key->peer] == LANE_NONE)
             SL_TRY(offer_lane(t, key->peer, wait_ms));
-        SL_TRY(send_lane(t, key, hb, payload, h.payload_bytes, wait_ms, &used));
+        SL_TRY(send_lane(t, key, &h, payload, wait_ms, &used));
     }
-    if (!used)
+    if (!used) {
+        SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates before anything is allocated */
         SL_TRY(send_zmq(t, key->peer, hb, payload, h.payload_bytes, flags, wait_ms, key->kind));
+    }
     return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 

@@ -155,9 +155,9 @@ check_fields(const sl_wire_header_t *h)
     return SL_WIRE_OK;
 }
 
-sl_status_t
-sl_wire_encode(const sl_wire_header_t *h, const void *payload,
-               unsigned char out[SL_WIRE_HEADER_BYTES])
+/* The header's fields, checksum not yet, after the checks sl_wire_decode makes. */
+static sl_status_t
+encode_fields(const sl_wire_header_t *h, unsigned char out[SL_WIRE_HEADER_BYTES])
 {
     sl_wire_reason_t why = check_fields(h);
 
@@ -178,7 +178,27 @@ sl_wire_encode(const sl_wire_header_t *h, const void *payload,
     sl_put_u32(out + 40, h->count);
     sl_put_u32(out + 44, float_bits(h->scale));
     sl_put_u64(out + 48, h->payload_bytes);
+    return SL_OK;
+}
+
+sl_status_t
+sl_wire_encode(const sl_wire_header_t *h, const void *payload,
+               unsigned char out[SL_WIRE_HEADER_BYTES])
+{
+    SL_TRY(encode_fields(h, out));
     sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, payload, h->payload_bytes));
+    return SL_OK;
+}
+
+sl_status_t
+sl_wire_encode_frame(const sl_wire_header_t *h, const void *payload, unsigned char *out)
+{
+    uint64_t sum;
+
+    SL_TRY(encode_fields(h, out));
+    sum = sl_hash_bulk_copy(out + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes,
+                            sl_hash_bytes(out, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC));
+    sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sum);
     return SL_OK;
 }
 

@@ -119,6 +119,11 @@ uint64_t sl_wire_checksum(const unsigned char *head, const void *payload, size_t
  * (unknown kind or encoding, count/size mismatch, size over the cap, bad scale). */
 sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
                            unsigned char out[SL_WIRE_HEADER_BYTES]);
+/* The whole frame, header then payload, into out (SL_WIRE_HEADER_BYTES +
+ * h->payload_bytes), the payload hashed as it is copied; the same bytes as
+ * sl_wire_encode's header followed by the payload. */
+sl_status_t sl_wire_encode_frame(const sl_wire_header_t *h, const void *payload,
+                                 unsigned char *out);
 
 /* Validates a contiguous frame (header then payload, len bytes) for the node of rank
  * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points

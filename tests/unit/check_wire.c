@@ -127,6 +127,28 @@ START_TEST(test_round_trip)
     ck_assert_int_eq(sl_wire_decode(buf, SL_WIRE_HEADER_BYTES, RUN, ME, NRANKS, &d, &payload),
                      SL_WIRE_OK);
     ck_assert_uint_eq(d.kind, SL_WIRE_BARRIER);
+
+    /* the whole frame in one pass: the same bytes as header + payload, for payload
+     * lengths on and off the hash's blocks and words */
+    unsigned char whole[SL_WIRE_HEADER_BYTES + 300], vals[300];
+    for (int i = 0; i < 300; i++)
+        vals[i] = (unsigned char)(i * 13 + 1);
+    e.kind = SL_WIRE_DATA;
+    for (uint32_t n = 0; n <= 300; n += 7) {
+        e.count = n;
+        e.payload_bytes = n;
+        ck_assert_int_eq(sl_wire_encode(&e, vals, buf), SL_OK);
+        memset(whole, 0xaa, sizeof whole);
+        ck_assert_int_eq(sl_wire_encode_frame(&e, vals, whole), SL_OK);
+        ck_assert_int_eq(memcmp(whole, buf, SL_WIRE_HEADER_BYTES), 0);
+        ck_assert_int_eq(memcmp(whole + SL_WIRE_HEADER_BYTES, vals, n), 0);
+        ck_assert_uint_eq(whole[SL_WIRE_HEADER_BYTES + n], 0xaa); /* nothing past it */
+        ck_assert_int_eq(sl_wire_decode(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d,
+                                        &payload),
+                         SL_WIRE_OK);
+    }
+    e.kind = 0;
+    ck_assert_int_eq(sl_wire_encode_frame(&e, vals, whole), SL_ERR_INVALID);
 }
 END_TEST
 
