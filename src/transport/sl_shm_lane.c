@@ -247,12 +247,6 @@ sl_shm_lane_destroy(sl_shm_lane_t **lp)
     *lp = NULL;
 }
 
-uint32_t
-sl_shm_lane_slots(const sl_shm_lane_t *l)
-{
-    return l->nslots;
-}
-
 uint64_t
 sl_shm_lane_slot_bytes(const sl_shm_lane_t *l)
 {

@@ -62,7 +62,6 @@ sl_status_t sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *offer, u
 /* Unmaps (and for the sender closes); accepts NULL, NULLs *lane. */
 void sl_shm_lane_destroy(sl_shm_lane_t **lane);
 
-uint32_t sl_shm_lane_slots(const sl_shm_lane_t *lane);
 uint64_t sl_shm_lane_slot_bytes(const sl_shm_lane_t *lane);
 uint64_t sl_shm_lane_nonce(const sl_shm_lane_t *lane);
 
