@@ -280,25 +280,33 @@ typedef struct {
     sl_shm_offer_t offer;
 } fake_t;
 
-static void
-fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t bytes)
+/* Header of a frame from rank 0 to rank 1, component 4, round 1. */
+static sl_wire_header_t
+fake_header(uint8_t kind, uint8_t encoding, uint32_t seq, uint32_t count, uint64_t bytes)
 {
     sl_wire_header_t h = {0};
-    unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
 
     h.run_id = RUN;
     h.sender = 0;
     h.receiver = 1;
     h.kind = kind;
-    h.encoding = SL_WIRE_BYTES;
+    h.encoding = encoding;
     h.scale = 1.0f;
     h.component = 4;
     h.round = 1;
     h.seq = seq;
-    h.count = bytes;
+    h.count = count;
     h.payload_bytes = bytes;
-    ck_assert_int_eq(sl_wire_encode(&h, payload, buf), SL_OK);
-    memcpy(buf + SL_WIRE_HEADER_BYTES, payload, bytes);
+    return h;
+}
+
+static void
+fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t bytes)
+{
+    sl_wire_header_t h = fake_header(kind, SL_WIRE_BYTES, seq, bytes, bytes);
+    unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
+
+    ck_assert_int_eq(sl_wire_encode_frame(&h, payload, buf), SL_OK);
     ck_assert_int_ge(zmq_send(f->s, buf, SL_WIRE_HEADER_BYTES + bytes, 0), 0);
 }
 
@@ -307,27 +315,16 @@ fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t b
 static uint64_t
 fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
 {
-    sl_wire_header_t h = {0};
     float v[100];
+    sl_wire_header_t h =
+        fake_header(SL_WIRE_DATA, SL_WIRE_FP32, seq + (damage == 2), 100, sizeof v);
     unsigned char *mem;
     int slot = sl_shm_lane_acquire(f->lane, &mem);
 
     ck_assert_int_eq(slot, slot_expected);
     for (int i = 0; i < 100; i++)
         v[i] = (float)(seq + (uint32_t)i);
-    h.run_id = RUN;
-    h.sender = 0;
-    h.receiver = 1;
-    h.kind = SL_WIRE_DATA;
-    h.encoding = SL_WIRE_FP32;
-    h.scale = 1.0f;
-    h.component = 4;
-    h.round = 1;
-    h.seq = seq + (damage == 2);
-    h.count = 100;
-    h.payload_bytes = sizeof v;
-    ck_assert_int_eq(sl_wire_encode(&h, v, mem), SL_OK);
-    memcpy(mem + SL_WIRE_HEADER_BYTES, v, sizeof v);
+    ck_assert_int_eq(sl_wire_encode_frame(&h, v, mem), SL_OK);
     if (damage == 1)
         mem[SL_WIRE_HEADER_BYTES + 7] ^= 0x10;
     sl_shm_lane_publish(f->lane, slot);
