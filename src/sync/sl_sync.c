@@ -54,6 +54,7 @@ struct sl_sync {
     unsigned char *dead, *told;         /* (size) taken for dead; reported missing */
     unsigned char *step_miss, *step_ok; /* (size) in this sync step: missed / answered */
     int ndead;
+    double step_end; /* sl_clock_now() when the last step's tally was made (end_step) */
     sl_sync_stat_t *stat; /* (ncomps) */
     double time_s;
     /* row shards (sl_sparse.h, sl_sparse_allreduce.h) */
@@ -342,6 +343,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     SL_TRY(SL_CALLOC(&s, 1, "sync state"));
     s->algo = size > 1 ? cfg->sync.algorithm : SL_SYNC_NONE;
     s->tr = tr;
+    s->step_end = sl_clock_now();
     s->rank = rank;
     s->size = size;
     s->comps = comps;
@@ -841,12 +843,17 @@ account_peers(sl_sync_t *s, int c, uint64_t round, size_t nchosen, size_t nwait,
 
 /* After the exchanges of one step: a peer that answered none of them and missed one
  * has missed a round; after SL_SYNC_DEAD_ROUNDS such steps in a row it is dead. Counted
- * per step, not per component, so that a step with many components counts once. */
+ * per step, not per component, so that a step with many components counts once. Late
+ * is not dead: a peer that missed but was heard from during the step (its frame of an
+ * earlier round came after the wait for it) is alive, and its count starts again.
+ * Without that, a node delayed by its own wait for a dead neighbour looks dead to the
+ * nodes waiting for it, and they to theirs. */
 static void
 end_step(sl_sync_t *s)
 {
     for (int r = 0; r < s->size; r++) {
-        if (s->step_ok[r])
+        if (s->step_ok[r] ||
+            (s->step_miss[r] && sl_transport_last_heard(s->tr, (uint32_t)r) > s->step_end))
             s->missed[r] = 0;
         else if (s->step_miss[r])
             s->missed[r]++;
@@ -860,6 +867,7 @@ end_step(sl_sync_t *s)
                         r, s->missed[r]);
         }
     }
+    s->step_end = sl_clock_now();
 }
 
 /* A sparse exchange's pullers: those expected to ask that did not miss one (reported

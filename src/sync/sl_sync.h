@@ -14,7 +14,7 @@
  *
  * Gossip and local: a neighbour that does not answer within sync.timeout_ms is left out
  * of that average (logged once per rank); after SL_SYNC_DEAD_ROUNDS missed rounds in a
- * row it is taken for dead: nobody waits for it or pushes to it any more, and it is left
+ * row in which nothing came from it (sl_transport_last_heard) it is taken for dead: nobody waits for it or pushes to it any more, and it is left
  * out of the final average. allreduce, ma, bmuf: a node that does not answer makes the
  * collective fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so.
  * The final model of gossip and local runs is gathered by the lowest-ranked live node

@@ -50,6 +50,7 @@ struct sl_transport {
     unsigned char *lane_state; /* LANE_* of out_lanes */
     uint64_t shm_sent, shm_recv;
     int shm_refused_logged;
+    double *heard; /* (size) sl_clock_now() of the last valid frame from each rank; 0 */
 };
 
 /* A received frame: the public part first, then the messages that hold its bytes, or
@@ -194,7 +195,8 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->out_lanes = calloc(o->size, sizeof *t->out_lanes);
     t->in_lanes = calloc(o->size, sizeof *t->in_lanes);
     t->lane_state = calloc(o->size, sizeof *t->lane_state);
-    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state) {
+    t->heard = calloc(o->size, sizeof *t->heard);
+    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state || !t->heard) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -256,6 +258,7 @@ sl_transport_destroy(sl_transport_t **tp)
     free(t->out_lanes);
     free(t->in_lanes);
     free(t->lane_state);
+    free(t->heard);
     for (uint32_t p = 0; t->endpoints && p < t->o.size; p++)
         free(t->endpoints[p]);
     free(t->endpoints);
@@ -427,6 +430,12 @@ size_t
 sl_transport_pending(const sl_transport_t *t)
 {
     return sl_mailbox_frames(t->mb);
+}
+
+double
+sl_transport_last_heard(const sl_transport_t *t, uint32_t rank)
+{
+    return rank < t->o.size ? t->heard[rank] : 0.0;
 }
 
 void
@@ -849,6 +858,7 @@ read_one(sl_transport_t *t, frame_t **out, int *got)
         release_frame(f);
         return SL_OK;
     }
+    t->heard[f->pub.h.sender] = sl_clock_now();
     switch (f->pub.h.kind) {
     case SL_WIRE_SHM_OFFER:
         take_offer(t, f);

@@ -165,6 +165,9 @@ size_t sl_transport_stats(const sl_transport_t *t, const sl_transport_stat_t **r
 uint64_t sl_transport_dropped(const sl_transport_t *t, unsigned reason);
 /* Frames waiting in the mailbox. */
 size_t sl_transport_pending(const sl_transport_t *t);
+/* When the last valid frame from rank was read (sl_clock_now() time), 0 if none was:
+ * frames dropped as stale or duplicate count too, since they prove the sender alive. */
+double sl_transport_last_heard(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */
 void sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received);

@@ -329,6 +329,7 @@ struct trio {
     double final_s[NN];
     float p[NN][NP]; /* in: the start; out: after the last block */
     sl_sync_stat_t stat[NN][NC];
+    int ndead[NN]; /* peers each node holds for dead after the blocks */
     sl_status_t st[NN];
     char err[NN][256];
     sl_config_t cfg;
@@ -366,6 +367,7 @@ trio_node(void *arg)
     }
     for (int c = 0; st == SL_OK && c < tr->ncomps; c++)
         tr->stat[k][c] = *sl_sync_stat(s, c);
+    tr->ndead[k] = s ? sl_sync_ndead(s) : 0;
     if (st == SL_OK && tr->final) {
         const float *avg;
         double t0;
@@ -1235,6 +1237,43 @@ disagreeing_seed(void)
     return 0;
 }
 
+/* Node 2 sleeps 1.5 T before every block, so in local-ma (every node waits for both
+ * others) nodes 0 and 1 time out on it in every round and its frames come after their
+ * waits, dropped as stale. Late is not dead: they never hold it for dead, though it
+ * misses every round; a silent node is (test_final_without_rank0, case 2). */
+static void
+late_node2(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)tr;
+    (void)s;
+    (void)b;
+    (void)p;
+    if (k == 2)
+        usleep(150000);
+}
+
+START_TEST(test_late_is_not_dead)
+{
+    static trio_t tr;
+
+    trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 100}", final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 8;
+    tr.step = late_node2;
+    trio_run(&tr);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(tr.stat[k][0].answered < tr.stat[k][0].expected,
+                      "node %d: node 2 was never late (%llu of %llu answered)", k,
+                      (unsigned long long)tr.stat[k][0].answered,
+                      (unsigned long long)tr.stat[k][0].expected);
+        ck_assert_msg(tr.ndead[k] == 0, "node %d holds %d nodes for dead", k, tr.ndead[k]);
+    }
+    ck_assert_int_eq(tr.ndead[2], 0);
+}
+END_TEST
+
 START_TEST(test_final_without_rank0)
 {
     static trio_t tr;
@@ -1748,6 +1787,7 @@ sync_suite(void)
     tcase_add_test(core, test_sync_state_resume);
     tcase_add_test(core, test_periods_by_rule);
     tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
+    tcase_add_test(core, test_late_is_not_dead);
     tcase_add_test(limits, test_periods_rules);
     tcase_add_test(limits, test_sync_state_limits);
     tcase_add_loop_test(core, test_run_each_algorithm, 0,

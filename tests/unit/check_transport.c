@@ -179,10 +179,18 @@ START_TEST(test_pair_old_rounds)
     v[0] = 42;
     ck_assert_int_eq(sl_gossip_exchange(t[1], 5, 1, v, 3, &zero, 1, &zero, 1, out, from, &got, 0),
                      SL_ERR_TIMEOUT);
+    /* rank 0 has heard nothing from rank 1 yet; the late round-0 frame, dropped as
+     * stale, counts as hearing from it (it is alive), as does round 1's */
+    ck_assert(sl_transport_last_heard(t[0], 1) == 0.0);
+    double before = sl_clock_now();
     ck_assert_int_eq(sl_gossip_exchange(t[0], 5, 1, v, 3, &one, 1, &one, 1, out, from, &got, 1000),
                      SL_OK);
     ck_assert(out[0] == 42.0f);
     ck_assert_uint_eq(sl_transport_dropped(t[0], SL_DROP_OLD_ROUND), 1); /* the late round 0 */
+    ck_assert(sl_transport_last_heard(t[0], 1) >= before);
+    ck_assert(sl_transport_last_heard(t[0], 1) <= sl_clock_now());
+    ck_assert(sl_transport_last_heard(t[0], 0) == 0.0); /* itself, and out of range: 0 */
+    ck_assert(sl_transport_last_heard(t[0], 7) == 0.0);
     sl_transport_destroy(&t[0]);
     sl_transport_destroy(&t[1]);
 }
