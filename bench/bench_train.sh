@@ -5,7 +5,8 @@
 #
 #   bench/bench_train.sh [--steps N] [--repeat R] [--models LIST] [--threads LIST]
 #                        [--out DIR] [--keep]
-#   bench/bench_train.sh --epoch [--seed S] [--out DIR] [--keep]
+#   bench/bench_train.sh --epoch [--seed LIST] [--threads T] [--parallel] [--out DIR]
+#                        [--keep]
 #
 #   --steps N       training steps per run (default 60); tok/s counts training steps
 #                   only: shoal's summary tokens_per_s, PyTorch after 3 warm-up steps
@@ -13,12 +14,15 @@
 #                   run (default 1; the machine is shared, so figures are noisy)
 #   --models LIST   comma/space separated subset of: word sampled char (default all)
 #   --threads LIST  thread counts (default "1 2")
-#   --epoch         instead: one full epoch of the word model on both sides at 2
-#                   threads, then validation perplexity side by side (target: shoal
-#                   within 3% of PyTorch)
-#   --seed S        run.seed of shoal and --seed of PyTorch (default 1234); one epoch's
+#   --epoch         instead: one full epoch of the word model on both sides (2 threads
+#                   each unless --threads says otherwise), then validation perplexity
+#                   side by side (target: shoal within 3% of PyTorch)
+#   --seed LIST     run.seed of shoal and --seed of PyTorch (default 1234); with
+#                   --epoch a list runs every seed and compares the means: one epoch's
 #                   perplexity moves by up to 10% from seed to seed, and even with the
-#                   seed and thread count fixed: compare means over many seeds
+#                   seed and thread count fixed
+#   --parallel      with --epoch: both sides of a seed at once (on a 2-core machine,
+#                   with --threads 1, about half the time)
 #   --out DIR       put run dirs, logs and JSON here (default: a temp dir)
 #   --keep          keep the outputs (default: removed at exit)
 #   -h, --help      this text
@@ -56,6 +60,7 @@ seed=1234
 models="word sampled char"
 threads_list="1 2"
 epoch=0
+parallel=0
 out=""
 keep=0
 while [ $# -gt 0 ]; do
@@ -69,6 +74,7 @@ while [ $# -gt 0 ]; do
         --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads_list=$2; shift 2 ;;
         --threads=*) threads_list=${1#*=}; shift ;;
         --epoch) epoch=1; shift ;;
+        --parallel) parallel=1; shift ;;
         --seed) [ $# -ge 2 ] || die "--seed needs a value"; seed=$2; shift 2 ;;
         --seed=*) seed=${1#*=}; shift ;;
         --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
@@ -81,7 +87,13 @@ done
 models=${models//,/ }
 threads_list=${threads_list//,/ }
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps wants a positive integer, got '$steps'"
-[[ $seed =~ ^[0-9]+$ ]] || die "--seed wants a non-negative integer, got '$seed'"
+seeds=${seed//,/ }
+for s in $seeds; do
+    [[ $s =~ ^[0-9]+$ ]] || die "--seed wants non-negative integers, got '$s'"
+done
+[ -n "$seeds" ] || die "empty --seed"
+seed=${seeds%% *}
+[ "$epoch" = 1 ] || [ "$seed" = "$seeds" ] || die "several seeds only with --epoch"
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || die "--repeat wants a positive integer, got '$repeat'"
 for m in $models; do
     case $m in word|sampled|char) ;; *) die "unknown model '$m' (word, sampled, char)" ;; esac
@@ -222,10 +234,10 @@ EOF
 
 # report MODE: the table from the JSON files in $out (a missing file shows as "-")
 report() {
-    "$py" - "$1" "$out" "$models" "$threads_list" "$seed" <<'EOF'
-import json, os, sys
+    "$py" - "$1" "$out" "$models" "$threads_list" "$seeds" <<'EOF'
+import json, os, statistics, sys
 
-mode, out, seed = sys.argv[1], sys.argv[2], sys.argv[5]
+mode, out, seeds = sys.argv[1], sys.argv[2], sys.argv[5].split()
 models, threads = sys.argv[3].split(), sys.argv[4].split()
 
 
@@ -290,21 +302,29 @@ if mode == "throughput":
     table(rows, 3)
     print("\nratio = shoal tok/s / PyTorch tok/s (target >= 1.5x); RSS = peak resident set")
 else:
-    s, p = load("shoal", "epoch"), load("torch", "epoch")
-    rows = [["side", "steps", "tok/s", "train s", "valid loss", "valid ppl", "peak RSS"]]
-    for side, d in (("shoal", s), ("torch", p)):
-        if not d:
-            continue
-        rows.append([side, num(d, "steps", "%d"), num(d, "tokens_per_s", "%.0f"),
-                     num(d, "train_time_s", "%.1f"), num(d, "valid_loss", "%.4f"),
-                     num(d, "valid_ppl", "%.2f"), mib(d)])
-        note(side, d.get("backend"))
+    rows = [["seed", "side", "steps", "tok/s", "train s", "valid loss", "valid ppl", "peak RSS"]]
+    ppl = {"shoal": [], "torch": []}
+    for seed in seeds:
+        for side in ("shoal", "torch"):
+            d = load(side, "epoch-" + seed)
+            if not d:
+                continue
+            rows.append([seed, side, num(d, "steps", "%d"), num(d, "tokens_per_s", "%.0f"),
+                         num(d, "train_time_s", "%.1f"), num(d, "valid_loss", "%.4f"),
+                         num(d, "valid_ppl", "%.2f"), mib(d)])
+            note(side, d.get("backend"))
+            if isinstance(d.get("valid_ppl"), (int, float)):
+                ppl[side].append(d["valid_ppl"])
     table(rows, 1)
-    if s and p and s.get("valid_ppl") and p.get("valid_ppl"):
-        diff = 100.0 * (s["valid_ppl"] - p["valid_ppl"]) / p["valid_ppl"]
-        print("\nword model, 1 epoch, 2 threads, seed %s: shoal valid ppl %.2f vs PyTorch %.2f "
-              "(%+.2f%%; target within 3%%: %s)"
-              % (seed, s["valid_ppl"], p["valid_ppl"], diff, "yes" if abs(diff) <= 3 else "NO"))
+    s, p = ppl["shoal"], ppl["torch"]
+    if s and p:
+        ms, mp = statistics.mean(s), statistics.mean(p)
+        diff = 100.0 * (ms - mp) / mp
+        print("\nword model, 1 epoch, %s thread(s), %d seed(s): shoal valid ppl %.2f +- %.2f vs "
+              "PyTorch %.2f +- %.2f (mean +- sd; %+.2f%%; target within 3%%: %s)"
+              % (sys.argv[4], len(s), ms, statistics.stdev(s) if len(s) > 1 else 0.0, mp,
+                 statistics.stdev(p) if len(p) > 1 else 0.0, diff,
+                 "yes" if abs(diff) <= 3 else "NO"))
 print()
 for k, texts in blas.items():
     for v in texts:
@@ -313,16 +333,25 @@ EOF
 }
 
 if [ "$epoch" = 1 ]; then
-    echo "one epoch of the word model at 2 threads on each side (several minutes)" >&2
-    if [ "$have_shoal" = 1 ]; then
-        echo "[bench] shoal word epoch" >&2
-        run_shoal epoch word 2 all --set train.epochs=1 --set train.max_steps=0 \
-            --set train.eval_every_epoch=true || failed=1
-    fi
-    if [ "$have_torch" = 1 ]; then
-        echo "[bench] torch word epoch" >&2
-        run_torch epoch word 2 --epochs 1 --log-every 100 || failed=1
-    fi
+    [ "$threads_list" != "1 2" ] || threads_list=2
+    [[ $threads_list =~ ^[1-9][0-9]*$ ]] || die "--epoch takes one --threads value"
+    echo "one epoch of the word model at $threads_list thread(s) on each side, seeds" \
+         "$seeds (several minutes each)" >&2
+    for seed in $seeds; do
+        spid=""
+        if [ "$have_shoal" = 1 ]; then
+            echo "[bench] shoal word epoch, seed $seed" >&2
+            run_shoal "epoch-$seed" word "$threads_list" all --set train.epochs=1 \
+                --set train.max_steps=0 --set train.eval_every_epoch=true &
+            spid=$!
+            [ "$parallel" = 1 ] || { wait "$spid" || failed=1; spid=""; }
+        fi
+        if [ "$have_torch" = 1 ]; then
+            echo "[bench] torch word epoch, seed $seed" >&2
+            run_torch "epoch-$seed" word "$threads_list" --epochs 1 --log-every 100 || failed=1
+        fi
+        [ -z "$spid" ] || wait "$spid" || failed=1
+    done
     report epoch | tee "$out/table.txt"
 else
     for m in $models; do
