@@ -3,6 +3,7 @@
 #include "sl_checkpoint.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,11 @@ enum {
     OFF_NODES = 192, /* version 2 from here */
     OFF_RANK = 196,
     OFF_SYNC = 200,
-    OFF_RESERVED = 204
+    OFF_LOSS_SCALE = 204, /* version 3 from here (0 in version 2) */
+    OFF_LS_GOOD = 208,
+    OFF_LS_OVERFLOWS = 216,
+    OFF_LS_SKIPPED = 224,
+    OFF_RESERVED = 232
 };
 
 typedef struct {
@@ -161,6 +166,15 @@ sl_ckpt_describe_arch(const sl_ckpt_ident_t *id, char *buf, size_t size)
     }
 }
 
+/* The header's length in a file of version (1 to SL_CKPT_VERSION). */
+static size_t
+header_bytes(uint32_t version)
+{
+    return version == 1   ? SL_CKPT_V1_HEADER_BYTES
+           : version == 2 ? SL_CKPT_V2_HEADER_BYTES
+                          : SL_CKPT_HEADER_BYTES;
+}
+
 static void
 encode_header(unsigned char *h, const header_t *hd)
 {
@@ -196,6 +210,14 @@ encode_header(unsigned char *h, const header_t *hd)
     sl_put_u32(h + OFF_NODES, (uint32_t)hd->id.nodes);
     sl_put_u32(h + OFF_RANK, (uint32_t)hd->id.rank);
     sl_put_u32(h + OFF_SYNC, (uint32_t)hd->id.sync);
+    {
+        uint32_t bits;
+        memcpy(&bits, &hd->cur.loss_scale, sizeof bits);
+        sl_put_u32(h + OFF_LOSS_SCALE, bits);
+    }
+    sl_put_u64(h + OFF_LS_GOOD, (uint64_t)(int64_t)hd->cur.loss_scale_good);
+    sl_put_u64(h + OFF_LS_OVERFLOWS, (uint64_t)(int64_t)hd->cur.loss_scale_overflows);
+    sl_put_u64(h + OFF_LS_SKIPPED, (uint64_t)(int64_t)hd->cur.loss_scale_skipped);
 }
 
 static void
@@ -205,7 +227,7 @@ decode_header(const unsigned char *h, header_t *hd)
 
     memset(hd, 0, sizeof *hd);
     hd->version = sl_get_u32(h + OFF_VERSION);
-    hd->header_bytes = hd->version == 1 ? SL_CKPT_V1_HEADER_BYTES : SL_CKPT_HEADER_BYTES;
+    hd->header_bytes = header_bytes(hd->version);
     hd->flags = sl_get_u32(h + OFF_FLAGS);
     hd->id.corpus_hash = sl_get_u64(h + OFF_CORPUS);
     hd->arch_hash = sl_get_u64(h + OFF_ARCH);
@@ -235,6 +257,15 @@ decode_header(const unsigned char *h, header_t *hd)
     hd->id.nodes = (int)sl_get_u32(h + OFF_NODES);
     hd->id.rank = (int)sl_get_u32(h + OFF_RANK);
     hd->id.sync = (sl_sync_algorithm_t)sl_get_u32(h + OFF_SYNC);
+    if (hd->version == 2)
+        return;
+    {
+        uint32_t lbits = sl_get_u32(h + OFF_LOSS_SCALE);
+        memcpy(&hd->cur.loss_scale, &lbits, sizeof lbits);
+    }
+    hd->cur.loss_scale_good = (long)(int64_t)sl_get_u64(h + OFF_LS_GOOD);
+    hd->cur.loss_scale_overflows = (long)(int64_t)sl_get_u64(h + OFF_LS_OVERFLOWS);
+    hd->cur.loss_scale_skipped = (long)(int64_t)sl_get_u64(h + OFF_LS_SKIPPED);
 }
 
 /* Writes n floats (host order) as little-endian and feeds them to the checksum. */
@@ -330,11 +361,11 @@ fail:
     return rc;
 }
 
-/* The smallest file of a version: header, sync length (version 2), checksum. */
+/* The smallest file of a version: header, sync length (version 2 on), checksum. */
 static size_t
 min_file_bytes(uint32_t version)
 {
-    return version == 1 ? SL_CKPT_V1_HEADER_BYTES + 8 : SL_CKPT_HEADER_BYTES + 8 + 8;
+    return header_bytes(version) + (version == 1 ? 0 : 8) + 8;
 }
 
 /* Structure of the file: magic, version, size, checksum. Each failure is one line. */
@@ -348,10 +379,10 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
         return sl_err_set(SL_ERR_FORMAT, "%s: not a shoal checkpoint (bad magic)", path);
     if (len >= OFF_VERSION + 4) {
         version = sl_get_u32(data + OFF_VERSION);
-        if (version != 1 && version != SL_CKPT_VERSION)
+        if (version < 1 || version > SL_CKPT_VERSION)
             return sl_err_set(SL_ERR_FORMAT,
                               "%s: checkpoint format version %" PRIu32
-                              " is not supported (this shoal reads 1 and %d)",
+                              " is not supported (this shoal reads 1 to %d)",
                               path, version, SL_CKPT_VERSION);
     }
     if (len < min_file_bytes(version))
@@ -386,6 +417,11 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
     if (hd->id.nlayers < 1 || hd->id.nlayers > SL_MAX_LAYERS ||
         sl_ckpt_arch_hash(&hd->id) != hd->arch_hash)
         return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (architecture)", path);
+    if (!(hd->cur.loss_scale == 0.0f ||
+          (isfinite(hd->cur.loss_scale) && hd->cur.loss_scale > 0.0f)) ||
+        hd->cur.loss_scale_good < 0 || hd->cur.loss_scale_overflows < 0 ||
+        hd->cur.loss_scale_skipped < 0)
+        return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (loss scale)", path);
     return SL_OK;
 }
 

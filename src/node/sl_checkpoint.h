@@ -1,19 +1,23 @@
 /* Checkpoints and model files: one little-endian binary file, written atomically and
  * validated completely before anything in memory changes.
  *
- * Layout (version 2):
- *   header (208 bytes)  magic "SHOALCKP", u32 version, u32 flags, u64 corpus hash,
+ * Layout (version 3):
+ *   header (240 bytes)  magic "SHOALCKP", u32 version, u32 flags, u64 corpus hash,
  *                       u64 architecture hash, u32 vocab, embedding, layers, optimizer,
  *                       u32 hidden[8], projection[8], batch, bptt,
  *                       u64 nparams, optimizer floats, state floats,
  *                       i64 step, epoch, batch index, optimizer steps, u64 tokens,
  *                       f64 train time (s),
  *                       u32 nodes of the run, rank of this node, sync algorithm
- *                       (sl_sync_algorithm_t, none with one node), u32 0
+ *                       (sl_sync_algorithm_t, none with one node),
+ *                       f32 fp16 loss scale (0: none), i64 its good steps in a row,
+ *                       overflowed steps in a row, steps skipped, u64 0
  *   f32 params[nparams], f32 optimizer state[], f32 hidden state[]
  *   u64 sync bytes, sync state[sync bytes]   sl_sync_state_save's bytes; 0 of them in a
  *                       model file and when the algorithm keeps nothing (sl_sync.h)
  *   u64 checksum        sl_hash of every byte before it
+ * Version 2 (still read): a 208-byte header that ends after the sync algorithm and a
+ * u32 0, so no loss-scale state; a run resumed from it in fp16 starts the scale again.
  * Version 1 (still read): a 192-byte header that ends after the train time, and no sync
  * section; a run resumed from it starts its sync state from the resumed parameters.
  * A checkpoint (flags & SL_CKPT_TRAIN_STATE) carries the optimizer, hidden and sync
@@ -31,8 +35,9 @@
 #include "sl_sync.h"
 
 #define SL_CKPT_MAGIC "SHOALCKP"
-#define SL_CKPT_VERSION 2
-#define SL_CKPT_HEADER_BYTES 208    /* version 2 */
+#define SL_CKPT_VERSION 3
+#define SL_CKPT_HEADER_BYTES 240    /* version 3 */
+#define SL_CKPT_V2_HEADER_BYTES 208 /* version 2 */
 #define SL_CKPT_V1_HEADER_BYTES 192 /* version 1 */
 #define SL_CKPT_TRAIN_STATE 1u      /* flags: optimizer and hidden state present */
 
@@ -59,7 +64,11 @@ typedef struct {
     uint64_t tokens;     /* training tokens seen */
     double train_time_s; /* time in training steps so far, eval excluded */
     int version;         /* the format version of the file loaded (sl_checkpoint_load sets
-                            it; 1: no sync state); save ignores it */
+                            it; 1: no sync state, 1 and 2: no loss scale); save ignores it */
+    /* fp16 loss scaling (sl_loss_scale_t): S, 0 when there is none (not fp16, or a file
+     * older than version 3), then its counters */
+    float loss_scale;
+    long loss_scale_good, loss_scale_overflows, loss_scale_skipped;
 } sl_ckpt_cursor_t;
 
 /* id for node rank of nodes (1 and 0 outside a multi-node run). */

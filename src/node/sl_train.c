@@ -383,9 +383,10 @@ setup_sync(trainer_t *t)
     return start_sync(t);
 }
 
-/* Training state, sync state included, from this node's checkpoint when there is one
- * and resume is on. A version 1 checkpoint has no sync state: the sync object starts
- * again from the resumed parameters, as if the run began there. */
+/* Training state, sync and loss-scale state included, from this node's checkpoint when
+ * there is one and resume is on. A version 1 checkpoint has no sync state: the sync
+ * object starts again from the resumed parameters, as if the run began there; versions
+ * 1 and 2 have no loss scale: fp16 starts it again. */
 static sl_status_t
 maybe_resume(trainer_t *t, const sl_train_result_t *res)
 {
@@ -407,6 +408,17 @@ maybe_resume(trainer_t *t, const sl_train_result_t *res)
                     res->checkpoint, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
         sl_sync_destroy(&t->sync);
         SL_TRY(start_sync(t));
+    }
+    if (t->ls.enabled && t->cur.loss_scale > 0.0f) {
+        t->ls.scale = t->cur.loss_scale;
+        t->ls.good = t->cur.loss_scale_good;
+        t->ls.overflows = t->cur.loss_scale_overflows;
+        t->ls.skipped = t->cur.loss_scale_skipped;
+    } else if (t->ls.enabled) {
+        sl_log_warn("train",
+                    "%s: the checkpoint holds no loss scale (written by an older shoal or "
+                    "not in fp16): it starts again at %g",
+                    res->checkpoint, (double)t->ls.scale);
     }
     t->saved_step = t->cur.step;
     sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
@@ -472,6 +484,10 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
 {
     if (t->saved_step == t->cur.step)
         return SL_OK;
+    t->cur.loss_scale = t->ls.enabled ? t->ls.scale : 0.0f;
+    t->cur.loss_scale_good = t->ls.good;
+    t->cur.loss_scale_overflows = t->ls.overflows;
+    t->cur.loss_scale_skipped = t->ls.skipped;
     SL_TRY(
         sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st, t->sync));
     t->saved_step = t->cur.step;

@@ -1,5 +1,5 @@
 /* Unit tests of src/node: exact resume from checkpoints (one node, and two nodes of
- * bmuf and gossip-bmuf with their sync state), checkpoint validation (versions 1 and 2,
+ * bmuf and gossip-bmuf with their sync state), checkpoint validation (versions 1 to 3,
  * node count, rank and sync state), the run directory's files, the progress line, and
  * the shoal command line. Trains tiny models (E 16, one LSTM layer of 16) on a
  * 20000-token slice of Brown. */
@@ -90,7 +90,7 @@ float_bytes(const unsigned char *data)
     return 4 * (size_t)(sl_get_u64(data + 120) + sl_get_u64(data + 128) + sl_get_u64(data + 136));
 }
 
-/* The version 1 file of a version 2 checkpoint (data, len), as shoal 1 wrote it: the
+/* The version 1 file of a version 3 checkpoint (data, len), as shoal 1 wrote it: the
  * header's first 192 bytes with version 1, the floats, no sync section, its checksum.
  * Returns it malloc'd, its length in *out_len. */
 static unsigned char *
@@ -108,6 +108,26 @@ to_version1(const unsigned char *data, size_t len, size_t *out_len)
     memcpy(v1 + SL_CKPT_V1_HEADER_BYTES, data + SL_CKPT_HEADER_BYTES, fb);
     rehash(v1, *out_len);
     return v1;
+}
+
+/* The version 2 file of a version 3 checkpoint, as the shoal of the second format wrote
+ * it: the header's first 204 bytes with version 2 and a u32 0 (no loss scale), the rest
+ * as it is. Returns it malloc'd, its length in *out_len. */
+static unsigned char *
+to_version2(const unsigned char *data, size_t len, size_t *out_len)
+{
+    unsigned char *v2;
+    size_t cut = SL_CKPT_HEADER_BYTES - SL_CKPT_V2_HEADER_BYTES;
+
+    *out_len = len - cut;
+    v2 = malloc(*out_len);
+    ck_assert_ptr_nonnull(v2);
+    memcpy(v2, data, SL_CKPT_V2_HEADER_BYTES - 4);
+    sl_put_u32(v2 + 8, 2);
+    sl_put_u32(v2 + SL_CKPT_V2_HEADER_BYTES - 4, 0);
+    memcpy(v2 + SL_CKPT_V2_HEADER_BYTES, data + SL_CKPT_HEADER_BYTES, len - SL_CKPT_HEADER_BYTES);
+    rehash(v2, *out_len);
+    return v2;
 }
 
 /* The tiny configuration: a 20000-token slice of Brown, vocab 500, E 16, one layer of
@@ -558,7 +578,7 @@ assert_refused(small_model_t *m, const sl_ckpt_ident_t *id, const char *path, co
                int params_only)
 {
     snapshot_t before, after;
-    sl_ckpt_cursor_t cur = {-7, -7, -7, 7, 7.0, -7};
+    sl_ckpt_cursor_t cur = {-7, -7, -7, 7, 7.0, -7, 7.0f, -7, -7, -7};
     size_t len_before, len_after;
     char *file_before = read_file(path, &len_before), *file_after;
     sl_status_t rc;
@@ -584,7 +604,7 @@ START_TEST(test_bad_checkpoints)
 {
     small_model_t src, dst, deep;
     snapshot_t saved, loaded;
-    sl_ckpt_cursor_t cur = {120, 1, 42, 3840, 1.5, 0}, got;
+    sl_ckpt_cursor_t cur = {120, 1, 42, 3840, 1.5, 0, 512.0f, 7, 1, 3}, got;
     sl_ckpt_ident_t other;
     char good[1024], bad[1024], model[1024], msg[2048], *data;
     size_t len, expected;
@@ -615,15 +635,32 @@ START_TEST(test_bad_checkpoints)
     data[8] = 9;
     write_file(bad, data, len);
     snprintf(msg, sizeof msg,
-             "%s: checkpoint format version 9 is not supported (this shoal reads 1 and 2)", bad);
+             "%s: checkpoint format version 9 is not supported (this shoal reads 1 to 3)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
-    data[8] = 2;
+    data[8] = 0;
+    write_file(bad, data, len);
+    snprintf(msg, sizeof msg,
+             "%s: checkpoint format version 0 is not supported (this shoal reads 1 to 3)", bad);
+    assert_refused(&dst, &dst.id, bad, msg, 0);
+    data[8] = 3;
+    /* a loss scale that is no scale (the checksum made good again) */
+    for (int k = 0; k < 2; k++) {
+        unsigned char keep[4];
+        memcpy(keep, data + 204, 4);
+        sl_put_u32((unsigned char *)data + 204, k ? 0xbf800000u : 0x7fc00000u); /* -1, NaN */
+        rehash((unsigned char *)data, len);
+        write_file(bad, data, len);
+        snprintf(msg, sizeof msg, "%s: corrupt header (loss scale)", bad);
+        assert_refused(&dst, &dst.id, bad, msg, 0);
+        memcpy(data + 204, keep, 4);
+        rehash((unsigned char *)data, len);
+    }
     /* truncated */
     write_file(bad, data, len / 2);
     snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len / 2, len);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     write_file(bad, data, 0);
-    snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 224", bad);
+    snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 256", bad);
     assert_refused(&dst, &dst.id, bad, msg, 1);
     /* one flipped payload bit */
     data[SL_CKPT_HEADER_BYTES + 101] ^= 0x10;
@@ -682,7 +719,11 @@ START_TEST(test_bad_checkpoints)
     ck_assert_int_eq(got.batch_index, 42);
     ck_assert_uint_eq(got.tokens, 3840);
     ck_assert(got.train_time_s == 1.5);
-    ck_assert_int_eq(got.version, 2);
+    ck_assert_int_eq(got.version, 3);
+    ck_assert(got.loss_scale == 512.0f);
+    ck_assert_int_eq(got.loss_scale_good, 7);
+    ck_assert_int_eq(got.loss_scale_overflows, 1);
+    ck_assert_int_eq(got.loss_scale_skipped, 3);
     snapshot_free(&saved);
     snapshot_free(&loaded);
     /* a model file's parameters load for evaluation */
@@ -705,16 +746,17 @@ START_TEST(test_bad_checkpoints)
 }
 END_TEST
 
-/* Version 2 with a sync state: node 0 of 2 of bmuf. The state (a Delta made non-zero
+/* Version 3 with a sync state: node 0 of 2 of bmuf. The state (a Delta made non-zero
  * by hand) is saved and loaded bit for bit with the rest; another rank, node count or
  * algorithm, a sync state of another size or with a bad header of its own are refused
- * with one line and change nothing; a version 1 file still loads everything it has and
- * leaves the sync state alone; a model file's parameters load for any node. */
+ * with one line and change nothing; a version 2 file loads everything but a loss
+ * scale; a version 1 file still loads everything it has and leaves the sync state
+ * alone; a model file's parameters load for any node. */
 START_TEST(test_checkpoint_sync_state)
 {
     small_model_t src, dst, uni;
     snapshot_t saved, loaded, before;
-    sl_ckpt_cursor_t cur = {12, 0, 12, 384, 0.5, 0}, got;
+    sl_ckpt_cursor_t cur = {12, 0, 12, 384, 0.5, 0, 0.0f, 0, 0, 0}, got;
     sl_ckpt_ident_t other;
     char good[1024], bad[1024], old[1024], model[1024], msg[2048];
     unsigned char *state, *data, *v1;
@@ -799,7 +841,7 @@ START_TEST(test_checkpoint_sync_state)
     /* the good file: everything, sync state included */
     ck_assert_int_eq(
         sl_checkpoint_load(good, &dst.id, dst.be, dst.lm, dst.opt, dst.st, dst.sync, &got), SL_OK);
-    ck_assert_int_eq(got.version, 2);
+    ck_assert_int_eq(got.version, 3);
     ck_assert_int_eq(got.step, 12);
     snapshot(&src, &saved);
     snapshot(&dst, &loaded);
@@ -807,6 +849,22 @@ START_TEST(test_checkpoint_sync_state)
     ck_assert(snapshot_equal(&saved, &loaded));
     snapshot_free(&saved);
     snapshot_free(&loaded);
+
+    /* version 2: everything but a loss scale, sync state included */
+    v1 = to_version2(data, len, &v1len);
+    write_file(old, v1, v1len);
+    ck_assert_int_eq(sl_lm_init_params(dst.lm, 9), SL_OK);
+    ck_assert_int_eq(
+        sl_checkpoint_load(old, &dst.id, dst.be, dst.lm, dst.opt, dst.st, dst.sync, &got), SL_OK);
+    ck_assert_int_eq(got.version, 2);
+    ck_assert_int_eq(got.step, 12);
+    ck_assert(got.loss_scale == 0.0f);
+    snapshot(&src, &saved);
+    snapshot(&dst, &loaded);
+    ck_assert(snapshot_equal(&saved, &loaded));
+    snapshot_free(&saved);
+    snapshot_free(&loaded);
+    free(v1);
 
     /* version 1: parameters, optimizer and hidden state load; the sync state stays */
     v1 = to_version1(data, len, &v1len);
