@@ -560,15 +560,15 @@ send_control(sl_transport_t *t, const sl_wire_key_t *key, const void *payload, u
     return send_zmq(t, key->peer, hb, payload, bytes, 0, wait_ms, key->kind);
 }
 
-/* Creates our lane to peer and offers it. A lane that cannot be made is not an error:
- * frames then stay on ZeroMQ (said once). */
-static sl_status_t
+/* Creates our lane to peer and offers it, best effort: a lane that cannot be made
+ * leaves that peer's frames on ZeroMQ (said once); an offer that cannot be sent now is
+ * made again with the next large frame. */
+static void
 offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
 {
     sl_shm_offer_t offer;
     unsigned char ob[SL_SHM_OFFER_BYTES];
     sl_wire_key_t key = {0, 0, 0, peer, SL_WIRE_SHM_OFFER};
-    sl_status_t st;
 
     t->lane_state[peer] = LANE_UNUSABLE;
     if (sl_shm_lane_create(&t->out_lanes[peer], t->o.run_id, t->o.rank, peer, t->o.shm_slots,
@@ -576,16 +576,15 @@ offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
         if (!t->shm_refused_logged++)
             sl_log_info("transport", "rank %u: no shared memory, frames stay on ZeroMQ: %s",
                         (unsigned)t->o.rank, sl_err_msg());
-        return SL_OK;
+        return;
     }
     sl_shm_offer_encode(&offer, ob);
-    st = send_control(t, &key, ob, SL_SHM_OFFER_BYTES, wait_ms);
-    if (st != SL_OK) {
+    if (send_control(t, &key, ob, SL_SHM_OFFER_BYTES, wait_ms) != SL_OK) {
         sl_shm_lane_destroy(&t->out_lanes[peer]);
-        return st;
+        t->lane_state[peer] = LANE_NONE;
+        return;
     }
     t->lane_state[peer] = LANE_OFFERED;
-    return SL_OK;
 }
 
 /* Encodes the frame (h, payload) into a free slot of the lane to key->peer and sends
@@ -639,15 +638,16 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
     if (h.payload_bytes && !payload)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
                           (unsigned)count);
-    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES) {
-        if (t->lane_state[key->peer] == LANE_NONE)
-            SL_TRY(offer_lane(t, key->peer, wait_ms));
+    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES)
         SL_TRY(send_lane(t, key, &h, payload, wait_ms, &used));
-    }
     if (!used) {
         SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates before anything is allocated */
         SL_TRY(send_zmq(t, key->peer, hb, payload, h.payload_bytes, flags, wait_ms, key->kind));
     }
+    /* a valid large frame went out: offer a lane for the next ones */
+    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES &&
+        t->lane_state[key->peer] == LANE_NONE)
+        offer_lane(t, key->peer, wait_ms);
     return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 
