@@ -23,7 +23,9 @@
 #include "sl_status.h"
 
 #define SL_SHM_MAX_SLOTS 32u
-#define SL_SHM_MAX_SLOT_BYTES ((uint64_t)64 << 20)
+/* A slot holds at most one frame of the largest payload (SL_WIRE_MAX_PAYLOAD) and its
+ * header, in whole pages. */
+#define SL_SHM_MAX_SLOT_BYTES (((uint64_t)1 << 30) + 4096u)
 /* Bytes of an offer's payload: what the receiver needs to find and check the lane. */
 #define SL_SHM_OFFER_BYTES 48u
 /* Bytes of a reference's payload: slot and frame length. */

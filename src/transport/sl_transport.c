@@ -86,7 +86,7 @@ sl_transport_opts_default(sl_transport_opts_t *o)
     o->mailbox_bytes = (uint64_t)4 << 30;
     o->shm = 1;
     o->shm_slots = 16;
-    o->shm_slot_bytes = ((uint64_t)8 << 20) + SL_WIRE_HEADER_BYTES;
+    o->shm_slot_bytes = ((uint64_t)64 << 20) + SL_WIRE_HEADER_BYTES;
 }
 
 /* Maps the last ZeroMQ error to our codes (STYLE.md "Errors") with a message. */

@@ -67,9 +67,10 @@ typedef struct {
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
- * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 8 MiB + a header (address
+ * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 64 MiB + a header (address
  * space; only the slots in use take memory, as far as their frames reach: a gossip
- * snapshot of a component up to 8 MiB fits); run_id, rank and size 0 (set them). */
+ * snapshot of a component up to 64 MiB fits, an LSTMP 2048/512 layer's 34 MB
+ * included); run_id, rank and size 0 (set them). */
 void sl_transport_opts_default(sl_transport_opts_t *o);
 
 typedef struct sl_transport sl_transport_t;
