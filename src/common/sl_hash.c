@@ -118,13 +118,10 @@ bulk_word(uint64_t acc[8], unsigned i, uint64_t d, uint64_t k)
     acc[i ^ 1] += d;
 }
 
-/* The blocks of p, copied to dst on the way unless dst is NULL. */
 static void
-bulk_blocks_portable(uint64_t acc[8], const unsigned char *p, unsigned char *dst, size_t nblocks,
+bulk_blocks_portable(uint64_t acc[8], const unsigned char *p, size_t nblocks,
                      const uint64_t key0[8])
 {
-    if (dst && nblocks)
-        memcpy(dst, p, 64 * nblocks);
     for (size_t b = 0; b < nblocks; b++, p += 64)
         for (unsigned i = 0; i < 8; i++) {
             uint64_t d;
@@ -135,8 +132,7 @@ bulk_blocks_portable(uint64_t acc[8], const unsigned char *p, unsigned char *dst
 
 #ifdef HAVE_AVX2_PATH
 __attribute__((target("avx2"))) static void
-bulk_blocks_avx2(uint64_t acc[8], const unsigned char *p, unsigned char *dst, size_t nblocks,
-                 const uint64_t key0[8])
+bulk_blocks_avx2(uint64_t acc[8], const unsigned char *p, size_t nblocks, const uint64_t key0[8])
 {
     __m256i a0 = _mm256_loadu_si256((const __m256i *)(const void *)acc);
     __m256i a1 = _mm256_loadu_si256((const __m256i *)(const void *)(acc + 4));
@@ -149,11 +145,6 @@ bulk_blocks_avx2(uint64_t acc[8], const unsigned char *p, unsigned char *dst, si
         __m256i d1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
         __m256i x0, x1;
 
-        if (dst) { /* one pass over the source for the copy and the hash */
-            _mm256_storeu_si256((__m256i *)(void *)dst, d0);
-            _mm256_storeu_si256((__m256i *)(void *)(dst + 32), d1);
-            dst += 64;
-        }
         k0 = _mm256_add_epi64(k0, step);
         k1 = _mm256_add_epi64(k1, step);
         x0 = _mm256_xor_si256(d0, k0);
@@ -179,12 +170,10 @@ have_avx2(void)
 }
 #endif
 
-/* sl_hash_bulk of data, which is also copied to dst unless dst is NULL. */
-static uint64_t
-bulk(const void *data, void *dst, size_t bytes, uint64_t seed)
+uint64_t
+sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
 {
     const unsigned char *p = data;
-    unsigned char *q = dst;
     uint64_t acc[8], key0[8], kb, d, h;
     size_t nblocks = bytes / 64, rest = bytes % 64;
     unsigned i;
@@ -195,13 +184,11 @@ bulk(const void *data, void *dst, size_t bytes, uint64_t seed)
     }
 #ifdef HAVE_AVX2_PATH
     if (have_avx2())
-        bulk_blocks_avx2(acc, p, q, nblocks, key0);
+        bulk_blocks_avx2(acc, p, nblocks, key0);
     else
 #endif
-        bulk_blocks_portable(acc, p, q, nblocks, key0);
+        bulk_blocks_portable(acc, p, nblocks, key0);
     p += 64 * nblocks;
-    if (q && rest)
-        memcpy(q + 64 * nblocks, p, rest);
     kb = (uint64_t)(nblocks + 1) * BULK_STEP;
     for (i = 0; rest >= 8; i++, p += 8, rest -= 8) {
         memcpy(&d, p, sizeof d);
@@ -216,16 +203,4 @@ bulk(const void *data, void *dst, size_t bytes, uint64_t seed)
     for (i = 0; i < 8; i++)
         h = sl_mix64(h + acc[i]);
     return h;
-}
-
-uint64_t
-sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
-{
-    return bulk(data, NULL, bytes, seed);
-}
-
-uint64_t
-sl_hash_bulk_copy(void *dst, const void *src, size_t bytes, uint64_t seed)
-{
-    return bulk(src, dst, bytes, seed);
 }

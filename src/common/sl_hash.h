@@ -25,8 +25,5 @@ uint64_t sl_hash_bytes(const void *data, size_t bytes, uint64_t seed);
  * CPU has it; the portable path gives the same value). Keyed by the block's position,
  * so moved blocks change it. A different function from sl_hash_bytes. */
 uint64_t sl_hash_bulk(const void *data, size_t bytes, uint64_t seed);
-/* sl_hash_bulk of src, copying it to dst (bytes; the ranges must not overlap) in the
- * same pass. */
-uint64_t sl_hash_bulk_copy(void *dst, const void *src, size_t bytes, uint64_t seed);
 
 #endif

@@ -93,11 +93,21 @@ nchunks(const ring_t *r, size_t len)
     return len / r->chunk + (len % r->chunk != 0);
 }
 
-/* dst[i] += the i-th float of src (unaligned little-endian bytes). */
+/* dst[i] += the i-th float of src (unaligned little-endian bytes). In blocks of 8,
+ * which gcc -O2 turns into vector adds; its cost model leaves the plain loop scalar,
+ * and this add is a third of a shared-memory allreduce's time. */
 static void
 add_into(float *restrict dst, const unsigned char *restrict src, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        float v[8];
+        memcpy(v, src + 4 * i, sizeof v);
+        for (int k = 0; k < 8; k++)
+            dst[i + k] += v[k];
+    }
+    for (; i < n; i++) {
         float v;
         memcpy(&v, src + 4 * i, sizeof v);
         dst[i] += v;

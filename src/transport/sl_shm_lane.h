@@ -13,7 +13,8 @@
  * the lane through /proc/<pid>/fd/<fd> after checking the machine (boot id), the seals,
  * the size and the head's magic and nonce, so it cannot map something else by mistake.
  * Nothing in a lane is trusted: the receiver validates every frame it reads like one
- * from a socket. */
+ * from a socket, except that the checksum of these local frames covers the header only
+ * (sl_wire.h). */
 #ifndef SL_SHM_LANE_H
 #define SL_SHM_LANE_H
 

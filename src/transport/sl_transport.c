@@ -607,7 +607,7 @@ send_lane(sl_transport_t *t, const sl_wire_key_t *key, const sl_wire_header_t *h
     slot = sl_shm_lane_acquire(lane, &mem);
     if (slot < 0)
         return SL_OK;
-    SL_TRY(sl_wire_encode_frame(h, payload, mem)); /* the slot stays free on failure */
+    SL_TRY(sl_wire_encode_local(h, payload, mem)); /* the slot stays free on failure */
     sl_shm_lane_publish(lane, slot);
     memset(ref, 0, sizeof ref);
     sl_put_u32(ref, (uint32_t)slot);
@@ -753,7 +753,7 @@ take_ref(sl_transport_t *t, frame_t *f)
             bad = "a frame longer than its slot";
     }
     if (!bad) {
-        why = sl_wire_decode(mem, bytes, t->o.run_id, t->o.rank, t->o.size, &h, &payload);
+        why = sl_wire_decode_local(mem, bytes, t->o.run_id, t->o.rank, t->o.size, &h, &payload);
         if (why == SL_WIRE_OK &&
             (h.sender != from || h.kind == SL_WIRE_SHM_OFFER || h.kind == SL_WIRE_SHM_ACCEPT ||
              h.kind == SL_WIRE_SHM_REF || h.component != f->pub.h.component ||

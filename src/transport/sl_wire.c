@@ -191,20 +191,19 @@ sl_wire_encode(const sl_wire_header_t *h, const void *payload,
 }
 
 sl_status_t
-sl_wire_encode_frame(const sl_wire_header_t *h, const void *payload, unsigned char *out)
+sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned char *out)
 {
-    uint64_t sum;
-
     SL_TRY(encode_fields(h, out));
-    sum = sl_hash_bulk_copy(out + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes,
-                            sl_hash_bytes(out, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC));
-    sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sum);
+    sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, NULL, 0));
+    if (h->payload_bytes)
+        memcpy(out + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes);
     return SL_OK;
 }
 
-sl_wire_reason_t
-sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
-                     uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
+/* sl_wire_decode_parts; local: the checksum covers the header only */
+static sl_wire_reason_t
+decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
+             uint64_t run_id, uint32_t me, uint32_t nranks, int local, sl_wire_header_t *h)
 {
     const unsigned char *p = head;
     sl_wire_reason_t why;
@@ -237,20 +236,42 @@ sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, siz
         return why;
     if (head_len != SL_WIRE_HEADER_BYTES || h->payload_bytes != payload_len)
         return SL_WIRE_BAD_LENGTH;
-    if (sl_get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != sl_wire_checksum(p, payload, payload_len))
+    if (sl_get_u64(p + SL_WIRE_CHECKSUM_OFFSET) !=
+        sl_wire_checksum(p, payload, local ? 0 : payload_len))
         return SL_WIRE_BAD_CHECKSUM;
     return SL_WIRE_OK;
 }
 
 sl_wire_reason_t
-sl_wire_decode(const void *buf, size_t len, uint64_t run_id, uint32_t me, uint32_t nranks,
-               sl_wire_header_t *h, const void **payload)
+sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
+                     uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
+{
+    return decode_parts(head, head_len, payload, payload_len, run_id, me, nranks, 0, h);
+}
+
+static sl_wire_reason_t
+decode_whole(const void *buf, size_t len, uint64_t run_id, uint32_t me, uint32_t nranks, int local,
+             sl_wire_header_t *h, const void **payload)
 {
     const unsigned char *p = buf;
 
     if (len < SL_WIRE_HEADER_BYTES)
         return SL_WIRE_TRUNCATED;
     *payload = p + SL_WIRE_HEADER_BYTES;
-    return sl_wire_decode_parts(p, SL_WIRE_HEADER_BYTES, p + SL_WIRE_HEADER_BYTES,
-                                len - SL_WIRE_HEADER_BYTES, run_id, me, nranks, h);
+    return decode_parts(p, SL_WIRE_HEADER_BYTES, p + SL_WIRE_HEADER_BYTES,
+                        len - SL_WIRE_HEADER_BYTES, run_id, me, nranks, local, h);
+}
+
+sl_wire_reason_t
+sl_wire_decode(const void *buf, size_t len, uint64_t run_id, uint32_t me, uint32_t nranks,
+               sl_wire_header_t *h, const void **payload)
+{
+    return decode_whole(buf, len, run_id, me, nranks, 0, h, payload);
+}
+
+sl_wire_reason_t
+sl_wire_decode_local(const void *buf, size_t len, uint64_t run_id, uint32_t me, uint32_t nranks,
+                     sl_wire_header_t *h, const void **payload)
+{
+    return decode_whole(buf, len, run_id, me, nranks, 1, h, payload);
 }

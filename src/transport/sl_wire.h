@@ -8,7 +8,7 @@
  *   24 component u32                28 seq u32          32 round u64
  *   40 count u32 (elements)         44 scale f32        48 payload_bytes u64
  *   56 checksum u64 = sl_hash_bulk(payload, seed = sl_hash_bytes(header bytes 0..55,
- *                     seed SL_WIRE_MAGIC))
+ *                     seed SL_WIRE_MAGIC)); of the header only in a local frame
  * Payload elements are little-endian too: fp32 payloads are host floats, and sl_wire.c
  * refuses to compile on a big-endian host. */
 #ifndef SL_WIRE_H
@@ -119,11 +119,22 @@ uint64_t sl_wire_checksum(const unsigned char *head, const void *payload, size_t
  * (unknown kind or encoding, count/size mismatch, size over the cap, bad scale). */
 sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
                            unsigned char out[SL_WIRE_HEADER_BYTES]);
-/* The whole frame, header then payload, into out (SL_WIRE_HEADER_BYTES +
- * h->payload_bytes), the payload hashed as it is copied; the same bytes as
- * sl_wire_encode's header followed by the payload. */
-sl_status_t sl_wire_encode_frame(const sl_wire_header_t *h, const void *payload,
+
+/* Local frames, the frames in a shared-memory lane (sl_shm_lane.h), hash their header
+ * only: their checksum is sl_wire_checksum(head, NULL, 0). Nothing corrupts bytes
+ * between two mappings of one page, and a peer that scribbled over a slot could do so
+ * after any check, so hashing the payload would cost a pass over it on each side and
+ * prove nothing. Every header field is still validated, and a reader goes no further
+ * than the validated length. A local frame with a payload never passes sl_wire_decode:
+ * one cannot be taken for the other. */
+
+/* The whole local frame, header then payload, into out (SL_WIRE_HEADER_BYTES +
+ * h->payload_bytes). SL_ERR_INVALID as for sl_wire_encode. */
+sl_status_t sl_wire_encode_local(const sl_wire_header_t *h, const void *payload,
                                  unsigned char *out);
+/* sl_wire_decode for a local frame. */
+sl_wire_reason_t sl_wire_decode_local(const void *buf, size_t len, uint64_t run_id, uint32_t me,
+                                      uint32_t nranks, sl_wire_header_t *h, const void **payload);
 
 /* Validates a contiguous frame (header then payload, len bytes) for the node of rank
  * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points

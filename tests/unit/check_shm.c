@@ -306,12 +306,14 @@ fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t b
     sl_wire_header_t h = fake_header(kind, SL_WIRE_BYTES, seq, bytes, bytes);
     unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
 
-    ck_assert_int_eq(sl_wire_encode_frame(&h, payload, buf), SL_OK);
+    ck_assert_int_eq(sl_wire_encode(&h, payload, buf), SL_OK);
+    memcpy(buf + SL_WIRE_HEADER_BYTES, payload, bytes);
     ck_assert_int_ge(zmq_send(f->s, buf, SL_WIRE_HEADER_BYTES + bytes, 0), 0);
 }
 
 /* Writes a data frame (seq, 100 floats) into a slot and publishes it; damage 1 flips a
- * payload byte after the checksum, 2 gives the frame seq + 1. Returns its length. */
+ * header byte (the component's) after the checksum, 2 gives the frame seq + 1. Returns
+ * its length. */
 static uint64_t
 fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
 {
@@ -324,9 +326,9 @@ fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
     ck_assert_int_eq(slot, slot_expected);
     for (int i = 0; i < 100; i++)
         v[i] = (float)(seq + (uint32_t)i);
-    ck_assert_int_eq(sl_wire_encode_frame(&h, v, mem), SL_OK);
+    ck_assert_int_eq(sl_wire_encode_local(&h, v, mem), SL_OK);
     if (damage == 1)
-        mem[SL_WIRE_HEADER_BYTES + 7] ^= 0x10;
+        mem[25] ^= 0x10;
     sl_shm_lane_publish(f->lane, slot);
     return SL_WIRE_HEADER_BYTES + sizeof v;
 }

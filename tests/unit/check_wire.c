@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sl_endian.h"
 #include "sl_mailbox.h"
 #include "sl_wire.h"
 
@@ -128,8 +129,9 @@ START_TEST(test_round_trip)
                      SL_WIRE_OK);
     ck_assert_uint_eq(d.kind, SL_WIRE_BARRIER);
 
-    /* the whole frame in one pass: the same bytes as header + payload, for payload
-     * lengths on and off the hash's blocks and words */
+    /* local frames (shared-memory lanes): the network frame's header fields, a checksum
+     * of the header only; a changed payload still decodes as local, never as a network
+     * frame; a changed header field decodes as neither */
     unsigned char whole[SL_WIRE_HEADER_BYTES + 300], vals[300];
     for (int i = 0; i < 300; i++)
         vals[i] = (unsigned char)(i * 13 + 1);
@@ -139,16 +141,39 @@ START_TEST(test_round_trip)
         e.payload_bytes = n;
         ck_assert_int_eq(sl_wire_encode(&e, vals, buf), SL_OK);
         memset(whole, 0xaa, sizeof whole);
-        ck_assert_int_eq(sl_wire_encode_frame(&e, vals, whole), SL_OK);
-        ck_assert_int_eq(memcmp(whole, buf, SL_WIRE_HEADER_BYTES), 0);
+        ck_assert_int_eq(sl_wire_encode_local(&e, vals, whole), SL_OK);
+        ck_assert_int_eq(memcmp(whole, buf, SL_WIRE_CHECKSUM_OFFSET), 0);
+        ck_assert_uint_eq(sl_get_u64(whole + SL_WIRE_CHECKSUM_OFFSET),
+                          sl_wire_checksum(whole, NULL, 0));
         ck_assert_int_eq(memcmp(whole + SL_WIRE_HEADER_BYTES, vals, n), 0);
         ck_assert_uint_eq(whole[SL_WIRE_HEADER_BYTES + n], 0xaa); /* nothing past it */
-        ck_assert_int_eq(sl_wire_decode(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d,
-                                        &payload),
-                         SL_WIRE_OK);
+        ck_assert_int_eq(
+            sl_wire_decode_local(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d, &payload),
+            SL_WIRE_OK);
+        ck_assert_uint_eq(d.count, n);
+        ck_assert_ptr_eq(payload, whole + SL_WIRE_HEADER_BYTES);
+        if (n == 0)
+            continue;
+        ck_assert_int_eq(
+            sl_wire_decode(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d, &payload),
+            SL_WIRE_BAD_CHECKSUM);
+        ck_assert_int_eq(
+            sl_wire_decode_local(buf, SL_WIRE_HEADER_BYTES, RUN, ME, NRANKS, &d, &payload),
+            SL_WIRE_BAD_LENGTH);
+        whole[SL_WIRE_HEADER_BYTES + n - 1] ^= 1;
+        ck_assert_int_eq(
+            sl_wire_decode_local(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d, &payload),
+            SL_WIRE_OK);
+        whole[28] ^= 1; /* seq */
+        ck_assert_int_eq(
+            sl_wire_decode_local(whole, SL_WIRE_HEADER_BYTES + n, RUN, ME, NRANKS, &d, &payload),
+            SL_WIRE_BAD_CHECKSUM);
+        ck_assert_int_eq(sl_wire_decode_local(whole, SL_WIRE_HEADER_BYTES + n - 1, RUN, ME, NRANKS,
+                                              &d, &payload),
+                         SL_WIRE_BAD_LENGTH);
     }
     e.kind = 0;
-    ck_assert_int_eq(sl_wire_encode_frame(&e, vals, whole), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_wire_encode_local(&e, vals, whole), SL_ERR_INVALID);
 }
 END_TEST
 
