@@ -4,8 +4,8 @@
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--chunk FLOATS] [--sizes "256K 1M ..."]
  *
- * Each size is timed on rank 0 after a barrier, over a fixed number of repetitions
- * (more for small sizes) after one warm-up. Columns:
+ * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
+ * 1000) after one warm-up. Columns:
  *   allreduce_ms  one sl_allreduce_sum of SIZE bytes of floats
  *   busbw_GBps    2(n-1)/n * SIZE / time (the bytes each link carries; NCCL's metric)
  *   gossip_GBps   SIZE / time of one sl_gossip_exchange (push to rank-1, collect from
@@ -42,16 +42,14 @@ typedef struct {
     char dir[64];
 } bench_t;
 
+/* 256 MiB moved per timing, 5 to 1000 repetitions: a few hundred milliseconds each, so
+ * that a scheduler hiccup on a shared machine is a small part of it */
 static int
 reps_for(size_t bytes)
 {
-    if (bytes <= ((size_t)1 << 20))
-        return 20;
-    if (bytes <= ((size_t)4 << 20))
-        return 10;
-    if (bytes <= ((size_t)16 << 20))
-        return 4;
-    return 3;
+    size_t r = ((size_t)256 << 20) / (bytes ? bytes : 1);
+
+    return r < 5 ? 5 : r > 1000 ? 1000 : (int)r;
 }
 
 static int

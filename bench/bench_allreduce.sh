@@ -5,12 +5,14 @@
 # exists (Debian's OpenMPI: apt-get install openmpi-bin libopenmpi-dev).
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
-#                            [--chunk FLOATS] [--builddir DIR]
+#                            [--chunk FLOATS] [--trials T] [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
 #   --ipc           shoal over ipc:// instead of tcp://127.0.0.1
 #   --chunk FLOATS  allreduce chunk (default the library's, 262144 floats = 1 MiB)
+#   --trials T      run every program T times, in turn, and print each figure's median
+#                   (default 3): a shared machine's noise falls on all columns alike
 #   --builddir DIR  a configured, built tree: its libshoal.a is linked
 #                   (default $SHOAL_BUILDDIR, else <repo>/build)
 #   -h, --help      this text
@@ -23,9 +25,9 @@
 # node (sl_gossip_exchange, then bare PUSH/PULL; a gossip snapshot over 8 MiB does not
 # fit a lane); mpi_* for MPI_Allreduce with OpenMPI's default transports (shared
 # memory: compare with busbw_GBps) and mpitcp_* with TCP loopback only (--mca btl
-# tcp,self: compare with busbw_zmq_GBps). The machine is shared: the load average is
-# printed before and after each run. Figures only: it never fails on speed; it exits
-# non-zero when a run fails.
+# tcp,self: compare with busbw_zmq_GBps). Each timing moves 256 MiB (5 to 1000
+# repetitions). The machine is shared: the load average is printed before and after
+# each run. Figures only: it never fails on speed; it exits non-zero when a run fails.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,6 +36,7 @@ nodes="2 4"
 sizes="256K 1M 4M 16M 64M"
 ipc=""
 chunk=""
+trials=3
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -50,12 +53,14 @@ while [ $# -gt 0 ]; do
         --sizes) [ $# -ge 2 ] || die "--sizes needs a value"; sizes=$2; shift 2 ;;
         --ipc) ipc=--ipc; shift ;;
         --chunk) [ $# -ge 2 ] || die "--chunk needs a value"; chunk="--chunk $2"; shift 2 ;;
+        --trials) [ $# -ge 2 ] || die "--trials needs a value"; trials=$2; shift 2 ;;
         --builddir) [ $# -ge 2 ] || die "--builddir needs a value"; builddir=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
 
+[[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
 [ -f "$builddir/libshoal.a" ] || die "no $builddir/libshoal.a: build shoal first or pass --builddir"
 tmp=$(mktemp -d /tmp/shoal-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -81,37 +86,63 @@ mpi_run() { # n, extra mpirun args... -> table on stdout
     mpirun --oversubscribe -np "$n" "$@" "$tmp/bench_allreduce_mpi" --sizes "$sizes"
 }
 
+# median FILES...: the tables of several trials of one program (lines "size v1 v2 ...",
+# "#" lines and the header skipped) as one table of each figure's median
+median() {
+    awk '
+        /^#/ || $1 == "size" { next }
+        !($1 in seen) { seen[$1] = 1; order[++nsizes] = $1 }
+        { k = ++cnt[$1]; for (c = 2; c <= NF; c++) v[$1, c, k] = $c; ncol = NF }
+        END {
+            for (s = 1; s <= nsizes; s++) {
+                size = order[s]; line = size; n = cnt[size]
+                for (c = 2; c <= ncol; c++) {
+                    for (i = 1; i <= n; i++) a[i] = v[size, c, i] + 0
+                    for (i = 2; i <= n; i++)          # insertion sort: a few trials
+                        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
+                    m = n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+                    line = line " " sprintf("%.3f", m)
+                }
+                print line
+            }
+        }' "$@"
+}
+
 for n in $nodes; do
-    # shellcheck disable=SC2086
-    "$tmp/bench_allreduce" -n "$n" $ipc $chunk --sizes "$sizes" >"$tmp/shoal.txt" \
-        || { cat "$tmp/shoal.txt"; die "bench_allreduce -n $n failed"; }
-    # shellcheck disable=SC2086
-    "$tmp/bench_allreduce" -n "$n" $ipc $chunk --no-shm --sizes "$sizes" >"$tmp/zmq.txt" \
-        || { cat "$tmp/zmq.txt"; die "bench_allreduce -n $n --no-shm failed"; }
-    : >"$tmp/mpi.txt"
-    : >"$tmp/mpitcp.txt"
-    if [ $have_mpi = 1 ]; then
-        mpi_run "$n" >"$tmp/mpi.txt" || die "mpirun -np $n failed"
-        mpi_run "$n" --mca btl tcp,self --mca pml ob1 >"$tmp/mpitcp.txt" \
-            || die "mpirun -np $n (tcp) failed"
-    fi
-    grep '^#' "$tmp/shoal.txt" | grep -v 'load after' || true
+    for k in $(seq "$trials"); do
+        # shellcheck disable=SC2086
+        "$tmp/bench_allreduce" -n "$n" $ipc $chunk --sizes "$sizes" >"$tmp/shoal.$k" \
+            || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
+        # shellcheck disable=SC2086
+        "$tmp/bench_allreduce" -n "$n" $ipc $chunk --no-shm --sizes "$sizes" >"$tmp/zmq.$k" \
+            || { cat "$tmp/zmq.$k"; die "bench_allreduce -n $n --no-shm failed"; }
+        : >"$tmp/mpi.$k"
+        : >"$tmp/mpitcp.$k"
+        if [ $have_mpi = 1 ]; then
+            mpi_run "$n" >"$tmp/mpi.$k" || die "mpirun -np $n failed"
+            mpi_run "$n" --mca btl tcp,self --mca pml ob1 >"$tmp/mpitcp.$k" \
+                || die "mpirun -np $n (tcp) failed"
+        fi
+    done
+    for prog in shoal zmq mpi mpitcp; do
+        median "$tmp/$prog".[0-9]* >"$tmp/$prog.txt"
+    done
+    grep '^#' "$tmp/shoal.1" | grep -v 'load after' || true
+    [ "$trials" = 1 ] || echo "# medians of $trials trials, the programs taking turns"
     # one line per size: shoal's columns, then MPI's (joined on the size)
     awk -v have_mpi=$have_mpi '
-        FILENAME == ARGV[1] && !/^#/ { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
-        FILENAME == ARGV[2] && !/^#/ { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
-        FILENAME == ARGV[3] && !/^#/ { zmq_bw[$1] = $3; zmq_go[$1] = $4; next }
-        FILENAME == ARGV[4] && /^#/ { next }
-        FILENAME == ARGV[4] {
-            if ($1 == "size") {
-                z1 = "busbw_zmq_GBps"; z2 = "gossip_zmq_GBps"
-                m = have_mpi ? sprintf(" %10s %9s %12s %11s", "mpi_ms", "mpi_GBps", "mpitcp_ms", "mpitcp_GBps") : ""
-            } else {
-                z1 = zmq_bw[$1]; z2 = zmq_go[$1]
-                m = have_mpi ? sprintf(" %10s %9s %12s %11s", mpi_ms[$1], mpi_bw[$1], tcp_ms[$1], tcp_bw[$1]) : ""
-            }
-            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", $1, $2, $3, z1, $4, z2, $5, m
+        FILENAME == ARGV[1] { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
+        FILENAME == ARGV[2] { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
+        FILENAME == ARGV[3] { zmq_bw[$1] = $3; zmq_go[$1] = $4; next }
+        FNR == 1 {
+            m = have_mpi ? sprintf(" %10s %9s %12s %11s", "mpi_ms", "mpi_GBps", "mpitcp_ms", "mpitcp_GBps") : ""
+            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", "size", "allreduce_ms", "busbw_GBps",
+                   "busbw_zmq_GBps", "gossip_GBps", "gossip_zmq_GBps", "rawzmq_GBps", m
+        }
+        {
+            m = have_mpi ? sprintf(" %10s %9s %12s %11s", mpi_ms[$1], mpi_bw[$1], tcp_ms[$1], tcp_bw[$1]) : ""
+            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", $1, $2, $3, zmq_bw[$1], $4, zmq_go[$1], $5, m
         }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "$tmp/zmq.txt" "$tmp/shoal.txt"
-    grep 'load after' "$tmp/shoal.txt" || true
+    echo "# load after each trial: $(grep -h 'load after' "$tmp"/shoal.[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
     echo
 done

@@ -9,16 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the same as bench_allreduce.c's */
 static int
 reps_for(size_t bytes)
 {
-    if (bytes <= ((size_t)1 << 20))
-        return 20;
-    if (bytes <= ((size_t)4 << 20))
-        return 10;
-    if (bytes <= ((size_t)16 << 20))
-        return 4;
-    return 3;
+    size_t r = ((size_t)256 << 20) / (bytes ? bytes : 1);
+
+    return r < 5 ? 5 : r > 1000 ? 1000 : (int)r;
 }
 
 static size_t
