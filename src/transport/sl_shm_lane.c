@@ -20,10 +20,13 @@
 
 #define LANE_MAGIC 0x4d4853414f4853ULL /* "SHOASHM" read as little-endian bytes */
 #define HEAD_BYTES 4096u
-#define STATE_AT(i) (64u + 64u * (i)) /* one cache line per slot state */
+#define STATE_AT(i) (64u + 64u * (i))           /* one cache line per slot state */
+#define PUBLISHED_AT STATE_AT(SL_SHM_MAX_SLOTS) /* u64: publications so far */
+#define SLEEPING_AT (PUBLISHED_AT + 64u)        /* u32: 1 while the receiver blocks */
 #define PAGE 4096u
+_Static_assert(SLEEPING_AT + 64u <= HEAD_BYTES, "the head holds the slot states and the doorbell");
 
-enum { SLOT_FREE = 0, SLOT_FULL = 1 };
+enum { SLOT_FREE = 0, SLOT_FULL = 1, SLOT_TAKEN = 2 };
 
 struct sl_shm_lane {
     unsigned char *base; /* head, then the slots */
@@ -80,6 +83,18 @@ static _Atomic uint32_t *
 state(const sl_shm_lane_t *l, uint32_t slot)
 {
     return (_Atomic uint32_t *)(void *)(l->base + STATE_AT(slot));
+}
+
+static _Atomic uint64_t *
+published(const sl_shm_lane_t *l)
+{
+    return (_Atomic uint64_t *)(void *)(l->base + PUBLISHED_AT);
+}
+
+static _Atomic uint32_t *
+sleeping(const sl_shm_lane_t *l)
+{
+    return (_Atomic uint32_t *)(void *)(l->base + SLEEPING_AT);
 }
 
 static unsigned char *
@@ -271,19 +286,45 @@ sl_shm_lane_acquire(sl_shm_lane_t *l, unsigned char **mem)
     return -1;
 }
 
-void
+int
 sl_shm_lane_publish(sl_shm_lane_t *l, int slot)
 {
     atomic_store_explicit(state(l, (uint32_t)slot), SLOT_FULL, memory_order_release);
+    /* seq_cst against sl_shm_lane_sleep: the receiver sees this count, or we its flag */
+    atomic_fetch_add(published(l), 1);
+    return atomic_load(sleeping(l)) != 0;
 }
 
-const unsigned char *
-sl_shm_lane_peek(const sl_shm_lane_t *l, uint32_t slot)
+int
+sl_shm_lane_take(sl_shm_lane_t *l, uint64_t *seen, const unsigned char **mem)
 {
-    if (slot >= l->nslots ||
-        atomic_load_explicit(state(l, slot), memory_order_acquire) != SLOT_FULL)
-        return NULL;
-    return slot_mem(l, slot);
+    uint64_t now = atomic_load(published(l));
+
+    if (now == *seen)
+        return -1;
+    for (uint32_t s = 0; s < l->nslots; s++) {
+        uint32_t want = SLOT_FULL;
+        /* acquire: the sender's writes to the slot are visible once we own it */
+        if (atomic_compare_exchange_strong_explicit(state(l, s), &want, SLOT_TAKEN,
+                                                    memory_order_acquire, memory_order_relaxed)) {
+            *mem = slot_mem(l, s);
+            return (int)s; /* more may wait: *seen stays, so the next call looks again */
+        }
+    }
+    *seen = now; /* everything published up to now is taken */
+    return -1;
+}
+
+int
+sl_shm_lane_pending(const sl_shm_lane_t *l, uint64_t seen)
+{
+    return atomic_load(published(l)) != seen;
+}
+
+void
+sl_shm_lane_sleep(sl_shm_lane_t *l, int on)
+{
+    atomic_store(sleeping(l), on ? 1u : 0u);
 }
 
 void

@@ -1,15 +1,22 @@
 /* Shared-memory lanes: the frames one node sends to another on the same machine,
  * written into memory both processes map, so a large payload crosses once instead of
- * going through two kernel copies of a socket. ZeroMQ still carries a small reference
- * for each frame, so ordering, mailbox and timeouts stay the transport's.
+ * going through two kernel copies of a socket, and no thread of ZeroMQ's has to wake
+ * for it.
  *
  * A lane belongs to one (sender, receiver) pair. The sender creates it as a sealed
  * memfd (it can never shrink, so a mapping never faults past its end), made of a head
  * page and nslots slots of slot_bytes; each slot holds one whole wire frame, header
  * and payload. Slot states live in the head, one cache line each: FREE (the sender may
- * write), FULL (written, the receiver owns it until it releases it). The sender takes
- * the lowest free slot, so only as many slots are ever touched (and take memory) as
- * frames were in flight at once; the rest of the memfd stays a hole. The receiver maps
+ * write), FULL (published, not yet taken), TAKEN (the receiver holds it until it
+ * releases it). The sender takes the lowest free slot, so only as many slots are ever
+ * touched (and take memory) as frames were in flight at once; the rest of the memfd
+ * stays a hole.
+ *
+ * The head also holds the doorbell: a count of publications, which the receiver polls
+ * to find new frames without a system call, and a flag the receiver raises before it
+ * blocks; a sender that publishes while it is raised wakes the receiver with a small
+ * ZeroMQ frame. Flag and count are sequentially consistent on both sides, so either
+ * the receiver sees the frame before it blocks or the sender sees the flag. The receiver maps
  * the lane through /proc/<pid>/fd/<fd> after checking the machine (boot id), the seals,
  * the size and the head's magic and nonce, so it cannot map something else by mistake.
  * Nothing in a lane is trusted: the receiver validates every frame it reads like one
@@ -29,8 +36,6 @@
 #define SL_SHM_MAX_SLOT_BYTES (((uint64_t)1 << 30) + 4096u)
 /* Bytes of an offer's payload: what the receiver needs to find and check the lane. */
 #define SL_SHM_OFFER_BYTES 48u
-/* Bytes of a reference's payload: slot and frame length. */
-#define SL_SHM_REF_BYTES 16u
 
 typedef struct sl_shm_lane sl_shm_lane_t;
 
@@ -68,13 +73,20 @@ void sl_shm_lane_destroy(sl_shm_lane_t **lane);
 uint64_t sl_shm_lane_slot_bytes(const sl_shm_lane_t *lane);
 uint64_t sl_shm_lane_nonce(const sl_shm_lane_t *lane);
 
-/* Sender: the lowest FREE slot and its memory, or -1 when all are FULL. */
+/* Sender: the lowest FREE slot and its memory, or -1 when none is. */
 int sl_shm_lane_acquire(sl_shm_lane_t *lane, unsigned char **mem);
-/* Sender: the slot is written; the receiver owns it now. */
-void sl_shm_lane_publish(sl_shm_lane_t *lane, int slot);
-/* Receiver: the memory of a FULL slot, or NULL when slot is out of range or not FULL. */
-const unsigned char *sl_shm_lane_peek(const sl_shm_lane_t *lane, uint32_t slot);
-/* Either side: the slot is FREE again (receiver: read; sender: a publish undone). */
+/* Sender: the slot is written; it is the receiver's now. Returns 1 when the receiver
+ * said it is blocking (sl_shm_lane_sleep) and must be woken, else 0. */
+int sl_shm_lane_publish(sl_shm_lane_t *lane, int slot);
+/* Receiver: takes a published slot (FULL -> TAKEN) and points *mem at it; -1 when
+ * there is none. *seen is the caller's count of publications already looked for (0 at
+ * first): when nothing was published since, this costs one atomic load. */
+int sl_shm_lane_take(sl_shm_lane_t *lane, uint64_t *seen, const unsigned char **mem);
+/* Receiver: whether anything was published since *seen's count (sl_shm_lane_take). */
+int sl_shm_lane_pending(const sl_shm_lane_t *lane, uint64_t seen);
+/* Receiver: 1 before blocking (then look once more with sl_shm_lane_pending), 0 after. */
+void sl_shm_lane_sleep(sl_shm_lane_t *lane, int on);
+/* Receiver: the taken slot is FREE again; out-of-range slots are ignored. */
 void sl_shm_lane_release(sl_shm_lane_t *lane, uint32_t slot);
 
 #endif

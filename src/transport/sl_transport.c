@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +48,9 @@ struct sl_transport {
     uint64_t lent;
     /* shared memory: our lanes to peers, theirs to us (mapped), per peer */
     sl_shm_lane_t **out_lanes, **in_lanes;
-    unsigned char *lane_state; /* LANE_* of out_lanes */
+    unsigned char *lane_state;     /* LANE_* of out_lanes */
+    uint64_t *lane_seen;           /* (size) publications of in_lanes looked for */
+    uint32_t nin_lanes, lane_next; /* in_lanes mapped; where the next poll starts */
     uint64_t shm_sent, shm_recv;
     int shm_refused_logged;
     double *heard; /* (size) sl_clock_now() of the last valid frame from each rank; 0 */
@@ -195,8 +198,10 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->out_lanes = calloc(o->size, sizeof *t->out_lanes);
     t->in_lanes = calloc(o->size, sizeof *t->in_lanes);
     t->lane_state = calloc(o->size, sizeof *t->lane_state);
+    t->lane_seen = calloc(o->size, sizeof *t->lane_seen);
     t->heard = calloc(o->size, sizeof *t->heard);
-    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state || !t->heard) {
+    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state || !t->lane_seen ||
+        !t->heard) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -258,6 +263,7 @@ sl_transport_destroy(sl_transport_t **tp)
     free(t->out_lanes);
     free(t->in_lanes);
     free(t->lane_state);
+    free(t->lane_seen);
     free(t->heard);
     for (uint32_t p = 0; t->endpoints && p < t->o.size; p++)
         free(t->endpoints[p]);
@@ -587,39 +593,33 @@ offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
     t->lane_state[peer] = LANE_OFFERED;
 }
 
-/* Encodes the frame (h, payload) into a free slot of the lane to key->peer and sends
- * the reference. *used = 0, and nothing sent, when the peer has not accepted a lane,
- * the frame is larger than a slot or every slot is still held. */
+/* Encodes the frame (h, payload) into a free slot of the lane to key->peer and
+ * publishes it, waking the peer if it blocks. *used = 0, and nothing published, when
+ * the peer has not accepted a lane, the frame is larger than a slot or every slot is
+ * still held. */
 static sl_status_t
 send_lane(sl_transport_t *t, const sl_wire_key_t *key, const sl_wire_header_t *h,
           const void *payload, int wait_ms, int *used)
 {
     sl_shm_lane_t *lane = t->out_lanes[key->peer];
-    sl_wire_key_t rkey = *key;
-    unsigned char ref[SL_SHM_REF_BYTES], *mem;
-    uint64_t frame_bytes = SL_WIRE_HEADER_BYTES + h->payload_bytes;
+    sl_wire_key_t wkey = {0, 0, 0, key->peer, SL_WIRE_SHM_WAKE};
+    unsigned char *mem;
     int slot;
-    sl_status_t st;
 
     *used = 0;
-    if (t->lane_state[key->peer] != LANE_ACCEPTED || frame_bytes > sl_shm_lane_slot_bytes(lane))
+    if (t->lane_state[key->peer] != LANE_ACCEPTED ||
+        SL_WIRE_HEADER_BYTES + h->payload_bytes > sl_shm_lane_slot_bytes(lane))
         return SL_OK;
     slot = sl_shm_lane_acquire(lane, &mem);
     if (slot < 0)
         return SL_OK;
     SL_TRY(sl_wire_encode_local(h, payload, mem)); /* the slot stays free on failure */
-    sl_shm_lane_publish(lane, slot);
-    memset(ref, 0, sizeof ref);
-    sl_put_u32(ref, (uint32_t)slot);
-    sl_put_u64(ref + 8, frame_bytes);
-    rkey.kind = SL_WIRE_SHM_REF;
-    st = send_control(t, &rkey, ref, SL_SHM_REF_BYTES, wait_ms);
-    if (st != SL_OK) {
-        sl_shm_lane_release(lane, (uint32_t)slot); /* the peer never heard of it */
-        return st;
-    }
     t->shm_sent++;
     *used = 1;
+    /* best effort: unwoken, the peer finds the frame within SL_TRANSPORT_LANE_NAP_MS */
+    if (sl_shm_lane_publish(lane, slot) && send_control(t, &wkey, NULL, 0, wait_ms) != SL_OK)
+        sl_log_debug("transport", "rank %u: could not wake rank %u: %s", (unsigned)t->o.rank,
+                     (unsigned)key->peer, sl_err_msg());
     return SL_OK;
 }
 
@@ -702,6 +702,8 @@ take_offer(sl_transport_t *t, const frame_t *f)
                      (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
         return;
     }
+    t->lane_seen[from] = 0;
+    t->nin_lanes++;
     sl_put_u64(nb, offer.nonce);
     /* best effort: unanswered, the peer keeps sending over ZeroMQ */
     if (send_control(t, &key, nb, sizeof nb, 0) != SL_OK)
@@ -723,61 +725,82 @@ take_accept(sl_transport_t *t, const frame_t *f)
     t->lane_state[from] = LANE_ACCEPTED;
 }
 
-/* A reference to a frame in the lane of its sender: that frame, validated like one from
- * the socket and with the reference's key, holding its slot until released; NULL when
- * it is dropped (the slot, if it was the sender's to give, is freed). Takes f. */
+/* The frame in slot of the lane from `from`, validated like one from the socket (a
+ * local frame: sl_wire.h), holding its slot until released; NULL when it is dropped
+ * (counted, and the slot freed). */
 static frame_t *
-take_ref(sl_transport_t *t, frame_t *f)
+take_lane_frame(sl_transport_t *t, uint32_t from, uint32_t slot, const unsigned char *mem)
 {
-    uint32_t from = f->pub.h.sender, slot = 0;
     sl_shm_lane_t *lane = t->in_lanes[from];
-    const unsigned char *mem = NULL;
-    const void *payload;
-    uint64_t bytes = 0;
-    sl_wire_header_t h;
+    uint64_t room = sl_shm_lane_slot_bytes(lane) - SL_WIRE_HEADER_BYTES;
+    uint64_t claimed = sl_get_u64(mem + 48); /* the header's payload_bytes, unchecked */
     sl_wire_reason_t why = SL_WIRE_OK;
     const char *bad = NULL;
+    const void *payload;
+    sl_wire_header_t h;
     char detail[160];
+    frame_t *f = NULL;
 
-    if (!lane) {
-        bad = "no lane mapped";
-    } else if (f->pub.h.payload_bytes != SL_SHM_REF_BYTES) {
-        bad = "a reference of the wrong size";
+    if (claimed > room) {
+        bad = "a frame longer than its slot";
     } else {
-        slot = sl_get_u32(f->pub.payload);
-        bytes = sl_get_u64((const unsigned char *)f->pub.payload + 8);
-        mem = sl_shm_lane_peek(lane, slot);
-        if (!mem)
-            bad = "a slot that does not exist or holds no frame";
-        else if (bytes > sl_shm_lane_slot_bytes(lane))
-            bad = "a frame longer than its slot";
+        why = sl_wire_decode_local(mem, SL_WIRE_HEADER_BYTES + claimed, t->o.run_id, t->o.rank,
+                                   t->o.size, &h, &payload);
+        if (why == SL_WIRE_OK && (h.sender != from || h.kind == SL_WIRE_SHM_OFFER ||
+                                  h.kind == SL_WIRE_SHM_ACCEPT || h.kind == SL_WIRE_SHM_WAKE))
+            bad = "a frame that is not the lane's to carry";
     }
-    if (!bad) {
-        why = sl_wire_decode_local(mem, bytes, t->o.run_id, t->o.rank, t->o.size, &h, &payload);
-        if (why == SL_WIRE_OK &&
-            (h.sender != from || h.kind == SL_WIRE_SHM_OFFER || h.kind == SL_WIRE_SHM_ACCEPT ||
-             h.kind == SL_WIRE_SHM_REF || h.component != f->pub.h.component ||
-             h.round != f->pub.h.round || h.seq != f->pub.h.seq))
-            bad = "a frame that is not the one referenced";
-    }
+    if (!bad && why == SL_WIRE_OK && !(f = calloc(1, sizeof *f)))
+        bad = "out of memory";
     if (bad || why != SL_WIRE_OK) {
         snprintf(detail, sizeof detail, "from rank %u, slot %u: %s", (unsigned)from,
                  (unsigned)slot, bad ? bad : "in shared memory");
         note_drop(t, bad ? SL_DROP_SHM : (unsigned)why, 1, detail);
-        if (mem)
-            sl_shm_lane_release(lane, slot);
-        release_frame(f);
+        sl_shm_lane_release(lane, slot);
         return NULL;
     }
-    for (int i = 0; i < f->nparts; i++)
-        zmq_msg_close(&f->part[i]);
-    f->nparts = 0;
     f->pub.h = h;
     f->pub.payload = payload;
     f->lane = lane;
     f->slot = slot;
+    t->heard[from] = sl_clock_now();
     t->shm_recv++;
     return f;
+}
+
+/* Takes one frame published in a lane to us, if any, starting after the lane that gave
+ * the last one so that no peer is starved: *out as read_one says, *got whether a slot
+ * was taken. */
+static void
+poll_lanes(sl_transport_t *t, frame_t **out, int *got)
+{
+    *out = NULL;
+    *got = 0;
+    for (uint32_t i = 0; i < t->o.size && t->nin_lanes; i++) {
+        uint32_t p = (t->lane_next + i) % t->o.size;
+        const unsigned char *mem;
+        int slot;
+
+        if (!t->in_lanes[p])
+            continue;
+        slot = sl_shm_lane_take(t->in_lanes[p], &t->lane_seen[p], &mem);
+        if (slot >= 0) {
+            t->lane_next = (p + 1) % t->o.size;
+            *out = take_lane_frame(t, p, (uint32_t)slot, mem);
+            *got = 1;
+            return;
+        }
+    }
+}
+
+/* Whether a lane to us has publications not looked for yet. */
+static int
+lanes_pending(const sl_transport_t *t)
+{
+    for (uint32_t p = 0; p < t->o.size && t->nin_lanes; p++)
+        if (t->in_lanes[p] && sl_shm_lane_pending(t->in_lanes[p], t->lane_seen[p]))
+            return 1;
+    return 0;
 }
 
 /* Reads one message if one is waiting: *out is then a validated frame, or NULL when it
@@ -868,13 +891,52 @@ read_one(sl_transport_t *t, frame_t **out, int *got)
         take_accept(t, f);
         release_frame(f);
         return SL_OK;
-    case SL_WIRE_SHM_REF:
-        *out = take_ref(t, f);
+    case SL_WIRE_SHM_WAKE: /* its work is done: this thread is awake */
+        release_frame(f);
         return SL_OK;
     default:
         *out = f;
         return SL_OK;
     }
+}
+
+/* The next frame from a lane or the socket, if one is waiting (as read_one). */
+static sl_status_t
+next_frame(sl_transport_t *t, frame_t **out, int *got)
+{
+    poll_lanes(t, out, got);
+    return *got ? SL_OK : read_one(t, out, got);
+}
+
+static void
+set_sleeping(sl_transport_t *t, int on)
+{
+    for (uint32_t p = 0; p < t->o.size; p++)
+        if (t->in_lanes[p])
+            sl_shm_lane_sleep(t->in_lanes[p], on);
+}
+
+/* Blocks until the socket has a message, up to timeout_ms; with lanes, first says so
+ * to their senders (who then wake us with a frame) and blocks at most
+ * SL_TRANSPORT_LANE_NAP_MS. Returning is no promise that anything arrived. */
+static sl_status_t
+block(sl_transport_t *t, int timeout_ms)
+{
+    sl_status_t st;
+
+    if (t->nin_lanes) {
+        set_sleeping(t, 1);
+        if (lanes_pending(t)) { /* published before the senders could see the flag */
+            set_sleeping(t, 0);
+            return SL_OK;
+        }
+        if (timeout_ms > SL_TRANSPORT_LANE_NAP_MS)
+            timeout_ms = SL_TRANSPORT_LANE_NAP_MS;
+    }
+    st = wait_ready(t->router, ZMQ_POLLIN, timeout_ms, "sl_transport_recv: polling");
+    if (t->nin_lanes)
+        set_sleeping(t, 0);
+    return st == SL_ERR_TIMEOUT ? SL_OK : st;
 }
 
 static int
@@ -943,7 +1005,7 @@ sl_status_t
 sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys, int timeout_ms,
                       sl_transport_frame_t **frame, size_t *which)
 {
-    double deadline;
+    double deadline, spin_end;
     size_t idx = 0, purged = 0;
     sl_status_t st;
 
@@ -973,11 +1035,13 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
         }
     }
     deadline = sl_clock_now() + timeout_ms / 1000.0;
+    spin_end = sl_clock_now() + SL_TRANSPORT_SPIN_US * 1e-6;
     for (;;) {
         frame_t *f;
         int got, matched;
+        double now, left;
 
-        SL_TRY(read_one(t, &f, &got));
+        SL_TRY(next_frame(t, &f, &got));
         if (f && f->pub.h.kind == SL_WIRE_ABORT) {
             note_abort(t, f);
             st = count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
@@ -996,7 +1060,8 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
         }
         if (got)
             continue;
-        double left = deadline - sl_clock_now();
+        now = sl_clock_now();
+        left = deadline - now;
         if (left <= 0)
             return sl_err_set(SL_ERR_TIMEOUT,
                               "rank %u: no %s (component %u, round %" PRIu64
@@ -1005,10 +1070,12 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
                               (unsigned)keys[0].component, keys[0].round, (unsigned)keys[0].seq,
                               (unsigned)keys[0].peer,
                               nkeys > 1 ? " or the other peers asked for" : "", timeout_ms);
-        st = wait_ready(t->router, ZMQ_POLLIN, (int)(left * 1000.0) + 1,
-                        "sl_transport_recv: polling");
-        if (st != SL_OK && st != SL_ERR_TIMEOUT)
-            return st;
+        if (t->nin_lanes && now < spin_end) {
+            sched_yield(); /* to a node sharing this core, if any */
+            continue;
+        }
+        SL_TRY(block(t, (int)(left * 1000.0) + 1));
+        spin_end = sl_clock_now() + SL_TRANSPORT_SPIN_US * 1e-6; /* frames come in bursts */
     }
 }
 
@@ -1022,7 +1089,7 @@ sl_transport_poll(sl_transport_t *t)
 
         if (t->aborted)
             return abort_status(t);
-        SL_TRY(read_one(t, &f, &got));
+        SL_TRY(next_frame(t, &f, &got));
         if (!got)
             return SL_OK;
         if (!f)

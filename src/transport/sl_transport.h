@@ -9,17 +9,21 @@
  * speak for another rank. Both pairs fair-queue the input and block (or time out) at
  * the high-water mark, so nothing else changes.
  *
- * Delivery: frames between two nodes arrive in the order sent and are never
- * duplicated; nothing is retried. A frame that fails validation is dropped, counted
+ * Delivery: frames between two nodes are never duplicated and nothing is retried;
+ * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
+ * any order, which the mailbox's keys make harmless. A frame that fails validation is dropped, counted
  * per reason (sl_transport_dropped) and logged once per reason. Rounds of one
  * (kind, component) never go back: once a round is asked for, frames of older rounds
  * are stale and dropped ("old round"). Not thread-safe: one thread per transport.
  *
  * Peers on one machine: a node offers each peer it sends large frames to a
  * shared-memory lane; once the peer has mapped it and said so, such a frame is written
- * into the lane and only a small reference crosses the socket, in the same order as the
- * rest. A full lane, a frame larger than a slot or a peer that never accepts (another
- * machine, shared memory off) simply leaves the frame on ZeroMQ. */
+ * into the lane, and the receiver finds it there by polling the lane's doorbell
+ * (sl_shm_lane.h): no socket, no thread of ZeroMQ's. A receiver with lanes spins for up
+ * to SL_TRANSPORT_SPIN_US, yielding the CPU at each turn, before it blocks; a sender
+ * whose receiver blocks wakes it with a small frame over ZeroMQ. A full lane, a frame
+ * larger than a slot or a peer that never accepts (another machine, shared memory off)
+ * simply leaves the frame on ZeroMQ. */
 #ifndef SL_TRANSPORT_H
 #define SL_TRANSPORT_H
 
@@ -32,8 +36,15 @@
 /* Payloads of at least this many bytes can be lent to ZeroMQ instead of copied. */
 #define SL_TRANSPORT_ZEROCOPY_BYTES 65536u
 /* Payloads of at least this many bytes go through a shared-memory lane when the peer
- * accepted one (below it the reference frame would cost as much as the payload). */
+ * accepted one (smaller ones would hold a slot for little). */
 #define SL_TRANSPORT_SHM_MIN_BYTES 16384u
+/* How long a receiver with lanes polls them (and yields the CPU) before it blocks: on a
+ * node with a core per process, waking from a block costs tens to hundreds of
+ * microseconds per hop, which a ring of small chunks pays at every step. */
+#define SL_TRANSPORT_SPIN_US 200u
+/* The longest a receiver with lanes blocks before looking at them again: a lost
+ * wake-up frame costs at most this, never a hang. */
+#define SL_TRANSPORT_LANE_NAP_MS 100
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
@@ -42,7 +53,7 @@ enum {
     SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
     SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
     SL_DROP_MAILBOX_FULL,
-    SL_DROP_SHM, /* a shared-memory offer, accept or reference that does not check out */
+    SL_DROP_SHM, /* a shared-memory offer, accept or frame that does not check out */
     SL_DROP_NREASONS
 };
 const char *sl_transport_drop_name(unsigned reason);

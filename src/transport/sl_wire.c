@@ -36,7 +36,7 @@ static const struct {
     [SL_WIRE_SPARSE_VALUES] = {"sparse values", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
     [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_ACCEPT] = {"shared-memory accept", 8, ENC_BIT(SL_WIRE_BYTES)},
-    [SL_WIRE_SHM_REF] = {"shared-memory frame", SL_SHM_REF_BYTES, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SHM_WAKE] = {"shared-memory wake-up", 0, ENC_BIT(SL_WIRE_BYTES)},
 };
 
 sl_wire_key_t

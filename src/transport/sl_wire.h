@@ -20,7 +20,7 @@
 #include "sl_status.h"
 
 #define SL_WIRE_MAGIC 0x4c4f4853u /* "SHOL" read as little-endian bytes */
-#define SL_WIRE_VERSION 2u /* 2: payloads hashed with sl_hash_bulk */
+#define SL_WIRE_VERSION 3u /* 2: payloads hashed with sl_hash_bulk; 3: lane doorbells */
 #define SL_WIRE_HEADER_BYTES 64u
 #define SL_WIRE_CHECKSUM_OFFSET 56u
 /* Largest payload of one frame; collectives chunk larger buffers. */
@@ -44,8 +44,8 @@ typedef enum {
     SL_WIRE_SPARSE_VALUES = 11,  /* sparse exchange: values of the union rows (rows, len) */
     SL_WIRE_SHM_OFFER = 12,      /* the sender's shared-memory lane (sl_shm_lane.h), bytes */
     SL_WIRE_SHM_ACCEPT = 13,     /* the receiver mapped it; payload = the lane's nonce */
-    SL_WIRE_SHM_REF = 14         /* a frame waits in a lane: slot and length, bytes; its
-                                    component, round and seq are the inner frame's */
+    SL_WIRE_SHM_WAKE = 14        /* a frame waits in the sender's lane and the receiver
+                                    said it blocks: wake up; no payload */
 } sl_wire_kind_t;
 #define SL_WIRE_NKINDS 15 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
 

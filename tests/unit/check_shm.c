@@ -1,9 +1,9 @@
 /* Tests of shared-memory lanes (src/transport/sl_shm_lane.c) and of the transport's use
- * of them: slot states, what an offer must match before a lane is mapped, frames going
- * through lanes between two transports in one process (with more frames held by the
- * receiver than a lane has slots, and with the receiver refusing), and references from
- * a peer that does not play by the rules: each dropped and counted, its slot freed,
- * never a crash. */
+ * of them: slot states and the doorbell, what an offer must match before a lane is
+ * mapped, frames going through lanes between two transports in one process (with more
+ * frames held by the receiver than a lane has slots, and with the receiver refusing),
+ * and frames from a peer that does not play by the rules: each dropped and counted, its
+ * slot freed, never a crash. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -28,40 +28,53 @@ START_TEST(test_lane_slots)
     sl_shm_lane_t *out, *in;
     sl_shm_offer_t offer;
     unsigned char *mem;
-    int slots[3];
+    const unsigned char *got;
+    uint64_t seen = 0;
+    int slots[3], taken[3];
 
     ck_assert_msg(sl_shm_lane_create(&out, RUN, 0, 1, 3, 5000, &offer) == SL_OK, "%s",
                   sl_err_msg());
     ck_assert_uint_eq(offer.slot_bytes, 8192); /* whole pages */
     ck_assert_uint_eq(offer.nslots, 3);
     ck_assert_msg(sl_shm_lane_open(&in, &offer, RUN, 0, 1) == SL_OK, "%s", sl_err_msg());
-    /* the lowest free slot; none once all are full */
+    /* the lowest free slot; none once all are published */
     for (int i = 0; i < 3; i++) {
         slots[i] = sl_shm_lane_acquire(out, &mem);
         ck_assert_int_eq(slots[i], i);
-        ck_assert_ptr_null(sl_shm_lane_peek(in, (uint32_t)i)); /* not published yet */
+        ck_assert_int_eq(sl_shm_lane_pending(in, seen), i > 0); /* this one not yet */
         memset(mem, 'a' + i, 8192);
-        sl_shm_lane_publish(out, slots[i]);
+        ck_assert_int_eq(sl_shm_lane_publish(out, slots[i]), 0); /* the receiver is awake */
     }
     ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), -1);
-    /* the receiver sees what was written, through its own mapping */
-    for (uint32_t i = 0; i < 3; i++) {
-        const unsigned char *p = sl_shm_lane_peek(in, i);
-        ck_assert_ptr_nonnull(p);
-        ck_assert_int_eq(p[0], 'a' + (int)i);
-        ck_assert_int_eq(p[8191], 'a' + (int)i);
+    /* the receiver takes each once and sees what was written, through its own mapping */
+    ck_assert(sl_shm_lane_pending(in, seen));
+    for (int i = 0; i < 3; i++) {
+        taken[i] = sl_shm_lane_take(in, &seen, &got);
+        ck_assert_int_eq(taken[i], i);
+        ck_assert_int_eq(got[0], 'a' + i);
+        ck_assert_int_eq(got[8191], 'a' + i);
     }
-    ck_assert_ptr_null(sl_shm_lane_peek(in, 3));
-    ck_assert_ptr_null(sl_shm_lane_peek(in, UINT32_MAX));
+    ck_assert_int_eq(sl_shm_lane_take(in, &seen, &got), -1);
+    /* all looked for: one load from now on */
+    ck_assert(!sl_shm_lane_pending(in, seen));
+    ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), -1); /* taken is not free */
     sl_shm_lane_release(in, 1);
     sl_shm_lane_release(in, 7); /* out of range: ignored */
-    ck_assert_ptr_null(sl_shm_lane_peek(in, 1));
     ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), 1);
     ck_assert_int_eq(sl_shm_lane_acquire(out, &mem), 1); /* still free: never published */
+    /* the doorbell: a receiver about to block is woken by the next publication */
+    sl_shm_lane_sleep(in, 1);
+    ck_assert(!sl_shm_lane_pending(in, seen));
+    mem[0] = 'z';
+    ck_assert_int_eq(sl_shm_lane_publish(out, 1), 1);
+    ck_assert(sl_shm_lane_pending(in, seen));
+    sl_shm_lane_sleep(in, 0);
+    ck_assert_int_eq(sl_shm_lane_take(in, &seen, &got), 1);
+    ck_assert_int_eq(got[0], 'z');
     sl_shm_lane_destroy(&out);
     ck_assert_ptr_null(out);
     /* the receiver's mapping outlives the sender's */
-    ck_assert_int_eq(sl_shm_lane_peek(in, 2)[0], 'c');
+    ck_assert_int_eq(got[1], 'b');
     sl_shm_lane_destroy(&in);
     sl_shm_lane_destroy(&in); /* NULL is fine */
 }
@@ -311,43 +324,53 @@ fake_send(fake_t *f, uint8_t kind, uint32_t seq, const void *payload, uint32_t b
     ck_assert_int_ge(zmq_send(f->s, buf, SL_WIRE_HEADER_BYTES + bytes, 0), 0);
 }
 
-/* Writes a data frame (seq, 100 floats) into a slot and publishes it; damage 1 flips a
- * header byte (the component's) after the checksum, 2 gives the frame seq + 1. Returns
- * its length. */
-static uint64_t
+/* Damage done to a frame written into a slot, after it was encoded. */
+enum {
+    GOOD,
+    TOO_LONG,   /* its header claims more payload than the slot holds */
+    BAD_SUM,    /* a header byte (the component's) changed after the checksum */
+    SHM_KIND,   /* a lane's own frame kind inside the lane */
+    OTHER_RANK, /* sent as rank 2 through rank 0's lane */
+    BAD_COUNT,  /* count does not match the payload */
+    BAD_RUN     /* another run's */
+};
+
+/* Writes a data frame (seq, 100 floats) with that damage into the lowest free slot,
+ * which must be slot_expected, and publishes it. */
+static void
 fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
 {
     float v[100];
-    sl_wire_header_t h =
-        fake_header(SL_WIRE_DATA, SL_WIRE_FP32, seq + (damage == 2), 100, sizeof v);
+    sl_wire_header_t h = fake_header(SL_WIRE_DATA, SL_WIRE_FP32, seq, 100, sizeof v);
     unsigned char *mem;
     int slot = sl_shm_lane_acquire(f->lane, &mem);
 
     ck_assert_int_eq(slot, slot_expected);
     for (int i = 0; i < 100; i++)
         v[i] = (float)(seq + (uint32_t)i);
+    if (damage == SHM_KIND) {
+        h = fake_header(SL_WIRE_SHM_OFFER, SL_WIRE_BYTES, seq, SL_SHM_OFFER_BYTES,
+                        SL_SHM_OFFER_BYTES);
+    } else if (damage == OTHER_RANK) {
+        h.sender = 2;
+    }
     ck_assert_int_eq(sl_wire_encode_local(&h, v, mem), SL_OK);
-    if (damage == 1)
+    if (damage == TOO_LONG)
+        sl_put_u64(mem + 48, 4096);
+    else if (damage == BAD_SUM)
         mem[25] ^= 0x10;
+    else if (damage == BAD_COUNT)
+        sl_put_u32(mem + 40, 99);
+    else if (damage == BAD_RUN)
+        mem[8] ^= 1;
     sl_shm_lane_publish(f->lane, slot);
-    return SL_WIRE_HEADER_BYTES + sizeof v;
 }
 
-static void
-fake_ref(fake_t *f, uint32_t seq, uint32_t slot, uint64_t bytes)
-{
-    unsigned char ref[SL_SHM_REF_BYTES] = {0};
-
-    sl_put_u32(ref, slot);
-    sl_put_u64(ref + 8, bytes);
-    fake_send(f, SL_WIRE_SHM_REF, seq, ref, sizeof ref);
-}
-
-START_TEST(test_bad_references_dropped)
+START_TEST(test_bad_lane_frames_dropped)
 {
     sl_transport_t *t;
     sl_transport_opts_t o;
-    const char *eps[2] = {NULL, NULL};
+    const char *eps[3] = {NULL, NULL, NULL};
     unsigned char id[9] = {'S', 0, 0, 0, 0, 1, 2, 3, 4}, ob[SL_SHM_OFFER_BYTES], nb[8] = {0};
     fake_t f = {0};
     float back[100];
@@ -358,7 +381,7 @@ START_TEST(test_bad_references_dropped)
     sl_transport_opts_default(&o);
     o.run_id = RUN;
     o.rank = 1;
-    o.size = 2;
+    o.size = 3;
     o.timeout_ms = 2000;
     o.linger_ms = 0;
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
@@ -369,38 +392,34 @@ START_TEST(test_bad_references_dropped)
     zmq_setsockopt(f.s, ZMQ_ROUTING_ID, id, sizeof id);
     zmq_setsockopt(f.s, ZMQ_LINGER, &linger, sizeof linger);
     ck_assert_int_eq(zmq_connect(f.s, eps[1]), 0);
-    ck_assert_int_eq(sl_shm_lane_create(&f.lane, RUN, 0, 1, 6, 4096, &f.offer), SL_OK);
+    ck_assert_int_eq(sl_shm_lane_create(&f.lane, RUN, 0, 1, 8, 4096, &f.offer), SL_OK);
     sl_shm_offer_encode(&f.offer, ob);
 
-    fake_ref(&f, 0, 0, 100);                        /* 1: before any offer */
-    fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8);     /* 2: an accept for nothing offered */
+    fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8);     /* 1: an accept for nothing offered */
     fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob);
-    fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob); /* 3: a second offer */
-    fake_ref(&f, 0, 99, 100);                        /* 4: no such slot */
-    fake_ref(&f, 0, 5, 100);                         /* 5: slot 5 holds nothing */
-    uint64_t len = fake_frame(&f, 0, 10, 0);
-    fake_ref(&f, 10, 0, 4097);                       /* 6: longer than its slot (freed) */
-    ck_assert_uint_eq(fake_frame(&f, 1, 11, 1), len);
-    fake_ref(&f, 11, 1, len);                        /* bad checksum (freed) */
-    fake_frame(&f, 2, 12, 2);
-    fake_ref(&f, 12, 2, len);                        /* 7: not the frame referenced (freed) */
-    fake_frame(&f, 3, 13, 0);
-    fake_ref(&f, 13, 3, len - 4);                    /* truncated: length mismatch (freed) */
-    fake_frame(&f, 4, 14, 0);
-    fake_ref(&f, 14, 4, len);                        /* the one good frame */
+    fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob); /* 2: a second offer */
+    fake_frame(&f, 0, 10, TOO_LONG);                  /* 3 */
+    fake_frame(&f, 1, 11, BAD_SUM);
+    fake_frame(&f, 2, 12, SHM_KIND);                  /* 4 */
+    fake_frame(&f, 3, 13, OTHER_RANK);                /* 5 */
+    fake_frame(&f, 4, 14, BAD_COUNT);
+    fake_frame(&f, 5, 15, BAD_RUN);
+    fake_frame(&f, 6, 16, GOOD);
 
-    sl_wire_key_t k = {1, 4, 14, 0, SL_WIRE_DATA};
+    sl_wire_key_t k = {1, 4, 16, 0, SL_WIRE_DATA};
     ck_assert_msg(sl_transport_recv(t, &k, back, sizeof back, &got, 2000) == SL_OK, "%s",
                   sl_err_msg());
     ck_assert_uint_eq(got, sizeof back);
     for (int i = 0; i < 100; i++)
-        ck_assert(back[i] == (float)(14 + i));
-    ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM), 7);
+        ck_assert(back[i] == (float)(16 + i));
+    ck_assert_int_eq(sl_transport_poll(t), SL_OK); /* whatever was not looked at yet */
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM), 5);
     ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_CHECKSUM), 1);
-    ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_LENGTH), 1);
-    /* every slot the receiver was given is free again, slot 5 was never used */
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_COUNT), 1);
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_RUN), 1);
+    /* every slot the receiver was given is free again, slot 7 was never used */
     unsigned char *mem;
-    for (int s = 0; s < 6; s++) {
+    for (int s = 0; s < 8; s++) {
         ck_assert_int_eq(sl_shm_lane_acquire(f.lane, &mem), s);
         sl_shm_lane_publish(f.lane, s);
     }
@@ -428,7 +447,7 @@ shm_suite(void)
     tcase_set_timeout(tr, 60);
     tcase_add_test(tr, test_frames_through_lanes);
     tcase_add_test(tr, test_receiver_without_shm);
-    tcase_add_test(tr, test_bad_references_dropped);
+    tcase_add_test(tr, test_bad_lane_frames_dropped);
     suite_add_tcase(s, tr);
     return s;
 }
