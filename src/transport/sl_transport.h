@@ -40,8 +40,10 @@
 #define SL_TRANSPORT_SHM_MIN_BYTES 16384u
 /* How long a receiver with lanes polls them (and yields the CPU) before it blocks: on a
  * node with a core per process, waking from a block costs tens to hundreds of
- * microseconds per hop, which a ring of small chunks pays at every step. */
-#define SL_TRANSPORT_SPIN_US 200u
+ * microseconds per hop, which a ring of small chunks pays at every step; and a 1 MiB
+ * chunk can take a few hundred microseconds to copy on a loaded machine, so a shorter
+ * spin would block in the middle of a collective. */
+#define SL_TRANSPORT_SPIN_US 1000u
 /* The longest a receiver with lanes blocks before looking at them again: a lost
  * wake-up frame costs at most this, never a hang. */
 #define SL_TRANSPORT_LANE_NAP_MS 100
