@@ -16,12 +16,13 @@
  * to find new frames without a system call, and a flag the receiver raises before it
  * blocks; a sender that publishes while it is raised wakes the receiver with a small
  * ZeroMQ frame. Flag and count are sequentially consistent on both sides, so either
- * the receiver sees the frame before it blocks or the sender sees the flag. The receiver maps
- * the lane through /proc/<pid>/fd/<fd> after checking the machine (boot id), the seals,
- * the size and the head's magic and nonce, so it cannot map something else by mistake.
- * Nothing in a lane is trusted: the receiver validates every frame it reads like one
- * from a socket, except that the checksum of these local frames covers the header only
- * (sl_wire.h). */
+ * the receiver sees the frame before it blocks or the sender sees the flag.
+ *
+ * The receiver maps the lane through /proc/<pid>/fd/<fd> after checking the machine
+ * (boot id), the seals, the size and the head's magic and nonce, so it cannot map
+ * something else by mistake. Nothing in a lane is trusted: the receiver validates
+ * every frame it reads like one from a socket, except that the checksum of these local
+ * frames covers the header only (sl_wire.h). */
 #ifndef SL_SHM_LANE_H
 #define SL_SHM_LANE_H
 

@@ -11,10 +11,11 @@
  *
  * Delivery: frames between two nodes are never duplicated and nothing is retried;
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
- * any order, which the mailbox's keys make harmless. A frame that fails validation is dropped, counted
- * per reason (sl_transport_dropped) and logged once per reason. Rounds of one
- * (kind, component) never go back: once a round is asked for, frames of older rounds
- * are stale and dropped ("old round"). Not thread-safe: one thread per transport.
+ * any order, which the mailbox's keys make harmless. A frame that fails validation is
+ * dropped, counted per reason (sl_transport_dropped) and logged once per reason.
+ * Rounds of one (kind, component) never go back: once a round is asked for, frames of
+ * older rounds are stale and dropped ("old round"). Not thread-safe: one thread per
+ * transport.
  *
  * Peers on one machine: a node offers each peer it sends large frames to a
  * shared-memory lane; once the peer has mapped it and said so, such a frame is written
