@@ -37,7 +37,7 @@ typedef struct {
 } sl_codec_t;
 
 /* Floats per frame of the ring collectives by default: 1 MiB, so that a local exchange
- * through shared memory (sl_transport_opts_t) needs few references and wake-ups; large
+ * through shared memory (sl_transport_opts_t) needs few frames and wake-ups; large
  * buffers still stream in several chunks per ring step. */
 #define SL_COLLECTIVE_CHUNK_ELEMS 262144u
 
