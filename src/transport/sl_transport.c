@@ -702,7 +702,6 @@ take_offer(sl_transport_t *t, const frame_t *f)
                      (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
         return;
     }
-    t->lane_seen[from] = 0;
     t->nin_lanes++;
     sl_put_u64(nb, offer.nonce);
     /* best effort: unanswered, the peer keeps sending over ZeroMQ */
