@@ -26,10 +26,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "sl_clock.h"
-#include "sl_collective.h"
-#include "sl_log.h"
-#include "sl_transport.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
 
 #define MAXN 16
 #define EP 256

@@ -67,7 +67,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 cc=${CC:-gcc}
 # shellcheck disable=SC2046
-"$cc" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src/common" -I"$top/src/transport" \
+"$cc" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" \
     "$top/bench/bench_allreduce.c" "$builddir/libshoal.a" $(pkg-config --cflags --libs libzmq) \
     -lpthread -lm -o "$tmp/bench_allreduce" || die "building bench_allreduce failed"
 have_mpi=0

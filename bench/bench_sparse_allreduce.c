@@ -32,13 +32,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_clock.h"
-#include "sl_collective.h"
-#include "sl_config.h"
-#include "sl_data.h"
-#include "sl_log.h"
-#include "sl_sparse_allreduce.h"
-#include "sl_transport.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "config/sl_config.h"
+#include "data/sl_data.h"
+#include "embed/sl_sparse_allreduce.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
 
 #define MAXN 16
 #define EP 256

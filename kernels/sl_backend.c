@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_backend.h"
+#include "common/sl_alloc.h"
+#include "kernels/sl_backend.h"
 #ifdef HAVE_CUDA
-#include "cuda/sl_cuda.h"
+#include "kernels/cuda/sl_cuda.h"
 #endif
 
 /* "cuda" or "cuda:N" with N a decimal device index; *index gets N (0 for "cuda"). */

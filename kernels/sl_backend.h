@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 typedef struct sl_backend_ops sl_backend_ops_t;
 

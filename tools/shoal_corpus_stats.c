@@ -19,12 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_cli.h"
-#include "sl_config.h"
-#include "sl_data.h"
-#include "sl_log.h"
-#include "sl_status.h"
-#include "sl_zipf.h"
+#include "common/sl_cli.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "data/sl_data.h"
+#include "embed/sl_zipf.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 

@@ -15,12 +15,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_cli.h"
-#include "sl_config.h"
-#include "sl_mixing.h"
-#include "sl_ring.h"
-#include "sl_schedule.h"
-#include "sl_status.h"
+#include "common/sl_cli.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "topology/sl_mixing.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 

@@ -1,13 +1,13 @@
 /* Expected gossip mixing matrix W = E[W_r], its eigenvalues (cyclic Jacobi) and spectral
  * gap; symbols as in sl_mixing.h (q' picks, links = min(2k, n-1), lambda_2). */
-#include "sl_mixing.h"
+#include "topology/sl_mixing.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
-#include "sl_alloc.h"
-#include "sl_ring.h"
+#include "common/sl_alloc.h"
+#include "topology/sl_ring.h"
 
 sl_status_t
 sl_mixing_matrix(const sl_schedule_t *s, double *w, size_t cap)

@@ -19,8 +19,8 @@
 
 #include <stddef.h>
 
-#include "sl_schedule.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "topology/sl_schedule.h"
 
 #define SL_MIXING_MAX_NODES 1024 /* Jacobi is O(n^3) per sweep */
 

@@ -1,5 +1,5 @@
 /* The k-symmetric ring: link counts and neighbour lists (gossip-BMUF paper, Definition 1). */
-#include "sl_ring.h"
+#include "topology/sl_ring.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,7 @@
 #ifndef SL_RING_H
 #define SL_RING_H
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #define SL_RING_MAX_NODES (1 << 20) /* more ranks than any run will have */
 

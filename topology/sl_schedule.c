@@ -1,13 +1,13 @@
 /* The gossip schedule: which q neighbours node i pulls from at round r of component c
  * (gossip-BMUF paper, Algorithm 1 line 6), and, since every node can evaluate that
  * choice for all its neighbours, which nodes pull from i. */
-#include "sl_schedule.h"
+#include "topology/sl_schedule.h"
 
 #include <stdlib.h>
 
-#include "sl_alloc.h"
-#include "sl_ring.h"
-#include "sl_rng.h"
+#include "common/sl_alloc.h"
+#include "common/sl_rng.h"
+#include "topology/sl_ring.h"
 
 sl_status_t
 sl_schedule_init(sl_schedule_t *s, int n, int k, int q, uint64_t seed)

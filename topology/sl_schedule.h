@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 /* Filled by sl_schedule_init; read-only afterwards. */
 typedef struct {

@@ -15,11 +15,11 @@
 
 #include <cblas.h>
 
-#include "sl_alloc.h"
-#include "sl_backend.h"
-#include "sl_cpu_pool.h"
-#include "sl_half.h"
-#include "sl_rng.h"
+#include "common/sl_alloc.h"
+#include "common/sl_half.h"
+#include "common/sl_rng.h"
+#include "kernels/cpu/sl_cpu_pool.h"
+#include "kernels/sl_backend.h"
 
 /* The fused loops need the vectoriser with a cost model that accepts loop epilogues
  * (-O3; gcc's -O2 model refuses most of them), FMA contraction (ISO C mode turns it

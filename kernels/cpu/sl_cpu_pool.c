@@ -1,10 +1,10 @@
 /* Worker threads that sleep between jobs (see sl_cpu_pool.h for why not OpenMP). */
-#include "sl_cpu_pool.h"
+#include "kernels/cpu/sl_cpu_pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "sl_alloc.h"
+#include "common/sl_alloc.h"
 
 typedef struct {
     sl_cpu_pool_t *pool;

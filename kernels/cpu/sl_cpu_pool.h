@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 typedef struct sl_cpu_pool sl_cpu_pool_t;
 

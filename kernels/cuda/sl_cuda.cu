@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sl_cuda_ctx.h"
+#include "kernels/cuda/sl_cuda_ctx.h"
 
 extern "C" {
-#include "sl_alloc.h"
-#include "sl_cuda.h"
+#include "common/sl_alloc.h"
+#include "kernels/cuda/sl_cuda.h"
 }
 
 /* ---- errors ------------------------------------------------------------------------ */

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_backend.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "kernels/sl_backend.h"
 
 #ifdef __cplusplus
 extern "C" {

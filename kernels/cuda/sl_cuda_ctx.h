@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 extern "C" {
-#include "sl_backend.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "kernels/sl_backend.h"
 }
 
 enum {

@@ -17,7 +17,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
-#include "sl_cuda_ctx.h"
+#include "kernels/cuda/sl_cuda_ctx.h"
 
 #define NT SL_CUDA_THREADS
 

@@ -1,5 +1,5 @@
 /* Aligned allocation with overflow checks. */
-#include "sl_alloc.h"
+#include "common/sl_alloc.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #define SL_ALIGN 64
 

@@ -1,5 +1,5 @@
 /* Command-line helpers shared by the programs. */
-#include "sl_cli.h"
+#include "common/sl_cli.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* Monotonic clock and duration formatting. */
-#include "sl_clock.h"
+#include "common/sl_clock.h"
 
 #include <stdio.h>
 #include <time.h>

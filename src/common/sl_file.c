@@ -1,6 +1,6 @@
 /* Whole-file reads, atomic replacement, mkdir -p. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_file.h"
+#include "common/sl_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, *len excludes the NUL).
  * SL_ERR_IO "path: reason" when missing or unreadable. Caller frees with free(). */

@@ -2,7 +2,7 @@
  * that the multiplications of a stripe overlap and checksumming runs near memory speed
  * (every frame and checkpoint is hashed). A partial stripe is kept in the state, so the
  * result does not depend on how the bytes were split between sl_hash_update calls. */
-#include "sl_hash.h"
+#include "common/sl_hash.h"
 
 #include <string.h>
 
@@ -11,7 +11,7 @@
 #define HAVE_AVX2_PATH 1
 #endif
 
-#include "sl_rng.h"
+#include "common/sl_rng.h"
 
 #define P1 0x9e3779b185ebca87ULL
 #define P2 0xc2b2ae3d27d4eb4fULL

@@ -1,6 +1,6 @@
 /* Logging: one line per message on stderr, written with a single fprintf so that
  * lines from several node processes do not interleave mid-line. */
-#include "sl_log.h"
+#include "common/sl_log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

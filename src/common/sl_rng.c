@@ -1,5 +1,5 @@
 /* Counter-based RNG (SplitMix64 over key-whitened counters). */
-#include "sl_rng.h"
+#include "common/sl_rng.h"
 
 #include <math.h>
 

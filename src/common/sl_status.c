@@ -1,5 +1,5 @@
 /* Thread-local error messages behind sl_err_set(). */
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #include <stdarg.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The run configuration: one schema table (key path, type, field, default, bounds, doc)
  * drives the defaults, YAML loading (libyaml's document loader), --set overrides,
  * validation, sl_config_write_yaml and the printed schema. */
-#include "sl_config.h"
+#include "config/sl_config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include <strings.h>
 #include <yaml.h>
 
-#include "sl_file.h"
+#include "common/sl_file.h"
 
 /* ---- enum names: the one place where strings and enum values meet ---- */
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #define SL_MAX_LAYERS 8
 #define SL_MAX_PERIOD_RULES 32 /* entries of sync.periods */

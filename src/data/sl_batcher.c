@@ -1,6 +1,6 @@
 /* Mini-batches: this rank's contiguous share of a token array, cut into B parallel
  * streams that are read T tokens at a time (time-major x[t*B + b], targets one later). */
-#include "sl_data.h"
+#include "data/sl_data.h"
 
 /* floor(k * len / n) without the overflow of k * len: with len = q*n + r it is
  * k*q + floor(k*r / n), and k*r < n*n fits easily. */

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_data_internal.h"
-#include "sl_file.h"
-#include "sl_hash.h"
-#include "sl_log.h"
+#include "common/sl_file.h"
+#include "common/sl_hash.h"
+#include "common/sl_log.h"
+#include "data/sl_data_internal.h"
 
 #define CORPUS_HASH_SEED 0x636f72707573ULL /* "corpus" */
 

@@ -26,8 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_config.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
 
 typedef struct sl_vocab sl_vocab_t;
 

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_data.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "data/sl_data.h"
 
 /* Bumped whenever tokenization, id order or the cache layout changes, so that old
  * caches miss instead of being misread. */

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "sl_data_internal.h"
-#include "sl_file.h"
-#include "sl_hash.h"
+#include "common/sl_file.h"
+#include "common/sl_hash.h"
+#include "data/sl_data_internal.h"
 
 #define CACHE_MAGIC "SHOALTOK"
 #define CACHE_SUM_SEED 0x746f6b656e73ULL /* "tokens" */

@@ -2,7 +2,7 @@
  * would have to guess about, at word and character level alike. */
 #include <string.h>
 
-#include "sl_data_internal.h"
+#include "data/sl_data_internal.h"
 
 /* Table 3-7 of the Unicode standard: the lead byte fixes the length and the allowed
  * range of the second byte (which is where overlong forms, surrogates and code

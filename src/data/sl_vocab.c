@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_data_internal.h"
-#include "sl_hash.h"
+#include "common/sl_hash.h"
+#include "data/sl_data_internal.h"
 
 #define VOCAB_HASH_SEED 0x766f636162ULL /* "vocab" */
 

@@ -1,15 +1,15 @@
 /* Compression of exchanged values: fp32 / fp16 / bf16 payloads with the scaling
  * factor F (Baidu, "Language Modeling at Scale", section III). */
-#include "sl_compress.h"
+#include "embed/sl_compress.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "sl_endian.h"
-#include "sl_half.h"
-#include "sl_wire.h"
+#include "common/sl_endian.h"
+#include "common/sl_half.h"
+#include "transport/sl_wire.h"
 
 /* Powers of two that F may take in automatic mode: 1 / F stays a normal float. */
 #define MIN_EXP (-126)

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "sl_config.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
 
 /* Largest |x| * F that the automatic fp16 scale allows: half of fp16's largest finite
  * value (65504), headroom for sums of a few scaled values. */

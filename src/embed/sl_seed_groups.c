@@ -1,13 +1,13 @@
 /* Seed groups for sampled softmax: the group count of each mode, the contiguous
  * rank -> group map, and the per-step negative-sampling key of a group. */
-#include "sl_seed_groups.h"
+#include "embed/sl_seed_groups.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_rng.h"
+#include "common/sl_rng.h"
 
 /* Why the 1e-9: pow(n, 0.64) is within a few ulps (< 1e-9 below 2^31) of the true
  * value, and n^0.64 = n^(16/25) is an integer only for n = m^25 (n = 2^25 below 2^31),

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 /* Number of groups for a run of `nodes` nodes (>= 1) and the embedding.seed_groups
  * mode (borrowed string):

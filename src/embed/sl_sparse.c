@@ -1,17 +1,17 @@
 /* Zipf-unique sparse exchange of a row shard: row sets, the neighbourhood exchange
  * (request, answer with the union's values, per-row mean) and the all-node average
  * (allgather of sets, sorted union U_g, allreduce of its values); see sl_sparse.h. */
-#include "sl_sparse.h"
+#include "embed/sl_sparse.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_clock.h"
-#include "sl_endian.h"
-#include "sl_log.h"
-#include "sl_rng.h"
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "common/sl_rng.h"
 
 #define MAX_LINKS 64 /* peers in one list of an exchange: the ring's 2k links, k <= 32 */
 

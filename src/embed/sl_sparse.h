@@ -26,9 +26,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_collective.h"
-#include "sl_status.h"
-#include "sl_transport.h"
+#include "common/sl_status.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
 
 /* A set of rows of one shard: a bitmap, owned by the caller (init / fini). */
 typedef struct {

@@ -5,14 +5,14 @@
  * Index words travel shard-relative (row - row_begin) as uint32 bit patterns in fp32
  * frames: the collectives only copy them, so they arrive bit-exact, and a receiver
  * checks them before any use. */
-#include "sl_sparse_allreduce.h"
+#include "embed/sl_sparse_allreduce.h"
 
 #include <inttypes.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_clock.h"
-#include "sl_collective.h"
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "transport/sl_collective.h"
 
 /* Rounds of one call: 3 round + phase. */
 enum { PHASE_COUNTS, PHASE_INDICES, PHASE_VALUES };

@@ -38,11 +38,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_collective.h"
-#include "sl_config.h"
-#include "sl_model.h"
-#include "sl_status.h"
-#include "sl_transport.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "model/sl_model.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
 
 typedef struct sl_sparse_allreduce sl_sparse_allreduce_t;
 

@@ -1,10 +1,10 @@
 /* Zipf statistics of a token stream: unique types U in windows of N tokens, and the
  * power-law fit U ~ a N^b (Baidu, "Language Modeling at Scale", Fig. 1). */
-#include "sl_zipf.h"
+#include "embed/sl_zipf.h"
 
 #include <math.h>
 
-#include "sl_alloc.h"
+#include "common/sl_alloc.h"
 
 /* counts[id] of the current window and how many ids have a non-zero count. */
 typedef struct {

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 typedef struct {
     size_t window; /* N: tokens per window */

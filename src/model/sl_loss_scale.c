@@ -1,7 +1,7 @@
 /* Dynamic loss scaling for fp16 (Puri et al., section V; see sl_loss_scale.h): the
  * scale S (the paper's alpha), its halving on overflow and doubling after a run of good
  * steps, and the skip-or-apply end of a training step. */
-#include "sl_loss_scale.h"
+#include "model/sl_loss_scale.h"
 
 #include <float.h>
 #include <math.h>

@@ -17,10 +17,10 @@
 
 #include <stddef.h>
 
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_optim.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_optim.h"
 
 /* Overflows in a row after which sl_loss_scale_step gives up: with dynamic scaling S
  * has been divided by 2^64 by then, so the gradients are not finite at any scale. */

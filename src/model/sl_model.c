@@ -6,16 +6,16 @@
  *
  * Symbols: V vocabulary, E embedding, H cell, P projection, R layer output (P or H),
  * T steps, B streams, N = T*B rows (time-major: row t*B + b), S negatives. */
-#include "sl_model.h"
+#include "model/sl_model.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_rng.h"
-#include "sl_sampler.h"
+#include "common/sl_alloc.h"
+#include "common/sl_rng.h"
+#include "model/sl_sampler.h"
 
 #define LOGIT_BUDGET ((size_t)1 << 23) /* floats of full-softmax logits per row chunk */
 #define INIT_CHUNK 65536               /* floats staged on the host per init upload */

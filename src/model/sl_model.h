@@ -27,9 +27,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
 
 typedef struct {
     char name[32];

@@ -4,12 +4,12 @@
  * eps: both Adagrad and Adam use train.optimizer.eps, whose default follows the
  * optimizer type in the config (PyTorch's: 1e-10 for Adagrad, 1e-8 for Adam), so a
  * value the user sets is honoured either way. */
-#include "sl_optim.h"
+#include "model/sl_optim.h"
 
 #include <math.h>
 #include <stdint.h>
 
-#include "sl_alloc.h"
+#include "common/sl_alloc.h"
 
 #define FILL_CHUNK 65536 /* floats staged on the host to fill the accumulator */
 

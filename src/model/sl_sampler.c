@@ -1,10 +1,10 @@
 /* Log-uniform sampler for sampled softmax (see sl_sampler.h). */
-#include "sl_sampler.h"
+#include "model/sl_sampler.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "sl_alloc.h"
+#include "common/sl_alloc.h"
 
 sl_status_t
 sl_sampler_init(sl_sampler_t *s, int range)

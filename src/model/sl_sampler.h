@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "sl_rng.h"
-#include "sl_status.h"
+#include "common/sl_rng.h"
+#include "common/sl_status.h"
 
 typedef struct {
     int range;        /* V: ids are 0..V-1 */

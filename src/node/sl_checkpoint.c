@@ -1,6 +1,6 @@
 /* Checkpoint and model files: encoding, atomic writing, validation and loading.
  * Integers and floats are stored little-endian whatever the host. */
-#include "sl_checkpoint.h"
+#include "node/sl_checkpoint.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_endian.h"
-#include "sl_file.h"
-#include "sl_hash.h"
+#include "common/sl_alloc.h"
+#include "common/sl_endian.h"
+#include "common/sl_file.h"
+#include "common/sl_hash.h"
 
 #define CKPT_HASH_SEED 0x53484f414c434b50ull /* "SHOALCKP" */
 /* Element counts above this cannot be real (2^40 floats = 4 TiB): a corrupt header. */

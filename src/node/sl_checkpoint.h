@@ -27,12 +27,12 @@
 
 #include <stdint.h>
 
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_model.h"
-#include "sl_optim.h"
-#include "sl_status.h"
-#include "sl_sync.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
+#include "sync/sl_sync.h"
 
 #define SL_CKPT_MAGIC "SHOALCKP"
 #define SL_CKPT_VERSION 3

@@ -2,7 +2,7 @@
  * `shoal run` supervisor: node processes forked on this machine, their records and log
  * lines read from pipes, one merged progress line, stopping them all when one fails. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_launch.h"
+#include "node/sl_launch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,10 +24,10 @@
 #include <sys/prctl.h>
 #endif
 
-#include "sl_clock.h"
-#include "sl_log.h"
-#include "sl_rendezvous.h"
-#include "sl_transport.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "node/sl_rendezvous.h"
+#include "transport/sl_transport.h"
 
 #define ABORT_WAIT_MS 2000 /* a failing node waits at most this long to tell its peers */
 #define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"

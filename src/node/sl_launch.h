@@ -23,10 +23,10 @@
 #include <signal.h>
 #include <stdio.h>
 
-#include "sl_config.h"
-#include "sl_progress.h"
-#include "sl_status.h"
-#include "sl_train.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_progress.h"
+#include "node/sl_train.h"
 
 #define SL_LAUNCH_GRACE_MS 10000 /* SIGTERM to SIGKILL when stopping nodes */
 

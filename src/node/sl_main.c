@@ -11,13 +11,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sl_cli.h"
-#include "sl_clock.h"
-#include "sl_config.h"
-#include "sl_launch.h"
-#include "sl_log.h"
-#include "sl_status.h"
-#include "sl_train.h"
+#include "common/sl_cli.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_launch.h"
+#include "node/sl_train.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 

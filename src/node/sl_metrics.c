@@ -1,6 +1,6 @@
 /* metrics.jsonl writing and trimming on resume; JSON scalars. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_metrics.h"
+#include "node/sl_metrics.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sl_file.h"
+#include "common/sl_file.h"
 
 void
 sl_json_number(FILE *out, double v)

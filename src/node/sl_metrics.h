@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 /* One training report; loss and grad_norm are means over the steps since the last one. */
 typedef struct {

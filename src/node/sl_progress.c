@@ -1,11 +1,11 @@
 /* Progress line formatting and display. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_progress.h"
+#include "node/sl_progress.h"
 
 #include <math.h>
 #include <unistd.h>
 
-#include "sl_clock.h"
+#include "common/sl_clock.h"
 
 const char *
 sl_progress_format(const sl_progress_line_t *l, char *buf, size_t size)

@@ -1,7 +1,7 @@
 /* Rendezvous: rank 0's ROUTER collects one registration per rank and answers each with
  * the endpoint table; the other ranks' DEALER registers and waits for it. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_rendezvous.h"
+#include "node/sl_rendezvous.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,10 +11,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "sl_clock.h"
-#include "sl_endian.h"
-#include "sl_hash.h"
-#include "sl_log.h"
+#include "common/sl_clock.h"
+#include "common/sl_endian.h"
+#include "common/sl_hash.h"
+#include "common/sl_log.h"
 
 #define MAGIC "SLRV"
 #define HEAD_BYTES 16                   /* magic, version, kind, run id */

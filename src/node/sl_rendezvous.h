@@ -26,8 +26,8 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "sl_config.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
 
 #define SL_RDV_VERSION 1
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */

@@ -15,7 +15,7 @@
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
  * decided after the gradient allreduce so that every node skips it alike. */
 #define _POSIX_C_SOURCE 200809L
-#include "sl_train.h"
+#include "node/sl_train.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,21 +26,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "sl_alloc.h"
-#include "sl_backend.h"
-#include "sl_checkpoint.h"
-#include "sl_clock.h"
-#include "sl_data.h"
-#include "sl_file.h"
-#include "sl_log.h"
-#include "sl_loss_scale.h"
-#include "sl_metrics.h"
-#include "sl_model.h"
-#include "sl_optim.h"
-#include "sl_progress.h"
-#include "sl_rng.h"
-#include "sl_seed_groups.h"
-#include "sl_sync.h"
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "common/sl_file.h"
+#include "common/sl_log.h"
+#include "common/sl_rng.h"
+#include "data/sl_data.h"
+#include "embed/sl_seed_groups.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_loss_scale.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
+#include "node/sl_checkpoint.h"
+#include "node/sl_metrics.h"
+#include "node/sl_progress.h"
+#include "sync/sl_sync.h"
 
 #define EVAL_BATCH 10 /* streams for evaluation, the usual choice for these corpora */
 

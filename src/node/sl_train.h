@@ -23,10 +23,10 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "sl_config.h"
-#include "sl_progress.h"
-#include "sl_status.h"
-#include "sl_transport.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_progress.h"
+#include "transport/sl_transport.h"
 
 #define SL_TRAIN_PATH_MAX 1024
 

@@ -1,5 +1,5 @@
 /* Mean, distance and BMUF block update of one component (see sl_bmuf.h). */
-#include "sl_bmuf.h"
+#include "sync/sl_bmuf.h"
 
 #include <math.h>
 

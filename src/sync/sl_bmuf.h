@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "sl_config.h"
+#include "config/sl_config.h"
 
 typedef struct {
     float eta;          /* block momentum, [0, 1) */

@@ -2,7 +2,7 @@
  * model averages (allreduce, ring neighbours, gossip schedule) with MA or BMUF on top,
  * whole or by touched rows, compressed or not, dead-neighbour bookkeeping and the final
  * average (see sl_sync.h). */
-#include "sl_sync.h"
+#include "sync/sl_sync.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -11,18 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_bmuf.h"
-#include "sl_clock.h"
-#include "sl_collective.h"
-#include "sl_compress.h"
-#include "sl_endian.h"
-#include "sl_log.h"
-#include "sl_ring.h"
-#include "sl_rng.h"
-#include "sl_schedule.h"
-#include "sl_sparse.h"
-#include "sl_sparse_allreduce.h"
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "common/sl_rng.h"
+#include "embed/sl_compress.h"
+#include "embed/sl_sparse.h"
+#include "embed/sl_sparse_allreduce.h"
+#include "sync/sl_bmuf.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
+#include "transport/sl_collective.h"
 
 /* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; component c
  * of a node's model as component c, a confirmation (one byte: 1 = in the average, 0 =

@@ -41,10 +41,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_config.h"
-#include "sl_model.h"
-#include "sl_status.h"
-#include "sl_transport.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "model/sl_model.h"
+#include "transport/sl_transport.h"
 
 #define SL_SYNC_DEAD_ROUNDS 3 /* missed rounds in a row after which a peer is dead */
 

@@ -12,14 +12,14 @@
  * a fresh scale at every hop and added in fp32 by the receiver; a finished value (the
  * owner's segment in the allgather half) is encoded once, kept decoded by its owner too,
  * and passed on with the scale it came with, so all nodes end with the same bits. */
-#include "sl_collective.h"
+#include "transport/sl_collective.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_clock.h"
-#include "sl_log.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
 
 #define DEFAULT_WINDOW 8u
 

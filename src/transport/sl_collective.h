@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
-#include "sl_transport.h"
+#include "common/sl_status.h"
+#include "transport/sl_transport.h"
 
 /* How a collective's floats travel when they are compressed (sync.compression): as
  * frames of encoding (sl_wire_encoding_t), n values taking n elements of

@@ -2,12 +2,12 @@
  * so no tombstones) from frame keys to owners, plus a small table of the newest round
  * asked for per (kind, component). A node that falls behind can hold many early frames
  * (up to n-1 ring steps of a large allreduce), so lookups must not be linear. */
-#include "sl_mailbox.h"
+#include "transport/sl_mailbox.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_rng.h"
+#include "common/sl_rng.h"
 
 typedef struct {
     sl_wire_key_t key;

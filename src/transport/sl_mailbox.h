@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
-#include "sl_wire.h"
+#include "common/sl_status.h"
+#include "transport/sl_wire.h"
 
 /* What happened to a frame given to sl_mailbox_file. */
 typedef enum {

@@ -1,7 +1,7 @@
 /* Shared-memory lanes (see sl_shm_lane.h): a sealed memfd per (sender, receiver)
  * pair, a head page with the lane's identity and one state word per slot, then the
  * slots. */
-#include "sl_shm_lane.h"
+#include "transport/sl_shm_lane.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sl_endian.h"
-#include "sl_hash.h"
-#include "sl_rng.h"
+#include "common/sl_endian.h"
+#include "common/sl_hash.h"
+#include "common/sl_rng.h"
 
 #define LANE_MAGIC 0x4d4853414f4853ULL /* "SHOASHM" read as little-endian bytes */
 #define HEAD_BYTES 4096u

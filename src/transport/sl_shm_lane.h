@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #define SL_SHM_MAX_SLOTS 32u
 /* A slot holds at most one frame of the largest payload (SL_WIRE_MAX_PAYLOAD) and its

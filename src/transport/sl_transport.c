@@ -1,6 +1,6 @@
 /* The ZeroMQ transport: sockets, sends (copied or lent), the receive loop that
  * validates every frame and files the ones nobody asked for yet, counters, abort. */
-#include "sl_transport.h"
+#include "transport/sl_transport.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,12 +13,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "sl_clock.h"
-#include "sl_endian.h"
-#include "sl_log.h"
-#include "sl_mailbox.h"
-#include "sl_rng.h"
-#include "sl_shm_lane.h"
+#include "common/sl_clock.h"
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "common/sl_rng.h"
+#include "transport/sl_mailbox.h"
+#include "transport/sl_shm_lane.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024

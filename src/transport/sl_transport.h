@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
-#include "sl_wire.h"
+#include "common/sl_status.h"
+#include "transport/sl_wire.h"
 
 /* Payloads of at least this many bytes can be lent to ZeroMQ instead of copied. */
 #define SL_TRANSPORT_ZEROCOPY_BYTES 65536u

@@ -1,14 +1,14 @@
 /* Frame header encoding and validation. Fields are written and read one at a time as
  * little-endian integers (never a struct memcpy), so the layout does not depend on the
  * compiler's padding or the host's byte order. */
-#include "sl_wire.h"
+#include "transport/sl_wire.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "sl_endian.h"
-#include "sl_hash.h"
-#include "sl_shm_lane.h"
+#include "common/sl_endian.h"
+#include "common/sl_hash.h"
+#include "transport/sl_shm_lane.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shoal's wire payloads are host floats: a big-endian host needs byte swapping"

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sl_status.h"
+#include "common/sl_status.h"
 
 #define SL_WIRE_MAGIC 0x4c4f4853u /* "SHOL" read as little-endian bytes */
 #define SL_WIRE_VERSION 3u /* 2: payloads hashed with sl_hash_bulk; 3: lane doorbells */

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_mailbox.h"
-#include "sl_wire.h"
+#include "transport/sl_mailbox.h"
+#include "transport/sl_wire.h"
 
 #define RUN_ID 0x5eed5eed12345678ULL
 #define ME 1

@@ -4,12 +4,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sl_alloc.h"
-#include "sl_file.h"
-#include "sl_half.h"
-#include "sl_hash.h"
-#include "sl_rng.h"
-#include "sl_status.h"
+#include "common/sl_alloc.h"
+#include "common/sl_file.h"
+#include "common/sl_half.h"
+#include "common/sl_hash.h"
+#include "common/sl_rng.h"
+#include "common/sl_status.h"
 
 START_TEST(test_err_set_and_prefix)
 {

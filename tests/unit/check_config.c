@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sl_bmuf.h"
-#include "sl_config.h"
-#include "sl_file.h"
-#include "sl_status.h"
+#include "common/sl_file.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "sync/sl_bmuf.h"
 
 /* Every key of the schema, written out here independently of sl_config.c's table. */
 static const char *const all_keys[] = {

@@ -31,14 +31,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda/sl_cuda.h"
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_half.h"
-#include "sl_model.h"
-#include "sl_optim.h"
-#include "sl_rng.h"
-#include "sl_status.h"
+#include "common/sl_half.h"
+#include "common/sl_rng.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/cuda/sl_cuda.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
 
 static const char *dev_name = "cuda:0"; /* or SHOAL_CUDA_TEST_BACKEND */
 static int on_cuda = 1;                 /* 0: the cpu-against-cpu self-check */

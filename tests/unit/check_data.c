@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sl_config.h"
-#include "sl_data.h"
-#include "sl_log.h"
-#include "sl_status.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "data/sl_data.h"
 
 static char tmpdir[256]; /* made by the unchecked fixture, in the parent */
 

@@ -13,13 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_compress.h"
-#include "sl_rng.h"
-#include "sl_sampler.h"
-#include "sl_seed_groups.h"
-#include "sl_status.h"
-#include "sl_wire.h"
-#include "sl_zipf.h"
+#include "common/sl_rng.h"
+#include "common/sl_status.h"
+#include "embed/sl_compress.h"
+#include "embed/sl_seed_groups.h"
+#include "embed/sl_zipf.h"
+#include "model/sl_sampler.h"
+#include "transport/sl_wire.h"
 #include "test_tool.h"
 
 /* --------------------------------------------------------------- compress */

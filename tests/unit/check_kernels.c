@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_alloc.h"
-#include "sl_backend.h"
-#include "sl_rng.h"
-#include "sl_status.h"
+#include "common/sl_alloc.h"
+#include "common/sl_rng.h"
+#include "common/sl_status.h"
+#include "kernels/sl_backend.h"
 
 static sl_backend_t *be;
 

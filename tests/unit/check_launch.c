@@ -24,12 +24,12 @@
 #include <sys/prctl.h>
 #endif
 
-#include "sl_config.h"
-#include "sl_data.h"
-#include "sl_log.h"
-#include "sl_rendezvous.h"
-#include "sl_status.h"
-#include "sl_train.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "data/sl_data.h"
+#include "node/sl_rendezvous.h"
+#include "node/sl_train.h"
 
 static char tmp_root[] = "/tmp/shoal-check-launch-XXXXXX";
 static char tmp_dir[1100]; /* TMPDIR of the shoal processes: where ipc sockets go */

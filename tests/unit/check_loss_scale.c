@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_loss_scale.h"
-#include "sl_model.h"
-#include "sl_optim.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_loss_scale.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
 
 enum { V = 17, E = 8, H = 8, T = 3, B = 2 };
 

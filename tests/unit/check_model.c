@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_backend.h"
-#include "sl_config.h"
-#include "sl_model.h"
-#include "sl_optim.h"
-#include "sl_rng.h"
-#include "sl_sampler.h"
+#include "common/sl_rng.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
+#include "model/sl_sampler.h"
 
 /* Tiny sizes for the numeric checks. */
 enum { V = 13, E = 5, H = 6, P = 4, T = 3, B = 2, S = 5, N = T * B };

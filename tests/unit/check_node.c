@@ -17,20 +17,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sl_backend.h"
-#include "sl_checkpoint.h"
-#include "sl_config.h"
-#include "sl_endian.h"
-#include "sl_hash.h"
-#include "sl_log.h"
-#include "sl_metrics.h"
-#include "sl_model.h"
-#include "sl_optim.h"
-#include "sl_progress.h"
-#include "sl_status.h"
-#include "sl_sync.h"
-#include "sl_train.h"
-#include "sl_transport.h"
+#include "common/sl_endian.h"
+#include "common/sl_hash.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
+#include "node/sl_checkpoint.h"
+#include "node/sl_metrics.h"
+#include "node/sl_progress.h"
+#include "node/sl_train.h"
+#include "sync/sl_sync.h"
+#include "transport/sl_transport.h"
 
 static char tmp_root[] = "/tmp/shoal-check-node-XXXXXX";
 static char data_dir[1024];

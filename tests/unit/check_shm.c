@@ -12,11 +12,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "sl_endian.h"
-#include "sl_log.h"
-#include "sl_shm_lane.h"
-#include "sl_transport.h"
-#include "sl_wire.h"
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "transport/sl_shm_lane.h"
+#include "transport/sl_transport.h"
+#include "transport/sl_wire.h"
 
 #define RUN 0x5eed00005107ULL
 #define SLOT_BYTES (64u << 10)

@@ -24,14 +24,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_clock.h"
-#include "sl_collective.h"
-#include "sl_half.h"
-#include "sl_hash.h"
-#include "sl_log.h"
-#include "sl_rng.h"
-#include "sl_sparse_allreduce.h"
-#include "sl_transport.h"
+#include "common/sl_clock.h"
+#include "common/sl_half.h"
+#include "common/sl_hash.h"
+#include "common/sl_log.h"
+#include "common/sl_rng.h"
+#include "embed/sl_sparse_allreduce.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
 
 #define RUN 0x5a5e0000c0deULL
 #define MAXN 8

@@ -26,16 +26,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sl_bmuf.h"
-#include "sl_clock.h"
-#include "sl_config.h"
-#include "sl_file.h"
-#include "sl_log.h"
-#include "sl_mixing.h"
-#include "sl_ring.h"
-#include "sl_schedule.h"
-#include "sl_sparse.h"
-#include "sl_sync.h"
+#include "common/sl_clock.h"
+#include "common/sl_file.h"
+#include "common/sl_log.h"
+#include "config/sl_config.h"
+#include "embed/sl_sparse.h"
+#include "sync/sl_bmuf.h"
+#include "sync/sl_sync.h"
+#include "topology/sl_mixing.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
 
 static void
 assert_floats(const float *got, const float *want, size_t n)

@@ -10,10 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sl_mixing.h"
-#include "sl_ring.h"
-#include "sl_schedule.h"
-#include "sl_status.h"
+#include "common/sl_status.h"
+#include "topology/sl_mixing.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
 #include "test_tool.h"
 
 /* ------------------------------------------------------------------- ring */

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_endian.h"
-#include "sl_mailbox.h"
-#include "sl_wire.h"
+#include "common/sl_endian.h"
+#include "transport/sl_mailbox.h"
+#include "transport/sl_wire.h"
 
 #define RUN 0x0123456789abcdefULL
 #define ME 2
