@@ -1,0 +1,696 @@
+/* Tests of src/sync through the real sync object: n = 3 to 5 forked nodes, each with its
+ * own sl_transport_t over ipc:// in a temporary directory and its own sl_sync_t over a
+ * small flat buffer of three components (two dense ones and an embedding row shard that
+ * goes whole, sync.exchange dense) with three periods H_i. Every node starts from
+ * distinct known values, moves them by known local steps, calls sl_sync_after_step (or
+ * sl_sync_gradients, sl_sync_final), and the parent compares every node's result with
+ * values computed here in double from DESIGN.md's formulas (theta_bar over self and the
+ * neighbourhood, then MA or the BMUF block update with eta, zeta, Nesterov and the block
+ * reference). Only who is in a neighbourhood comes from the topology: the k-symmetric
+ * ring (topology/sl_ring.h) for local-*, the gossip schedule (topology/sl_schedule.h)
+ * for gossip-*; both are tested in check_topology. Covered: every model-averaging
+ * algorithm on 4 and 5 nodes, several blocks in a row (BMUF state carries), q = 1 and
+ * q > 1 on a degree-2 ring, a node that leaves after the rendezvous (the others average
+ * without it and the final model is the mean of the survivors), and the allreduce of
+ * gradients (a mean, not a sum).
+ * The nodes pass a barrier through the parent's pipes before every step, so a timeout
+ * only ever decides about the node that left; nothing here sleeps. Must not touch: the
+ * trio (in-process) tests and the `shoal run` integration tests (check_sync.c). */
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/sl_log.h"
+#include "config/sl_config.h"
+#include "sync/sl_sync.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
+#include "transport/sl_transport.h"
+
+enum { MAXN = 5, NP = 11, NCOMP = 3, MAXSTEPS = 6, SEED = 4321 };
+
+/* The layout: lstm.0 syncs every step (sync.period 1), the row shard every 2 steps
+ * (sync.embedding_period), lstm.1 every 3 (a sync.periods rule). */
+static const sl_component_t comps[NCOMP] = {
+    {"lstm.0", 0, 3, 0, 0, 0, 0},
+    {"embedding.0", 3, 6, 1, 0, 3, 2},
+    {"lstm.1", 9, 2, 0, 0, 0, 0},
+};
+static const int period[NCOMP] = {1, 2, 3};
+static const char layout_conf[] =
+    "sync={period: 1, embedding_period: 2, exchange: dense, periods: [{match: lstm.1, period: 3}]}";
+/* The same with lstm.0 alone syncing in the first 6 steps. */
+static const int period_one[NCOMP] = {1, 100, 100};
+static const char one_conf[] = "sync={period: 1, embedding_period: 100, exchange: dense, "
+                               "periods: [{match: lstm.1, period: 100}]}";
+
+/* Node k's starting value of parameter i: multiples of 1/8 in [-4, 4), distinct. */
+static double
+start_value(int k, int i)
+{
+    return (double)((k * 37 + i * 11 + 5) % 64 - 32) / 8.0;
+}
+
+/* What node k's local steps add to parameter i before step t: a multiple of 1/4. */
+static double
+drift(int k, long t, int i)
+{
+    return (double)((k * 5 + t * 3 + i) % 7 - 3) / 4.0;
+}
+
+/* Node k's gradient of parameter i at step t (allreduce): multiples of 1/4, never 0. */
+static double
+grad_value(int k, long t, int i)
+{
+    return (double)((k * 13 + t * 7 + i * 3) % 17 + 1) / 4.0;
+}
+
+/* ------------------------------------------------------------ the nodes */
+
+typedef struct {
+    const char *layout;    /* layout_conf or one_conf */
+    const char *algo_conf; /* sync={algorithm: ..., ...} */
+    const char *more_conf; /* another setting or NULL */
+    int n;
+    int steps;     /* sl_sync_after_step(1..steps), or sl_sync_gradients(0..steps-1) */
+    int gradients; /* 1: sl_sync_gradients instead */
+    int absent;    /* this rank leaves right after the rendezvous; -1: none */
+    int final;     /* sl_sync_final after the steps */
+    int timeout_ms;
+} plan_t;
+
+/* What a node sends back (one write, below PIPE_BUF). */
+typedef struct {
+    int ok;
+    char err[200];
+    float p[MAXSTEPS][NP]; /* params after each step (gradients: the grads) */
+    float avg[NP];
+    int has_avg, writer, nmodels;
+    long rounds[NCOMP];
+    unsigned char dead[MAXN]; /* sl_sync_is_dead after the steps */
+} node_out_t;
+
+static int
+read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+
+    while (len) {
+        ssize_t r = read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static int
+write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The parent's barrier: 'r' up, then wait for 'g' down. */
+static int
+barrier(int up, int down)
+{
+    char c = 'r';
+
+    return write_full(up, &c, 1) == 0 && read_full(down, &c, 1) == 0 && c == 'g' ? 0 : -1;
+}
+
+/* Sends out up (a failure: 'x' first, where a barrier byte is expected) and exits. */
+static void
+node_exit(node_out_t *out, int up, sl_transport_t **t, int barrier_due)
+{
+    char x = 'x';
+
+    if (!out->ok && barrier_due)
+        write_full(up, &x, 1);
+    write_full(up, out, sizeof *out);
+    sl_transport_destroy(t);
+    _exit(out->ok ? 0 : 1);
+}
+
+static void
+node_fail(node_out_t *out, const char *what, int up, sl_transport_t **t)
+{
+    out->ok = 0;
+    snprintf(out->err, sizeof out->err, "%s: %s", what, sl_err_msg());
+    node_exit(out, up, t, 1);
+}
+
+static void
+node(const plan_t *pl, const char *dir, int k, int up, int down, pid_t parent)
+{
+    static node_out_t out;
+    sl_transport_t *t = NULL;
+    sl_transport_opts_t o;
+    sl_config_t cfg;
+    sl_sync_t *s = NULL;
+    char bind[128], eps[MAXN][128];
+    const char *table[MAXN];
+    float p[NP], g[NP];
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(97);
+    sl_log_set_level(SL_LOG_ERROR);
+    memset(&out, 0, sizeof out);
+    out.ok = 1;
+    sl_transport_opts_default(&o);
+    o.run_id = 99;
+    o.rank = (uint32_t)k;
+    o.size = (uint32_t)pl->n;
+    snprintf(bind, sizeof bind, "ipc://%s/rank-%d", dir, k);
+    o.bind_endpoint = bind;
+    o.timeout_ms = pl->timeout_ms;
+    o.linger_ms = 100;
+    o.shm = 0;
+    if (sl_transport_new(&t, &o) != SL_OK)
+        node_fail(&out, "transport", up, &t);
+    memset(eps, 0, sizeof eps);
+    snprintf(eps[k], sizeof eps[k], "%s", sl_transport_endpoint(t));
+    if (write_full(up, eps[k], sizeof eps[k]) != 0 ||
+        read_full(down, eps, sizeof eps[0] * (size_t)pl->n) != 0)
+        _exit(91);
+    for (int j = 0; j < pl->n; j++)
+        table[j] = eps[j];
+    if (sl_transport_connect(t, table) != SL_OK)
+        node_fail(&out, "connect", up, &t);
+    if (k == pl->absent) /* gone before the first step */
+        node_exit(&out, up, &t, 0);
+
+    sl_config_init(&cfg);
+    if (sl_config_set(&cfg, pl->layout) != SL_OK || sl_config_set(&cfg, pl->algo_conf) != SL_OK ||
+        (pl->more_conf && sl_config_set(&cfg, pl->more_conf) != SL_OK) ||
+        sl_config_set(&cfg, "run.seed=4321") != SL_OK)
+        node_fail(&out, "config", up, &t);
+    cfg.sync.timeout_ms = pl->timeout_ms;
+    cfg.cluster.nodes = pl->n;
+    for (int i = 0; i < NP; i++)
+        p[i] = (float)start_value(k, i);
+    if (sl_sync_new(&s, &cfg, t, k, pl->n, comps, NCOMP, p, NP) != SL_OK)
+        node_fail(&out, "sl_sync_new", up, &t);
+    for (long step = 1; step <= pl->steps; step++) {
+        if (barrier(up, down) != 0)
+            _exit(92);
+        if (pl->gradients) {
+            for (int i = 0; i < NP; i++)
+                g[i] = (float)grad_value(k, step, i);
+            if (sl_sync_gradients(s, g, step - 1) != SL_OK)
+                node_fail(&out, "sl_sync_gradients", up, &t);
+            memcpy(out.p[step - 1], g, sizeof g);
+            continue;
+        }
+        for (int i = 0; i < NP; i++)
+            p[i] += (float)drift(k, step, i);
+        if (sl_sync_after_step(s, p, step) != SL_OK)
+            node_fail(&out, "sl_sync_after_step", up, &t);
+        memcpy(out.p[step - 1], p, sizeof p);
+    }
+    for (int c = 0; c < NCOMP; c++)
+        out.rounds[c] = sl_sync_stat(s, c)->rounds;
+    for (int j = 0; j < pl->n; j++)
+        out.dead[j] = (unsigned char)sl_sync_is_dead(s, j);
+    if (pl->final) {
+        const float *avg;
+
+        if (barrier(up, down) != 0)
+            _exit(92);
+        if (sl_sync_final(s, p, &avg, &out.writer, &out.nmodels) != SL_OK)
+            node_fail(&out, "sl_sync_final", up, &t);
+        out.has_avg = avg != NULL;
+        if (avg)
+            memcpy(out.avg, avg, sizeof out.avg);
+    }
+    sl_sync_destroy(&s);
+    sl_config_fini(&cfg);
+    /* everybody is done with the exchanges before any transport goes */
+    if (barrier(up, down) != 0)
+        _exit(92);
+    node_exit(&out, up, &t, 0);
+}
+
+/* Runs plan pl on pl->n forked nodes; every node's result into out[k] (the absent
+ * node's is empty). Fails the test when a node failed. Overall hang guard: the test
+ * case's timeout (the nodes die with the test process, PR_SET_PDEATHSIG). */
+static void
+run_nodes(const plan_t *pl, node_out_t *out)
+{
+    pid_t pids[MAXN], me = getpid();
+    int up[MAXN][2], down[MAXN][2], nbar = pl->steps + (pl->final ? 1 : 0) + 1;
+    char eps[MAXN][128], dir[64], failed[512] = "";
+
+    ck_assert_int_le(pl->n, MAXN);
+    ck_assert_int_le(pl->steps, MAXSTEPS);
+    snprintf(dir, sizeof dir, "/tmp/check_sync_algo.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (int k = 0; k < pl->n; k++) {
+        ck_assert_int_eq(pipe(up[k]), 0);
+        ck_assert_int_eq(pipe(down[k]), 0);
+        pids[k] = fork();
+        ck_assert_int_ge(pids[k], 0);
+        if (pids[k] == 0) {
+            for (int j = 0; j < k; j++) {
+                close(up[j][0]);
+                close(down[j][1]);
+            }
+            close(up[k][0]);
+            close(down[k][1]);
+            node(pl, dir, k, up[k][1], down[k][0], me);
+        }
+        close(up[k][1]);
+        close(down[k][0]);
+    }
+    for (int k = 0; k < pl->n; k++)
+        ck_assert_int_eq(read_full(up[k][0], eps[k], sizeof eps[k]), 0);
+    for (int k = 0; k < pl->n; k++)
+        ck_assert_int_eq(write_full(down[k][1], eps, sizeof eps[0] * (size_t)pl->n), 0);
+    memset(out, 0, (size_t)pl->n * sizeof *out);
+    /* barriers: every live node ready, then all go; a node that failed says 'x' and
+     * sends its result, and then the others are stopped */
+    for (int b = 0; b < nbar && !failed[0]; b++) {
+        for (int k = 0; k < pl->n; k++) {
+            char c = 0;
+            if (k == pl->absent)
+                continue;
+            if (read_full(up[k][0], &c, 1) != 0 || c != 'r') {
+                if (c == 'x' && read_full(up[k][0], &out[k], sizeof out[k]) == 0)
+                    snprintf(failed, sizeof failed, "node %d: %s", k, out[k].err);
+                else
+                    snprintf(failed, sizeof failed, "node %d died", k);
+                break;
+            }
+        }
+        for (int k = 0; k < pl->n && !failed[0]; k++)
+            if (k != pl->absent)
+                ck_assert_int_eq(write_full(down[k][1], "g", 1), 0);
+    }
+    for (int k = 0; k < pl->n; k++) {
+        int ws;
+        if (failed[0])
+            kill(pids[k], SIGKILL);
+        else if (read_full(up[k][0], &out[k], sizeof out[k]) != 0)
+            snprintf(failed, sizeof failed, "node %d sent no result", k);
+        waitpid(pids[k], &ws, 0);
+        close(up[k][0]);
+        close(down[k][1]);
+    }
+    for (int k = 0; k < pl->n; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s/rank-%d", dir, k);
+        unlink(path);
+    }
+    rmdir(dir);
+    ck_assert_msg(!failed[0], "%s", failed);
+}
+
+/* ------------------------------------------------------------ the values by hand */
+
+typedef enum { ALL, RING, GOSSIP } hood_t;
+
+typedef struct {
+    hood_t hood;
+    int bmuf;
+    int degree, q; /* RING, GOSSIP: k of the ring; GOSSIP: q */
+    double eta, zeta;
+    int nesterov, ref_omega;
+} algo_t;
+
+/* The ranks node k averages component c with at round (self not included). */
+static int
+neighbourhood(const algo_t *a, int n, int k, int c, uint64_t round, int *out)
+{
+    int cnt = 0;
+
+    if (a->hood == ALL) {
+        for (int j = 0; j < n; j++)
+            if (j != k)
+                out[cnt++] = j;
+    } else if (a->hood == RING) {
+        ck_assert_int_eq(sl_ring_neighbours(n, a->degree, k, out, MAXN, &cnt), SL_OK);
+    } else {
+        sl_schedule_t sch;
+        ck_assert_int_eq(sl_schedule_init(&sch, n, a->degree, a->q, SEED), SL_OK);
+        ck_assert_int_eq(sl_schedule_chosen(&sch, round, c, k, out, MAXN, &cnt), SL_OK);
+    }
+    return cnt;
+}
+
+/* want[t][k][i]: node k's parameter i after step t + 1, the nodes with live[k] only:
+ *   before step t every node adds drift(k, t, i);
+ *   after it, component c with H_c = per[c] | t at round t / H_c, on every node at once:
+ *     bar = (theta_k + sum of theta_j over the live neighbourhood) / (1 + how many)
+ *     MA:   theta = bar
+ *     BMUF: G = bar - (block start, or omega); Delta = eta Delta + zeta G;
+ *           omega += Delta; theta = omega + eta Delta (Nesterov) or omega; start = theta
+ * with omega = start = theta and Delta = 0 at the start. */
+static void
+by_hand(const algo_t *a, const int *per, int n, int steps, const int *live, double want[][MAXN][NP])
+{
+    double th[MAXN][NP], om[MAXN][NP], de[MAXN][NP] = {{0}}, st[MAXN][NP];
+
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < NP; i++)
+            th[k][i] = om[k][i] = st[k][i] = start_value(k, i);
+    for (int t = 1; t <= steps; t++) {
+        for (int k = 0; k < n; k++)
+            for (int i = 0; i < NP; i++)
+                th[k][i] += drift(k, t, i);
+        for (int c = 0; c < NCOMP; c++) {
+            double before[MAXN][NP];
+
+            if (t % per[c] != 0)
+                continue;
+            memcpy(before, th, sizeof th);
+            for (int k = 0; k < n; k++) {
+                int nb[MAXN], cnt, used = 0;
+
+                if (!live[k])
+                    continue;
+                cnt = neighbourhood(a, n, k, c, (uint64_t)(t / per[c]), nb);
+                for (size_t i = comps[c].offset; i < comps[c].offset + comps[c].count; i++) {
+                    double bar = before[k][i], g;
+                    used = 0;
+                    for (int j = 0; j < cnt; j++)
+                        if (live[nb[j]]) {
+                            bar += before[nb[j]][i];
+                            used++;
+                        }
+                    bar /= used + 1;
+                    if (!a->bmuf) {
+                        th[k][i] = bar;
+                        continue;
+                    }
+                    g = bar - (a->ref_omega ? om[k][i] : st[k][i]);
+                    de[k][i] = a->eta * de[k][i] + a->zeta * g;
+                    om[k][i] += de[k][i];
+                    th[k][i] = a->nesterov ? om[k][i] + a->eta * de[k][i] : om[k][i];
+                    st[k][i] = th[k][i];
+                }
+            }
+        }
+        memcpy(want[t - 1], th, sizeof th);
+    }
+}
+
+/* got within tol (relative, at least absolute tol) of want; tol 0: equal. */
+static void
+assert_close(const char *what, int k, int i, float got, double want, double tol)
+{
+    ck_assert_msg(tol == 0 ? (double)got == want
+                           : fabs((double)got - want) <= tol * (fabs(want) > 1 ? fabs(want) : 1),
+                  "%s node %d parameter %d: got %.9g, want %.9g", what, k, i, got, want);
+}
+
+/* ------------------------------------------------------------ every algorithm */
+
+static const struct {
+    const char *name, *conf, *more;
+    int n;
+    algo_t a;
+    double tol; /* 0: every value is exact in float (means over 2 or 4) */
+} cases[] = {
+    /* q = 1: mean of 2 */
+    {"gossip-bmuf n=4 q=1",
+     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
+     "nesterov: true, block_reference: blockstart}",
+     NULL,
+     4,
+     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
+     0},
+    {"gossip-bmuf n=5 q=1",
+     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
+     "nesterov: true, block_reference: blockstart}",
+     NULL,
+     5,
+     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
+     0},
+    {"gossip-ma n=4 q=1",
+     "sync={algorithm: gossip-ma, neighbours: 1}",
+     NULL,
+     4,
+     {GOSSIP, 0, 1, 1, 0, 0, 0, 0},
+     0},
+    /* degree 2 on 5 nodes: 4 links, q = 3 of them (mean of 4), or q = 2 (mean of 3) */
+    {"gossip-bmuf n=5 k=2 q=3",
+     "sync={algorithm: gossip-bmuf, neighbours: 3, block_momentum: 0.5, block_lr: 1, "
+     "nesterov: true, block_reference: blockstart}",
+     "topology.degree=2",
+     5,
+     {GOSSIP, 1, 2, 3, 0.5, 1, 1, 0},
+     0},
+    {"gossip-ma n=5 k=2 q=2",
+     "sync={algorithm: gossip-ma, neighbours: 2}",
+     "topology.degree=2",
+     5,
+     {GOSSIP, 0, 2, 2, 0, 0, 0, 0},
+     1e-6},
+    /* k = 1: i-1, i+1, not everyone (mean of 3) */
+    {"local-ma n=4", "sync={algorithm: local-ma}", NULL, 4, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6},
+    {"local-ma n=5", "sync={algorithm: local-ma}", NULL, 5, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6},
+    {"local-bmuf n=5",
+     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
+     "block_reference: blockstart}",
+     NULL,
+     5,
+     {RING, 1, 1, 0, 0.5, 1, 1, 0},
+     1e-6},
+    /* all n: mean of 4 exact, of 5 not; classic BMUF (against omega), no Nesterov */
+    {"ma n=4", "sync={algorithm: ma}", NULL, 4, {ALL, 0, 0, 0, 0, 0, 0, 0}, 0},
+    {"ma n=5", "sync={algorithm: ma}", NULL, 5, {ALL, 0, 0, 0, 0, 0, 0, 0}, 1e-6},
+    {"bmuf n=4",
+     "sync={algorithm: bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
+     "block_reference: blockstart}",
+     NULL,
+     4,
+     {ALL, 1, 0, 0, 0.5, 1, 1, 0},
+     0},
+    {"bmuf n=4 omega",
+     "sync={algorithm: bmuf, block_momentum: 0.75, block_lr: 0.5, nesterov: false, "
+     "block_reference: omega}",
+     NULL,
+     4,
+     {ALL, 1, 0, 0, 0.75, 0.5, 0, 1},
+     0},
+    {"bmuf n=5",
+     "sync={algorithm: bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
+     "block_reference: blockstart}",
+     NULL,
+     5,
+     {ALL, 1, 0, 0, 0.5, 1, 1, 0},
+     1e-6},
+};
+
+/* Six steps of each algorithm: every node's parameters after every step equal the
+ * values by hand (exact or within 1e-6 relative, as the case says), and each component
+ * synced as often as its period says (6, 3 and 2 rounds). */
+START_TEST(test_algorithm_by_hand)
+{
+    static node_out_t out[MAXN];
+    static double want[MAXSTEPS][MAXN][NP];
+    const int live[MAXN] = {1, 1, 1, 1, 1};
+    plan_t pl = {layout_conf, cases[_i].conf, cases[_i].more, cases[_i].n, MAXSTEPS, 0, -1,
+                 0,           30000};
+
+    run_nodes(&pl, out);
+    by_hand(&cases[_i].a, period, pl.n, pl.steps, live, want);
+    for (int k = 0; k < pl.n; k++) {
+        for (int t = 0; t < pl.steps; t++)
+            for (int i = 0; i < NP; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s step %d", cases[_i].name, t + 1);
+                assert_close(what, k, i, out[k].p[t][i], want[t][k][i], cases[_i].tol);
+            }
+        for (int c = 0; c < NCOMP; c++)
+            ck_assert_int_eq(out[k].rounds[c], MAXSTEPS / period[c]);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ a node that left */
+
+/* The rank node 0 pulls from at round 1 of lstm.0 (gossip, n, q = 1, k = 1). */
+static int
+first_pull(int n)
+{
+    int nb[MAXN];
+    const algo_t a = {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0};
+
+    ck_assert_int_eq(neighbourhood(&a, n, 0, 0, 1, nb), 1);
+    return nb[0];
+}
+
+static const struct {
+    const char *name, *conf;
+    int n, absent; /* -1: node 0's first pull (so someone misses it) */
+    int steps;
+    algo_t a;
+    double tol;
+    int writer;
+} absent_cases[] = {
+    /* 2 blocks of lstm.0 (and one of the row shard), final of 4: exact */
+    {"gossip-bmuf n=5",
+     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
+     "nesterov: true, block_reference: blockstart}",
+     5,
+     -1,
+     2,
+     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
+     0,
+     0},
+    /* node 3's neighbours 2 and 4 miss it 3 times: they hold it for dead */
+    {"local-ma n=5", "sync={algorithm: local-ma}", 5, 3, 3, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6, 0},
+    /* rank 0 gone: its neighbours 1 and 3 hold it for dead, node 1 gathers */
+    {"local-bmuf n=4",
+     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
+     "block_reference: blockstart}",
+     4,
+     0,
+     3,
+     {RING, 1, 1, 0, 0.5, 1, 1, 0},
+     1e-6,
+     1},
+};
+
+/* One node leaves right after the rendezvous; the others run a few steps in which only
+ * lstm.0 syncs (one timeout of sync.timeout_ms per step for those that wait for the
+ * node that left; the others passed the parent's barrier together, so only it can be
+ * missed. With two components due in one step a node that waited for it would push
+ * its second component late, and whether a live peer still waits then is a race) and
+ * then sl_sync_final:
+ *   - every live node's parameters after every step equal the values by hand with the
+ *     node left out of every average it would have been in;
+ *   - a node that missed it SL_SYNC_DEAD_ROUNDS steps in a row holds it for dead;
+ *   - exactly one live node writes the final model (rank 0, or 1 when 0 left), of
+ *     n - 1 models: the mean of the survivors' final parameters, computed in double. */
+START_TEST(test_absent_node)
+{
+    static node_out_t out[MAXN];
+    static double want[MAXSTEPS][MAXN][NP];
+    int n = absent_cases[_i].n, gone = absent_cases[_i].absent, live[MAXN], steps;
+    plan_t pl;
+
+    if (gone < 0)
+        gone = first_pull(n);
+    steps = absent_cases[_i].steps;
+    pl = (plan_t){one_conf, absent_cases[_i].conf, NULL, n, steps, 0, gone, 1, 2000};
+    for (int k = 0; k < MAXN; k++)
+        live[k] = k < n && k != gone;
+    run_nodes(&pl, out);
+    by_hand(&absent_cases[_i].a, period_one, n, steps, live, want);
+    for (int k = 0; k < n; k++) {
+        int nb[MAXN], cnt, missed = 1;
+
+        if (!live[k])
+            continue;
+        for (int t = 0; t < steps; t++)
+            for (int i = 0; i < NP; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s without node %d, step %d", absent_cases[_i].name,
+                         gone, t + 1);
+                assert_close(what, k, i, out[k].p[t][i], want[t][k][i], absent_cases[_i].tol);
+            }
+        /* lstm.0 syncs every step: missed in each of them? */
+        for (int t = 1; t <= steps; t++) {
+            int in = 0;
+            cnt = neighbourhood(&absent_cases[_i].a, n, k, 0, (uint64_t)t, nb);
+            for (int j = 0; j < cnt; j++)
+                in |= nb[j] == gone;
+            missed &= in;
+        }
+        ck_assert_msg(out[k].dead[gone] == (missed && steps >= SL_SYNC_DEAD_ROUNDS),
+                      "node %d: holds node %d for dead: %d", k, gone, out[k].dead[gone]);
+        ck_assert_int_eq(out[k].writer, k == absent_cases[_i].writer);
+        ck_assert_int_eq(out[k].has_avg, k == absent_cases[_i].writer);
+    }
+    {
+        const node_out_t *w = &out[absent_cases[_i].writer];
+
+        ck_assert_int_eq(w->nmodels, n - 1);
+        for (int i = 0; i < NP; i++) {
+            double mean = 0;
+            for (int k = 0; k < n; k++)
+                if (live[k])
+                    mean += out[k].p[steps - 1][i];
+            mean /= n - 1;
+            assert_close("final average", absent_cases[_i].writer, i, w->avg[i], mean,
+                         absent_cases[_i].tol);
+        }
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------ allreduce */
+
+/* sl_sync_gradients over 3 and 4 nodes, two steps: every node's gradient becomes the
+ * mean of the nodes' gradients (a sum would be 3 or 4 times too large): exact on 4
+ * nodes (multiples of 1/4 divided by 4), within 1e-6 on 3. */
+START_TEST(test_gradients_mean)
+{
+    static node_out_t out[MAXN];
+    int n = 3 + _i;
+    double tol = n == 4 ? 0 : 1e-6;
+    plan_t pl = {layout_conf, "sync={algorithm: allreduce}", NULL, n, 2, 1, -1, 0, 30000};
+
+    run_nodes(&pl, out);
+    for (int k = 0; k < n; k++) {
+        for (int t = 0; t < pl.steps; t++)
+            for (int i = 0; i < NP; i++) {
+                double mean = 0;
+                for (int j = 0; j < n; j++)
+                    mean += grad_value(j, t + 1, i);
+                assert_close("gradient mean", k, i, out[k].p[t][i], mean / n, tol);
+            }
+    }
+}
+END_TEST
+
+static Suite *
+sync_algo_suite(void)
+{
+    Suite *s = suite_create("sync_algo");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_loop_test(core, test_algorithm_by_hand, 0, (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_loop_test(core, test_gradients_mean, 0, 2);
+    tcase_add_loop_test(limits, test_absent_node, 0,
+                        (int)(sizeof absent_cases / sizeof absent_cases[0]));
+    tcase_set_timeout(core, 120);
+    tcase_set_timeout(limits, 120);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *r = srunner_create(sync_algo_suite());
+    int failed;
+
+    srunner_set_fork_status(r, CK_FORK);
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
