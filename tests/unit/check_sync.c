@@ -1647,6 +1647,56 @@ START_TEST(test_allreduce_equals_big_batch)
 }
 END_TEST
 
+/* The same with plain SGD (lr 1, no clipping): Adam divides a constant scale of the
+ * gradient out, SGD does not, so here a sum of the 4 gradients where the mean belongs
+ * would move every weight 4 times as far as the single node does. */
+START_TEST(test_allreduce_equals_big_batch_sgd)
+{
+    const char *sgd[] = {"train.optimizer.type=sgd", "train.optimizer.lr=1",
+                         "train.optimizer.clip=0"};
+    char conf1[700], conf2[700], path[800], *text;
+    float *a, *b;
+    size_t n;
+    double worst = 0;
+
+    if (!have_shoal())
+        return;
+    tiny_yaml(conf2, sizeof conf2, "ar-four-sgd", "sync: {algorithm: allreduce}\n");
+    tiny_yaml(conf1, sizeof conf1, "ar-one-sgd", "");
+    ck_assert_int_eq(
+        wait_shoal(
+            start_shoal("ar-four-sgd", (const char *[]){"run", conf2, "-n", "4", "--quiet", "--set",
+                                                        sgd[0], "--set", sgd[1], "--set", sgd[2],
+                                                        "--set", "train.max_steps=30", NULL}),
+            60),
+        0);
+    ck_assert_int_eq(
+        wait_shoal(start_shoal("ar-one-sgd",
+                               (const char *[]){"train", conf1, "--quiet", "--set", sgd[0], "--set",
+                                                sgd[1], "--set", sgd[2], "--set", "train.batch=16",
+                                                "--set", "train.max_steps=30", NULL}),
+                   60),
+        0);
+    snprintf(path, sizeof path, "%s/ar-one-sgd/summary.json", tmp_root);
+    text = slurp(path);
+    n = (size_t)json_num(text, "params");
+    free(text);
+    snprintf(path, sizeof path, "%s/ar-one-sgd/model.bin", tmp_root);
+    a = model_params(path, n);
+    snprintf(path, sizeof path, "%s/ar-four-sgd/model.bin", tmp_root);
+    b = model_params(path, n);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > worst)
+            worst = d;
+    }
+    ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+    ck_assert_uint_gt(n, 1000);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* The pid of the child of parent named comm ("shoal node 2"), 0 if none. */
 static pid_t
 child_named(pid_t parent, const char *comm)
@@ -1793,6 +1843,7 @@ sync_suite(void)
     tcase_add_loop_test(core, test_run_each_algorithm, 0,
                         (int)(sizeof algorithms / sizeof algorithms[0]));
     tcase_add_test(core, test_allreduce_equals_big_batch);
+    tcase_add_test(core, test_allreduce_equals_big_batch_sgd);
     tcase_add_test(core, test_run_unique);
     tcase_set_timeout(core, 120);
     tcase_add_test(limits, test_gossip_bmuf_survives_kill);
