@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -320,13 +321,18 @@ struct trio {
     size_t state_out_len[NN];
     int alive[NN]; /* the node takes part */
     trio_step_fn step;
-    /* final: after the blocks each alive node calls sl_sync_final; its results, the
-     * seconds it took and whether it then held node 0 for dead */
+    /* final: after the blocks each alive node calls sl_sync_final; its results, when
+     * it entered and left it (sl_clock_now()) and whether it then held node 0 for dead */
     int final;
-    double late_s[NN]; /* sleep before sl_sync_final */
+    int late[NN]; /* 1: sl_sync_final only once node 0's has returned */
     int writer[NN], nmodels[NN], has_avg[NN], dead0[NN];
     float avg[NN][NP];
-    double final_s[NN];
+    double final_t0[NN], final_t1[NN];
+    /* events between the nodes: blocks each has finished (INT_MAX once it stopped), and
+     * whether its sl_sync_final has returned (or it stopped); under mu, cv signalled */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int blocks_done[NN], final_done[NN];
     float p[NN][NP]; /* in: the start; out: after the last block */
     sl_sync_stat_t stat[NN][NC];
     int ndead[NN]; /* peers each node holds for dead after the blocks */
@@ -340,6 +346,29 @@ typedef struct {
     trio_t *tr;
     int k;
 } trio_arg_t;
+
+/* Records that node k has finished block b (INT_MAX: it stopped) or, with final, its
+ * sl_sync_final, and wakes the nodes waiting for it. */
+static void
+trio_mark(trio_t *tr, int k, int b, int final)
+{
+    pthread_mutex_lock(&tr->mu);
+    tr->blocks_done[k] = b;
+    tr->final_done[k] |= final;
+    pthread_cond_broadcast(&tr->cv);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+/* Waits until node k has finished block b (or stopped) or, with final, its
+ * sl_sync_final. No time limit: the test case's timeout is the hang guard. */
+static void
+trio_wait(trio_t *tr, int k, int b, int final)
+{
+    pthread_mutex_lock(&tr->mu);
+    while (final ? !tr->final_done[k] : tr->blocks_done[k] < b)
+        pthread_cond_wait(&tr->cv, &tr->mu);
+    pthread_mutex_unlock(&tr->mu);
+}
 
 static void *
 trio_node(void *arg)
@@ -359,7 +388,9 @@ trio_node(void *arg)
         if (tr->step)
             tr->step(tr, s, k, b, tr->p[k]);
         st = sl_sync_after_step(s, tr->p[k], b);
+        trio_mark(tr, k, b, 0);
     }
+    trio_mark(tr, k, INT_MAX, 0);
     if (st == SL_OK && tr->save_state) {
         tr->state_out_len[k] = sl_sync_state_bytes(s);
         tr->state_out[k] = malloc(tr->state_out_len[k] + 1);
@@ -370,17 +401,18 @@ trio_node(void *arg)
     tr->ndead[k] = s ? sl_sync_ndead(s) : 0;
     if (st == SL_OK && tr->final) {
         const float *avg;
-        double t0;
 
-        usleep((useconds_t)(tr->late_s[k] * 1e6));
-        t0 = sl_clock_now();
+        if (tr->late[k])
+            trio_wait(tr, 0, 0, 1);
+        tr->final_t0[k] = sl_clock_now();
         st = sl_sync_final(s, tr->p[k], &avg, &tr->writer[k], &tr->nmodels[k]);
-        tr->final_s[k] = sl_clock_now() - t0;
+        tr->final_t1[k] = sl_clock_now();
         tr->has_avg[k] = avg != NULL;
         if (avg)
             memcpy(tr->avg[k], avg, (size_t)tr->np * sizeof *avg);
         tr->dead0[k] = sl_sync_is_dead(s, 0);
     }
+    trio_mark(tr, k, INT_MAX, 1);
     tr->st[k] = st;
     snprintf(tr->err[k], sizeof tr->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
     sl_sync_destroy(&s);
@@ -397,6 +429,8 @@ trio_run(trio_t *tr)
     const char *eps[NN];
 
     sl_log_set_level(SL_LOG_ERROR);
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cv, NULL);
     sl_config_init(&tr->cfg);
     ck_assert_msg(sl_config_set(&tr->cfg, tr->conf) == SL_OK, "%s", sl_err_msg());
     if (tr->conf2)
@@ -418,6 +452,8 @@ trio_run(trio_t *tr)
         args[k] = (trio_arg_t){tr, k};
         if (tr->alive[k])
             ck_assert_int_eq(pthread_create(&th[k], NULL, trio_node, &args[k]), 0);
+        else
+            trio_mark(tr, k, INT_MAX, 1); /* nobody waits for a node that never runs */
     }
     for (int k = 0; k < NN; k++)
         if (tr->alive[k])
@@ -425,6 +461,8 @@ trio_run(trio_t *tr)
     for (int k = 0; k < NN; k++)
         sl_transport_destroy(&tr->t[k]);
     sl_config_fini(&tr->cfg);
+    pthread_cond_destroy(&tr->cv);
+    pthread_mutex_destroy(&tr->mu);
     for (int k = 0; k < NN; k++)
         ck_assert_msg(!tr->alive[k] || tr->st[k] == SL_OK, "node %d: %s", k, tr->err[k]);
 }
@@ -1182,14 +1220,15 @@ END_TEST
  * case 2: the nodes disagree on node 0: gossip-ma q = 1, 3 blocks without node 0, with a
  *   seed where node 1 pulls from node 0 in all three (it times out and keeps its model
  *   each time, then holds node 0 for dead) and node 2 from node 1 (it never misses
- *   node 0; it sleeps T before blocks 2 and 3 to keep pace with node 1): node 2
+ *   node 0; it starts blocks 2 and 3 once node 1 has ended the block before): node 2
  *   becomes ([3, 4, -1, 1.5] + [1, -2, 3, 0.5]) / 2 = [2, 1, 1, 1], then
  *   [1.5, -0.5, 2, 0.75], then [1.25, -1.25, 2.5, 0.625]. Node 1 skips node 0 and
  *   gathers at once; its claim takes node 2 off node 0 before node 0's window is out,
  *   and node 1 writes
  *   ([1, -2, 3, 0.5] + [1.25, -1.25, 2.5, 0.625]) / 2 = [1.125, -1.625, 2.75, 0.5625].
- * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes 2 T late:
- *   node 0 writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
+ * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes late: it
+ *   enters sl_sync_final once node 0's has returned (after T without node 2): node 0
+ *   writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
  *   and tells node 2 its model is not in, so node 2 stops there rather than walking on
  *   to gather a model of its own (a second writer). */
 static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
@@ -1202,15 +1241,15 @@ final_start(int k, int i)
 }
 
 /* Node 1 waits T for node 0 in every block, so its pushes come T later each block:
- * node 2 sleeps T before blocks 2 and 3 so as not to run ahead and time out on them. */
+ * node 2 starts block b > 1 once node 1 has ended block b - 1, so as not to run ahead
+ * and time out on node 1's push of block b, which comes right after. */
 static void
 lag_node2(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
 {
-    (void)tr;
     (void)s;
     (void)p;
     if (k == 2 && b > 1)
-        usleep(300000);
+        trio_wait(tr, 1, b - 1, 0);
 }
 
 /* A run.seed under which, in rounds 1..3 of component 0 (gossip, q = 1, n = 3), node 1
@@ -1237,26 +1276,30 @@ disagreeing_seed(void)
     return 0;
 }
 
-/* Node 2 sleeps 1.5 T before every block, so in local-ma (every node waits for both
- * others) nodes 0 and 1 time out on it in every round and its frames come after their
- * waits, dropped as stale. Late is not dead: they never hold it for dead, though it
- * misses every round; a silent node is (test_final_without_rank0, case 2). */
+/* Node 2 is one block behind in local-ma (every node waits for both others): it starts
+ * block b once nodes 0 and 1 have ended it, so they time out on it in every round; they
+ * start block b + 1 once node 2 has ended block b, so its push of block b reaches them
+ * during their wait of block b + 1, dropped as stale. Late is not dead: they never hold
+ * it for dead, though it misses every round; a silent node is (test_final_without_rank0,
+ * case 2). */
 static void
 late_node2(trio_t *tr, sl_sync_t *s, int k, int b, float *p)
 {
-    (void)tr;
     (void)s;
-    (void)b;
     (void)p;
-    if (k == 2)
-        usleep(150000);
+    if (k == 2) {
+        trio_wait(tr, 0, b, 0);
+        trio_wait(tr, 1, b, 0);
+    } else if (b > 1) {
+        trio_wait(tr, 2, b - 1, 0);
+    }
 }
 
 START_TEST(test_late_is_not_dead)
 {
     static trio_t tr;
 
-    trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 100}", final_start);
+    trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 200}", final_start);
     tr.comps = final_comp;
     tr.ncomps = 1;
     tr.np = 4;
@@ -1264,8 +1307,8 @@ START_TEST(test_late_is_not_dead)
     tr.step = late_node2;
     trio_run(&tr);
     for (int k = 0; k < 2; k++) {
-        ck_assert_msg(tr.stat[k][0].answered < tr.stat[k][0].expected,
-                      "node %d: node 2 was never late (%llu of %llu answered)", k,
+        ck_assert_msg(tr.stat[k][0].answered + 8 <= tr.stat[k][0].expected,
+                      "node %d: node 2 was not late in every round (%llu of %llu answered)", k,
                       (unsigned long long)tr.stat[k][0].answered,
                       (unsigned long long)tr.stat[k][0].expected);
         ck_assert_msg(tr.ndead[k] == 0, "node %d holds %d nodes for dead", k, tr.ndead[k]);
@@ -1300,8 +1343,7 @@ START_TEST(test_final_without_rank0)
         snprintf(seed, sizeof seed, "run.seed=%" PRIu64, disagreeing_seed());
         tr.conf2 = seed;
     }
-    if (_i == 3)
-        tr.late_s[2] = 2 * 0.3;
+    tr.late[2] = _i == 3;
     trio_run(&tr);
     for (int k = 0; k < NN; k++) {
         if (!tr.alive[k])
@@ -1315,22 +1357,26 @@ START_TEST(test_final_without_rank0)
         ck_assert_int_eq(tr.dead0[1], 1);
         ck_assert_int_eq(tr.dead0[2], 0);
     }
-    /* case 0: both waited out node 0's window (node 2 until its own end or node 1's
-     * claim: the nodes started within milliseconds), and no more than one more;
-     * case 1: node 2 waited out the windows of nodes 0 and 1; case 2: no window;
-     * case 3: node 2 found node 0's "without you" at once */
+    /* The windows, as lower bounds that a slow machine cannot break: case 0: node 1
+     * waited out node 0's window before it gathered, and node 2 ended after that (on
+     * node 1's claim or at the end of its own window); case 1: node 2 waited out the
+     * windows of nodes 0 and 1. Case 2: node 1, holding node 0 for dead, gathered
+     * without waiting out its window: the one upper bound, with a whole window of
+     * margin, since only the time tells a claim at once from one after P. Case 3 needs
+     * no clock: without node 0's "without you" node 2 would have walked on and
+     * gathered a model of its own (a second writer, checked above). */
     if (_i == 0) {
-        ck_assert_msg(tr.final_s[1] >= p - 0.01, "node 1: %.3f s", tr.final_s[1]);
-        ck_assert_msg(tr.final_s[2] >= p - 0.1, "node 2: %.3f s", tr.final_s[2]);
+        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] >= p - 0.01, "node 1: %.3f s",
+                      tr.final_t1[1] - tr.final_t0[1]);
+        ck_assert_msg(tr.final_t1[2] >= tr.final_t0[1] + p - 0.01,
+                      "node 2 ended %.3f s after node 1 entered", tr.final_t1[2] - tr.final_t0[1]);
     }
     if (_i == 1)
-        ck_assert_msg(tr.final_s[2] >= 2 * p - 0.01, "node 2: %.3f s", tr.final_s[2]);
-    for (int k = 0; k < NN; k++)
-        if (tr.alive[k])
-            ck_assert_msg(tr.final_s[k] < (_i >= 2 ? 1 : _i + 2) * p, "node %d: %.3f s", k,
-                          tr.final_s[k]);
-    if (_i == 3)
-        ck_assert_msg(tr.final_s[2] < p / 2, "node 2: %.3f s", tr.final_s[2]);
+        ck_assert_msg(tr.final_t1[2] - tr.final_t0[2] >= 2 * p - 0.01, "node 2: %.3f s",
+                      tr.final_t1[2] - tr.final_t0[2]);
+    if (_i == 2)
+        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] < p, "node 1: %.3f s",
+                      tr.final_t1[1] - tr.final_t0[1]);
 }
 END_TEST
 
