@@ -10,9 +10,10 @@
  * ring (topology/sl_ring.h) for local-*, the gossip schedule (topology/sl_schedule.h)
  * for gossip-*; both are tested in check_topology. Covered: every model-averaging
  * algorithm on 4 and 5 nodes, several blocks in a row (BMUF state carries), q = 1 and
- * q > 1 on a degree-2 ring, a node that leaves after the rendezvous (the others average
- * without it and the final model is the mean of the survivors), and the allreduce of
- * gradients (a mean, not a sum).
+ * q > 1 on a degree-2 ring, the final model, a node that leaves after the rendezvous
+ * (the others average without it and the final model is the mean of the survivors), a
+ * node that skips one round and comes back, and the allreduce of gradients (a mean, not
+ * a sum, whole or by touched rows).
  * The nodes pass a barrier through the parent's pipes before every step, so a timeout
  * only ever decides about the node that left; nothing here sleeps. Must not touch: the
  * trio (in-process) tests and the `shoal run` integration tests (check_sync.c). */
@@ -98,6 +99,8 @@ typedef struct {
     int absent;    /* this rank leaves right after the rendezvous; -1: none */
     int final;     /* sl_sync_final after the steps */
     int timeout_ms;
+    int skip, skip_step; /* rank skip makes its local step but no sl_sync_after_step at
+                            step skip_step (0: nobody skips) */
 } plan_t;
 
 /* What a node sends back (one write, below PIPE_BUF). */
@@ -239,7 +242,7 @@ node(const plan_t *pl, const char *dir, int k, int up, int down, pid_t parent)
         }
         for (int i = 0; i < NP; i++)
             p[i] += (float)drift(k, step, i);
-        if (sl_sync_after_step(s, p, step) != SL_OK)
+        if ((k != pl->skip || step != pl->skip_step) && sl_sync_after_step(s, p, step) != SL_OK)
             node_fail(&out, "sl_sync_after_step", up, &t);
         memcpy(out.p[step - 1], p, sizeof p);
     }
@@ -373,16 +376,29 @@ neighbourhood(const algo_t *a, int n, int k, int c, uint64_t round, int *out)
     return cnt;
 }
 
-/* want[t][k][i]: node k's parameter i after step t + 1, the nodes with live[k] only:
+/* part[t][k]: whether node k takes part in the sync of step t + 1 (it is there and
+ * does not skip it). */
+static void
+fill_part(const plan_t *pl, int part[][MAXN])
+{
+    for (int t = 1; t <= pl->steps; t++)
+        for (int k = 0; k < MAXN; k++)
+            part[t - 1][k] = k < pl->n && k != pl->absent && (k != pl->skip || t != pl->skip_step);
+}
+
+/* want[t][k][i]: node k's parameter i after step t + 1, as far as it took part:
  *   before step t every node adds drift(k, t, i);
- *   after it, component c with H_c = per[c] | t at round t / H_c, on every node at once:
- *     bar = (theta_k + sum of theta_j over the live neighbourhood) / (1 + how many)
+ *   after it, component c with H_c = per[c] | t at round t / H_c, on every node that
+ *   takes part (part[t - 1][k]) at once:
+ *     bar = (theta_k + sum of theta_j over the neighbourhood's nodes that take part) /
+ *           (1 + how many)
  *     MA:   theta = bar
  *     BMUF: G = bar - (block start, or omega); Delta = eta Delta + zeta G;
  *           omega += Delta; theta = omega + eta Delta (Nesterov) or omega; start = theta
  * with omega = start = theta and Delta = 0 at the start. */
 static void
-by_hand(const algo_t *a, const int *per, int n, int steps, const int *live, double want[][MAXN][NP])
+by_hand(const algo_t *a, const int *per, int n, int steps, const int part[][MAXN],
+        double want[][MAXN][NP])
 {
     double th[MAXN][NP], om[MAXN][NP], de[MAXN][NP] = {{0}}, st[MAXN][NP];
 
@@ -402,14 +418,14 @@ by_hand(const algo_t *a, const int *per, int n, int steps, const int *live, doub
             for (int k = 0; k < n; k++) {
                 int nb[MAXN], cnt, used = 0;
 
-                if (!live[k])
+                if (!part[t - 1][k])
                     continue;
                 cnt = neighbourhood(a, n, k, c, (uint64_t)(t / per[c]), nb);
                 for (size_t i = comps[c].offset; i < comps[c].offset + comps[c].count; i++) {
                     double bar = before[k][i], g;
                     used = 0;
                     for (int j = 0; j < cnt; j++)
-                        if (live[nb[j]]) {
+                        if (part[t - 1][nb[j]]) {
                             bar += before[nb[j]][i];
                             used++;
                         }
@@ -558,12 +574,20 @@ START_TEST(test_algorithm_by_hand)
 {
     static node_out_t out[MAXN];
     static double want[MAXSTEPS][MAXN][NP];
+    static int part[MAXSTEPS][MAXN];
     const int live[MAXN] = {1, 1, 1, 1, 1};
-    plan_t pl = {layout_conf, cases[_i].conf, cases[_i].more, cases[_i].n, MAXSTEPS, 0, -1,
-                 1,           30000};
+    plan_t pl = {.layout = layout_conf,
+                 .algo_conf = cases[_i].conf,
+                 .more_conf = cases[_i].more,
+                 .n = cases[_i].n,
+                 .steps = MAXSTEPS,
+                 .absent = -1,
+                 .final = 1,
+                 .timeout_ms = 30000};
 
     run_nodes(&pl, out);
-    by_hand(&cases[_i].a, period, pl.n, pl.steps, live, want);
+    fill_part(&pl, part);
+    by_hand(&cases[_i].a, period, pl.n, pl.steps, part, want);
     for (int k = 0; k < pl.n; k++) {
         for (int t = 0; t < pl.steps; t++)
             for (int i = 0; i < NP; i++) {
@@ -580,14 +604,14 @@ END_TEST
 
 /* ------------------------------------------------------------ a node that left */
 
-/* The rank node 0 pulls from at round 1 of lstm.0 (gossip, n, q = 1, k = 1). */
+/* The rank node 0 pulls from at round r of lstm.0 (gossip, n, q = 1, k = 1). */
 static int
-first_pull(int n)
+first_pull(int n, uint64_t r)
 {
     int nb[MAXN];
     const algo_t a = {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0};
 
-    ck_assert_int_eq(neighbourhood(&a, n, 0, 0, 1, nb), 1);
+    ck_assert_int_eq(neighbourhood(&a, n, 0, 0, r, nb), 1);
     return nb[0];
 }
 
@@ -638,17 +662,25 @@ START_TEST(test_absent_node)
 {
     static node_out_t out[MAXN];
     static double want[MAXSTEPS][MAXN][NP];
+    static int part[MAXSTEPS][MAXN];
     int n = absent_cases[_i].n, gone = absent_cases[_i].absent, live[MAXN], steps;
     plan_t pl;
 
     if (gone < 0)
-        gone = first_pull(n);
+        gone = first_pull(n, 1);
     steps = absent_cases[_i].steps;
-    pl = (plan_t){one_conf, absent_cases[_i].conf, NULL, n, steps, 0, gone, 1, 2000};
+    pl = (plan_t){.layout = one_conf,
+                  .algo_conf = absent_cases[_i].conf,
+                  .n = n,
+                  .steps = steps,
+                  .absent = gone,
+                  .final = 1,
+                  .timeout_ms = 2000};
     for (int k = 0; k < MAXN; k++)
         live[k] = k < n && k != gone;
     run_nodes(&pl, out);
-    by_hand(&absent_cases[_i].a, period_one, n, steps, live, want);
+    fill_part(&pl, part);
+    by_hand(&absent_cases[_i].a, period_one, n, steps, part, want);
     for (int k = 0; k < n; k++) {
         int nb[MAXN], cnt, missed = 1;
 
@@ -676,6 +708,73 @@ START_TEST(test_absent_node)
 }
 END_TEST
 
+static const struct {
+    const char *name, *conf;
+    int n, skip; /* -1: node 0's pull of round 2 (so someone misses it) */
+    algo_t a;
+    double tol;
+} skip_cases[] = {
+    {"gossip-bmuf n=5",
+     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
+     "nesterov: true, block_reference: blockstart}",
+     5,
+     -1,
+     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
+     0},
+    {"local-bmuf n=4",
+     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
+     "block_reference: blockstart}",
+     4,
+     2,
+     {RING, 1, 1, 0, 0.5, 1, 1, 0},
+     1e-6},
+};
+
+/* A node that skips one round and comes back: it makes its local step 2 but does not
+ * call sl_sync_after_step, so the others average without it in step 2 (one timeout for
+ * those that wait for it), and it keeps its parameters and BMUF state as they were;
+ * in step 3 everybody takes part again (its stale frames of round 2 dropped). Every
+ * node's parameters after every step equal the values by hand, nobody holds it for
+ * dead, and rank 0 writes the mean of all n final models. Only lstm.0 syncs, for the
+ * reason test_absent_node gives. */
+START_TEST(test_skipped_round)
+{
+    static node_out_t out[MAXN];
+    static double want[MAXSTEPS][MAXN][NP];
+    static int part[MAXSTEPS][MAXN];
+    const int live[MAXN] = {1, 1, 1, 1, 1};
+    int n = skip_cases[_i].n, skip = skip_cases[_i].skip;
+    plan_t pl;
+
+    if (skip < 0)
+        skip = first_pull(n, 2);
+    pl = (plan_t){.layout = one_conf,
+                  .algo_conf = skip_cases[_i].conf,
+                  .n = n,
+                  .steps = 3,
+                  .absent = -1,
+                  .final = 1,
+                  .timeout_ms = 2000,
+                  .skip = skip,
+                  .skip_step = 2};
+    run_nodes(&pl, out);
+    fill_part(&pl, part);
+    by_hand(&skip_cases[_i].a, period_one, n, pl.steps, part, want);
+    for (int k = 0; k < n; k++) {
+        for (int t = 0; t < pl.steps; t++)
+            for (int i = 0; i < NP; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s, node %d skipping step 2, step %d",
+                         skip_cases[_i].name, skip, t + 1);
+                assert_close(what, k, i, out[k].p[t][i], want[t][k][i], skip_cases[_i].tol);
+            }
+        ck_assert_int_eq(out[k].rounds[0], k == skip ? 2 : 3);
+        ck_assert_int_eq(out[k].dead[skip], 0);
+    }
+    assert_final(out, n, pl.steps, live, 0, 0, skip_cases[_i].tol ? skip_cases[_i].tol : 1e-6);
+}
+END_TEST
+
 /* ------------------------------------------------------------ allreduce */
 
 static const struct {
@@ -696,8 +795,14 @@ START_TEST(test_gradients_mean)
     static node_out_t out[MAXN];
     int n = grad_cases[_i].n;
     double tol = n == 4 ? 0 : 1e-6;
-    plan_t pl = {
-        layout_conf, "sync={algorithm: allreduce}", grad_cases[_i].exchange, n, 3, 1, -1, 0, 30000};
+    plan_t pl = {.layout = layout_conf,
+                 .algo_conf = "sync={algorithm: allreduce}",
+                 .more_conf = grad_cases[_i].exchange,
+                 .n = n,
+                 .steps = 3,
+                 .gradients = 1,
+                 .absent = -1,
+                 .timeout_ms = 30000};
 
     run_nodes(&pl, out);
     for (int k = 0; k < n; k++) {
@@ -723,6 +828,8 @@ sync_algo_suite(void)
                         (int)(sizeof grad_cases / sizeof grad_cases[0]));
     tcase_add_loop_test(limits, test_absent_node, 0,
                         (int)(sizeof absent_cases / sizeof absent_cases[0]));
+    tcase_add_loop_test(limits, test_skipped_round, 0,
+                        (int)(sizeof skip_cases / sizeof skip_cases[0]));
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);
