@@ -355,6 +355,39 @@ typedef struct {
     double eta, zeta;
     int nesterov, ref_omega;
 } algo_t;
+/* eta 0.5, zeta 1, Nesterov, against the block start: every value a short binary
+ * fraction */
+#define PAPER 0.5, 1, 1, 0
+#define NO_BMUF 0, 0, 0, 0
+
+/* A plan of steps steps of a on n nodes over layout, then sl_sync_final; sync and topo
+ * (nsync, ntopo bytes) receive its settings and must outlive it. */
+static plan_t
+model_plan(const algo_t *a, const char *layout, int n, int steps, int timeout_ms, char *sync,
+           size_t nsync, char *topo, size_t ntopo)
+{
+    plan_t pl = {.layout = layout,
+                 .n = n,
+                 .steps = steps,
+                 .absent = -1,
+                 .final = 1,
+                 .timeout_ms = timeout_ms,
+                 .algo_conf = sync,
+                 .more_conf = topo};
+    static const char *const names[3][2] = {
+        {"ma", "bmuf"}, {"local-ma", "local-bmuf"}, {"gossip-ma", "gossip-bmuf"}};
+    int used = snprintf(sync, nsync, "sync={algorithm: %s, neighbours: %d", names[a->hood][a->bmuf],
+                        a->q > 0 ? a->q : 1);
+
+    if (a->bmuf)
+        used += snprintf(sync + used, nsync - (size_t)used,
+                         ", block_momentum: %g, block_lr: %g, nesterov: %s, block_reference: %s",
+                         a->eta, a->zeta, a->nesterov ? "true" : "false",
+                         a->ref_omega ? "omega" : "blockstart");
+    ck_assert_int_lt(snprintf(sync + used, nsync - (size_t)used, "}"), (int)(nsync - (size_t)used));
+    snprintf(topo, ntopo, "topology.degree=%d", a->degree);
+    return pl;
+}
 
 /* The ranks node k averages component c with at round (self not included). */
 static int
@@ -489,80 +522,28 @@ assert_final(const node_out_t *out, int n, int steps, const int *live, int write
 /* ------------------------------------------------------------ every algorithm */
 
 static const struct {
-    const char *name, *conf, *more;
+    const char *name;
     int n;
     algo_t a;
     double tol; /* 0: every value is exact in float (means over 2 or 4) */
 } cases[] = {
     /* q = 1: mean of 2 */
-    {"gossip-bmuf n=4 q=1",
-     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
-     "nesterov: true, block_reference: blockstart}",
-     NULL,
-     4,
-     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
-     0},
-    {"gossip-bmuf n=5 q=1",
-     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
-     "nesterov: true, block_reference: blockstart}",
-     NULL,
-     5,
-     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
-     0},
-    {"gossip-ma n=4 q=1",
-     "sync={algorithm: gossip-ma, neighbours: 1}",
-     NULL,
-     4,
-     {GOSSIP, 0, 1, 1, 0, 0, 0, 0},
-     0},
+    {"gossip-bmuf n=4 q=1", 4, {GOSSIP, 1, 1, 1, PAPER}, 0},
+    {"gossip-bmuf n=5 q=1", 5, {GOSSIP, 1, 1, 1, PAPER}, 0},
+    {"gossip-ma n=4 q=1", 4, {GOSSIP, 0, 1, 1, NO_BMUF}, 0},
     /* degree 2 on 5 nodes: 4 links, q = 3 of them (mean of 4), or q = 2 (mean of 3) */
-    {"gossip-bmuf n=5 k=2 q=3",
-     "sync={algorithm: gossip-bmuf, neighbours: 3, block_momentum: 0.5, block_lr: 1, "
-     "nesterov: true, block_reference: blockstart}",
-     "topology.degree=2",
-     5,
-     {GOSSIP, 1, 2, 3, 0.5, 1, 1, 0},
-     0},
-    {"gossip-ma n=5 k=2 q=2",
-     "sync={algorithm: gossip-ma, neighbours: 2}",
-     "topology.degree=2",
-     5,
-     {GOSSIP, 0, 2, 2, 0, 0, 0, 0},
-     1e-6},
+    {"gossip-bmuf n=5 k=2 q=3", 5, {GOSSIP, 1, 2, 3, PAPER}, 0},
+    {"gossip-ma n=5 k=2 q=2", 5, {GOSSIP, 0, 2, 2, NO_BMUF}, 1e-6},
     /* k = 1: i-1, i+1, not everyone (mean of 3) */
-    {"local-ma n=4", "sync={algorithm: local-ma}", NULL, 4, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6},
-    {"local-ma n=5", "sync={algorithm: local-ma}", NULL, 5, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6},
-    {"local-bmuf n=5",
-     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
-     "block_reference: blockstart}",
-     NULL,
-     5,
-     {RING, 1, 1, 0, 0.5, 1, 1, 0},
-     1e-6},
+    {"local-ma n=4", 4, {RING, 0, 1, 0, NO_BMUF}, 1e-6},
+    {"local-ma n=5", 5, {RING, 0, 1, 0, NO_BMUF}, 1e-6},
+    {"local-bmuf n=5", 5, {RING, 1, 1, 0, PAPER}, 1e-6},
     /* all n: mean of 4 exact, of 5 not; classic BMUF (against omega), no Nesterov */
-    {"ma n=4", "sync={algorithm: ma}", NULL, 4, {ALL, 0, 0, 0, 0, 0, 0, 0}, 0},
-    {"ma n=5", "sync={algorithm: ma}", NULL, 5, {ALL, 0, 0, 0, 0, 0, 0, 0}, 1e-6},
-    {"bmuf n=4",
-     "sync={algorithm: bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
-     "block_reference: blockstart}",
-     NULL,
-     4,
-     {ALL, 1, 0, 0, 0.5, 1, 1, 0},
-     0},
-    {"bmuf n=4 omega",
-     "sync={algorithm: bmuf, block_momentum: 0.75, block_lr: 0.5, nesterov: false, "
-     "block_reference: omega}",
-     NULL,
-     4,
-     {ALL, 1, 0, 0, 0.75, 0.5, 0, 1},
-     0},
-    {"bmuf n=5",
-     "sync={algorithm: bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
-     "block_reference: blockstart}",
-     NULL,
-     5,
-     {ALL, 1, 0, 0, 0.5, 1, 1, 0},
-     1e-6},
+    {"ma n=4", 4, {ALL, 0, 0, 0, NO_BMUF}, 0},
+    {"ma n=5", 5, {ALL, 0, 0, 0, NO_BMUF}, 1e-6},
+    {"bmuf n=4", 4, {ALL, 1, 0, 0, PAPER}, 0},
+    {"bmuf n=4 omega", 4, {ALL, 1, 0, 0, 0.75, 0.5, 0, 1}, 0},
+    {"bmuf n=5", 5, {ALL, 1, 0, 0, PAPER}, 1e-6},
 };
 
 /* Six steps of each algorithm: every node's parameters after every step equal the
@@ -576,14 +557,9 @@ START_TEST(test_algorithm_by_hand)
     static double want[MAXSTEPS][MAXN][NP];
     static int part[MAXSTEPS][MAXN];
     const int live[MAXN] = {1, 1, 1, 1, 1};
-    plan_t pl = {.layout = layout_conf,
-                 .algo_conf = cases[_i].conf,
-                 .more_conf = cases[_i].more,
-                 .n = cases[_i].n,
-                 .steps = MAXSTEPS,
-                 .absent = -1,
-                 .final = 1,
-                 .timeout_ms = 30000};
+    char sync[256], topo[64];
+    plan_t pl = model_plan(&cases[_i].a, layout_conf, cases[_i].n, MAXSTEPS, 30000, sync,
+                           sizeof sync, topo, sizeof topo);
 
     run_nodes(&pl, out);
     fill_part(&pl, part);
@@ -616,35 +592,19 @@ first_pull(int n, uint64_t r)
 }
 
 static const struct {
-    const char *name, *conf;
+    const char *name;
     int n, absent; /* -1: node 0's first pull (so someone misses it) */
     int steps;
     algo_t a;
     double tol;
     int writer;
 } absent_cases[] = {
-    /* 2 blocks of lstm.0 (and one of the row shard), final of 4: exact */
-    {"gossip-bmuf n=5",
-     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
-     "nesterov: true, block_reference: blockstart}",
-     5,
-     -1,
-     2,
-     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
-     0,
-     0},
+    /* 2 blocks of lstm.0, final of 4: exact */
+    {"gossip-bmuf n=5", 5, -1, 2, {GOSSIP, 1, 1, 1, PAPER}, 0, 0},
     /* node 3's neighbours 2 and 4 miss it 3 times: they hold it for dead */
-    {"local-ma n=5", "sync={algorithm: local-ma}", 5, 3, 3, {RING, 0, 1, 0, 0, 0, 0, 0}, 1e-6, 0},
+    {"local-ma n=5", 5, 3, 3, {RING, 0, 1, 0, NO_BMUF}, 1e-6, 0},
     /* rank 0 gone: its neighbours 1 and 3 hold it for dead, node 1 gathers */
-    {"local-bmuf n=4",
-     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
-     "block_reference: blockstart}",
-     4,
-     0,
-     3,
-     {RING, 1, 1, 0, 0.5, 1, 1, 0},
-     1e-6,
-     1},
+    {"local-bmuf n=4", 4, 0, 3, {RING, 1, 1, 0, PAPER}, 1e-6, 1},
 };
 
 /* One node leaves right after the rendezvous; the others run a few steps in which only
@@ -663,19 +623,15 @@ START_TEST(test_absent_node)
     static node_out_t out[MAXN];
     static double want[MAXSTEPS][MAXN][NP];
     static int part[MAXSTEPS][MAXN];
-    int n = absent_cases[_i].n, gone = absent_cases[_i].absent, live[MAXN], steps;
-    plan_t pl;
+    int n = absent_cases[_i].n, gone = absent_cases[_i].absent, live[MAXN];
+    int steps = absent_cases[_i].steps;
+    char sync[256], topo[64];
+    plan_t pl = model_plan(&absent_cases[_i].a, one_conf, n, steps, 2000, sync, sizeof sync, topo,
+                           sizeof topo);
 
     if (gone < 0)
         gone = first_pull(n, 1);
-    steps = absent_cases[_i].steps;
-    pl = (plan_t){.layout = one_conf,
-                  .algo_conf = absent_cases[_i].conf,
-                  .n = n,
-                  .steps = steps,
-                  .absent = gone,
-                  .final = 1,
-                  .timeout_ms = 2000};
+    pl.absent = gone;
     for (int k = 0; k < MAXN; k++)
         live[k] = k < n && k != gone;
     run_nodes(&pl, out);
@@ -709,25 +665,13 @@ START_TEST(test_absent_node)
 END_TEST
 
 static const struct {
-    const char *name, *conf;
+    const char *name;
     int n, skip; /* -1: node 0's pull of round 2 (so someone misses it) */
     algo_t a;
     double tol;
 } skip_cases[] = {
-    {"gossip-bmuf n=5",
-     "sync={algorithm: gossip-bmuf, neighbours: 1, block_momentum: 0.5, block_lr: 1, "
-     "nesterov: true, block_reference: blockstart}",
-     5,
-     -1,
-     {GOSSIP, 1, 1, 1, 0.5, 1, 1, 0},
-     0},
-    {"local-bmuf n=4",
-     "sync={algorithm: local-bmuf, block_momentum: 0.5, block_lr: 1, nesterov: true, "
-     "block_reference: blockstart}",
-     4,
-     2,
-     {RING, 1, 1, 0, 0.5, 1, 1, 0},
-     1e-6},
+    {"gossip-bmuf n=5", 5, -1, {GOSSIP, 1, 1, 1, PAPER}, 0},
+    {"local-bmuf n=4", 4, 2, {RING, 1, 1, 0, PAPER}, 1e-6},
 };
 
 /* A node that skips one round and comes back: it makes its local step 2 but does not
@@ -744,19 +688,14 @@ START_TEST(test_skipped_round)
     static int part[MAXSTEPS][MAXN];
     const int live[MAXN] = {1, 1, 1, 1, 1};
     int n = skip_cases[_i].n, skip = skip_cases[_i].skip;
-    plan_t pl;
+    char sync[256], topo[64];
+    plan_t pl =
+        model_plan(&skip_cases[_i].a, one_conf, n, 3, 2000, sync, sizeof sync, topo, sizeof topo);
 
     if (skip < 0)
         skip = first_pull(n, 2);
-    pl = (plan_t){.layout = one_conf,
-                  .algo_conf = skip_cases[_i].conf,
-                  .n = n,
-                  .steps = 3,
-                  .absent = -1,
-                  .final = 1,
-                  .timeout_ms = 2000,
-                  .skip = skip,
-                  .skip_step = 2};
+    pl.skip = skip;
+    pl.skip_step = 2;
     run_nodes(&pl, out);
     fill_part(&pl, part);
     by_hand(&skip_cases[_i].a, period_one, n, pl.steps, part, want);
