@@ -113,6 +113,28 @@ test_cluster_signal(test_cluster_t *c)
         write_full(c->up_fd, "S", 1);
 }
 
+sl_status_t
+test_settle(sl_transport_t *t, uint32_t component, uint64_t round)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    float x = 0.0f;
+    size_t got;
+
+    for (uint64_t r = round; r < round + 2; r++) {
+        for (uint32_t p = 0; p < n; p++) {
+            sl_wire_key_t k = {r, component, 0, p, SL_WIRE_DATA};
+            if (p != me)
+                SL_TRY(sl_transport_send(t, &k, &x, 1, SL_WIRE_FP32, 1.0f, 0, -1));
+        }
+        for (uint32_t p = 0; p < n; p++) {
+            sl_wire_key_t k = {r, component, 0, p, SL_WIRE_DATA};
+            if (p != me)
+                SL_TRY(sl_transport_recv(t, &k, &x, sizeof x, &got, TEST_WAIT_MS));
+        }
+    }
+    return SL_OK;
+}
+
 /* A node process: never returns. */
 static void
 node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)

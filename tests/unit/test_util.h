@@ -98,6 +98,14 @@ void test_cluster_assert_ok(test_cluster_t *c, const char *what);
 /* In a node: tells the parent one more step is done (see kill_rank). */
 void test_cluster_signal(test_cluster_t *c);
 
+/* In a node: a small frame (kind DATA, this component, payload one float) to every other
+ * node and one from each, twice (rounds round and round + 1). Frames over ZeroMQ keep
+ * their order, so afterwards every frame a peer sent this node over ZeroMQ before the
+ * call has been read, and every answer such a frame called for (a lane's accept) has
+ * been read by the node it answered: e.g. lanes offered so far are in use. A collective
+ * step of its own: every node must call it. SL_OK, or the first failing status. */
+sl_status_t test_settle(sl_transport_t *t, uint32_t component, uint64_t round);
+
 /* A hang guard for a polling loop: the time TEST_HANG_S from now. */
 double test_deadline(void);
 
