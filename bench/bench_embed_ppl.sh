@@ -15,8 +15,11 @@
 #   --tokens N   training tokens of every run, all nodes together (data.max_tokens;
 #                default 0: the whole training text, one epoch, about 5 minutes a run
 #                on 2 cores)
-#   --out DIR    run directories, logs and table.md (default runs/embed-ppl); a run
-#                whose summary.json exists is not run again
+#   --out DIR    run directories, logs and table.md (default runs/embed-ppl). Each
+#                run's exact command line is kept in DIR/NAME.cmd; a finished run
+#                (summary.json) is reused only when that line matches this
+#                invocation's (same binary, corpus, --tokens); a run made with other
+#                options, or before they were recorded, is deleted and run again
 #   -h, --help   this text
 #
 # Environment: SHOAL (the binary, default <repo>/build/shoal), SHOAL_DATA (corpora,
@@ -64,20 +67,28 @@ zipf-bf16|zipf|bf16|0|1234"
 
 while IFS='|' read -r name groups comp scale seed; do
     dir=$out/$name
-    if [ -f "$dir/summary.json" ]; then
-        echo "== $name: done before"
+    cmd=("$shoal" run "$top/conf/brown-sampled.yaml" -n 4 --no-resume
+        --set "data.train=$data/brown/train.txt" --set "data.valid=$data/brown/valid.txt"
+        --set "data.test=$data/brown/test.txt" --set "data.max_tokens=$tokens"
+        --set sync.algorithm=allreduce --set sync.exchange=unique
+        --set "embedding.seed_groups=$groups" --set "sync.compression=$comp"
+        --set "sync.compression_scale=$scale" --set "run.seed=$seed"
+        --set sync.keep_node_models=false
+        --set train.eval_every_epoch=false --set run.checkpoint_every=0
+        --set "run.dir=$dir")
+    line=$(printf '%q ' "${cmd[@]}")
+    if [ -f "$dir/summary.json" ] && [ -f "$out/$name.cmd" ] &&
+        [ "$(cat "$out/$name.cmd")" = "$line" ]; then
+        echo "== $name: done before with the same options"
         continue
     fi
+    if [ -e "$dir" ]; then
+        echo "== $name: $dir is unfinished or was made with other options; running it again"
+        rm -rf "$dir"
+    fi
+    printf '%s\n' "$line" >"$out/$name.cmd"
     echo "== $name: started $(date '+%H:%M:%S')"
-    "$shoal" run "$top/conf/brown-sampled.yaml" -n 4 --no-resume \
-        --set "data.train=$data/brown/train.txt" --set "data.valid=$data/brown/valid.txt" \
-        --set "data.test=$data/brown/test.txt" --set "data.max_tokens=$tokens" \
-        --set sync.algorithm=allreduce --set sync.exchange=unique \
-        --set "embedding.seed_groups=$groups" --set "sync.compression=$comp" \
-        --set "sync.compression_scale=$scale" --set "run.seed=$seed" \
-        --set sync.keep_node_models=false \
-        --set train.eval_every_epoch=false --set run.checkpoint_every=0 \
-        --set "run.dir=$dir" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
+    "${cmd[@]}" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
     echo "== $name: $(tail -n 1 "$out/$name.log")"
 done <<<"$runs"
 

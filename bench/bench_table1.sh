@@ -15,13 +15,19 @@
 #                  gossip-bmuf-8 ma-8 bmuf-8 local-bmuf-8
 #                  (NAME = periods (16, 128); NAME-8 = period 8 for every component)
 #   --out DIR      run directories, logs, table.md, ppl.dat and table1.png
-#                  (default runs/table1); a run whose summary.json exists is not run
-#                  again, and an interrupted one resumes from its checkpoint
+#                  (default runs/table1). Each run's exact command line is kept in
+#                  DIR/NAME.cmd: a finished run (summary.json) is reused, and an
+#                  interrupted one resumes from its checkpoint, only when that line
+#                  matches this invocation's (same binary, corpus, --epochs, --set);
+#                  a run made with other options, or before they were recorded, is
+#                  deleted and run again
 #   --set KEY=VALUE  passed on to every run (e.g. --set data.max_tokens=100000 for a
 #                  smoke test, --set device=cuda on a GPU: the 4 nodes share it, or
 #                  --set sync.block_momentum=0.9 against the configurations' auto,
 #                  1 - 1/n)
-#   --table-only   only build the table and the plot from what DIR holds
+#   --table-only   only build the table and the plot from every finished run DIR
+#                  holds, whatever its options (without it, from the runs whose
+#                  options match this invocation's)
 #   -h, --help     this text
 #
 # Perplexity per epoch is node 0's own model (after each epoch's last sync); the final
@@ -74,36 +80,64 @@ common=(--set "data.train=$data/brown/train.txt" --set "data.valid=$data/brown/v
     --set "data.test=$data/brown/test.txt" --set "train.epochs=$epochs" --set run.log_every=50
     ${extra[@]+"${extra[@]}"})
 
-run_one() {
+# The command of run $1 into the array cmd.
+command_of() {
     local name=$1 algo periods=(--set sync.period=16 --set sync.embedding_period=128)
-    local dir=$out/$name
-    if [ -f "$dir/summary.json" ]; then
-        echo "== $name: done before ($dir/summary.json)"
-        return 0
-    fi
     case $name in
     *-8) algo=${name%-8}; periods=(--set sync.period=8 --set sync.embedding_period=0) ;;
     *) algo=$name ;;
     esac
-    echo "== $name: started $(date '+%H:%M:%S')"
     if [ "$name" = single ]; then
-        "$shoal" train "$top/conf/brown-word.yaml" "${common[@]}" --set "run.dir=$dir" \
-            >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
+        cmd=("$shoal" train "$top/conf/brown-word.yaml" "${common[@]}" --set "run.dir=$out/$name")
     else
-        "$shoal" run "$top/conf/brown-4nodes-$algo.yaml" -n 4 "${common[@]}" "${periods[@]}" \
-            --set "run.dir=$dir" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
+        cmd=("$shoal" run "$top/conf/brown-4nodes-$algo.yaml" -n 4 "${common[@]}" "${periods[@]}"
+            --set "run.dir=$out/$name")
     fi
+}
+
+# Run $1's command as one line: what DIR/NAME.cmd holds for the run in DIR/NAME.
+command_line() {
+    local cmd
+    command_of "$1"
+    printf '%q ' "${cmd[@]}"
+}
+
+# Whether DIR/NAME was made by this invocation's command.
+same_options() {
+    [ -f "$out/$1.cmd" ] && [ "$(cat "$out/$1.cmd")" = "$(command_line "$1")" ]
+}
+
+run_one() {
+    local name=$1 dir=$out/$1 cmd
+    if [ -e "$dir" ] && ! same_options "$name"; then
+        echo "== $name: $dir was made with other options (see $out/$name.cmd); running it again"
+        rm -rf "$dir"
+    fi
+    if [ -f "$dir/summary.json" ]; then
+        echo "== $name: done before with the same options ($dir/summary.json)"
+        return 0
+    fi
+    command_line "$name" >"$out/$name.cmd"
+    echo >>"$out/$name.cmd"
+    command_of "$name"
+    echo "== $name: started $(date '+%H:%M:%S')"
+    "${cmd[@]}" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
     echo "== $name: finished $(date '+%H:%M:%S'): $(tail -n 1 "$out/$name.log")"
 }
 
+table_runs=$all_runs
 if [ "$table_only" = 0 ]; then
     for r in $runs; do
         run_one "$r"
     done
+    table_runs=
+    for r in $all_runs; do
+        ! same_options "$r" || table_runs="$table_runs $r"
+    done
 fi
 
 # table.md and ppl.dat (one block per run: tokens, valid ppl) from the run directories.
-python3 - "$out" $all_runs <<'EOF'
+python3 - "$out" $table_runs <<'EOF'
 import json, os, sys
 
 out, names = sys.argv[1], sys.argv[2:]

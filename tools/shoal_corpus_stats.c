@@ -10,14 +10,11 @@
 
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/sl_cli.h"
 #include "common/sl_log.h"
@@ -25,6 +22,7 @@
 #include "config/sl_config.h"
 #include "data/sl_data.h"
 #include "embed/sl_zipf.h"
+#include "tools/sl_tool_pipe.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -480,25 +478,6 @@ print_csv(FILE *out, const stats_t *s)
     }
 }
 
-/* Whether an executable `name` is in a directory of $PATH. */
-static int
-on_path(const char *name)
-{
-    const char *path = getenv("PATH");
-    char file[4096];
-
-    while (path && *path) {
-        const char *end = strchr(path, ':');
-        size_t len = end ? (size_t)(end - path) : strlen(path);
-
-        snprintf(file, sizeof file, "%.*s/%s", (int)len, len ? path : ".", name);
-        if (access(file, X_OK) == 0)
-            return 1;
-        path = end ? end + 1 : NULL;
-    }
-    return 0;
-}
-
 /* A gnuplot single-quoted string: no escapes inside, a quote is doubled. */
 static void
 gp_quoted(FILE *out, const char *str)
@@ -542,55 +521,34 @@ print_gnuplot(FILE *out, const stats_t *s, const char *png)
     fputs(", x with lines dt 2 title 'U = N (dense allgather)'\n", out);
 }
 
+typedef struct {
+    const stats_t *s;
+    const char *png;
+} plot_t;
+
+static void
+write_plot(FILE *to, void *ctx)
+{
+    const plot_t *p = ctx;
+
+    print_gnuplot(to, p->s, p->png);
+}
+
 /* Pipes the script into `gnuplot`. */
 static int
 render_png(const stats_t *s, const char *png)
 {
-    int fd[2], status;
-    pid_t pid;
-    FILE *to;
-
-    if (!on_path("gnuplot")) {
+    if (!sl_tool_on_path("gnuplot")) {
         fprintf(stderr,
                 "shoal-corpus-stats: gnuplot is not on PATH: install gnuplot to write "
                 "%s, or use --format csv and plot it elsewhere\n",
                 png);
         return EXIT_RUNTIME;
     }
-    if (pipe(fd) != 0) {
-        fprintf(stderr, "shoal-corpus-stats: pipe: %s\n", strerror(errno));
-        return EXIT_RUNTIME;
-    }
-    fflush(NULL);
-    pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "shoal-corpus-stats: fork: %s\n", strerror(errno));
-        close(fd[0]);
-        close(fd[1]);
-        return EXIT_RUNTIME;
-    }
-    if (pid == 0) {
-        dup2(fd[0], STDIN_FILENO);
-        close(fd[0]);
-        close(fd[1]);
-        execlp("gnuplot", "gnuplot", (char *)NULL);
-        fprintf(stderr, "shoal-corpus-stats: cannot run gnuplot: %s\n", strerror(errno));
-        _exit(127);
-    }
-    close(fd[0]);
-    signal(SIGPIPE, SIG_IGN); /* gnuplot dying early is reported through its exit status */
-    to = fdopen(fd[1], "w");
-    if (to) {
-        print_gnuplot(to, s, png);
-        fclose(to);
-    } else {
-        close(fd[1]);
-    }
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "shoal-corpus-stats: gnuplot failed to write %s\n", png);
-        return EXIT_RUNTIME;
-    }
-    return EXIT_OK;
+    plot_t p = {s, png};
+    static const char *const argv[] = {"gnuplot", NULL};
+    return sl_tool_pipe("shoal-corpus-stats", argv, png, write_plot, &p) == 0 ? EXIT_OK
+                                                                              : EXIT_RUNTIME;
 }
 
 int

@@ -7,13 +7,10 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "common/sl_cli.h"
 #include "common/sl_status.h"
@@ -21,6 +18,7 @@
 #include "topology/sl_mixing.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
+#include "tools/sl_tool_pipe.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -497,74 +495,25 @@ print_dot(FILE *out, topo_t *t)
     fprintf(out, "}\n");
 }
 
-/* Whether an executable `name` is in a directory of $PATH. */
-static int
-on_path(const char *name)
+static void
+write_dot(FILE *to, void *ctx)
 {
-    const char *path = getenv("PATH");
-    char file[4096];
-
-    while (path && *path) {
-        const char *end = strchr(path, ':');
-        size_t len = end ? (size_t)(end - path) : strlen(path);
-
-        snprintf(file, sizeof file, "%.*s/%s", (int)len, len ? path : ".", name);
-        if (access(file, X_OK) == 0)
-            return 1;
-        path = end ? end + 1 : NULL;
-    }
-    return 0;
+    print_dot(to, ctx);
 }
 
 /* Pipes the DOT graph into `dot -Tpng -o FILE`. */
 static int
 render_png(topo_t *t, const char *png)
 {
-    int fd[2], status;
-    pid_t pid;
-    FILE *to;
-
-    if (!on_path("dot")) {
+    if (!sl_tool_on_path("dot")) {
         fprintf(stderr,
                 "shoal-topo: Graphviz 'dot' is not on PATH: install graphviz to "
                 "write %s, or use --format dot\n",
                 png);
         return EXIT_RUNTIME;
     }
-    if (pipe(fd) != 0) {
-        fprintf(stderr, "shoal-topo: pipe: %s\n", strerror(errno));
-        return EXIT_RUNTIME;
-    }
-    fflush(NULL);
-    pid = fork();
-    if (pid < 0) {
-        fprintf(stderr, "shoal-topo: fork: %s\n", strerror(errno));
-        close(fd[0]);
-        close(fd[1]);
-        return EXIT_RUNTIME;
-    }
-    if (pid == 0) {
-        dup2(fd[0], STDIN_FILENO);
-        close(fd[0]);
-        close(fd[1]);
-        execlp("dot", "dot", "-Tpng", "-o", png, (char *)NULL);
-        fprintf(stderr, "shoal-topo: cannot run dot: %s\n", strerror(errno));
-        _exit(127);
-    }
-    close(fd[0]);
-    signal(SIGPIPE, SIG_IGN); /* dot dying early is reported through its exit status */
-    to = fdopen(fd[1], "w");
-    if (to) {
-        print_dot(to, t);
-        fclose(to);
-    } else {
-        close(fd[1]);
-    }
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "shoal-topo: dot failed to write %s\n", png);
-        return EXIT_RUNTIME;
-    }
-    return EXIT_OK;
+    const char *const argv[] = {"dot", "-Tpng", "-o", png, NULL};
+    return sl_tool_pipe("shoal-topo", argv, png, write_dot, t) == 0 ? EXIT_OK : EXIT_RUNTIME;
 }
 
 int

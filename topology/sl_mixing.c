@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "common/sl_alloc.h"
+#include "common/sl_sort.h"
 #include "topology/sl_ring.h"
 
 sl_status_t
@@ -26,14 +27,6 @@ sl_mixing_matrix(const sl_schedule_t *s, double *w, size_t cap)
                            : sl_ring_is_neighbour(s->nodes, s->degree, (int)i, (int)j) ? other
                                                                                        : 0.0;
     return SL_OK;
-}
-
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
 }
 
 /* Sum of squares of the strictly upper triangle (the rotations drive it to 0). */
@@ -186,7 +179,7 @@ sl_mixing_eigenvalues(double *a, int n, double *eig)
     }
     for (size_t p = 0; p < nn; p++)
         eig[p] = a[p * nn + p];
-    qsort(eig, nn, sizeof *eig, cmp_double);
+    qsort(eig, nn, sizeof *eig, sl_cmp_double);
 out:
     sl_free(w.player);
     sl_free(w.p);

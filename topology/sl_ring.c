@@ -3,6 +3,8 @@
 
 #include <stdlib.h>
 
+#include "common/sl_sort.h"
+
 int
 sl_ring_default_degree(int n)
 {
@@ -26,14 +28,6 @@ sl_ring_links(int n, int k, int *links)
     /* 2k in 64 bits: k may be anything up to INT_MAX */
     *links = (long long)2 * k < n - 1 ? 2 * k : n - 1;
     return SL_OK;
-}
-
-static int
-cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-
-    return (x > y) - (x < y);
 }
 
 sl_status_t
@@ -60,7 +54,7 @@ sl_ring_neighbours(int n, int k, int i, int *out, int cap, int *count)
             out[2 * (d - 1)] = (int)(((long long)i - d + n) % n);
             out[2 * (d - 1) + 1] = (int)(((long long)i + d) % n);
         }
-        qsort(out, (size_t)links, sizeof *out, cmp_int);
+        qsort(out, (size_t)links, sizeof *out, sl_cmp_int);
     }
     *count = links;
     return SL_OK;

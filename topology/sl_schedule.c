@@ -7,6 +7,7 @@
 
 #include "common/sl_alloc.h"
 #include "common/sl_rng.h"
+#include "common/sl_sort.h"
 #include "topology/sl_ring.h"
 
 sl_status_t
@@ -105,14 +106,6 @@ check_query(const sl_schedule_t *s, int component, int node, int cap, int need, 
     return SL_OK;
 }
 
-static int
-cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-
-    return (x > y) - (x < y);
-}
-
 sl_status_t
 sl_schedule_chosen(const sl_schedule_t *s, uint64_t round, int component, int node, int *out,
                    int cap, int *count)
@@ -121,7 +114,7 @@ sl_schedule_chosen(const sl_schedule_t *s, uint64_t round, int component, int no
     select_walk(s, draw_key(s, round, component, node), -1, out);
     for (int m = 0; m < s->picks; m++)
         out[m] = neighbour_at(s, node, out[m]);
-    qsort(out, (size_t)s->picks, sizeof *out, cmp_int);
+    qsort(out, (size_t)s->picks, sizeof *out, sl_cmp_int);
     *count = s->picks;
     return SL_OK;
 }
@@ -140,7 +133,7 @@ sl_schedule_pullers(const sl_schedule_t *s, uint64_t round, int component, int n
         if (select_walk(s, draw_key(s, round, component, j), neighbour_index(s, j, node), NULL))
             out[m++] = j;
     }
-    qsort(out, (size_t)m, sizeof *out, cmp_int);
+    qsort(out, (size_t)m, sizeof *out, sl_cmp_int);
     *count = m;
     return SL_OK;
 }

@@ -387,6 +387,10 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
         {cfg->data.train, NULL, 0}, {cfg->data.valid, NULL, 0}, {cfg->data.test, NULL, 0}};
     char *dir = NULL, *path = NULL;
     uint64_t hash;
+    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
+                                                      &corpus->test};
+    const sl_tokens_t *const cparts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
+                                                             &corpus->test};
 
     memset(corpus, 0, sizeof *corpus);
     SL_TRY(check_settings(cfg));
@@ -401,11 +405,15 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
     if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
         path = NULL;
     if (path) {
-        st = sl_token_cache_read(path, hash, cfg->data.level, corpus);
-        if (st == SL_ERR_FORMAT)
+        st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts);
+        if (st == SL_OK) {
+            corpus->hash = hash;
+            corpus->from_cache = 1;
+        } else if (st == SL_ERR_FORMAT) {
             sl_log_warn("data", "%s; rebuilding it", sl_err_msg());
-        else if (st != SL_OK && st != SL_ERR_IO)
+        } else if (st != SL_ERR_IO) {
             goto out;
+        }
         sl_err_clear();
     }
     if (!corpus->from_cache) {
@@ -415,7 +423,7 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
             sl_log_warn("data", "no cache directory (data.cache_dir, XDG_CACHE_HOME and HOME "
                                 "are unset); continuing without a token cache");
         else if (sl_file_mkdirs(dir) != SL_OK ||
-                 sl_token_cache_write(path, corpus, cfg->data.level) != SL_OK)
+                 sl_token_cache_write(path, hash, cfg->data.level, corpus->vocab, cparts) != SL_OK)
             sl_log_warn("data", "%s; continuing without a token cache", sl_err_msg());
         sl_err_clear();
     }

@@ -1,5 +1,7 @@
 /* Internals of src/data shared between its files: UTF-8 validation, the vocabulary's
- * interning table, and the token cache reader/writer. Not for use outside src/data. */
+ * interning table, and the token cache reader/writer. Not for use outside src/data.
+ * The calls run one way: sl_corpus.c uses the vocabulary and the token cache, the token
+ * cache uses the vocabulary, and neither of those knows the corpus. */
 #ifndef SL_DATA_INTERNAL_H
 #define SL_DATA_INTERNAL_H
 
@@ -51,13 +53,22 @@ int32_t sl_vocab_find(const sl_vocab_t *v, const char *word, size_t len);
 
 /* ---- Token cache (sl_token_cache.c) ---- */
 
-/* Loads the cache file at path into corpus (vocab, ids, hash; from_cache = 1) when it
- * exists and its magic, version, hash, level, sizes, checksum and ids are all right.
- * SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT "path: corrupt
- * token cache (why)", SL_ERR_NOMEM; on any error corpus is left zeroed. */
+/* The cache holds a vocabulary and three token arrays (train, valid, test, in that
+ * order); it knows nothing of sl_corpus_t: sl_corpus.c calls it with those pieces and
+ * keeps the corpus's own fields (hash, from_cache) itself. */
+#define SL_TOKEN_CACHE_PARTS 3
+
+/* Loads the cache file at path into *vocab (a new table) and parts[0..2] (ids the
+ * caller frees) when it exists and its magic, version, hash, level, sizes, checksum and
+ * ids are all right. SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT
+ * "path: corrupt token cache (why)", SL_ERR_NOMEM; on any error *vocab is NULL and the
+ * parts are zeroed. */
 sl_status_t sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level,
-                                sl_corpus_t *corpus);
-/* Writes corpus atomically to path. SL_ERR_IO on failure (path untouched). */
-sl_status_t sl_token_cache_write(const char *path, const sl_corpus_t *corpus, sl_level_t level);
+                                sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS]);
+/* Writes vocab and parts (borrowed) atomically to path under hash and level. SL_ERR_IO
+ * on failure (path untouched). */
+sl_status_t sl_token_cache_write(const char *path, uint64_t hash, sl_level_t level,
+                                 const sl_vocab_t *vocab,
+                                 const sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS]);
 
 #endif

@@ -6,7 +6,10 @@
  *            i32 unk, i32 eos, u32 zero, u64 text bytes, u64 train, valid, test lengths
  *   vocab    i64 counts[V], u32 lens[V], text (each word + NUL), zero pad to 4 bytes
  *   ids      i32 train[], valid[], test[]
- *   trailer  u64 sl_hash of every byte before it */
+ *   trailer  u64 sl_hash of every byte before it
+ *
+ * It deals in a vocabulary and three token arrays; the corpus object is sl_corpus.c's,
+ * which calls this file and is never called back. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,8 +137,20 @@ load_vocab(const char *path, const cache_header_t *h, const int64_t *counts, con
     return SL_OK;
 }
 
+/* Frees what sl_token_cache_read has made so far and zeroes it. */
+static void
+discard(sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
+{
+    sl_vocab_destroy(vocab);
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++) {
+        free(parts[k]->ids);
+        memset(parts[k], 0, sizeof *parts[k]);
+    }
+}
+
 sl_status_t
-sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_corpus_t *corpus)
+sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_vocab_t **vocab,
+                    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
 {
     sl_status_t st = SL_OK;
     cache_header_t h;
@@ -146,10 +161,11 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_corpus
     char *text = NULL;
     unsigned char pad[4];
     uint64_t stored;
-    sl_tokens_t *parts[3] = {&corpus->train, &corpus->valid, &corpus->test};
     FILE *fp;
 
-    memset(corpus, 0, sizeof *corpus);
+    *vocab = NULL;
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
+        memset(parts[k], 0, sizeof *parts[k]);
     fp = fopen(path, "rb");
     if (!fp)
         return sl_err_set(SL_ERR_IO, "%s: %s", path, strerror(errno));
@@ -172,7 +188,7 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_corpus
         st = corrupt(path, "short read");
         goto out;
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++) {
         parts[k]->len = h.n[k];
         if (h.n[k] == 0)
             continue;
@@ -190,18 +206,16 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_corpus
         st = corrupt(path, "checksum mismatch");
         goto out;
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
         SL_TRY_GOTO(check_ids(path, parts[k]->ids, parts[k]->len, (int32_t)h.nvocab), st, out);
-    SL_TRY_GOTO(load_vocab(path, &h, counts, lens, text, &corpus->vocab), st, out);
-    corpus->hash = hash;
-    corpus->from_cache = 1;
+    SL_TRY_GOTO(load_vocab(path, &h, counts, lens, text, vocab), st, out);
 out:
     fclose(fp);
     free(counts);
     free(lens);
     free(text);
     if (st != SL_OK)
-        sl_corpus_fini(corpus);
+        discard(vocab, parts);
     return st;
 }
 
@@ -213,10 +227,9 @@ write_sum(sl_atomic_file_t *f, const void *data, size_t bytes, sl_hash_t *sum)
 }
 
 static sl_status_t
-write_all(sl_atomic_file_t *f, const sl_corpus_t *c, sl_level_t level)
+write_all(sl_atomic_file_t *f, uint64_t hash, sl_level_t level, const sl_vocab_t *v,
+          const sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
 {
-    const sl_vocab_t *v = c->vocab;
-    const sl_tokens_t *parts[3] = {&c->train, &c->valid, &c->test};
     static const unsigned char zeros[4];
     cache_header_t h;
     sl_hash_t sum;
@@ -226,12 +239,12 @@ write_all(sl_atomic_file_t *f, const sl_corpus_t *c, sl_level_t level)
     memcpy(h.magic, CACHE_MAGIC, 8);
     h.version = SL_DATA_FORMAT_VERSION;
     h.level = (uint32_t)level;
-    h.hash = c->hash;
+    h.hash = hash;
     h.nvocab = (uint32_t)v->size;
     h.unk = v->unk;
     h.eos = v->eos;
     h.text_bytes = v->text_len;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
         h.n[k] = parts[k]->len;
     sl_hash_init(&sum, CACHE_SUM_SEED);
     SL_TRY(write_sum(f, &h, sizeof h, &sum));
@@ -243,7 +256,7 @@ write_all(sl_atomic_file_t *f, const sl_corpus_t *c, sl_level_t level)
     SL_TRY(write_sum(f, v->text, v->text_len, &sum));
     if (pad4(v->text_len))
         SL_TRY(write_sum(f, zeros, pad4(v->text_len), &sum));
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
         if (parts[k]->len)
             SL_TRY(write_sum(f, parts[k]->ids, parts[k]->len * sizeof(int32_t), &sum));
     total = sl_hash_final(&sum);
@@ -251,13 +264,14 @@ write_all(sl_atomic_file_t *f, const sl_corpus_t *c, sl_level_t level)
 }
 
 sl_status_t
-sl_token_cache_write(const char *path, const sl_corpus_t *corpus, sl_level_t level)
+sl_token_cache_write(const char *path, uint64_t hash, sl_level_t level, const sl_vocab_t *vocab,
+                     const sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
 {
     sl_atomic_file_t f;
     sl_status_t st;
 
     SL_TRY(sl_atomic_open(&f, path));
-    st = write_all(&f, corpus, level);
+    st = write_all(&f, hash, level, vocab, parts);
     if (st != SL_OK) {
         sl_atomic_abort(&f);
         return st;

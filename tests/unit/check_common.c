@@ -1,5 +1,6 @@
 /* Unit tests of src/common: errors, RNG determinism, hashing, atomic files. */
 #include <check.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include "common/sl_half.h"
 #include "common/sl_hash.h"
 #include "common/sl_rng.h"
+#include "common/sl_sort.h"
 #include "common/sl_status.h"
 
 START_TEST(test_err_set_and_prefix)
@@ -197,6 +199,25 @@ START_TEST(test_alloc_overflow)
 }
 END_TEST
 
+/* Ascending order, extremes included (x - y would overflow there). */
+START_TEST(test_sort_compare)
+{
+    int ints[] = {3, INT_MIN, 0, INT_MAX, -1, 3, INT_MIN + 1};
+    const int iwant[] = {INT_MIN, INT_MIN + 1, -1, 0, 3, 3, INT_MAX};
+    double dbls[] = {2.5, -1e300, 0.0, 1e300, -0.5};
+    const double dwant[] = {-1e300, -0.5, 0.0, 2.5, 1e300};
+
+    qsort(ints, 7, sizeof *ints, sl_cmp_int);
+    ck_assert_mem_eq(ints, iwant, sizeof iwant);
+    qsort(dbls, 5, sizeof *dbls, sl_cmp_double);
+    ck_assert_mem_eq(dbls, dwant, sizeof dwant);
+    int a = INT_MIN, b = INT_MAX;
+    ck_assert_int_lt(sl_cmp_int(&a, &b), 0);
+    ck_assert_int_gt(sl_cmp_int(&b, &a), 0);
+    ck_assert_int_eq(sl_cmp_int(&a, &a), 0);
+}
+END_TEST
+
 static Suite *
 common_suite(void)
 {
@@ -211,6 +232,7 @@ common_suite(void)
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
+    tcase_add_test(limits, test_sort_compare);
     suite_add_tcase(s, limits);
     return s;
 }

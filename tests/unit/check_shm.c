@@ -3,7 +3,9 @@
  * mapped, frames going through lanes between two transports in one process (with more
  * frames held by the receiver than a lane has slots, and with the receiver refusing),
  * and frames from a peer that does not play by the rules: each dropped and counted, its
- * slot freed, never a crash. */
+ * slot freed, never a crash. Nothing waits on the clock: the transports are brought to
+ * a known state by frames that must arrive in order, and counters are polled under
+ * test_util.h's hang guard. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "transport/sl_shm_lane.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_wire.h"
+#include "test_util.h"
 
 #define RUN 0x5eed00005107ULL
 #define SLOT_BYTES (64u << 10)
@@ -105,12 +108,24 @@ START_TEST(test_lane_offer_checked)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bad = offer;
         switch (i) {
-        case 0: bad.boot_id ^= 1; break;
-        case 1: bad.run_id ^= 1; break;
-        case 2: bad.nonce ^= 1; break;
-        case 3: bad.nslots = 3; break;
-        case 4: bad.slot_bytes += 4096; break;
-        case 5: bad.fd = 100000; break;
+        case 0:
+            bad.boot_id ^= 1;
+            break;
+        case 1:
+            bad.run_id ^= 1;
+            break;
+        case 2:
+            bad.nonce ^= 1;
+            break;
+        case 3:
+            bad.nslots = 3;
+            break;
+        case 4:
+            bad.slot_bytes += 4096;
+            break;
+        case 5:
+            bad.fd = 100000;
+            break;
         }
         ck_assert_msg(sl_shm_lane_open(&in, &bad, RUN, 2, 5) != SL_OK, "%s accepted",
                       cases[i].what);
@@ -154,7 +169,7 @@ pair_new(sl_transport_t *t[2], int shm1)
         o.run_id = RUN;
         o.rank = r;
         o.size = 2;
-        o.timeout_ms = 2000;
+        o.timeout_ms = TEST_WAIT_MS;
         o.linger_ms = 0;
         o.shm_slots = 4;
         o.shm_slot_bytes = SLOT_BYTES;
@@ -194,21 +209,31 @@ recv_frame(sl_transport_t *t, unsigned seq)
     sl_wire_key_t k = {1, 4, seq, 0, SL_WIRE_DATA};
     size_t got;
 
-    ck_assert_msg(sl_transport_recv(t, &k, buf, sizeof buf, &got, 2000) == SL_OK, "%s",
+    ck_assert_msg(sl_transport_recv(t, &k, buf, sizeof buf, &got, TEST_WAIT_MS) == SL_OK, "%s",
                   sl_err_msg());
     ck_assert_uint_eq(got, sizeof buf);
     for (size_t i = 0; i < BIG; i++)
         ck_assert(buf[i] == value(seq, i));
 }
 
-/* Lets rank 1 take the offer and rank 0 the accept (neither has anything else to read). */
+/* Makes rank 1 take every offer rank 0 has sent, and rank 0 every answer (an accept,
+ * or none): a small frame (on ZeroMQ, like offers and accepts, and in the order sent)
+ * from 0 to 1, then one back. Component 9, so the counters of component 4 stay as
+ * they are. */
 static void
 settle(sl_transport_t *t[2])
 {
-    for (int i = 0; i < 20; i++) {
-        ck_assert_int_eq(sl_transport_poll(t[1]), SL_OK);
-        ck_assert_int_eq(sl_transport_poll(t[0]), SL_OK);
-        usleep(5000);
+    static uint64_t round;
+    float x = 1.0f;
+    size_t got;
+
+    round++;
+    for (uint32_t from = 0; from < 2; from++) {
+        sl_wire_key_t k = {round, 9, 0, 1 - from, SL_WIRE_DATA};
+        ck_assert_int_eq(sl_transport_send(t[from], &k, &x, 1, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+        k.peer = from;
+        ck_assert_msg(sl_transport_recv(t[1 - from], &k, &x, sizeof x, &got, TEST_WAIT_MS) == SL_OK,
+                      "%s", sl_err_msg());
     }
 }
 
@@ -252,7 +277,7 @@ START_TEST(test_frames_through_lanes)
     sl_wire_key_t k = {2, 4, 0, 1, SL_WIRE_DATA};
     ck_assert_int_eq(sl_transport_send(t[0], &k, small, 4, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     k.peer = 0;
-    ck_assert_int_eq(sl_transport_recv(t[1], &k, back, sizeof back, &got, 2000), SL_OK);
+    ck_assert_int_eq(sl_transport_recv(t[1], &k, back, sizeof back, &got, TEST_WAIT_MS), SL_OK);
     ck_assert(back[3] == 4.0f);
     sl_transport_shm_frames(t[0], &sent, &recvd);
     ck_assert_uint_eq(sent, 10);
@@ -382,7 +407,7 @@ START_TEST(test_bad_lane_frames_dropped)
     o.run_id = RUN;
     o.rank = 1;
     o.size = 3;
-    o.timeout_ms = 2000;
+    o.timeout_ms = TEST_WAIT_MS;
     o.linger_ms = 0;
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
     eps[1] = sl_transport_endpoint(t);
@@ -395,27 +420,29 @@ START_TEST(test_bad_lane_frames_dropped)
     ck_assert_int_eq(sl_shm_lane_create(&f.lane, RUN, 0, 1, 8, 4096, &f.offer), SL_OK);
     sl_shm_offer_encode(&f.offer, ob);
 
-    fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8);     /* 1: an accept for nothing offered */
+    fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8); /* 1: an accept for nothing offered */
     fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob);
     fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob); /* 2: a second offer */
-    fake_frame(&f, 0, 10, TOO_LONG);                  /* 3 */
+    fake_frame(&f, 0, 10, TOO_LONG);                    /* 3 */
     fake_frame(&f, 1, 11, BAD_SUM);
-    fake_frame(&f, 2, 12, SHM_KIND);                  /* 4 */
-    fake_frame(&f, 3, 13, OTHER_RANK);                /* 5 */
+    fake_frame(&f, 2, 12, SHM_KIND);   /* 4 */
+    fake_frame(&f, 3, 13, OTHER_RANK); /* 5 */
     fake_frame(&f, 4, 14, BAD_COUNT);
     fake_frame(&f, 5, 15, BAD_RUN);
     fake_frame(&f, 6, 16, GOOD);
 
     sl_wire_key_t k = {1, 4, 16, 0, SL_WIRE_DATA};
-    ck_assert_msg(sl_transport_recv(t, &k, back, sizeof back, &got, 2000) == SL_OK, "%s",
+    ck_assert_msg(sl_transport_recv(t, &k, back, sizeof back, &got, TEST_WAIT_MS) == SL_OK, "%s",
                   sl_err_msg());
     ck_assert_uint_eq(got, sizeof back);
     for (int i = 0; i < 100; i++)
         ck_assert(back[i] == (float)(16 + i));
     /* lane frames do not wait for the socket's: the second offer may still be queued */
-    for (int i = 0; i < 200 && sl_transport_dropped(t, SL_DROP_SHM) < 5; i++) {
+    double dl = test_deadline();
+    while (sl_transport_dropped(t, SL_DROP_SHM) < 5) {
         ck_assert_int_eq(sl_transport_poll(t), SL_OK);
-        usleep(10000);
+        ck_assert_msg(test_wait_more(dl), "%llu of 5 lane drops",
+                      (unsigned long long)sl_transport_dropped(t, SL_DROP_SHM));
     }
     ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM), 5);
     ck_assert_uint_eq(sl_transport_dropped(t, SL_WIRE_BAD_CHECKSUM), 1);
@@ -448,7 +475,7 @@ shm_suite(void)
     tcase_add_test(lane, test_lane_offer_checked);
     suite_add_tcase(s, lane);
     TCase *tr = tcase_create("transport");
-    tcase_set_timeout(tr, 60);
+    tcase_set_timeout(tr, 300); /* a hang guard */
     tcase_add_test(tr, test_frames_through_lanes);
     tcase_add_test(tr, test_receiver_without_shm);
     tcase_add_test(tr, test_bad_lane_frames_dropped);
@@ -459,10 +486,5 @@ shm_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(shm_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(shm_suite());
 }

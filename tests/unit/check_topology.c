@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/sl_sort.h"
 #include "common/sl_status.h"
 #include "topology/sl_mixing.h"
 #include "topology/sl_ring.h"
@@ -298,14 +299,6 @@ END_TEST
 
 /* ------------------------------------------------------------------ mixing */
 
-static int
-cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
 /* The expected W of the ring is circulant with first row c_0 = 1/(q+1) and
  * c_d = c_{-d} = q/(2k) /(q+1) for d = 1..k (n > 2k), so its eigenvalues are
  * lambda_m = c_0 + 2 c_1 sum_{d=1..k} cos(2 pi m d / n), m = 0..n-1. */
@@ -331,7 +324,7 @@ START_TEST(test_mixing_circulant)
             if (m > 0)
                 l2 = fmax(l2, fabs(want[m]));
         }
-        qsort(want, (size_t)n, sizeof *want, cmp_double);
+        qsort(want, (size_t)n, sizeof *want, sl_cmp_double);
         ck_assert_int_eq(sl_mixing_matrix(&s, w, sizeof w / sizeof w[0]), SL_OK);
         ck_assert_int_eq(sl_mixing_eigenvalues(w, n, eig), SL_OK);
         for (int m = 0; m < n; m++)

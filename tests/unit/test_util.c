@@ -1,0 +1,386 @@
+/* tests/unit/test_util.c: the forked-cluster harness and event waits (test_util.h).
+ *
+ * Pipes: each node has an up pipe (node -> parent: its endpoint, then tagged messages,
+ * 'S' for test_cluster_signal and 'R' + the result words, then end of file when it
+ * exits) and a down pipe (parent -> node: the endpoint table). The parent sleeps in
+ * poll() on the up pipes until one of them has something or the hang guard expires, so
+ * it learns of every signal and every exit as it happens. */
+#include "test_util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "transport/sl_collective.h"
+
+#define FINAL_BARRIER_ROUND ((uint64_t)1 << 40) /* above every round a case uses */
+
+void
+test_cluster_init(test_cluster_t *c, int n, int ipc, uint64_t run_id, test_node_fn fn,
+                  const void *arg)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    c->ipc = ipc;
+    c->run_id = run_id;
+    c->timeout_ms = TEST_WAIT_MS;
+    c->shm = 1;
+    c->node = fn;
+    c->arg = arg;
+    c->final_barrier = 1;
+    c->kill_rank = -1;
+    c->hang_s = TEST_HANG_S;
+    c->failed_rank = -1;
+    c->up_fd = -1;
+}
+
+double
+test_deadline(void)
+{
+    return sl_clock_now() + TEST_HANG_S;
+}
+
+int
+test_wait_more(double deadline)
+{
+    if (sl_clock_now() > deadline)
+        return 0;
+    usleep(1000);
+    return 1;
+}
+
+int
+test_main(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* Reads len bytes, waiting at most until deadline (sl_clock_now time). 0, or -1 at end
+ * of file, an error or the deadline. */
+static int
+read_full(int fd, void *buf, size_t len, double deadline)
+{
+    char *p = buf;
+
+    while (len) {
+        double left_ms = (deadline - sl_clock_now()) * 1000.0;
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (left_ms < 0 || poll(&pf, 1, (int)left_ms + 1) <= 0)
+            return -1;
+        ssize_t r = read(fd, p, len);
+        if (r <= 0)
+            return -1;
+        p += r;
+        len -= (size_t)r;
+    }
+    return 0;
+}
+
+static int
+write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+void
+test_cluster_signal(test_cluster_t *c)
+{
+    if (c->up_fd >= 0)
+        write_full(c->up_fd, "S", 1);
+}
+
+sl_status_t
+test_settle(sl_transport_t *t, uint32_t component, uint64_t round)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    float x = 0.0f;
+    size_t got;
+
+    for (uint64_t r = round; r < round + 2; r++) {
+        for (uint32_t p = 0; p < n; p++) {
+            sl_wire_key_t k = {r, component, 0, p, SL_WIRE_DATA};
+            if (p != me)
+                SL_TRY(sl_transport_send(t, &k, &x, 1, SL_WIRE_FP32, 1.0f, 0, -1));
+        }
+        for (uint32_t p = 0; p < n; p++) {
+            sl_wire_key_t k = {r, component, 0, p, SL_WIRE_DATA};
+            if (p != me)
+                SL_TRY(sl_transport_recv(t, &k, &x, sizeof x, &got, TEST_WAIT_MS));
+        }
+    }
+    return SL_OK;
+}
+
+/* A node process: never returns. */
+static void
+node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)
+{
+    sl_transport_t *t = NULL;
+    sl_transport_opts_t o;
+    char bind[128], eps[TEST_CLUSTER_MAXN][TEST_CLUSTER_EP_BYTES];
+    const char *table[TEST_CLUSTER_MAXN];
+    unsigned char msg[1 + sizeof c->res[0]];
+    uint64_t res[TEST_CLUSTER_NRES] = {0};
+    int rc;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(97); /* the parent died before the line above */
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_transport_opts_default(&o);
+    o.run_id = c->run_id;
+    o.rank = (uint32_t)rank;
+    o.size = (uint32_t)c->n;
+    if (c->ipc)
+        snprintf(bind, sizeof bind, "ipc://%s/rank-%d", c->dir, rank);
+    else
+        snprintf(bind, sizeof bind, "tcp://127.0.0.1:*");
+    o.bind_endpoint = bind;
+    o.timeout_ms = c->timeout_ms;
+    o.heartbeat_ms = 200;
+    o.linger_ms = 500;
+    o.shm = c->shm;
+    if (sl_transport_new(&t, &o) != SL_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());
+        _exit(90);
+    }
+    memset(eps, 0, sizeof eps);
+    snprintf(eps[0], sizeof eps[0], "%s", sl_transport_endpoint(t));
+    if (write_full(up, eps[0], sizeof eps[0]) != 0 ||
+        read_full(down, eps, sizeof eps[0] * (size_t)c->n, sl_clock_now() + c->hang_s) != 0)
+        _exit(91);
+    for (int k = 0; k < c->n; k++)
+        table[k] = eps[k];
+    if (sl_transport_connect(t, table) != SL_OK)
+        _exit(92);
+    c->up_fd = up;
+    rc = c->node(t, c, res);
+    if (rc == 0 && c->final_barrier && c->n > 1 && sl_barrier(t, FINAL_BARRIER_ROUND, 0) != SL_OK)
+        rc = 80;
+    if (rc != 0)
+        fprintf(stderr, "rank %d of %d (%s): check %d failed; last error: %s\n", rank, c->n,
+                c->ipc ? "ipc" : "tcp", rc, sl_err_msg());
+    msg[0] = 'R';
+    memcpy(msg + 1, res, sizeof res);
+    write_full(up, msg, sizeof msg);
+    sl_transport_destroy(&t);
+    if (c->node_exit)
+        c->node_exit();
+    _exit(rc);
+}
+
+/* Whether node i's end is what the case expects: exit 0, or SIGKILL for the node the
+ * parent killed on purpose. */
+static int
+ended_well(const test_cluster_t *c, int i, int killed)
+{
+    int st = c->status[i];
+
+    if (i == c->kill_rank && killed)
+        return st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    return st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* Reaps every node not reaped yet: one that has already exited keeps its status, the
+ * others are killed and marked with mark. */
+static void
+stop_all(test_cluster_t *c, const pid_t *pids, int *reaped, int mark)
+{
+    for (int i = 0; i < c->n; i++) {
+        int st;
+        if (reaped[i])
+            continue;
+        if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+            c->status[i] = st;
+        } else {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+            c->status[i] = mark;
+        }
+        reaped[i] = 1;
+    }
+}
+
+/* Empties and removes the cluster's folder (endpoints, files a case wrote). */
+static void
+remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[512];
+
+    if (d) {
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Reads one tagged message of node i. 0, or -1 at end of file (the node is gone). */
+static int
+take_message(test_cluster_t *c, int i, int fd, double deadline)
+{
+    unsigned char tag;
+
+    if (read(fd, &tag, 1) != 1)
+        return -1;
+    if (tag == 'S')
+        c->signals[i]++;
+    else if (tag != 'R' || read_full(fd, c->res[i], sizeof c->res[i], deadline) != 0)
+        return -1;
+    return 0;
+}
+
+int
+test_cluster_run(test_cluster_t *c)
+{
+    pid_t pids[TEST_CLUSTER_MAXN], me = getpid();
+    int up[TEST_CLUSTER_MAXN][2], down[TEST_CLUSTER_MAXN][2], reaped[TEST_CLUSTER_MAXN];
+    int bad = 0, killed = 0, left = c->n;
+    char eps[TEST_CLUSTER_MAXN][TEST_CLUSTER_EP_BYTES];
+    double deadline = sl_clock_now() + c->hang_s;
+    void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN); /* a node that died early */
+
+    ck_assert(c->n >= 1 && c->n <= TEST_CLUSTER_MAXN);
+    snprintf(c->dir, sizeof c->dir, "/tmp/shoal-test-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(c->dir));
+    c->failed_rank = -1;
+    for (int i = 0; i < c->n; i++) {
+        ck_assert_int_eq(pipe(up[i]), 0);
+        ck_assert_int_eq(pipe(down[i]), 0);
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0) {
+            for (int j = 0; j < i; j++) {
+                close(up[j][0]);
+                close(down[j][1]);
+            }
+            close(up[i][0]);
+            close(down[i][1]);
+            node_main(c, i, up[i][1], down[i][0], me);
+        }
+        close(up[i][1]);
+        close(down[i][0]);
+        c->status[i] = -1;
+        c->signals[i] = 0;
+        reaped[i] = 0;
+        memset(c->res[i], 0, sizeof c->res[i]);
+    }
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = read_full(up[i][0], eps[i], sizeof eps[i], deadline) != 0;
+    if (!bad && c->inject)
+        c->inject(c, eps);
+    for (int i = 0; i < c->n && !bad; i++)
+        bad = write_full(down[i][1], eps, sizeof eps[0] * (size_t)c->n) != 0;
+    if (bad) {
+        stop_all(c, pids, reaped, TEST_CLUSTER_STOPPED);
+        left = 0;
+    }
+    while (left > 0) {
+        struct pollfd pf[TEST_CLUSTER_MAXN];
+        int who[TEST_CLUSTER_MAXN], m = 0;
+        double left_ms = (deadline - sl_clock_now()) * 1000.0;
+
+        for (int i = 0; i < c->n; i++)
+            if (!reaped[i]) {
+                pf[m] = (struct pollfd){up[i][0], POLLIN, 0};
+                who[m++] = i;
+            }
+        int ready = left_ms > 0 ? poll(pf, (nfds_t)m, (int)left_ms + 1) : 0;
+        if (ready < 0)
+            continue; /* EINTR */
+        if (ready == 0) {
+            stop_all(c, pids, reaped, TEST_CLUSTER_HUNG);
+            bad = 1;
+            break;
+        }
+        for (int k = 0; k < m; k++) {
+            int i = who[k];
+            if (!pf[k].revents)
+                continue;
+            if (take_message(c, i, up[i][0], deadline) == 0) {
+                if (i == c->kill_rank && !killed && c->signals[i] >= c->kill_after) {
+                    kill(pids[i], SIGKILL);
+                    killed = 1;
+                }
+                continue;
+            }
+            /* end of file: the node has exited (or is exiting) */
+            waitpid(pids[i], &c->status[i], 0);
+            reaped[i] = 1;
+            left--;
+            if (!ended_well(c, i, killed)) {
+                c->failed_rank = i;
+                stop_all(c, pids, reaped, TEST_CLUSTER_STOPPED);
+                bad = 1;
+                left = 0;
+                break;
+            }
+        }
+    }
+    for (int i = 0; i < c->n; i++) {
+        close(up[i][0]);
+        close(down[i][1]);
+        if (!ended_well(c, i, killed))
+            bad = 1;
+    }
+    if (c->kill_rank >= 0 && !killed)
+        bad = 1;
+    remove_dir(c->dir);
+    signal(SIGPIPE, old_pipe);
+    return bad;
+}
+
+void
+test_cluster_assert_ok(test_cluster_t *c, const char *what)
+{
+    int r;
+
+    test_cluster_run(c);
+    r = c->failed_rank;
+    for (int i = 0; i < c->n && r < 0; i++)
+        if (c->status[i] < 0 || !WIFEXITED(c->status[i]) || WEXITSTATUS(c->status[i]) != 0)
+            r = i;
+    if (r < 0)
+        return;
+    int st = c->status[r];
+    char how[96];
+    if (st == TEST_CLUSTER_HUNG)
+        snprintf(how, sizeof how, "still ran after the %.0f s hang guard", c->hang_s);
+    else if (st == TEST_CLUSTER_STOPPED)
+        snprintf(how, sizeof how, "was stopped when another node failed");
+    else if (WIFSIGNALED(st))
+        snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(st));
+    else
+        snprintf(how, sizeof how, "exited with %d (the check that failed)", WEXITSTATUS(st));
+    ck_abort_msg("%s, %d nodes on %s: rank %d %s", what, c->n, c->ipc ? "ipc" : "tcp", r, how);
+}

@@ -1,0 +1,123 @@
+/* tests/unit/test_util.h: the forked-cluster harness of the multi-process tests, and
+ * waiting on events instead of the clock.
+ *
+ * A cluster is n node processes forked from the Check test process. Each binds a
+ * transport on ipc:// in the cluster's private temporary folder or on
+ * tcp://127.0.0.1:*, sends its bound endpoint to the parent through a pipe, receives
+ * the full endpoint table, connects, and runs the case's node function; its exit status
+ * is the function's result (0: every check passed). The parent waits on the nodes'
+ * pipes and on waitpid, never on a sleep. When a node fails (non-zero exit, a signal,
+ * a broken endpoint exchange) the parent kills and reaps all the others at once; a
+ * cluster that runs past its hang guard is killed and reaped too; nodes also die with
+ * the test process (PR_SET_PDEATHSIG). Nothing is left running and the folder is
+ * removed, pass or fail.
+ *
+ * Timing: a test must not depend on how fast a loaded machine runs. Waits for
+ * something that will come use TEST_WAIT_MS (they return as soon as it comes); loops
+ * that poll a counter use test_deadline / test_wait_more, a hang guard that fails the
+ * case only when nothing happened for TEST_HANG_S. A short timeout belongs only where
+ * the timeout itself is what is tested, and then only its lower bound is exact.
+ *
+ * Used by check_transport, check_shm and check_sparse; any test that forks nodes on
+ * transports should use it rather than a copy (add TEST_UTIL_SOURCES to its sources in
+ * tests/Makemodule.am and #include "test_util.h"). Owns nothing of the library; it must
+ * not reach into a transport's internals (only sl_transport.h's calls). */
+#ifndef SL_TEST_UTIL_H
+#define SL_TEST_UTIL_H
+
+#include <check.h>
+#include <stdint.h>
+
+#include "transport/sl_transport.h"
+
+#define TEST_CLUSTER_MAXN 8
+#define TEST_CLUSTER_NRES 3       /* words of result a node hands back */
+#define TEST_CLUSTER_EP_BYTES 256 /* room for one endpoint */
+#define TEST_CLUSTER_HUNG (-2)    /* status: killed by the hang guard */
+#define TEST_CLUSTER_STOPPED (-3) /* status: killed because another node failed */
+
+/* A generous wait for something that will come (a frame, a collective's progress). */
+#define TEST_WAIT_MS 60000
+/* How long a polling loop or a whole cluster may go on before it counts as hung. */
+#define TEST_HANG_S 120.0
+/* How late a timeout under test may return before it counts as ignored (a loaded
+ * machine can be seconds late): checks of timeouts are exact only in their lower bound,
+ * since no wait may end before its time. */
+#define TEST_LATE_S 20.0
+
+typedef struct test_cluster test_cluster_t;
+
+/* One node's part, run in its own process on a connected transport t. Returns 0 when
+ * all its checks passed, else a small number naming the failed check (the node's exit
+ * status). res[0 .. TEST_CLUSTER_NRES) start at 0 and go to the parent. */
+typedef int (*test_node_fn)(sl_transport_t *t, test_cluster_t *c, uint64_t *res);
+
+struct test_cluster {
+    /* What to run: test_cluster_init sets every field; change them before running. */
+    int n;             /* nodes, 1 .. TEST_CLUSTER_MAXN */
+    int ipc;           /* 1: ipc:// endpoints in dir; 0: tcp://127.0.0.1:* */
+    uint64_t run_id;   /* the nodes' sl_transport_opts_t.run_id */
+    int timeout_ms;    /* their transport timeout (TEST_WAIT_MS) */
+    int shm;           /* shared-memory lanes (sl_transport_opts_t.shm, 1) */
+    test_node_fn node; /* the node's part */
+    const void *arg;   /* for node, borrowed */
+    int final_barrier; /* 1: a node that passed passes a barrier before it destroys its
+                          transport (what it sent last may still be queued); 0 when a
+                          node leaves early or dies */
+    /* In the parent, once every endpoint is known and before the table goes out. */
+    void (*inject)(test_cluster_t *c, char eps[][TEST_CLUSTER_EP_BYTES]);
+    /* In each node, after its transport is destroyed (to free what must outlive it). */
+    void (*node_exit)(void);
+    int kill_rank; /* -1, or a node to SIGKILL once it has called
+                      test_cluster_signal kill_after times (its death is expected) */
+    int kill_after;
+    double hang_s; /* the cluster's hang guard (TEST_HANG_S) */
+    /* Filled by test_cluster_run. */
+    char dir[64];                  /* the private temporary folder */
+    int status[TEST_CLUSTER_MAXN]; /* waitpid status, or HUNG / STOPPED */
+    uint64_t res[TEST_CLUSTER_MAXN][TEST_CLUSTER_NRES];
+    int signals[TEST_CLUSTER_MAXN]; /* test_cluster_signal calls seen */
+    int failed_rank;                /* first node that failed, else -1 */
+    /* Private to a node process. */
+    int up_fd;
+};
+
+/* Defaults for n nodes running fn(arg) with run id run_id: tcp unless ipc, timeout
+ * TEST_WAIT_MS, lanes on, final barrier on, nobody killed, hang guard TEST_HANG_S. */
+void test_cluster_init(test_cluster_t *c, int n, int ipc, uint64_t run_id, test_node_fn fn,
+                       const void *arg);
+
+/* Forks the nodes, runs them, reaps them all and removes the folder. Returns 0 when
+ * every node exited 0 (the killed kill_rank excepted, which must have died of SIGKILL),
+ * else 1. Fails the case (ck_assert) only when it cannot fork or make its folder. */
+int test_cluster_run(test_cluster_t *c);
+
+/* test_cluster_run, then asserts that every node exited 0, naming the first that did
+ * not, how (exit status, signal, hang guard) and what (a few words on the case). Not
+ * for a case with kill_rank (check its statuses after test_cluster_run). */
+void test_cluster_assert_ok(test_cluster_t *c, const char *what);
+
+/* In a node: tells the parent one more step is done (see kill_rank). */
+void test_cluster_signal(test_cluster_t *c);
+
+/* In a node: a small frame (kind DATA, this component, payload one float) to every other
+ * node and one from each, twice (rounds round and round + 1). Frames over ZeroMQ keep
+ * their order, so afterwards every frame a peer sent this node over ZeroMQ before the
+ * call has been read, and every answer such a frame called for (a lane's accept) has
+ * been read by the node it answered: e.g. lanes offered so far are in use. A collective
+ * step of its own: every node must call it. SL_OK, or the first failing status. */
+sl_status_t test_settle(sl_transport_t *t, uint32_t component, uint64_t round);
+
+/* A hang guard for a polling loop: the time TEST_HANG_S from now. */
+double test_deadline(void);
+
+/* Gives the CPU away for a moment; 1 while deadline is ahead, 0 once it has passed:
+ *   double dl = test_deadline();
+ *   while (!event_seen())
+ *       ck_assert_msg(test_wait_more(dl), "no event in %g s", TEST_HANG_S); */
+int test_wait_more(double deadline);
+
+/* Runs suite s in fork mode (each case in its own process); the exit status for main. */
+int test_main(Suite *s);
+
+#endif

@@ -1,0 +1,27 @@
+/* tools/sl_tool_pipe.h: what the command-line tools share to hand their output to an
+ * external program (gnuplot, Graphviz dot): finding it on PATH, and running it with
+ * generated text on its standard input. Built into the tools only, not into libshoal;
+ * it knows nothing of what the tools compute and must not exit the process. */
+#ifndef SL_TOOL_PIPE_H
+#define SL_TOOL_PIPE_H
+
+#include <stdio.h>
+
+/* 1 when an executable `name` is in a directory of $PATH (an empty entry meaning the
+ * current directory), else 0. */
+int sl_tool_on_path(const char *name);
+
+/* Writes the program's input (a script, a graph) to `to`; ctx is the caller's. */
+typedef void (*sl_tool_writer_fn)(FILE *to, void *ctx);
+
+/* Runs argv (argv[0] looked up on PATH, the array NULL-terminated) with what
+ * writer(to, ctx) writes as its standard input, and waits for it. output names the file
+ * the program is to write. Returns 0 when it exited 0; otherwise -1 after one line on
+ * stderr starting with "TOOL: " (tool, the caller's name): "pipe: ...", "fork: ...",
+ * "cannot run PROG: ..." (from the child, which then exits 127) or "PROG failed to
+ * write OUTPUT". SIGPIPE is ignored from then on, so that a program that dies early is
+ * reported through its exit status. */
+int sl_tool_pipe(const char *tool, const char *const *argv, const char *output,
+                 sl_tool_writer_fn writer, void *ctx);
+
+#endif
