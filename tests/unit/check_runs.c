@@ -1,0 +1,496 @@
+/* `shoal run` integration tests of the sync algorithms, on 4 forked nodes training a
+ * tiny model on 20000 Brown tokens: every algorithm lowers the loss and writes the
+ * final model, allreduce on 4 nodes equals one node with a 4x batch, a gossip-bmuf run
+ * survives a node killed with SIGKILL (rank 0 too: node 1 then writes the run's model),
+ * and the unique exchange trains and sends fewer bytes than the dense one. The sync
+ * maths itself is tested in-process in check_sync.c; this file only runs the binary. */
+#include <check.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/sl_file.h"
+#include "common/sl_status.h"
+
+static char tmp_root[512];
+static char shoal_bin[1024];
+static const char *data_dir;
+
+static int
+have_shoal(void)
+{
+    const char *b = getenv("SHOAL_BUILDDIR");
+
+    data_dir = getenv("SHOAL_DATA");
+    snprintf(shoal_bin, sizeof shoal_bin, "%s/shoal", b ? b : ".");
+    if (access(shoal_bin, X_OK) != 0 || !data_dir) {
+        fprintf(stderr, "check_runs: %s or SHOAL_DATA missing; skipping\n", shoal_bin);
+        return 0;
+    }
+    return 1;
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* <tmp>/<run>.yaml: a tiny model on 20000 Brown tokens; extra: more YAML lines. */
+static void
+tiny_yaml(char *path, size_t size, const char *run, const char *extra)
+{
+    char yaml[4096];
+    FILE *f;
+
+    snprintf(path, size, "%s/%s.yaml", tmp_root, run);
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s/%s, log_every: 10, checkpoint_every: 0}\n"
+             "data: {train: %s/brown/train.txt, valid: %s/brown/valid.txt,\n"
+             "       vocab_size: 500, max_tokens: 20000, cache_dir: %s/cache}\n"
+             "model: {embedding: 16, layers: [{lstm: 16}]}\n"
+             "train: {batch: 4, bptt: 8, eval_every_epoch: false,\n"
+             "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
+             "cluster: {rendezvous_timeout_ms: 20000}\n"
+             "%s",
+             run, tmp_root, run, data_dir, data_dir, tmp_root, extra);
+    ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    fputs(yaml, f);
+    fclose(f);
+}
+
+/* Starts `shoal ARGS...` with stdout and stderr into <tmp>/<run>.log. */
+static pid_t
+start_shoal(const char *run, const char *const *args)
+{
+    char log[700];
+    const char *argv[32];
+    int n = 0;
+    pid_t pid;
+
+    snprintf(log, sizeof log, "%s/%s.log", tmp_root, run);
+    argv[n++] = shoal_bin;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        if (!f || dup2(fileno(stdout), 2) < 0)
+            _exit(127);
+        execv(shoal_bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits (at most limit_s, then kills the group) and returns the exit status. */
+static int
+wait_shoal(pid_t pid, double limit_s)
+{
+    double t0 = now_s();
+    int ws;
+
+    while (waitpid(pid, &ws, WNOHANG) == 0) {
+        if (now_s() - t0 > limit_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            ck_abort_msg("shoal did not finish in %.0f s", limit_s);
+        }
+        usleep(20000);
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+static char *
+slurp(const char *path)
+{
+    char *data = NULL;
+    size_t len;
+
+    ck_assert_msg(sl_file_read_all(path, &data, &len) == SL_OK, "%s: %s", path, sl_err_msg());
+    return data;
+}
+
+/* The number after "key": in a JSON text (first occurrence after from). */
+static double
+json_num(const char *text, const char *key)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    p = strstr(text, pat);
+    if (!p) {
+        snprintf(pat, sizeof pat, "\"%s\":", key);
+        p = strstr(text, pat);
+    }
+    ck_assert_msg(p != NULL, "no %s in %s", key, text);
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* First and last training loss of a node's metrics.jsonl. */
+static void
+loss_first_last(const char *run, int rank, double *first, double *last)
+{
+    char path[700], *text, *line;
+    int n = 0;
+
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, rank);
+    text = slurp(path);
+    for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "{\"step\"", 7) != 0)
+            continue;
+        *last = json_num(line, "loss");
+        if (n++ == 0)
+            *first = *last;
+    }
+    ck_assert_int_ge(n, 2);
+    free(text);
+}
+
+static const char *const algorithms[] = {"allreduce",  "ma",        "bmuf",       "local-ma",
+                                         "local-bmuf", "gossip-ma", "gossip-bmuf"};
+
+/* Every algorithm on 4 nodes: exit 0, every node's loss falls, rank 0 writes the run's
+ * model.bin and a summary.json that evaluates the average of all 4 nodes; the metrics
+ * carry sync lines. */
+START_TEST(test_run_each_algorithm)
+{
+    const char *a = algorithms[_i];
+    char run[64], conf[700], extra[256], path[800], *text;
+    double first, last;
+
+    if (!have_shoal())
+        return;
+    snprintf(run, sizeof run, "alg-%s", a);
+    /* ma also drops the nodes' own models */
+    snprintf(extra, sizeof extra,
+             "sync: {algorithm: %s, period: 4, embedding_period: 8, timeout_ms: 10000%s}\n", a,
+             strcmp(a, "ma") == 0 ? ", keep_node_models: false" : "");
+    tiny_yaml(conf, sizeof conf, run, extra);
+    ck_assert_int_eq(
+        wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
+                                                     "train.max_steps=120", NULL}),
+                   60),
+        0);
+    for (int r = 0; r < 4; r++) {
+        loss_first_last(run, r, &first, &last);
+        ck_assert_msg(last < first, "%s node %d: loss %.4f -> %.4f", a, r, first, last);
+    }
+    snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/%s/node-1/model.bin", tmp_root, run);
+    ck_assert_int_eq(access(path, F_OK), strcmp(a, "ma") == 0 ? -1 : 0);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    text = slurp(path);
+    ck_assert_ptr_nonnull(strstr(text, a));
+    ck_assert_int_eq((int)json_num(text, "models_averaged"), 4);
+    ck_assert(json_num(text, "valid_ppl") > 1 && json_num(text, "valid_ppl") < 500);
+    free(text);
+    snprintf(path, sizeof path, "%s/%s/node-1/metrics.jsonl", tmp_root, run);
+    text = slurp(path);
+    ck_assert_ptr_nonnull(strstr(text, "\"event\":\"sync\""));
+    free(text);
+}
+END_TEST
+
+/* sent_bytes of the last sync line of component comp in a node's metrics.jsonl. */
+static double
+last_sent_bytes(const char *run, int rank, const char *comp)
+{
+    char path[700], pat[80], *text, *line;
+    double bytes = -1;
+
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, rank);
+    snprintf(pat, sizeof pat, "\"component\":\"%s\"", comp);
+    text = slurp(path);
+    for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (strstr(line, "\"event\":\"sync\"") && strstr(line, pat))
+            bytes = json_num(line, "sent_bytes");
+    free(text);
+    ck_assert_msg(bytes >= 0, "no sync line of %s in %s", comp, path);
+    return bytes;
+}
+
+static const struct {
+    const char *algorithm, *exchange;
+} unique_runs[] = {{"gossip-bmuf", "unique"}, {"gossip-bmuf", "dense"}, {"allreduce", "unique"}};
+
+/* 4 nodes with exchange: unique (and the dense run it is compared with): the loss falls
+ * on every node and the final model is written. Then gossip-bmuf's input embedding
+ * (500 rows, each node seeing 8 x 32 tokens a block) cost node 0 fewer bytes with
+ * unique than with dense, but not none. */
+START_TEST(test_run_unique)
+{
+    char run[64], conf[700], extra[256], path[800];
+    double first, last;
+
+    if (!have_shoal())
+        return;
+    for (size_t i = 0; i < sizeof unique_runs / sizeof unique_runs[0]; i++) {
+        snprintf(run, sizeof run, "x-%s-%s", unique_runs[i].algorithm, unique_runs[i].exchange);
+        snprintf(extra, sizeof extra,
+                 "sync: {algorithm: %s, period: 4, embedding_period: 8, timeout_ms: 10000, "
+                 "exchange: %s}\n",
+                 unique_runs[i].algorithm, unique_runs[i].exchange);
+        tiny_yaml(conf, sizeof conf, run, extra);
+        ck_assert_int_eq(
+            wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
+                                                         "train.max_steps=120", NULL}),
+                       60),
+            0);
+        for (int r = 0; r < 4; r++) {
+            loss_first_last(run, r, &first, &last);
+            ck_assert_msg(last < first, "%s node %d: loss %.4f -> %.4f", run, r, first, last);
+        }
+        snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+        ck_assert_int_eq(access(path, F_OK), 0);
+    }
+    {
+        double u = last_sent_bytes("x-gossip-bmuf-unique", 0, "embedding.0");
+        double d = last_sent_bytes("x-gossip-bmuf-dense", 0, "embedding.0");
+        ck_assert_msg(u > 0 && u < d,
+                      "embedding.0: unique %.0f bytes, dense %.0f (unique sends nothing "
+                      "unless the trainer calls sl_sync_note_model after each step)",
+                      u, d);
+    }
+}
+END_TEST
+
+/* The parameters of a model file (after the 192-byte header). */
+static float *
+model_params(const char *path, size_t n)
+{
+    char *data = NULL;
+    size_t len;
+    float *p = malloc(n * sizeof *p);
+
+    ck_assert_int_eq(sl_file_read_all(path, &data, &len), SL_OK);
+    ck_assert_uint_ge(len, 192 + n * sizeof(float));
+    memcpy(p, data + 192, n * sizeof *p);
+    free(data);
+    return p;
+}
+
+/* allreduce on 4 nodes of batch 4 == one node of batch 16: each node's quarter of the
+ * 20000 tokens cut into 4 streams of 1250 is exactly 4 of the single node's 16 streams
+ * of 1250, and the mean of the 4 mean gradients is the mean over all 16 streams. */
+START_TEST(test_allreduce_equals_big_batch)
+{
+    char conf1[700], conf2[700], path[800], *text;
+    float *a, *b;
+    size_t n;
+    double worst = 0;
+
+    if (!have_shoal())
+        return;
+    tiny_yaml(conf2, sizeof conf2, "ar-four", "sync: {algorithm: allreduce}\n");
+    tiny_yaml(conf1, sizeof conf1, "ar-one", "");
+    ck_assert_int_eq(
+        wait_shoal(start_shoal("ar-four", (const char *[]){"run", conf2, "-n", "4", "--quiet",
+                                                           "--set", "train.max_steps=30", NULL}),
+                   60),
+        0);
+    ck_assert_int_eq(
+        wait_shoal(start_shoal("ar-one", (const char *[]){"train", conf1, "--quiet", "--set",
+                                                          "train.batch=16", "--set",
+                                                          "train.max_steps=30", NULL}),
+                   60),
+        0);
+    snprintf(path, sizeof path, "%s/ar-one/summary.json", tmp_root);
+    text = slurp(path);
+    n = (size_t)json_num(text, "params");
+    free(text);
+    snprintf(path, sizeof path, "%s/ar-one/model.bin", tmp_root);
+    a = model_params(path, n);
+    snprintf(path, sizeof path, "%s/ar-four/model.bin", tmp_root);
+    b = model_params(path, n);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > worst)
+            worst = d;
+    }
+    /* 30 Adam steps of lr 0.01 move weights by up to 0.3; only the rounding of the
+     * gradient sums differs (about 3e-6 seen) */
+    ck_assert_msg(worst < 1e-4, "largest difference %g", worst);
+    ck_assert_uint_gt(n, 1000);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* The pid of the child of parent named comm ("shoal node 2"), 0 if none. */
+static pid_t
+child_named(pid_t parent, const char *comm)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], buf[512], *lp, *rp;
+        FILE *f;
+        size_t k;
+        int ppid;
+
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        lp = strchr(buf, '(');
+        rp = strrchr(buf, ')');
+        if (!lp || !rp || sscanf(rp + 1, " %*c %d", &ppid) != 1 || ppid != parent)
+            continue;
+        if ((size_t)(rp - lp - 1) == strlen(comm) && strncmp(lp + 1, comm, strlen(comm)) == 0)
+            found = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A 4-node gossip-bmuf run named run whose node victim is killed with SIGKILL once it
+ * has logged a few reports; shoal run's exit status. The timeout is long enough that a
+ * live node on a loaded machine does not miss 3 rounds in a row (2 s did, at load 9 on
+ * 2 cores). */
+static int
+run_killing(const char *run, int victim)
+{
+    char conf[700], path[800], comm[32];
+    pid_t pid, v = 0;
+    double t0;
+    struct stat sb;
+
+    tiny_yaml(conf, sizeof conf, run,
+              "sync: {algorithm: gossip-bmuf, period: 4, timeout_ms: 6000}\n");
+    pid = start_shoal(
+        run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set", "train.epochs=2", NULL});
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
+    snprintf(comm, sizeof comm, "shoal node %d", victim);
+    t0 = now_s();
+    while ((stat(path, &sb) != 0 || sb.st_size < 400) && now_s() - t0 < 30)
+        usleep(10000);
+    while (!(v = child_named(pid, comm)) && now_s() - t0 < 30)
+        usleep(10000);
+    ck_assert_int_gt(v, 0);
+    ck_assert_int_eq(kill(v, SIGKILL), 0);
+    return wait_shoal(pid, 100);
+}
+
+/* After run_killing(run, victim): shoal run said which node died and which wrote the
+ * run's model (writer, from the 3 live nodes), the run's summary.json says the same
+ * (models_averaged 3, the writer's rank, every step done), model.bin is there, and so
+ * are the live nodes' own summaries. */
+static void
+assert_killed_run(const char *run, int victim, int writer)
+{
+    char path[800], want[300], *text, *log;
+
+    snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
+    log = slurp(path);
+    snprintf(want, sizeof want,
+             "shoal: node %d killed by signal 9 (the other nodes finished without it); the "
+             "run's model, the average of 3 nodes, was written by node %d: %s/%s/model.bin\n",
+             victim, writer, tmp_root, run);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    snprintf(want, sizeof want, "node %d missed 3 rounds in a row", victim);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    free(log);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    text = slurp(path);
+    ck_assert_int_eq((int)json_num(text, "models_averaged"), 3);
+    ck_assert_int_eq((int)json_num(text, "rank"), writer);
+    ck_assert_int_eq((int)json_num(text, "steps"), 2 * 156); /* 2 epochs of 5000 tokens, 4 x 8 */
+    free(text);
+    snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    for (int r = 0; r < 4; r++) {
+        snprintf(path, sizeof path, "%s/%s/node-%d/summary.json", tmp_root, run, r);
+        ck_assert_int_eq(access(path, F_OK), r == victim ? -1 : 0);
+    }
+}
+
+/* SIGKILL of node 2 in the middle of a 4-node gossip-bmuf run: the other three finish,
+ * rank 0 writes the final model averaged over the 3 live nodes, and shoal run exits
+ * non-zero naming the dead node and the writer. */
+START_TEST(test_gossip_bmuf_survives_kill)
+{
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_killing("kill", 2), 1);
+    assert_killed_run("kill", 2, 0);
+}
+END_TEST
+
+/* The same with rank 0 killed: the lowest live rank, node 1, gathers the final model of
+ * the 3 others and writes the run's model.bin and summary.json. */
+START_TEST(test_gossip_bmuf_survives_rank0_kill)
+{
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_killing("kill0", 0), 1);
+    assert_killed_run("kill0", 0, 1);
+}
+END_TEST
+
+static Suite *
+runs_suite(void)
+{
+    Suite *s = suite_create("runs");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_loop_test(core, test_run_each_algorithm, 0,
+                        (int)(sizeof algorithms / sizeof algorithms[0]));
+    tcase_add_test(core, test_allreduce_equals_big_batch);
+    tcase_add_test(core, test_run_unique);
+    tcase_set_timeout(core, 120);
+    tcase_add_test(limits, test_gossip_bmuf_survives_kill);
+    tcase_add_test(limits, test_gossip_bmuf_survives_rank0_kill);
+    tcase_set_timeout(limits, 120);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+static int
+remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int
+main(void)
+{
+    SRunner *r = srunner_create(runs_suite());
+    int failed;
+
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/check_runs.XXXXXX");
+    if (!mkdtemp(tmp_root)) {
+        perror("check_runs: mkdtemp");
+        return EXIT_FAILURE;
+    }
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
