@@ -17,12 +17,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/sl_file.h"
-#include "common/sl_status.h"
+#include "test_tool.h"
 
 static char tmp_root[512];
 static char shoal_bin[1024];
 static const char *data_dir;
+
+/* Seconds after which a shoal process or a file it should write counts as hung: a
+ * guard that stops the test and its processes, never a timing the test measures. The
+ * test cases' own timeouts (Check's) are longer, so that the guard cleans up first. */
+enum { HANG_S = 100 };
 
 static int
 have_shoal(void)
@@ -95,49 +99,33 @@ start_shoal(const char *run, const char *const *args)
     return pid;
 }
 
-/* Waits (at most limit_s, then kills the group) and returns the exit status. */
+/* Waits for shoal to exit and returns its exit status (128 + signal when killed).
+ * After HANG_S seconds it kills shoal and fails: a guard against a hang, not a timing. */
 static int
-wait_shoal(pid_t pid, double limit_s)
+wait_shoal(pid_t pid)
 {
     double t0 = now_s();
     int ws;
 
     while (waitpid(pid, &ws, WNOHANG) == 0) {
-        if (now_s() - t0 > limit_s) {
+        if (now_s() - t0 > HANG_S) {
             kill(pid, SIGKILL);
             waitpid(pid, &ws, 0);
-            ck_abort_msg("shoal did not finish in %.0f s", limit_s);
+            ck_abort_msg("shoal hung: not done after %d s", HANG_S);
         }
         usleep(20000);
     }
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
 
+/* The file at path, which must be there (malloc'd). */
 static char *
 slurp(const char *path)
 {
-    char *data = NULL;
-    size_t len;
+    char *data = test_read_file(path, NULL);
 
-    ck_assert_msg(sl_file_read_all(path, &data, &len) == SL_OK, "%s: %s", path, sl_err_msg());
+    ck_assert_msg(data != NULL, "%s is missing", path);
     return data;
-}
-
-/* The number after "key": in a JSON text (first occurrence after from). */
-static double
-json_num(const char *text, const char *key)
-{
-    char pat[64];
-    const char *p;
-
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    p = strstr(text, pat);
-    if (!p) {
-        snprintf(pat, sizeof pat, "\"%s\":", key);
-        p = strstr(text, pat);
-    }
-    ck_assert_msg(p != NULL, "no %s in %s", key, text);
-    return strtod(p + strlen(pat), NULL);
 }
 
 /* First and last training loss of a node's metrics.jsonl. */
@@ -152,7 +140,7 @@ loss_first_last(const char *run, int rank, double *first, double *last)
     for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         if (strncmp(line, "{\"step\"", 7) != 0)
             continue;
-        *last = json_num(line, "loss");
+        *last = test_json_num(line, "loss");
         if (n++ == 0)
             *first = *last;
     }
@@ -182,8 +170,7 @@ START_TEST(test_run_each_algorithm)
     tiny_yaml(conf, sizeof conf, run, extra);
     ck_assert_int_eq(
         wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
-                                                     "train.max_steps=120", NULL}),
-                   60),
+                                                     "train.max_steps=120", NULL})),
         0);
     for (int r = 0; r < 4; r++) {
         loss_first_last(run, r, &first, &last);
@@ -196,8 +183,8 @@ START_TEST(test_run_each_algorithm)
     snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
     ck_assert_ptr_nonnull(strstr(text, a));
-    ck_assert_int_eq((int)json_num(text, "models_averaged"), 4);
-    ck_assert(json_num(text, "valid_ppl") > 1 && json_num(text, "valid_ppl") < 500);
+    ck_assert_int_eq((int)test_json_num(text, "models_averaged"), 4);
+    ck_assert(test_json_num(text, "valid_ppl") > 1 && test_json_num(text, "valid_ppl") < 500);
     free(text);
     snprintf(path, sizeof path, "%s/%s/node-1/metrics.jsonl", tmp_root, run);
     text = slurp(path);
@@ -218,7 +205,7 @@ last_sent_bytes(const char *run, int rank, const char *comp)
     text = slurp(path);
     for (line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         if (strstr(line, "\"event\":\"sync\"") && strstr(line, pat))
-            bytes = json_num(line, "sent_bytes");
+            bytes = test_json_num(line, "sent_bytes");
     free(text);
     ck_assert_msg(bytes >= 0, "no sync line of %s in %s", comp, path);
     return bytes;
@@ -248,8 +235,7 @@ START_TEST(test_run_unique)
         tiny_yaml(conf, sizeof conf, run, extra);
         ck_assert_int_eq(
             wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
-                                                         "train.max_steps=120", NULL}),
-                       60),
+                                                         "train.max_steps=120", NULL})),
             0);
         for (int r = 0; r < 4; r++) {
             loss_first_last(run, r, &first, &last);
@@ -269,21 +255,6 @@ START_TEST(test_run_unique)
 }
 END_TEST
 
-/* The parameters of a model file (after the 192-byte header). */
-static float *
-model_params(const char *path, size_t n)
-{
-    char *data = NULL;
-    size_t len;
-    float *p = malloc(n * sizeof *p);
-
-    ck_assert_int_eq(sl_file_read_all(path, &data, &len), SL_OK);
-    ck_assert_uint_ge(len, 192 + n * sizeof(float));
-    memcpy(p, data + 192, n * sizeof *p);
-    free(data);
-    return p;
-}
-
 /* allreduce on 4 nodes of batch 4 == one node of batch 16: each node's quarter of the
  * 20000 tokens cut into 4 streams of 1250 is exactly 4 of the single node's 16 streams
  * of 1250, and the mean of the 4 mean gradients is the mean over all 16 streams. */
@@ -291,7 +262,7 @@ START_TEST(test_allreduce_equals_big_batch)
 {
     char conf1[700], conf2[700], path[800], *text;
     float *a, *b;
-    size_t n;
+    size_t n, na, nb;
     double worst = 0;
 
     if (!have_shoal())
@@ -300,23 +271,23 @@ START_TEST(test_allreduce_equals_big_batch)
     tiny_yaml(conf1, sizeof conf1, "ar-one", "");
     ck_assert_int_eq(
         wait_shoal(start_shoal("ar-four", (const char *[]){"run", conf2, "-n", "4", "--quiet",
-                                                           "--set", "train.max_steps=30", NULL}),
-                   60),
+                                                           "--set", "train.max_steps=30", NULL})),
         0);
     ck_assert_int_eq(
         wait_shoal(start_shoal("ar-one", (const char *[]){"train", conf1, "--quiet", "--set",
                                                           "train.batch=16", "--set",
-                                                          "train.max_steps=30", NULL}),
-                   60),
+                                                          "train.max_steps=30", NULL})),
         0);
     snprintf(path, sizeof path, "%s/ar-one/summary.json", tmp_root);
     text = slurp(path);
-    n = (size_t)json_num(text, "params");
+    n = (size_t)test_json_num(text, "params");
     free(text);
     snprintf(path, sizeof path, "%s/ar-one/model.bin", tmp_root);
-    a = model_params(path, n);
+    a = test_model_params(path, &na);
     snprintf(path, sizeof path, "%s/ar-four/model.bin", tmp_root);
-    b = model_params(path, n);
+    b = test_model_params(path, &nb);
+    ck_assert_uint_eq(na, n);
+    ck_assert_uint_eq(nb, n);
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
         if (d > worst)
@@ -331,40 +302,6 @@ START_TEST(test_allreduce_equals_big_batch)
 }
 END_TEST
 
-/* The pid of the child of parent named comm ("shoal node 2"), 0 if none. */
-static pid_t
-child_named(pid_t parent, const char *comm)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    pid_t found = 0;
-
-    ck_assert_ptr_nonnull(d);
-    while (!found && (e = readdir(d)) != NULL) {
-        char path[300], buf[512], *lp, *rp;
-        FILE *f;
-        size_t k;
-        int ppid;
-
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        if (!(f = fopen(path, "r")))
-            continue;
-        k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = '\0';
-        lp = strchr(buf, '(');
-        rp = strrchr(buf, ')');
-        if (!lp || !rp || sscanf(rp + 1, " %*c %d", &ppid) != 1 || ppid != parent)
-            continue;
-        if ((size_t)(rp - lp - 1) == strlen(comm) && strncmp(lp + 1, comm, strlen(comm)) == 0)
-            found = (pid_t)atoi(e->d_name);
-    }
-    closedir(d);
-    return found;
-}
-
 /* A 4-node gossip-bmuf run named run whose node victim is killed with SIGKILL once it
  * has logged a few reports; shoal run's exit status. The timeout is long enough that a
  * live node on a loaded machine does not miss 3 rounds in a row (2 s did, at load 9 on
@@ -373,9 +310,7 @@ static int
 run_killing(const char *run, int victim)
 {
     char conf[700], path[800], comm[32];
-    pid_t pid, v = 0;
-    double t0;
-    struct stat sb;
+    pid_t pid, v;
 
     tiny_yaml(conf, sizeof conf, run,
               "sync: {algorithm: gossip-bmuf, period: 4, timeout_ms: 6000}\n");
@@ -383,14 +318,11 @@ run_killing(const char *run, int victim)
         run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set", "train.epochs=2", NULL});
     snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
     snprintf(comm, sizeof comm, "shoal node %d", victim);
-    t0 = now_s();
-    while ((stat(path, &sb) != 0 || sb.st_size < 400) && now_s() - t0 < 30)
-        usleep(10000);
-    while (!(v = child_named(pid, comm)) && now_s() - t0 < 30)
-        usleep(10000);
+    test_wait_file(path, 400, pid, HANG_S);
+    v = test_child_named(pid, comm); /* it wrote the file: it has its name */
     ck_assert_int_gt(v, 0);
     ck_assert_int_eq(kill(v, SIGKILL), 0);
-    return wait_shoal(pid, 100);
+    return wait_shoal(pid);
 }
 
 /* After run_killing(run, victim): shoal run said which node died and which wrote the
@@ -414,9 +346,10 @@ assert_killed_run(const char *run, int victim, int writer)
     free(log);
     snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
-    ck_assert_int_eq((int)json_num(text, "models_averaged"), 3);
-    ck_assert_int_eq((int)json_num(text, "rank"), writer);
-    ck_assert_int_eq((int)json_num(text, "steps"), 2 * 156); /* 2 epochs of 5000 tokens, 4 x 8 */
+    ck_assert_int_eq((int)test_json_num(text, "models_averaged"), 3);
+    ck_assert_int_eq((int)test_json_num(text, "rank"), writer);
+    ck_assert_int_eq((int)test_json_num(text, "steps"),
+                     2 * 156); /* 2 epochs of 5000 tokens, 4 x 8 */
     free(text);
     snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
     ck_assert_int_eq(access(path, F_OK), 0);
@@ -459,10 +392,10 @@ runs_suite(void)
                         (int)(sizeof algorithms / sizeof algorithms[0]));
     tcase_add_test(core, test_allreduce_equals_big_batch);
     tcase_add_test(core, test_run_unique);
-    tcase_set_timeout(core, 120);
+    tcase_set_timeout(core, 4 * HANG_S);
     tcase_add_test(limits, test_gossip_bmuf_survives_kill);
     tcase_add_test(limits, test_gossip_bmuf_survives_rank0_kill);
-    tcase_set_timeout(limits, 120);
+    tcase_set_timeout(limits, 4 * HANG_S);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
