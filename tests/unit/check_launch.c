@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -334,7 +335,7 @@ START_TEST(test_rendezvous_any_order)
                  r + 1);
     for (int i = 0; i < 4; i++) {
         int r = order[i];
-        peers[r] = spawn(r, 4, run_id, master, ep[r], 10000, rand() % 200);
+        peers[r] = spawn(r, 4, run_id, master, ep[r], HANG_S * 1000, rand() % 200);
         sleep_ms(rand() % 50);
     }
     for (int r = 0; r < 4; r++) {
@@ -356,11 +357,11 @@ START_TEST(test_rendezvous_tcp_wildcards)
     peer_t p0, p1;
     outcome_t o0, o1;
 
-    p0 = spawn(0, 2, 7, "tcp://127.0.0.1:*", "tcp://0.0.0.0:5000", 10000, 0);
+    p0 = spawn(0, 2, 7, "tcp://127.0.0.1:*", "tcp://0.0.0.0:5000", HANG_S * 1000, 0);
     read_master(&p0, master, sizeof master);
     ck_assert_msg(strncmp(master, "tcp://127.0.0.1:", 16) == 0 && atoi(master + 16) > 0,
                   "master %s", master);
-    p1 = spawn(1, 2, 7, master, "tcp://0.0.0.0:5001", 10000, 0);
+    p1 = spawn(1, 2, 7, master, "tcp://0.0.0.0:5001", HANG_S * 1000, 0);
     o0 = finish(&p0);
     o1 = finish(&p1);
     ck_assert_msg(o0.status == SL_OK, "%s", o0.message);
@@ -415,19 +416,24 @@ START_TEST(test_rendezvous_timeouts)
 }
 END_TEST
 
-/* Rank 0 refuses another run id, another size and a rank given twice, each with its reason, and
- * still completes with the right nodes. */
+/* Rank 0 refuses another run id, another size and a rank given twice, each with its
+ * reason, and still completes with the right nodes. Of the two nodes given rank 1,
+ * whichever registers second is refused: it is the one that answers while the other
+ * still waits for rank 2 (poll, not a head start). */
 START_TEST(test_rendezvous_refusals)
 {
-    char master[1100], expect[1400];
-    peer_t p0, wrong_id, wrong_size, first, twice, last;
+    char master[1100], expect[1400], line[1100];
+    peer_t p0, wrong_id, wrong_size, dup[2], last;
     outcome_t o;
     uint64_t id = 0x1111222233334444ULL, other = 0x5555666677778888ULL;
+    static const char *const dup_ep[2] = {"ipc:///tmp/x/first", "ipc:///tmp/x/twice"};
+    struct pollfd pf[2];
+    int in, out;
 
     snprintf(master, sizeof master, "ipc://%s/rdv-refuse", tmp_root);
-    p0 = spawn(0, 3, id, master, "ipc:///tmp/x/0", 10000, 0);
-    wrong_id = spawn(1, 3, other, master, "ipc:///tmp/x/a", 10000, 0);
-    wrong_size = spawn(1, 4, id, master, "ipc:///tmp/x/b", 10000, 0);
+    p0 = spawn(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0);
+    wrong_id = spawn(1, 3, other, master, "ipc:///tmp/x/a", HANG_S * 1000, 0);
+    wrong_size = spawn(1, 4, id, master, "ipc:///tmp/x/b", HANG_S * 1000, 0);
 
     o = finish(&wrong_id);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
@@ -445,26 +451,33 @@ START_TEST(test_rendezvous_refusals)
              master);
     ck_assert_str_eq(o.message, expect);
 
-    first = spawn(1, 3, id, master, "ipc:///tmp/x/first", 10000, 0);
-    twice = spawn(1, 3, id, master, "ipc:///tmp/x/twice", 10000, 300);
-    o = finish(&twice);
+    for (int k = 0; k < 2; k++) {
+        dup[k] = spawn(1, 3, id, master, dup_ep[k], HANG_S * 1000, 0);
+        read_master(&dup[k], line, sizeof line);
+        pf[k].fd = dup[k].fd;
+        pf[k].events = POLLIN;
+    }
+    ck_assert_msg(poll(pf, 2, HANG_S * 1000) > 0, "neither rank 1 was answered (hung?)");
+    out = pf[0].revents ? 0 : 1;
+    in = 1 - out;
+    o = finish(&dup[out]);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
              "rendezvous: rank 0 at %s refused rank 1: rank 1 is already registered (at "
-             "ipc:///tmp/x/first): two nodes were given rank 1",
-             master);
+             "%s): two nodes were given rank 1",
+             master, dup_ep[in]);
     ck_assert_str_eq(o.message, expect);
 
-    last = spawn(2, 3, id, master, "ipc:///tmp/x/last", 10000, 0);
+    last = spawn(2, 3, id, master, "ipc:///tmp/x/last", HANG_S * 1000, 0);
     o = finish(&p0);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
     ck_assert_int_eq(o.size, 3);
     ck_assert_str_eq(o.table[0], "ipc:///tmp/x/0");
-    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/first");
+    ck_assert_str_eq(o.table[1], dup_ep[in]);
     ck_assert_str_eq(o.table[2], "ipc:///tmp/x/last");
-    o = finish(&first);
+    o = finish(&dup[in]);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
-    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/first");
+    ck_assert_str_eq(o.table[1], dup_ep[in]);
     o = finish(&last);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
     ck_assert_str_eq(o.table[2], "ipc:///tmp/x/last");
