@@ -309,8 +309,8 @@ static const char *const algorithms[] = {"allreduce",  "ma",        "bmuf",     
  *   1% above the mean of the nodes' own;
  * - *ma: every node's own model is within 4% above (and 15% below) the perplexity of
  *   one node trained on all the data with as many tokens a step (seen: 0.95 to 0.97 of
- *   it with a sync, up to 1.16 on a node without). The BMUF runs (block momentum 0.9
- *   with Adam) end near 4 times it, so they are held to their own spread only.
+ *   it with a sync, 1.05 to 1.21 without). The BMUF runs (block momentum 0.9
+ *   with Adam) end near 4 times it, so they are held to the checks above only.
  * allreduce's node models are dropped (keep_node_models: false): its equality with one
  * node is test_allreduce_equals_big_batch. */
 START_TEST(test_run_each_algorithm)
