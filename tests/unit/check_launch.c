@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,44 +32,19 @@
 #include "node/sl_rendezvous.h"
 #include "node/sl_train.h"
 
+#include "test_tool.h"
+
 static char tmp_root[] = "/tmp/shoal-check-launch-XXXXXX";
 static char tmp_dir[1100]; /* TMPDIR of the shoal processes: where ipc sockets go */
 static char data_dir[1024];
 static char shoal_bin[1024];
 
+/* Seconds after which a shoal process or a file it should write counts as hung: a
+ * guard that stops the test and its processes, never a timing the test measures. The
+ * test cases' own timeouts (Check's) are longer, so that the guard cleans up first. */
+enum { HANG_S = 90 };
+
 /* ---------------------------------------------------------------- helpers */
-
-static char *
-read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
-}
-
-static void
-write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    ck_assert_int_eq(fclose(f), 0);
-}
 
 static void
 sleep_ms(int ms)
@@ -89,7 +65,7 @@ static long
 header_i64(const char *path, size_t off)
 {
     size_t len;
-    unsigned char *d = (unsigned char *)read_file(path, &len);
+    unsigned char *d = (unsigned char *)test_read_file(path, &len);
     uint64_t v = 0;
 
     ck_assert_msg(d != NULL, "%s is missing", path);
@@ -359,7 +335,7 @@ START_TEST(test_rendezvous_any_order)
                  r + 1);
     for (int i = 0; i < 4; i++) {
         int r = order[i];
-        peers[r] = spawn(r, 4, run_id, master, ep[r], 10000, rand() % 200);
+        peers[r] = spawn(r, 4, run_id, master, ep[r], HANG_S * 1000, rand() % 200);
         sleep_ms(rand() % 50);
     }
     for (int r = 0; r < 4; r++) {
@@ -381,11 +357,11 @@ START_TEST(test_rendezvous_tcp_wildcards)
     peer_t p0, p1;
     outcome_t o0, o1;
 
-    p0 = spawn(0, 2, 7, "tcp://127.0.0.1:*", "tcp://0.0.0.0:5000", 10000, 0);
+    p0 = spawn(0, 2, 7, "tcp://127.0.0.1:*", "tcp://0.0.0.0:5000", HANG_S * 1000, 0);
     read_master(&p0, master, sizeof master);
     ck_assert_msg(strncmp(master, "tcp://127.0.0.1:", 16) == 0 && atoi(master + 16) > 0,
                   "master %s", master);
-    p1 = spawn(1, 2, 7, master, "tcp://0.0.0.0:5001", 10000, 0);
+    p1 = spawn(1, 2, 7, master, "tcp://0.0.0.0:5001", HANG_S * 1000, 0);
     o0 = finish(&p0);
     o1 = finish(&p1);
     ck_assert_msg(o0.status == SL_OK, "%s", o0.message);
@@ -398,30 +374,31 @@ START_TEST(test_rendezvous_tcp_wildcards)
 END_TEST
 
 /* A node that never comes: rank 0 names it after the timeout, and tells the node that
- * did come; a node without rank 0 says where it looked. */
+ * did come; a node without rank 0 says where it looked. Rank 1 starts first (its master
+ * line says it is up) and waits far longer than rank 0, so its message, which only rank
+ * 0 can have sent, shows that it was told rather than timed out on its own. */
 START_TEST(test_rendezvous_timeouts)
 {
-    char master[1100], expect[1400], none[1100];
+    char master[1100], expect[1400], none[1100], line[1100];
     peer_t p0, p1, lone;
     outcome_t o0, o1, ol;
-    double t0 = now_s();
 
     snprintf(master, sizeof master, "ipc://%s/rdv-timeout", tmp_root);
-    p0 = spawn(0, 3, 9, master, "ipc:///tmp/x/0", 1500, 0);
-    p1 = spawn(1, 3, 9, master, "ipc:///tmp/x/1", 10000, 100);
+    p1 = spawn(1, 3, 9, master, "ipc:///tmp/x/1", HANG_S * 1000, 0);
+    read_master(&p1, line, sizeof line);
+    p0 = spawn(0, 3, 9, master, "ipc:///tmp/x/0", 3000, 0);
     o0 = finish(&p0);
     ck_assert_int_eq(o0.status, SL_ERR_TIMEOUT);
     ck_assert_str_eq(o0.message,
-                     "rendezvous: timed out after 1.5 s waiting for rank 2 (2 of 3 registered: "
+                     "rendezvous: timed out after 3 s waiting for rank 2 (2 of 3 registered: "
                      "0, 1)");
     o1 = finish(&p1);
     ck_assert_int_eq(o1.status, SL_ERR_TIMEOUT);
     snprintf(expect, sizeof expect,
-             "rendezvous: rank 0 at %s gave up: timed out after 1.5 s waiting for rank 2 (2 of "
+             "rendezvous: rank 0 at %s gave up: timed out after 3 s waiting for rank 2 (2 of "
              "3 registered: 0, 1)",
              master);
     ck_assert_str_eq(o1.message, expect);
-    ck_assert(now_s() - t0 < 4.0); /* rank 1 did not wait out its own 10 s */
 
     snprintf(none, sizeof none, "ipc://%s/nobody-there", tmp_root);
     lone = spawn(2, 3, 9, none, "ipc:///tmp/x/2", 300, 0);
@@ -439,19 +416,24 @@ START_TEST(test_rendezvous_timeouts)
 }
 END_TEST
 
-/* Rank 0 refuses another run id, another size and a rank given twice, each with its reason, and
- * still completes with the right nodes. */
+/* Rank 0 refuses another run id, another size and a rank given twice, each with its
+ * reason, and still completes with the right nodes. Of the two nodes given rank 1,
+ * whichever registers second is refused: it is the one that answers while the other
+ * still waits for rank 2 (poll, not a head start). */
 START_TEST(test_rendezvous_refusals)
 {
-    char master[1100], expect[1400];
-    peer_t p0, wrong_id, wrong_size, first, twice, last;
+    char master[1100], expect[1400], line[1100];
+    peer_t p0, wrong_id, wrong_size, dup[2], last;
     outcome_t o;
     uint64_t id = 0x1111222233334444ULL, other = 0x5555666677778888ULL;
+    static const char *const dup_ep[2] = {"ipc:///tmp/x/first", "ipc:///tmp/x/twice"};
+    struct pollfd pf[2];
+    int in, out;
 
     snprintf(master, sizeof master, "ipc://%s/rdv-refuse", tmp_root);
-    p0 = spawn(0, 3, id, master, "ipc:///tmp/x/0", 10000, 0);
-    wrong_id = spawn(1, 3, other, master, "ipc:///tmp/x/a", 10000, 0);
-    wrong_size = spawn(1, 4, id, master, "ipc:///tmp/x/b", 10000, 0);
+    p0 = spawn(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0);
+    wrong_id = spawn(1, 3, other, master, "ipc:///tmp/x/a", HANG_S * 1000, 0);
+    wrong_size = spawn(1, 4, id, master, "ipc:///tmp/x/b", HANG_S * 1000, 0);
 
     o = finish(&wrong_id);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
@@ -469,26 +451,33 @@ START_TEST(test_rendezvous_refusals)
              master);
     ck_assert_str_eq(o.message, expect);
 
-    first = spawn(1, 3, id, master, "ipc:///tmp/x/first", 10000, 0);
-    twice = spawn(1, 3, id, master, "ipc:///tmp/x/twice", 10000, 300);
-    o = finish(&twice);
+    for (int k = 0; k < 2; k++) {
+        dup[k] = spawn(1, 3, id, master, dup_ep[k], HANG_S * 1000, 0);
+        read_master(&dup[k], line, sizeof line);
+        pf[k].fd = dup[k].fd;
+        pf[k].events = POLLIN;
+    }
+    ck_assert_msg(poll(pf, 2, HANG_S * 1000) > 0, "neither rank 1 was answered (hung?)");
+    out = pf[0].revents ? 0 : 1;
+    in = 1 - out;
+    o = finish(&dup[out]);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
              "rendezvous: rank 0 at %s refused rank 1: rank 1 is already registered (at "
-             "ipc:///tmp/x/first): two nodes were given rank 1",
-             master);
+             "%s): two nodes were given rank 1",
+             master, dup_ep[in]);
     ck_assert_str_eq(o.message, expect);
 
-    last = spawn(2, 3, id, master, "ipc:///tmp/x/last", 10000, 0);
+    last = spawn(2, 3, id, master, "ipc:///tmp/x/last", HANG_S * 1000, 0);
     o = finish(&p0);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
     ck_assert_int_eq(o.size, 3);
     ck_assert_str_eq(o.table[0], "ipc:///tmp/x/0");
-    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/first");
+    ck_assert_str_eq(o.table[1], dup_ep[in]);
     ck_assert_str_eq(o.table[2], "ipc:///tmp/x/last");
-    o = finish(&first);
+    o = finish(&dup[in]);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
-    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/first");
+    ck_assert_str_eq(o.table[1], dup_ep[in]);
     o = finish(&last);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
     ck_assert_str_eq(o.table[2], "ipc:///tmp/x/last");
@@ -526,7 +515,7 @@ tiny_yaml(char *path, size_t size, const char *run, int nodes, const char *train
              "train: {batch: 4, bptt: 8, optimizer: {type: adam, lr: 0.01}%s}\n"
              "cluster: {nodes: %d, rendezvous_timeout_ms: 20000}\n",
              run, tmp_root, run, data_dir, data_dir, tmp_root, train_extra, nodes);
-    write_file(path, yaml);
+    test_write_file(path, yaml, strlen(yaml));
 }
 
 static const char *const launcher_vars[] = {
@@ -577,13 +566,6 @@ each_child(pid_t ppid, int (*fn)(pid_t pid, const char *comm, const void *arg), 
 }
 
 static int
-named(pid_t pid, const char *comm, const void *arg)
-{
-    (void)pid;
-    return strcmp(comm, arg) == 0;
-}
-
-static int
 kill_it(pid_t pid, const char *comm, const void *arg)
 {
     (void)comm, (void)arg;
@@ -626,10 +608,11 @@ start_shoal(const char *tag, const char *const *env, const char *const *args)
     return pid;
 }
 
-/* Waits for shoal (at most limit_s, then kills it and fails); its exit status, or
- * 128 + signal; *out and *err receive what it wrote (malloc'd). */
+/* Waits for shoal to exit; its exit status, or 128 + signal; *out and *err receive what
+ * it wrote (malloc'd). After HANG_S seconds it kills shoal and fails: a guard against a
+ * hang that leaves no process behind, not a timing. */
 static int
-wait_shoal(pid_t pid, const char *tag, double limit_s, char **out, char **err)
+wait_shoal(pid_t pid, const char *tag, char **out, char **err)
 {
     char path[1100];
     double t0 = now_s();
@@ -639,19 +622,19 @@ wait_shoal(pid_t pid, const char *tag, double limit_s, char **out, char **err)
         pid_t r = waitpid(pid, &ws, WNOHANG);
         if (r == pid)
             break;
-        if (now_s() - t0 > limit_s) {
+        if (now_s() - t0 > HANG_S) {
             kill(pid, SIGKILL);
             waitpid(pid, &ws, 0);
             sleep_ms(200);
             each_child(getpid(), kill_it, NULL); /* orphaned nodes, adopted by us */
-            ck_abort_msg("shoal %s took longer than %.0f s", tag, limit_s);
+            ck_abort_msg("shoal %s hung: not done after %d s", tag, HANG_S);
         }
         sleep_ms(20);
     }
     snprintf(path, sizeof path, "%s/%s.out", tmp_root, tag);
-    *out = read_file(path, NULL);
+    *out = test_read_file(path, NULL);
     snprintf(path, sizeof path, "%s/%s.err", tmp_root, tag);
-    *err = read_file(path, NULL);
+    *err = test_read_file(path, NULL);
     ck_assert(*out && *err);
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
 }
@@ -689,19 +672,6 @@ become_subreaper(void)
 #endif
 }
 
-/* Waits until path exists and is not empty (at most limit_s). */
-static void
-wait_for_file(const char *path, double limit_s)
-{
-    double t0 = now_s();
-    struct stat sb;
-
-    while (stat(path, &sb) != 0 || sb.st_size == 0) {
-        ck_assert_msg(now_s() - t0 < limit_s, "%s did not appear", path);
-        sleep_ms(10);
-    }
-}
-
 /* Batches per epoch of rank r of n on the tiny config's corpus, computed here. */
 static long
 share_batches(const char *conf, int r, int n)
@@ -735,7 +705,7 @@ START_TEST(test_run_three_nodes)
     tiny_yaml(conf, sizeof conf, "three", 1, "");
     ck_assert_int_eq(
         wait_shoal(start_shoal("three", NULL, (const char *[]){"run", conf, "-n", "3", NULL}),
-                   "three", 30, &out, &err),
+                   "three", &out, &err),
         0);
     assert_nothing_left();
     ck_assert_msg(strstr(out, "shoal: node 0: done: 1 epoch, ") &&
@@ -760,12 +730,12 @@ START_TEST(test_run_three_nodes)
         ck_assert(exists(path));
     }
     snprintf(path, sizeof path, "%s/three/config.yaml", tmp_root);
-    a = read_file(path, NULL);
+    a = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(strstr(a, "\ncluster:\n  nodes: 3\n  transport: ipc\n"));
     free(a);
     snprintf(path, sizeof path, "%s/three/summary.json", tmp_root);
-    a = read_file(path, NULL);
+    a = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(strstr(a, "\"nodes\": 3"));
     ck_assert_ptr_nonnull(strstr(a, "\"rank\": 0"));
@@ -794,8 +764,8 @@ START_TEST(test_run_three_nodes)
     }
     snprintf(path, sizeof path, "%s/three/node-1/checkpoint.bin", tmp_root);
     snprintf(mine, sizeof mine, "%s/three-inproc/node-1/checkpoint.bin", tmp_root);
-    a = read_file(path, &alen);
-    b = read_file(mine, &blen);
+    a = test_read_file(path, &alen);
+    b = test_read_file(mine, &blen);
     ck_assert_ptr_nonnull(b);
     ck_assert_uint_eq(alen, blen);
     ck_assert(memcmp(a, b, 184) == 0);
@@ -803,7 +773,7 @@ START_TEST(test_run_three_nodes)
     free(b);
     /* and node 0, on other data, ended elsewhere */
     snprintf(path, sizeof path, "%s/three/node-0/checkpoint.bin", tmp_root);
-    b = read_file(path, &blen);
+    b = test_read_file(path, &blen);
     ck_assert_uint_eq(alen, blen);
     ck_assert(memcmp(a + 192, b + 192, 4000) != 0);
     free(a);
@@ -831,9 +801,9 @@ START_TEST(test_run_interrupt_resume)
     tiny_yaml(conf, sizeof conf, "intr", 2, ", eval_every_epoch: false");
     pid = start_shoal("intr", NULL, args);
     snprintf(path, sizeof path, "%s/intr/node-1/metrics.jsonl", tmp_root);
-    wait_for_file(path, 20);
+    test_wait_file(path, 1, pid, HANG_S);
     kill(pid, SIGINT);
-    ck_assert_int_eq(wait_shoal(pid, "intr", 30, &out, &err), 130);
+    ck_assert_int_eq(wait_shoal(pid, "intr", &out, &err), 130);
     assert_nothing_left();
     snprintf(path, sizeof path,
              "shoal: interrupted; every node saved its checkpoint under %s/intr; run the same "
@@ -851,7 +821,7 @@ START_TEST(test_run_interrupt_resume)
 
     ck_assert_int_eq(
         wait_shoal(start_shoal("intr2", (const char *[]){"SHOAL_LOG=info", NULL}, args), "intr2",
-                   30, &out, &err),
+                   &out, &err),
         0);
     assert_nothing_left();
     for (int r = 0; r < 2; r++) {
@@ -873,7 +843,6 @@ START_TEST(test_run_node_killed)
 {
     char conf[1100], path[1200], *out, *err, line[512];
     pid_t pid, victim;
-    double t0;
 
     if (!have_shoal())
         return;
@@ -881,13 +850,11 @@ START_TEST(test_run_node_killed)
     tiny_yaml(conf, sizeof conf, "killed", 3, ", epochs: 1000, eval_every_epoch: false");
     pid = start_shoal("killed", NULL, (const char *[]){"run", conf, "--quiet", NULL});
     snprintf(path, sizeof path, "%s/killed/node-1/metrics.jsonl", tmp_root);
-    wait_for_file(path, 20);
-    t0 = now_s();
-    while (!(victim = each_child(pid, named, "shoal node 1")) && now_s() - t0 < 5)
-        sleep_ms(10);
+    test_wait_file(path, 1, pid, HANG_S);
+    victim = test_child_named(pid, "shoal node 1"); /* it wrote the file: it has its name */
     ck_assert_int_gt(victim, 0);
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
-    ck_assert_int_eq(wait_shoal(pid, "killed", 30, &out, &err), 1);
+    ck_assert_int_eq(wait_shoal(pid, "killed", &out, &err), 1);
     assert_nothing_left();
     ck_assert_int_eq(kill(victim, 0), -1);
     ck_assert_str_eq(last_line(err, line, sizeof line), "shoal: node 1 killed by signal 9");
@@ -913,9 +880,9 @@ START_TEST(test_run_node_fails)
     snprintf(path, sizeof path, "%s/fails", tmp_root);
     ck_assert_int_eq(mkdir(path, 0777), 0);
     snprintf(path, sizeof path, "%s/fails/node-2", tmp_root); /* a file where its dir goes */
-    write_file(path, "in the way\n");
+    test_write_file(path, "in the way\n", 11);
     ck_assert_int_eq(wait_shoal(start_shoal("fails", NULL, (const char *[]){"run", conf, NULL}),
-                                "fails", 30, &out, &err),
+                                "fails", &out, &err),
                      1);
     assert_nothing_left();
     snprintf(expect, sizeof expect, "shoal: node 2 failed: %s/fails/node-2/", tmp_root);
@@ -960,19 +927,19 @@ START_TEST(test_node_abort_reaches_peer)
     snprintf(path, sizeof path, "%s/abort", tmp_root);
     ck_assert_int_eq(mkdir(path, 0777), 0);
     snprintf(path, sizeof path, "%s/abort/node-1", tmp_root);
-    write_file(path, "in the way\n");
+    test_write_file(path, "in the way\n", 11);
     snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
     p0 = start_shoal("abort0", NULL,
                      (const char *[]){"node", conf, "--rank", "0", "--master", master, NULL});
     p1 = start_shoal("abort1", (const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", NULL},
                      (const char *[]){"node", conf, "--master", master, NULL});
-    ck_assert_int_eq(wait_shoal(p1, "abort1", 30, &out, &err), 1);
+    ck_assert_int_eq(wait_shoal(p1, "abort1", &out, &err), 1);
     snprintf(expect, sizeof expect, "shoal: node 1: %s/abort/node-1/", tmp_root);
     last_line(err, line, sizeof line);
     ck_assert_msg(strncmp(line, expect, strlen(expect)) == 0, "stderr: %s", err);
     free(out);
     free(err);
-    ck_assert_int_eq(wait_shoal(p0, "abort0", 30, &out, &err), 1);
+    ck_assert_int_eq(wait_shoal(p0, "abort0", &out, &err), 1);
     snprintf(expect, sizeof expect, "shoal: node 0: stopped: node 1 failed: %s/abort/node-1/",
              tmp_root);
     last_line(err, line, sizeof line);
@@ -1031,8 +998,8 @@ START_TEST(test_node_usage_errors)
         for (int k = 0; cases[i].args[k]; k++)
             args[n++] = cases[i].args[k];
         args[n] = NULL;
-        ck_assert_int_eq(
-            wait_shoal(start_shoal("usage", cases[i].env, args), "usage", 10, &out, &err), 2);
+        ck_assert_int_eq(wait_shoal(start_shoal("usage", cases[i].env, args), "usage", &out, &err),
+                         2);
         ck_assert_str_eq(err, cases[i].message);
         ck_assert_str_eq(out, "");
         free(out);
@@ -1040,14 +1007,14 @@ START_TEST(test_node_usage_errors)
     }
     ck_assert_int_eq(
         wait_shoal(start_shoal("usage", NULL, (const char *[]){"run", conf, "-n", "0", NULL}),
-                   "usage", 10, &out, &err),
+                   "usage", &out, &err),
         2);
     ck_assert_str_eq(err, "shoal: run: -n must be a number of nodes, 1 to 1024, not '0' (see "
                           "shoal run --help)\n");
     free(out);
     free(err);
     ck_assert_int_eq(wait_shoal(start_shoal("usage", NULL, (const char *[]){"help", "node", NULL}),
-                                "usage", 10, &out, &err),
+                                "usage", &out, &err),
                      0);
     ck_assert(strncmp(out, "Usage: shoal node CONF.yaml", 27) == 0);
     free(out);
@@ -1071,8 +1038,8 @@ launch_suite(void)
     TCase *core = tcase_create("core");
     TCase *limits = tcase_create("limits");
 
-    tcase_set_timeout(core, 60);
-    tcase_set_timeout(limits, 60);
+    tcase_set_timeout(core, 4 * HANG_S);
+    tcase_set_timeout(limits, 4 * HANG_S);
     tcase_add_test(core, test_cluster_defaults_and_values);
     tcase_add_test(core, test_run_id);
     tcase_add_test(core, test_rendezvous_any_order);

@@ -32,41 +32,12 @@
 #include "sync/sl_sync.h"
 #include "transport/sl_transport.h"
 
+#include "test_tool.h"
+
 static char tmp_root[] = "/tmp/shoal-check-node-XXXXXX";
 static char data_dir[1024];
 
 /* ---------------------------------------------------------------- helpers */
-
-static char *
-read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
-}
-
-static void
-write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
-}
 
 static void
 path_in(char *out, size_t size, const char *name)
@@ -190,7 +161,7 @@ static void
 assert_same_training_state(const char *a_path, const char *b_path)
 {
     size_t alen, blen;
-    char *a = read_file(a_path, &alen), *b = read_file(b_path, &blen);
+    char *a = test_read_file(a_path, &alen), *b = test_read_file(b_path, &blen);
 
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
@@ -210,7 +181,7 @@ static long
 header_i64(const char *path, size_t off)
 {
     size_t len;
-    unsigned char *d = (unsigned char *)read_file(path, &len);
+    unsigned char *d = (unsigned char *)test_read_file(path, &len);
     uint64_t v = 0;
 
     ck_assert_ptr_nonnull(d);
@@ -255,7 +226,7 @@ check_resume_exact(const char *tag, const char *opt1, const char *opt2, const ch
     /* and the parameters did move between step 50 and 100 (the test can fail) */
     {
         size_t hl, fl;
-        char *h = read_file(half, &hl), *f = read_file(b, &fl);
+        char *h = test_read_file(half, &hl), *f = test_read_file(b, &fl);
         ck_assert_uint_eq(hl, fl);
         ck_assert(memcmp(h + SL_CKPT_HEADER_BYTES, f + SL_CKPT_HEADER_BYTES, 4000) != 0);
         free(h);
@@ -332,7 +303,7 @@ START_TEST(test_resume_other_node_count_refused)
     opts.nranks = 4;
     ck_assert_msg(sl_train_run(&cfg, &opts, &r) == SL_OK, "%s", sl_err_msg());
     snprintf(ckpt, sizeof ckpt, "%s/nodes/node-0/checkpoint.bin", tmp_root);
-    before = read_file(ckpt, &lb);
+    before = test_read_file(ckpt, &lb);
     ck_assert_ptr_nonnull(before);
 
     sl_config_fini(&cfg);
@@ -342,7 +313,7 @@ START_TEST(test_resume_other_node_count_refused)
     ck_assert_int_eq(sl_train_run(&cfg, &opts, &r), SL_ERR_FORMAT);
     snprintf(want, sizeof want, "%s: written by node 0 of 4, this is node 0 of 2", ckpt);
     ck_assert_str_eq(sl_err_msg(), want);
-    after = read_file(ckpt, &la);
+    after = test_read_file(ckpt, &la);
     ck_assert(la == lb && memcmp(before, after, lb) == 0);
     free(before);
     free(after);
@@ -351,23 +322,6 @@ START_TEST(test_resume_other_node_count_refused)
 END_TEST
 
 /* ------------------------------------------------------ run directory files */
-
-static double
-json_value(const char *json, const char *key)
-{
-    char pat[64];
-    const char *p;
-
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    p = strstr(json, pat);
-    ck_assert_msg(p != NULL, "no %s in %s", key, json);
-    p += strlen(pat);
-    while (*p == ' ')
-        p++;
-    if (strncmp(p, "null", 4) == 0)
-        return NAN;
-    return strtod(p, NULL);
-}
 
 /* A few hundred steps lower the training loss clearly; the metrics and summary say so. */
 START_TEST(test_loss_falls_and_files)
@@ -387,9 +341,9 @@ START_TEST(test_loss_falls_and_files)
     ck_assert(r.valid_loss < log(502.0) - 1.0); /* far better than uniform */
 
     snprintf(path, sizeof path, "%s/falls/metrics.jsonl", tmp_root);
-    metrics = read_file(path, NULL);
+    metrics = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(metrics);
-    first_loss = json_value(metrics, "loss");
+    first_loss = test_json_num(metrics, "loss");
     for (line = strtok(metrics, "\n"); line; line = strtok(NULL, "\n")) {
         if (strstr(line, "\"event\":\"eval\"")) {
             eval_lines++;
@@ -401,22 +355,22 @@ START_TEST(test_loss_falls_and_files)
     }
     ck_assert_int_eq(step_lines, 30); /* every 10 steps */
     ck_assert_int_eq(eval_lines, 1);  /* the final valid; the run ends before epoch 1 does */
-    ck_assert_int_eq((long)json_value(last, "step"), 300);
-    last_loss = json_value(last, "loss");
+    ck_assert_int_eq((long)test_json_num(last, "step"), 300);
+    last_loss = test_json_num(last, "loss");
     ck_assert_msg(last_loss < first_loss - 1.0, "loss %g -> %g", first_loss, last_loss);
-    ck_assert_double_eq_tol(json_value(last, "ppl"), exp(last_loss), 1e-3 * exp(last_loss));
+    ck_assert_double_eq_tol(test_json_num(last, "ppl"), exp(last_loss), 1e-3 * exp(last_loss));
     free(metrics);
 
     snprintf(path, sizeof path, "%s/falls/summary.json", tmp_root);
-    summary = read_file(path, NULL);
+    summary = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(summary);
-    ck_assert_int_eq((long)json_value(summary, "steps"), 300);
-    ck_assert_int_eq((long)json_value(summary, "train_tokens"), 300 * 4 * 8);
-    ck_assert_double_eq_tol(json_value(summary, "valid_loss"), r.valid_loss, 1e-4);
-    ck_assert(isnan(json_value(summary, "test_ppl")));
-    ck_assert_double_eq_tol(json_value(summary, "final_train_loss"), last_loss, 1e-4);
-    ck_assert(json_value(summary, "peak_rss_kb") > 0);
-    ck_assert_int_eq((long)json_value(summary, "params"), (long)r.nparams);
+    ck_assert_int_eq((long)test_json_num(summary, "steps"), 300);
+    ck_assert_int_eq((long)test_json_num(summary, "train_tokens"), 300 * 4 * 8);
+    ck_assert_double_eq_tol(test_json_num(summary, "valid_loss"), r.valid_loss, 1e-4);
+    ck_assert(isnan(test_json_num(summary, "test_ppl")));
+    ck_assert_double_eq_tol(test_json_num(summary, "final_train_loss"), last_loss, 1e-4);
+    ck_assert(test_json_num(summary, "peak_rss_kb") > 0);
+    ck_assert_int_eq((long)test_json_num(summary, "params"), (long)r.nparams);
     ck_assert_ptr_nonnull(strstr(summary, "\"level\": \"word\""));
     free(summary);
 
@@ -580,7 +534,7 @@ assert_refused(small_model_t *m, const sl_ckpt_ident_t *id, const char *path, co
     snapshot_t before, after;
     sl_ckpt_cursor_t cur = {-7, -7, -7, 7, 7.0, -7, 7.0f, -7, -7, -7};
     size_t len_before, len_after;
-    char *file_before = read_file(path, &len_before), *file_after;
+    char *file_before = test_read_file(path, &len_before), *file_after;
     sl_status_t rc;
 
     snapshot(m, &before);
@@ -591,7 +545,7 @@ assert_refused(small_model_t *m, const sl_ckpt_ident_t *id, const char *path, co
     snapshot(m, &after);
     ck_assert_msg(snapshot_equal(&before, &after), "a refused load changed the model");
     ck_assert_int_eq(cur.step, -7);
-    file_after = read_file(path, &len_after);
+    file_after = test_read_file(path, &len_after);
     ck_assert_uint_eq(len_before, len_after);
     ck_assert(memcmp(file_before, file_after, len_before) == 0);
     free(file_before);
@@ -617,7 +571,7 @@ START_TEST(test_bad_checkpoints)
     small_model(&deep, "[{lstm: 16}, {lstm: 16}]", 1);
     ck_assert_int_eq(sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st, NULL),
                      SL_OK);
-    data = read_file(good, &len);
+    data = test_read_file(good, &len);
     expected =
         SL_CKPT_HEADER_BYTES +
         4 * (sl_lm_nparams(src.lm) + sl_optim_state_size(src.opt) + sl_lm_state_size(src.st)) + 8 +
@@ -627,18 +581,18 @@ START_TEST(test_bad_checkpoints)
 
     /* bad magic */
     data[0] = 'X';
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg, "%s: not a shoal checkpoint (bad magic)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     data[0] = 'S';
     /* unsupported version (u32 little-endian at offset 8) */
     data[8] = 9;
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg,
              "%s: checkpoint format version 9 is not supported (this shoal reads 1 to 3)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     data[8] = 0;
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg,
              "%s: checkpoint format version 0 is not supported (this shoal reads 1 to 3)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
@@ -649,22 +603,22 @@ START_TEST(test_bad_checkpoints)
         memcpy(keep, data + 204, 4);
         sl_put_u32((unsigned char *)data + 204, k ? 0xbf800000u : 0x7fc00000u); /* -1, NaN */
         rehash((unsigned char *)data, len);
-        write_file(bad, data, len);
+        test_write_file(bad, data, len);
         snprintf(msg, sizeof msg, "%s: corrupt header (loss scale)", bad);
         assert_refused(&dst, &dst.id, bad, msg, 0);
         memcpy(data + 204, keep, 4);
         rehash((unsigned char *)data, len);
     }
     /* truncated */
-    write_file(bad, data, len / 2);
+    test_write_file(bad, data, len / 2);
     snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len / 2, len);
     assert_refused(&dst, &dst.id, bad, msg, 0);
-    write_file(bad, data, 0);
+    test_write_file(bad, data, 0);
     snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 256", bad);
     assert_refused(&dst, &dst.id, bad, msg, 1);
     /* one flipped payload bit */
     data[SL_CKPT_HEADER_BYTES + 101] ^= 0x10;
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg, "%s: checksum mismatch (file corrupt)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     assert_refused(&dst, &dst.id, bad, msg, 1);
@@ -787,7 +741,7 @@ START_TEST(test_checkpoint_sync_state)
     ck_assert_int_eq(sl_sync_state_load(src.sync, state, nstate), SL_OK);
     ck_assert_int_eq(
         sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st, src.sync), SL_OK);
-    data = (unsigned char *)read_file(good, &len);
+    data = (unsigned char *)test_read_file(good, &len);
     sync_at = SL_CKPT_HEADER_BYTES + float_bytes(data);
     ck_assert_uint_eq(len, sync_at + 8 + nstate + 8);
     ck_assert_uint_eq(sl_get_u32(data + 192), 2); /* nodes */
@@ -822,7 +776,7 @@ START_TEST(test_checkpoint_sync_state)
     /* the sync section's own header says gossip-bmuf (checksum made right) */
     data[sync_at + 8] = SL_SYNC_GOSSIP_BMUF;
     rehash(data, len);
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg,
              "%s: sync: the state is of gossip-bmuf with 0 row sets (0 bitmap words) and %zu "
              "BMUF parameters; this node's bmuf has 0 (0) and %zu",
@@ -832,7 +786,7 @@ START_TEST(test_checkpoint_sync_state)
     rehash(data, len);
     /* a sync length that runs past the end */
     sl_put_u64(data + sync_at, (uint64_t)len);
-    write_file(bad, data, len);
+    test_write_file(bad, data, len);
     snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len,
              sync_at + 8 + len + 8);
     assert_refused(&dst, &dst.id, bad, msg, 0);
@@ -852,7 +806,7 @@ START_TEST(test_checkpoint_sync_state)
 
     /* version 2: everything but a loss scale, sync state included */
     v1 = to_version2(data, len, &v1len);
-    write_file(old, v1, v1len);
+    test_write_file(old, v1, v1len);
     ck_assert_int_eq(sl_lm_init_params(dst.lm, 9), SL_OK);
     ck_assert_int_eq(
         sl_checkpoint_load(old, &dst.id, dst.be, dst.lm, dst.opt, dst.st, dst.sync, &got), SL_OK);
@@ -868,7 +822,7 @@ START_TEST(test_checkpoint_sync_state)
 
     /* version 1: parameters, optimizer and hidden state load; the sync state stays */
     v1 = to_version1(data, len, &v1len);
-    write_file(old, v1, v1len);
+    test_write_file(old, v1, v1len);
     ck_assert_int_eq(sl_lm_init_params(uni.lm, 9), SL_OK);
     snapshot(&uni, &before);
     ck_assert_int_eq(
@@ -888,7 +842,7 @@ START_TEST(test_checkpoint_sync_state)
     snapshot_free(&before);
     /* a version 1 file with a wrong checksum is still refused */
     v1[v1len - 1] ^= 1;
-    write_file(bad, v1, v1len);
+    test_write_file(bad, v1, v1len);
     snprintf(msg, sizeof msg, "%s: checksum mismatch (file corrupt)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
 
@@ -954,8 +908,8 @@ START_TEST(test_failed_run_keeps_files)
     train_ok(&ok, 1, &r);
     snprintf(ckpt, sizeof ckpt, "%s/keep/checkpoint.bin", tmp_root);
     snprintf(metrics, sizeof metrics, "%s/keep/metrics.jsonl", tmp_root);
-    c0 = read_file(ckpt, &cl0);
-    m0 = read_file(metrics, &ml0);
+    c0 = test_read_file(ckpt, &cl0);
+    m0 = test_read_file(metrics, &ml0);
     ck_assert_ptr_nonnull(c0);
     ck_assert_ptr_nonnull(m0);
 
@@ -965,8 +919,8 @@ START_TEST(test_failed_run_keeps_files)
     ck_assert_int_eq(rc, SL_ERR_IO);
     snprintf(set, sizeof set, "%s/no-such-corpus.txt: No such file or directory", tmp_root);
     ck_assert_str_eq(sl_err_msg(), set);
-    c1 = read_file(ckpt, &cl1);
-    m1 = read_file(metrics, &ml1);
+    c1 = test_read_file(ckpt, &cl1);
+    m1 = test_read_file(metrics, &ml1);
     ck_assert(cl0 == cl1 && memcmp(c0, c1, cl0) == 0);
     ck_assert(ml0 == ml1 && memcmp(m0, m1, ml0) == 0);
     free(c1);
@@ -974,13 +928,13 @@ START_TEST(test_failed_run_keeps_files)
 
     /* a corrupt checkpoint: refused with its one line, kept as it is */
     c0[SL_CKPT_HEADER_BYTES + 5] ^= 1;
-    write_file(ckpt, c0, cl0);
+    test_write_file(ckpt, c0, cl0);
     sl_config_fini(&ok);
     tiny_config(&ok, "keep", "train.max_steps=10", NULL);
     ck_assert_int_eq(train(&ok, 1, &r), SL_ERR_FORMAT);
     snprintf(set, sizeof set, "%s: checksum mismatch (file corrupt)", ckpt);
     ck_assert_str_eq(sl_err_msg(), set);
-    c1 = read_file(ckpt, &cl1);
+    c1 = test_read_file(ckpt, &cl1);
     ck_assert(cl0 == cl1 && memcmp(c0, c1, cl0) == 0);
     free(c1);
     /* --no-resume starts over and replaces it */
@@ -1044,11 +998,11 @@ START_TEST(test_metrics_trim_on_resume)
     sl_metrics_t m;
 
     path_in(path, sizeof path, "trim.jsonl");
-    write_file(path, before, strlen(before));
+    test_write_file(path, before, strlen(before));
     ck_assert_int_eq(sl_metrics_open(&m, path, 20), SL_OK);
     ck_assert_int_eq(sl_metrics_eval(&m, "test", 20, log(2.0)), SL_OK);
     sl_metrics_close(&m);
-    got = read_file(path, NULL);
+    got = test_read_file(path, NULL);
     ck_assert_str_eq(got, "{\"step\":10,\"loss\":5}\n"
                           "{\"event\":\"eval\",\"split\":\"valid\",\"step\":10,\"loss\":5}\n"
                           "{\"step\":20,\"loss\":4}\n"
@@ -1058,7 +1012,7 @@ START_TEST(test_metrics_trim_on_resume)
     /* a fresh run (keep through step 0) starts empty */
     ck_assert_int_eq(sl_metrics_open(&m, path, 0), SL_OK);
     sl_metrics_close(&m);
-    got = read_file(path, NULL);
+    got = test_read_file(path, NULL);
     ck_assert_str_eq(got, "");
     free(got);
 }
@@ -1124,8 +1078,8 @@ run_shoal(char **out, char **err, const char *const *args)
         _exit(98);
     }
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    *out = read_file(out_path, NULL);
-    *err = read_file(err_path, NULL);
+    *out = test_read_file(out_path, NULL);
+    *err = test_read_file(err_path, NULL);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -1151,7 +1105,7 @@ write_tiny_yaml(const char *path, const char *run, const char *extra)
              "train: {batch: 32, bptt: 8, max_steps: 20, optimizer: {type: adam, lr: 0.01}}\n"
              "%s",
              run, tmp_root, run, data_dir, data_dir, tmp_root, extra);
-    write_file(path, yaml, strlen(yaml));
+    test_write_file(path, yaml, strlen(yaml));
 }
 
 START_TEST(test_cli)
@@ -1209,9 +1163,9 @@ START_TEST(test_cli)
     ck_assert_str_eq(err, "");
     free(out), free(err);
     snprintf(summary, sizeof summary, "%s/cli/summary.json", tmp_root);
-    out = read_file(summary, NULL);
+    out = test_read_file(summary, NULL);
     ck_assert_ptr_nonnull(out);
-    valid_loss = json_value(out, "valid_loss");
+    valid_loss = test_json_num(out, "valid_loss");
     free(out);
     snprintf(model, sizeof model, "%s/cli/model.bin", tmp_root);
     ck_assert_int_eq(
@@ -1231,9 +1185,9 @@ START_TEST(test_cli)
     /* a corrupt model: exit 1, one line */
     {
         size_t len;
-        char *d = read_file(model, &len);
+        char *d = test_read_file(model, &len);
         d[len - 20] ^= 0x40;
-        write_file(model, d, len);
+        test_write_file(model, d, len);
         free(d);
     }
     ck_assert_int_eq(
@@ -1250,7 +1204,6 @@ END_TEST
 START_TEST(test_cli_sigint)
 {
     char conf[1024], out_path[1024], err_path[1024], metrics[1024], *err, *out;
-    struct timespec pause = {0, 20 * 1000 * 1000};
     int status;
     pid_t pid;
 
@@ -1272,18 +1225,13 @@ START_TEST(test_cli_sigint)
         _exit(98);
     }
     /* wait until it trains (a metrics line exists), then interrupt */
-    for (int i = 0; i < 1000; i++) {
-        struct stat sb;
-        if (stat(metrics, &sb) == 0 && sb.st_size > 0)
-            break;
-        nanosleep(&pause, NULL);
-    }
+    test_wait_file(metrics, 1, pid, 90);
     kill(pid, SIGINT);
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 130);
-    err = read_file(err_path, NULL);
-    out = read_file(out_path, NULL);
+    err = test_read_file(err_path, NULL);
+    out = test_read_file(out_path, NULL);
     ck_assert_msg(strncmp(err, "shoal: interrupted at step ", 27) == 0, "stderr: %s", err);
     ck_assert_ptr_nonnull(strstr(err, "/sig/checkpoint.bin; run the same command to resume\n"));
     ck_assert_int_eq(count_lines(err), 1);
@@ -1330,7 +1278,7 @@ expect_device(const char *dev, int rank, const char *want)
     } else {
         char *text;
         snprintf(path, sizeof path, "%s/summary.json", r.dir);
-        text = read_file(path, NULL);
+        text = test_read_file(path, NULL);
         ck_assert_ptr_nonnull(text);
         snprintf(quoted, sizeof quoted, "\"device\": \"%s\"", want);
         ck_assert_msg(strstr(text, quoted), "%s as rank %d: want %s in %s", dev, rank, want, text);
@@ -1398,22 +1346,8 @@ run_shoal_staged(const char *stage, char **log, const char *const *args)
         _exit(98);
     }
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    *log = read_file(path, NULL);
+    *log = test_read_file(path, NULL);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* The parameters of a model file (between header and checksum; the header holds the
- * training time, which differs from run to run). */
-static char *
-model_params(const char *path, size_t *len)
-{
-    char *data = read_file(path, len);
-
-    ck_assert_msg(data != NULL, "%s missing", path);
-    ck_assert_uint_gt(*len, SL_CKPT_HEADER_BYTES + 8);
-    *len -= SL_CKPT_HEADER_BYTES + 8;
-    memmove(data, data + SL_CKPT_HEADER_BYTES, *len);
-    return data;
 }
 
 /* Sync through the host mirror, the GPU backend's path (forced on cpu with
@@ -1430,7 +1364,7 @@ START_TEST(test_staged_sync_same_models)
     if (!have_shoal())
         return;
     for (int a = 0; a < 2; a++) {
-        char *models[2][2];
+        float *models[2][2]; /* the header holds the training time: parameters only */
         size_t lens[2][2];
 
         for (int staged = 0; staged < 2; staged++) {
@@ -1449,7 +1383,7 @@ START_TEST(test_staged_sync_same_models)
                      "cluster: {nodes: 2, rendezvous_timeout_ms: 20000}\n"
                      "sync: %s\n",
                      run, tmp_root, run, data_dir, tmp_root, syncs[a]);
-            write_file(conf, yaml, strlen(yaml));
+            test_write_file(conf, yaml, strlen(yaml));
             rc = run_shoal_staged(staged ? "1" : "0", &log,
                                   (const char *[]){"run", conf, "--no-resume", NULL});
             ck_assert_msg(rc == 0, "shoal run (%s, staged %d) exited %d:\n%s", syncs[a], staged, rc,
@@ -1458,13 +1392,13 @@ START_TEST(test_staged_sync_same_models)
                           "staged %d, but the log says otherwise:\n%s", staged, log);
             free(log);
             snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
-            models[staged][0] = model_params(path, &lens[staged][0]);
+            models[staged][0] = test_model_params(path, &lens[staged][0]);
             snprintf(path, sizeof path, "%s/%s/node-1/model.bin", tmp_root, run);
-            models[staged][1] = model_params(path, &lens[staged][1]);
+            models[staged][1] = test_model_params(path, &lens[staged][1]);
         }
         for (int m = 0; m < 2; m++) {
             ck_assert_uint_eq(lens[0][m], lens[1][m]);
-            ck_assert_msg(memcmp(models[0][m], models[1][m], lens[0][m]) == 0,
+            ck_assert_msg(memcmp(models[0][m], models[1][m], lens[0][m] * sizeof(float)) == 0,
                           "%s: the %s model differs when staged", syncs[a], m ? "node 1" : "run");
             free(models[0][m]);
             free(models[1][m]);
@@ -1506,7 +1440,7 @@ two_node_yaml(char *conf, size_t size, const char *run, const char *sync)
              "cluster: {nodes: 2, rendezvous_timeout_ms: 20000}\n"
              "sync: %s\n",
              run, tmp_root, run, data_dir, tmp_root, sync);
-    write_file(conf, yaml, strlen(yaml));
+    test_write_file(conf, yaml, strlen(yaml));
 }
 
 /* shoal ARGS must exit 0 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
@@ -1541,7 +1475,7 @@ START_TEST(test_two_node_resume_exact)
 {
     const char *stage = resume_syncs[_i].stage;
     char run[64], conf[1024], a[1024], b[1024], half[1024], *log;
-    char *ma, *mb;
+    float *ma, *mb;
     size_t la, lb;
 
     if (!have_shoal())
@@ -1572,9 +1506,9 @@ START_TEST(test_two_node_resume_exact)
     }
     snprintf(a, sizeof a, "%s/two-%d-straight/model.bin", tmp_root, _i);
     snprintf(b, sizeof b, "%s/two-%d-split/model.bin", tmp_root, _i);
-    ma = model_params(a, &la);
-    mb = model_params(b, &lb);
-    ck_assert(la == lb && memcmp(ma, mb, la) == 0);
+    ma = test_model_params(a, &la);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0);
     free(mb);
 
     /* what the step-6 checkpoint of node 0 carries */
@@ -1584,7 +1518,7 @@ START_TEST(test_two_node_resume_exact)
         int any = 0;
 
         snprintf(half, sizeof half, "%s/two-%d-split/node-0/checkpoint.bin.half", tmp_root, _i);
-        d = (unsigned char *)read_file(half, &len);
+        d = (unsigned char *)test_read_file(half, &len);
         ck_assert_ptr_nonnull(d);
         np = (size_t)sl_get_u64(d + 120);
         at = SL_CKPT_HEADER_BYTES + float_bytes(d);
@@ -1619,10 +1553,10 @@ START_TEST(test_two_node_resume_exact)
         snprintf(b, sizeof b, "%s/two-%d-v1/node-%d", tmp_root, _i, k);
         ck_assert_int_eq(mkdir(b, 0755), 0);
         snprintf(half, sizeof half, "%s/two-%d-split/node-%d/checkpoint.bin.half", tmp_root, _i, k);
-        d = (unsigned char *)read_file(half, &len);
+        d = (unsigned char *)test_read_file(half, &len);
         v1 = to_version1(d, len, &v1len);
         snprintf(b, sizeof b, "%s/two-%d-v1/node-%d/checkpoint.bin", tmp_root, _i, k);
-        write_file(b, v1, v1len);
+        test_write_file(b, v1, v1len);
         free(d);
         free(v1);
     }
@@ -1631,8 +1565,8 @@ START_TEST(test_two_node_resume_exact)
     ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
     free(log);
     snprintf(b, sizeof b, "%s/two-%d-v1/model.bin", tmp_root, _i);
-    mb = model_params(b, &lb);
-    ck_assert(la == lb && memcmp(ma, mb, la) != 0);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) != 0);
     free(ma);
     free(mb);
 }

@@ -1,11 +1,22 @@
-/* tests/unit/test_tool.c: running one of shoal's command-line tools from a Check test. */
+/* tests/unit/test_tool.c: helpers shared by the Check tests (test_tool.h): running a
+ * command-line tool, files, JSON numbers, model files, children by name. Test support
+ * only: nothing here may be linked into shoal itself. */
+#define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
 
 #include <check.h>
+#include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "common/sl_endian.h"
+#include "node/sl_checkpoint.h"
 
 int
 test_tool_find(const char *name, char *bin, size_t cap)
@@ -77,4 +88,146 @@ test_tool_run(const char *bin, char *out, size_t out_cap, char *err, size_t err_
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status), "%s died of signal %d", bin, WTERMSIG(status));
     return WEXITSTATUS(status);
+}
+
+char *
+test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+void
+test_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+
+    ck_assert_msg(f != NULL, "%s: cannot write", path);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+double
+test_json_num(const char *text, const char *key)
+{
+    char pat[80];
+    const char *p;
+
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    p = strstr(text, pat);
+    ck_assert_msg(p != NULL, "no %s in %s", key, text);
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    if (strncmp(p, "null", 4) == 0)
+        return NAN;
+    return strtod(p, NULL);
+}
+
+float *
+test_model_params(const char *path, size_t *n)
+{
+    size_t len;
+    char *data = test_read_file(path, &len);
+    float *p;
+
+    ck_assert_msg(data != NULL, "%s is missing", path);
+    ck_assert_uint_gt(len, SL_CKPT_HEADER_BYTES);
+    *n = (size_t)sl_get_u64((const unsigned char *)data + 120); /* nparams */
+    ck_assert_uint_ge(len, SL_CKPT_HEADER_BYTES + *n * sizeof *p);
+    p = malloc(*n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, data + SL_CKPT_HEADER_BYTES, *n * sizeof *p);
+    free(data);
+    return p;
+}
+
+pid_t
+test_child_named(pid_t parent, const char *comm)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while (!found && (e = readdir(d)) != NULL) {
+        char path[300], buf[512], *lp, *rp;
+        FILE *f;
+        size_t k;
+        int ppid;
+
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        lp = strchr(buf, '(');
+        rp = strrchr(buf, ')');
+        if (!lp || !rp || sscanf(rp + 1, " %*c %d", &ppid) != 1 || ppid != parent)
+            continue;
+        if ((size_t)(rp - lp - 1) == strlen(comm) && strncmp(lp + 1, comm, strlen(comm)) == 0)
+            found = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* 1 when pid has exited (a zombie not yet reaped counts), from /proc. */
+static int
+exited(pid_t pid)
+{
+    char path[64], buf[512], *rp;
+    FILE *f;
+    size_t k;
+
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (!(f = fopen(path, "r")))
+        return 1;
+    k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    rp = strrchr(buf, ')');
+    return !rp || rp[1] == '\0' || rp[2] == 'Z' || rp[2] == 'X';
+}
+
+void
+test_wait_file(const char *path, long min_bytes, pid_t pid, double hang_s)
+{
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    double t0 = now_s();
+    struct stat sb;
+
+    while (stat(path, &sb) != 0 || sb.st_size < min_bytes) {
+        ck_assert_msg(pid == 0 || !exited(pid), "%s: the process exited before it was written",
+                      path);
+        ck_assert_msg(now_s() - t0 < hang_s, "%s did not appear in %.0f s (hung?)", path, hang_s);
+        nanosleep(&pause, NULL);
+    }
 }
