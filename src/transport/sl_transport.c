@@ -6,7 +6,6 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +18,7 @@
 #include "common/sl_rng.h"
 #include "transport/sl_mailbox.h"
 #include "transport/sl_shm_lane.h"
+#include "transport/sl_zmq_status.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024
@@ -92,23 +92,6 @@ sl_transport_opts_default(sl_transport_opts_t *o)
     o->shm_slot_bytes = ((uint64_t)64 << 20) + SL_WIRE_HEADER_BYTES;
 }
 
-/* Maps the last ZeroMQ error to our codes (STYLE.md "Errors") with a message. */
-static sl_status_t
-zmq_fail(const char *fmt, ...)
-{
-    int e = zmq_errno();
-    sl_status_t code = e == EAGAIN                ? SL_ERR_TIMEOUT
-                       : e == ETERM || e == EINTR ? SL_ERR_SHUTDOWN
-                                                  : SL_ERR_TRANSPORT;
-    char what[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return sl_err_set(code, "%s: %s", what, zmq_strerror(e));
-}
-
 static void
 release_frame(void *owner)
 {
@@ -147,7 +130,7 @@ static sl_status_t
 set_int(void *s, int opt, int v, const char *what)
 {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
-        return zmq_fail("sl_transport: setting %s", what);
+        return sl_zmq_fail("sl_transport: setting %s", what);
     return SL_OK;
 }
 
@@ -209,26 +192,26 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                 fail);
     t->ctx = zmq_ctx_new();
     if (!t->ctx) {
-        st = zmq_fail("sl_transport_new: zmq_ctx_new");
+        st = sl_zmq_fail("sl_transport_new: zmq_ctx_new");
         goto fail;
     }
     t->router = zmq_socket(t->ctx, ZMQ_ROUTER);
     if (!t->router) {
-        st = zmq_fail("sl_transport_new: zmq_socket");
+        st = sl_zmq_fail("sl_transport_new: zmq_socket");
         goto fail;
     }
     SL_TRY_GOTO(set_int(t->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
     if (zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
-        st = zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
+        st = sl_zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
         goto fail;
     }
     if (zmq_bind(t->router, t->bind) != 0) {
-        st = zmq_fail("sl_transport_new: rank %u: binding %s", (unsigned)o->rank, t->bind);
+        st = sl_zmq_fail("sl_transport_new: rank %u: binding %s", (unsigned)o->rank, t->bind);
         goto fail;
     }
     len = sizeof t->endpoint;
     if (zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &len) != 0) {
-        st = zmq_fail("sl_transport_new: reading the bound endpoint");
+        st = sl_zmq_fail("sl_transport_new: reading the bound endpoint");
         goto fail;
     }
     *out = t;
@@ -338,10 +321,10 @@ peer_socket(sl_transport_t *t, uint32_t peer, void **out)
                           (unsigned)t->o.rank, (unsigned)peer);
     s = zmq_socket(t->ctx, ZMQ_DEALER);
     if (!s)
-        return zmq_fail("sl_transport: rank %u: socket to rank %u", (unsigned)t->o.rank,
-                        (unsigned)peer);
+        return sl_zmq_fail("sl_transport: rank %u: socket to rank %u", (unsigned)t->o.rank,
+                           (unsigned)peer);
     if (zmq_setsockopt(s, ZMQ_ROUTING_ID, t->id, sizeof t->id) != 0) {
-        st = zmq_fail("sl_transport: setting ZMQ_ROUTING_ID");
+        st = sl_zmq_fail("sl_transport: setting ZMQ_ROUTING_ID");
         goto fail;
     }
     SL_TRY_GOTO(set_int(s, ZMQ_LINGER, t->o.linger_ms, "ZMQ_LINGER"), st, fail);
@@ -351,8 +334,8 @@ peer_socket(sl_transport_t *t, uint32_t peer, void **out)
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
     }
     if (zmq_connect(s, t->endpoints[peer]) != 0) {
-        st = zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)t->o.rank,
-                      (unsigned)peer, t->endpoints[peer]);
+        st = sl_zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)t->o.rank,
+                         (unsigned)peer, t->endpoints[peer]);
         goto fail;
     }
     t->peers[peer] = s;
@@ -476,7 +459,7 @@ wait_ready(void *s, short events, int timeout_ms, const char *what)
     int rc = zmq_poll(&it, 1, timeout_ms);
 
     if (rc < 0)
-        return zmq_fail("%s", what);
+        return sl_zmq_fail("%s", what);
     return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
 }
 
@@ -513,7 +496,7 @@ send_zmq(sl_transport_t *t, uint32_t peer, const unsigned char *hb, const void *
     SL_TRY(peer_socket(t, peer, &s));
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
-        return zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
+        return sl_zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
     memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
     if (!lend && payload_bytes)
         memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
@@ -526,19 +509,19 @@ send_zmq(sl_transport_t *t, uint32_t peer, const unsigned char *hb, const void *
             0) {
             give_back(NULL, t);
             zmq_msg_close(&head);
-            return zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
+            return sl_zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
         }
         body_live = 1;
     }
     st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
     if (st == SL_OK && zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend ? ZMQ_SNDMORE : 0)) < 0)
-        st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                      (unsigned)peer);
+        st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
+                         (unsigned)peer);
     /* once the first part is queued the rest of the message always is */
     if (st == SL_OK && lend) {
         if (zmq_msg_send(&body, s, ZMQ_DONTWAIT) < 0)
-            st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                          (unsigned)peer);
+            st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
+                             (unsigned)peer);
         else
             body_live = 0;
     }
@@ -820,8 +803,9 @@ read_one(sl_transport_t *t, frame_t **out, int *got)
     zmq_msg_init(&id);
     if (zmq_msg_recv(&id, t->router, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&id);
-        return zmq_errno() == EAGAIN ? SL_OK
-                                     : zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
+        return zmq_errno() == EAGAIN
+                   ? SL_OK
+                   : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
     }
     *got = 1;
     more = zmq_msg_more(&id);
@@ -830,7 +814,7 @@ read_one(sl_transport_t *t, frame_t **out, int *got)
     while (more) {
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, t->router, 0) < 0) {
-            sl_status_t st = zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
+            sl_status_t st = sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
             zmq_msg_close(&m);
             zmq_msg_close(&id);
             if (f)
