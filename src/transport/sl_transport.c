@@ -20,6 +20,9 @@
 #include "transport/sl_shm_lane.h"
 #include "transport/sl_zmq_status.h"
 
+_Static_assert(SL_SHM_OFFER_BYTES == SL_WIRE_SHM_OFFER_BYTES,
+               "the wire's offer size is the lane's offer encoding");
+
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024
 

@@ -8,7 +8,6 @@
 
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
-#include "transport/sl_shm_lane.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shoal's wire payloads are host floats: a big-endian host needs byte swapping"
@@ -34,7 +33,7 @@ static const struct {
     [SL_WIRE_HEARTBEAT] = {"heartbeat", 0, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_INDEX] = {"sparse index", SL_WIRE_MAX_PAYLOAD, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_VALUES] = {"sparse values", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
-    [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_WIRE_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_ACCEPT] = {"shared-memory accept", 8, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_WAKE] = {"shared-memory wake-up", 0, ENC_BIT(SL_WIRE_BYTES)},
 };

@@ -27,6 +27,9 @@
 #define SL_WIRE_MAX_PAYLOAD ((uint64_t)1 << 30)
 /* Largest payload of an abort frame (a reason string). */
 #define SL_WIRE_MAX_ABORT 1024u
+/* Payload of a shared-memory offer: what the receiver needs to find and check the lane
+ * (sl_shm_offer_encode writes it). */
+#define SL_WIRE_SHM_OFFER_BYTES 48u
 
 /* What a frame is for. Values are part of the protocol: never renumber. */
 typedef enum {
