@@ -45,6 +45,27 @@ sl_wire_key_of(const sl_wire_header_t *h)
     return k;
 }
 
+sl_wire_header_t
+sl_wire_header_for(uint64_t run_id, uint32_t sender, const sl_wire_key_t *key, uint32_t count,
+                   unsigned encoding, float scale)
+{
+    sl_wire_header_t h;
+
+    memset(&h, 0, sizeof h);
+    h.run_id = run_id;
+    h.round = key->round;
+    h.payload_bytes = (uint64_t)count * sl_wire_element_bytes(encoding);
+    h.sender = sender;
+    h.receiver = key->peer;
+    h.component = key->component;
+    h.seq = key->seq;
+    h.count = count;
+    h.scale = scale;
+    h.kind = key->kind;
+    h.encoding = (uint8_t)(encoding < 256 ? encoding : 0);
+    return h;
+}
+
 size_t
 sl_wire_element_bytes(unsigned encoding)
 {
