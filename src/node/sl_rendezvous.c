@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 #include "common/sl_log.h"
+#include "transport/sl_zmq_status.h"
 
 #define MAGIC "SLRV"
 #define HEAD_BYTES 16                   /* magic, version, kind, run id */
@@ -56,24 +56,6 @@ head_kind(const unsigned char *p, size_t len)
     if (len < HEAD_BYTES || memcmp(p, MAGIC, 4) != 0 || sl_get_u16(p + 4) != SL_RDV_VERSION)
         return 0;
     return sl_get_u16(p + 6);
-}
-
-static sl_status_t zmq_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* A ZeroMQ failure as a status: ETERM/EINTR are SL_ERR_SHUTDOWN, the rest
- * SL_ERR_TRANSPORT; "<what>: <zmq_strerror>". */
-static sl_status_t
-zmq_fail(const char *fmt, ...)
-{
-    int e = zmq_errno();
-    char what[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return sl_err_set(e == ETERM || e == EINTR ? SL_ERR_SHUTDOWN : SL_ERR_TRANSPORT, "%s: %s", what,
-                      zmq_strerror(e));
 }
 
 /* How an endpoint reads in messages: HOST:PORT for tcp, the whole endpoint otherwise. */
@@ -152,16 +134,16 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
     }
     r->ctx = zmq_ctx_new();
     if (!r->ctx) {
-        st = zmq_fail("rendezvous: zmq_ctx_new");
+        st = sl_zmq_fail("rendezvous: zmq_ctx_new");
         goto fail;
     }
     r->sock = zmq_socket(r->ctx, o->rank == 0 ? ZMQ_ROUTER : ZMQ_DEALER);
     if (!r->sock) {
-        st = zmq_fail("rendezvous: zmq_socket");
+        st = sl_zmq_fail("rendezvous: zmq_socket");
         goto fail;
     }
     if (zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero) != 0) {
-        st = zmq_fail("rendezvous: setting ZMQ_LINGER");
+        st = sl_zmq_fail("rendezvous: setting ZMQ_LINGER");
         goto fail;
     }
     if (o->rank == 0) {
@@ -171,18 +153,18 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
 
         if (zmq_setsockopt(r->sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one) != 0 ||
             zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
-            st = zmq_fail("rendezvous: setting socket options");
+            st = sl_zmq_fail("rendezvous: setting socket options");
             goto fail;
         }
         if (zmq_bind(r->sock, r->bind) != 0) {
-            st = zmq_fail("rendezvous: rank 0 cannot listen on %s", shown(r->bind));
+            st = sl_zmq_fail("rendezvous: rank 0 cannot listen on %s", shown(r->bind));
             goto fail;
         }
         /* a wildcard port: the others learn the real one from sl_rendezvous_master */
         colon = strrchr(r->master, ':');
         if (colon && strcmp(colon, ":*") == 0) {
             if (zmq_getsockopt(r->sock, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
-                st = zmq_fail("rendezvous: reading the bound endpoint");
+                st = sl_zmq_fail("rendezvous: reading the bound endpoint");
                 goto fail;
             }
             snprintf(colon, sizeof r->master - (size_t)(colon - r->master), "%s",
@@ -192,11 +174,11 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
         int64_t most = HEAD_BYTES + 4 + (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX);
 
         if (zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
-            st = zmq_fail("rendezvous: setting ZMQ_MAXMSGSIZE");
+            st = sl_zmq_fail("rendezvous: setting ZMQ_MAXMSGSIZE");
             goto fail;
         }
         if (zmq_connect(r->sock, r->master) != 0) {
-            st = zmq_fail("rendezvous: cannot connect to rank 0 at %s", shown(r->master));
+            st = sl_zmq_fail("rendezvous: cannot connect to rank 0 at %s", shown(r->master));
             goto fail;
         }
     }
@@ -274,7 +256,7 @@ wait_readable(sl_rendezvous_t *r, double deadline)
     if (rc < 0 && zmq_errno() == EINTR)
         return 0;
     if (rc < 0)
-        return zmq_fail("rendezvous: polling");
+        return sl_zmq_fail("rendezvous: polling");
     return rc > 0;
 }
 
@@ -434,11 +416,11 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
     zmq_msg_init(&idm);
     zmq_msg_init(&body);
     if (zmq_msg_recv(&idm, r->sock, ZMQ_DONTWAIT) < 0) {
-        st = zmq_errno() == EAGAIN ? SL_OK : zmq_fail("rendezvous: receiving");
+        st = zmq_errno() == EAGAIN ? SL_OK : sl_zmq_fail("rendezvous: receiving");
         goto out;
     }
     if (zmq_msg_recv(&body, r->sock, ZMQ_DONTWAIT) < 0) {
-        st = zmq_fail("rendezvous: receiving");
+        st = sl_zmq_fail("rendezvous: receiving");
         goto out;
     }
     /* a sender of more parts is not ours: drop the rest */
@@ -617,7 +599,7 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
 
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
-        rc = zmq_errno() == EAGAIN ? 0 : zmq_fail("rendezvous: receiving");
+        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
         zmq_msg_close(&m);
         return rc;
     }
@@ -669,7 +651,7 @@ join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_ta
     memcpy(msg + REGISTER_BYTES, endpoint, len);
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
-        return zmq_fail("rendezvous: registering with rank 0 at %s", shown(r->master));
+        return sl_zmq_fail("rendezvous: registering with rank 0 at %s", shown(r->master));
     for (;;) {
         int ready;
         if (interrupted(r))

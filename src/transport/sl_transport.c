@@ -1,40 +1,38 @@
-/* The ZeroMQ transport: sockets, sends (copied or lent), the receive loop that
- * validates every frame and files the ones nobody asked for yet, counters, abort. */
+/* The transport's dispatcher: the peer table, the choice of a medium per peer, sends
+ * through that medium's link, the receive loop over every link that files the frames
+ * nobody asked for yet, counters, abort. It owns the mailbox, the counters and the
+ * order in which links are polled and blocked on; it must not touch a socket or a lane
+ * itself (the links in sl_link_zmq.c and sl_link_shm.c do, behind sl_link.h). */
 #include "transport/sl_transport.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <zmq.h>
 
 #include "common/sl_clock.h"
-#include "common/sl_endian.h"
 #include "common/sl_log.h"
-#include "common/sl_rng.h"
+#include "transport/sl_link.h"
+#include "transport/sl_link_shm.h"
+#include "transport/sl_link_zmq.h"
 #include "transport/sl_mailbox.h"
-#include "transport/sl_shm_lane.h"
+#include "transport/sl_shm_lane.h" /* the bounds of the shared-memory options */
 
-#define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024
 
-/* Where a peer stands with our lane to it. */
-enum { LANE_NONE, LANE_OFFERED, LANE_ACCEPTED, LANE_UNUSABLE };
+/* The media. The first is the base, ZeroMQ: opened first and given to the others
+ * (they send their own frames, and those they do not carry, through it), serves every
+ * peer and is the one blocked on. Each peer's frames go to the first of the others
+ * that serves it, else to the base. A new medium is one more entry. */
+static const sl_link_ops_t *const media[] = {&sl_link_zmq_ops, &sl_link_shm_ops};
+#define NLINKS (sizeof media / sizeof media[0])
+#define BASE 0
 
 struct sl_transport {
     sl_transport_opts_t o;
     char bind[ENDPOINT_MAX];
-    char endpoint[ENDPOINT_MAX]; /* as bound, wildcards resolved */
-    void *ctx;
-    void *router;
-    void **peers;               /* (size) DEALER per peer, NULL until the first send */
-    char **endpoints;           /* (size) copies, NULL before sl_transport_connect */
-    unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
+    sl_link_t links[NLINKS]; /* one per entry of media */
+    sl_link_t **route;       /* (size) the link that carries frames to each peer */
     sl_mailbox_t *mb;
     sl_transport_stat_t *stats; /* (nstats) */
     size_t nstats, stats_cap;
@@ -42,33 +40,13 @@ struct sl_transport {
     int aborted; /* a peer said it stops */
     uint32_t abort_rank;
     char abort_msg[256];
-    /* lent payloads still held by ZeroMQ; its I/O thread gives them back */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    uint64_t lent;
-    /* shared memory: our lanes to peers, theirs to us (mapped), per peer */
-    sl_shm_lane_t **out_lanes, **in_lanes;
-    unsigned char *lane_state;     /* LANE_* of out_lanes */
-    uint64_t *lane_seen;           /* (size) publications of in_lanes looked for */
-    uint32_t nin_lanes, lane_next; /* in_lanes mapped; where the next poll starts */
-    uint64_t shm_sent, shm_recv;
-    int shm_refused_logged;
     double *heard; /* (size) sl_clock_now() of the last valid frame from each rank; 0 */
 };
 
-/* A received frame: the public part first, then the messages that hold its bytes, or
- * the lane slot that does. */
-typedef struct {
-    sl_transport_frame_t pub;
-    zmq_msg_t part[2];
-    int nparts;
-    sl_shm_lane_t *lane; /* borrowed from in_lanes; NULL for a frame from the socket */
-    uint32_t slot;
-} frame_t;
-
 static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
-    "not 1 or 2 parts", "sender is not the connection's rank", "old round", "duplicate",
-    "mailbox full", "bad shared-memory frame"};
+    "not 1 or 2 parts", "sender is not the connection's rank",
+    "old round",        "duplicate",
+    "mailbox full",     "bad shared-memory frame"};
 
 const char *
 sl_transport_drop_name(unsigned reason)
@@ -92,33 +70,13 @@ sl_transport_opts_default(sl_transport_opts_t *o)
     o->shm_slot_bytes = ((uint64_t)64 << 20) + SL_WIRE_HEADER_BYTES;
 }
 
-/* Maps the last ZeroMQ error to our codes (STYLE.md "Errors") with a message. */
-static sl_status_t
-zmq_fail(const char *fmt, ...)
-{
-    int e = zmq_errno();
-    sl_status_t code = e == EAGAIN                ? SL_ERR_TIMEOUT
-                       : e == ETERM || e == EINTR ? SL_ERR_SHUTDOWN
-                                                  : SL_ERR_TRANSPORT;
-    char what[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return sl_err_set(code, "%s: %s", what, zmq_strerror(e));
-}
-
+/* Mailbox release callback for frames it holds, and for frames handed out. */
 static void
 release_frame(void *owner)
 {
-    frame_t *f = owner;
+    sl_link_frame_t *f = owner;
 
-    for (int i = 0; i < f->nparts; i++)
-        zmq_msg_close(&f->part[i]);
-    if (f->lane)
-        sl_shm_lane_release(f->lane, f->slot);
-    free(f);
+    f->release(f);
 }
 
 void
@@ -126,29 +84,31 @@ sl_transport_frame_release(sl_transport_frame_t **f)
 {
     if (!f || !*f)
         return;
-    release_frame(*f);
+    release_frame(*f); /* pub is a link frame's first member */
     *f = NULL;
 }
 
-/* Called by ZeroMQ (usually its I/O thread) when it no longer needs a lent payload. */
+/* Counts a dropped frame and logs the first one of each reason (a flood of bad frames
+ * must not flood the log too). */
 static void
-give_back(void *data, void *hint)
+note_drop(sl_transport_t *t, unsigned reason, uint64_t n, const char *detail)
 {
-    sl_transport_t *t = hint;
-
-    (void)data;
-    pthread_mutex_lock(&t->lock);
-    if (--t->lent == 0)
-        pthread_cond_broadcast(&t->cond);
-    pthread_mutex_unlock(&t->lock);
+    if (n == 0)
+        return;
+    if (t->drops[reason] == 0)
+        sl_log_warn("transport",
+                    "rank %u: dropped a frame: %s%s%s (later drops for this reason are only "
+                    "counted)",
+                    (unsigned)t->o.rank, sl_transport_drop_name(reason), detail ? ": " : "",
+                    detail ? detail : "");
+    t->drops[reason] += n;
 }
 
-static sl_status_t
-set_int(void *s, int opt, int v, const char *what)
+/* sl_link_env_t.drop */
+static void
+link_drop(void *host, unsigned reason, const char *detail)
 {
-    if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
-        return zmq_fail("sl_transport: setting %s", what);
-    return SL_OK;
+    note_drop(host, reason, 1, detail);
 }
 
 sl_status_t
@@ -156,17 +116,13 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
 {
     sl_transport_t *t;
     sl_status_t st;
-    pthread_condattr_t ca;
-    size_t len;
-    int64_t maxmsg = (int64_t)(SL_WIRE_HEADER_BYTES + SL_WIRE_MAX_PAYLOAD);
-    uint32_t nonce;
 
     *out = NULL;
     if (o->size == 0 || o->rank >= o->size || o->timeout_ms <= 0 || o->heartbeat_ms < 0 ||
         o->linger_ms < 0 || o->mailbox_frames == 0 || o->mailbox_bytes == 0 ||
-        (o->shm && (o->shm_slots == 0 || o->shm_slots > SL_SHM_MAX_SLOTS ||
-                    o->shm_slot_bytes <= SL_WIRE_HEADER_BYTES ||
-                    o->shm_slot_bytes > SL_SHM_MAX_SLOT_BYTES)))
+        (o->shm &&
+         (o->shm_slots == 0 || o->shm_slots > SL_SHM_MAX_SLOTS ||
+          o->shm_slot_bytes <= SL_WIRE_HEADER_BYTES || o->shm_slot_bytes > SL_SHM_MAX_SLOT_BYTES)))
         return sl_err_set(SL_ERR_INVALID,
                           "sl_transport_new: rank %u of %u, timeout %d ms, heartbeat %d ms, "
                           "linger %d ms: need rank < size, timeout > 0, others >= 0, "
@@ -182,54 +138,28 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     snprintf(t->bind, sizeof t->bind, "%s",
              o->bind_endpoint ? o->bind_endpoint : "tcp://127.0.0.1:*");
     t->o.bind_endpoint = t->bind;
-    pthread_mutex_init(&t->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    nonce = (uint32_t)sl_mix64((uint64_t)getpid() << 32 ^ (uint64_t)(sl_clock_now() * 1e9) ^
-                               (uintptr_t)t);
-    t->id[0] = 'S';
-    for (int i = 0; i < 4; i++) {
-        t->id[1 + i] = (unsigned char)(o->rank >> (8 * i));
-        t->id[5 + i] = (unsigned char)(nonce >> (8 * i));
-    }
-    t->peers = calloc(o->size, sizeof *t->peers);
-    t->out_lanes = calloc(o->size, sizeof *t->out_lanes);
-    t->in_lanes = calloc(o->size, sizeof *t->in_lanes);
-    t->lane_state = calloc(o->size, sizeof *t->lane_state);
-    t->lane_seen = calloc(o->size, sizeof *t->lane_seen);
+    t->route = calloc(o->size, sizeof *t->route);
     t->heard = calloc(o->size, sizeof *t->heard);
-    if (!t->peers || !t->out_lanes || !t->in_lanes || !t->lane_state || !t->lane_seen ||
-        !t->heard) {
+    if (!t->route || !t->heard) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
     SL_TRY_GOTO(sl_mailbox_new(&t->mb, o->mailbox_frames, o->mailbox_bytes, release_frame), st,
                 fail);
-    t->ctx = zmq_ctx_new();
-    if (!t->ctx) {
-        st = zmq_fail("sl_transport_new: zmq_ctx_new");
-        goto fail;
+    for (size_t i = 0; i < NLINKS; i++) {
+        sl_link_env_t env = {&t->o, {NULL, NULL}, link_drop, t};
+        if (i != BASE)
+            env.base = t->links[BASE];
+        t->links[i].ops = media[i];
+        SL_TRY_GOTO(media[i]->open(&t->links[i].ctx, &env), st, fail);
     }
-    t->router = zmq_socket(t->ctx, ZMQ_ROUTER);
-    if (!t->router) {
-        st = zmq_fail("sl_transport_new: zmq_socket");
-        goto fail;
-    }
-    SL_TRY_GOTO(set_int(t->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
-    if (zmq_setsockopt(t->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
-        st = zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
-        goto fail;
-    }
-    if (zmq_bind(t->router, t->bind) != 0) {
-        st = zmq_fail("sl_transport_new: rank %u: binding %s", (unsigned)o->rank, t->bind);
-        goto fail;
-    }
-    len = sizeof t->endpoint;
-    if (zmq_getsockopt(t->router, ZMQ_LAST_ENDPOINT, t->endpoint, &len) != 0) {
-        st = zmq_fail("sl_transport_new: reading the bound endpoint");
-        goto fail;
+    for (uint32_t p = 0; p < o->size; p++) {
+        t->route[p] = &t->links[BASE];
+        for (size_t i = 0; i < NLINKS; i++)
+            if (i != BASE && media[i]->serves(t->links[i].ctx, p)) {
+                t->route[p] = &t->links[i];
+                break;
+            }
     }
     *out = t;
     return SL_OK;
@@ -246,32 +176,12 @@ sl_transport_destroy(sl_transport_t **tp)
     if (!t)
         return;
     sl_mailbox_destroy(&t->mb);
-    if (t->router)
-        zmq_close(t->router);
-    for (uint32_t p = 0; t->peers && p < t->o.size; p++)
-        if (t->peers[p]) {
-            zmq_setsockopt(t->peers[p], ZMQ_LINGER, &t->o.linger_ms, sizeof t->o.linger_ms);
-            zmq_close(t->peers[p]);
-        }
-    if (t->ctx) /* blocks until queued frames left or linger_ms passed; gives lent back */
-        while (zmq_ctx_term(t->ctx) != 0 && zmq_errno() == EINTR)
-            ;
-    for (uint32_t p = 0; t->out_lanes && p < t->o.size; p++)
-        sl_shm_lane_destroy(&t->out_lanes[p]);
-    for (uint32_t p = 0; t->in_lanes && p < t->o.size; p++)
-        sl_shm_lane_destroy(&t->in_lanes[p]);
-    free(t->out_lanes);
-    free(t->in_lanes);
-    free(t->lane_state);
-    free(t->lane_seen);
+    for (size_t i = NLINKS; i-- > 0;) /* the others before the base they use */
+        if (t->links[i].ops)
+            t->links[i].ops->close(&t->links[i].ctx);
     free(t->heard);
-    for (uint32_t p = 0; t->endpoints && p < t->o.size; p++)
-        free(t->endpoints[p]);
-    free(t->endpoints);
-    free(t->peers);
+    free(t->route);
     free(t->stats);
-    pthread_cond_destroy(&t->cond);
-    pthread_mutex_destroy(&t->lock);
     free(t);
     *tp = NULL;
 }
@@ -279,7 +189,7 @@ sl_transport_destroy(sl_transport_t **tp)
 const char *
 sl_transport_endpoint(const sl_transport_t *t)
 {
-    return t->endpoint;
+    return sl_link_zmq_endpoint(t->links[BASE].ctx);
 }
 
 uint32_t
@@ -303,64 +213,7 @@ sl_transport_timeout_ms(const sl_transport_t *t)
 sl_status_t
 sl_transport_connect(sl_transport_t *t, const char *const *endpoints)
 {
-    if (t->endpoints)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_connect: rank %u: called twice",
-                          (unsigned)t->o.rank);
-    t->endpoints = calloc(t->o.size, sizeof *t->endpoints);
-    if (!t->endpoints)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
-    for (uint32_t p = 0; p < t->o.size; p++) {
-        if (p == t->o.rank || !endpoints[p])
-            continue;
-        t->endpoints[p] = strdup(endpoints[p]);
-        if (!t->endpoints[p])
-            return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
-    }
-    return SL_OK;
-}
-
-/* The DEALER to peer, connected on first use. It queues frames before the connection
- * is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a send blocks
- * only when that queue is full. */
-static sl_status_t
-peer_socket(sl_transport_t *t, uint32_t peer, void **out)
-{
-    void *s;
-    sl_status_t st;
-    int hb = t->o.heartbeat_ms;
-
-    if (t->peers[peer]) {
-        *out = t->peers[peer];
-        return SL_OK;
-    }
-    if (!t->endpoints || !t->endpoints[peer])
-        return sl_err_set(SL_ERR_INVALID, "sl_transport: rank %u: no endpoint for rank %u",
-                          (unsigned)t->o.rank, (unsigned)peer);
-    s = zmq_socket(t->ctx, ZMQ_DEALER);
-    if (!s)
-        return zmq_fail("sl_transport: rank %u: socket to rank %u", (unsigned)t->o.rank,
-                        (unsigned)peer);
-    if (zmq_setsockopt(s, ZMQ_ROUTING_ID, t->id, sizeof t->id) != 0) {
-        st = zmq_fail("sl_transport: setting ZMQ_ROUTING_ID");
-        goto fail;
-    }
-    SL_TRY_GOTO(set_int(s, ZMQ_LINGER, t->o.linger_ms, "ZMQ_LINGER"), st, fail);
-    if (hb > 0) {
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL"), st, fail);
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
-    }
-    if (zmq_connect(s, t->endpoints[peer]) != 0) {
-        st = zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)t->o.rank,
-                      (unsigned)peer, t->endpoints[peer]);
-        goto fail;
-    }
-    t->peers[peer] = s;
-    *out = s;
-    return SL_OK;
-fail:
-    zmq_close(s);
-    return st;
+    return sl_link_zmq_connect(t->links[BASE].ctx, endpoints);
 }
 
 static sl_transport_stat_t *
@@ -447,180 +300,10 @@ sl_transport_last_heard(const sl_transport_t *t, uint32_t rank)
 void
 sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received)
 {
-    *sent = t->shm_sent;
-    *received = t->shm_recv;
-}
-
-/* Counts a dropped frame and logs the first one of each reason (a flood of bad frames
- * must not flood the log too). */
-static void
-note_drop(sl_transport_t *t, unsigned reason, uint64_t n, const char *detail)
-{
-    if (n == 0)
-        return;
-    if (t->drops[reason] == 0)
-        sl_log_warn("transport",
-                    "rank %u: dropped a frame: %s%s%s (later drops for this reason are only "
-                    "counted)",
-                    (unsigned)t->o.rank, sl_transport_drop_name(reason), detail ? ": " : "",
-                    detail ? detail : "");
-    t->drops[reason] += n;
-}
-
-/* Waits up to timeout_ms for socket s to be ready for events (ZMQ_POLLIN/POLLOUT).
- * SL_ERR_TIMEOUT when it is not. */
-static sl_status_t
-wait_ready(void *s, short events, int timeout_ms, const char *what)
-{
-    zmq_pollitem_t it = {s, 0, events, 0};
-    int rc = zmq_poll(&it, 1, timeout_ms);
-
-    if (rc < 0)
-        return zmq_fail("%s", what);
-    return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
-}
-
-/* The header of a frame from this node with key (key->peer = the receiver). */
-static void
-fill_header(const sl_transport_t *t, const sl_wire_key_t *key, uint32_t count, unsigned encoding,
-            float scale, sl_wire_header_t *h)
-{
-    memset(h, 0, sizeof *h);
-    h->run_id = t->o.run_id;
-    h->round = key->round;
-    h->payload_bytes = (uint64_t)count * sl_wire_element_bytes(encoding);
-    h->sender = t->o.rank;
-    h->receiver = key->peer;
-    h->component = key->component;
-    h->seq = key->seq;
-    h->count = count;
-    h->scale = scale;
-    h->kind = key->kind;
-    h->encoding = (uint8_t)(encoding < 256 ? encoding : 0);
-}
-
-/* Queues an encoded frame (header hb, then payload_bytes of payload) on the DEALER to
- * peer, lending the payload (SL_SEND_LEND) or copying it. */
-static sl_status_t
-send_zmq(sl_transport_t *t, uint32_t peer, const unsigned char *hb, const void *payload,
-         uint64_t payload_bytes, int flags, int wait_ms, unsigned kind)
-{
-    zmq_msg_t head, body;
-    void *s = NULL;
-    sl_status_t st;
-    int lend, body_live = 0;
-
-    SL_TRY(peer_socket(t, peer, &s));
-    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
-    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
-        return zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
-    memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
-    if (!lend && payload_bytes)
-        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
-    if (lend) {
-        pthread_mutex_lock(&t->lock);
-        t->lent++;
-        pthread_mutex_unlock(&t->lock);
-        /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, t) !=
-            0) {
-            give_back(NULL, t);
-            zmq_msg_close(&head);
-            return zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
-        }
-        body_live = 1;
-    }
-    st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
-    if (st == SL_OK && zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend ? ZMQ_SNDMORE : 0)) < 0)
-        st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                      (unsigned)peer);
-    /* once the first part is queued the rest of the message always is */
-    if (st == SL_OK && lend) {
-        if (zmq_msg_send(&body, s, ZMQ_DONTWAIT) < 0)
-            st = zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)t->o.rank,
-                          (unsigned)peer);
-        else
-            body_live = 0;
-    }
-    zmq_msg_close(&head); /* empty after a successful send */
-    if (body_live)
-        zmq_msg_close(&body); /* gives the payload back */
-    if (st == SL_ERR_TIMEOUT)
-        return sl_err_set(st,
-                          "sl_transport_send: rank %u: no room to send %s to rank %u within "
-                          "%d ms",
-                          (unsigned)t->o.rank, sl_wire_kind_name(kind), (unsigned)peer, wait_ms);
-    return st;
-}
-
-/* Sends one of the transport's own frames (bytes; not in the counters). */
-static sl_status_t
-send_control(sl_transport_t *t, const sl_wire_key_t *key, const void *payload, uint32_t bytes,
-             int wait_ms)
-{
-    sl_wire_header_t h;
-    unsigned char hb[SL_WIRE_HEADER_BYTES];
-
-    fill_header(t, key, bytes, SL_WIRE_BYTES, 1.0f, &h);
-    SL_TRY(sl_wire_encode(&h, payload, hb));
-    return send_zmq(t, key->peer, hb, payload, bytes, 0, wait_ms, key->kind);
-}
-
-/* Creates our lane to peer and offers it, best effort: a lane that cannot be made
- * leaves that peer's frames on ZeroMQ (said once); an offer that cannot be sent now is
- * made again with the next large frame. */
-static void
-offer_lane(sl_transport_t *t, uint32_t peer, int wait_ms)
-{
-    sl_shm_offer_t offer;
-    unsigned char ob[SL_SHM_OFFER_BYTES];
-    sl_wire_key_t key = {0, 0, 0, peer, SL_WIRE_SHM_OFFER};
-
-    t->lane_state[peer] = LANE_UNUSABLE;
-    if (sl_shm_lane_create(&t->out_lanes[peer], t->o.run_id, t->o.rank, peer, t->o.shm_slots,
-                           t->o.shm_slot_bytes, &offer) != SL_OK) {
-        if (!t->shm_refused_logged++)
-            sl_log_info("transport", "rank %u: no shared memory, frames stay on ZeroMQ: %s",
-                        (unsigned)t->o.rank, sl_err_msg());
-        return;
-    }
-    sl_shm_offer_encode(&offer, ob);
-    if (send_control(t, &key, ob, SL_SHM_OFFER_BYTES, wait_ms) != SL_OK) {
-        sl_shm_lane_destroy(&t->out_lanes[peer]);
-        t->lane_state[peer] = LANE_NONE;
-        return;
-    }
-    t->lane_state[peer] = LANE_OFFERED;
-}
-
-/* Encodes the frame (h, payload) into a free slot of the lane to key->peer and
- * publishes it, waking the peer if it blocks. *used = 0, and nothing published, when
- * the peer has not accepted a lane, the frame is larger than a slot or every slot is
- * still held. */
-static sl_status_t
-send_lane(sl_transport_t *t, const sl_wire_key_t *key, const sl_wire_header_t *h,
-          const void *payload, int wait_ms, int *used)
-{
-    sl_shm_lane_t *lane = t->out_lanes[key->peer];
-    sl_wire_key_t wkey = {0, 0, 0, key->peer, SL_WIRE_SHM_WAKE};
-    unsigned char *mem;
-    int slot;
-
-    *used = 0;
-    if (t->lane_state[key->peer] != LANE_ACCEPTED ||
-        SL_WIRE_HEADER_BYTES + h->payload_bytes > sl_shm_lane_slot_bytes(lane))
-        return SL_OK;
-    slot = sl_shm_lane_acquire(lane, &mem);
-    if (slot < 0)
-        return SL_OK;
-    SL_TRY(sl_wire_encode_local(h, payload, mem)); /* the slot stays free on failure */
-    t->shm_sent++;
-    *used = 1;
-    /* best effort: unwoken, the peer finds the frame within SL_TRANSPORT_LANE_NAP_MS */
-    if (sl_shm_lane_publish(lane, slot) && send_control(t, &wkey, NULL, 0, wait_ms) != SL_OK)
-        sl_log_debug("transport", "rank %u: could not wake rank %u: %s", (unsigned)t->o.rank,
-                     (unsigned)key->peer, sl_err_msg());
-    return SL_OK;
+    *sent = *received = 0;
+    for (size_t i = 0; i < NLINKS; i++)
+        if (media[i] == &sl_link_shm_ops)
+            media[i]->stats(t->links[i].ctx, sent, received);
 }
 
 sl_status_t
@@ -628,314 +311,99 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
                   unsigned encoding, float scale, int flags, int timeout_ms)
 {
     sl_wire_header_t h;
-    unsigned char hb[SL_WIRE_HEADER_BYTES];
-    int used = 0, wait_ms = timeout_ms < 0 ? t->o.timeout_ms : timeout_ms;
+    sl_link_t *l;
+    int wait_ms = timeout_ms < 0 ? t->o.timeout_ms : timeout_ms;
 
     if (key->peer >= t->o.size || key->peer == t->o.rank)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: bad destination %u",
                           (unsigned)t->o.rank, (unsigned)key->peer);
-    fill_header(t, key, count, encoding, scale, &h);
+    h = sl_wire_header_for(t->o.run_id, t->o.rank, key, count, encoding, scale);
     if (h.payload_bytes && !payload)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
                           (unsigned)count);
-    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES)
-        SL_TRY(send_lane(t, key, &h, payload, wait_ms, &used));
-    if (!used) {
-        SL_TRY(sl_wire_encode(&h, payload, hb)); /* validates before anything is allocated */
-        SL_TRY(send_zmq(t, key->peer, hb, payload, h.payload_bytes, flags, wait_ms, key->kind));
-    }
-    /* a valid large frame went out: offer a lane for the next ones */
-    if (t->o.shm && h.payload_bytes >= SL_TRANSPORT_SHM_MIN_BYTES &&
-        t->lane_state[key->peer] == LANE_NONE)
-        offer_lane(t, key->peer, wait_ms);
+    l = t->route[key->peer];
+    SL_TRY(l->ops->send(l->ctx, &h, payload, flags, wait_ms));
     return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 
 sl_status_t
 sl_transport_wait_sent(sl_transport_t *t, int timeout_ms)
 {
-    struct timespec until;
-    uint64_t left;
-    int rc = 0;
+    double start = sl_clock_now();
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
+    for (size_t i = 0; i < NLINKS; i++) {
+        sl_link_t *l = &t->links[i];
+        int left = timeout_ms - (int)((sl_clock_now() - start) * 1000.0);
+        if (l->ops->wait_sent)
+            SL_TRY(l->ops->wait_sent(l->ctx, left > 0 ? left : 0));
     }
-    pthread_mutex_lock(&t->lock);
-    while (t->lent > 0 && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&t->cond, &t->lock, &until);
-    left = t->lent;
-    pthread_mutex_unlock(&t->lock);
-    if (left)
-        return sl_err_set(SL_ERR_TIMEOUT,
-                          "sl_transport_wait_sent: rank %u: %" PRIu64
-                          " lent payloads still queued after %d ms",
-                          (unsigned)t->o.rank, left, timeout_ms);
     return SL_OK;
 }
 
-/* A peer offers its lane: map it and say so. Refusals (another machine, shared memory
- * off here, a file that is not a lane) are not errors: that peer's frames stay on
- * ZeroMQ. */
-static void
-take_offer(sl_transport_t *t, const frame_t *f)
+/* The next frame from any link, if one is waiting: the others first (a lane costs no
+ * system call), the base last. *out is a frame for the mailbox or the caller, NULL
+ * when it was dropped or was a link's own (handed to it); *got whether there was a
+ * frame at all. */
+static sl_status_t
+next_frame(sl_transport_t *t, sl_link_frame_t **out, int *got)
 {
-    uint32_t from = f->pub.h.sender;
-    sl_wire_key_t key = {0, 0, 0, from, SL_WIRE_SHM_ACCEPT};
-    unsigned char nb[8];
-    sl_shm_offer_t offer;
+    sl_link_frame_t *f = NULL;
 
-    if (!t->o.shm)
-        return;
-    if (f->pub.h.payload_bytes != SL_SHM_OFFER_BYTES || t->in_lanes[from]) {
-        note_drop(t, SL_DROP_SHM, 1,
-                  t->in_lanes[from] ? "a second lane offer" : "a lane offer of the wrong size");
-        return;
-    }
-    sl_shm_offer_decode(f->pub.payload, &offer);
-    if (sl_shm_lane_open(&t->in_lanes[from], &offer, t->o.run_id, from, t->o.rank) != SL_OK) {
-        sl_log_debug("transport", "rank %u: frames from rank %u stay on ZeroMQ: %s",
-                     (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
-        return;
-    }
-    t->nin_lanes++;
-    sl_put_u64(nb, offer.nonce);
-    /* best effort: unanswered, the peer keeps sending over ZeroMQ */
-    if (send_control(t, &key, nb, sizeof nb, 0) != SL_OK)
-        sl_log_debug("transport", "rank %u: could not accept the lane of rank %u: %s",
-                     (unsigned)t->o.rank, (unsigned)from, sl_err_msg());
-}
-
-/* A peer mapped our lane: large frames to it go through it from now on. */
-static void
-take_accept(sl_transport_t *t, const frame_t *f)
-{
-    uint32_t from = f->pub.h.sender;
-
-    if (f->pub.h.payload_bytes != 8 || t->lane_state[from] != LANE_OFFERED ||
-        sl_get_u64(f->pub.payload) != sl_shm_lane_nonce(t->out_lanes[from])) {
-        note_drop(t, SL_DROP_SHM, 1, "an accept for no lane offered");
-        return;
-    }
-    t->lane_state[from] = LANE_ACCEPTED;
-}
-
-/* The frame in slot of the lane from `from`, validated like one from the socket (a
- * local frame: sl_wire.h), holding its slot until released; NULL when it is dropped
- * (counted, and the slot freed). */
-static frame_t *
-take_lane_frame(sl_transport_t *t, uint32_t from, uint32_t slot, const unsigned char *mem)
-{
-    sl_shm_lane_t *lane = t->in_lanes[from];
-    uint64_t room = sl_shm_lane_slot_bytes(lane) - SL_WIRE_HEADER_BYTES;
-    uint64_t claimed = sl_get_u64(mem + 48); /* the header's payload_bytes, unchecked */
-    sl_wire_reason_t why = SL_WIRE_OK;
-    const char *bad = NULL;
-    const void *payload;
-    sl_wire_header_t h;
-    char detail[160];
-    frame_t *f = NULL;
-
-    if (claimed > room) {
-        bad = "a frame longer than its slot";
-    } else {
-        why = sl_wire_decode_local(mem, SL_WIRE_HEADER_BYTES + claimed, t->o.run_id, t->o.rank,
-                                   t->o.size, &h, &payload);
-        if (why == SL_WIRE_OK && (h.sender != from || h.kind == SL_WIRE_SHM_OFFER ||
-                                  h.kind == SL_WIRE_SHM_ACCEPT || h.kind == SL_WIRE_SHM_WAKE))
-            bad = "a frame that is not the lane's to carry";
-    }
-    if (!bad && why == SL_WIRE_OK && !(f = calloc(1, sizeof *f)))
-        bad = "out of memory";
-    if (bad || why != SL_WIRE_OK) {
-        snprintf(detail, sizeof detail, "from rank %u, slot %u: %s", (unsigned)from,
-                 (unsigned)slot, bad ? bad : "in shared memory");
-        note_drop(t, bad ? SL_DROP_SHM : (unsigned)why, 1, detail);
-        sl_shm_lane_release(lane, slot);
-        return NULL;
-    }
-    f->pub.h = h;
-    f->pub.payload = payload;
-    f->lane = lane;
-    f->slot = slot;
-    t->heard[from] = sl_clock_now();
-    t->shm_recv++;
-    return f;
-}
-
-/* Takes one frame published in a lane to us, if any, starting after the lane that gave
- * the last one so that no peer is starved: *out as read_one says, *got whether a slot
- * was taken. */
-static void
-poll_lanes(sl_transport_t *t, frame_t **out, int *got)
-{
     *out = NULL;
     *got = 0;
-    for (uint32_t i = 0; i < t->o.size && t->nin_lanes; i++) {
-        uint32_t p = (t->lane_next + i) % t->o.size;
-        const unsigned char *mem;
-        int slot;
-
-        if (!t->in_lanes[p])
-            continue;
-        slot = sl_shm_lane_take(t->in_lanes[p], &t->lane_seen[p], &mem);
-        if (slot >= 0) {
-            t->lane_next = (p + 1) % t->o.size;
-            *out = take_lane_frame(t, p, (uint32_t)slot, mem);
-            *got = 1;
-            return;
-        }
+    for (size_t i = 1; i <= NLINKS && !*got; i++) { /* BASE is 0: it comes last */
+        sl_link_t *l = &t->links[i % NLINKS];
+        if (l->ops->recv)
+            SL_TRY(l->ops->recv(l->ctx, &f, got));
     }
+    if (!f)
+        return SL_OK;
+    t->heard[f->pub.h.sender] = sl_clock_now();
+    for (size_t i = 0; i < NLINKS; i++)
+        if ((media[i]->kinds >> f->pub.h.kind) & 1u) {
+            media[i]->take(t->links[i].ctx, f);
+            f->release(f);
+            return SL_OK;
+        }
+    *out = f;
+    return SL_OK;
 }
 
-/* Whether a lane to us has publications not looked for yet. */
+/* Whether a link delivers frames without waking the base: then the receive loop spins
+ * before it blocks. */
 static int
-lanes_pending(const sl_transport_t *t)
+links_polled(const sl_transport_t *t)
 {
-    for (uint32_t p = 0; p < t->o.size && t->nin_lanes; p++)
-        if (t->in_lanes[p] && sl_shm_lane_pending(t->in_lanes[p], t->lane_seen[p]))
+    for (size_t i = 0; i < NLINKS; i++)
+        if (media[i]->nap_ms && media[i]->nap_ms(t->links[i].ctx) != SL_LINK_NO_NAP)
             return 1;
     return 0;
 }
 
-/* Reads one message if one is waiting: *out is then a validated frame, or NULL when it
- * was dropped; *got says whether there was a message at all. */
-static sl_status_t
-read_one(sl_transport_t *t, frame_t **out, int *got)
-{
-    zmq_msg_t id, m;
-    frame_t *f;
-    sl_wire_reason_t why;
-    const unsigned char *idb;
-    int more, extra = 0;
-    uint32_t idrank = 0;
-    char detail[160];
-
-    *out = NULL;
-    *got = 0;
-    zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, t->router, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&id);
-        return zmq_errno() == EAGAIN ? SL_OK
-                                     : zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
-    }
-    *got = 1;
-    more = zmq_msg_more(&id);
-    f = calloc(1, sizeof *f);
-    /* the rest of a multipart message is already here: these reads do not block */
-    while (more) {
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, t->router, 0) < 0) {
-            sl_status_t st = zmq_fail("sl_transport_recv: rank %u", (unsigned)t->o.rank);
-            zmq_msg_close(&m);
-            zmq_msg_close(&id);
-            if (f)
-                release_frame(f);
-            return st;
-        }
-        more = zmq_msg_more(&m);
-        if (f && f->nparts < 2) {
-            zmq_msg_init(&f->part[f->nparts]);
-            zmq_msg_move(&f->part[f->nparts++], &m);
-        } else {
-            extra = 1;
-        }
-        zmq_msg_close(&m);
-    }
-    idb = zmq_msg_data(&id);
-    if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S')
-        for (int i = 3; i >= 0; i--)
-            idrank = idrank << 8 | idb[1 + i];
-    else
-        idrank = UINT32_MAX;
-    zmq_msg_close(&id);
-    if (!f)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_recv: out of memory");
-    if (extra || f->nparts == 0) {
-        snprintf(detail, sizeof detail, "%s parts", extra ? "more than 2" : "no");
-        note_drop(t, SL_DROP_FRAMING, 1, detail);
-        release_frame(f);
-        return SL_OK;
-    }
-    if (f->nparts == 1) {
-        why = sl_wire_decode(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), t->o.run_id,
-                             t->o.rank, t->o.size, &f->pub.h, &f->pub.payload);
-    } else {
-        f->pub.payload = zmq_msg_data(&f->part[1]);
-        why = sl_wire_decode_parts(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]),
-                                   f->pub.payload, zmq_msg_size(&f->part[1]), t->o.run_id,
-                                   t->o.rank, t->o.size, &f->pub.h);
-    }
-    if (why != SL_WIRE_OK || idrank != f->pub.h.sender) {
-        unsigned reason = why != SL_WIRE_OK ? (unsigned)why : SL_DROP_IDENTITY;
-        if (idrank == UINT32_MAX)
-            snprintf(detail, sizeof detail, "from a connection that is not a shoal node");
-        else
-            snprintf(detail, sizeof detail, "from the connection of rank %u", (unsigned)idrank);
-        note_drop(t, reason, 1, detail);
-        release_frame(f);
-        return SL_OK;
-    }
-    t->heard[f->pub.h.sender] = sl_clock_now();
-    switch (f->pub.h.kind) {
-    case SL_WIRE_SHM_OFFER:
-        take_offer(t, f);
-        release_frame(f);
-        return SL_OK;
-    case SL_WIRE_SHM_ACCEPT:
-        take_accept(t, f);
-        release_frame(f);
-        return SL_OK;
-    case SL_WIRE_SHM_WAKE: /* its work is done: this thread is awake */
-        release_frame(f);
-        return SL_OK;
-    default:
-        *out = f;
-        return SL_OK;
-    }
-}
-
-/* The next frame from a lane or the socket, if one is waiting (as read_one). */
-static sl_status_t
-next_frame(sl_transport_t *t, frame_t **out, int *got)
-{
-    poll_lanes(t, out, got);
-    return *got ? SL_OK : read_one(t, out, got);
-}
-
-static void
-set_sleeping(sl_transport_t *t, int on)
-{
-    for (uint32_t p = 0; p < t->o.size; p++)
-        if (t->in_lanes[p])
-            sl_shm_lane_sleep(t->in_lanes[p], on);
-}
-
-/* Blocks until the socket has a message, up to timeout_ms; with lanes, first says so
- * to their senders (who then wake us with a frame) and blocks at most
- * SL_TRANSPORT_LANE_NAP_MS. Returning is no promise that anything arrived. */
+/* Blocks in the base link's wait up to timeout_ms, or less when another link must be
+ * polled sooner; first tells the links (whose senders then wake us through the base),
+ * and does not block when one already has a frame. Returning is no promise that
+ * anything arrived. */
 static sl_status_t
 block(sl_transport_t *t, int timeout_ms)
 {
-    sl_status_t st;
+    sl_status_t st = SL_OK;
+    int ready = 0;
 
-    if (t->nin_lanes) {
-        set_sleeping(t, 1);
-        if (lanes_pending(t)) { /* published before the senders could see the flag */
-            set_sleeping(t, 0);
-            return SL_OK;
-        }
-        if (timeout_ms > SL_TRANSPORT_LANE_NAP_MS)
-            timeout_ms = SL_TRANSPORT_LANE_NAP_MS;
+    for (size_t i = 0; i < NLINKS; i++) {
+        sl_link_t *l = &t->links[i];
+        int nap = l->ops->nap_ms ? l->ops->nap_ms(l->ctx) : SL_LINK_NO_NAP;
+        if (l->ops->sleep)
+            ready |= l->ops->sleep(l->ctx, 1);
+        if (nap != SL_LINK_NO_NAP && nap < timeout_ms)
+            timeout_ms = nap;
     }
-    st = wait_ready(t->router, ZMQ_POLLIN, timeout_ms, "sl_transport_recv: polling");
-    if (t->nin_lanes)
-        set_sleeping(t, 0);
-    return st == SL_ERR_TIMEOUT ? SL_OK : st;
+    if (!ready)
+        st = t->links[BASE].ops->wait(t->links[BASE].ctx, timeout_ms);
+    for (size_t i = 0; i < NLINKS; i++)
+        if (t->links[i].ops->sleep)
+            t->links[i].ops->sleep(t->links[i].ctx, 0);
+    return st;
 }
 
 static int
@@ -954,7 +422,7 @@ abort_status(const sl_transport_t *t)
 
 /* Takes a peer's abort frame: keep its reason (printable characters only). */
 static void
-note_abort(sl_transport_t *t, const frame_t *f)
+note_abort(sl_transport_t *t, const sl_link_frame_t *f)
 {
     const unsigned char *p = f->pub.payload;
     size_t n = f->pub.h.payload_bytes, i;
@@ -970,8 +438,8 @@ note_abort(sl_transport_t *t, const frame_t *f)
 
 /* Hands f out if it matches a key (1), else files it (0). */
 static sl_status_t
-dispatch(sl_transport_t *t, frame_t *f, const sl_wire_key_t *keys, size_t nkeys, size_t *which,
-         int *matched)
+dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_t nkeys,
+         size_t *which, int *matched)
 {
     sl_wire_key_t k = sl_wire_key_of(&f->pub.h);
     sl_mailbox_verdict_t v;
@@ -1025,7 +493,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
     if (t->aborted)
         return abort_status(t);
     for (size_t i = 0; i < nkeys; i++) {
-        frame_t *f = sl_mailbox_take(t->mb, &keys[i]);
+        sl_link_frame_t *f = sl_mailbox_take(t->mb, &keys[i]);
         if (f) {
             *frame = &f->pub;
             if (which)
@@ -1036,7 +504,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
     deadline = sl_clock_now() + timeout_ms / 1000.0;
     spin_end = sl_clock_now() + SL_TRANSPORT_SPIN_US * 1e-6;
     for (;;) {
-        frame_t *f;
+        sl_link_frame_t *f;
         int got, matched;
         double now, left;
 
@@ -1045,7 +513,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
             note_abort(t, f);
             st = count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
                            f->pub.h.payload_bytes, 0);
-            release_frame(f);
+            f->release(f);
             return st != SL_OK ? st : abort_status(t);
         }
         if (f) {
@@ -1069,7 +537,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
                               (unsigned)keys[0].component, keys[0].round, (unsigned)keys[0].seq,
                               (unsigned)keys[0].peer,
                               nkeys > 1 ? " or the other peers asked for" : "", timeout_ms);
-        if (t->nin_lanes && now < spin_end) {
+        if (now < spin_end && links_polled(t)) {
             sched_yield(); /* to a node sharing this core, if any */
             continue;
         }
@@ -1082,7 +550,7 @@ sl_status_t
 sl_transport_poll(sl_transport_t *t)
 {
     for (;;) {
-        frame_t *f;
+        sl_link_frame_t *f;
         size_t idx;
         int got, matched;
 
@@ -1092,12 +560,12 @@ sl_transport_poll(sl_transport_t *t)
         if (!got)
             return SL_OK;
         if (!f)
-            continue; /* dropped and counted by read_one */
+            continue; /* dropped and counted, or a link's own */
         if (f->pub.h.kind == SL_WIRE_ABORT) {
             note_abort(t, f);
             SL_TRY(count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
                              f->pub.h.payload_bytes, 0));
-            release_frame(f);
+            f->release(f);
             continue;
         }
         SL_TRY(dispatch(t, f, NULL, 0, &idx, &matched));
@@ -1146,7 +614,7 @@ sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
     if (len > SL_WIRE_MAX_ABORT)
         len = SL_WIRE_MAX_ABORT;
     for (uint32_t p = 0; p < n; p++) {
-        if (p == t->o.rank || !t->endpoints || !t->endpoints[p])
+        if (p == t->o.rank || !sl_link_zmq_known(t->links[BASE].ctx, p))
             continue;
         double left = deadline - sl_clock_now();
         key.peer = p;

@@ -1,13 +1,10 @@
-/* ZeroMQ transport between the nodes of one run: one bound ROUTER socket per node to
- * receive, one DEALER per peer it sends to (made on the first send), self-describing
- * frames (sl_wire.h) and a mailbox for frames that arrive before they are asked for.
- *
- * Why ROUTER/DEALER rather than PULL/PUSH: a ROUTER hands each message over with the
- * routing id of the connection it came on. Our DEALERs set that id to "S" + their
- * rank + a per-process nonce, so the receiver checks that the header's sender is the
- * rank that really holds the connection: a misconfigured or foreign process cannot
- * speak for another rank. Both pairs fair-queue the input and block (or time out) at
- * the high-water mark, so nothing else changes.
+/* The transport between the nodes of one run: self-describing frames (sl_wire.h), a
+ * medium chosen per peer behind one link interface (sl_link.h) and a mailbox for frames
+ * that arrive before they are asked for. The media: ZeroMQ (sl_link_zmq.c: one bound
+ * ROUTER per node to receive, one DEALER per peer it sends to, made on the first send;
+ * a frame's sender must be the rank that holds its connection) and shared-memory lanes
+ * between peers on one machine (sl_link_shm.c). Callers never see which medium
+ * carried a frame.
  *
  * Delivery: frames between two nodes are never duplicated and nothing is retried;
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in

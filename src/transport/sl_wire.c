@@ -8,7 +8,6 @@
 
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
-#include "transport/sl_shm_lane.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "shoal's wire payloads are host floats: a big-endian host needs byte swapping"
@@ -34,7 +33,7 @@ static const struct {
     [SL_WIRE_HEARTBEAT] = {"heartbeat", 0, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_INDEX] = {"sparse index", SL_WIRE_MAX_PAYLOAD, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SPARSE_VALUES] = {"sparse values", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
-    [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_WIRE_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_ACCEPT] = {"shared-memory accept", 8, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_WAKE] = {"shared-memory wake-up", 0, ENC_BIT(SL_WIRE_BYTES)},
 };
@@ -44,6 +43,27 @@ sl_wire_key_of(const sl_wire_header_t *h)
 {
     sl_wire_key_t k = {h->round, h->component, h->seq, h->sender, h->kind};
     return k;
+}
+
+sl_wire_header_t
+sl_wire_header_for(uint64_t run_id, uint32_t sender, const sl_wire_key_t *key, uint32_t count,
+                   unsigned encoding, float scale)
+{
+    sl_wire_header_t h;
+
+    memset(&h, 0, sizeof h);
+    h.run_id = run_id;
+    h.round = key->round;
+    h.payload_bytes = (uint64_t)count * sl_wire_element_bytes(encoding);
+    h.sender = sender;
+    h.receiver = key->peer;
+    h.component = key->component;
+    h.seq = key->seq;
+    h.count = count;
+    h.scale = scale;
+    h.kind = key->kind;
+    h.encoding = (uint8_t)(encoding < 256 ? encoding : 0);
+    return h;
 }
 
 size_t

@@ -27,6 +27,9 @@
 #define SL_WIRE_MAX_PAYLOAD ((uint64_t)1 << 30)
 /* Largest payload of an abort frame (a reason string). */
 #define SL_WIRE_MAX_ABORT 1024u
+/* Payload of a shared-memory offer: what the receiver needs to find and check the lane
+ * (sl_shm_offer_encode writes it). */
+#define SL_WIRE_SHM_OFFER_BYTES 48u
 
 /* What a frame is for. Values are part of the protocol: never renumber. */
 typedef enum {
@@ -42,7 +45,7 @@ typedef enum {
     SL_WIRE_SPARSE_INDEX = 10,   /* sparse exchange: row ids, int32 as bytes; seq 0 = a
                                     puller's row set, seq 1 = the answerer's extra rows */
     SL_WIRE_SPARSE_VALUES = 11,  /* sparse exchange: values of the union rows (rows, len) */
-    SL_WIRE_SHM_OFFER = 12,      /* the sender's shared-memory lane (sl_shm_lane.h), bytes */
+    SL_WIRE_SHM_OFFER = 12,      /* the sender's shared-memory lane (sl_link_shm.c), bytes */
     SL_WIRE_SHM_ACCEPT = 13,     /* the receiver mapped it; payload = the lane's nonce */
     SL_WIRE_SHM_WAKE = 14        /* a frame waits in the sender's lane and the receiver
                                     said it blocks: wake up; no payload */
@@ -103,6 +106,11 @@ typedef struct {
 
 /* The key of a received frame (peer = its sender). */
 sl_wire_key_t sl_wire_key_of(const sl_wire_header_t *h);
+/* The header of a frame of run run_id from sender with key (key->peer = the receiver):
+ * count elements of encoding (payload_bytes follows from them), scale as in the header.
+ * Not validated: sl_wire_encode does that. */
+sl_wire_header_t sl_wire_header_for(uint64_t run_id, uint32_t sender, const sl_wire_key_t *key,
+                                    uint32_t count, unsigned encoding, float scale);
 
 /* Bytes per element of an encoding; 0 when unknown. */
 size_t sl_wire_element_bytes(unsigned encoding);

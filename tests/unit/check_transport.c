@@ -20,6 +20,8 @@
 #include "common/sl_hash.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_transport.h"
+#include "transport/sl_zmq_status.h"
+
 #include "test_util.h"
 
 #define RUN 0xfeed0000beefULL
@@ -853,6 +855,35 @@ START_TEST(test_abort)
 }
 END_TEST
 
+/* One ZeroMQ error mapping for the transport and the rendezvous (STYLE.md "Errors"). */
+START_TEST(test_zmq_status)
+{
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_PULL);
+    char want[256];
+    zmq_msg_t m;
+    int linger = 0, e;
+
+    ck_assert_int_eq(sl_zmq_status(EAGAIN), SL_ERR_TIMEOUT);
+    ck_assert_int_eq(sl_zmq_status(ETERM), SL_ERR_SHUTDOWN);
+    ck_assert_int_eq(sl_zmq_status(EINTR), SL_ERR_SHUTDOWN);
+    ck_assert_int_eq(sl_zmq_status(EPROTONOSUPPORT), SL_ERR_TRANSPORT);
+    /* the last error, what failed and zmq_strerror's words */
+    ck_assert_int_ne(zmq_bind(s, "nope://x"), 0);
+    e = zmq_errno();
+    snprintf(want, sizeof want, "binding nope://x: %s", zmq_strerror(e));
+    errno = e;
+    ck_assert_int_eq(sl_zmq_fail("binding %s", "nope://x"), SL_ERR_TRANSPORT);
+    ck_assert_str_eq(sl_err_msg(), want);
+    zmq_msg_init(&m);
+    ck_assert_int_lt(zmq_msg_recv(&m, s, ZMQ_DONTWAIT), 0); /* nothing there: EAGAIN */
+    ck_assert_int_eq(sl_zmq_fail("receiving"), SL_ERR_TIMEOUT);
+    zmq_msg_close(&m);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+}
+END_TEST
+
 static Suite *
 transport_suite(void)
 {
@@ -873,6 +904,7 @@ transport_suite(void)
     tcase_add_test(limits, test_bad_frames_dropped);
     tcase_add_test(limits, test_killed_peer);
     tcase_add_test(limits, test_abort);
+    tcase_add_test(limits, test_zmq_status);
     suite_add_tcase(s, limits);
     return s;
 }

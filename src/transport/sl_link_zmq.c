@@ -1,0 +1,491 @@
+/* The ZeroMQ link (sl_link_zmq.h): the context, the bound ROUTER and the DEALERs to the
+ * peers, sends (copied or lent), and reading one message off the ROUTER into a
+ * validated frame. It owns the sockets and the routing ids; it must not touch the
+ * mailbox, the counters per kind or the lanes (the dispatcher and sl_link_shm.c do).
+ *
+ * Why ROUTER/DEALER rather than PULL/PUSH: a ROUTER hands each message over with the
+ * routing id of the connection it came on. Our DEALERs set that id to "S" + their rank
+ * + a per-process nonce, so the receiver checks that the header's sender is the rank
+ * that really holds the connection: a misconfigured or foreign process cannot speak
+ * for another rank. Both pairs fair-queue the input and block (or time out) at the
+ * high-water mark, so nothing else changes. */
+#include "transport/sl_link_zmq.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_rng.h"
+#include "transport/sl_zmq_status.h"
+
+#define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
+#define ENDPOINT_MAX 1024
+
+typedef struct {
+    sl_link_env_t env;
+    const sl_transport_opts_t *o;
+    char bind[ENDPOINT_MAX];
+    char endpoint[ENDPOINT_MAX]; /* as bound, wildcards resolved */
+    void *ctx;
+    void *router;
+    void **peers;               /* (size) DEALER per peer, NULL until the first send */
+    char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
+    unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
+    uint64_t sent, received;    /* frames through the socket */
+    /* lent payloads still held by ZeroMQ; its I/O thread gives them back */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    uint64_t lent;
+} zlink_t;
+
+/* A frame read off the ROUTER: the messages that hold its bytes. */
+typedef struct {
+    sl_link_frame_t f;
+    zmq_msg_t part[2];
+    int nparts;
+} zframe_t;
+
+static void
+release_frame(sl_link_frame_t *lf)
+{
+    zframe_t *z = (zframe_t *)lf;
+
+    for (int i = 0; i < z->nparts; i++)
+        zmq_msg_close(&z->part[i]);
+    free(z);
+}
+
+/* Called by ZeroMQ (usually its I/O thread) when it no longer needs a lent payload. */
+static void
+give_back(void *data, void *hint)
+{
+    zlink_t *z = hint;
+
+    (void)data;
+    pthread_mutex_lock(&z->lock);
+    if (--z->lent == 0)
+        pthread_cond_broadcast(&z->cond);
+    pthread_mutex_unlock(&z->lock);
+}
+
+static sl_status_t
+set_int(void *s, int opt, int v, const char *what)
+{
+    if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
+        return sl_zmq_fail("sl_transport: setting %s", what);
+    return SL_OK;
+}
+
+static void zmq_close_link(void **ctx);
+
+static sl_status_t
+zmq_open(void **out, const sl_link_env_t *env)
+{
+    const sl_transport_opts_t *o = env->o;
+    zlink_t *z;
+    sl_status_t st;
+    pthread_condattr_t ca;
+    size_t len;
+    int64_t maxmsg = (int64_t)(SL_WIRE_HEADER_BYTES + SL_WIRE_MAX_PAYLOAD);
+    uint32_t nonce;
+
+    *out = NULL;
+    z = calloc(1, sizeof *z);
+    if (!z)
+        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+    z->env = *env;
+    z->o = o;
+    snprintf(z->bind, sizeof z->bind, "%s", o->bind_endpoint);
+    pthread_mutex_init(&z->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&z->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    nonce = (uint32_t)sl_mix64((uint64_t)getpid() << 32 ^ (uint64_t)(sl_clock_now() * 1e9) ^
+                               (uintptr_t)z);
+    z->id[0] = 'S';
+    for (int i = 0; i < 4; i++) {
+        z->id[1 + i] = (unsigned char)(o->rank >> (8 * i));
+        z->id[5 + i] = (unsigned char)(nonce >> (8 * i));
+    }
+    z->peers = calloc(o->size, sizeof *z->peers);
+    if (!z->peers) {
+        st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        goto fail;
+    }
+    z->ctx = zmq_ctx_new();
+    if (!z->ctx) {
+        st = sl_zmq_fail("sl_transport_new: zmq_ctx_new");
+        goto fail;
+    }
+    z->router = zmq_socket(z->ctx, ZMQ_ROUTER);
+    if (!z->router) {
+        st = sl_zmq_fail("sl_transport_new: zmq_socket");
+        goto fail;
+    }
+    SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
+    if (zmq_setsockopt(z->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
+        st = sl_zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
+        goto fail;
+    }
+    if (zmq_bind(z->router, z->bind) != 0) {
+        st = sl_zmq_fail("sl_transport_new: rank %u: binding %s", (unsigned)o->rank, z->bind);
+        goto fail;
+    }
+    len = sizeof z->endpoint;
+    if (zmq_getsockopt(z->router, ZMQ_LAST_ENDPOINT, z->endpoint, &len) != 0) {
+        st = sl_zmq_fail("sl_transport_new: reading the bound endpoint");
+        goto fail;
+    }
+    *out = z;
+    return SL_OK;
+fail:
+    zmq_close_link((void **)&z);
+    return st;
+}
+
+static void
+zmq_close_link(void **ctx)
+{
+    zlink_t *z = ctx ? *ctx : NULL;
+
+    if (!z)
+        return;
+    if (z->router)
+        zmq_close(z->router);
+    for (uint32_t p = 0; z->peers && p < z->o->size; p++)
+        if (z->peers[p]) {
+            zmq_setsockopt(z->peers[p], ZMQ_LINGER, &z->o->linger_ms, sizeof z->o->linger_ms);
+            zmq_close(z->peers[p]);
+        }
+    if (z->ctx) /* blocks until queued frames left or linger_ms passed; gives lent back */
+        while (zmq_ctx_term(z->ctx) != 0 && zmq_errno() == EINTR)
+            ;
+    for (uint32_t p = 0; z->endpoints && p < z->o->size; p++)
+        free(z->endpoints[p]);
+    free(z->endpoints);
+    free(z->peers);
+    pthread_cond_destroy(&z->cond);
+    pthread_mutex_destroy(&z->lock);
+    free(z);
+    *ctx = NULL;
+}
+
+const char *
+sl_link_zmq_endpoint(const void *ctx)
+{
+    const zlink_t *z = ctx;
+
+    return z->endpoint;
+}
+
+sl_status_t
+sl_link_zmq_connect(void *ctx, const char *const *endpoints)
+{
+    zlink_t *z = ctx;
+
+    if (z->endpoints)
+        return sl_err_set(SL_ERR_INVALID, "sl_transport_connect: rank %u: called twice",
+                          (unsigned)z->o->rank);
+    z->endpoints = calloc(z->o->size, sizeof *z->endpoints);
+    if (!z->endpoints)
+        return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
+    for (uint32_t p = 0; p < z->o->size; p++) {
+        if (p == z->o->rank || !endpoints[p])
+            continue;
+        z->endpoints[p] = strdup(endpoints[p]);
+        if (!z->endpoints[p])
+            return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
+    }
+    return SL_OK;
+}
+
+int
+sl_link_zmq_known(const void *ctx, uint32_t peer)
+{
+    const zlink_t *z = ctx;
+
+    return z->endpoints && peer < z->o->size && z->endpoints[peer];
+}
+
+static int
+zmq_serves(void *ctx, uint32_t peer)
+{
+    (void)ctx;
+    (void)peer;
+    return 1;
+}
+
+/* The DEALER to peer, connected on first use. It queues frames before the connection
+ * is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a send blocks
+ * only when that queue is full. */
+static sl_status_t
+peer_socket(zlink_t *z, uint32_t peer, void **out)
+{
+    void *s;
+    sl_status_t st;
+    int hb = z->o->heartbeat_ms;
+
+    if (z->peers[peer]) {
+        *out = z->peers[peer];
+        return SL_OK;
+    }
+    if (!z->endpoints || !z->endpoints[peer])
+        return sl_err_set(SL_ERR_INVALID, "sl_transport: rank %u: no endpoint for rank %u",
+                          (unsigned)z->o->rank, (unsigned)peer);
+    s = zmq_socket(z->ctx, ZMQ_DEALER);
+    if (!s)
+        return sl_zmq_fail("sl_transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
+                           (unsigned)peer);
+    if (zmq_setsockopt(s, ZMQ_ROUTING_ID, z->id, sizeof z->id) != 0) {
+        st = sl_zmq_fail("sl_transport: setting ZMQ_ROUTING_ID");
+        goto fail;
+    }
+    SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
+    if (hb > 0) {
+        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL"), st, fail);
+        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
+        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
+    }
+    if (zmq_connect(s, z->endpoints[peer]) != 0) {
+        st = sl_zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
+                         (unsigned)peer, z->endpoints[peer]);
+        goto fail;
+    }
+    z->peers[peer] = s;
+    *out = s;
+    return SL_OK;
+fail:
+    zmq_close(s);
+    return st;
+}
+
+/* Waits up to timeout_ms for socket s to be ready for events (ZMQ_POLLIN/POLLOUT).
+ * SL_ERR_TIMEOUT when it is not. */
+static sl_status_t
+wait_ready(void *s, short events, int timeout_ms, const char *what)
+{
+    zmq_pollitem_t it = {s, 0, events, 0};
+    int rc = zmq_poll(&it, 1, timeout_ms);
+
+    if (rc < 0)
+        return sl_zmq_fail("%s", what);
+    return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
+}
+
+/* Queues the frame (h, payload) on the DEALER to h->receiver, lending the payload
+ * (SL_SEND_LEND) or copying it. */
+static sl_status_t
+zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, int wait_ms)
+{
+    zlink_t *z = ctx;
+    unsigned char hb[SL_WIRE_HEADER_BYTES];
+    uint64_t payload_bytes = h->payload_bytes;
+    uint32_t peer = h->receiver;
+    zmq_msg_t head, body;
+    void *s = NULL;
+    sl_status_t st;
+    int lend, body_live = 0;
+
+    SL_TRY(sl_wire_encode(h, payload, hb)); /* validates before anything is allocated */
+    SL_TRY(peer_socket(z, peer, &s));
+    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
+    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
+        return sl_zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
+    memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
+    if (!lend && payload_bytes)
+        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
+    if (lend) {
+        pthread_mutex_lock(&z->lock);
+        z->lent++;
+        pthread_mutex_unlock(&z->lock);
+        /* ZeroMQ only reads it; the cast drops const for its signature */
+        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, z) !=
+            0) {
+            give_back(NULL, z);
+            zmq_msg_close(&head);
+            return sl_zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
+        }
+        body_live = 1;
+    }
+    st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
+    if (st == SL_OK && zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend ? ZMQ_SNDMORE : 0)) < 0)
+        st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+                         (unsigned)peer);
+    /* once the first part is queued the rest of the message always is */
+    if (st == SL_OK && lend) {
+        if (zmq_msg_send(&body, s, ZMQ_DONTWAIT) < 0)
+            st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+                             (unsigned)peer);
+        else
+            body_live = 0;
+    }
+    zmq_msg_close(&head); /* empty after a successful send */
+    if (body_live)
+        zmq_msg_close(&body); /* gives the payload back */
+    if (st == SL_ERR_TIMEOUT)
+        return sl_err_set(st,
+                          "sl_transport_send: rank %u: no room to send %s to rank %u within "
+                          "%d ms",
+                          (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
+                          wait_ms);
+    if (st == SL_OK)
+        z->sent++;
+    return st;
+}
+
+/* Reads one message if one is waiting: *out is then a validated frame, or NULL when it
+ * was dropped; *got says whether there was a message at all. */
+static sl_status_t
+zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
+{
+    zlink_t *z = ctx;
+    const sl_transport_opts_t *o = z->o;
+    zmq_msg_t id, m;
+    zframe_t *f;
+    sl_wire_reason_t why;
+    const unsigned char *idb;
+    int more, extra = 0;
+    uint32_t idrank = 0;
+    char detail[160];
+
+    *out = NULL;
+    *got = 0;
+    zmq_msg_init(&id);
+    if (zmq_msg_recv(&id, z->router, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&id);
+        return zmq_errno() == EAGAIN ? SL_OK
+                                     : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)o->rank);
+    }
+    *got = 1;
+    more = zmq_msg_more(&id);
+    f = calloc(1, sizeof *f);
+    if (f)
+        f->f.release = release_frame;
+    /* the rest of a multipart message is already here: these reads do not block */
+    while (more) {
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, z->router, 0) < 0) {
+            sl_status_t st = sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)o->rank);
+            zmq_msg_close(&m);
+            zmq_msg_close(&id);
+            if (f)
+                release_frame(&f->f);
+            return st;
+        }
+        more = zmq_msg_more(&m);
+        if (f && f->nparts < 2) {
+            zmq_msg_init(&f->part[f->nparts]);
+            zmq_msg_move(&f->part[f->nparts++], &m);
+        } else {
+            extra = 1;
+        }
+        zmq_msg_close(&m);
+    }
+    idb = zmq_msg_data(&id);
+    if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S')
+        for (int i = 3; i >= 0; i--)
+            idrank = idrank << 8 | idb[1 + i];
+    else
+        idrank = UINT32_MAX;
+    zmq_msg_close(&id);
+    if (!f)
+        return sl_err_set(SL_ERR_NOMEM, "sl_transport_recv: out of memory");
+    if (extra || f->nparts == 0) {
+        snprintf(detail, sizeof detail, "%s parts", extra ? "more than 2" : "no");
+        z->env.drop(z->env.host, SL_DROP_FRAMING, detail);
+        release_frame(&f->f);
+        return SL_OK;
+    }
+    if (f->nparts == 1) {
+        why = sl_wire_decode(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), o->run_id,
+                             o->rank, o->size, &f->f.pub.h, &f->f.pub.payload);
+    } else {
+        f->f.pub.payload = zmq_msg_data(&f->part[1]);
+        why = sl_wire_decode_parts(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]),
+                                   f->f.pub.payload, zmq_msg_size(&f->part[1]), o->run_id, o->rank,
+                                   o->size, &f->f.pub.h);
+    }
+    if (why != SL_WIRE_OK || idrank != f->f.pub.h.sender) {
+        unsigned reason = why != SL_WIRE_OK ? (unsigned)why : SL_DROP_IDENTITY;
+        if (idrank == UINT32_MAX)
+            snprintf(detail, sizeof detail, "from a connection that is not a shoal node");
+        else
+            snprintf(detail, sizeof detail, "from the connection of rank %u", (unsigned)idrank);
+        z->env.drop(z->env.host, reason, detail);
+        release_frame(&f->f);
+        return SL_OK;
+    }
+    z->received++;
+    *out = &f->f;
+    return SL_OK;
+}
+
+static sl_status_t
+zmq_wait(void *ctx, int timeout_ms)
+{
+    zlink_t *z = ctx;
+    sl_status_t st = wait_ready(z->router, ZMQ_POLLIN, timeout_ms, "sl_transport_recv: polling");
+
+    return st == SL_ERR_TIMEOUT ? SL_OK : st;
+}
+
+static sl_status_t
+zmq_wait_sent(void *ctx, int timeout_ms)
+{
+    zlink_t *z = ctx;
+    struct timespec until;
+    uint64_t left;
+    int rc = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&z->lock);
+    while (z->lent > 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&z->cond, &z->lock, &until);
+    left = z->lent;
+    pthread_mutex_unlock(&z->lock);
+    if (left)
+        return sl_err_set(SL_ERR_TIMEOUT,
+                          "sl_transport_wait_sent: rank %u: %" PRIu64
+                          " lent payloads still queued after %d ms",
+                          (unsigned)z->o->rank, left, timeout_ms);
+    return SL_OK;
+}
+
+static void
+zmq_stats(const void *ctx, uint64_t *sent, uint64_t *received)
+{
+    const zlink_t *z = ctx;
+
+    *sent = z->sent;
+    *received = z->received;
+}
+
+const sl_link_ops_t sl_link_zmq_ops = {
+    .name = "zmq",
+    .kinds = 0,
+    .open = zmq_open,
+    .close = zmq_close_link,
+    .serves = zmq_serves,
+    .send = zmq_send_frame,
+    .recv = zmq_recv_frame,
+    .take = NULL,
+    .nap_ms = NULL,
+    .sleep = NULL,
+    .wait = zmq_wait,
+    .wait_sent = zmq_wait_sent,
+    .stats = zmq_stats,
+};

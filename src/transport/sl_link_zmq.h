@@ -1,0 +1,24 @@
+/* The ZeroMQ link (sl_link.h), the transport's base medium: one bound ROUTER receives
+ * from every peer, one DEALER per peer sends (made on the first send). It reaches any
+ * host, carries every frame the other links do not, and is the one the dispatcher
+ * blocks on. Beside its table it has what only a socket has: an endpoint to bind and
+ * the endpoints of the peers. */
+#ifndef SL_LINK_ZMQ_H
+#define SL_LINK_ZMQ_H
+
+#include <stdint.h>
+
+#include "common/sl_status.h"
+#include "transport/sl_link.h"
+
+extern const sl_link_ops_t sl_link_zmq_ops;
+
+/* The endpoint the ROUTER really bound (wildcards resolved). */
+const char *sl_link_zmq_endpoint(const void *ctx);
+/* Learns every peer's endpoint (o->size entries by rank, NULL for unknown; copied).
+ * SL_ERR_INVALID the second time, SL_ERR_NOMEM. */
+sl_status_t sl_link_zmq_connect(void *ctx, const char *const *endpoints);
+/* Whether peer's endpoint is known (frames to it can be sent). */
+int sl_link_zmq_known(const void *ctx, uint32_t peer);
+
+#endif
