@@ -17,6 +17,7 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "node/sl_launch.h"
+#include "node/sl_launcher_env.h"
 #include "node/sl_train.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
@@ -303,7 +304,8 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             if (!v)
                 return usage_error(command, "option '--set' needs KEY=VALUE");
             a->sets[a->nsets++] = v;
-        } else if (accept_eval && ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
+        } else if (accept_eval &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--checkpoint' needs a FILE");
             a->checkpoint = v;
@@ -321,16 +323,19 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             if (!v)
                 return usage_error(command, "option '--size' needs a number");
             a->size = v;
-        } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
+        } else if (accept_node &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--master' needs HOST:PORT");
             a->master = v;
-        } else if (accept_run && (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
-                                  ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
+        } else if (accept_run &&
+                   (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
+                    ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
             if (!v)
                 return usage_error(command, "option '%s' needs a number", arg);
             a->nodes = v;
-        } else if (accept_run && ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
+        } else if (accept_run &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--transport' needs ipc or tcp");
             if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
@@ -551,25 +556,19 @@ parse_count(const char *s, long lo, long hi, int *out)
 static int
 node_rank_size(const args_t *a, const sl_config_t *cfg, int *rank, int *size)
 {
-    static const char *const pairs[][2] = {{"SLURM_PROCID", "SLURM_NTASKS"},
-                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                                           {"PMI_RANK", "PMI_SIZE"}};
     const char *rank_s = a->rank, *size_s = a->size;
-    char rank_from[64] = "--rank", size_from[64] = "--size";
+    const char *rank_from = "--rank", *size_from = "--size";
+    sl_launcher_env_t env;
 
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
-        if (!r || !n)
-            continue;
+    if (sl_launcher_env_read(&env) != SL_LAUNCHER_NONE) {
         if (!rank_s) {
-            rank_s = r;
-            snprintf(rank_from, sizeof rank_from, "%s", pairs[i][0]);
+            rank_s = env.rank;
+            rank_from = env.rank_var;
         }
         if (!size_s) {
-            size_s = n;
-            snprintf(size_from, sizeof size_from, "%s", pairs[i][1]);
+            size_s = env.size;
+            size_from = env.size_var;
         }
-        break;
     }
     if (!rank_s)
         return usage_error("node", "no rank: give --rank R --size N, or start shoal node with "
@@ -794,8 +793,8 @@ cmd_run(int argc, char **argv)
             if (res.node[i].train.final_models > 0)
                 fin = &res.node[i].train;
         }
-        printf("shoal: done: %d node%s, %.0f tokens/s in all", res.nodes,
-               res.nodes == 1 ? "" : "s", rate);
+        printf("shoal: done: %d node%s, %.0f tokens/s in all", res.nodes, res.nodes == 1 ? "" : "s",
+               rate);
         if (fin) {
             printf("; final model averages %d nodes", fin->final_models);
             print_split("valid", fin->has_valid, fin->final_valid_loss, fin->level);
