@@ -1,5 +1,6 @@
-/* The shoal command line: train, eval, run, node, help. The only place that prints
- * errors and exits: every error is one line "shoal: <message>" on stderr. */
+/* The shoal command line: train, eval, run, node, help (their texts in sl_help.c). The
+ * only place that prints errors and exits: every error is one line "shoal: <message>"
+ * on stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
