@@ -71,3 +71,19 @@ sl_backend_destroy(sl_backend_t **b)
     sl_free(*b);
     *b = NULL;
 }
+
+sl_status_t
+sl_backend_host_alloc(sl_backend_t *be, void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    return be->ops->host_alloc(be->ctx, ptr, bytes);
+}
+
+void
+sl_backend_host_free(sl_backend_t *be, void **ptr)
+{
+    if (*ptr == NULL)
+        return;
+    be->ops->host_free(be->ctx, *ptr);
+    *ptr = NULL;
+}

@@ -5,8 +5,9 @@
  * the ops that return a value to the host (sync, to_host, sumsq, the softmax losses)
  * wait for what is queued. An op without a status that fails records its first failure
  * in the backend (sumsq and the softmax losses then give NaN); the next op with a status
- * (alloc, to_device, to_host, sync, set_precision) returns it with its message and
- * clears it: SL_ERR_DEVICE for CUDA/cuBLAS failures, SL_ERR_INVALID for bad arguments.
+ * (alloc, to_device, to_host, host_alloc, sync, set_precision) returns it with its
+ * message and clears it: SL_ERR_DEVICE for CUDA/cuBLAS failures, SL_ERR_INVALID for bad
+ * arguments.
  *
  * Only kernels/sl_backend.c (the registry) knows which backends exist. */
 #ifndef SL_BACKEND_H
@@ -40,6 +41,18 @@ struct sl_backend_ops {
     void (*free)(void *ctx, void *ptr);
     sl_status_t (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
     sl_status_t (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
+    /* Host memory for staging copies to and from this backend: *ptr gets bytes (at least
+     * 1) of zeroed memory the caller reads and writes directly and passes to to_device /
+     * to_host. Page-locked where the backend has such memory (cuda: cudaMallocHost, so
+     * copies run at full bandwidth and may later run asynchronously on a stream of
+     * their own); ordinary SL_ALIGN-aligned memory on cpu. Never a device pointer: it
+     * must not go to any other op. *ptr is NULL on failure: SL_ERR_NOMEM, or
+     * SL_ERR_DEVICE for a CUDA failure (message set). Page-locked memory is scarce:
+     * allocate it at start-up, sized from the config, never in a hot loop. */
+    sl_status_t (*host_alloc)(void *ctx, void **ptr, size_t bytes);
+    /* Frees what host_alloc of the same backend gave (NULL accepted), after the copies
+     * queued with it have finished; before the backend is destroyed. */
+    void (*host_free)(void *ctx, void *ptr);
     sl_status_t (*sync)(void *ctx);
     /* Precision of gemm's inputs from now on (fp32 at creation): bf16 / fp16 round A and B
      * to that format (nearest even) and multiply with fp32 accumulation into fp32 C (tensor
@@ -51,8 +64,7 @@ struct sl_backend_ops {
      * trans_a / trans_b nonzero mean A / B are stored transposed. lda/ldb/ldc are
      * row strides in elements, as in cblas row-major. */
     void (*gemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                 const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                 int ldc);
+                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
     /* y += alpha * x;  x *= alpha;  dst = src;  x = 0 (n elements each). */
     void (*axpy)(void *ctx, size_t n, float alpha, const float *x, float *y);
@@ -80,15 +92,14 @@ struct sl_backend_ops {
      *   on return it holds the activations (sigmoid i, f, o; tanh g), kept for backward.
      *   c_prev (b, h) -> c (b, h) = f*c_prev + i*g;  m (b, h) = o * tanh(c).
      * m is the cell output (before any projection). */
-    void (*lstm_cell_forward)(void *ctx, int b, int h, float *gates, const float *c_prev,
-                              float *c, float *m);
+    void (*lstm_cell_forward)(void *ctx, int b, int h, float *gates, const float *c_prev, float *c,
+                              float *m);
     /* Backward of the cell for one time step. Given dm (b,h) and dc (b,h) (gradient
      * flowing into c from step t+1; updated in place to the gradient w.r.t. c_prev),
      * gates (activations from forward), c_prev and c: writes dgates (b,4h), the
      * gradient w.r.t. the pre-activations. dgates may alias nothing else. */
-    void (*lstm_cell_backward)(void *ctx, int b, int h, const float *gates,
-                               const float *c_prev, const float *c, const float *dm,
-                               float *dc, float *dgates);
+    void (*lstm_cell_backward)(void *ctx, int b, int h, const float *gates, const float *c_prev,
+                               const float *c, const float *dm, float *dc, float *dgates);
 
     /* out (n, d) row i = table row ids[i]. */
     void (*embedding_gather)(void *ctx, int n, int d, const float *table, const int32_t *ids,
@@ -138,6 +149,11 @@ struct sl_backend_ops {
  * sl_backend_destroy, which accepts NULL and NULLs the pointer. */
 sl_status_t sl_backend_new(sl_backend_t **out, const char *name, int threads);
 void sl_backend_destroy(sl_backend_t **b);
+
+/* be's host_alloc / host_free (above): *ptr gets zeroed staging memory of bytes; free
+ * with sl_backend_host_free, which accepts a NULL *ptr and sets *ptr to NULL. */
+sl_status_t sl_backend_host_alloc(sl_backend_t *be, void **ptr, size_t bytes);
+void sl_backend_host_free(sl_backend_t *be, void **ptr);
 
 /* The CPU backend, for tests that compare against it. */
 sl_status_t sl_backend_cpu_new(sl_backend_t **out, int threads);

@@ -50,9 +50,9 @@ enum {
 };
 
 typedef struct {
-    int threads;          /* for OpenBLAS and the fused loops, >= 1 */
-    sl_cpu_pool_t *pool;  /* threads - 1 sleeping workers; NULL: loops stay serial */
-    char desc[320];       /* what describe() returns */
+    int threads;         /* for OpenBLAS and the fused loops, >= 1 */
+    sl_cpu_pool_t *pool; /* threads - 1 sleeping workers; NULL: loops stay serial */
+    char desc[320];      /* what describe() returns */
 } cpu_t;
 
 typedef sl_cpu_range_fn range_fn;
@@ -864,6 +864,13 @@ cpu_free(void *ctx, void *ptr)
     sl_free(ptr);
 }
 
+/* cpu memory is host memory: staging buffers are ordinary aligned ones. */
+static sl_status_t
+cpu_host_alloc(void *ctx, void **ptr, size_t bytes)
+{
+    return sl_alloc(ptr, bytes ? bytes : 1, 1, 1, "host staging buffer");
+}
+
 static sl_status_t
 cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes)
 {
@@ -967,6 +974,8 @@ static const sl_backend_ops_t cpu_ops = {
     .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_free,
     .to_device = cpu_memcpy,
     .to_host = cpu_memcpy,
     .sync = cpu_sync,

@@ -128,6 +128,40 @@ cuda_free(void *ctx, void *ptr)
         sl_cuda_check(cu, cudaFree(ptr), "free");
 }
 
+/* Page-locked host memory, so that to_device / to_host copy at full bandwidth (and a
+ * later stream of their own may run them asynchronously). */
+static sl_status_t
+cuda_host_alloc(void *ctx, void **ptr, size_t bytes)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    void *p = NULL;
+    cudaError_t e;
+
+    *ptr = NULL;
+    SL_TRY(sl_cuda_take_error(cu));
+    SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "host_alloc");
+    e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return sl_err_set(SL_ERR_NOMEM, "%s: host_alloc: out of page-locked memory for %zu bytes",
+                          cu->name, bytes);
+    }
+    SL_CUDA_TRY(cu, e, "host_alloc");
+    memset(p, 0, bytes);
+    *ptr = p;
+    return SL_OK;
+}
+
+/* cudaFreeHost waits for the device, so no queued copy can still use ptr. */
+static void
+cuda_host_free(void *ctx, void *ptr)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (ptr && sl_cuda_enter(cu, "host_free"))
+        sl_cuda_check(cu, cudaFreeHost(ptr), "host_free");
+}
+
 /* host_src may be reused as soon as this returns: pageable memory is staged by the
  * copy call itself, and for page-locked memory (which the copy reads later, in stream
  * order) it waits for the stream. */
@@ -375,6 +409,8 @@ static const sl_backend_ops_t cuda_ops = {
     .free = cuda_free,
     .to_device = cuda_to_device,
     .to_host = cuda_to_host,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
     .sync = cuda_sync,
     .set_precision = cuda_set_precision,
     .gemm = cuda_gemm,

@@ -1,5 +1,6 @@
-/* The shoal command line: train, eval, run, node, help. The only place that prints
- * errors and exits: every error is one line "shoal: <message>" on stderr. */
+/* The shoal command line: train, eval, run, node, help (their texts in sl_help.c). The
+ * only place that prints errors and exits: every error is one line "shoal: <message>"
+ * on stderr. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -16,7 +17,9 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "node/sl_help.h"
 #include "node/sl_launch.h"
+#include "node/sl_launcher_env.h"
 #include "node/sl_train.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
@@ -36,213 +39,6 @@ on_run_signal(int sig)
     (void)sig;
     stop_count++;
 }
-
-static const char main_help[] =
-    "Usage: shoal COMMAND [ARGS]...\n"
-    "       shoal --help | --version | --help-config\n"
-    "\n"
-    "Train LSTM language models (word or character level) and evaluate them.\n"
-    "\n"
-    "Commands:\n"
-    "  train CONF.yaml   train the model CONF.yaml describes; continues from the run\n"
-    "                    directory's checkpoint when there is one\n"
-    "  eval CONF.yaml    evaluate a checkpoint or model file on the valid or test split\n"
-    "  run CONF.yaml     start a run of several nodes (processes) on this machine\n"
-    "                    (cluster.nodes, or -n N), each training on its share of the data\n"
-    "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
-    "  help [COMMAND]    show this help, or the help of COMMAND\n"
-    "\n"
-    "Options:\n"
-    "  -h, --help        show this help and exit\n"
-    "      --version     show the version and exit\n"
-    "      --help-config list every configuration key: type, default, meaning\n"
-    "\n"
-    "Run 'shoal help COMMAND' or 'shoal COMMAND --help' for a command's options.\n"
-    "\n"
-    "Examples:\n"
-    "  shoal train conf/brown-word.yaml\n"
-    "  shoal train conf/brown-word.yaml --set train.epochs=3 --set run.name=brown3\n"
-    "  shoal eval conf/brown-word.yaml --checkpoint runs/brown-word/model.bin --split test\n"
-    "  shoal run conf/brown-word.yaml -n 4\n"
-    "  srun shoal node conf/brown-4nodes.yaml       (see conf/slurm-brown.sh)\n"
-    "\n"
-    "Files (in the run directory: run.dir, default runs/<run.name>):\n"
-    "  config.yaml      the resolved configuration of the run\n"
-    "  checkpoint.bin   latest checkpoint: parameters, optimizer and hidden state,\n"
-    "                   data position; written atomically\n"
-    "  model.bin        the final model (same format; shoal eval --checkpoint reads both)\n"
-    "  metrics.jsonl    one JSON object per report and per evaluation\n"
-    "  summary.json     final figures: steps, tokens/s, losses, perplexities, memory\n"
-    "  node-R/          with several nodes: node R's checkpoint.bin, model.bin,\n"
-    "                   metrics.jsonl and summary.json (config.yaml and summary.json\n"
-    "                   above are rank 0's)\n"
-    "\n"
-    "Environment:\n"
-    "  SHOAL_LOG        log level on stderr: debug, info (default), warn, error, quiet\n"
-    "  SHOAL_MASTER_ADDR, SHOAL_MASTER_PORT\n"
-    "                   shoal node: where rank 0's rendezvous is\n"
-    "  SLURM_PROCID, SLURM_NTASKS, OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,\n"
-    "  PMI_RANK, PMI_SIZE\n"
-    "                   shoal node: this node's rank and the number of nodes\n"
-    "  TMPDIR           where ipc:// sockets go (default /tmp)\n"
-    "\n"
-    "Exit status:\n"
-    "  0    success\n"
-    "  1    runtime error (data, checkpoint, I/O, numerical)\n"
-    "  2    usage or configuration error\n"
-    "  130  interrupted (SIGINT or SIGTERM); the checkpoint is saved: run the same\n"
-    "       command again to resume\n"
-    "\n"
-    "See shoal(1) for details.\n";
-
-static const char run_help[] =
-    "Usage: shoal run CONF.yaml [-n N] [--transport ipc|tcp] [--set KEY=VALUE]...\n"
-    "                 [--no-resume] [--quiet]\n"
-    "\n"
-    "Train with N nodes on this machine: N processes (default cluster.nodes), node R\n"
-    "training on its share of the data, the R-th of N contiguous slices of the training\n"
-    "text. Each node runs as 'shoal node' would; they meet at a rendezvous on a free\n"
-    "port of 127.0.0.1 and reach each other over ipc:// sockets in a private temporary\n"
-    "directory (--transport tcp: over 127.0.0.1). cluster.master and cluster.bind are\n"
-    "for shoal node; shoal run listens on 127.0.0.1 only.\n"
-    "\n"
-    "sync.algorithm says how the nodes keep their models together (none, allreduce,\n"
-    "ma, bmuf, local-ma, local-bmuf, gossip-ma, gossip-bmuf; doc/config.md). With\n"
-    "gossip-* and local-* a node that dies is left out and the others finish (the exit\n"
-    "status is still 1, naming it); with the others it stops the run.\n"
-    "\n"
-    "Files: <run.dir>/config.yaml and summary.json, and per node <run.dir>/node-R/ with\n"
-    "checkpoint.bin, model.bin, metrics.jsonl, summary.json. With a sync algorithm,\n"
-    "<run.dir>/model.bin is the average of the live nodes' models and the top\n"
-    "summary.json its evaluation.\n"
-    "Running the same command again continues every node from its checkpoint.\n"
-    "\n"
-    "On stderr, one progress line for the run (the slowest node's step, the tokens/s\n"
-    "of all nodes together, their mean loss, the longest ETA) and the nodes' log lines:\n"
-    "  step 120/245 | 4 nodes | 11800 tok/s | loss 5.610 | ppl 273.1 | ETA 3m10s\n"
-    "  node 2: train: info: resuming from step 80 of 245 ...\n"
-    "At the end, on stdout, one line per node, then one for the run:\n"
-    "  shoal: node 0: done: 1 epoch, 245 steps in 1m02s, 2950 tokens/s; valid ppl ...\n"
-    "  shoal: done: 4 nodes, 11800 tokens/s in all; final model averages 4 nodes;\n"
-    "    valid ppl 190.21; test ppl 197.50; model runs/brown-4nodes-gossip-bmuf/model.bin\n"
-    "(without a sync algorithm the run line names the run directory instead).\n"
-    "\n"
-    "When a node fails or dies, the others are stopped (SIGTERM: they finish their\n"
-    "step, save a checkpoint and leave; SIGKILL after 10 s) and shoal run exits with\n"
-    "the first failure, e.g. 'shoal: node 2 failed: <its error>' or 'shoal: node 2\n"
-    "killed by signal 9'. SIGINT or SIGTERM is passed on to every node, which saves a\n"
-    "checkpoint (exit 130); a second one kills them. No node outlives shoal run.\n"
-    "\n"
-    "Options:\n"
-    "  -n, --nodes N      number of nodes, 1 to 1024 (default cluster.nodes; sets it)\n"
-    "  --transport KIND   ipc or tcp (default cluster.transport)\n"
-    "  --set KEY=VALUE    override a configuration key (repeatable)\n"
-    "  --no-resume        every node starts from step 0\n"
-    "  --quiet            no progress line\n"
-    "  -h, --help         show this help and exit\n"
-    "\n"
-    "Examples:\n"
-    "  shoal run conf/brown-word.yaml -n 4\n"
-    "  shoal run conf/brown-word.yaml -n 2 --transport tcp --set train.max_steps=100\n";
-
-static const char node_help[] =
-    "Usage: shoal node CONF.yaml [--rank R --size N] [--master HOST:PORT]\n"
-    "                  [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
-    "\n"
-    "Run one node of a run on several machines. A cluster's launcher starts one per\n"
-    "GPU or host, e.g. 'srun shoal node conf/brown-4nodes.yaml' (conf/slurm-brown.sh\n"
-    "is a complete Slurm batch script) or 'mpirun -np 4 shoal node ...'.\n"
-    "\n"
-    "Rank and size: --rank and --size, else the first pair that is set of\n"
-    "SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE and\n"
-    "PMI_RANK/PMI_SIZE (without a size: cluster.nodes). The size must equal\n"
-    "cluster.nodes.\n"
-    "\n"
-    "Rendezvous: rank 0 listens on cluster.bind at the port of the master address,\n"
-    "which is --master, else SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT, else cluster.master.\n"
-    "Every node binds its endpoint (cluster.transport: ipc for nodes of one machine,\n"
-    "under $TMPDIR; tcp: on cluster.bind, any free port), registers it with rank 0 and\n"
-    "receives every node's. Nodes may start in any order; after\n"
-    "cluster.rendezvous_timeout_ms rank 0 names the ranks that never came. Rank 0\n"
-    "refuses nodes of another job or configuration, a wrong size, a rank given twice.\n"
-    "\n"
-    "Each node trains on its own share of the data (rank R of N) and synchronises as\n"
-    "sync.algorithm says (doc/config.md). Node R's files go to <run.dir>/node-R/\n"
-    "(checkpoint.bin, model.bin, metrics.jsonl, summary.json); rank 0 also writes\n"
-    "<run.dir>/config.yaml and summary.json, and with a sync algorithm the averaged\n"
-    "<run.dir>/model.bin (the lowest live rank, if rank 0 died in a gossip or local\n"
-    "run). A node that fails tells the\n"
-    "others, which stop after their step with a checkpoint. Starting the same job\n"
-    "again continues every node from its checkpoint.\n"
-    "\n"
-    "Options:\n"
-    "  --rank R           this node's rank, 0 <= R < N\n"
-    "  --size N           number of nodes\n"
-    "  --master HOST:PORT rank 0's rendezvous address\n"
-    "  --set KEY=VALUE    override a configuration key (repeatable; give every node\n"
-    "                     the same, or rank 0 refuses it)\n"
-    "  --no-resume        start from step 0\n"
-    "  --quiet            no progress line (only rank 0 shows one anyway)\n"
-    "  -h, --help         show this help and exit\n"
-    "\n"
-    "Log lines start with 'shoal node R:'; the last line on stdout is\n"
-    "'shoal: node R: done: ...'. Exit status as shoal train; a node that stopped\n"
-    "because another failed exits 1.\n"
-    "\n"
-    "Examples:\n"
-    "  srun shoal node conf/brown-4nodes.yaml\n"
-    "  shoal node conf/brown-word.yaml --set cluster.nodes=2 --rank 1 --size 2 \\\n"
-    "      --master 127.0.0.1:29500\n";
-
-static const char train_help[] =
-    "Usage: shoal train CONF.yaml [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
-    "\n"
-    "Train the model CONF.yaml describes on this machine. The run directory (run.dir,\n"
-    "default runs/<run.name>) receives config.yaml, checkpoint.bin, model.bin,\n"
-    "metrics.jsonl and summary.json. When it already holds a checkpoint.bin of the same\n"
-    "model and data, training continues from it, exactly as if never stopped.\n"
-    "\n"
-    "Options:\n"
-    "  --set KEY=VALUE   override a configuration key (repeatable, applied in order\n"
-    "                    after the file); VALUE is YAML: --set train.batch=64,\n"
-    "                    --set 'model.layers=[{lstm: 512}]'\n"
-    "  --no-resume       start from step 0 even if a checkpoint exists (it is\n"
-    "                    replaced at the next checkpoint)\n"
-    "  --quiet           no progress line on stderr\n"
-    "  -h, --help        show this help and exit\n"
-    "\n"
-    "Progress goes to stderr (one line rewritten in place on a terminal, else one line\n"
-    "every run.log_every steps); the last line, on stdout, sums the run up:\n"
-    "  shoal: done: 1 epoch, 852 steps in 4m12s, 3790 tokens/s; valid ppl 245.31; ...\n"
-    "SIGINT or SIGTERM stops after the current step with a checkpoint (exit 130).\n"
-    "\n"
-    "Examples:\n"
-    "  shoal train conf/brown-word.yaml\n"
-    "  shoal train conf/brown-word.yaml --set train.max_steps=200 --set run.name=smoke\n"
-    "  SHOAL_LOG=warn shoal train conf/brown-word.yaml --quiet\n";
-
-static const char eval_help[] =
-    "Usage: shoal eval CONF.yaml --checkpoint FILE [--split valid|test] [--set KEY=VALUE]...\n"
-    "\n"
-    "Evaluate the parameters in FILE (a checkpoint.bin or model.bin of a run with the\n"
-    "same model and data settings) on a split of the corpus CONF.yaml names, with the\n"
-    "full softmax, and print e.g.\n"
-    "  valid ppl 245.31 (loss 5.5025, 57576 tokens)\n"
-    "(bits per character, bpc, for character-level models).\n"
-    "\n"
-    "Options:\n"
-    "  --checkpoint FILE  the checkpoint or model file to evaluate (required)\n"
-    "  --split SPLIT      valid (default) or test\n"
-    "  --set KEY=VALUE    override a configuration key (repeatable)\n"
-    "  -h, --help         show this help and exit\n"
-    "\n"
-    "Example:\n"
-    "  shoal eval runs/brown-word/config.yaml --checkpoint runs/brown-word/model.bin\n";
-
-static const char help_help[] =
-    "Usage: shoal help [COMMAND]\n"
-    "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, run, node, help).\n";
 
 /* Which options a command takes. */
 enum { OPT_TRAIN = 1, OPT_EVAL = 2, OPT_NODE = 4, OPT_RUN = 8 };
@@ -303,7 +99,8 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             if (!v)
                 return usage_error(command, "option '--set' needs KEY=VALUE");
             a->sets[a->nsets++] = v;
-        } else if (accept_eval && ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
+        } else if (accept_eval &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--checkpoint' needs a FILE");
             a->checkpoint = v;
@@ -321,16 +118,19 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             if (!v)
                 return usage_error(command, "option '--size' needs a number");
             a->size = v;
-        } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
+        } else if (accept_node &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--master' needs HOST:PORT");
             a->master = v;
-        } else if (accept_run && (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
-                                  ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
+        } else if (accept_run &&
+                   (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
+                    ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
             if (!v)
                 return usage_error(command, "option '%s' needs a number", arg);
             a->nodes = v;
-        } else if (accept_run && ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
+        } else if (accept_run &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
             if (!v)
                 return usage_error(command, "option '--transport' needs ipc or tcp");
             if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
@@ -455,7 +255,7 @@ cmd_train(int argc, char **argv)
     int ex = parse_args("train", argc, argv, &a, OPT_TRAIN);
 
     if (ex < 0 && a.help) {
-        fputs(train_help, stdout);
+        fputs(sl_help_text("train"), stdout);
         ex = EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
@@ -505,7 +305,7 @@ cmd_eval(int argc, char **argv)
     int ex = parse_args("eval", argc, argv, &a, OPT_EVAL);
 
     if (ex < 0 && a.help) {
-        fputs(eval_help, stdout);
+        fputs(sl_help_text("eval"), stdout);
         ex = EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
@@ -551,25 +351,19 @@ parse_count(const char *s, long lo, long hi, int *out)
 static int
 node_rank_size(const args_t *a, const sl_config_t *cfg, int *rank, int *size)
 {
-    static const char *const pairs[][2] = {{"SLURM_PROCID", "SLURM_NTASKS"},
-                                           {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                                           {"PMI_RANK", "PMI_SIZE"}};
     const char *rank_s = a->rank, *size_s = a->size;
-    char rank_from[64] = "--rank", size_from[64] = "--size";
+    const char *rank_from = "--rank", *size_from = "--size";
+    sl_launcher_env_t env;
 
-    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
-        const char *r = getenv(pairs[i][0]), *n = getenv(pairs[i][1]);
-        if (!r || !n)
-            continue;
+    if (sl_launcher_env_read(&env) != SL_LAUNCHER_NONE) {
         if (!rank_s) {
-            rank_s = r;
-            snprintf(rank_from, sizeof rank_from, "%s", pairs[i][0]);
+            rank_s = env.rank;
+            rank_from = env.rank_var;
         }
         if (!size_s) {
-            size_s = n;
-            snprintf(size_from, sizeof size_from, "%s", pairs[i][1]);
+            size_s = env.size;
+            size_from = env.size_var;
         }
-        break;
     }
     if (!rank_s)
         return usage_error("node", "no rank: give --rank R --size N, or start shoal node with "
@@ -653,7 +447,7 @@ cmd_node(int argc, char **argv)
     int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE);
 
     if (ex < 0 && a.help) {
-        fputs(node_help, stdout);
+        fputs(sl_help_text("node"), stdout);
         ex = EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
@@ -763,7 +557,7 @@ cmd_run(int argc, char **argv)
     int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN);
 
     if (ex < 0 && a.help) {
-        fputs(run_help, stdout);
+        fputs(sl_help_text("run"), stdout);
         ex = EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
@@ -794,8 +588,8 @@ cmd_run(int argc, char **argv)
             if (res.node[i].train.final_models > 0)
                 fin = &res.node[i].train;
         }
-        printf("shoal: done: %d node%s, %.0f tokens/s in all", res.nodes,
-               res.nodes == 1 ? "" : "s", rate);
+        printf("shoal: done: %d node%s, %.0f tokens/s in all", res.nodes, res.nodes == 1 ? "" : "s",
+               rate);
         if (fin) {
             printf("; final model averages %d nodes", fin->final_models);
             print_split("valid", fin->has_valid, fin->final_valid_loss, fin->level);
@@ -822,22 +616,13 @@ cmd_run(int argc, char **argv)
 static int
 cmd_help(const char *command)
 {
-    if (!command)
-        fputs(main_help, stdout);
-    else if (strcmp(command, "train") == 0)
-        fputs(train_help, stdout);
-    else if (strcmp(command, "eval") == 0)
-        fputs(eval_help, stdout);
-    else if (strcmp(command, "run") == 0)
-        fputs(run_help, stdout);
-    else if (strcmp(command, "node") == 0)
-        fputs(node_help, stdout);
-    else if (strcmp(command, "help") == 0)
-        fputs(help_help, stdout);
-    else {
+    const char *text = sl_help_text(command);
+
+    if (!text) {
         fprintf(stderr, "shoal: help: unknown command '%s' (see shoal --help)\n", command);
         return EXIT_USAGE;
     }
+    fputs(text, stdout);
     return EXIT_OK;
 }
 

@@ -1,15 +1,12 @@
 /* Single-node training: set-up, the step loop with reports, checkpoints and epoch-end
  * evaluation, resume from a checkpoint, the final model and summary.
  *
- * Device memory: the sync algorithms (src/sync) work on host memory. With a backend
- * whose memory is not the host's (anything but cpu) and a sync algorithm, the trainer
- * keeps a host mirror of the parameters (plain memory: the backend interface offers no
- * pinned allocation) and stages through it: the gradients around sl_sync_gradients
- * (allreduce), the components due at a step around sl_sync_after_step, the whole
- * model for the final average. SHOAL_STAGE_SYNC=1 in the environment stages on the
- * cpu backend too, so that tests run those copies without a device. The sync state
- * that checkpoints carry (sl_sync_state_save) is the sync object's own host memory:
- * nothing of it is staged.
+ * Device memory: the sync algorithms (src/sync) work on host memory; with a backend
+ * whose memory is not the host's, the trainer stages through a pinned host mirror
+ * (sl_staging.h). SHOAL_STAGE_SYNC=1 in the environment stages on the cpu backend too,
+ * so that tests run those copies without a device. Reporting (progress line, metrics
+ * records, summary.json) is sl_report.h's; the GPU choice reads the launcher's local
+ * rank through sl_launcher_env.h.
  *
  * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
@@ -18,12 +15,9 @@
 #include "node/sl_train.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/sl_alloc.h"
@@ -38,8 +32,9 @@
 #include "model/sl_model.h"
 #include "model/sl_optim.h"
 #include "node/sl_checkpoint.h"
-#include "node/sl_metrics.h"
-#include "node/sl_progress.h"
+#include "node/sl_launcher_env.h"
+#include "node/sl_report.h"
+#include "node/sl_staging.h"
 #include "sync/sl_sync.h"
 
 #define EVAL_BATCH 10 /* streams for evaluation, the usual choice for these corpora */
@@ -61,26 +56,16 @@ typedef struct {
     sl_ckpt_ident_t id;
     sl_ckpt_cursor_t cur;
     long total_steps;
-    long saved_step; /* step of the last checkpoint written or loaded; -1: none */
-    long valid_step; /* step the last valid evaluation was made at; -1: none */
-    sl_metrics_t metrics;
-    int metrics_open;
-    sl_progress_t progress;
+    long saved_step;       /* step of the last checkpoint written or loaded; -1: none */
+    long valid_step;       /* step the last valid evaluation was made at; -1: none */
+    sl_report_t rep;       /* progress line, metrics.jsonl, summary.json */
     sl_component_t *comps; /* (ncomponents) copies of the model's, lent to sync */
     int seed_group;        /* this node's sampled-softmax seed group */
     sl_sync_t *sync;
-    /* (nparams) host mirror for sync when the parameters live on a device: the
-     * parameters, or with allreduce the gradients while they are averaged; NULL when
-     * sync reads the backend's memory directly (cpu) or there is no sync */
-    float *host;
+    /* the host mirror for sync when the parameters live on a device (sl_staging.h);
+     * NULL when sync reads the backend's memory directly (cpu) or there is no sync */
+    sl_staging_t *stage;
     sl_loss_scale_t ls;
-    /* since the last report (acc_time includes acc_sync, the time in sync; acc_norm
-     * sums the applied steps' gradient norms) */
-    double acc_loss, acc_norm, acc_time, acc_sync;
-    long acc_steps, acc_applied, acc_skipped;
-    /* this process only, for the ETA */
-    double session_time;
-    long session_steps;
 } trainer_t;
 
 void
@@ -182,37 +167,6 @@ visible_gpus(void)
     return n;
 }
 
-/* This node's rank among the nodes on its machine: the launcher's local rank when the
- * same launcher gave the process its rank (shoal node under srun or mpirun: the
- * launcher's rank variable equals rank), else rank itself (shoal run starts every node
- * on one machine). *from names where it came from. */
-static int
-local_rank(int rank, const char **from)
-{
-    static const char *const vars[][2] = {{"SLURM_LOCALID", "SLURM_PROCID"},
-                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_RANK"},
-                                          {"MPI_LOCALRANKID", "PMI_RANK"}};
-
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *l = getenv(vars[i][0]), *g = getenv(vars[i][1]);
-        char *end;
-        long lv, gv;
-
-        if (!l || !g || !*l || !*g)
-            continue;
-        lv = strtol(l, &end, 10);
-        if (*end || lv < 0 || lv > 65535)
-            continue;
-        gv = strtol(g, &end, 10);
-        if (*end || gv != rank)
-            continue;
-        *from = vars[i][0];
-        return (int)lv;
-    }
-    *from = "node rank";
-    return rank;
-}
-
 /* The backend name for cfg->device: "cuda" is the GPU of the node's local rank, modulo
  * the visible GPUs (so nodes share GPUs round robin, and a launcher that gives each
  * task one GPU of its own, CUDA_VISIBLE_DEVICES=<one>, gets cuda:0 everywhere). */
@@ -226,7 +180,7 @@ device_name(const sl_config_t *cfg, int rank, char *out, size_t size)
         snprintf(out, size, "%s", cfg->device);
         return;
     }
-    local = local_rank(rank, &from);
+    local = sl_launcher_local_rank(rank, &from);
     ngpus = visible_gpus();
     index = ngpus > 0 ? local % ngpus : local;
     snprintf(out, size, "cuda:%d", index);
@@ -326,29 +280,6 @@ setup_model(trainer_t *t)
     return SL_OK;
 }
 
-/* Whether sync must go through a host mirror: the parameters are not in host memory
- * (or SHOAL_STAGE_SYNC=1 asks for it on cpu, for tests) and there is something to sync. */
-static int
-needs_host_mirror(const trainer_t *t)
-{
-    const char *force = getenv("SHOAL_STAGE_SYNC");
-
-    if (t->opts->nranks < 2 || t->cfg->sync.algorithm == SL_SYNC_NONE)
-        return 0;
-    return strncmp(t->be->name, "cpu", 3) != 0 || (force && strcmp(force, "1") == 0);
-}
-
-/* Device -> host mirror (to_host != 0) or back, for count floats from offset. */
-static sl_status_t
-stage(trainer_t *t, float *dev, size_t offset, size_t count, int to_host)
-{
-    size_t bytes = count * sizeof(float);
-
-    if (to_host)
-        return t->be->ops->to_host(t->be->ctx, t->host + offset, dev + offset, bytes);
-    return t->be->ops->to_device(t->be->ctx, dev + offset, t->host + offset, bytes);
-}
-
 /* The sync object, its state (omega and the block start of *bmuf) started from the
  * parameters as they are now, through the host mirror when there is one. */
 static sl_status_t
@@ -357,10 +288,8 @@ start_sync(trainer_t *t)
     size_t n = sl_lm_nparams(t->lm);
     const float *params = sl_lm_params(t->lm);
 
-    if (t->host) {
-        SL_TRY(stage(t, sl_lm_params(t->lm), 0, n, 1));
-        params = t->host;
-    }
+    if (t->stage)
+        SL_TRY(sl_staging_pull(t->stage, params, &params));
     return sl_sync_new(&t->sync, t->cfg, t->opts->transport, t->opts->rank, t->opts->nranks,
                        t->comps, sl_lm_ncomponents(t->lm), params, n);
 }
@@ -376,8 +305,8 @@ setup_sync(trainer_t *t)
     SL_TRY(SL_ALLOC(&t->comps, (size_t)nc, "components"));
     for (int i = 0; i < nc; i++)
         t->comps[i] = *sl_lm_component(t->lm, i);
-    if (needs_host_mirror(t)) {
-        SL_TRY(SL_ALLOC(&t->host, n, "host mirror of the parameters"));
+    if (sl_staging_needed(t->be, t->opts->nranks, t->cfg->sync.algorithm)) {
+        SL_TRY(sl_staging_new(&t->stage, t->be, n));
         sl_log_debug("train", "sync stages %zu parameters through host memory", n);
     }
     return start_sync(t);
@@ -433,50 +362,19 @@ maybe_resume(trainer_t *t, const sl_train_result_t *res)
 static sl_status_t
 sync_gradients(trainer_t *t)
 {
-    float *g = sl_lm_grads(t->lm);
-    size_t n = sl_lm_nparams(t->lm);
-
-    if (!t->host || sl_sync_algorithm(t->sync) != SL_SYNC_ALLREDUCE)
-        return sl_sync_gradients(t->sync, g, t->cur.step);
-    SL_TRY(stage(t, g, 0, n, 1));
-    SL_TRY(sl_sync_gradients(t->sync, t->host, t->cur.step));
-    return stage(t, g, 0, n, 0);
+    if (t->stage && sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE)
+        return sl_staging_gradients(t->stage, t->sync, sl_lm_grads(t->lm), t->cur.step);
+    return sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step);
 }
 
-/* The components due at this step between the device and the host mirror, one copy per
- * run of adjacent components. */
-static sl_status_t
-stage_due(trainer_t *t, int to_host)
-{
-    float *params = sl_lm_params(t->lm);
-    int nc = sl_lm_ncomponents(t->lm);
-
-    for (int c = 0; c < nc;) {
-        size_t begin, end;
-
-        if (!sl_sync_due(t->sync, c, t->cur.step)) {
-            c++;
-            continue;
-        }
-        begin = t->comps[c].offset;
-        end = begin + t->comps[c].count;
-        for (c++; c < nc && sl_sync_due(t->sync, c, t->cur.step) && t->comps[c].offset == end; c++)
-            end += t->comps[c].count;
-        SL_TRY(stage(t, params, begin, end - begin, to_host));
-    }
-    return SL_OK;
-}
-
-/* The model sync after a step. Staged: the due components go to the host, are synced
- * there and come back; after a failed sync they stay as the step left them. */
+/* The model sync after a step, through the host mirror when there is one. */
 static sl_status_t
 sync_after_step(trainer_t *t)
 {
-    if (!t->host)
-        return sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
-    SL_TRY(stage_due(t, 1));
-    SL_TRY(sl_sync_after_step(t->sync, t->host, t->cur.step));
-    return stage_due(t, 0);
+    if (t->stage)
+        return sl_staging_after_step(t->stage, t->sync, sl_lm_params(t->lm), t->comps,
+                                     sl_lm_ncomponents(t->lm), t->cur.step);
+    return sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
 }
 
 static sl_status_t
@@ -495,141 +393,13 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
     return SL_OK;
 }
 
-/* {"event":"sync", ...} lines into metrics.jsonl: per component (cumulative counts, the
- * last consensus distance, rows and bytes by encoding of the sparse exchange), or for
- * allreduce one line for the gradients (and one per row shard exchanged by rows). */
-static sl_status_t
-report_sync(trainer_t *t)
-{
-    FILE *f = t->metrics.fp;
-    sl_sync_algorithm_t a = sl_sync_algorithm(t->sync);
-    int nc = sl_lm_ncomponents(t->lm);
-
-    if (a == SL_SYNC_NONE)
-        return SL_OK;
-    for (int c = 0; c < (a == SL_SYNC_ALLREDUCE ? nc + 1 : nc); c++) {
-        sl_sync_stat_t g;
-        const sl_sync_stat_t *st = &g;
-        int grads = a == SL_SYNC_ALLREDUCE && c == nc;
-
-        if (a == SL_SYNC_ALLREDUCE && !grads && sl_sync_stat(t->sync, c)->rounds == 0)
-            continue; /* allreduce: row shards by rows have lines of their own */
-        if (grads) {
-            sl_transport_stat_t ts;
-            sl_transport_stat(t->opts->transport, SL_WIRE_ALLREDUCE, (uint32_t)nc, &ts);
-            memset(&g, 0, sizeof g);
-            g.rounds = t->cur.step;
-            g.time_s = sl_sync_time_s(t->sync);
-            g.sent_bytes = ts.sent_bytes;
-            g.recv_bytes = ts.recv_bytes;
-            g.distance = NAN;
-        } else {
-            st = sl_sync_stat(t->sync, c);
-        }
-        fprintf(f, "{\"event\":\"sync\",\"step\":%ld,\"algorithm\":", t->cur.step);
-        sl_json_string(f, sl_sync_algorithm_name(a));
-        fputs(",\"component\":", f);
-        sl_json_string(f, grads ? "gradients" : t->comps[c].name);
-        fprintf(f, ",\"rounds\":%ld,\"time_s\":", st->rounds);
-        sl_json_number(f, st->time_s);
-        fprintf(f,
-                ",\"sent_bytes\":%" PRIu64 ",\"recv_bytes\":%" PRIu64 ",\"answered\":%" PRIu64
-                ",\"expected\":%" PRIu64 ",\"distance\":",
-                st->sent_bytes, st->recv_bytes, st->answered, st->expected);
-        sl_json_number(f, st->distance);
-        fprintf(f,
-                ",\"rows_own\":%" PRIu64 ",\"rows_merged\":%" PRIu64 ",\"sent_fp32\":%" PRIu64
-                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64,
-                st->rows_own, st->rows_merged, st->sent_enc_bytes[SL_WIRE_FP32],
-                st->sent_enc_bytes[SL_WIRE_FP16], st->sent_enc_bytes[SL_WIRE_BF16],
-                st->sent_enc_bytes[SL_WIRE_BYTES]);
-        fprintf(f, ",\"dead_peers\":%d}\n", sl_sync_ndead(t->sync));
-    }
-    if (fflush(f) != 0 || ferror(f))
-        return sl_err_set(SL_ERR_IO, "%s: cannot write: %s", t->metrics.path, strerror(errno));
-    return SL_OK;
-}
-
-/* fp16: {"event":"loss_scale","step","scale","skipped"} into metrics.jsonl (the scale
- * after the step, steps skipped since the last report), and a log line when any was. */
-static sl_status_t
-report_loss_scale(trainer_t *t)
-{
-    FILE *f = t->metrics.fp;
-
-    if (!t->ls.enabled)
-        return SL_OK;
-    if (t->acc_skipped > 0) {
-        sl_progress_break(&t->progress);
-        sl_log_info("train",
-                    "steps %ld-%ld: %ld of %ld skipped (fp16 gradients overflowed); loss "
-                    "scale now %g",
-                    t->cur.step - t->acc_steps + 1, t->cur.step, t->acc_skipped, t->acc_steps,
-                    (double)t->ls.scale);
-    }
-    fprintf(f, "{\"event\":\"loss_scale\",\"step\":%ld,\"scale\":", t->cur.step);
-    sl_json_number(f, t->ls.scale);
-    fprintf(f, ",\"skipped\":%ld}\n", t->acc_skipped);
-    if (fflush(f) != 0 || ferror(f))
-        return sl_err_set(SL_ERR_IO, "%s: cannot write: %s", t->metrics.path, strerror(errno));
-    return SL_OK;
-}
-
-/* Progress line and metrics line over the steps since the last report. */
-static sl_status_t
-report(trainer_t *t, double lr, sl_train_result_t *res)
-{
-    long bpe = t->train_bt.batches_per_epoch, last = t->cur.step - 1;
-    uint64_t tokens = (uint64_t)t->acc_steps * t->cfg->train.batch * t->cfg->train.bptt;
-    double rate = t->acc_time > 0 ? (double)tokens / t->acc_time : 0;
-    sl_progress_line_t line;
-    sl_metrics_step_t m;
-
-    line.step = t->cur.step;
-    line.total_steps = t->total_steps;
-    line.epoch = (int)(last / bpe) + 1;
-    line.epoch_pct = 100.0 * (double)(last % bpe + 1) / (double)bpe;
-    line.tokens_per_s = rate;
-    line.loss = t->acc_loss / (double)t->acc_steps;
-    line.char_level = t->cfg->data.level == SL_LEVEL_CHAR;
-    line.lr = lr;
-    line.eta_s = t->session_steps > 0 ? (double)(t->total_steps - t->cur.step) * t->session_time /
-                                            (double)t->session_steps
-                                      : -1;
-    line.sync_pct = t->acc_time > 0 ? 100.0 * t->acc_sync / t->acc_time : 0;
-    SL_TRY(report_loss_scale(t));
-    sl_progress_show(&t->progress, &line);
-    if (t->opts->on_report)
-        t->opts->on_report(t->opts->hook_ctx, &line);
-
-    m.step = t->cur.step;
-    m.epoch = line.epoch;
-    m.epoch_frac = (double)t->cur.step / (double)bpe;
-    m.tokens = t->cur.tokens;
-    m.tokens_per_s = rate;
-    m.loss = line.loss;
-    m.lr = lr;
-    m.grad_norm = t->acc_applied > 0 ? t->acc_norm / (double)t->acc_applied : NAN;
-    m.time_s = t->cur.train_time_s;
-    res->final_train_loss = line.loss;
-    t->acc_loss = t->acc_norm = t->acc_time = t->acc_sync = 0;
-    t->acc_steps = t->acc_applied = t->acc_skipped = 0;
-    SL_TRY(sl_metrics_step(&t->metrics, &m));
-    return report_sync(t);
-}
-
 static sl_status_t
 eval_split(trainer_t *t, const sl_batcher_t *bt, const char *split, double *loss)
 {
     long tokens;
-    const char *what = t->cfg->data.level == SL_LEVEL_CHAR ? "bpc" : "ppl";
 
     SL_TRY(evaluate(t->lm, t->est, bt, t->x, t->y, t->opts, loss, &tokens));
-    sl_progress_break(&t->progress);
-    sl_log_info("train", "step %ld: %s %s %.*f (loss %.4f, %ld tokens)", t->cur.step, split, what,
-                t->cfg->data.level == SL_LEVEL_CHAR ? 3 : 2,
-                t->cfg->data.level == SL_LEVEL_CHAR ? *loss / log(2.0) : exp(*loss), *loss, tokens);
-    return sl_metrics_eval(&t->metrics, split, t->cur.step, *loss);
+    return sl_report_eval(&t->rep, t->cur.step, split, *loss, tokens);
 }
 
 /* One optimizer step on the next batch; advances the cursor; then the model sync of the
@@ -683,25 +453,13 @@ train_step(trainer_t *t, double *lr, double *loss)
         t->cur.batch_index = 0;
         t->cur.epoch++;
     }
-    t->acc_loss += *loss;
-    if (applied) {
-        t->acc_norm += norm;
-        t->acc_applied++;
-    } else {
-        t->acc_skipped++;
-    }
-    t->acc_time += dt;
-    t->acc_steps++;
-    t->session_time += dt;
-    t->session_steps++;
+    sl_report_step(&t->rep, *loss, applied, norm, dt);
 
     t0 = sl_clock_now();
     st = sync_after_step(t);
     dt = sl_clock_now() - t0;
     t->cur.train_time_s += dt;
-    t->acc_time += dt;
-    t->session_time += dt;
-    t->acc_sync += sl_sync_time_s(t->sync) - s0;
+    sl_report_sync_time(&t->rep, dt, sl_sync_time_s(t->sync) - s0);
     return st;
 }
 
@@ -754,7 +512,7 @@ train_loop(trainer_t *t, sl_train_result_t *res)
             stop = (polled = poll_hook(t, why, sizeof why)) != SL_OK;
         if ((cfg->run.log_every > 0 && t->cur.step % cfg->run.log_every == 0) ||
             t->cur.step == t->total_steps || stop)
-            SL_TRY(report(t, lr, res));
+            SL_TRY(sl_report_emit(&t->rep, &t->cur, lr, &res->final_train_loss));
         if ((cfg->run.checkpoint_every > 0 && t->cur.step % cfg->run.checkpoint_every == 0) ||
             epoch_end || t->cur.step == t->total_steps || stop)
             SL_TRY(save_checkpoint(t, res));
@@ -772,94 +530,6 @@ train_loop(trainer_t *t, sl_train_result_t *res)
     return SL_OK;
 }
 
-static long
-peak_rss_kb(void)
-{
-    struct rusage ru;
-    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
-}
-
-static void
-json_key(FILE *f, const char *key, int first)
-{
-    fprintf(f, "%s\n  \"%s\": ", first ? "{" : ",", key);
-}
-
-static void
-json_split(FILE *f, const char *split, int has, double loss)
-{
-    char key[32];
-
-    snprintf(key, sizeof key, "%s_loss", split);
-    json_key(f, key, 0);
-    sl_json_number(f, has ? loss : NAN);
-    snprintf(key, sizeof key, "%s_ppl", split);
-    json_key(f, key, 0);
-    sl_json_number(f, has ? exp(loss) : NAN);
-    snprintf(key, sizeof key, "%s_bpc", split);
-    json_key(f, key, 0);
-    sl_json_number(f, has ? loss / log(2.0) : NAN);
-}
-
-/* summary.json in dir: one object the benchmark scripts parse; absent values are null.
- * nmodels: how many nodes' models the evaluated one averages (1: this node's own). */
-static sl_status_t
-write_summary(const trainer_t *t, const sl_train_result_t *res, const char *dir, int nmodels)
-{
-    char path[SL_TRAIN_PATH_MAX];
-    long threads = t->cfg->run.threads > 0 ? t->cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
-    sl_atomic_file_t f;
-    FILE *o;
-
-    SL_TRY(join_path(path, dir, "summary.json"));
-    SL_TRY(sl_atomic_open(&f, path));
-    o = f.fp;
-    json_key(o, "steps", 1);
-    fprintf(o, "%ld", res->steps);
-    json_key(o, "epochs", 0);
-    sl_json_number(o, res->epochs);
-    json_key(o, "train_tokens", 0);
-    fprintf(o, "%" PRIu64, res->tokens);
-    json_key(o, "train_time_s", 0);
-    sl_json_number(o, res->train_time_s);
-    json_key(o, "tokens_per_s", 0);
-    sl_json_number(o, res->tokens_per_s);
-    json_key(o, "final_train_loss", 0);
-    sl_json_number(o, res->final_train_loss);
-    json_split(o, "valid", res->has_valid, res->valid_loss);
-    json_split(o, "test", res->has_test, res->test_loss);
-    json_key(o, "peak_rss_kb", 0);
-    fprintf(o, "%ld", peak_rss_kb());
-    json_key(o, "threads", 0);
-    fprintf(o, "%ld", threads);
-    json_key(o, "backend", 0);
-    sl_json_string(o, t->be->ops->describe(t->be->ctx));
-    json_key(o, "device", 0);
-    sl_json_string(o, t->be->name);
-    json_key(o, "precision", 0);
-    sl_json_string(o, t->cfg->precision);
-    json_key(o, "loss_scale", 0);
-    sl_json_number(o, t->ls.enabled ? t->ls.scale : NAN);
-    json_key(o, "skipped_steps", 0);
-    fprintf(o, "%ld", t->ls.skipped);
-    json_key(o, "level", 0);
-    sl_json_string(o, sl_level_name(t->cfg->data.level));
-    json_key(o, "params", 0);
-    fprintf(o, "%zu", res->nparams);
-    json_key(o, "nodes", 0);
-    fprintf(o, "%d", t->opts->nranks);
-    json_key(o, "rank", 0);
-    fprintf(o, "%d", t->opts->rank);
-    json_key(o, "sync", 0);
-    sl_json_string(o, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
-    json_key(o, "sync_time_s", 0);
-    sl_json_number(o, sl_sync_time_s(t->sync));
-    json_key(o, "models_averaged", 0);
-    fprintf(o, "%d", nmodels);
-    fputs("\n}\n", o);
-    return sl_atomic_commit(&f);
-}
-
 /* With a sync algorithm, on the writer sl_sync_final names (rank 0; in gossip and local
  * runs the lowest-ranked live node): the average of the nodes' models (avg) evaluated,
  * saved as <run dir>/model.bin, and <run dir>/summary.json (its "rank" is the writer's).
@@ -869,7 +539,6 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
 {
     sl_train_result_t run = *res;
     char path[SL_TRAIN_PATH_MAX];
-    const char *what = t->cfg->data.level == SL_LEVEL_CHAR ? "bpc" : "ppl";
     const sl_batcher_t *bt[2] = {&t->valid_bt, &t->test_bt};
     const char *split[2] = {"valid", "test"};
     int has[2] = {t->has_valid, t->has_test};
@@ -878,17 +547,11 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     SL_TRY(t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), avg,
                                  sl_lm_nparams(t->lm) * sizeof *avg));
     for (int i = 0; i < 2; i++) {
-        char key[32];
         long tokens;
         if (!has[i])
             continue;
         SL_TRY(evaluate(t->lm, t->est, bt[i], t->x, t->y, t->opts, loss[i], &tokens));
-        sl_log_info("train", "final model (average of %d nodes): %s %s %.*f (loss %.4f)", nmodels,
-                    split[i], what, t->cfg->data.level == SL_LEVEL_CHAR ? 3 : 2,
-                    t->cfg->data.level == SL_LEVEL_CHAR ? *loss[i] / log(2.0) : exp(*loss[i]),
-                    *loss[i]);
-        snprintf(key, sizeof key, "final_%s", split[i]);
-        SL_TRY(sl_metrics_eval(&t->metrics, key, t->cur.step, *loss[i]));
+        SL_TRY(sl_report_final_eval(&t->rep, t->cur.step, nmodels, split[i], *loss[i]));
     }
     run.has_valid = t->has_valid;
     run.has_test = t->has_test;
@@ -898,7 +561,7 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     SL_TRY(join_path(path, res->run_dir, "model.bin"));
     SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     sl_log_info("train", "final model: %s", path);
-    return write_summary(t, &run, res->run_dir, nmodels);
+    return sl_report_summary(&t->rep, &run, res->run_dir, nmodels);
 }
 
 /* End of the run: the final average (every node takes part), valid and test evaluation
@@ -911,10 +574,8 @@ finish(trainer_t *t, sl_train_result_t *res)
     const float *avg, *params = sl_lm_params(t->lm);
     int writer, nmodels;
 
-    if (t->host) {
-        SL_TRY(stage(t, sl_lm_params(t->lm), 0, sl_lm_nparams(t->lm), 1));
-        params = t->host;
-    }
+    if (t->stage)
+        SL_TRY(sl_staging_pull(t->stage, params, &params));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
@@ -928,11 +589,11 @@ finish(trainer_t *t, sl_train_result_t *res)
     }
     if (t->cfg->sync.keep_node_models || sl_sync_algorithm(t->sync) == SL_SYNC_NONE)
         SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
-    SL_TRY(write_summary(t, res, res->dir, 1));
+    SL_TRY(sl_report_summary(&t->rep, res, res->dir, 1));
     if (writer && avg)
         return finish_run_model(t, res, avg, nmodels);
     if (t->opts->nranks > 1 && t->opts->rank == 0)
-        return write_summary(t, res, res->run_dir, 1);
+        return sl_report_summary(&t->rep, res, res->run_dir, 1);
     return SL_OK;
 }
 
@@ -952,10 +613,9 @@ fill_result(const trainer_t *t, sl_train_result_t *res)
 static void
 trainer_fini(trainer_t *t)
 {
-    if (t->metrics_open)
-        sl_metrics_close(&t->metrics);
+    sl_report_fini(&t->rep);
     sl_sync_destroy(&t->sync);
-    sl_free(t->host);
+    sl_staging_destroy(&t->stage);
     sl_free(t->comps);
     sl_free(t->x);
     sl_free(t->y);
@@ -972,6 +632,7 @@ sl_status_t
 sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res)
 {
     trainer_t t;
+    sl_report_run_t run;
     char path[SL_TRAIN_PATH_MAX];
     sl_status_t rc;
 
@@ -983,7 +644,7 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     t.valid_step = -1;
     res->level = cfg->data.level;
     res->final_train_loss = NAN;
-    sl_progress_init(&t.progress, stderr, opts->quiet);
+    sl_report_init(&t.rep, cfg, opts);
 
     SL_TRY_GOTO(setup_run_dir(cfg, opts, res), rc, out);
     SL_TRY_GOTO(open_backend(cfg, opts->rank, &t.be), rc, out);
@@ -993,8 +654,14 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     SL_TRY_GOTO(setup_sync(&t), rc, out);
     SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
     SL_TRY_GOTO(join_path(path, res->dir, "metrics.jsonl"), rc, out);
-    SL_TRY_GOTO(sl_metrics_open(&t.metrics, path, t.cur.step), rc, out);
-    t.metrics_open = 1;
+    run.be = t.be;
+    run.ls = &t.ls;
+    run.sync = t.sync;
+    run.comps = t.comps;
+    run.ncomps = sl_lm_ncomponents(t.lm);
+    run.total_steps = t.total_steps;
+    run.batches_per_epoch = t.train_bt.batches_per_epoch;
+    SL_TRY_GOTO(sl_report_open(&t.rep, &run, path, t.cur.step), rc, out);
     if (t.cur.step == 0)
         sl_log_info(
             "train", "%s: %zu parameters, vocab %d, %ld batches of %dx%d per epoch, %ld steps; %s",
@@ -1002,7 +669,7 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
             cfg->train.bptt, t.total_steps, t.be->ops->describe(t.be->ctx));
 
     rc = train_loop(&t, res);
-    sl_progress_break(&t.progress); /* whatever comes next starts on its own line */
+    sl_report_break(&t.rep); /* whatever comes next starts on its own line */
     fill_result(&t, res);
     if (rc != SL_OK)
         goto out;

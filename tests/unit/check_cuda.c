@@ -777,7 +777,7 @@ END_TEST
 
 START_TEST(test_memory_and_errors)
 {
-    float host[1000], *d, *back;
+    float host[1000], *d, *back, *pinned;
     const char *desc = dev->ops->describe(dev->ctx);
 
     for (int i = 0; i < 1000; i++)
@@ -793,6 +793,22 @@ START_TEST(test_memory_and_errors)
     ck_assert(memcmp(back, host, sizeof host) == 0);
     free(back);
     ck_assert_int_eq(dev->ops->to_device(dev->ctx, d, host, 0), SL_OK);
+    /* page-locked staging memory: zeroed, both ways through it */
+    ck_assert_int_eq(sl_backend_host_alloc(dev, (void **)&pinned, sizeof host), SL_OK);
+    for (int i = 0; i < 1000; i++)
+        ck_assert(pinned[i] == 0.0f);
+    ck_assert_int_eq(dev->ops->to_host(dev->ctx, pinned, d, sizeof host), SL_OK);
+    ck_assert(memcmp(pinned, host, sizeof host) == 0);
+    for (int i = 0; i < 1000; i++)
+        pinned[i] = -host[i];
+    ck_assert_int_eq(dev->ops->to_device(dev->ctx, d, pinned, sizeof host), SL_OK);
+    back = dgetf(d, 1000);
+    for (int i = 0; i < 1000; i++)
+        ck_assert(back[i] == -host[i]);
+    free(back);
+    sl_backend_host_free(dev, (void **)&pinned);
+    ck_assert_ptr_null(pinned);
+    ck_assert_int_eq(dev->ops->sync(dev->ctx), SL_OK);
     dev->ops->set_threads(dev->ctx, 3);
     if (on_cuda) {
         /* a failing op without a status: its error waits for the next status */

@@ -705,7 +705,7 @@ START_TEST(test_registry)
 {
     sl_backend_t *b = NULL, stale = {0};
     float host[5] = {1, 2, 3, 4, 5}, back[5] = {0};
-    float *dev;
+    float *dev, *pinned;
 
     ck_assert_int_eq(sl_backend_new(&b, "cpu", 1), SL_OK);
     ck_assert_ptr_nonnull(b);
@@ -719,6 +719,21 @@ START_TEST(test_registry)
     ck_assert_int_eq(b->ops->sync(b->ctx), SL_OK);
     ck_assert(memcmp(host, back, sizeof host) == 0);
     b->ops->free(b->ctx, dev);
+    /* staging memory: zeroed host memory that to_device / to_host take */
+    ck_assert_int_eq(sl_backend_host_alloc(b, (void **)&pinned, sizeof host), SL_OK);
+    ck_assert_ptr_nonnull(pinned);
+    for (int i = 0; i < 5; i++)
+        ck_assert(pinned[i] == 0.0f);
+    memcpy(pinned, host, sizeof host);
+    ck_assert_int_eq(b->ops->alloc(b->ctx, (void **)&dev, sizeof host), SL_OK);
+    ck_assert_int_eq(b->ops->to_device(b->ctx, dev, pinned, sizeof host), SL_OK);
+    memset(pinned, 0, sizeof host);
+    ck_assert_int_eq(b->ops->to_host(b->ctx, pinned, dev, sizeof host), SL_OK);
+    ck_assert(memcmp(host, pinned, sizeof host) == 0);
+    b->ops->free(b->ctx, dev);
+    sl_backend_host_free(b, (void **)&pinned);
+    ck_assert_ptr_null(pinned);
+    sl_backend_host_free(b, (void **)&pinned); /* NULL: no-op */
     b->ops->set_threads(b->ctx, 3);
     ck_assert_ptr_nonnull(strstr(b->ops->describe(b->ctx), "(3 threads)"));
     sl_backend_destroy(&b);

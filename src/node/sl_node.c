@@ -1,0 +1,244 @@
+/* One node's life, whatever started it (srun, mpirun, or shoal run): its transport
+ * endpoint, the rendezvous with the others, training on its share, telling the peers
+ * when it fails. Owns the node's endpoint (and the ipc directory it made) and its
+ * peers' abort frames; must not touch processes, signals or pipes (the supervisor of
+ * shoal run, sl_supervisor.c, owns those) nor read the launchers' environment
+ * (sl_launcher_env.c). */
+#define _POSIX_C_SOURCE 200809L
+#include "node/sl_node.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/sl_log.h"
+#include "node/sl_rendezvous.h"
+#include "transport/sl_transport.h"
+
+#define ABORT_WAIT_MS 2000 /* a failing node waits at most this long to tell its peers */
+#define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
+#define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
+
+void
+sl_node_opts_init(sl_node_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->size = 1;
+    o->resume = 1;
+}
+
+sl_status_t
+sl_parse_host_port(const char *s, const char *what, int zero_ok, char *host, size_t size, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    size_t hl = colon ? (size_t)(colon - s) : 0;
+    size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
+    long p = digits >= 1 && digits <= 5 ? strtol(colon + 1, NULL, 10) : -1;
+
+    if (!colon || hl == 0 || hl >= size || strspn(s, HOST_CHARS) != hl ||
+        colon[1 + digits] != '\0' || p < (zero_ok ? 0 : 1) || p > 65535)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s '%s' is not HOST:PORT (a host name or IPv4 address, port 1 to "
+                          "65535)",
+                          what, s);
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return SL_OK;
+}
+
+typedef struct {
+    const sl_config_t *cfg;
+    const sl_node_opts_t *o;
+    sl_transport_t *tr;
+    int peer_stopped;
+    char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
+    char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
+} node_t;
+
+/* The train loop's poll hook: has a peer sent an abort frame? */
+static sl_status_t
+poll_peers(void *ctx)
+{
+    node_t *n = ctx;
+    sl_status_t st = sl_transport_poll(n->tr);
+
+    if (st != SL_ERR_SHUTDOWN)
+        return st;
+    n->peer_stopped = 1;
+    return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", sl_transport_abort_reason(n->tr));
+}
+
+static void
+report_hook(void *ctx, const sl_progress_line_t *line)
+{
+    node_t *n = ctx;
+
+    if (n->o->on_report)
+        n->o->on_report(n->o->hook_ctx, line);
+}
+
+/* Binds the node's transport endpoint: tcp://<cluster.bind>:* or ipc://<dir>/rank-R. */
+static sl_status_t
+open_transport(node_t *n, uint64_t run_id)
+{
+    const sl_config_t *cfg = n->cfg;
+    sl_transport_opts_t to;
+    char endpoint[SL_RDV_ENDPOINT_MAX + 16];
+    sl_status_t st;
+
+    sl_transport_opts_default(&to);
+    to.run_id = run_id;
+    to.rank = (uint32_t)n->o->rank;
+    to.size = (uint32_t)n->o->size;
+    to.timeout_ms = cfg->cluster.timeout_ms;
+    to.shm = cfg->cluster.shared_memory;
+    if (cfg->cluster.transport == SL_CLUSTER_TCP) {
+        snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
+    } else {
+        char dir[IPC_PATH_MAX + 64];
+        const char *tmp = getenv("TMPDIR");
+
+        if (n->o->ipc_dir)
+            snprintf(dir, sizeof dir, "%s", n->o->ipc_dir);
+        else
+            snprintf(dir, sizeof dir, "%s/shoal-%016" PRIx64, tmp && *tmp ? tmp : "/tmp", run_id);
+        if ((int)strlen(dir) + 16 >= IPC_PATH_MAX)
+            return sl_err_set(SL_ERR_INVALID,
+                              "%s: too long for ipc:// endpoints (at most %d bytes); set TMPDIR "
+                              "to a shorter directory or use cluster.transport: tcp",
+                              dir, IPC_PATH_MAX - 16);
+        if (!n->o->ipc_dir) {
+            if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+                return sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", dir,
+                                  strerror(errno));
+            snprintf(n->ipc_dir, sizeof n->ipc_dir, "%s", dir);
+        }
+        snprintf(n->ipc_path, sizeof n->ipc_path, "%s/rank-%d", dir, n->o->rank);
+        snprintf(endpoint, sizeof endpoint, "ipc://%s", n->ipc_path);
+    }
+    to.bind_endpoint = endpoint;
+    st = sl_transport_new(&n->tr, &to);
+    if (st != SL_OK)
+        n->ipc_path[0] = '\0'; /* not ours to remove */
+    return st;
+}
+
+/* A failing node tells its peers, keeping its own message for the caller. */
+static void
+tell_peers(node_t *n, sl_status_t st)
+{
+    char msg[1024], reason[1100];
+    int wait =
+        n->cfg->cluster.timeout_ms < ABORT_WAIT_MS ? n->cfg->cluster.timeout_ms : ABORT_WAIT_MS;
+
+    snprintf(msg, sizeof msg, "%s", sl_err_msg());
+    snprintf(reason, sizeof reason, "node %d failed: %s", n->o->rank, msg);
+    if (sl_transport_abort(n->tr, reason, wait) != SL_OK)
+        sl_log_warn("node", "telling the other nodes that this one stops: %s", sl_err_msg());
+    sl_err_set(st, "%s", msg);
+}
+
+/* Rendezvous and transport for a run of several nodes. */
+static sl_status_t
+meet_peers(node_t *n)
+{
+    const sl_node_opts_t *o = n->o;
+    sl_rendezvous_opts_t ro;
+    sl_rendezvous_t *rdv = NULL;
+    sl_rendezvous_table_t table = {0, NULL};
+    char host[256], port[16], conn[300], bind[300], master[300];
+    int p;
+    uint64_t run_id;
+    sl_status_t st;
+
+    if (!o->master || !*o->master)
+        return sl_err_set(SL_ERR_CONFIG, "node %d of %d: no master address (cluster.master)",
+                          o->rank, o->size);
+    SL_TRY(sl_parse_host_port(o->master, "master", o->rank == 0, host, sizeof host, &p));
+    if (p)
+        snprintf(port, sizeof port, "%d", p);
+    else
+        snprintf(port, sizeof port, "*");
+    snprintf(conn, sizeof conn, "tcp://%s:%s", host, port);
+    snprintf(bind, sizeof bind, "tcp://%s:%s", n->cfg->cluster.bind, port);
+    ro.rank = o->rank;
+    ro.size = o->size;
+    ro.master = conn;
+    ro.bind = bind;
+    ro.timeout_ms = n->cfg->cluster.rendezvous_timeout_ms;
+    ro.interrupt = o->interrupt;
+    SL_TRY(sl_rendezvous_new(&rdv, &ro));
+    snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
+    if (o->rank == 0 && o->on_master)
+        o->on_master(o->hook_ctx, master);
+    SL_TRY_GOTO(sl_rendezvous_run_id(n->cfg, master, &run_id), st, out);
+    SL_TRY_GOTO(open_transport(n, run_id), st, out);
+    sl_log_debug("node", "rank %d of %d: endpoint %s, rendezvous at %s, run id %016" PRIx64,
+                 o->rank, o->size, sl_transport_endpoint(n->tr), master, run_id);
+    SL_TRY_GOTO(sl_rendezvous_exchange(rdv, run_id, sl_transport_endpoint(n->tr), &table), st, out);
+    st = sl_transport_connect(n->tr, (const char *const *)table.endpoints);
+    if (st != SL_OK)
+        tell_peers(n, st);
+out:
+    sl_rendezvous_destroy(&rdv);
+    sl_rendezvous_table_fini(&table);
+    return st;
+}
+
+sl_status_t
+sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *res)
+{
+    node_t n;
+    sl_train_opts_t to;
+    sl_status_t st;
+
+    memset(res, 0, sizeof *res);
+    memset(&n, 0, sizeof n);
+    n.cfg = cfg;
+    n.o = o;
+    if (o->size < 1 || o->rank < 0 || o->rank >= o->size)
+        return sl_err_set(SL_ERR_INVALID, "node: rank %d of %d is out of range", o->rank, o->size);
+    if (o->size != cfg->cluster.nodes)
+        return sl_err_set(SL_ERR_CONFIG, "node %d: %d nodes started, but cluster.nodes is %d",
+                          o->rank, o->size, cfg->cluster.nodes);
+    if (o->size > 1)
+        SL_TRY_GOTO(meet_peers(&n), st, out);
+    sl_train_opts_init(&to);
+    to.rank = o->rank;
+    to.nranks = o->size;
+    to.resume = o->resume;
+    to.quiet = o->quiet;
+    to.interrupt = o->interrupt;
+    to.poll = n.tr ? poll_peers : NULL;
+    to.transport = n.tr;
+    to.on_report = report_hook;
+    to.hook_ctx = &n;
+    res->trained = 1;
+    st = sl_train_run(cfg, &to, &res->train);
+    if (st == SL_ERR_SHUTDOWN && n.tr && !n.peer_stopped && !(o->interrupt && *o->interrupt)) {
+        /* a peer's abort reached a sync collective rather than the poll hook */
+        const char *why = sl_transport_abort_reason(n.tr);
+
+        if (why) {
+            n.peer_stopped = 1;
+            sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", why);
+        }
+    }
+    res->peer_stopped = n.peer_stopped;
+    if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
+        tell_peers(&n, st);
+out:
+    sl_transport_destroy(&n.tr);
+    if (n.ipc_path[0])
+        unlink(n.ipc_path); /* ZeroMQ leaves the socket file of a named ipc endpoint */
+    if (n.ipc_dir[0])
+        rmdir(n.ipc_dir); /* the last node of this machine to leave removes it */
+    return st;
+}

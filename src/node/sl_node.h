@@ -1,0 +1,60 @@
+/* One node of a run: sl_node_run is one node's life, whatever started it (srun,
+ * mpirun, or shoal run): bind its transport endpoint (tcp://<cluster.bind>:* or
+ * ipc://<dir>/rank-R), meet the others at rank 0's rendezvous, connect the transport
+ * with the endpoint table, then train on its share of the data (rank R of n) with its
+ * files in <run dir>/node-<R>/, synchronising as cfg->sync says (src/sync/sl_sync.h).
+ * A node that fails tells its peers (an abort frame), and a node told so stops after
+ * its step, with a checkpoint. With gossip-* and local-* (and more than 2 nodes) shoal
+ * run lets the others finish when a node vanishes (killed, crashed): the sync leaves
+ * it out, and the run still fails at the end naming it (sl_supervisor.h). */
+#ifndef SL_NODE_H
+#define SL_NODE_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_progress.h"
+#include "node/sl_train.h"
+
+typedef struct {
+    int rank, size; /* 0 <= rank < size == cfg->cluster.nodes */
+    /* Rank 0's rendezvous, "HOST:PORT" (needed when size > 1). Rank 0 listens on
+     * cluster.bind at PORT; PORT 0 there means any free port (see on_master). */
+    const char *master;
+    /* Directory of the ipc:// endpoints; NULL: $TMPDIR (or /tmp)/shoal-<run id>,
+     * made and removed by the nodes themselves. Borrowed. */
+    const char *ipc_dir;
+    int resume;                       /* continue from this node's checkpoint when there is one */
+    int quiet;                        /* no progress lines of its own */
+    volatile sig_atomic_t *interrupt; /* set by a signal handler: stop; may be NULL */
+    /* Optional (may be NULL), with hook_ctx: on rank 0, the master address once it
+     * listens ("127.0.0.1:41234"), before it waits for anyone; and every progress
+     * report. */
+    void (*on_master)(void *ctx, const char *master);
+    void (*on_report)(void *ctx, const sl_progress_line_t *line);
+    void *hook_ctx;
+} sl_node_opts_t;
+
+/* rank 0 of 1, no master, resume, progress shown, no hooks. */
+void sl_node_opts_init(sl_node_opts_t *o);
+
+typedef struct {
+    sl_train_result_t train; /* as far as training got (see sl_train_run) */
+    int trained;             /* training was started (train.* are meaningful) */
+    int peer_stopped;        /* the run stopped because a peer gave up */
+} sl_node_result_t;
+
+/* One node (cfg validated; borrowed). Returns SL_OK, SL_ERR_SHUTDOWN when interrupted
+ * or stopped by a peer (res->peer_stopped; message "stopped: node 2 failed: ..."),
+ * or the error that made it fail (message set), after telling its peers. */
+sl_status_t sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *res);
+
+/* Splits "HOST:PORT" (the cluster.master syntax; port 0 allowed when zero_ok) into
+ * host and port. SL_ERR_CONFIG "'x' is not HOST:PORT ..." naming what (a flag, an
+ * environment variable) in the message. */
+sl_status_t sl_parse_host_port(const char *s, const char *what, int zero_ok, char *host,
+                               size_t size, int *port);
+
+#endif

@@ -1,0 +1,54 @@
+/* `shoal run`: sl_launch_run forks n nodes (sl_node.h) on this machine (rank 0 first;
+ * the others once rank 0 listens, on a free port of 127.0.0.1), each in one process
+ * group with its stdout and stderr on a pipe and its progress records on another,
+ * prints one merged progress line and the nodes' log lines ("node R: ..."), and stops
+ * every node when one fails (SIGTERM: they checkpoint and leave; SIGKILL after a grace
+ * period). Nothing is left running on any way out; ipc endpoints live in a private
+ * directory that is removed at the end. */
+#ifndef SL_SUPERVISOR_H
+#define SL_SUPERVISOR_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_train.h"
+
+#define SL_LAUNCH_GRACE_MS 10000 /* SIGTERM to SIGKILL when stopping nodes */
+
+typedef struct {
+    int resume, quiet;                /* quiet: no merged progress line */
+    volatile sig_atomic_t *interrupt; /* SIGINT/SIGTERM count of this process; may be NULL */
+    int grace_ms;                     /* SIGTERM to SIGKILL; default SL_LAUNCH_GRACE_MS */
+    FILE *out;                        /* progress and forwarded lines (stderr); borrowed */
+} sl_launch_opts_t;
+
+void sl_launch_opts_init(sl_launch_opts_t *o);
+
+/* What each node reported; outcome is one of: */
+enum { SL_NODE_LOST, SL_NODE_DONE, SL_NODE_FAILED, SL_NODE_STOPPED, SL_NODE_INTERRUPTED };
+
+typedef struct {
+    int outcome;
+    sl_train_result_t train; /* SL_NODE_DONE: its results; otherwise as far as it got */
+    int has_train;
+} sl_launch_node_t;
+
+typedef struct {
+    int nodes;
+    int failed_rank;        /* the node that failed first, -1 if none */
+    sl_launch_node_t *node; /* nodes entries; owned (sl_launch_result_fini) */
+} sl_launch_result_t;
+
+/* Runs cfg->cluster.nodes nodes on this machine (cfg validated; borrowed) and waits for
+ * all of them. Returns SL_OK when every node finished; SL_ERR_SHUTDOWN when *interrupt
+ * was set (the nodes were passed the signal and saved their checkpoints); else the
+ * failed node's status, message "node 2 failed: <its error>" or "node 2 killed by
+ * signal 9" (res->failed_rank). SL_ERR_IO / SL_ERR_NOMEM when pipes, processes or the
+ * ipc directory cannot be made. */
+sl_status_t sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o,
+                          sl_launch_result_t *res);
+void sl_launch_result_fini(sl_launch_result_t *res);
+
+#endif
