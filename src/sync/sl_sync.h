@@ -14,11 +14,12 @@
  *
  * Gossip and local: a neighbour that does not answer within sync.timeout_ms is left out
  * of that average (logged once per rank); after SL_SYNC_DEAD_ROUNDS missed rounds in a
- * row in which nothing came from it (sl_transport_last_heard) it is taken for dead: nobody waits for it or pushes to it any more, and it is left
- * out of the final average. allreduce, ma, bmuf: a node that does not answer makes the
- * collective fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so.
- * The final model of gossip and local runs is gathered by the lowest-ranked live node
- * (sl_sync_final), so it is written even when rank 0 died.
+ * row in which nothing came from it (sl_transport_last_heard) it is taken for dead:
+ * nobody waits for it or pushes to it any more, and it is left out of the final average
+ * (sl_liveness.h). allreduce, ma, bmuf: a node that does not answer makes the collective
+ * fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so. The final model
+ * of gossip and local runs is gathered by the lowest-ranked live node (sl_sync_final,
+ * sl_final.h), so it is written even when rank 0 died.
  *
  * Row-shard components (embedding and softmax shards) go as the whole shard
  * (sync.exchange dense) or, with sync.exchange unique, as only the rows some node touched
@@ -34,6 +35,9 @@
  * through a host mirror). What the algorithm carries from one step to the next and the
  * step count does not give back (the BMUF state, the touched rows not yet exchanged)
  * goes into checkpoints through sl_sync_state_save / sl_sync_state_load.
+ * This object keeps the periods, the touched rows and the dispatch; the work is done by
+ * the parts sl_sync.c lists (sl_sync_average.h, sl_grad_allreduce.h, sl_liveness.h,
+ * sl_final.h, sl_sync_state.h), internal to src/sync.
  * Not thread-safe; one per node. */
 #ifndef SL_SYNC_H
 #define SL_SYNC_H
@@ -116,7 +120,7 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
  * whose turn it is averages its own params with those of the ranks above it that arrive
  * in time (a node that died or came too late is left out) and tells each of them
  * whether its params are in; the walk, its time bounds and when it can give two
- * writers are described in sl_sync.c (final_walk). With rank 0 alive that is rank 0;
+ * writers are described in sl_final.c (final_walk). With rank 0 alive that is rank 0;
  * with only rank 0 dead it is rank 1, done within (size + 1) * sync.timeout_ms (at
  * once when rank 1 already held rank 0 for dead; the others follow its claim).
  * *writer is 1 on the node that should write the run's model, else 0 (and *avg is NULL

@@ -1,0 +1,301 @@
+/* The final average (sl_final.h): the ring allreduce of the collective algorithms, and
+ * the leaderless final walk of the neighbourhood ones (final_walk below: how it works,
+ * its time bounds and when it can give two writers). Must not change the liveness table
+ * nor the parameters it is given; the average goes into its own buffer. */
+#include "sync/sl_final.h"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "transport/sl_collective.h"
+
+/* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; component c
+ * of a node's model as component c, a confirmation (one byte: 1 = in the average, 0 =
+ * gathered without it) and a claim (no payload) as the two past them */
+#define FINAL_ROUND 1u
+#define FINAL_ACK(f) ((uint32_t)(f)->env.ncomps)
+#define FINAL_CLAIM(f) ((uint32_t)(f)->env.ncomps + 1u)
+
+struct sl_final {
+    sl_sync_env_t env;
+    const sl_liveness_t *lv; /* borrowed */
+    float *avg, *peer;       /* (nparams) final average; a peer's model (the gatherer) */
+};
+
+sl_status_t
+sl_final_new(sl_final_t **out, const sl_sync_env_t *env, const sl_liveness_t *lv)
+{
+    *out = NULL;
+    if (env->algo == SL_SYNC_NONE || env->size < 2 || !env->tr)
+        return sl_err_set(SL_ERR_INVALID, "sync: no final average for %s on %d nodes",
+                          sl_sync_algorithm_name(env->algo), env->size);
+    SL_TRY(SL_CALLOC(out, 1, "final model"));
+    (*out)->env = *env;
+    (*out)->lv = lv;
+    return SL_OK;
+}
+
+void
+sl_final_destroy(sl_final_t **fp)
+{
+    sl_final_t *f = fp ? *fp : NULL;
+
+    if (!f)
+        return;
+    sl_free(f->avg);
+    sl_free(f->peer);
+    sl_free(f);
+    *fp = NULL;
+}
+
+/* The wait in ms (>= 0, at most INT_MAX) until the sl_clock_now() time at. */
+static int
+ms_until(double at)
+{
+    double ms = ceil((at - sl_clock_now()) * 1000.0);
+
+    return ms <= 0 ? 0 : ms >= (double)INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* A sender of the final walk (final_walk): its model to candidate c, component by
+ * component, then a confirmation from c or from a candidate below it (one given up on
+ * that answered late), or a claim from a candidate between c and itself, waited for
+ * until the sl_clock_now() time until; keys has room for f->env.rank keys. *next = -1 on a
+ * confirmation (done: in that candidate's average, or left out of it), the claimant's
+ * rank on a claim (*claim = 1), else c + 1: a send that finds no room in time, or
+ * nothing coming, is c's failure (logged), not an error. Frames are keyed by their
+ * sender, which the transport checks, so a confirmation from c can only be c's. */
+static sl_status_t
+offer_final(sl_final_t *f, const float *params, int c, double until, sl_wire_key_t *keys, int *next,
+            int *claim)
+{
+    sl_transport_frame_t *fr = NULL;
+    size_t which, nkeys = 0;
+    int wait_ms, from;
+    unsigned char in = 0;
+    sl_status_t st;
+
+    *next = c + 1;
+    *claim = 0;
+    for (int i = 0; i < f->env.ncomps; i++) {
+        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)i, 0, (uint32_t)c, SL_WIRE_DATA};
+        st = sl_transport_send(f->env.tr, &k, params + f->env.comps[i].offset,
+                               (uint32_t)f->env.comps[i].count, SL_WIRE_FP32, 1.0f, 0,
+                               f->env.timeout_ms);
+        if (st != SL_OK) {
+            sl_log_warn("sync", "sending this node's final model to node %d: %s; trying node %d", c,
+                        sl_err_msg(), c + 1);
+            return SL_OK;
+        }
+    }
+    for (int r = 0; r < f->env.rank; r++)
+        keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, r <= c ? FINAL_ACK(f) : FINAL_CLAIM(f), 0,
+                                        (uint32_t)r, SL_WIRE_DATA};
+    wait_ms = ms_until(until);
+    st = sl_transport_recv_any(f->env.tr, keys, nkeys, wait_ms, &fr, &which);
+    if (st == SL_ERR_TIMEOUT) {
+        sl_log_warn("sync",
+                    "node %d did not confirm this node's final model within %d ms: it may "
+                    "have died; trying node %d",
+                    c, wait_ms, c + 1);
+        return SL_OK;
+    }
+    if (st != SL_OK)
+        return sl_err_prefix(st, "sync: final model");
+    from = (int)keys[which].peer;
+    if (keys[which].component == FINAL_CLAIM(f)) {
+        sl_transport_frame_release(&fr);
+        *next = from;
+        *claim = 1;
+        sl_log_info("sync", "node %d gathers the final model: this node's goes there", from);
+        return SL_OK;
+    }
+    if (fr->h.payload_bytes == 1)
+        memcpy(&in, fr->payload, 1);
+    sl_transport_frame_release(&fr);
+    *next = -1;
+    if (!in)
+        sl_log_warn("sync",
+                    "node %d gathered the final model without this node's (it came too late)",
+                    from);
+    return SL_OK;
+}
+
+/* The gatherer: peer r's whole model into f->peer, its first frame waited for first_ms,
+ * each further one sync.timeout_ms. SL_ERR_TIMEOUT when it did not all come. */
+static sl_status_t
+recv_final(sl_final_t *f, int r, int first_ms)
+{
+    for (int c = 0; c < f->env.ncomps; c++) {
+        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
+        size_t got, bytes = f->env.comps[c].count * sizeof(float);
+        SL_TRY(sl_transport_recv(f->env.tr, &k, f->peer + f->env.comps[c].offset, bytes, &got,
+                                 c == 0 ? first_ms : f->env.timeout_ms));
+        if (got != bytes)
+            return sl_err_set(SL_ERR_INVALID, "sync: node %d sent %zu bytes of %s, not %zu", r, got,
+                              f->env.comps[c].name, bytes);
+    }
+    return SL_OK;
+}
+
+/* The gatherer (final_walk): into f->avg the average of its own model and those of the
+ * ranks above it that arrive, in rank order (the sum is the same on every run). A
+ * peer's first frame is waited for until the sl_clock_now() time deadline; one it holds
+ * for dead is not waited for, but taken if it is already here. Every peer above gets a
+ * confirmation saying whether its model is in: one that comes too late (or that was
+ * wrongly held for dead) then stops its walk there, left out as it always was, rather
+ * than walking on to gather (and write) a model of its own. */
+static sl_status_t
+gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
+{
+    sl_wire_key_t ack = {FINAL_ROUND, FINAL_ACK(f), 0, 0, SL_WIRE_DATA};
+    float inv;
+    sl_status_t st;
+
+    if (!f->peer)
+        SL_TRY(SL_ALLOC(&f->peer, f->env.nparams, "a peer's final model"));
+    memcpy(f->avg, params, f->env.nparams * sizeof *params);
+    *nmodels = 1;
+    for (int r = f->env.rank + 1; r < f->env.size; r++) {
+        unsigned char in = 1;
+
+        st = recv_final(f, r, sl_liveness_is_dead(f->lv, r) ? 0 : ms_until(deadline));
+        if (st == SL_ERR_TIMEOUT) {
+            if (!sl_liveness_is_dead(f->lv, r))
+                sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
+            in = 0;
+        } else if (st != SL_OK) {
+            return sl_err_prefix(st, "sync: final model");
+        } else {
+            for (size_t j = 0; j < f->env.nparams; j++)
+                f->avg[j] += f->peer[j];
+            ++*nmodels;
+        }
+        /* a dead node's queue may be full: no wait for room then */
+        ack.peer = (uint32_t)r;
+        if (sl_transport_send(f->env.tr, &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0,
+                              in ? f->env.timeout_ms : 0) != SL_OK &&
+            in)
+            sl_log_warn("sync", "confirming node %d's final model: %s", r, sl_err_msg());
+    }
+    inv = 1.0f / (float)*nmodels;
+    for (size_t j = 0; j < f->env.nparams; j++)
+        f->avg[j] *= inv;
+    return SL_OK;
+}
+
+/* The final model of gossip and local runs, where any node may have died: the lowest
+ * live rank gathers it, without a coordinator. Candidates c = 0, 1, ... in rank order;
+ * node r walks them:
+ *   c < r   unless r holds c for dead (sl_liveness_is_dead: then on at once), r sends its model
+ *           to c and waits for a confirmation: with one (from c, or late from a
+ *           candidate below c) r is done, its model in that average or, when it came
+ *           too late, left out; without one (c died, or a send found no room) r tries
+ *           c + 1;
+ *   c == r  r is the gatherer and the writer: the average of its model and those of the
+ *           ranks above it (gather_final), which each get a confirmation saying whether
+ *           theirs is in. A gatherer above rank 0 first sends a claim to each rank
+ *           above it that it waits for: a node still waiting on a lower candidate goes
+ *           straight to the claimant (even one it held for dead) rather than waiting
+ *           out that candidate's window.
+ * Timing. Each node counts from its own entry here (t0); T = sync.timeout_ms and
+ * P = size * T (the gatherer receives up to size - 1 models, each frame within T).
+ * Candidate c owns the window [c P, (c + 1) P) of every node's clock:
+ *   - a sender gives up on c at t0 + (c + 1) P, whatever it knew about the candidates
+ *     below c, so it has sent to c by t0 + c P plus its sending time;
+ *   - the gatherer c waits for each peer's first frame until t0 + c P + T: T past the
+ *     latest a live peer can have sent, for the skew between the nodes' entries and the
+ *     sending; then T for each further frame. It stops as soon as every peer it waits
+ *     for is in. Its confirmations go out by t0 + c P + T + (receiving), inside the
+ *     senders' window while skew + receiving < P - T = (size - 1) T.
+ * The deadlines are absolute, so a dead peer costs the gatherer one wait, not one per
+ * peer, and nothing compounds from candidate to candidate: node r is done by
+ * t0 + r P + T + (receiving) at the latest. Nodes may disagree on who is dead (each
+ * learns it from its own exchanges); the windows make that safe and the claims make it
+ * quick: with rank 0 dead, rank 1 gathers at once if it held rank 0 for dead, else
+ * after P, and the others follow its claim. With every node alive rank 0 gathers and
+ * there are no claims; a node later than T is left out of the average, as it always
+ * was (the "without you" confirmation stops its walk). Two writers remain possible
+ * when an assumption breaks: a sender that holds every candidate below it for dead
+ * while one of them is alive gathers at once (a live node held for dead: it missed
+ * SL_SYNC_DEAD_ROUNDS rounds in a row), or a confirmation comes after the sender's
+ * window and the sender reaches itself first. Each writer writes the average of the
+ * models it got; the run's model.bin is the last one written. The dead marks are what
+ * make a crash cheap; a timeout that keeps live nodes from being taken for dead keeps
+ * them safe. */
+static sl_status_t
+final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels)
+{
+    double t0 = sl_clock_now(), t = f->env.timeout_ms / 1000.0, p = f->env.size * t;
+    sl_wire_key_t *keys = NULL;
+    int claimed = 0, next;
+    sl_status_t st = SL_OK;
+
+    if (f->env.rank > 0)
+        SL_TRY(SL_ALLOC(&keys, (size_t)f->env.rank, "final model keys"));
+    for (int c = 0; c < f->env.rank;) {
+        if (sl_liveness_is_dead(f->lv, c) && !claimed) {
+            c++;
+            continue;
+        }
+        SL_TRY_GOTO(offer_final(f, params, c, t0 + (c + 1) * p, keys, &next, &claimed), st, out);
+        if (next < 0)
+            goto out; /* taken */
+        c = next;
+    }
+    if (f->env.rank > 0) {
+        sl_wire_key_t claim = {FINAL_ROUND, FINAL_CLAIM(f), 0, 0, SL_WIRE_DATA};
+        sl_log_warn("sync",
+                    "no node below this one took its final model: node %d gathers it and "
+                    "writes the run's model.bin",
+                    f->env.rank);
+        for (int r = f->env.rank + 1; r < f->env.size; r++) {
+            if (sl_liveness_is_dead(f->lv, r))
+                continue;
+            claim.peer = (uint32_t)r;
+            if (sl_transport_send(f->env.tr, &claim, "", 0, SL_WIRE_BYTES, 1.0f, 0, 0) != SL_OK)
+                sl_log_debug("sync", "claim to node %d: %s", r, sl_err_msg());
+        }
+    }
+    SL_TRY_GOTO(gather_final(f, params, t0 + f->env.rank * p + t, nmodels), st, out);
+    *writer = 1;
+out:
+    sl_free(keys);
+    return st;
+}
+
+sl_status_t
+sl_final_average(sl_final_t *f, const float *params, const float **avg, int *writer, int *nmodels)
+{
+    const sl_sync_env_t *e = &f->env;
+
+    *avg = NULL;
+    *writer = 0;
+    *nmodels = 1;
+    if (!f->avg)
+        SL_TRY(SL_ALLOC(&f->avg, e->nparams, "final model"));
+    if (sl_sync_is_neighbourhood(e->algo)) {
+        SL_TRY(final_walk(f, params, writer, nmodels));
+        if (*writer)
+            *avg = f->avg;
+    } else {
+        sl_collective_opts_t o = {0, 0, e->timeout_ms, NULL}; /* the model: fp32 */
+        float inv = 1.0f / (float)e->size;
+        sl_status_t st;
+
+        memcpy(f->avg, params, e->nparams * sizeof *params);
+        st = sl_allreduce_sum(e->tr, (uint32_t)e->ncomps + 1, 0, f->avg, e->nparams, &o);
+        if (st != SL_OK)
+            return sl_sync_collective_failed(st, e->algo, "of the final model", 0);
+        for (size_t j = 0; j < e->nparams; j++)
+            f->avg[j] *= inv;
+        *avg = f->avg;
+        *writer = e->rank == 0;
+        *nmodels = e->size;
+    }
+    return SL_OK;
+}

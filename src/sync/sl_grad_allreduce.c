@@ -1,0 +1,124 @@
+/* The allreduce-mode gradient mean (sl_grad_allreduce.h): dense, or by rows through
+ * src/embed/sl_sparse_allreduce.h (the Baidu paper's section III-A: U_g, the sorted
+ * union of the touched rows, summed; or the allgather baseline). Must not touch the
+ * parameters or the model-averaging state: gradients in, gradients out. */
+#include "sync/sl_grad_allreduce.h"
+
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "embed/sl_sparse_allreduce.h"
+#include "transport/sl_collective.h"
+
+struct sl_grad_allreduce {
+    sl_sync_env_t env;
+    int32_t *sel;                /* (max_rows) the absolute touched rows of a shard */
+    sl_sparse_allreduce_t **sar; /* (ncomps) for the components that go by rows */
+};
+
+sl_status_t
+sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env)
+{
+    sl_grad_allreduce_t *g;
+    long max_rows = 0;
+    sl_status_t st;
+
+    *out = NULL;
+    if (env->algo != SL_SYNC_ALLREDUCE || env->size < 2 || !env->tr)
+        return sl_err_set(SL_ERR_INVALID, "sync: no gradient allreduce for %s on %d nodes",
+                          sl_sync_algorithm_name(env->algo), env->size);
+    SL_TRY(SL_CALLOC(&g, 1, "gradient allreduce"));
+    g->env = *env;
+    for (int c = 0; c < env->ncomps; c++)
+        if (sl_sync_by_rows(&env->comps[c], env->exchange) && env->comps[c].rows > max_rows)
+            max_rows = env->comps[c].rows;
+    if (max_rows > 0) {
+        SL_TRY_GOTO(SL_ALLOC(&g->sel, (size_t)max_rows, "exchanged rows"), st, fail);
+        SL_TRY_GOTO(SL_CALLOC(&g->sar, (size_t)env->ncomps, "sparse allreduce"), st, fail);
+        for (int c = 0; c < env->ncomps; c++)
+            if (sl_sync_by_rows(&env->comps[c], env->exchange))
+                SL_TRY_GOTO(sl_sparse_allreduce_new(&g->sar[c], &env->comps[c], env->size), st,
+                            fail);
+    }
+    *out = g;
+    return SL_OK;
+fail:
+    sl_grad_allreduce_destroy(&g);
+    return st;
+}
+
+void
+sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
+{
+    sl_grad_allreduce_t *g = gp ? *gp : NULL;
+
+    if (!g)
+        return;
+    for (int c = 0; g->sar && c < g->env.ncomps; c++)
+        sl_sparse_allreduce_destroy(&g->sar[c]);
+    sl_free(g->sar);
+    sl_free(g->sel);
+    sl_free(g);
+    *gp = NULL;
+}
+
+/* Each row shard's gradient summed by its touched rows (round = step), each other
+ * component by a ring allreduce of its own (component ncomps, round step * ncomps + c). */
+static sl_status_t
+sum_by_rows(sl_grad_allreduce_t *g, float *grads, long step, sl_rowset_t *touched,
+            sl_sync_stat_t *stat, const sl_collective_opts_t *o)
+{
+    const sl_sync_env_t *e = &g->env;
+
+    for (int c = 0; c < e->ncomps; c++) {
+        const sl_component_t *cp = &e->comps[c];
+        double t0 = sl_clock_now();
+        sl_status_t st;
+
+        if (!sl_sync_by_rows(cp, e->exchange)) {
+            st = sl_allreduce_sum(e->tr, (uint32_t)e->ncomps,
+                                  (uint64_t)step * (uint64_t)e->ncomps + (uint64_t)c,
+                                  grads + cp->offset, cp->count, o);
+        } else {
+            sl_sparse_stats_t ss;
+            size_t n = 0;
+
+            for (long r = 0; r < cp->rows; r++)
+                if (sl_rowset_has(&touched[c], r))
+                    g->sel[n++] = (int32_t)(cp->row_begin + r);
+            sl_rowset_clear(&touched[c]);
+            st = sl_sparse_allreduce(g->sar[c], e->tr, (uint32_t)c, (uint64_t)step, e->exchange,
+                                     g->sel, (int)n, grads + cp->offset, o);
+            sl_sparse_allreduce_stats(g->sar[c], &ss);
+            stat[c].rounds++;
+            stat[c].rows_own += ss.local_rows;
+            stat[c].rows_merged +=
+                e->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
+            sl_sync_fill_bytes(&stat[c], e->tr, (uint32_t)c);
+            stat[c].time_s += sl_clock_now() - t0;
+        }
+        if (st != SL_OK)
+            return sl_sync_collective_failed(st, e->algo, cp->name, step);
+    }
+    return SL_OK;
+}
+
+sl_status_t
+sl_grad_allreduce_mean(sl_grad_allreduce_t *g, float *grads, long step, sl_rowset_t *touched,
+                       sl_sync_stat_t *stat)
+{
+    const sl_sync_env_t *e = &g->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec};
+    float inv = 1.0f / (float)e->size;
+
+    if (e->exchange == SL_EXCHANGE_DENSE) {
+        sl_status_t st =
+            sl_allreduce_sum(e->tr, (uint32_t)e->ncomps, (uint64_t)step, grads, e->nparams, &o);
+        if (st != SL_OK)
+            return sl_sync_collective_failed(st, e->algo, "of the gradients", step);
+    } else {
+        SL_TRY(sum_by_rows(g, grads, step, touched, stat, &o));
+    }
+    for (size_t j = 0; j < e->nparams; j++)
+        grads[j] *= inv;
+    return SL_OK;
+}

@@ -1,0 +1,37 @@
+/* The gradient sums of sync.algorithm allreduce (sl_sync.h): every step, each node's
+ * gradient becomes the mean over all nodes, by one ring allreduce of the whole buffer
+ * (sync.exchange dense) or, with unique or allgather, each row shard by its touched rows
+ * (src/embed/sl_sparse_allreduce.h) and every other component by a ring allreduce of its
+ * own. A caller of the collectives (src/transport/sl_collective.h) like the all-node
+ * average and the final model's: it keeps no state from step to step but its buffers.
+ * Not thread-safe; one per node. */
+#ifndef SL_GRAD_ALLREDUCE_H
+#define SL_GRAD_ALLREDUCE_H
+
+#include "common/sl_status.h"
+#include "embed/sl_sparse.h"
+#include "sync/sl_sync.h"
+#include "sync/sl_sync_common.h"
+
+typedef struct sl_grad_allreduce sl_grad_allreduce_t;
+
+/* For env->algo allreduce with env->size >= 2 and a transport; env's row shards
+ * (sparse components, when env->exchange is not dense) have rows x row_len == count,
+ * rows >= 1 (the caller checked). SL_ERR_INVALID, SL_ERR_NOMEM. */
+sl_status_t sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env);
+/* Frees; accepts NULL, NULLs *g. After a sum that failed, buffers may still be lent to
+ * ZeroMQ: destroy the transport first. */
+void sl_grad_allreduce_destroy(sl_grad_allreduce_t **g);
+
+/* grads (nparams) becomes the mean over all nodes; step (0-based, increasing from call to
+ * call) numbers the round: the dense sum is component ncomps, round step; by rows, row
+ * shard c is component c, round step, and each other component c is component ncomps,
+ * round step * ncomps + c. touched (ncomps, a set for each component that goes by rows;
+ * unused, may be NULL, when env->exchange is dense) are the rows this node's step
+ * touched; they are emptied. stat (ncomps): each row shard's rounds, rows, bytes and
+ * time are brought up to date (sl_sync_gradients times the whole call). Errors are
+ * fatal: a failed collective says a node did not take part. */
+sl_status_t sl_grad_allreduce_mean(sl_grad_allreduce_t *g, float *grads, long step,
+                                   sl_rowset_t *touched, sl_sync_stat_t *stat);
+
+#endif

@@ -1,0 +1,151 @@
+/* The liveness table (sl_liveness.h): who missed and who answered in this step, missed
+ * rounds in a row, who is dead, and the warnings about it. Must not send, receive or
+ * wait: it reads the transport's last-heard times only. */
+#include "sync/sl_liveness.h"
+
+#include <inttypes.h>
+
+#include "common/sl_alloc.h"
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "sync/sl_sync.h"
+
+struct sl_liveness {
+    const sl_transport_t *tr; /* borrowed */
+    int size;
+    int timeout_ms;
+    int *missed;                        /* (size) sync steps missed in a row, per rank */
+    unsigned char *dead, *told;         /* (size) taken for dead; reported missing */
+    unsigned char *step_miss, *step_ok; /* (size) in this sync step: missed / answered */
+    int ndead;
+    double step_end; /* sl_clock_now() when the last step's tally was made (end_step) */
+};
+
+sl_status_t
+sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size, int timeout_ms)
+{
+    sl_liveness_t *lv;
+    sl_status_t st;
+
+    *out = NULL;
+    if (size < 1)
+        return sl_err_set(SL_ERR_INVALID, "sync: liveness of %d nodes", size);
+    SL_TRY(SL_CALLOC(&lv, 1, "sync peers"));
+    lv->tr = tr;
+    lv->size = size;
+    lv->timeout_ms = timeout_ms;
+    lv->step_end = sl_clock_now();
+    SL_TRY_GOTO(SL_CALLOC(&lv->missed, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->dead, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->told, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->step_miss, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->step_ok, (size_t)size, "sync peers"), st, fail);
+    *out = lv;
+    return SL_OK;
+fail:
+    sl_liveness_destroy(&lv);
+    return st;
+}
+
+void
+sl_liveness_destroy(sl_liveness_t **lvp)
+{
+    sl_liveness_t *lv = lvp ? *lvp : NULL;
+
+    if (!lv)
+        return;
+    sl_free(lv->missed);
+    sl_free(lv->dead);
+    sl_free(lv->told);
+    sl_free(lv->step_miss);
+    sl_free(lv->step_ok);
+    sl_free(lv);
+    *lvp = NULL;
+}
+
+int
+sl_liveness_is_dead(const sl_liveness_t *lv, int r)
+{
+    return r >= 0 && r < lv->size && lv->dead[r];
+}
+
+int
+sl_liveness_ndead(const sl_liveness_t *lv)
+{
+    return lv->ndead;
+}
+
+size_t
+sl_liveness_live(const sl_liveness_t *lv, const int *list, int n, uint32_t *out, size_t *nwait)
+{
+    size_t m = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++)
+            if (!lv->dead[list[i]] && lv->step_miss[list[i]] == pass)
+                out[m++] = (uint32_t)list[i];
+        if (pass == 0)
+            *nwait = m;
+    }
+    return m;
+}
+
+void
+sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_t *peers, size_t n,
+                  size_t nwait, const uint32_t *heard, size_t nheard, const char *name,
+                  uint64_t round)
+{
+    for (size_t i = 0; i < n; i++) {
+        int r = (int)peers[i], in = 0;
+
+        for (size_t j = 0; j < nheard; j++)
+            in |= heard[j] == peers[i];
+        if (in) {
+            lv->step_ok[r] = 1;
+            continue;
+        }
+        if (i >= nwait)
+            continue;
+        lv->step_miss[r] = 1;
+        if (lv->told[r])
+            continue;
+        lv->told[r] = 1;
+        if (role == SL_LIVENESS_CHOSEN)
+            sl_log_warn("sync",
+                        "node %d did not answer within %d ms (%s, round %" PRIu64
+                        "): averaging without it",
+                        r, lv->timeout_ms, name, round);
+        else
+            sl_log_warn("sync",
+                        "node %d did not ask for its rows within %d ms (%s, round %" PRIu64
+                        "): going on without it",
+                        r, lv->timeout_ms, name, round);
+    }
+}
+
+/* Counted per step, not per component, so that a step with many components counts
+ * once. Late is not dead: a peer that missed but was heard from during the step (its
+ * frame of an earlier round came after the wait for it) is alive, and its count starts
+ * again. Without that, a node delayed by its own wait for a dead neighbour looks dead
+ * to the nodes waiting for it, and they to theirs. */
+void
+sl_liveness_end_step(sl_liveness_t *lv)
+{
+    for (int r = 0; r < lv->size; r++) {
+        if (lv->step_ok[r] ||
+            (lv->step_miss[r] && sl_transport_last_heard(lv->tr, (uint32_t)r) > lv->step_end))
+            lv->missed[r] = 0;
+        else if (lv->step_miss[r])
+            lv->missed[r]++;
+        lv->step_ok[r] = lv->step_miss[r] = 0;
+        if (lv->missed[r] >= SL_SYNC_DEAD_ROUNDS && !lv->dead[r]) {
+            lv->dead[r] = 1;
+            lv->ndead++;
+            sl_log_warn("sync",
+                        "node %d missed %d rounds in a row: taken for dead, left out from "
+                        "now on and from the final model",
+                        r, lv->missed[r]);
+        }
+    }
+    lv->step_end = sl_clock_now();
+}

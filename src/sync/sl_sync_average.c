@@ -1,0 +1,310 @@
+/* The per-step averaging of one component (sl_sync_average.h): the neighbourhood of the
+ * gossip schedule or the ring, or all nodes; dense or by rows; then MA or BMUF. Symbols
+ * of the gossip-BMUF paper: theta (this node's copy), theta_bar (the mean), q (picks),
+ * eta, zeta, omega, Delta. Must not decide when a component syncs, keep the touched
+ * rows between syncs, nor declare a peer dead (sl_liveness.h does, from what this file
+ * tells it). */
+#include "sync/sl_sync_average.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+#include "common/sl_alloc.h"
+#include "common/sl_rng.h"
+#include "sync/sl_bmuf.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
+#include "transport/sl_collective.h"
+
+struct sl_sync_average {
+    sl_sync_env_t env;
+    sl_liveness_t *lv; /* borrowed */
+    int is_bmuf;       /* bmuf, local-bmuf, gossip-bmuf */
+    int neighbour;     /* local-*, gossip-*: average over a neighbourhood, not everyone */
+    sl_bmuf_opts_t bmuf;
+    sl_schedule_t sched;
+    float *omega, *delta, *start;      /* (nparams) each, *bmuf only */
+    float *bar;                        /* (max_count) the average of one component */
+    float *recv;                       /* (picks, max_count) snapshots received */
+    int *ichosen, *ipullers;           /* (links) from the schedule */
+    uint32_t *chosen, *pullers, *from; /* (links) after leaving out the dead */
+    /* components that go by rows (sl_sparse.h) */
+    double top_pct, random_pct; /* exchange_top, exchange_random */
+    uint64_t seed;
+    int32_t *sel;        /* (max_rows) E_k */
+    sl_sparse_t *sparse; /* NULL when no component goes by rows */
+    uint32_t *asked;     /* (links) pullers answered by a sparse exchange */
+};
+
+/* The neighbourhood's schedule and lists, when the average is over one. */
+static sl_status_t
+setup_neighbourhood(sl_sync_average_t *a, const sl_config_t *cfg, size_t max_count)
+{
+    const sl_sync_env_t *e = &a->env;
+    int k = cfg->topology.degree > 0 ? cfg->topology.degree : sl_ring_default_degree(e->size);
+    int links;
+
+    SL_TRY(sl_ring_links(e->size, k, &links));
+    /* local-*: q = every link, so the schedule picks all neighbours, no randomness */
+    SL_TRY(sl_schedule_init(
+        &a->sched, e->size, k,
+        e->algo == SL_SYNC_LOCAL_MA || e->algo == SL_SYNC_LOCAL_BMUF ? links : cfg->sync.neighbours,
+        cfg->run.seed));
+    /* snapshots of the picks nodes pulled from a round: q for gossip-*, all links for
+     * local-*; in gossip this memory does not grow with k */
+    SL_TRY(SL_ALLOC(&a->recv, (size_t)a->sched.picks * max_count, "gossip snapshots"));
+    SL_TRY(SL_ALLOC(&a->ichosen, (size_t)links, "sync lists"));
+    SL_TRY(SL_ALLOC(&a->ipullers, (size_t)links, "sync lists"));
+    SL_TRY(SL_ALLOC(&a->chosen, (size_t)links, "sync lists"));
+    SL_TRY(SL_ALLOC(&a->pullers, (size_t)links, "sync lists"));
+    SL_TRY(SL_ALLOC(&a->from, (size_t)links, "sync lists"));
+    return SL_OK;
+}
+
+/* The buffers and exchange object of the components that go by rows, if any. */
+static sl_status_t
+setup_rows(sl_sync_average_t *a)
+{
+    const sl_sync_env_t *e = &a->env;
+    long max_rows = 0;
+    int max_len = 0;
+
+    for (int c = 0; c < e->ncomps; c++) {
+        if (!sl_sync_by_rows(&e->comps[c], e->exchange))
+            continue;
+        if (e->comps[c].rows > max_rows)
+            max_rows = e->comps[c].rows;
+        if (e->comps[c].row_len > max_len)
+            max_len = e->comps[c].row_len;
+    }
+    if (max_rows == 0)
+        return SL_OK;
+    SL_TRY(SL_ALLOC(&a->sel, (size_t)max_rows, "exchanged rows"));
+    if (a->neighbour)
+        SL_TRY(SL_ALLOC(&a->asked, (size_t)a->sched.links, "sync lists"));
+    return sl_sparse_new(&a->sparse, max_rows, max_len, a->neighbour ? a->sched.picks : 0, e->size);
+}
+
+sl_status_t
+sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_config_t *cfg,
+                    sl_liveness_t *lv, const float *params)
+{
+    sl_sync_average_t *a;
+    size_t max_count = 1;
+    sl_status_t st;
+
+    *out = NULL;
+    if (env->size < 2 || !env->tr || env->algo == SL_SYNC_NONE || env->algo == SL_SYNC_ALLREDUCE)
+        return sl_err_set(SL_ERR_INVALID, "sync: no model average for %s on %d nodes",
+                          sl_sync_algorithm_name(env->algo), env->size);
+    SL_TRY(SL_CALLOC(&a, 1, "sync average"));
+    a->env = *env;
+    a->lv = lv;
+    a->is_bmuf = sl_sync_is_bmuf(env->algo);
+    a->neighbour = sl_sync_is_neighbourhood(env->algo);
+    sl_bmuf_opts_from_config(&a->bmuf, cfg);
+    a->top_pct = cfg->sync.exchange_top;
+    a->random_pct = cfg->sync.exchange_random;
+    a->seed = cfg->run.seed;
+    /* components that go by rows have their own buffers (sl_sparse.h) */
+    for (int c = 0; c < env->ncomps; c++)
+        if (env->comps[c].count > max_count && !sl_sync_by_rows(&env->comps[c], env->exchange))
+            max_count = env->comps[c].count;
+    if (a->neighbour)
+        SL_TRY_GOTO(setup_neighbourhood(a, cfg, max_count), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&a->bar, max_count, "sync average"), st, fail);
+    SL_TRY_GOTO(setup_rows(a), st, fail);
+    if (a->is_bmuf) {
+        SL_TRY_GOTO(SL_ALLOC(&a->omega, env->nparams, "BMUF omega"), st, fail);
+        SL_TRY_GOTO(SL_CALLOC(&a->delta, env->nparams, "BMUF Delta"), st, fail);
+        SL_TRY_GOTO(SL_ALLOC(&a->start, env->nparams, "BMUF block start"), st, fail);
+        memcpy(a->omega, params, env->nparams * sizeof *params);
+        memcpy(a->start, params, env->nparams * sizeof *params);
+    }
+    *out = a;
+    return SL_OK;
+fail:
+    sl_sync_average_destroy(&a);
+    return st;
+}
+
+void
+sl_sync_average_destroy(sl_sync_average_t **ap)
+{
+    sl_sync_average_t *a = ap ? *ap : NULL;
+
+    if (!a)
+        return;
+    sl_free(a->omega);
+    sl_free(a->delta);
+    sl_free(a->start);
+    sl_free(a->bar);
+    sl_free(a->recv);
+    sl_free(a->ichosen);
+    sl_free(a->ipullers);
+    sl_free(a->chosen);
+    sl_free(a->pullers);
+    sl_free(a->from);
+    sl_free(a->sel);
+    sl_free(a->asked);
+    sl_sparse_destroy(&a->sparse);
+    sl_free(a);
+    *ap = NULL;
+}
+
+void
+sl_sync_average_bmuf(sl_sync_average_t *a, float **omega, float **delta, float **start)
+{
+    *omega = a->omega;
+    *delta = a->delta;
+    *start = a->start;
+}
+
+/* The neighbourhood of component c at round, the dead left out: a->chosen (*nc, the
+ * first *ncw waited for) and a->pullers (*np, the first *npw). */
+static sl_status_t
+pick_peers(sl_sync_average_t *a, int c, uint64_t round, size_t *nc, size_t *ncw, size_t *np,
+           size_t *npw)
+{
+    int nch, npl, rank = a->env.rank;
+
+    SL_TRY(sl_schedule_chosen(&a->sched, round, c, rank, a->ichosen, a->sched.links, &nch));
+    SL_TRY(sl_schedule_pullers(&a->sched, round, c, rank, a->ipullers, a->sched.links, &npl));
+    *nc = sl_liveness_live(a->lv, a->ichosen, nch, a->chosen, ncw);
+    *np = sl_liveness_live(a->lv, a->ipullers, npl, a->pullers, npw);
+    return SL_OK;
+}
+
+/* The average of component c with the neighbourhood of round: bar, *got peers. */
+static sl_status_t
+neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count,
+                   size_t *nexp, size_t *got)
+{
+    const sl_sync_env_t *e = &a->env;
+    size_t nc, ncw, np, npw;
+    sl_status_t st;
+
+    SL_TRY(pick_peers(a, c, round, &nc, &ncw, &np, &npw));
+    *got = 0;
+    /* pushes need no request: wait for the first ncw chosen only, push to every puller */
+    st = sl_gossip_exchange_coded(e->tr, (uint32_t)c, round, theta, count, e->codec, a->pullers, np,
+                                  a->chosen, ncw, a->recv, a->from, got, e->timeout_ms);
+    if (st != SL_OK && st != SL_ERR_TIMEOUT)
+        return sl_err_prefix(st, "sync %s round %" PRIu64, e->comps[c].name, round);
+    sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, ncw, ncw, a->from, *got,
+                      e->comps[c].name, round);
+    *nexp = ncw;
+    sl_bmuf_mean(a->bar, theta, a->recv, *got, count);
+    return SL_OK;
+}
+
+/* The average of component c with all nodes (ring allreduce): bar. */
+static sl_status_t
+all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count)
+{
+    const sl_sync_env_t *e = &a->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec};
+    float inv = 1.0f / (float)e->size;
+    sl_status_t st;
+
+    memcpy(a->bar, theta, count * sizeof *theta);
+    st = sl_allreduce_sum(e->tr, (uint32_t)c, round, a->bar, count, &o);
+    if (st != SL_OK)
+        return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)round);
+    for (size_t j = 0; j < count; j++)
+        a->bar[j] *= inv;
+    return SL_OK;
+}
+
+/* One sync of row shard c at round by its rows (sync.exchange unique): E_k (the touched
+ * rows, the top p%, a random q% keyed by (seed, component, round)), the sparse exchange
+ * with the neighbourhood or all nodes, then MA or BMUF on the rows averaged only: the
+ * other rows keep their values and BMUF state. */
+static sl_status_t
+sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_t *touched,
+          sl_sync_stat_t *stat, size_t *expected, size_t *got)
+{
+    const sl_sync_env_t *e = &a->env;
+    const sl_component_t *cp = &e->comps[c];
+    float *theta = params + cp->offset;
+    size_t d = (size_t)cp->row_len, nsel, nres;
+    uint64_t kw[4] = {a->seed, 'R', (uint64_t)c, round};
+    long ntop = (long)ceil(a->top_pct / 100.0 * (double)cp->rows);
+    const int32_t *rows;
+    const float *mean;
+    double dist = 0;
+    sl_sparse_args_t sa;
+    sl_status_t st;
+
+    nsel = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), a->sel);
+    sl_rowset_clear(touched);
+    sa = (sl_sparse_args_t){(uint32_t)c, round, theta,    cp->rows,     cp->row_len,
+                            a->sel,      nsel,  e->codec, e->timeout_ms};
+    if (a->neighbour) {
+        size_t nc, ncw, np, npw;
+        sl_sparse_peers_t p;
+
+        SL_TRY(pick_peers(a, c, round, &nc, &ncw, &np, &npw));
+        p = (sl_sparse_peers_t){a->chosen, nc, ncw, a->pullers, np, npw, a->from, 0, a->asked, 0};
+        st = sl_sparse_gossip(a->sparse, e->tr, &sa, &p);
+        if (st != SL_OK && st != SL_ERR_TIMEOUT)
+            return sl_err_prefix(st, "sync %s round %" PRIu64, cp->name, round);
+        sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, nc, ncw, a->from, p.nanswered,
+                          cp->name, round);
+        sl_liveness_tally(a->lv, SL_LIVENESS_PULLER, a->pullers, np, npw, p.asked, p.nasked,
+                          cp->name, round);
+        *expected = nc; /* each was sent our set */
+        *got = p.nanswered;
+    } else {
+        st = sl_sparse_allmean(a->sparse, e->tr, &sa);
+        if (st != SL_OK)
+            return sl_sync_collective_failed(st, e->algo, cp->name, (long)round);
+        *expected = *got = (size_t)e->size - 1;
+    }
+    nres = sl_sparse_result(a->sparse, &rows, &mean);
+    for (size_t i = 0; i < nres; i++) {
+        size_t at = (size_t)rows[i] * d;
+        double err = sl_bmuf_distance(theta + at, mean + i * d, d);
+
+        dist += err * err;
+        if (a->is_bmuf)
+            sl_bmuf_update(&a->bmuf, theta + at, mean + i * d, a->omega + cp->offset + at,
+                           a->delta + cp->offset + at, a->start + cp->offset + at, d);
+        else
+            memcpy(theta + at, mean + i * d, d * sizeof *theta);
+    }
+    stat->distance = sqrt(dist);
+    stat->rows_own += nsel;
+    stat->rows_merged += nres;
+    return SL_OK;
+}
+
+sl_status_t
+sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
+                          sl_rowset_t *touched, sl_sync_stat_t *stat)
+{
+    const sl_component_t *cp = &a->env.comps[c];
+    float *theta = params + cp->offset;
+    size_t count = cp->count, expected = 0, got = 0;
+
+    if (sl_sync_by_rows(cp, a->env.exchange)) {
+        SL_TRY(sync_rows(a, params, c, round, touched, stat, &expected, &got));
+    } else {
+        if (a->neighbour) {
+            SL_TRY(neighbourhood_mean(a, c, round, theta, count, &expected, &got));
+        } else {
+            SL_TRY(all_mean(a, c, round, theta, count));
+            expected = got = (size_t)a->env.size - 1;
+        }
+        stat->distance = sl_bmuf_distance(theta, a->bar, count);
+        if (a->is_bmuf)
+            sl_bmuf_update(&a->bmuf, theta, a->bar, a->omega + cp->offset, a->delta + cp->offset,
+                           a->start + cp->offset, count);
+        else
+            memcpy(theta, a->bar, count * sizeof *theta);
+    }
+    stat->expected += expected;
+    stat->answered += got;
+    return SL_OK;
+}
