@@ -24,10 +24,11 @@
  * case only when nothing happened for TEST_HANG_S. A short timeout belongs only where
  * the timeout itself is what is tested, and then only its lower bound is exact.
  *
- * Used by check_transport, check_shm and check_sparse; any test that forks nodes on
- * transports should use it rather than a copy (add TEST_UTIL_SOURCES to its sources in
- * tests/Makemodule.am and #include "test_util.h"). Owns nothing of the library; it must
- * not reach into a transport's internals (only sl_transport.h's calls). */
+ * Used by check_transport, check_shm, check_sparse and check_sync_algo; any test that
+ * forks nodes on transports should use it rather than a copy (add TEST_UTIL_SOURCES to
+ * its sources in tests/Makemodule.am and #include "test_util.h"). Owns nothing of the
+ * library; it must not reach into a transport's internals (only sl_transport.h's
+ * calls). */
 #ifndef SL_TEST_UTIL_H
 #define SL_TEST_UTIL_H
 
