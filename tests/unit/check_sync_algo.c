@@ -14,27 +14,22 @@
  * (the others average without it and the final model is the mean of the survivors), a
  * node that skips one round and comes back, and the allreduce of gradients (a mean, not
  * a sum, whole or by touched rows).
- * The nodes pass a barrier through the parent's pipes before every step, so a timeout
- * only ever decides about the node that left; nothing here sleeps. Must not touch: the
- * trio (in-process) tests and the `shoal run` integration tests (check_sync.c). */
+ * The nodes are a forked cluster of test_util.h; they pass its barrier (relayed by the
+ * parent, without the node that left) before every step, so a timeout only ever decides
+ * about the node that left; nothing here sleeps. Must not touch: the trio (in-process)
+ * tests and the `shoal run` integration tests (check_sync.c). */
 #include <check.h>
-#include <inttypes.h>
 #include <math.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include "common/sl_log.h"
 #include "config/sl_config.h"
 #include "sync/sl_sync.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "transport/sl_transport.h"
+#include "test_util.h"
 
 enum { MAXN = 5, NP = 11, NCOMP = 3, MAXSTEPS = 6, SEED = 4321 };
 
@@ -103,10 +98,8 @@ typedef struct {
                             step skip_step (0: nobody skips) */
 } plan_t;
 
-/* What a node sends back (one write, below PIPE_BUF). */
+/* What a node hands the parent (its test_cluster_out blob). */
 typedef struct {
-    int ok;
-    char err[200];
     float p[MAXSTEPS][NP]; /* params after each step (gradients: the grads) */
     float avg[NP];
     int has_avg, writer, nmodels;
@@ -114,121 +107,20 @@ typedef struct {
     unsigned char dead[MAXN]; /* sl_sync_is_dead after the steps */
 } node_out_t;
 
+/* The check that failed in a node (its exit status). */
+enum { FAIL_CONFIG = 1, FAIL_NEW, FAIL_BARRIER, FAIL_GRADIENTS, FAIL_STEP, FAIL_FINAL };
+
+/* The steps of plan c->arg on node k: gradients (sl_sync_gradients) or local steps and
+ * sl_sync_after_step, each after a barrier, into out. 0 or a FAIL_*. */
 static int
-read_full(int fd, void *buf, size_t len)
+node_steps(test_cluster_t *c, sl_sync_t *s, int k, float *p, node_out_t *out)
 {
-    char *p = buf;
+    const plan_t *pl = c->arg;
+    float g[NP];
 
-    while (len) {
-        ssize_t r = read(fd, p, len);
-        if (r <= 0)
-            return -1;
-        p += r;
-        len -= (size_t)r;
-    }
-    return 0;
-}
-
-static int
-write_full(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w <= 0)
-            return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* The parent's barrier: 'r' up, then wait for 'g' down. */
-static int
-barrier(int up, int down)
-{
-    char c = 'r';
-
-    return write_full(up, &c, 1) == 0 && read_full(down, &c, 1) == 0 && c == 'g' ? 0 : -1;
-}
-
-/* Sends out up (a failure: 'x' first, where a barrier byte is expected) and exits. */
-static void
-node_exit(node_out_t *out, int up, sl_transport_t **t, int barrier_due)
-{
-    char x = 'x';
-
-    if (!out->ok && barrier_due)
-        write_full(up, &x, 1);
-    write_full(up, out, sizeof *out);
-    sl_transport_destroy(t);
-    _exit(out->ok ? 0 : 1);
-}
-
-static void
-node_fail(node_out_t *out, const char *what, int up, sl_transport_t **t)
-{
-    out->ok = 0;
-    snprintf(out->err, sizeof out->err, "%s: %s", what, sl_err_msg());
-    node_exit(out, up, t, 1);
-}
-
-static void
-node(const plan_t *pl, const char *dir, int k, int up, int down, pid_t parent)
-{
-    static node_out_t out;
-    sl_transport_t *t = NULL;
-    sl_transport_opts_t o;
-    sl_config_t cfg;
-    sl_sync_t *s = NULL;
-    char bind[128], eps[MAXN][128];
-    const char *table[MAXN];
-    float p[NP], g[NP];
-
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(97);
-    sl_log_set_level(SL_LOG_ERROR);
-    memset(&out, 0, sizeof out);
-    out.ok = 1;
-    sl_transport_opts_default(&o);
-    o.run_id = 99;
-    o.rank = (uint32_t)k;
-    o.size = (uint32_t)pl->n;
-    snprintf(bind, sizeof bind, "ipc://%s/rank-%d", dir, k);
-    o.bind_endpoint = bind;
-    o.timeout_ms = pl->timeout_ms;
-    o.linger_ms = 100;
-    o.shm = 0;
-    if (sl_transport_new(&t, &o) != SL_OK)
-        node_fail(&out, "transport", up, &t);
-    memset(eps, 0, sizeof eps);
-    snprintf(eps[k], sizeof eps[k], "%s", sl_transport_endpoint(t));
-    if (write_full(up, eps[k], sizeof eps[k]) != 0 ||
-        read_full(down, eps, sizeof eps[0] * (size_t)pl->n) != 0)
-        _exit(91);
-    for (int j = 0; j < pl->n; j++)
-        table[j] = eps[j];
-    if (sl_transport_connect(t, table) != SL_OK)
-        node_fail(&out, "connect", up, &t);
-    if (k == pl->absent) /* gone before the first step */
-        node_exit(&out, up, &t, 0);
-
-    sl_config_init(&cfg);
-    if (sl_config_set(&cfg, pl->layout) != SL_OK || sl_config_set(&cfg, pl->algo_conf) != SL_OK ||
-        (pl->more_conf && sl_config_set(&cfg, pl->more_conf) != SL_OK) ||
-        sl_config_set(&cfg, "run.seed=4321") != SL_OK)
-        node_fail(&out, "config", up, &t);
-    cfg.sync.timeout_ms = pl->timeout_ms;
-    cfg.cluster.nodes = pl->n;
-    for (int i = 0; i < NP; i++)
-        p[i] = (float)start_value(k, i);
-    if (sl_sync_new(&s, &cfg, t, k, pl->n, comps, NCOMP, p, NP) != SL_OK)
-        node_fail(&out, "sl_sync_new", up, &t);
     for (long step = 1; step <= pl->steps; step++) {
-        if (barrier(up, down) != 0)
-            _exit(92);
+        if (test_cluster_barrier(c) != 0)
+            return FAIL_BARRIER;
         if (pl->gradients) {
             int32_t row = touched_row(k, step);
 
@@ -236,112 +128,89 @@ node(const plan_t *pl, const char *dir, int k, int up, int down, pid_t parent)
                 g[i] = (float)grad_value(k, step, i);
             if (sl_sync_note_rows(s, 0, &row, 1) != SL_OK ||
                 sl_sync_gradients(s, g, step - 1) != SL_OK)
-                node_fail(&out, "sl_sync_gradients", up, &t);
-            memcpy(out.p[step - 1], g, sizeof g);
+                return FAIL_GRADIENTS;
+            memcpy(out->p[step - 1], g, sizeof g);
             continue;
         }
         for (int i = 0; i < NP; i++)
             p[i] += (float)drift(k, step, i);
         if ((k != pl->skip || step != pl->skip_step) && sl_sync_after_step(s, p, step) != SL_OK)
-            node_fail(&out, "sl_sync_after_step", up, &t);
-        memcpy(out.p[step - 1], p, sizeof p);
+            return FAIL_STEP;
+        memcpy(out->p[step - 1], p, NP * sizeof *p);
     }
-    for (int c = 0; c < NCOMP; c++)
-        out.rounds[c] = sl_sync_stat(s, c)->rounds;
-    for (int j = 0; j < pl->n; j++)
-        out.dead[j] = (unsigned char)sl_sync_is_dead(s, j);
-    if (pl->final) {
+    return 0;
+}
+
+/* A node of plan c->arg (test_node_fn): the absent node leaves at once; the others
+ * make the steps, then sl_sync_final after a barrier, and pass a last barrier before
+ * the harness destroys their transport (everybody is done with the exchanges). */
+static int
+node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
+{
+    const plan_t *pl = c->arg;
+    node_out_t *out = test_cluster_out(c);
+    int k = (int)sl_transport_rank(t), rc = 0;
+    sl_config_t cfg;
+    sl_sync_t *s = NULL;
+    float p[NP];
+
+    if (k == pl->absent) /* gone before the first step */
+        return 0;
+    sl_config_init(&cfg);
+    if (sl_config_set(&cfg, pl->layout) != SL_OK || sl_config_set(&cfg, pl->algo_conf) != SL_OK ||
+        (pl->more_conf && sl_config_set(&cfg, pl->more_conf) != SL_OK) ||
+        sl_config_set(&cfg, "run.seed=4321") != SL_OK) {
+        sl_config_fini(&cfg);
+        return FAIL_CONFIG;
+    }
+    cfg.sync.timeout_ms = pl->timeout_ms;
+    cfg.cluster.nodes = pl->n;
+    for (int i = 0; i < NP; i++)
+        p[i] = (float)start_value(k, i);
+    if (sl_sync_new(&s, &cfg, t, k, pl->n, comps, NCOMP, p, NP) != SL_OK)
+        rc = FAIL_NEW;
+    if (rc == 0)
+        rc = node_steps(c, s, k, p, out);
+    for (int j = 0; j < NCOMP && rc == 0; j++)
+        out->rounds[j] = sl_sync_stat(s, j)->rounds;
+    for (int j = 0; j < pl->n && rc == 0; j++)
+        out->dead[j] = (unsigned char)sl_sync_is_dead(s, j);
+    if (rc == 0 && pl->final) {
         const float *avg;
 
-        if (barrier(up, down) != 0)
-            _exit(92);
-        if (sl_sync_final(s, p, &avg, &out.writer, &out.nmodels) != SL_OK)
-            node_fail(&out, "sl_sync_final", up, &t);
-        out.has_avg = avg != NULL;
-        if (avg)
-            memcpy(out.avg, avg, sizeof out.avg);
+        if (test_cluster_barrier(c) != 0)
+            rc = FAIL_BARRIER;
+        else if (sl_sync_final(s, p, &avg, &out->writer, &out->nmodels) != SL_OK)
+            rc = FAIL_FINAL;
+        else if (avg) {
+            out->has_avg = 1;
+            memcpy(out->avg, avg, sizeof out->avg);
+        }
     }
     sl_sync_destroy(&s);
     sl_config_fini(&cfg);
-    /* everybody is done with the exchanges before any transport goes */
-    if (barrier(up, down) != 0)
-        _exit(92);
-    node_exit(&out, up, &t, 0);
+    if (rc == 0 && test_cluster_barrier(c) != 0)
+        rc = FAIL_BARRIER;
+    return rc;
 }
 
-/* Runs plan pl on pl->n forked nodes; every node's result into out[k] (the absent
- * node's is empty). Fails the test when a node failed. Overall hang guard: the test
- * case's timeout (the nodes die with the test process, PR_SET_PDEATHSIG). */
+/* Runs plan pl on pl->n forked nodes over ipc:// (test_util.h); every node's result
+ * into out[k] (the absent node's is empty). Fails the test when a node failed, naming
+ * it and its check (a FAIL_*). */
 static void
 run_nodes(const plan_t *pl, node_out_t *out)
 {
-    pid_t pids[MAXN], me = getpid();
-    int up[MAXN][2], down[MAXN][2], nbar = pl->steps + (pl->final ? 1 : 0) + 1;
-    char eps[MAXN][128], dir[64], failed[512] = "";
+    test_cluster_t c;
 
     ck_assert_int_le(pl->n, MAXN);
     ck_assert_int_le(pl->steps, MAXSTEPS);
-    signal(SIGPIPE, SIG_IGN); /* a node that died: a failed write, not a killed test */
-    snprintf(dir, sizeof dir, "/tmp/check_sync_algo.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    for (int k = 0; k < pl->n; k++) {
-        ck_assert_int_eq(pipe(up[k]), 0);
-        ck_assert_int_eq(pipe(down[k]), 0);
-        pids[k] = fork();
-        ck_assert_int_ge(pids[k], 0);
-        if (pids[k] == 0) {
-            for (int j = 0; j < k; j++) {
-                close(up[j][0]);
-                close(down[j][1]);
-            }
-            close(up[k][0]);
-            close(down[k][1]);
-            node(pl, dir, k, up[k][1], down[k][0], me);
-        }
-        close(up[k][1]);
-        close(down[k][0]);
-    }
-    for (int k = 0; k < pl->n; k++)
-        ck_assert_int_eq(read_full(up[k][0], eps[k], sizeof eps[k]), 0);
-    for (int k = 0; k < pl->n; k++)
-        ck_assert_int_eq(write_full(down[k][1], eps, sizeof eps[0] * (size_t)pl->n), 0);
-    memset(out, 0, (size_t)pl->n * sizeof *out);
-    /* barriers: every live node ready, then all go; a node that failed says 'x' and
-     * sends its result, and then the others are stopped */
-    for (int b = 0; b < nbar && !failed[0]; b++) {
-        for (int k = 0; k < pl->n; k++) {
-            char c = 0;
-            if (k == pl->absent)
-                continue;
-            if (read_full(up[k][0], &c, 1) != 0 || c != 'r') {
-                if (c == 'x' && read_full(up[k][0], &out[k], sizeof out[k]) == 0)
-                    snprintf(failed, sizeof failed, "node %d: %s", k, out[k].err);
-                else
-                    snprintf(failed, sizeof failed, "node %d died", k);
-                break;
-            }
-        }
-        for (int k = 0; k < pl->n && !failed[0]; k++)
-            if (k != pl->absent)
-                ck_assert_int_eq(write_full(down[k][1], "g", 1), 0);
-    }
-    for (int k = 0; k < pl->n; k++) {
-        int ws;
-        if (failed[0])
-            kill(pids[k], SIGKILL);
-        else if (read_full(up[k][0], &out[k], sizeof out[k]) != 0)
-            snprintf(failed, sizeof failed, "node %d sent no result", k);
-        waitpid(pids[k], &ws, 0);
-        close(up[k][0]);
-        close(down[k][1]);
-    }
-    for (int k = 0; k < pl->n; k++) {
-        char path[128];
-        snprintf(path, sizeof path, "%s/rank-%d", dir, k);
-        unlink(path);
-    }
-    rmdir(dir);
-    ck_assert_msg(!failed[0], "%s", failed);
+    test_cluster_init(&c, pl->n, 1, 99, node, pl);
+    c.timeout_ms = pl->timeout_ms;
+    c.shm = 0;
+    c.final_barrier = 0; /* node() ends on test_cluster_barrier, without the absent node */
+    c.out = out;
+    c.out_bytes = sizeof *out;
+    test_cluster_assert_ok(&c, pl->algo_conf);
 }
 
 /* ------------------------------------------------------------ the values by hand */
@@ -769,8 +638,8 @@ sync_algo_suite(void)
                         (int)(sizeof absent_cases / sizeof absent_cases[0]));
     tcase_add_loop_test(limits, test_skipped_round, 0,
                         (int)(sizeof skip_cases / sizeof skip_cases[0]));
-    tcase_set_timeout(core, 120);
-    tcase_set_timeout(limits, 120);
+    tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
+    tcase_set_timeout(limits, 300);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
@@ -779,12 +648,5 @@ sync_algo_suite(void)
 int
 main(void)
 {
-    SRunner *r = srunner_create(sync_algo_suite());
-    int failed;
-
-    srunner_set_fork_status(r, CK_FORK);
-    srunner_run_all(r, CK_NORMAL);
-    failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(sync_algo_suite());
 }

@@ -1,10 +1,11 @@
 /* tests/unit/test_util.c: the forked-cluster harness and event waits (test_util.h).
  *
  * Pipes: each node has an up pipe (node -> parent: its endpoint, then tagged messages,
- * 'S' for test_cluster_signal and 'R' + the result words, then end of file when it
- * exits) and a down pipe (parent -> node: the endpoint table). The parent sleeps in
- * poll() on the up pipes until one of them has something or the hang guard expires, so
- * it learns of every signal and every exit as it happens. */
+ * 'S' for test_cluster_signal, 'B' for test_cluster_barrier and 'R' + the result words
+ * + the result blob, then end of file when it exits) and a down pipe (parent -> node:
+ * the endpoint table, then a 'G' that ends each barrier). The parent sleeps in poll()
+ * on the up pipes until one of them has something or the hang guard expires, so it
+ * learns of every signal, barrier and exit as it happens. */
 #include "test_util.h"
 
 #include <dirent.h>
@@ -40,6 +41,7 @@ test_cluster_init(test_cluster_t *c, int n, int ipc, uint64_t run_id, test_node_
     c->hang_s = TEST_HANG_S;
     c->failed_rank = -1;
     c->up_fd = -1;
+    c->down_fd = -1;
 }
 
 double
@@ -113,6 +115,23 @@ test_cluster_signal(test_cluster_t *c)
         write_full(c->up_fd, "S", 1);
 }
 
+int
+test_cluster_barrier(test_cluster_t *c)
+{
+    char go = 0;
+
+    if (c->up_fd < 0 || write_full(c->up_fd, "B", 1) != 0 ||
+        read_full(c->down_fd, &go, 1, sl_clock_now() + c->hang_s) != 0)
+        return -1;
+    return go == 'G' ? 0 : -1;
+}
+
+void *
+test_cluster_out(test_cluster_t *c)
+{
+    return c->out ? (char *)c->out + (size_t)c->rank * c->out_bytes : NULL;
+}
+
 sl_status_t
 test_settle(sl_transport_t *t, uint32_t component, uint64_t round)
 {
@@ -178,6 +197,8 @@ node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)
     if (sl_transport_connect(t, table) != SL_OK)
         _exit(92);
     c->up_fd = up;
+    c->down_fd = down;
+    c->rank = rank;
     rc = c->node(t, c, res);
     if (rc == 0 && c->final_barrier && c->n > 1 && sl_barrier(t, FINAL_BARRIER_ROUND, 0) != SL_OK)
         rc = 80;
@@ -186,7 +207,8 @@ node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)
                 c->ipc ? "ipc" : "tcp", rc, sl_err_msg());
     msg[0] = 'R';
     memcpy(msg + 1, res, sizeof res);
-    write_full(up, msg, sizeof msg);
+    if (write_full(up, msg, sizeof msg) == 0 && c->out)
+        write_full(up, test_cluster_out(c), c->out_bytes);
     sl_transport_destroy(&t);
     if (c->node_exit)
         c->node_exit();
@@ -245,9 +267,10 @@ remove_dir(const char *dir)
     rmdir(dir);
 }
 
-/* Reads one tagged message of node i. 0, or -1 at end of file (the node is gone). */
+/* Reads one tagged message of node i (a barrier call: waiting[i] = 1). 0, or -1 at end
+ * of file (the node is gone). */
 static int
-take_message(test_cluster_t *c, int i, int fd, double deadline)
+take_message(test_cluster_t *c, int i, int fd, int *waiting, double deadline)
 {
     unsigned char tag;
 
@@ -255,9 +278,31 @@ take_message(test_cluster_t *c, int i, int fd, double deadline)
         return -1;
     if (tag == 'S')
         c->signals[i]++;
-    else if (tag != 'R' || read_full(fd, c->res[i], sizeof c->res[i], deadline) != 0)
+    else if (tag == 'B')
+        waiting[i] = 1;
+    else if (tag != 'R' || read_full(fd, c->res[i], sizeof c->res[i], deadline) != 0 ||
+             (c->out && read_full(fd, (char *)c->out + (size_t)i * c->out_bytes, c->out_bytes,
+                                  deadline) != 0))
         return -1;
     return 0;
+}
+
+/* Ends the barrier once every node still running (not reaped) waits in it. */
+static void
+relay_barrier(const test_cluster_t *c, int down[][2], const int *reaped, int *waiting)
+{
+    int some = 0;
+
+    for (int i = 0; i < c->n; i++) {
+        if (!reaped[i] && !waiting[i])
+            return;
+        some |= waiting[i];
+    }
+    for (int i = 0; i < c->n && some; i++)
+        if (waiting[i]) {
+            write_full(down[i][1], "G", 1); /* a node that died meanwhile: its EOF comes */
+            waiting[i] = 0;
+        }
 }
 
 int
@@ -265,6 +310,7 @@ test_cluster_run(test_cluster_t *c)
 {
     pid_t pids[TEST_CLUSTER_MAXN], me = getpid();
     int up[TEST_CLUSTER_MAXN][2], down[TEST_CLUSTER_MAXN][2], reaped[TEST_CLUSTER_MAXN];
+    int waiting[TEST_CLUSTER_MAXN];
     int bad = 0, killed = 0, left = c->n;
     char eps[TEST_CLUSTER_MAXN][TEST_CLUSTER_EP_BYTES];
     double deadline = sl_clock_now() + c->hang_s;
@@ -274,6 +320,8 @@ test_cluster_run(test_cluster_t *c)
     snprintf(c->dir, sizeof c->dir, "/tmp/shoal-test-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(c->dir));
     c->failed_rank = -1;
+    if (c->out)
+        memset(c->out, 0, (size_t)c->n * c->out_bytes);
     for (int i = 0; i < c->n; i++) {
         ck_assert_int_eq(pipe(up[i]), 0);
         ck_assert_int_eq(pipe(down[i]), 0);
@@ -293,6 +341,7 @@ test_cluster_run(test_cluster_t *c)
         c->status[i] = -1;
         c->signals[i] = 0;
         reaped[i] = 0;
+        waiting[i] = 0;
         memset(c->res[i], 0, sizeof c->res[i]);
     }
     for (int i = 0; i < c->n && !bad; i++)
@@ -327,7 +376,7 @@ test_cluster_run(test_cluster_t *c)
             int i = who[k];
             if (!pf[k].revents)
                 continue;
-            if (take_message(c, i, up[i][0], deadline) == 0) {
+            if (take_message(c, i, up[i][0], waiting, deadline) == 0) {
                 if (i == c->kill_rank && !killed && c->signals[i] >= c->kill_after) {
                     kill(pids[i], SIGKILL);
                     killed = 1;
@@ -337,6 +386,7 @@ test_cluster_run(test_cluster_t *c)
             /* end of file: the node has exited (or is exiting) */
             waitpid(pids[i], &c->status[i], 0);
             reaped[i] = 1;
+            waiting[i] = 0;
             left--;
             if (!ended_well(c, i, killed)) {
                 c->failed_rank = i;
@@ -346,6 +396,8 @@ test_cluster_run(test_cluster_t *c)
                 break;
             }
         }
+        if (left > 0)
+            relay_barrier(c, down, reaped, waiting);
     }
     for (int i = 0; i < c->n; i++) {
         close(up[i][0]);

@@ -12,16 +12,23 @@
  * the test process (PR_SET_PDEATHSIG). Nothing is left running and the folder is
  * removed, pass or fail.
  *
+ * Besides its exit status a node hands the parent a few words (res) and, when the case
+ * gives one, a result blob of the case's own shape (out). Nodes can keep in step
+ * through the parent (test_cluster_barrier), which waits only for the nodes still
+ * running: a node may leave early on purpose by returning 0 (with final_barrier 0), and
+ * the others go on without it.
+ *
  * Timing: a test must not depend on how fast a loaded machine runs. Waits for
  * something that will come use TEST_WAIT_MS (they return as soon as it comes); loops
  * that poll a counter use test_deadline / test_wait_more, a hang guard that fails the
  * case only when nothing happened for TEST_HANG_S. A short timeout belongs only where
  * the timeout itself is what is tested, and then only its lower bound is exact.
  *
- * Used by check_transport, check_shm and check_sparse; any test that forks nodes on
- * transports should use it rather than a copy (add TEST_UTIL_SOURCES to its sources in
- * tests/Makemodule.am and #include "test_util.h"). Owns nothing of the library; it must
- * not reach into a transport's internals (only sl_transport.h's calls). */
+ * Used by check_transport, check_shm, check_sparse and check_sync_algo; any test that
+ * forks nodes on transports should use it rather than a copy (add TEST_UTIL_SOURCES to
+ * its sources in tests/Makemodule.am and #include "test_util.h"). Owns nothing of the
+ * library; it must not reach into a transport's internals (only sl_transport.h's
+ * calls). */
 #ifndef SL_TEST_UTIL_H
 #define SL_TEST_UTIL_H
 
@@ -72,6 +79,11 @@ struct test_cluster {
                       test_cluster_signal kill_after times (its death is expected) */
     int kill_after;
     double hang_s; /* the cluster's hang guard (TEST_HANG_S) */
+    /* NULL, or out_bytes for each node (borrowed): node k's result blob, zeroed before
+       the nodes start, filled by the node (test_cluster_out), lands at
+       (char *)out + k * out_bytes when the node returns */
+    void *out;
+    size_t out_bytes;
     /* Filled by test_cluster_run. */
     char dir[64];                  /* the private temporary folder */
     int status[TEST_CLUSTER_MAXN]; /* waitpid status, or HUNG / STOPPED */
@@ -79,7 +91,7 @@ struct test_cluster {
     int signals[TEST_CLUSTER_MAXN]; /* test_cluster_signal calls seen */
     int failed_rank;                /* first node that failed, else -1 */
     /* Private to a node process. */
-    int up_fd;
+    int up_fd, down_fd, rank;
 };
 
 /* Defaults for n nodes running fn(arg) with run id run_id: tcp unless ipc, timeout
@@ -99,6 +111,15 @@ void test_cluster_assert_ok(test_cluster_t *c, const char *what);
 
 /* In a node: tells the parent one more step is done (see kill_rank). */
 void test_cluster_signal(test_cluster_t *c);
+
+/* In a node: a barrier relayed by the parent, through the pipes (no frames). Returns 0
+ * once every node still running has called it; a node that has exited (left early,
+ * killed) is not waited for. -1 when the parent is gone or hung. Every node still
+ * running must call it as often as the others. */
+int test_cluster_barrier(test_cluster_t *c);
+
+/* In a node: its own result blob (out_bytes, zero at the start), NULL without out. */
+void *test_cluster_out(test_cluster_t *c);
 
 /* In a node: a small frame (kind DATA, this component, payload one float) to every other
  * node and one from each, twice (rounds round and round + 1). Frames over ZeroMQ keep
