@@ -1,8 +1,8 @@
 /* The CUDA backend: context (one device, one stream, one cuBLAS handle), device memory
  * and copies, gemm through cuBLAS (fp32 without TF32, or bf16/fp16 operands on tensor
  * cores with fp32 accumulation), error recording, describe(), and the ops table. The
- * fused kernels are in sl_cuda_kernels.cu; kernels/cpu/sl_cpu.c is the reference every
- * op is checked against (tests/unit/check_cuda.c).
+ * fused kernels are in sl_cuda_kernels.cu; the CPU backend (kernels/cpu/) is the
+ * reference every op is checked against (tests/unit/check_cuda.c).
  *
  * cuDNN is not used: see sl_cuda_kernels.cu for why its RNN API does not fit the
  * per-cell interface; configure only reports whether it is installed. */

@@ -386,7 +386,7 @@ sl_cuda_lstm_cell_forward(void *ctx, int b, int h, float *gates, const float *c_
     sl_cuda_launched(cu, "lstm_cell_forward");
 }
 
-/* The CPU's formulas (kernels/cpu/sl_cpu.c, lstm_bwd_row), tanh(c) recomputed. */
+/* The CPU's formulas (kernels/cpu/sl_cpu_lstm.c, lstm_bwd_row), tanh(c) recomputed. */
 __global__ void
 lstm_bwd_kernel(int b, int h, const float *__restrict__ acts, const float *__restrict__ c_prev,
                 const float *__restrict__ c, const float *__restrict__ dm, float *__restrict__ dc,
