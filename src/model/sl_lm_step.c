@@ -1,0 +1,398 @@
+/* The LSTM language model's step: forward of embedding -> LSTM(P) layers -> output
+ * layer with full or sampled softmax, and backward into the flat gradient buffer. Every
+ * computation goes through the backend's ops table, so the same code drives the CPU and
+ * the CUDA backend; only the small id lists (uniques, negatives) are built on the host
+ * and uploaded. The model's layout and buffers come from sl_model.c (structs in
+ * sl_model_internal.h, which also names the symbols V, E, H, P, R, T, B, N, S). */
+#include "model/sl_model.h"
+
+#include <string.h>
+
+#include "common/sl_rng.h"
+#include "model/sl_model_internal.h"
+#include "model/sl_sampler.h"
+
+/* ---- unique rows ---- */
+
+/* In-place heapsort: the unique lists are small and steps must not allocate. */
+static void
+sort_i32(int32_t *a, int n)
+{
+    for (int end = n, start = n / 2; end > 1;) {
+        int root;
+        int32_t v;
+
+        if (start > 0) {
+            v = a[--start];
+            root = start;
+        } else {
+            v = a[--end];
+            a[end] = a[0];
+            root = 0;
+        }
+        for (int child; (child = 2 * root + 1) < end; root = child) {
+            if (child + 1 < end && a[child + 1] > a[child])
+                child++;
+            if (a[child] <= v)
+                break;
+            a[root] = a[child];
+        }
+        a[root] = v;
+    }
+}
+
+/* Distinct ids of ids[0..n) sorted ascending into rows[0..u) (returns u), and the
+ * positions of each row grouped by a counting sort: positions of rows[j] are
+ * pos[off[j]..off[j+1]). O(n + u log u) with the stamp array instead of sorting n ids. */
+static int
+unique_rows(sl_lm_t *lm, const int32_t *ids, int n, int32_t *rows, int32_t *off, int32_t *pos)
+{
+    int u = 0;
+
+    if (++lm->gen == 0) {
+        memset(lm->stamp, 0, (size_t)lm->V * sizeof *lm->stamp);
+        lm->gen = 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (lm->stamp[ids[i]] != lm->gen) {
+            lm->stamp[ids[i]] = lm->gen;
+            rows[u++] = ids[i];
+        }
+    sort_i32(rows, u);
+    for (int j = 0; j < u; j++) {
+        lm->slot[rows[j]] = j;
+        off[j] = 0;
+    }
+    off[u] = 0;
+    for (int i = 0; i < n; i++)
+        off[lm->slot[ids[i]] + 1]++;
+    for (int j = 0; j < u; j++)
+        off[j + 1] += off[j];
+    for (int i = 0; i < n; i++) /* off[j] walks from the start of row j to its end */
+        pos[off[lm->slot[ids[i]]]++] = i;
+    for (int j = u; j > 0; j--)
+        off[j] = off[j - 1];
+    off[0] = 0;
+    return u;
+}
+
+/* ---- forward / backward ---- */
+
+static uint64_t
+dropout_key(uint64_t key, int tensor)
+{
+    uint64_t words[2] = {key, (uint64_t)tensor};
+
+    return sl_hash_u64s(words, 2);
+}
+
+static sl_status_t
+check_step(const sl_lm_t *lm, const sl_lm_state_t *st, const int32_t *x, const int32_t *y, int bptt,
+           const char *who)
+{
+    int n;
+
+    if (st->lm != lm)
+        return sl_err_set(SL_ERR_INVALID, "%s: the state belongs to another model", who);
+    if (bptt < 1 || bptt > lm->max_bptt)
+        return sl_err_set(SL_ERR_INVALID,
+                          "%s: bptt %d outside [1, %d] (train.bptt sizes "
+                          "the model's buffers)",
+                          who, bptt, lm->max_bptt);
+    n = bptt * st->batch;
+    for (int i = 0; i < n; i++) {
+        if (x[i] < 0 || x[i] >= lm->V)
+            return sl_err_set(SL_ERR_INVALID, "%s: input id %d at %d outside [0, %d)", who,
+                              (int)x[i], i, lm->V);
+        if (y[i] < 0 || y[i] >= lm->V)
+            return sl_err_set(SL_ERR_INVALID, "%s: target id %d at %d outside [0, %d)", who,
+                              (int)y[i], i, lm->V);
+    }
+    return SL_OK;
+}
+
+/* Forward through embedding and layers for the ids in d_x. Per layer, the input
+ * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
+ * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
+ * advances to the last step. drop: apply dropout with keys from dkey. */
+static void
+forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const float *w = lm->params;
+    int B = st->batch, N = T * B;
+    const float *in = lm->x0;
+
+    o->embedding_gather(ctx, N, lm->E, w + lm->emb, lm->d_x, lm->x0);
+    if (drop)
+        o->dropout(ctx, (size_t)N * (size_t)lm->E, lm->dropout, dropout_key(dkey, 0), lm->x0);
+    for (int l = 0; l < lm->L; l++) {
+        sl_lm_layer_t *ly = &lm->layer[l];
+        int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+
+        o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
+        o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
+        o->gemm(ctx, 0, 1, N, g4, ly->in, 1.0f, in, ly->in, w + ly->w_ih, ly->in, 0.0f, ly->gates,
+                g4);
+        o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)t * (size_t)B;
+            float *gt = ly->gates + row * (size_t)g4;
+            const float *rp = t ? ly->rs + (row - (size_t)B) * (size_t)r : ly->h0;
+            const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
+            float *mt = ly->m + row * (size_t)h;
+
+            o->gemm(ctx, 0, 1, B, g4, r, 1.0f, rp, r, w + ly->w_hh, r, 1.0f, gt, g4);
+            o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
+            if (ly->p > 0)
+                o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, w + ly->w_proj, h, 0.0f,
+                        ly->rs + row * (size_t)r, r);
+        }
+        o->copy(ctx, (size_t)B * (size_t)r, ly->rs + (size_t)(N - B) * (size_t)r, st->h[l]);
+        o->copy(ctx, (size_t)B * (size_t)h, ly->c + (size_t)(N - B) * (size_t)h, st->c[l]);
+        if (drop) {
+            o->copy(ctx, (size_t)N * (size_t)r, ly->rs, ly->drop);
+            o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), ly->drop);
+            in = ly->drop;
+        } else {
+            in = ly->rs;
+        }
+    }
+    lm->top = in;
+}
+
+/* Full softmax over row chunks: logits = top W_out^T + b. With grad_scale != 0 also
+ * backward: dtop = dlogits W_out, dW_out += dlogits^T top, db_out += column sums. */
+static void
+output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dtop, double *loss_sum)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int V = lm->V, R = lm->layer[lm->L - 1].r;
+    const float *W = lm->params + lm->out, *b = lm->params + lm->out_b;
+
+    *loss_sum = 0.0;
+    for (int r0 = 0; r0 < N; r0 += lm->chunk) {
+        int n = N - r0 < lm->chunk ? N - r0 : lm->chunk;
+        const float *y = lm->top + (size_t)r0 * (size_t)R;
+        double ls = 0.0;
+
+        o->gemm(ctx, 0, 1, n, V, R, 1.0f, y, R, W, R, 0.0f, lm->logits, V);
+        o->add_bias(ctx, n, V, b, lm->logits);
+        o->softmax_xent(ctx, n, V, lm->logits, V, d_y + r0, grad_scale, &ls);
+        *loss_sum += ls;
+        if (grad_scale == 0.0f)
+            continue;
+        o->gemm(ctx, 0, 0, n, R, V, 1.0f, lm->logits, V, W, R, 0.0f, dtop + (size_t)r0 * (size_t)R,
+                R);
+        o->gemm(ctx, 1, 0, V, R, n, 1.0f, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
+        o->bias_grad(ctx, n, V, lm->logits, lm->grads + lm->out_b);
+    }
+}
+
+/* Sampled softmax forward and backward. d_out holds the N targets then the S negatives;
+ * their W_out rows and biases are gathered into wg/bg (N+S rows). Logits (N, 1+S):
+ * column 0 the true logit dot(top_i, W_out[t_i]) + b[t_i] (a row-wise dot, done as
+ * one tiny gemm per row since the backend has no row-dot op), columns 1.. the
+ * negatives top W_S^T + b_S. Gradients land in the touched rows of W_out and b_out
+ * through the unique-row scatter-add. */
+static void
+output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int R = lm->layer[lm->L - 1].r, S = lm->S, ld = S + 1, ns = N + S;
+    float *L = lm->logits, *wt = lm->wg, *ws = lm->wg + (size_t)N * (size_t)R;
+    const float *y = lm->top;
+    double ls = 0.0;
+
+    o->embedding_gather(ctx, ns, R, lm->params + lm->out, lm->d_out, lm->wg);
+    o->embedding_gather(ctx, ns, 1, lm->params + lm->out_b, lm->d_out, lm->bg);
+    /* column 0: b_T, then += top_i . W_T_i; columns 1..S: 1 b_S^T + top W_S^T */
+    o->gemm(ctx, 0, 0, N, 1, 1, 1.0f, lm->bg, 1, lm->ones, 1, 0.0f, L, ld);
+    for (int i = 0; i < N; i++)
+        o->gemm(ctx, 0, 1, 1, 1, R, 1.0f, y + (size_t)i * (size_t)R, R, wt + (size_t)i * (size_t)R,
+                R, 1.0f, L + (size_t)i * (size_t)ld, ld);
+    o->gemm(ctx, 0, 0, N, S, 1, 1.0f, lm->ones, 1, lm->bg + N, S, 0.0f, L + 1, ld);
+    o->gemm(ctx, 0, 1, N, S, R, 1.0f, y, R, ws, R, 1.0f, L + 1, ld);
+    o->sampled_softmax_xent(ctx, N, S, L, lm->d_out, lm->d_out + N, lm->logq, lm->logq + N,
+                            lm->loss_scale / (float)N, &ls);
+    *loss_sum = ls;
+
+    /* bias gradients: column 0 as is, column sums of the negatives */
+    o->gemm(ctx, 0, 0, N, 1, 1, 1.0f, L, ld, lm->ones, 1, 0.0f, lm->dbg, 1);
+    o->gemm(ctx, 1, 0, 1, S, N, 1.0f, lm->ones, 1, L + 1, ld, 0.0f, lm->dbg + N, S);
+    /* dtop = dL_S W_S + g_i W_T_i */
+    o->gemm(ctx, 0, 0, N, R, S, 1.0f, L + 1, ld, ws, R, 0.0f, dtop, R);
+    for (int i = 0; i < N; i++)
+        o->gemm(ctx, 0, 0, 1, R, 1, 1.0f, L + (size_t)i * (size_t)ld, 1, wt + (size_t)i * (size_t)R,
+                R, 1.0f, dtop + (size_t)i * (size_t)R, R);
+    /* the gathered rows are no longer needed: wg becomes their gradients */
+    o->gemm(ctx, 1, 0, S, R, N, 1.0f, L + 1, ld, y, R, 0.0f, ws, R);
+    for (int i = 0; i < N; i++)
+        o->gemm(ctx, 0, 0, 1, R, 1, 1.0f, L + (size_t)i * (size_t)ld, 1, y + (size_t)i * (size_t)R,
+                R, 0.0f, wt + (size_t)i * (size_t)R, R);
+    o->embedding_scatter_add(ctx, lm->nrows_out, R, lm->d_rows_out, lm->d_off_out, lm->d_pos_out,
+                             lm->wg, lm->grads + lm->out);
+    o->embedding_scatter_add(ctx, lm->nrows_out, 1, lm->d_rows_out, lm->d_off_out, lm->d_pos_out,
+                             lm->dbg, lm->grads + lm->out_b);
+}
+
+/* Backward through the layers (top down) and the embedding, from dbuf[0] = d loss /
+ * d top. Per layer the steps run in reverse: dr_t (from above, plus dgates_{t+1} W_hh
+ * accumulated into it in place) -> projection -> cell -> dgates_t. Then the weight
+ * gradients of all T steps at once: dW_ih = dG^T X, dW_hh = dG[1..]^T r[..T-1] + the
+ * t = 0 term with the carried state, db = column sums, dW_proj = dR^T M, and the input
+ * gradient dX = dG W_ih. The gradient into the carried state is dropped (truncated
+ * BPTT). */
+static void
+backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const float *w = lm->params;
+    float *gw = lm->grads;
+    int B = st->batch, N = T * B, cur = 0;
+
+    for (int l = lm->L - 1; l >= 0; l--) {
+        sl_lm_layer_t *ly = &lm->layer[l];
+        int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
+        float *dr = lm->dbuf[cur];
+        const float *x;
+
+        if (drop)
+            o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
+        o->zero(ctx, (size_t)B * (size_t)h, lm->dc);
+        for (int t = T - 1; t >= 0; t--) {
+            size_t row = (size_t)t * (size_t)B;
+            float *drt = dr + row * (size_t)r;
+            float *dgt = lm->dgates + row * (size_t)g4;
+            const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
+            const float *dmt = drt;
+
+            if (ly->p > 0) {
+                o->gemm(ctx, 0, 0, B, h, r, 1.0f, drt, r, w + ly->w_proj, h, 0.0f, lm->dm, h);
+                dmt = lm->dm;
+            }
+            o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp,
+                                  ly->c + row * (size_t)h, dmt, lm->dc, dgt);
+            if (t > 0)
+                o->gemm(ctx, 0, 0, B, r, g4, 1.0f, dgt, g4, w + ly->w_hh, r, 1.0f,
+                        drt - (size_t)B * (size_t)r, r);
+        }
+        x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
+        o->gemm(ctx, 1, 0, g4, in, N, 1.0f, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        if (T > 1)
+            o->gemm(ctx, 1, 0, g4, r, N - B, 1.0f, lm->dgates + (size_t)B * (size_t)g4, g4, ly->rs,
+                    r, 1.0f, gw + ly->w_hh, r);
+        o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
+        o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
+        if (ly->p > 0)
+            o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
+        cur = 1 - cur;
+        o->gemm(ctx, 0, 0, N, in, g4, 1.0f, lm->dgates, g4, w + ly->w_ih, in, 0.0f, lm->dbuf[cur],
+                in);
+    }
+    if (drop)
+        o->dropout(ctx, (size_t)N * (size_t)lm->E, lm->dropout, dropout_key(dkey, 0),
+                   lm->dbuf[cur]);
+    o->embedding_scatter_add(ctx, lm->nrows_in, lm->E, lm->d_rows_in, lm->d_off_in, lm->d_pos_in,
+                             lm->dbuf[cur], gw + lm->emb);
+}
+
+/* Host-side id lists of a train step (uniques, negatives, log expected counts),
+ * uploaded to the device. */
+static sl_status_t
+prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sample_key)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    size_t i4 = sizeof(int32_t);
+    int ns = N;
+
+    lm->nrows_in = unique_rows(lm, x, N, lm->rows_in, lm->off_in, lm->pos_in);
+    memcpy(lm->h_out, y, (size_t)N * i4);
+    if (lm->sampled) {
+        sl_rng_t rng;
+        long tries;
+
+        sl_rng_init(&rng, sample_key);
+        SL_TRY(sl_sampler_draw_unique(&lm->sampler, &rng, lm->S, lm->h_out + N, &tries));
+        ns = N + lm->S;
+        for (int i = 0; i < ns; i++)
+            lm->h_logq[i] = (float)sl_sampler_log_expected(&lm->sampler, lm->h_out[i], tries);
+        lm->nrows_out = unique_rows(lm, lm->h_out, ns, lm->rows_out, lm->off_out, lm->pos_out);
+        SL_TRY(o->to_device(ctx, lm->logq, lm->h_logq, (size_t)ns * sizeof(float)));
+        SL_TRY(o->to_device(ctx, lm->d_rows_out, lm->rows_out, (size_t)lm->nrows_out * i4));
+        SL_TRY(o->to_device(ctx, lm->d_off_out, lm->off_out, (size_t)(lm->nrows_out + 1) * i4));
+        SL_TRY(o->to_device(ctx, lm->d_pos_out, lm->pos_out, (size_t)ns * i4));
+    } else {
+        lm->nrows_out = lm->V;
+    }
+    SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * i4));
+    SL_TRY(o->to_device(ctx, lm->d_out, lm->h_out, (size_t)ns * i4));
+    SL_TRY(o->to_device(ctx, lm->d_rows_in, lm->rows_in, (size_t)lm->nrows_in * i4));
+    SL_TRY(o->to_device(ctx, lm->d_off_in, lm->off_in, (size_t)(lm->nrows_in + 1) * i4));
+    return o->to_device(ctx, lm->d_pos_in, lm->pos_in, (size_t)N * i4);
+}
+
+sl_status_t
+sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y, int bptt,
+                 const sl_step_keys_t *keys, double *loss_sum)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    int N, drop = lm->dropout > 0.0f;
+    sl_status_t rc;
+
+    SL_TRY(check_step(lm, st, x, y, bptt, "sl_lm_train_step"));
+    N = bptt * st->batch;
+    lm->stepped = 0;
+    rc = prepare_ids(lm, x, y, N, keys->sample_key);
+    if (rc != SL_OK)
+        return sl_err_prefix(rc, "sl_lm_train_step");
+    o->zero(lm->be->ctx, lm->nparams, lm->grads);
+    forward(lm, st, bptt, drop, keys->dropout_key);
+    if (lm->sampled)
+        output_sampled(lm, N, lm->dbuf[0], loss_sum);
+    else
+        output_full(lm, N, lm->d_out, lm->loss_scale / (float)N, lm->dbuf[0], loss_sum);
+    backward(lm, st, bptt, drop, keys->dropout_key);
+    lm->stepped = 1;
+    return SL_OK;
+}
+
+sl_status_t
+sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y, int bptt,
+                 double *loss_sum)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int N;
+
+    SL_TRY(check_step(lm, st, x, y, bptt, "sl_lm_eval_batch"));
+    N = bptt * st->batch;
+    SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * sizeof(int32_t)));
+    SL_TRY(o->to_device(ctx, lm->d_out, y, (size_t)N * sizeof(int32_t)));
+    forward(lm, st, bptt, 0, 0);
+    output_full(lm, N, lm->d_out, 0.0f, NULL, loss_sum);
+    return SL_OK;
+}
+
+void
+sl_lm_set_loss_scale(sl_lm_t *lm, float scale)
+{
+    SL_ASSERT(scale > 0.0f);
+    lm->loss_scale = scale;
+}
+
+const int32_t *
+sl_lm_touched_rows(const sl_lm_t *lm, int output, int *count)
+{
+    if (!lm->stepped) {
+        *count = 0;
+        return output ? lm->rows_out : lm->rows_in;
+    }
+    *count = output ? lm->nrows_out : lm->nrows_in;
+    return output ? lm->rows_out : lm->rows_in;
+}
