@@ -1,6 +1,7 @@
 /* tests/unit/test_tool.c: helpers shared by the Check tests (test_tool.h): running a
  * command-line tool, files, JSON numbers, model files, children by name, the node
- * tests' tiny configuration, checkpoints and staged shoal runs. Test support
+ * tests' tiny configuration, checkpoints and staged shoal runs, configuration that must
+ * load. Test support
  * only: nothing here may be linked into shoal itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
@@ -367,4 +368,18 @@ test_shoal_staged(const char *bin, const char *log_path, const char *stage, char
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     *log = test_read_file(log_path, NULL);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void
+test_config_load_ok(sl_config_t *c, const char *yaml)
+{
+    sl_status_t st = sl_config_load_string(c, yaml, "t.yaml");
+    ck_assert_msg(st == SL_OK, "load failed: %s", sl_err_msg());
+}
+
+void
+test_config_set_ok(sl_config_t *c, const char *assignment)
+{
+    sl_status_t st = sl_config_set(c, assignment);
+    ck_assert_msg(st == SL_OK, "--set %s failed: %s", assignment, sl_err_msg());
 }

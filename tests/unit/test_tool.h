@@ -2,7 +2,8 @@
  * or read what they wrote: running a command-line tool with its output captured,
  * reading and writing whole files, numbers in JSON text, the parameters of a model
  * file, a forked process's child by name, a file that appears, and for the node tests
- * the tiny training configuration, checkpoints taken apart, and shoal run staged. */
+ * the tiny training configuration, checkpoints taken apart, and shoal run staged;
+ * configuration text that must load. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
@@ -89,5 +90,11 @@ int test_shoal_find(char *bin, size_t cap);
  * exit status, or 128 + signal, and that file's text (malloc'd) in *log. */
 int test_shoal_staged(const char *bin, const char *log_path, const char *stage, char **log,
                       const char *const *args);
+
+/* Loads the YAML text yaml (named t.yaml) into c; fails the test when it does not load. */
+void test_config_load_ok(sl_config_t *c, const char *yaml);
+
+/* Applies the --set assignment ("key=value") to c; fails the test when it fails. */
+void test_config_set_ok(sl_config_t *c, const char *assignment);
 
 #endif
