@@ -383,3 +383,10 @@ test_config_set_ok(sl_config_t *c, const char *assignment)
     sl_status_t st = sl_config_set(c, assignment);
     ck_assert_msg(st == SL_OK, "--set %s failed: %s", assignment, sl_err_msg());
 }
+
+void
+test_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}

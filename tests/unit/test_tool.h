@@ -97,4 +97,7 @@ void test_config_load_ok(sl_config_t *c, const char *yaml);
 /* Applies the --set assignment ("key=value") to c; fails the test when it fails. */
 void test_config_set_ok(sl_config_t *c, const char *assignment);
 
+/* Sleeps ms milliseconds (a pause between retries, never a wait for an event). */
+void test_sleep_ms(int ms);
+
 #endif
