@@ -442,6 +442,12 @@ test_cluster_assert_ok(test_cluster_t *c, const char *what)
     ck_abort_msg("%s, %d nodes on %s: rank %d %s", what, c->n, c->ipc ? "ipc" : "tcp", r, how);
 }
 
+float
+test_node_input(uint32_t k, size_t i)
+{
+    return (float)((k * 131 + i * 17 + (i >> 7)) % 1024) / 64.0f - 8.0f;
+}
+
 /* ------------------------------------------------ three sync nodes in one process */
 
 const sl_component_t test_trio_comps[TEST_TRIO_NC] = {

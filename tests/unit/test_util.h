@@ -27,11 +27,11 @@
  * Three sync nodes in one process, threads over loopback transports (test_trio_*), are
  * the harness of check_sync, check_sync_rows and check_sync_final.
  *
- * Used by check_transport, check_shm, check_sparse and check_sync_algo; any test that
- * forks nodes on transports should use it rather than a copy (add TEST_UTIL_SOURCES to
- * its sources in tests/Makemodule.am and #include "test_util.h"). Owns nothing of the
- * library; it must not reach into a transport's internals (only sl_transport.h's
- * calls). */
+ * Used by check_transport, check_transport_cluster, check_shm, check_sparse and
+ * check_sync_algo; any test that forks nodes on transports should use it rather than a
+ * copy (add TEST_UTIL_SOURCES to its sources in tests/Makemodule.am and #include
+ * "test_util.h"). Owns nothing of the library; it must not reach into a transport's
+ * internals (only sl_transport.h's calls). */
 #ifndef SL_TEST_UTIL_H
 #define SL_TEST_UTIL_H
 
@@ -136,6 +136,10 @@ void *test_cluster_out(test_cluster_t *c);
  * been read by the node it answered: e.g. lanes offered so far are in use. A collective
  * step of its own: every node must call it. SL_OK, or the first failing status. */
 sl_status_t test_settle(sl_transport_t *t, uint32_t component, uint64_t round);
+
+/* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
+ * exact in float whatever the order of addition. */
+float test_node_input(uint32_t k, size_t i);
 
 /* A hang guard for a polling loop: the time TEST_HANG_S from now. */
 double test_deadline(void);
