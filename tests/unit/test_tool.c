@@ -20,6 +20,7 @@
 
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
+#include "common/sl_rng.h"
 #include "node/sl_checkpoint.h"
 
 int
@@ -389,4 +390,24 @@ test_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+void
+test_fill(float *x, size_t n, uint64_t key, float scale)
+{
+    sl_rng_t r;
+
+    sl_rng_init(&r, key);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * sl_rng_double(&r) - 1.0) * scale);
+}
+
+float *
+test_fcopy(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof *y);
+
+    ck_assert_ptr_nonnull(y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
 }

@@ -7,6 +7,7 @@
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -99,5 +100,18 @@ void test_config_set_ok(sl_config_t *c, const char *assignment);
 
 /* Sleeps ms milliseconds (a pause between retries, never a wait for an event). */
 void test_sleep_ms(int ms);
+
+/* Fills x (n floats) uniform in [-scale, scale) from the stream key (never zero-filled
+ * inputs). */
+void test_fill(float *x, size_t n, uint64_t key, float scale);
+
+/* A malloc'd copy of x (n floats); the caller frees it. */
+float *test_fcopy(const float *x, size_t n);
+
+/* |got - want| <= abs_tol + rel_tol |want|, with a message naming the element. */
+#define TEST_ASSERT_CLOSE(got, want, abs_tol, rel_tol, what, idx)                                  \
+    ck_assert_msg(                                                                                 \
+        fabs((double)(got) - (double)(want)) <= (abs_tol) + (rel_tol)*fabs((double)(want)),        \
+        "%s[%d]: got %.9g, want %.9g", (what), (int)(idx), (double)(got), (double)(want))
 
 #endif
