@@ -411,3 +411,25 @@ test_fcopy(const float *x, size_t n)
     memcpy(y, x, n * sizeof *y);
     return y;
 }
+
+void
+test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout)
+{
+    c->run.seed = 7;
+    c->model.embedding = TEST_LM_E;
+    c->model.nlayers = nlayers;
+    for (int l = 0; l < nlayers; l++) {
+        c->model.layers[l].hidden = TEST_LM_H;
+        c->model.layers[l].projection = proj;
+    }
+    c->model.dropout = dropout;
+    c->model.output = out;
+    c->model.samples = TEST_LM_S;
+    c->model.init_range = 0.3;
+    c->train.batch = TEST_LM_B;
+    c->train.bptt = TEST_LM_T;
+    c->train.optimizer.lr = 0.1;
+    c->train.optimizer.beta1 = 0.9;
+    c->train.optimizer.beta2 = 0.999;
+    c->train.optimizer.eps = 1e-8;
+}

@@ -114,4 +114,13 @@ float *test_fcopy(const float *x, size_t n);
         fabs((double)(got) - (double)(want)) <= (abs_tol) + (rel_tol)*fabs((double)(want)),        \
         "%s[%d]: got %.9g, want %.9g", (what), (int)(idx), (double)(got), (double)(want))
 
+/* The tiny sizes of the model tests (check_model*.c) that test_lm_config sets:
+ * embedding, hidden, sampled-softmax samples, batch and steps. */
+enum { TEST_LM_E = 5, TEST_LM_H = 6, TEST_LM_S = 5, TEST_LM_B = 2, TEST_LM_T = 3 };
+
+/* The model and optimizer fields of the tiny test models, over the defaults already in
+ * c: nlayers LSTM layers of TEST_LM_H (projection proj, 0 for none), output out,
+ * dropout, and lr 0.1 with Adam's betas 0.9 and 0.999 and eps 1e-8. */
+void test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout);
+
 #endif
