@@ -1,8 +1,8 @@
 /* tests/unit/test_tool.c: helpers shared by the Check tests (test_tool.h): running a
  * command-line tool, files, JSON numbers, model files, children by name, the node
  * tests' tiny configuration, checkpoints and staged shoal runs, configuration that must
- * load. Test support
- * only: nothing here may be linked into shoal itself. */
+ * load, a pause, random kernel inputs, the model tests' tiny configuration. Test
+ * support only: nothing here may be linked into shoal itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
 

@@ -1,9 +1,10 @@
 /* tests/unit/test_tool.h: helpers shared by the Check tests that run shoal's programs
  * or read what they wrote: running a command-line tool with its output captured,
  * reading and writing whole files, numbers in JSON text, the parameters of a model
- * file, a forked process's child by name, a file that appears, and for the node tests
- * the tiny training configuration, checkpoints taken apart, and shoal run staged;
- * configuration text that must load. */
+ * file, a forked process's child by name, a file that appears; for the node tests the
+ * tiny training configuration, checkpoints taken apart, and shoal run staged;
+ * configuration text that must load; a pause; random inputs and a tolerance check for
+ * the kernel tests; the tiny model configuration of the model tests. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
@@ -108,7 +109,8 @@ void test_fill(float *x, size_t n, uint64_t key, float scale);
 /* A malloc'd copy of x (n floats); the caller frees it. */
 float *test_fcopy(const float *x, size_t n);
 
-/* |got - want| <= abs_tol + rel_tol |want|, with a message naming the element. */
+/* |got - want| <= abs_tol + rel_tol |want|, with a message naming the element (the
+ * caller includes check.h). */
 #define TEST_ASSERT_CLOSE(got, want, abs_tol, rel_tol, what, idx)                                  \
     ck_assert_msg(                                                                                 \
         fabs((double)(got) - (double)(want)) <= (abs_tol) + (rel_tol)*fabs((double)(want)),        \
@@ -119,8 +121,9 @@ float *test_fcopy(const float *x, size_t n);
 enum { TEST_LM_E = 5, TEST_LM_H = 6, TEST_LM_S = 5, TEST_LM_B = 2, TEST_LM_T = 3 };
 
 /* The model and optimizer fields of the tiny test models, over the defaults already in
- * c: nlayers LSTM layers of TEST_LM_H (projection proj, 0 for none), output out,
- * dropout, and lr 0.1 with Adam's betas 0.9 and 0.999 and eps 1e-8. */
+ * c: run.seed 7, nlayers LSTM layers of TEST_LM_H (projection proj, 0 for none),
+ * output out, dropout, init range 0.3, and lr 0.1 with Adam's betas 0.9 and 0.999 and
+ * eps 1e-8. */
 void test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout);
 
 #endif
