@@ -1,102 +1,33 @@
-/* Unit tests of launch and rendezvous: the cluster config keys, the rendezvous between
- * forked nodes (any start order, timeouts naming the missing ranks, refusals), and the
- * built shoal binary's `run` and `node` commands on a 20000-token slice of Brown
- * (vocab 500, E 16, one layer of 16, B 4 x T 8): shares, checkpoints, failures,
- * interrupts, resume, and no process left behind. */
+/* Unit tests of launch and rendezvous: the cluster config keys and the run id, and the
+ * rendezvous between forked nodes (any start order, tcp wildcards, timeouts naming the
+ * missing ranks, refusals). The built shoal binary's `run` and `node` commands are
+ * tested in check_launch_run.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
-#include <errno.h>
-#include <dirent.h>
 #include <ftw.h>
-#include <inttypes.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
-#include "data/sl_data.h"
 #include "node/sl_rendezvous.h"
-#include "node/sl_train.h"
 
 #include "test_tool.h"
 
 static char tmp_root[] = "/tmp/shoal-check-launch-XXXXXX";
-static char tmp_dir[1100]; /* TMPDIR of the shoal processes: where ipc sockets go */
-static char data_dir[1024];
-static char shoal_bin[1024];
 
 /* Seconds after which a shoal process or a file it should write counts as hung: a
  * guard that stops the test and its processes, never a timing the test measures. The
  * test cases' own timeouts (Check's) are longer, so that the guard cleans up first. */
 enum { HANG_S = 90 };
-
-/* ---------------------------------------------------------------- helpers */
-
-static void
-sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static long
-header_i64(const char *path, size_t off)
-{
-    size_t len;
-    unsigned char *d = (unsigned char *)test_read_file(path, &len);
-    uint64_t v = 0;
-
-    ck_assert_msg(d != NULL, "%s is missing", path);
-    ck_assert_uint_ge(len, off + 8);
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)d[off + i] << (8 * i);
-    free(d);
-    return (long)(int64_t)v;
-}
-
-static int
-exists(const char *path)
-{
-    return access(path, F_OK) == 0;
-}
-
-/* The last line of text (without its newline), in buf. */
-static const char *
-last_line(const char *text, char *buf, size_t size)
-{
-    size_t n = strlen(text);
-    const char *start;
-
-    while (n > 0 && text[n - 1] == '\n')
-        n--;
-    start = text + n;
-    while (start > text && start[-1] != '\n')
-        start--;
-    snprintf(buf, size, "%.*s", (int)(text + n - start), start);
-    return buf;
-}
 
 /* ------------------------------------------------------------ config keys */
 
@@ -241,7 +172,7 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
 
         close(p[0]);
         f = fdopen(p[1], "w");
-        sleep_ms(delay_ms);
+        test_sleep_ms(delay_ms);
         st = sl_rendezvous_new(&r, &o);
         fprintf(f, "%s\n", st == SL_OK ? sl_rendezvous_master(r) : "-");
         fflush(f);
@@ -336,7 +267,7 @@ START_TEST(test_rendezvous_any_order)
     for (int i = 0; i < 4; i++) {
         int r = order[i];
         peers[r] = spawn(r, 4, run_id, master, ep[r], HANG_S * 1000, rand() % 200);
-        sleep_ms(rand() % 50);
+        test_sleep_ms(rand() % 50);
     }
     for (int r = 0; r < 4; r++) {
         outcome_t o = finish(&peers[r]);
@@ -484,544 +415,6 @@ START_TEST(test_rendezvous_refusals)
 }
 END_TEST
 
-/* ------------------------------------------------------- the shoal binary */
-
-static int
-have_shoal(void)
-{
-    const char *b = getenv("SHOAL_BUILDDIR");
-
-    snprintf(shoal_bin, sizeof shoal_bin, "%s/shoal", b ? b : ".");
-    if (access(shoal_bin, X_OK) != 0) {
-        fprintf(stderr, "check_launch: %s is not built; skipping\n", shoal_bin);
-        return 0;
-    }
-    return 1;
-}
-
-/* <tmp>/<run>.yaml: the tiny model, n nodes, run directory <tmp>/<run>; train_extra
- * adds keys to the train section (", epochs: 1000"). */
-static void
-tiny_yaml(char *path, size_t size, const char *run, int nodes, const char *train_extra)
-{
-    char yaml[4096];
-
-    snprintf(path, size, "%s/%s.yaml", tmp_root, run);
-    snprintf(yaml, sizeof yaml,
-             "run: {name: %s, dir: %s/%s, log_every: 10, checkpoint_every: 50}\n"
-             "data: {train: %s/brown/train.txt, valid: %s/brown/valid.txt,\n"
-             "       vocab_size: 500, max_tokens: 20000, cache_dir: %s/cache}\n"
-             "model: {embedding: 16, layers: [{lstm: 16}]}\n"
-             "train: {batch: 4, bptt: 8, optimizer: {type: adam, lr: 0.01}%s}\n"
-             "cluster: {nodes: %d, rendezvous_timeout_ms: 20000}\n",
-             run, tmp_root, run, data_dir, data_dir, tmp_root, train_extra, nodes);
-    test_write_file(path, yaml, strlen(yaml));
-}
-
-static const char *const launcher_vars[] = {
-    "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",     "PMI_SIZE",     "SHOAL_MASTER_ADDR",    "SHOAL_MASTER_PORT"};
-
-/* The parent pid of process pid from /proc (-1 when gone), and its name into comm. */
-static int
-proc_parent(pid_t pid, char *comm, size_t size)
-{
-    char path[64], buf[512], *lp, *rp;
-    FILE *f;
-    size_t n;
-    int parent;
-
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!(f = fopen(path, "r")))
-        return -1;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    lp = strchr(buf, '(');
-    rp = strrchr(buf, ')');
-    if (!lp || !rp || rp < lp || sscanf(rp + 1, " %*c %d", &parent) != 1)
-        return -1;
-    snprintf(comm, size, "%.*s", (int)(rp - lp - 1), lp + 1);
-    return parent;
-}
-
-/* Calls fn on every process whose parent is ppid, until fn returns non-zero; returns
- * that pid, or 0. */
-static pid_t
-each_child(pid_t ppid, int (*fn)(pid_t pid, const char *comm, const void *arg), const void *arg)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    pid_t found = 0;
-
-    ck_assert_ptr_nonnull(d);
-    while (!found && (e = readdir(d)) != NULL) {
-        char comm[64];
-        pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid > 0 && proc_parent(pid, comm, sizeof comm) == ppid && fn(pid, comm, arg))
-            found = pid;
-    }
-    closedir(d);
-    return found;
-}
-
-static int
-kill_it(pid_t pid, const char *comm, const void *arg)
-{
-    (void)comm, (void)arg;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return 0;
-}
-
-/* Starts shoal with args (NULL-terminated), stdout and stderr into <tmp>/<tag>.out and
- * .err; extra environment "K=V" strings in env (NULL-terminated, may be NULL). */
-static pid_t
-start_shoal(const char *tag, const char *const *env, const char *const *args)
-{
-    char out[1100], err[1100];
-    const char *argv[40];
-    int n = 0;
-    pid_t pid;
-
-    snprintf(out, sizeof out, "%s/%s.out", tmp_root, tag);
-    snprintf(err, sizeof err, "%s/%s.err", tmp_root, tag);
-    argv[n++] = shoal_bin;
-    while (*args && n < 39)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    fflush(NULL);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        if (!freopen(out, "w", stdout) || !freopen(err, "w", stderr))
-            _exit(99);
-        setenv("SHOAL_LOG", "warn", 1);
-        setenv("TMPDIR", tmp_dir, 1);
-        for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++)
-            unsetenv(launcher_vars[i]); /* in case the tests run under srun or mpirun */
-        for (; env && *env; env++)
-            putenv((char *)*env);
-        execv(shoal_bin, (char *const *)argv);
-        _exit(98);
-    }
-    return pid;
-}
-
-/* Waits for shoal to exit; its exit status, or 128 + signal; *out and *err receive what
- * it wrote (malloc'd). After HANG_S seconds it kills shoal and fails: a guard against a
- * hang that leaves no process behind, not a timing. */
-static int
-wait_shoal(pid_t pid, const char *tag, char **out, char **err)
-{
-    char path[1100];
-    double t0 = now_s();
-    int ws;
-
-    for (;;) {
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid)
-            break;
-        if (now_s() - t0 > HANG_S) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &ws, 0);
-            sleep_ms(200);
-            each_child(getpid(), kill_it, NULL); /* orphaned nodes, adopted by us */
-            ck_abort_msg("shoal %s hung: not done after %d s", tag, HANG_S);
-        }
-        sleep_ms(20);
-    }
-    snprintf(path, sizeof path, "%s/%s.out", tmp_root, tag);
-    *out = test_read_file(path, NULL);
-    snprintf(path, sizeof path, "%s/%s.err", tmp_root, tag);
-    *err = test_read_file(path, NULL);
-    ck_assert(*out && *err);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-}
-
-/* Every process shoal started is gone: this test process adopts orphans (it is a
- * subreaper), so a node left running or unreaped would still be its descendant. And
- * no ipc socket or directory is left in their TMPDIR. */
-static void
-assert_nothing_left(void)
-{
-    int ws, entries = 0;
-    pid_t r = waitpid(-1, &ws, WNOHANG);
-    DIR *d;
-    struct dirent *e;
-
-    if (r == 0)
-        each_child(getpid(), kill_it, NULL);
-    ck_assert_msg(r == -1 && errno == ECHILD, "a process was left behind (waitpid: %d)", (int)r);
-    d = opendir(tmp_dir);
-    ck_assert_ptr_nonnull(d);
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            fprintf(stderr, "check_launch: left in %s: %s\n", tmp_dir, e->d_name);
-            entries++;
-        }
-    closedir(d);
-    ck_assert_int_eq(entries, 0);
-}
-
-static void
-become_subreaper(void)
-{
-#ifdef __linux__
-    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-#endif
-}
-
-/* Batches per epoch of rank r of n on the tiny config's corpus, computed here. */
-static long
-share_batches(const char *conf, int r, int n)
-{
-    sl_config_t cfg;
-    sl_corpus_t corpus;
-    sl_batcher_t bt;
-    long bpe;
-
-    sl_config_init(&cfg);
-    ck_assert_msg(sl_config_load_file(&cfg, conf) == SL_OK, "%s", sl_err_msg());
-    ck_assert_msg(sl_corpus_load(&corpus, &cfg) == SL_OK, "%s", sl_err_msg());
-    ck_assert_int_eq(sl_batcher_init(&bt, &corpus.train, r, n, 4, 8), SL_OK);
-    bpe = bt.batches_per_epoch;
-    sl_corpus_fini(&corpus);
-    sl_config_fini(&cfg);
-    return bpe;
-}
-
-/* shoal run -n 3: every node trains one epoch of its own third, exactly as the trainer
- * does for rank r of 3 in-process; per-node and run-level files; nothing left. */
-START_TEST(test_run_three_nodes)
-{
-    char conf[1100], path[1200], mine[1200], *out, *err, *a, *b;
-    long bpe[3], whole;
-    size_t alen, blen;
-
-    if (!have_shoal())
-        return;
-    become_subreaper();
-    tiny_yaml(conf, sizeof conf, "three", 1, "");
-    ck_assert_int_eq(
-        wait_shoal(start_shoal("three", NULL, (const char *[]){"run", conf, "-n", "3", NULL}),
-                   "three", &out, &err),
-        0);
-    assert_nothing_left();
-    ck_assert_msg(strstr(out, "shoal: node 0: done: 1 epoch, ") &&
-                      strstr(out, "shoal: node 2: done: ") && strstr(out, "shoal: done: 3 nodes, "),
-                  "stdout: %s\nstderr: %s", out, err);
-    ck_assert_msg(strstr(err, "step ") && strstr(err, " | 3 nodes | "), "stderr: %s", err);
-    free(out);
-    free(err);
-
-    whole = share_batches(conf, 0, 1);
-    for (int r = 0; r < 3; r++) {
-        bpe[r] = share_batches(conf, r, 3);
-        ck_assert_int_lt(bpe[r], whole / 2);
-        snprintf(path, sizeof path, "%s/three/node-%d/checkpoint.bin", tmp_root, r);
-        ck_assert_int_eq(header_i64(path, 144), bpe[r]);         /* step */
-        ck_assert_int_eq(header_i64(path, 152), 1);              /* epoch */
-        ck_assert_int_eq(header_i64(path, 160), 0);              /* batch index */
-        ck_assert_int_eq(header_i64(path, 176), bpe[r] * 4 * 8); /* tokens */
-        snprintf(path, sizeof path, "%s/three/node-%d/metrics.jsonl", tmp_root, r);
-        ck_assert(exists(path));
-        snprintf(path, sizeof path, "%s/three/node-%d/model.bin", tmp_root, r);
-        ck_assert(exists(path));
-    }
-    snprintf(path, sizeof path, "%s/three/config.yaml", tmp_root);
-    a = test_read_file(path, NULL);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_nonnull(strstr(a, "\ncluster:\n  nodes: 3\n  transport: ipc\n"));
-    free(a);
-    snprintf(path, sizeof path, "%s/three/summary.json", tmp_root);
-    a = test_read_file(path, NULL);
-    ck_assert_ptr_nonnull(a);
-    ck_assert_ptr_nonnull(strstr(a, "\"nodes\": 3"));
-    ck_assert_ptr_nonnull(strstr(a, "\"rank\": 0"));
-    free(a);
-    snprintf(path, sizeof path, "%s/three/node-1/config.yaml", tmp_root);
-    ck_assert(!exists(path));
-
-    /* node 1 trained exactly what rank 1 of 3 trains in-process (all but the time) */
-    {
-        sl_config_t cfg;
-        sl_train_opts_t opts;
-        sl_train_result_t res;
-        sl_config_init(&cfg);
-        ck_assert(sl_config_load_file(&cfg, conf) == SL_OK);
-        snprintf(path, sizeof path, "run.dir=%s/three-inproc", tmp_root);
-        ck_assert(sl_config_set(&cfg, path) == SL_OK);
-        ck_assert(sl_config_set(&cfg, "cluster.nodes=3") == SL_OK);
-        sl_log_set_level(SL_LOG_WARN);
-        sl_train_opts_init(&opts);
-        opts.rank = 1;
-        opts.nranks = 3;
-        opts.quiet = 1;
-        ck_assert_msg(sl_train_run(&cfg, &opts, &res) == SL_OK, "%s", sl_err_msg());
-        ck_assert_int_eq(res.steps, bpe[1]);
-        sl_config_fini(&cfg);
-    }
-    snprintf(path, sizeof path, "%s/three/node-1/checkpoint.bin", tmp_root);
-    snprintf(mine, sizeof mine, "%s/three-inproc/node-1/checkpoint.bin", tmp_root);
-    a = test_read_file(path, &alen);
-    b = test_read_file(mine, &blen);
-    ck_assert_ptr_nonnull(b);
-    ck_assert_uint_eq(alen, blen);
-    ck_assert(memcmp(a, b, 184) == 0);
-    ck_assert(memcmp(a + 192, b + 192, alen - 192 - 8) == 0);
-    free(b);
-    /* and node 0, on other data, ended elsewhere */
-    snprintf(path, sizeof path, "%s/three/node-0/checkpoint.bin", tmp_root);
-    b = test_read_file(path, &blen);
-    ck_assert_uint_eq(alen, blen);
-    ck_assert(memcmp(a + 192, b + 192, 4000) != 0);
-    free(a);
-    free(b);
-}
-END_TEST
-
-/* tcp transport; SIGINT to shoal run stops every node with a checkpoint (exit 130);
- * the same command then continues every node from it. */
-START_TEST(test_run_interrupt_resume)
-{
-    char conf[1100], path[1200], *out, *err, line[512];
-    const char *const args[] = {"run",         conf,
-                                "-n",          "2",
-                                "--transport", "tcp",
-                                "--set",       "train.epochs=1000",
-                                "--set",       "train.max_steps=2000",
-                                NULL};
-    pid_t pid;
-    long at[2];
-
-    if (!have_shoal())
-        return;
-    become_subreaper();
-    tiny_yaml(conf, sizeof conf, "intr", 2, ", eval_every_epoch: false");
-    pid = start_shoal("intr", NULL, args);
-    snprintf(path, sizeof path, "%s/intr/node-1/metrics.jsonl", tmp_root);
-    test_wait_file(path, 1, pid, HANG_S);
-    kill(pid, SIGINT);
-    ck_assert_int_eq(wait_shoal(pid, "intr", &out, &err), 130);
-    assert_nothing_left();
-    snprintf(path, sizeof path,
-             "shoal: interrupted; every node saved its checkpoint under %s/intr; run the same "
-             "command to resume",
-             tmp_root);
-    ck_assert_str_eq(last_line(err, line, sizeof line), path);
-    free(out);
-    free(err);
-    for (int r = 0; r < 2; r++) {
-        snprintf(path, sizeof path, "%s/intr/node-%d/checkpoint.bin", tmp_root, r);
-        at[r] = header_i64(path, 144);
-        ck_assert_int_gt(at[r], 0);
-        ck_assert_int_lt(at[r], 2000);
-    }
-
-    ck_assert_int_eq(
-        wait_shoal(start_shoal("intr2", (const char *[]){"SHOAL_LOG=info", NULL}, args), "intr2",
-                   &out, &err),
-        0);
-    assert_nothing_left();
-    for (int r = 0; r < 2; r++) {
-        char expect[128];
-        snprintf(expect, sizeof expect, "node %d: train: info: resuming from step %ld of 2000", r,
-                 at[r]);
-        ck_assert_msg(strstr(err, expect) != NULL, "no '%s' in: %s", expect, err);
-        snprintf(path, sizeof path, "%s/intr/node-%d/checkpoint.bin", tmp_root, r);
-        ck_assert_int_eq(header_i64(path, 144), 2000);
-    }
-    free(out);
-    free(err);
-}
-END_TEST
-
-/* A node killed mid-run: shoal run stops the others (they save checkpoints), names the
- * node, exits non-zero, and leaves no process. */
-START_TEST(test_run_node_killed)
-{
-    char conf[1100], path[1200], *out, *err, line[512];
-    pid_t pid, victim;
-
-    if (!have_shoal())
-        return;
-    become_subreaper();
-    tiny_yaml(conf, sizeof conf, "killed", 3, ", epochs: 1000, eval_every_epoch: false");
-    pid = start_shoal("killed", NULL, (const char *[]){"run", conf, "--quiet", NULL});
-    snprintf(path, sizeof path, "%s/killed/node-1/metrics.jsonl", tmp_root);
-    test_wait_file(path, 1, pid, HANG_S);
-    victim = test_child_named(pid, "shoal node 1"); /* it wrote the file: it has its name */
-    ck_assert_int_gt(victim, 0);
-    ck_assert_int_eq(kill(victim, SIGKILL), 0);
-    ck_assert_int_eq(wait_shoal(pid, "killed", &out, &err), 1);
-    assert_nothing_left();
-    ck_assert_int_eq(kill(victim, 0), -1);
-    ck_assert_str_eq(last_line(err, line, sizeof line), "shoal: node 1 killed by signal 9");
-    ck_assert_str_eq(out, "");
-    for (int r = 0; r < 3; r += 2) {
-        snprintf(path, sizeof path, "%s/killed/node-%d/checkpoint.bin", tmp_root, r);
-        ck_assert_int_gt(header_i64(path, 144), 0);
-    }
-    free(out);
-    free(err);
-}
-END_TEST
-
-/* A node that fails with an error: shoal run names it and its error line. */
-START_TEST(test_run_node_fails)
-{
-    char conf[1100], path[1200], *out, *err, line[512], expect[1400];
-
-    if (!have_shoal())
-        return;
-    become_subreaper();
-    tiny_yaml(conf, sizeof conf, "fails", 3, ", epochs: 1000");
-    snprintf(path, sizeof path, "%s/fails", tmp_root);
-    ck_assert_int_eq(mkdir(path, 0777), 0);
-    snprintf(path, sizeof path, "%s/fails/node-2", tmp_root); /* a file where its dir goes */
-    test_write_file(path, "in the way\n", 11);
-    ck_assert_int_eq(wait_shoal(start_shoal("fails", NULL, (const char *[]){"run", conf, NULL}),
-                                "fails", &out, &err),
-                     1);
-    assert_nothing_left();
-    snprintf(expect, sizeof expect, "shoal: node 2 failed: %s/fails/node-2/", tmp_root);
-    last_line(err, line, sizeof line);
-    ck_assert_msg(strncmp(line, expect, strlen(expect)) == 0, "stderr: %s", err);
-    ck_assert_ptr_nonnull(strstr(line, "Not a directory"));
-    free(out);
-    free(err);
-}
-END_TEST
-
-/* A free tcp port of 127.0.0.1 (bound and read back, then closed) for a master. */
-static int
-free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    int s = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    ck_assert_int_ge(s, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
-    close(s);
-    return port;
-}
-
-/* Two `shoal node` processes; rank 1 fails after the rendezvous and tells rank 0, which
- * stops after its step with a checkpoint. */
-START_TEST(test_node_abort_reaches_peer)
-{
-    char conf[1100], path[1200], master[64], *out, *err, line[512], expect[1400];
-    pid_t p0, p1;
-
-    if (!have_shoal())
-        return;
-    become_subreaper();
-    tiny_yaml(conf, sizeof conf, "abort", 2, ", epochs: 1000, eval_every_epoch: false");
-    snprintf(path, sizeof path, "%s/abort", tmp_root);
-    ck_assert_int_eq(mkdir(path, 0777), 0);
-    snprintf(path, sizeof path, "%s/abort/node-1", tmp_root);
-    test_write_file(path, "in the way\n", 11);
-    snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
-    p0 = start_shoal("abort0", NULL,
-                     (const char *[]){"node", conf, "--rank", "0", "--master", master, NULL});
-    p1 = start_shoal("abort1", (const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", NULL},
-                     (const char *[]){"node", conf, "--master", master, NULL});
-    ck_assert_int_eq(wait_shoal(p1, "abort1", &out, &err), 1);
-    snprintf(expect, sizeof expect, "shoal: node 1: %s/abort/node-1/", tmp_root);
-    last_line(err, line, sizeof line);
-    ck_assert_msg(strncmp(line, expect, strlen(expect)) == 0, "stderr: %s", err);
-    free(out);
-    free(err);
-    ck_assert_int_eq(wait_shoal(p0, "abort0", &out, &err), 1);
-    snprintf(expect, sizeof expect, "shoal: node 0: stopped: node 1 failed: %s/abort/node-1/",
-             tmp_root);
-    last_line(err, line, sizeof line);
-    ck_assert_msg(strncmp(line, expect, strlen(expect)) == 0, "stderr: %s", err);
-    snprintf(path, sizeof path, "%s/abort/node-0/checkpoint.bin", tmp_root);
-    ck_assert_int_gt(header_i64(path, 144), 0);
-    assert_nothing_left();
-    free(out);
-    free(err);
-}
-END_TEST
-
-/* shoal node checks rank, size and master before it starts anything: exit 2, one line. */
-START_TEST(test_node_usage_errors)
-{
-    static const struct {
-        const char *env[3];
-        const char *args[8];
-        const char *message;
-    } cases[] = {
-        {{NULL},
-         {"--rank", "0", "--size", "2", NULL},
-         "shoal: node: --size 2 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=2\n"},
-        {{"SLURM_PROCID=0", "SLURM_NTASKS=4", NULL},
-         {NULL},
-         "shoal: node: SLURM_NTASKS 4 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=4\n"},
-        {{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=3", NULL},
-         {NULL},
-         "shoal: node: OMPI_COMM_WORLD_RANK '5' is not a rank of 3 nodes (0 to 2)\n"},
-        {{NULL},
-         {"--size", "3", NULL},
-         "shoal: node: no rank: give --rank R --size N, or start shoal node with srun or mpirun "
-         "(SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) (see shoal node --help)\n"},
-        {{"PMI_RANK=1", "PMI_SIZE=3", NULL},
-         {NULL},
-         "shoal: node: no master address: give --master HOST:PORT, set SHOAL_MASTER_ADDR and "
-         "SHOAL_MASTER_PORT, or cluster.master (see shoal node --help)\n"},
-        {{"SHOAL_MASTER_ADDR=node001", NULL},
-         {"--rank", "1", NULL},
-         "shoal: node: SHOAL_MASTER_ADDR is set but SHOAL_MASTER_PORT is not; set both\n"},
-        {{"SHOAL_MASTER_ADDR=node001", "SHOAL_MASTER_PORT=x", NULL},
-         {"--rank", "1", NULL},
-         "shoal: node: SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT 'node001:x' is not HOST:PORT (a "
-         "host name or IPv4 address, port 1 to 65535)\n"},
-    };
-    char conf[1100], *out, *err;
-
-    if (!have_shoal())
-        return;
-    tiny_yaml(conf, sizeof conf, "usage", 3, "");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *args[12] = {"node", conf};
-        int n = 2;
-        for (int k = 0; cases[i].args[k]; k++)
-            args[n++] = cases[i].args[k];
-        args[n] = NULL;
-        ck_assert_int_eq(wait_shoal(start_shoal("usage", cases[i].env, args), "usage", &out, &err),
-                         2);
-        ck_assert_str_eq(err, cases[i].message);
-        ck_assert_str_eq(out, "");
-        free(out);
-        free(err);
-    }
-    ck_assert_int_eq(
-        wait_shoal(start_shoal("usage", NULL, (const char *[]){"run", conf, "-n", "0", NULL}),
-                   "usage", &out, &err),
-        2);
-    ck_assert_str_eq(err, "shoal: run: -n must be a number of nodes, 1 to 1024, not '0' (see "
-                          "shoal run --help)\n");
-    free(out);
-    free(err);
-    ck_assert_int_eq(wait_shoal(start_shoal("usage", NULL, (const char *[]){"help", "node", NULL}),
-                                "usage", &out, &err),
-                     0);
-    ck_assert(strncmp(out, "Usage: shoal node CONF.yaml", 27) == 0);
-    free(out);
-    free(err);
-}
-END_TEST
-
 /* ---------------------------------------------------------------------- main */
 
 static int
@@ -1044,16 +437,10 @@ launch_suite(void)
     tcase_add_test(core, test_run_id);
     tcase_add_test(core, test_rendezvous_any_order);
     tcase_add_test(core, test_rendezvous_tcp_wildcards);
-    tcase_add_test(core, test_run_three_nodes);
-    tcase_add_test(core, test_run_interrupt_resume);
     tcase_add_loop_test(limits, test_cluster_bad_values, 0,
                         (int)(sizeof bad_sets / sizeof bad_sets[0]));
     tcase_add_test(limits, test_rendezvous_timeouts);
     tcase_add_test(limits, test_rendezvous_refusals);
-    tcase_add_test(limits, test_run_node_killed);
-    tcase_add_test(limits, test_run_node_fails);
-    tcase_add_test(limits, test_node_abort_reaches_peer);
-    tcase_add_test(limits, test_node_usage_errors);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
@@ -1062,24 +449,14 @@ launch_suite(void)
 int
 main(void)
 {
-    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
     SRunner *sr;
     int failed;
 
-    if (data)
-        snprintf(data_dir, sizeof data_dir, "%s", data);
-    else
-        snprintf(data_dir, sizeof data_dir, "%s/../shared/data", src ? src : "..");
     if (!mkdtemp(tmp_root)) {
         perror("check_launch: mkdtemp");
         return 1;
     }
     sl_log_set_level(SL_LOG_ERROR); /* the refusals the tests provoke are warnings */
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/t", tmp_root);
-    if (mkdir(tmp_dir, 0700) != 0) {
-        perror("check_launch: mkdir");
-        return 1;
-    }
     sr = srunner_create(launch_suite());
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,12 +1,15 @@
 /* tests/unit/test_tool.c: helpers shared by the Check tests (test_tool.h): running a
- * command-line tool, files, JSON numbers, model files, children by name. Test support
- * only: nothing here may be linked into shoal itself. */
+ * command-line tool, files, JSON numbers, model files, children by name, the node
+ * tests' tiny configuration, checkpoints and staged shoal runs, configuration that must
+ * load, a pause, random kernel inputs, the model tests' tiny configuration. Test
+ * support only: nothing here may be linked into shoal itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
 
 #include <check.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,8 @@
 #include <unistd.h>
 
 #include "common/sl_endian.h"
+#include "common/sl_hash.h"
+#include "common/sl_rng.h"
 #include "node/sl_checkpoint.h"
 
 int
@@ -230,4 +235,201 @@ test_wait_file(const char *path, long min_bytes, pid_t pid, double hang_s)
         ck_assert_msg(now_s() - t0 < hang_s, "%s did not appear in %.0f s (hung?)", path, hang_s);
         nanosleep(&pause, NULL);
     }
+}
+
+void
+test_tiny_config(sl_config_t *cfg, const char *root, const char *data, const char *run, ...)
+{
+    char yaml[4096];
+    const char *set;
+    va_list ap;
+
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s/%s, log_every: 10, checkpoint_every: 25}\n"
+             "data:\n"
+             "  train: %s/brown/train.txt\n"
+             "  valid: %s/brown/valid.txt\n"
+             "  test: %s/brown/test.txt\n"
+             "  vocab_size: 500\n"
+             "  max_tokens: 20000\n"
+             "  cache_dir: %s/cache\n"
+             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
+             "        output: {type: sampled, samples: 32}}\n"
+             "train: {batch: 32, bptt: 8, epochs: 2,\n"
+             "        optimizer: {type: adam, lr: 0.01}}\n",
+             run, root, run, data, data, data, root);
+    sl_config_init(cfg);
+    ck_assert_msg(sl_config_load_string(cfg, yaml, "tiny.yaml") == SL_OK, "%s", sl_err_msg());
+    va_start(ap, run);
+    while ((set = va_arg(ap, const char *)) != NULL)
+        ck_assert_msg(sl_config_set(cfg, set) == SL_OK, "%s: %s", set, sl_err_msg());
+    va_end(ap);
+    ck_assert_msg(sl_config_validate(cfg) == SL_OK, "%s", sl_err_msg());
+}
+
+sl_status_t
+test_train(const sl_config_t *cfg, int resume, sl_train_result_t *res)
+{
+    sl_train_opts_t opts;
+
+    sl_train_opts_init(&opts);
+    opts.resume = resume;
+    opts.quiet = 1;
+    return sl_train_run(cfg, &opts, res);
+}
+
+void
+test_train_ok(const sl_config_t *cfg, int resume, sl_train_result_t *res)
+{
+    sl_status_t rc = test_train(cfg, resume, res);
+    ck_assert_msg(rc == SL_OK, "training failed: %s", sl_err_msg());
+}
+
+long
+test_ckpt_i64(const char *path, size_t off)
+{
+    size_t len;
+    unsigned char *d = (unsigned char *)test_read_file(path, &len);
+    uint64_t v = 0;
+
+    ck_assert_ptr_nonnull(d);
+    ck_assert_uint_ge(len, off + 8);
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)d[off + i] << (8 * i);
+    free(d);
+    return (long)(int64_t)v;
+}
+
+size_t
+test_ckpt_float_bytes(const unsigned char *data)
+{
+    return 4 * (size_t)(sl_get_u64(data + 120) + sl_get_u64(data + 128) + sl_get_u64(data + 136));
+}
+
+#define CKPT_HASH_SEED 0x53484f414c434b50ull /* sl_checkpoint.c's */
+
+void
+test_ckpt_rehash(unsigned char *data, size_t len)
+{
+    sl_put_u64(data + len - 8, sl_hash_bytes(data, len - 8, CKPT_HASH_SEED));
+}
+
+unsigned char *
+test_ckpt_to_version1(const unsigned char *data, size_t len, size_t *out_len)
+{
+    size_t fb = test_ckpt_float_bytes(data);
+    unsigned char *v1;
+
+    ck_assert_uint_gt(len, SL_CKPT_HEADER_BYTES + fb + 16);
+    *out_len = SL_CKPT_V1_HEADER_BYTES + fb + 8;
+    v1 = malloc(*out_len);
+    ck_assert_ptr_nonnull(v1);
+    memcpy(v1, data, SL_CKPT_V1_HEADER_BYTES);
+    sl_put_u32(v1 + 8, 1);
+    memcpy(v1 + SL_CKPT_V1_HEADER_BYTES, data + SL_CKPT_HEADER_BYTES, fb);
+    test_ckpt_rehash(v1, *out_len);
+    return v1;
+}
+
+int
+test_shoal_find(char *bin, size_t cap)
+{
+    const char *b = getenv("SHOAL_BUILDDIR");
+
+    snprintf(bin, cap, "%s/shoal", b ? b : ".");
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "%s is not built; skipping the command-line case\n", bin);
+        return 0;
+    }
+    return 1;
+}
+
+int
+test_shoal_staged(const char *bin, const char *log_path, const char *stage, char **log,
+                  const char *const *args)
+{
+    const char *argv[32];
+    int n = 0, status;
+    pid_t pid;
+
+    argv[n++] = bin;
+    while (*args && n < 31)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(log_path, "w", stdout) || dup2(fileno(stdout), 2) < 0)
+            _exit(99);
+        setenv("SHOAL_LOG", "debug", 1);
+        setenv("SHOAL_STAGE_SYNC", stage, 1);
+        execv(bin, (char *const *)argv);
+        _exit(98);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    *log = test_read_file(log_path, NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void
+test_config_load_ok(sl_config_t *c, const char *yaml)
+{
+    sl_status_t st = sl_config_load_string(c, yaml, "t.yaml");
+    ck_assert_msg(st == SL_OK, "load failed: %s", sl_err_msg());
+}
+
+void
+test_config_set_ok(sl_config_t *c, const char *assignment)
+{
+    sl_status_t st = sl_config_set(c, assignment);
+    ck_assert_msg(st == SL_OK, "--set %s failed: %s", assignment, sl_err_msg());
+}
+
+void
+test_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void
+test_fill(float *x, size_t n, uint64_t key, float scale)
+{
+    sl_rng_t r;
+
+    sl_rng_init(&r, key);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((2.0 * sl_rng_double(&r) - 1.0) * scale);
+}
+
+float *
+test_fcopy(const float *x, size_t n)
+{
+    float *y = malloc(n * sizeof *y);
+
+    ck_assert_ptr_nonnull(y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+void
+test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout)
+{
+    c->run.seed = 7;
+    c->model.embedding = TEST_LM_E;
+    c->model.nlayers = nlayers;
+    for (int l = 0; l < nlayers; l++) {
+        c->model.layers[l].hidden = TEST_LM_H;
+        c->model.layers[l].projection = proj;
+    }
+    c->model.dropout = dropout;
+    c->model.output = out;
+    c->model.samples = TEST_LM_S;
+    c->model.init_range = 0.3;
+    c->train.batch = TEST_LM_B;
+    c->train.bptt = TEST_LM_T;
+    c->train.optimizer.lr = 0.1;
+    c->train.optimizer.beta1 = 0.9;
+    c->train.optimizer.beta2 = 0.999;
+    c->train.optimizer.eps = 1e-8;
 }

@@ -1,12 +1,21 @@
 /* tests/unit/test_tool.h: helpers shared by the Check tests that run shoal's programs
  * or read what they wrote: running a command-line tool with its output captured,
  * reading and writing whole files, numbers in JSON text, the parameters of a model
- * file, a forked process's child by name, and a file that appears. */
+ * file, a forked process's child by name, a file that appears; for the node tests the
+ * tiny training configuration, checkpoints taken apart, and shoal run staged;
+ * configuration text that must load; a pause; random inputs and a tolerance check for
+ * the kernel tests; the tiny model configuration of the model tests. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_train.h"
 
 /* Writes $SHOAL_BUILDDIR/tools/NAME (default ./tools/NAME) to bin (cap bytes). Returns
  * 1 when it is executable, else 0 after a line on stderr saying the case is skipped. */
@@ -44,5 +53,77 @@ pid_t test_child_named(pid_t parent, const char *comm);
  * pid (not 0) has exited first (its status is then lost: the caller fails anyway) or
  * after hang_s seconds, a guard against a hang, not a timing: make it generous. */
 void test_wait_file(const char *path, long min_bytes, pid_t pid, double hang_s);
+
+/* The tiny configuration of the node tests: a 20000-token slice of Brown (data is the
+ * corpus folder), vocab 500, E 16, one layer of 16, B 32 x T 8 (78 batches an epoch),
+ * sampled softmax, dropout 0.2, Adam. The run directory is <root>/<run>, the token
+ * cache <root>/cache. Further "key=value" overrides follow, NULL-terminated. Fails the
+ * test on a bad override; the caller finishes cfg with sl_config_fini. */
+void test_tiny_config(sl_config_t *cfg, const char *root, const char *data, const char *run, ...);
+
+/* Trains cfg quietly as the only node (resume: opts.resume); the trainer's status. */
+sl_status_t test_train(const sl_config_t *cfg, int resume, sl_train_result_t *res);
+
+/* test_train that must return SL_OK. */
+void test_train_ok(const sl_config_t *cfg, int resume, sl_train_result_t *res);
+
+/* The little-endian 64-bit signed integer at byte off of the file at path (a
+ * checkpoint header's field: 144 is the step); fails the test when it is short. */
+long test_ckpt_i64(const char *path, size_t off);
+
+/* The float payload's bytes (parameters, optimizer and hidden state) of a checkpoint
+ * held in data. */
+size_t test_ckpt_float_bytes(const unsigned char *data);
+
+/* Sets the checksum (the last 8 bytes) of a checkpoint held in data (len bytes). */
+void test_ckpt_rehash(unsigned char *data, size_t len);
+
+/* The version 1 file of a version 3 checkpoint (data, len), as shoal 1 wrote it: the
+ * header's first 192 bytes with version 1, the floats, no sync section, its checksum.
+ * Returns it malloc'd, its length in *out_len. */
+unsigned char *test_ckpt_to_version1(const unsigned char *data, size_t len, size_t *out_len);
+
+/* Writes $SHOAL_BUILDDIR/shoal (default ./shoal) to bin (cap bytes). Returns 1 when it
+ * is executable, else 0 after a line on stderr saying the case is skipped. */
+int test_shoal_find(char *bin, size_t cap);
+
+/* Runs bin (shoal) with args (NULL-terminated, at most 30) with SHOAL_STAGE_SYNC=stage
+ * and SHOAL_LOG=debug, its stdout and stderr both into the file log_path; returns the
+ * exit status, or 128 + signal, and that file's text (malloc'd) in *log. */
+int test_shoal_staged(const char *bin, const char *log_path, const char *stage, char **log,
+                      const char *const *args);
+
+/* Loads the YAML text yaml (named t.yaml) into c; fails the test when it does not load. */
+void test_config_load_ok(sl_config_t *c, const char *yaml);
+
+/* Applies the --set assignment ("key=value") to c; fails the test when it fails. */
+void test_config_set_ok(sl_config_t *c, const char *assignment);
+
+/* Sleeps ms milliseconds (a pause between retries, never a wait for an event). */
+void test_sleep_ms(int ms);
+
+/* Fills x (n floats) uniform in [-scale, scale) from the stream key (never zero-filled
+ * inputs). */
+void test_fill(float *x, size_t n, uint64_t key, float scale);
+
+/* A malloc'd copy of x (n floats); the caller frees it. */
+float *test_fcopy(const float *x, size_t n);
+
+/* |got - want| <= abs_tol + rel_tol |want|, with a message naming the element (the
+ * caller includes check.h). */
+#define TEST_ASSERT_CLOSE(got, want, abs_tol, rel_tol, what, idx)                                  \
+    ck_assert_msg(                                                                                 \
+        fabs((double)(got) - (double)(want)) <= (abs_tol) + (rel_tol)*fabs((double)(want)),        \
+        "%s[%d]: got %.9g, want %.9g", (what), (int)(idx), (double)(got), (double)(want))
+
+/* The tiny sizes of the model tests (check_model*.c) that test_lm_config sets:
+ * embedding, hidden, sampled-softmax samples, batch and steps. */
+enum { TEST_LM_E = 5, TEST_LM_H = 6, TEST_LM_S = 5, TEST_LM_B = 2, TEST_LM_T = 3 };
+
+/* The model and optimizer fields of the tiny test models, over the defaults already in
+ * c: run.seed 7, nlayers LSTM layers of TEST_LM_H (projection proj, 0 for none),
+ * output out, dropout, init range 0.3, and lr 0.1 with Adam's betas 0.9 and 0.999 and
+ * eps 1e-8. */
+void test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, double dropout);
 
 #endif

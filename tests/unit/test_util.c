@@ -5,10 +5,15 @@
  * + the result blob, then end of file when it exits) and a down pipe (parent -> node:
  * the endpoint table, then a 'G' that ends each barrier). The parent sleeps in poll()
  * on the up pipes until one of them has something or the hang guard expires, so it
- * learns of every signal, barrier and exit as it happens. */
+ * learns of every signal, barrier and exit as it happens.
+ *
+ * The three sync nodes in one process (test_trio_*): a thread each, over loopback
+ * transports that all connect before any thread starts; the nodes wait for one another
+ * under a mutex and a condition variable, never on the clock. */
 #include "test_util.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -435,4 +440,173 @@ test_cluster_assert_ok(test_cluster_t *c, const char *what)
     else
         snprintf(how, sizeof how, "exited with %d (the check that failed)", WEXITSTATUS(st));
     ck_abort_msg("%s, %d nodes on %s: rank %d %s", what, c->n, c->ipc ? "ipc" : "tcp", r, how);
+}
+
+float
+test_node_input(uint32_t k, size_t i)
+{
+    return (float)((k * 131 + i * 17 + (i >> 7)) % 1024) / 64.0f - 8.0f;
+}
+
+/* ------------------------------------------------ three sync nodes in one process */
+
+const sl_component_t test_trio_comps[TEST_TRIO_NC] = {
+    {"embedding.0", 0, 12, 1, 0, 6, 2},
+    {"embedding.1", 12, 8, 1, 6, 4, 2},
+    {"lstm.0", 20, 5, 0, 0, 0, 0},
+    {"softmax.0", 25, 20, 1, 0, 10, 2},
+};
+
+typedef struct {
+    test_trio_t *tr;
+    int k;
+} trio_arg_t;
+
+/* Records that node k has finished block b (INT_MAX: it stopped) or, with final, its
+ * sl_sync_final, and wakes the nodes waiting for it. */
+static void
+trio_mark(test_trio_t *tr, int k, int b, int final)
+{
+    pthread_mutex_lock(&tr->mu);
+    tr->blocks_done[k] = b;
+    tr->final_done[k] |= final;
+    pthread_cond_broadcast(&tr->cv);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+void
+test_trio_wait(test_trio_t *tr, int k, int b, int final)
+{
+    pthread_mutex_lock(&tr->mu);
+    while (final ? !tr->final_done[k] : tr->blocks_done[k] < b)
+        pthread_cond_wait(&tr->cv, &tr->mu);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+static void *
+trio_node(void *arg)
+{
+    test_trio_t *tr = ((trio_arg_t *)arg)->tr;
+    int k = ((trio_arg_t *)arg)->k;
+    sl_sync_t *s = NULL;
+    sl_status_t st;
+
+    int first = tr->first > 0 ? tr->first : 1;
+
+    st = sl_sync_new(&s, &tr->cfg, tr->t[k], k, TEST_TRIO_N, tr->comps, tr->ncomps, tr->p[k],
+                     (size_t)tr->np);
+    if (st == SL_OK && tr->state_in[k])
+        st = sl_sync_state_load(s, tr->state_in[k], tr->state_in_len[k]);
+    for (int b = first; st == SL_OK && b < first + tr->blocks; b++) {
+        if (tr->step)
+            tr->step(tr, s, k, b, tr->p[k]);
+        st = sl_sync_after_step(s, tr->p[k], b);
+        trio_mark(tr, k, b, 0);
+    }
+    trio_mark(tr, k, INT_MAX, 0);
+    if (st == SL_OK && tr->save_state) {
+        tr->state_out_len[k] = sl_sync_state_bytes(s);
+        tr->state_out[k] = malloc(tr->state_out_len[k] + 1);
+        st = sl_sync_state_save(s, tr->state_out[k], tr->state_out_len[k]);
+    }
+    for (int c = 0; st == SL_OK && c < tr->ncomps; c++)
+        tr->stat[k][c] = *sl_sync_stat(s, c);
+    tr->ndead[k] = s ? sl_sync_ndead(s) : 0;
+    if (st == SL_OK && tr->final) {
+        const float *avg;
+
+        if (tr->late[k])
+            test_trio_wait(tr, 0, 0, 1);
+        tr->final_t0[k] = sl_clock_now();
+        st = sl_sync_final(s, tr->p[k], &avg, &tr->writer[k], &tr->nmodels[k]);
+        tr->final_t1[k] = sl_clock_now();
+        tr->has_avg[k] = avg != NULL;
+        if (avg)
+            memcpy(tr->avg[k], avg, (size_t)tr->np * sizeof *avg);
+        tr->dead0[k] = sl_sync_is_dead(s, 0);
+    }
+    trio_mark(tr, k, INT_MAX, 1);
+    tr->st[k] = st;
+    snprintf(tr->err[k], sizeof tr->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
+    sl_sync_destroy(&s);
+    return NULL;
+}
+
+/* Runs the alive nodes of tr (period 1: every block syncs every component) and checks
+ * that each returned SL_OK. */
+void
+test_trio_run(test_trio_t *tr)
+{
+    pthread_t th[TEST_TRIO_N];
+    trio_arg_t args[TEST_TRIO_N];
+    const char *eps[TEST_TRIO_N];
+
+    sl_log_set_level(SL_LOG_ERROR);
+    pthread_mutex_init(&tr->mu, NULL);
+    pthread_cond_init(&tr->cv, NULL);
+    sl_config_init(&tr->cfg);
+    ck_assert_msg(sl_config_set(&tr->cfg, tr->conf) == SL_OK, "%s", sl_err_msg());
+    if (tr->conf2)
+        ck_assert_msg(sl_config_set(&tr->cfg, tr->conf2) == SL_OK, "%s", sl_err_msg());
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        sl_transport_opts_t o;
+        sl_transport_opts_default(&o);
+        o.run_id = 77;
+        o.rank = (uint32_t)k;
+        o.size = TEST_TRIO_N;
+        o.linger_ms = 100;
+        o.timeout_ms = 5000;
+        ck_assert_int_eq(sl_transport_new(&tr->t[k], &o), SL_OK);
+        eps[k] = sl_transport_endpoint(tr->t[k]);
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        ck_assert_int_eq(sl_transport_connect(tr->t[k], eps), SL_OK);
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        args[k] = (trio_arg_t){tr, k};
+        if (tr->alive[k])
+            ck_assert_int_eq(pthread_create(&th[k], NULL, trio_node, &args[k]), 0);
+        else
+            trio_mark(tr, k, INT_MAX, 1); /* nobody waits for a node that never runs */
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        if (tr->alive[k])
+            pthread_join(th[k], NULL);
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        sl_transport_destroy(&tr->t[k]);
+    sl_config_fini(&tr->cfg);
+    pthread_cond_destroy(&tr->cv);
+    pthread_mutex_destroy(&tr->mu);
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        ck_assert_msg(!tr->alive[k] || tr->st[k] == SL_OK, "node %d: %s", k, tr->err[k]);
+}
+
+void
+test_trio_init(test_trio_t *tr, const char *conf, float (*value)(int, int))
+{
+    memset(tr, 0, sizeof *tr);
+    tr->conf = conf;
+    tr->comps = test_trio_comps;
+    tr->ncomps = TEST_TRIO_NC;
+    tr->np = TEST_TRIO_NP;
+    tr->blocks = 1;
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        tr->alive[k] = 1;
+        for (int i = 0; i < TEST_TRIO_NP; i++)
+            tr->p[k][i] = value(k, i);
+    }
+}
+
+float
+test_trio_zero(int k, int i)
+{
+    (void)k;
+    (void)i;
+    return 0;
+}
+
+void
+test_assert_floats(const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got[i] == want[i], "element %zu: got %.9g, want %.9g", i, got[i], want[i]);
 }

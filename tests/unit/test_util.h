@@ -24,17 +24,25 @@
  * case only when nothing happened for TEST_HANG_S. A short timeout belongs only where
  * the timeout itself is what is tested, and then only its lower bound is exact.
  *
- * Used by check_transport, check_shm, check_sparse and check_sync_algo; any test that
- * forks nodes on transports should use it rather than a copy (add TEST_UTIL_SOURCES to
- * its sources in tests/Makemodule.am and #include "test_util.h"). Owns nothing of the
- * library; it must not reach into a transport's internals (only sl_transport.h's
- * calls). */
+ * Three sync nodes in one process, threads over loopback transports (test_trio_*), are
+ * the harness of check_sync, check_sync_rows and check_sync_final.
+ *
+ * Used by check_transport, check_transport_cluster, check_shm, check_sparse and
+ * check_sync_algo; any test that forks nodes on transports should use it rather than a
+ * copy (add TEST_UTIL_SOURCES to its sources in tests/Makemodule.am and #include
+ * "test_util.h"). Owns nothing of the library; it must not reach into a transport's
+ * internals (only sl_transport.h's calls). */
 #ifndef SL_TEST_UTIL_H
 #define SL_TEST_UTIL_H
 
 #include <check.h>
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "sync/sl_sync.h"
 #include "transport/sl_transport.h"
 
 #define TEST_CLUSTER_MAXN 8
@@ -129,6 +137,10 @@ void *test_cluster_out(test_cluster_t *c);
  * step of its own: every node must call it. SL_OK, or the first failing status. */
 sl_status_t test_settle(sl_transport_t *t, uint32_t component, uint64_t round);
 
+/* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
+ * exact in float whatever the order of addition. */
+float test_node_input(uint32_t k, size_t i);
+
 /* A hang guard for a polling loop: the time TEST_HANG_S from now. */
 double test_deadline(void);
 
@@ -140,5 +152,71 @@ int test_wait_more(double deadline);
 
 /* Runs suite s in fork mode (each case in its own process); the exit status for main. */
 int test_main(Suite *s);
+
+/* Three sync nodes in one process (check_sync*.c): a thread each, over loopback
+ * transports. The model is laid out as the trainer's (sl_model.h): row shards of a
+ * 10-word vocabulary, 2 floats a row, and a dense component:
+ *   embedding.0  input rows 0..5      embedding.1  input rows 6..9
+ *   lstm.0       5 floats             softmax.0    output rows 0..9 */
+enum { TEST_TRIO_N = 3, TEST_TRIO_NP = 12 + 8 + 5 + 20, TEST_TRIO_NC = 4 };
+extern const sl_component_t test_trio_comps[TEST_TRIO_NC];
+
+typedef struct test_trio test_trio_t;
+/* What node k does before sync block b (1-based): change params, note rows. */
+typedef void (*test_trio_step_fn)(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p);
+
+struct test_trio {
+    const char *conf;  /* sync={...} for sl_config_set */
+    const char *conf2; /* another setting, or NULL */
+    const sl_component_t *comps;
+    int ncomps, np, blocks;
+    int first; /* the first block's number (0: 1) */
+    /* sync state: loaded before the first block when state_in[k] is set (a resume);
+     * saved after the last into state_out[k] (malloc'd) when save_state is */
+    const unsigned char *state_in[TEST_TRIO_N];
+    size_t state_in_len[TEST_TRIO_N];
+    int save_state;
+    unsigned char *state_out[TEST_TRIO_N];
+    size_t state_out_len[TEST_TRIO_N];
+    int alive[TEST_TRIO_N]; /* the node takes part */
+    test_trio_step_fn step;
+    /* final: after the blocks each alive node calls sl_sync_final; its results, when
+     * it entered and left it (sl_clock_now()) and whether it then held node 0 for dead */
+    int final;
+    int late[TEST_TRIO_N]; /* 1: sl_sync_final only once node 0's has returned */
+    int writer[TEST_TRIO_N], nmodels[TEST_TRIO_N], has_avg[TEST_TRIO_N], dead0[TEST_TRIO_N];
+    float avg[TEST_TRIO_N][TEST_TRIO_NP];
+    double final_t0[TEST_TRIO_N], final_t1[TEST_TRIO_N];
+    /* events between the nodes: blocks each has finished (INT_MAX once it stopped), and
+     * whether its sl_sync_final has returned (or it stopped); under mu, cv signalled */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int blocks_done[TEST_TRIO_N], final_done[TEST_TRIO_N];
+    float p[TEST_TRIO_N][TEST_TRIO_NP]; /* in: the start; out: after the last block */
+    sl_sync_stat_t stat[TEST_TRIO_N][TEST_TRIO_NC];
+    int ndead[TEST_TRIO_N]; /* peers each node holds for dead after the blocks */
+    sl_status_t st[TEST_TRIO_N];
+    char err[TEST_TRIO_N][256];
+    sl_config_t cfg;
+    sl_transport_t *t[TEST_TRIO_N];
+};
+
+/* Fills tr for the sync settings conf ("sync={...}"): the layout above, one block, every
+ * node alive, node k's parameter i value(k, i). */
+void test_trio_init(test_trio_t *tr, const char *conf, float (*value)(int, int));
+
+/* Runs the alive nodes of tr (period 1: every block syncs every component) and checks
+ * that each returned SL_OK. */
+void test_trio_run(test_trio_t *tr);
+
+/* Waits until node k has finished block b (or stopped) or, with final, its
+ * sl_sync_final. No time limit: the test case's timeout is the hang guard. */
+void test_trio_wait(test_trio_t *tr, int k, int b, int final);
+
+/* 0 for every node and parameter, a test_trio_init value. */
+float test_trio_zero(int k, int i);
+
+/* got[i] == want[i] for i < n, bit for bit; fails the test at the first that is not. */
+void test_assert_floats(const float *got, const float *want, size_t n);
 
 #endif

@@ -1,0 +1,416 @@
+/* Unit tests of src/node: exact resume from checkpoints. One node (Adam with sampled
+ * softmax and dropout, SGD with the full softmax) resumed across an epoch end and
+ * after an interrupt; two nodes of bmuf and gossip-bmuf resumed with their sync state
+ * through shoal run, and from version 1 files without it; a node directory of another
+ * node count refused. Trains tiny models (E 16, one LSTM layer of 16) on a 20000-token
+ * slice of Brown. */
+#define _POSIX_C_SOURCE 200809L
+#include <check.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "node/sl_checkpoint.h"
+#include "node/sl_train.h"
+#include "sync/sl_sync.h"
+
+#include "test_tool.h"
+
+static char tmp_root[] = "/tmp/shoal-check-node-resume-XXXXXX";
+static char data_dir[1024];
+
+static char shoal_bin[1024];
+
+/* ---------------------------------------------------------------- helpers */
+
+/* ---------------------------------------------------------------- helpers */
+
+static void
+path_in(char *out, size_t size, const char *name)
+{
+    snprintf(out, size, "%s/%s", tmp_root, name);
+}
+
+/* Two checkpoints hold the same training state (parameters, optimizer state, hidden
+ * state, sync state, counters) when every byte but the training time and checksum
+ * agrees. */
+static void
+assert_same_training_state(const char *a_path, const char *b_path)
+{
+    size_t alen, blen;
+    char *a = test_read_file(a_path, &alen), *b = test_read_file(b_path, &blen);
+
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_uint_eq(alen, blen);
+    ck_assert_uint_gt(alen, SL_CKPT_HEADER_BYTES + 8);
+    ck_assert_msg(memcmp(a, b, 184) == 0, "headers differ"); /* up to the train time */
+    ck_assert_msg(memcmp(a + 192, b + 192, SL_CKPT_HEADER_BYTES - 192) == 0,
+                  "nodes, rank or sync algorithm differ");
+    ck_assert_msg(memcmp(a + SL_CKPT_HEADER_BYTES, b + SL_CKPT_HEADER_BYTES,
+                         alen - SL_CKPT_HEADER_BYTES - 8) == 0,
+                  "parameters, optimizer, hidden or sync state differ");
+    free(a);
+    free(b);
+}
+
+/* --------------------------------------------------- resume, bit for bit */
+
+/* Train 2N steps straight, and N steps then resume to 2N; N = 50 with 78 batches an
+ * epoch, so the resumed half crosses an epoch end (state reset, eval, checkpoint). */
+static void
+check_resume_exact(const char *tag, const char *opt1, const char *opt2, const char *opt3)
+{
+    sl_config_t c_straight, c_half, c_full;
+    sl_train_result_t r;
+    char straight[64], split[64], a[1024], b[1024], half[1024];
+
+    snprintf(straight, sizeof straight, "%s-straight", tag);
+    snprintf(split, sizeof split, "%s-split", tag);
+    test_tiny_config(&c_straight, tmp_root, data_dir, straight, "train.max_steps=100", opt1, opt2,
+                     opt3, NULL);
+    test_tiny_config(&c_half, tmp_root, data_dir, split, "train.max_steps=50", opt1, opt2, opt3,
+                     NULL);
+    test_tiny_config(&c_full, tmp_root, data_dir, split, "train.max_steps=100", opt1, opt2, opt3,
+                     NULL);
+
+    test_train_ok(&c_straight, 1, &r);
+    ck_assert_int_eq(r.steps, 100);
+    test_train_ok(&c_half, 1, &r);
+    ck_assert_int_eq(r.steps, 50);
+    snprintf(half, sizeof half, "%s/%s/checkpoint.bin.half", tmp_root, split);
+    snprintf(b, sizeof b, "%s/%s/checkpoint.bin", tmp_root, split);
+    ck_assert_int_eq(test_ckpt_i64(b, 144), 50); /* the checkpoint's step */
+    ck_assert_int_eq(link(b, half), 0);
+    test_train_ok(&c_full, 1, &r);
+    ck_assert_int_eq(r.steps, 100);
+    ck_assert_int_eq((long)r.tokens, 100 * 32 * 8);
+
+    snprintf(a, sizeof a, "%s/%s/checkpoint.bin", tmp_root, straight);
+    assert_same_training_state(a, b);
+    /* and the parameters did move between step 50 and 100 (the test can fail) */
+    {
+        size_t hl, fl;
+        char *h = test_read_file(half, &hl), *f = test_read_file(b, &fl);
+        ck_assert_uint_eq(hl, fl);
+        ck_assert(memcmp(h + SL_CKPT_HEADER_BYTES, f + SL_CKPT_HEADER_BYTES, 4000) != 0);
+        free(h);
+        free(f);
+    }
+    sl_config_fini(&c_straight);
+    sl_config_fini(&c_half);
+    sl_config_fini(&c_full);
+}
+
+START_TEST(test_resume_exact_adam_sampled_dropout)
+{
+    check_resume_exact("adam", "model.dropout=0.2", "model.output.type=sampled",
+                       "train.optimizer.type=adam");
+}
+END_TEST
+
+START_TEST(test_resume_exact_sgd_full)
+{
+    check_resume_exact("sgd", "model.dropout=0", "model.output.type=full",
+                       "train.optimizer.type=sgd");
+}
+END_TEST
+
+/* An interrupt finishes the current step, checkpoints and returns SL_ERR_SHUTDOWN;
+ * running again continues as if never stopped. */
+START_TEST(test_interrupt_then_resume)
+{
+    sl_config_t c_int, c_straight;
+    sl_train_result_t r;
+    sl_train_opts_t opts;
+    volatile sig_atomic_t stop = 1;
+    char a[1024], b[1024];
+
+    test_tiny_config(&c_int, tmp_root, data_dir, "int", "train.max_steps=30", NULL);
+    test_tiny_config(&c_straight, tmp_root, data_dir, "int-straight", "train.max_steps=30", NULL);
+    sl_train_opts_init(&opts);
+    opts.quiet = 1;
+    opts.interrupt = &stop;
+    ck_assert_int_eq(sl_train_run(&c_int, &opts, &r), SL_ERR_SHUTDOWN);
+    ck_assert_str_eq(sl_err_msg(), "interrupted at step 1");
+    ck_assert_int_eq(r.steps, 1);
+    snprintf(b, sizeof b, "%s/int/checkpoint.bin", tmp_root);
+    ck_assert_int_eq(test_ckpt_i64(b, 144), 1);
+    snprintf(a, sizeof a, "%s/int/model.bin", tmp_root);
+    ck_assert_int_ne(access(a, F_OK), 0); /* no final model for an unfinished run */
+
+    test_train_ok(&c_int, 1, &r);
+    ck_assert_int_eq(r.steps, 30);
+    test_train_ok(&c_straight, 1, &r);
+    snprintf(a, sizeof a, "%s/int-straight/checkpoint.bin", tmp_root);
+    assert_same_training_state(a, b);
+    sl_config_fini(&c_int);
+    sl_config_fini(&c_straight);
+}
+END_TEST
+
+/* Node 0 of a 4-node run (sync none: no transport needed) checkpoints; the same node
+ * directory resumed as node 0 of 2 is refused with one line naming both, and the
+ * checkpoint stays as it was. */
+START_TEST(test_resume_other_node_count_refused)
+{
+    sl_config_t cfg;
+    sl_train_result_t r;
+    sl_train_opts_t opts;
+    char ckpt[1024], want[2048], *before, *after;
+    size_t lb, la;
+
+    test_tiny_config(&cfg, tmp_root, data_dir, "nodes", "train.max_steps=2", "data.valid=''",
+                     "data.test=''", "data.valid_fraction=0", NULL);
+    sl_train_opts_init(&opts);
+    opts.quiet = 1;
+    opts.rank = 0;
+    opts.nranks = 4;
+    ck_assert_msg(sl_train_run(&cfg, &opts, &r) == SL_OK, "%s", sl_err_msg());
+    snprintf(ckpt, sizeof ckpt, "%s/nodes/node-0/checkpoint.bin", tmp_root);
+    before = test_read_file(ckpt, &lb);
+    ck_assert_ptr_nonnull(before);
+
+    sl_config_fini(&cfg);
+    test_tiny_config(&cfg, tmp_root, data_dir, "nodes", "train.max_steps=4", "data.valid=''",
+                     "data.test=''", "data.valid_fraction=0", NULL);
+    opts.nranks = 2;
+    ck_assert_int_eq(sl_train_run(&cfg, &opts, &r), SL_ERR_FORMAT);
+    snprintf(want, sizeof want, "%s: written by node 0 of 4, this is node 0 of 2", ckpt);
+    ck_assert_str_eq(sl_err_msg(), want);
+    after = test_read_file(ckpt, &la);
+    ck_assert(la == lb && memcmp(before, after, lb) == 0);
+    free(before);
+    free(after);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* ------------------------------------------------- multi-node exact resume */
+
+/* Two-node runs resumed: bmuf with the unique exchange (its touched-row sets live
+ * between syncs) and gossip-bmuf staged through the host mirror (SHOAL_STAGE_SYNC=1,
+ * the GPU nodes' path); the model every 2 steps, the row shards every 4. */
+static const struct {
+    const char *sync, *stage;
+} resume_syncs[] = {
+    {"{algorithm: bmuf, period: 2, embedding_period: 4, exchange: unique, embedding_shards: 2}",
+     "0"},
+    {"{algorithm: gossip-bmuf, period: 2, embedding_period: 4, embedding_shards: 2}", "1"},
+};
+
+/* <tmp>/<run>.yaml: 2 nodes of sync, 12 steps of 8 x 8 (no epoch end, no valid or test
+ * split), dropout and sampled softmax so that every random key is used. */
+static void
+two_node_yaml(char *conf, size_t size, const char *run, const char *sync)
+{
+    char yaml[2048], name[128];
+
+    snprintf(name, sizeof name, "%s.yaml", run);
+    path_in(conf, size, name);
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s/%s, log_every: 4, checkpoint_every: 0}\n"
+             "data: {train: %s/brown/train.txt, vocab_size: 500, max_tokens: 20000,\n"
+             "       cache_dir: %s/cache}\n"
+             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
+             "        output: {type: sampled, samples: 32}}\n"
+             "train: {batch: 8, bptt: 8, max_steps: 12, eval_every_epoch: false,\n"
+             "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
+             "cluster: {nodes: 2, rendezvous_timeout_ms: 20000}\n"
+             "sync: %s\n",
+             run, tmp_root, run, data_dir, tmp_root, sync);
+    test_write_file(conf, yaml, strlen(yaml));
+}
+
+/* shoal ARGS must exit 0 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
+static char *
+shoal_ok(const char *stage, const char *const *args)
+{
+    char path[1024], *log;
+    int rc;
+
+    path_in(path, sizeof path, "staged.log");
+    rc = test_shoal_staged(shoal_bin, path, stage, &log, args);
+    ck_assert_msg(rc == 0, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
+    return log;
+}
+
+static int
+count_in(const char *text, const char *what)
+{
+    int n = 0;
+
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p += strlen(what))
+        n++;
+    return n;
+}
+
+/* 12 steps straight against 6 steps, a checkpoint, and a resume to 12: every node's
+ * checkpoint at step 12 (parameters, optimizer, hidden and sync state) and the run's
+ * model agree bit for bit. At step 6 the BMUF state is not the one a start from the
+ * parameters would give (Delta != 0 after 3 model syncs) and, with the unique exchange,
+ * the row shards last synced at step 4 hold touched rows; the checkpoint carries them.
+ * The same step-6 checkpoints written as version 1 (no sync state) resume with a
+ * warning on each node and end elsewhere: the sync state is what made the difference. */
+START_TEST(test_two_node_resume_exact)
+{
+    const char *stage = resume_syncs[_i].stage;
+    char run[64], conf[1024], a[1024], b[1024], half[1024], *log;
+    float *ma, *mb;
+    size_t la, lb;
+
+    if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
+        return;
+    snprintf(run, sizeof run, "two-%d-straight", _i);
+    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
+    free(shoal_ok(stage, (const char *[]){"run", conf, "--no-resume", NULL}));
+
+    snprintf(run, sizeof run, "two-%d-split", _i);
+    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
+    free(shoal_ok(
+        stage, (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
+    for (int k = 0; k < 2; k++) {
+        snprintf(b, sizeof b, "%s/two-%d-split/node-%d/checkpoint.bin", tmp_root, _i, k);
+        snprintf(half, sizeof half, "%s.half", b);
+        ck_assert_int_eq(test_ckpt_i64(b, 144), 6);
+        ck_assert_int_eq(link(b, half), 0);
+    }
+    log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+    ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
+    ck_assert_msg(!strstr(log, "version 1"), "%s", log);
+    free(log);
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "%s/two-%d-straight/node-%d/checkpoint.bin", tmp_root, _i, k);
+        snprintf(b, sizeof b, "%s/two-%d-split/node-%d/checkpoint.bin", tmp_root, _i, k);
+        ck_assert_int_eq(test_ckpt_i64(b, 144), 12);
+        assert_same_training_state(a, b);
+    }
+    snprintf(a, sizeof a, "%s/two-%d-straight/model.bin", tmp_root, _i);
+    snprintf(b, sizeof b, "%s/two-%d-split/model.bin", tmp_root, _i);
+    ma = test_model_params(a, &la);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0);
+    free(mb);
+
+    /* what the step-6 checkpoint of node 0 carries */
+    {
+        unsigned char *d;
+        size_t len, at, nsync, np, rows_at;
+        int any = 0;
+
+        snprintf(half, sizeof half, "%s/two-%d-split/node-0/checkpoint.bin.half", tmp_root, _i);
+        d = (unsigned char *)test_read_file(half, &len);
+        ck_assert_ptr_nonnull(d);
+        np = (size_t)sl_get_u64(d + 120);
+        at = SL_CKPT_HEADER_BYTES + test_ckpt_float_bytes(d);
+        nsync = (size_t)sl_get_u64(d + at);
+        ck_assert_uint_eq(sl_get_u32(d + 192), 2);
+        ck_assert_uint_eq(sl_get_u32(d + 200), _i == 0 ? SL_SYNC_BMUF : SL_SYNC_GOSSIP_BMUF);
+        ck_assert_uint_eq(sl_get_u32(d + at + 8), sl_get_u32(d + 200));
+        ck_assert_uint_eq(sl_get_u64(d + at + 8 + 8), np); /* BMUF arrays of nparams */
+        rows_at = 24 + 12 * np;
+        ck_assert_uint_eq(nsync, rows_at + 8 * sl_get_u64(d + at + 8 + 16));
+        if (_i == 0) { /* 4 row shards of 251 rows: 4 words each, some bits set */
+            ck_assert_uint_eq(sl_get_u32(d + at + 8 + 4), 4);
+            ck_assert_uint_eq(sl_get_u64(d + at + 8 + 16), 16);
+            for (size_t j = rows_at; j < nsync; j++)
+                any |= d[at + 8 + j] != 0;
+            ck_assert_msg(any, "no touched rows in the step-6 sync state");
+        } else {
+            ck_assert_uint_eq(nsync, rows_at);
+        }
+        free(d);
+    }
+
+    /* the same checkpoints as version 1 files: a warning, and another end */
+    snprintf(run, sizeof run, "two-%d-v1", _i);
+    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
+    snprintf(b, sizeof b, "%s/two-%d-v1", tmp_root, _i);
+    ck_assert_int_eq(mkdir(b, 0755), 0);
+    for (int k = 0; k < 2; k++) {
+        unsigned char *d, *v1;
+        size_t len, v1len;
+
+        snprintf(b, sizeof b, "%s/two-%d-v1/node-%d", tmp_root, _i, k);
+        ck_assert_int_eq(mkdir(b, 0755), 0);
+        snprintf(half, sizeof half, "%s/two-%d-split/node-%d/checkpoint.bin.half", tmp_root, _i, k);
+        d = (unsigned char *)test_read_file(half, &len);
+        v1 = test_ckpt_to_version1(d, len, &v1len);
+        snprintf(b, sizeof b, "%s/two-%d-v1/node-%d/checkpoint.bin", tmp_root, _i, k);
+        test_write_file(b, v1, v1len);
+        free(d);
+        free(v1);
+    }
+    log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+    ck_assert_msg(count_in(log, "a version 1 checkpoint holds no sync state: ") == 2, "%s", log);
+    ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
+    free(log);
+    snprintf(b, sizeof b, "%s/two-%d-v1/model.bin", tmp_root, _i);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) != 0);
+    free(ma);
+    free(mb);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- main */
+
+static int
+remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static Suite *
+node_resume_suite(void)
+{
+    Suite *s = suite_create("node_resume");
+    TCase *core = tcase_create("core");
+    TCase *limits = tcase_create("limits");
+
+    tcase_set_timeout(core, 120);
+    tcase_set_timeout(limits, 120);
+    tcase_add_test(core, test_resume_exact_adam_sampled_dropout);
+    tcase_add_test(core, test_resume_exact_sgd_full);
+    tcase_add_test(core, test_interrupt_then_resume);
+    tcase_add_loop_test(core, test_two_node_resume_exact, 0,
+                        (int)(sizeof resume_syncs / sizeof resume_syncs[0]));
+    tcase_add_test(limits, test_resume_other_node_count_refused);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
+    SRunner *sr;
+    int failed;
+
+    if (data)
+        snprintf(data_dir, sizeof data_dir, "%s", data);
+    else
+        snprintf(data_dir, sizeof data_dir, "%s/../shared/data", src ? src : "..");
+    if (!mkdtemp(tmp_root)) {
+        perror("check_node_resume: mkdtemp");
+        return 1;
+    }
+    sl_log_set_level(SL_LOG_WARN);
+    sr = srunner_create(node_resume_suite());
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,221 @@
+/* Tests of src/sync's final model: a gossip run without rank 0 on 3 in-process nodes
+ * (threads over loopback transports, test_util.h's trio): who gathers, the average,
+ * the waits; nodes agreeing or not on rank 0's death, and a late node that is not
+ * dead. */
+#include <check.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "config/sl_config.h"
+#include "sync/sl_sync.h"
+#include "topology/sl_ring.h"
+#include "topology/sl_schedule.h"
+
+#include "test_util.h"
+
+/* The final model of a gossip run without rank 0 (sl_sync_final: every node walks the
+ * candidates 0, 1, ... and the first one alive gathers), on 3 in-process nodes of one
+ * 4-float component, sync.timeout_ms T = 300, so each candidate's window P = 3 T = 0.9 s:
+ *   node 1 = [1, -2, 3, 0.5], node 2 = [3, 4, -1, 1.5] (node 0's values are never sent)
+ * case 0: node 0 never runs, no blocks: nodes 1 and 2 each wait P for node 0's
+ *   confirmation, then node 1 gathers (and claims node 2): the writer, 2 models,
+ *   ([1, -2, 3, 0.5] + [3, 4, -1, 1.5]) / 2 = [2, 1, 1, 1]; node 2 is not a writer.
+ * case 1: only node 2 runs: it gives up on node 0 at P and node 1 at 2 P and writes its
+ *   own model, 1 model.
+ * case 2: the nodes disagree on node 0: gossip-ma q = 1, 3 blocks without node 0, with a
+ *   seed where node 1 pulls from node 0 in all three (it times out and keeps its model
+ *   each time, then holds node 0 for dead) and node 2 from node 1 (it never misses
+ *   node 0; it starts blocks 2 and 3 once node 1 has ended the block before): node 2
+ *   becomes ([3, 4, -1, 1.5] + [1, -2, 3, 0.5]) / 2 = [2, 1, 1, 1], then
+ *   [1.5, -0.5, 2, 0.75], then [1.25, -1.25, 2.5, 0.625]. Node 1 skips node 0 and
+ *   gathers at once; its claim takes node 2 off node 0 before node 0's window is out,
+ *   and node 1 writes
+ *   ([1, -2, 3, 0.5] + [1.25, -1.25, 2.5, 0.625]) / 2 = [1.125, -1.625, 2.75, 0.5625].
+ * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes late: it
+ *   enters sl_sync_final once node 0's has returned (after T without node 2): node 0
+ *   writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
+ *   and tells node 2 its model is not in, so node 2 stops there rather than walking on
+ *   to gather a model of its own (a second writer). */
+static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
+
+static float
+final_start(int k, int i)
+{
+    static const float v[TEST_TRIO_N][4] = {
+        {100, 100, 100, 100}, {1, -2, 3, 0.5f}, {3, 4, -1, 1.5f}};
+    return i < 4 ? v[k][i] : 0; /* test_trio_init fills TEST_TRIO_NP floats; the model has 4 */
+}
+
+/* Node 1 waits T for node 0 in every block, so its pushes come T later each block:
+ * node 2 starts block b > 1 once node 1 has ended block b - 1, so as not to run ahead
+ * and time out on node 1's push of block b, which comes right after. */
+static void
+lag_node2(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)s;
+    (void)p;
+    if (k == 2 && b > 1)
+        test_trio_wait(tr, 1, b - 1, 0);
+}
+
+/* A run.seed under which, in rounds 1..3 of component 0 (gossip, q = 1, n = 3), node 1
+ * pulls from node 0 and node 2 from node 1 every time. */
+static uint64_t
+disagreeing_seed(void)
+{
+    for (uint64_t seed = 1; seed < 100000; seed++) {
+        sl_schedule_t sch;
+        int ok = 1;
+
+        ck_assert_int_eq(
+            sl_schedule_init(&sch, TEST_TRIO_N, sl_ring_default_degree(TEST_TRIO_N), 1, seed),
+            SL_OK);
+        for (uint64_t r = 1; r <= 3 && ok; r++) {
+            int ch[4], cnt;
+            ck_assert_int_eq(sl_schedule_chosen(&sch, r, 0, 1, ch, 4, &cnt), SL_OK);
+            ok = ch[0] == 0;
+            ck_assert_int_eq(sl_schedule_chosen(&sch, r, 0, 2, ch, 4, &cnt), SL_OK);
+            ok = ok && ch[0] == 1;
+        }
+        if (ok)
+            return seed;
+    }
+    ck_abort_msg("no seed where node 1 pulls from node 0 three times in a row");
+    return 0;
+}
+
+/* Node 2 is one block behind in local-ma (every node waits for both others): it starts
+ * block b once nodes 0 and 1 have ended it, so they time out on it in every round; they
+ * start block b + 1 once node 2 has ended block b, so its push of block b reaches them
+ * during their wait of block b + 1, dropped as stale. Late is not dead: they never hold
+ * it for dead, though it misses every round; a silent node is (test_final_without_rank0,
+ * case 2). */
+static void
+late_node2(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)s;
+    (void)p;
+    if (k == 2) {
+        test_trio_wait(tr, 0, b, 0);
+        test_trio_wait(tr, 1, b, 0);
+    } else if (b > 1) {
+        test_trio_wait(tr, 2, b - 1, 0);
+    }
+}
+
+START_TEST(test_late_is_not_dead)
+{
+    static test_trio_t tr;
+
+    test_trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 200}", final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 8;
+    tr.step = late_node2;
+    test_trio_run(&tr);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(tr.stat[k][0].answered + 8 <= tr.stat[k][0].expected,
+                      "node %d: node 2 was not late in every round (%llu of %llu answered)", k,
+                      (unsigned long long)tr.stat[k][0].answered,
+                      (unsigned long long)tr.stat[k][0].expected);
+        ck_assert_msg(tr.ndead[k] == 0, "node %d holds %d nodes for dead", k, tr.ndead[k]);
+    }
+    ck_assert_int_eq(tr.ndead[2], 0);
+}
+END_TEST
+
+START_TEST(test_final_without_rank0)
+{
+    static test_trio_t tr;
+    static const float want[4][4] = {{2, 1, 1, 1},
+                                     {3, 4, -1, 1.5f},
+                                     {1.125f, -1.625f, 2.75f, 0.5625f},
+                                     {50.5f, 49, 51.5f, 50.25f}};
+    static const int writer[4] = {1, 2, 1, 0}, nmodels[4] = {2, 1, 2, 2};
+    const double p = 3 * 0.3;
+    char seed[64];
+    int w = writer[_i];
+
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 300}",
+                   final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = _i == 2 ? 3 : 0;
+    tr.step = lag_node2;
+    tr.final = 1;
+    tr.alive[0] = _i == 3;
+    tr.alive[1] = _i != 1;
+    if (_i == 2) {
+        snprintf(seed, sizeof seed, "run.seed=%" PRIu64, disagreeing_seed());
+        tr.conf2 = seed;
+    }
+    tr.late[2] = _i == 3;
+    test_trio_run(&tr);
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        if (!tr.alive[k])
+            continue;
+        ck_assert_int_eq(tr.writer[k], k == w);
+        ck_assert_int_eq(tr.has_avg[k], k == w);
+    }
+    ck_assert_int_eq(tr.nmodels[w], nmodels[_i]);
+    test_assert_floats(tr.avg[w], want[_i], 4);
+    if (_i == 2) {
+        ck_assert_int_eq(tr.dead0[1], 1);
+        ck_assert_int_eq(tr.dead0[2], 0);
+    }
+    /* The windows, as lower bounds that a slow machine cannot break: case 0: node 1
+     * waited out node 0's window before it gathered, and node 2 ended after that (on
+     * node 1's claim or at the end of its own window); case 1: node 2 waited out the
+     * windows of nodes 0 and 1. Case 2: node 1, holding node 0 for dead, gathered
+     * without waiting out its window: the one upper bound, with a whole window of
+     * margin, since only the time tells a claim at once from one after P. Case 3 needs
+     * no clock: without node 0's "without you" node 2 would have walked on and
+     * gathered a model of its own (a second writer, checked above). */
+    if (_i == 0) {
+        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] >= p - 0.01, "node 1: %.3f s",
+                      tr.final_t1[1] - tr.final_t0[1]);
+        ck_assert_msg(tr.final_t1[2] >= tr.final_t0[1] + p - 0.01,
+                      "node 2 ended %.3f s after node 1 entered", tr.final_t1[2] - tr.final_t0[1]);
+    }
+    if (_i == 1)
+        ck_assert_msg(tr.final_t1[2] - tr.final_t0[2] >= 2 * p - 0.01, "node 2: %.3f s",
+                      tr.final_t1[2] - tr.final_t0[2]);
+    if (_i == 2)
+        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] < p, "node 1: %.3f s",
+                      tr.final_t1[1] - tr.final_t0[1]);
+}
+END_TEST
+
+static Suite *
+sync_final_suite(void)
+{
+    Suite *s = suite_create("sync_final");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
+    tcase_add_test(core, test_late_is_not_dead);
+    tcase_set_timeout(core, 120);
+    tcase_set_timeout(limits, 120);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    SRunner *r = srunner_create(sync_final_suite());
+    int failed;
+
+    srunner_run_all(r, CK_NORMAL);
+    failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,611 @@
+/* Tests of src/transport on real clusters of 1..7 forked node processes on
+ * tcp://127.0.0.1:* and ipc://: every collective against locally computed results,
+ * frames with bad fields injected into a node's socket, a peer killed with SIGKILL
+ * mid-run and a peer that aborts. The clusters run on test_util.c's harness. Nothing
+ * here waits on the clock: waits end on a frame, a counter or a node's exit, under
+ * generous limits that only guard against hangs; short timeouts appear only where a
+ * timeout is the behaviour under test, and then only their lower bound is checked
+ * exactly. Two transports in one process are in check_transport.c. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_hash.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_transport.h"
+
+#include "test_util.h"
+
+#define RUN 0xfeed0000beefULL
+
+/* ---------------------------------------------------------------- forked clusters */
+
+/* The harness (fork, endpoints through pipes, kill-all, hang guard) is test_util.c's;
+ * every node function returns 0 when its checks passed. */
+
+/* ---- allreduce: several sizes and chunkings in a row, rounds increasing */
+
+typedef struct {
+    size_t count, chunk;
+    unsigned window;
+} shape_t;
+
+/* The large shape runs twice: in the first the nodes offer and accept shared-memory
+ * lanes; test_settle then makes sure every offer and accept has been read, so the
+ * second certainly goes through them. */
+static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000, 7, 1},
+                                    {1000, 1000, 3}, {1000003, 65537, 0}, {1000003, 65537, 0},
+                                    {0, 0, 0}};
+
+static int
+node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    const shape_t *shapes = c->arg;
+    sl_hash_t h;
+
+    sl_hash_init(&h, 1);
+    for (int s = 0; shapes[s].count; s++) {
+        size_t count = shapes[s].count;
+        float *buf = malloc(count * sizeof *buf);
+        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0, NULL};
+        for (size_t i = 0; i < count; i++)
+            buf[i] = test_node_input(me, i) * (float)(s + 1);
+        if (shapes[s + 1].count == 0 && test_settle(t, 90, 0) != SL_OK)
+            return 9; /* before the last shape: the lanes are up */
+        if (sl_allreduce_sum(t, 3, (uint64_t)s, buf, count, &o) != SL_OK)
+            return 10 + s;
+        for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (uint32_t k = 0; k < n; k++)
+                want += test_node_input(k, i) * (float)(s + 1);
+            if (buf[i] != want) {
+                fprintf(stderr, "allreduce shape %d: [%zu] = %g, want %g\n", s, i, buf[i], want);
+                return 20 + s;
+            }
+        }
+        sl_hash_update(&h, buf, count * sizeof *buf);
+        free(buf);
+    }
+    /* counters: in step s of reduce-scatter a node sends segment me - s and receives
+     * me - s - 1; in allgather it sends me + 1 - s and receives me - s */
+    sl_transport_stat_t st;
+    size_t sent = 0, recvd = 0;
+    sl_transport_stat(t, SL_WIRE_ALLREDUCE, 3, &st);
+    for (int s = 0; shapes[s].count; s++) {
+        size_t count = shapes[s].count;
+#define SEG(k) (count / n + ((k) % n < count % n))
+        for (uint32_t step = 0; step + 1 < n; step++) {
+            sent += SEG(me + n - step) + SEG(me + 1 + n - step);
+            recvd += SEG(me + 2 * n - step - 1) + SEG(me + n - step);
+        }
+#undef SEG
+    }
+    if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float))
+        return 30;
+    /* the large shape's chunks went through shared memory (once the lanes were
+     * accepted), unless it was off */
+    uint64_t shm_sent, shm_recv;
+    sl_transport_shm_frames(t, &shm_sent, &shm_recv);
+    if (n > 1 && (!c->shm ? shm_sent + shm_recv != 0 : shm_sent == 0 || shm_recv == 0))
+        return 31;
+    *result = sl_hash_final(&h);
+    return 0;
+}
+
+static void
+check_same_results(test_cluster_t *c)
+{
+    for (int i = 1; i < c->n; i++)
+        ck_assert_msg(c->res[i][0] == c->res[0][0], "rank %d's result differs from rank 0's", i);
+}
+
+START_TEST(test_allreduce)
+{
+    static const int sizes[] = {1, 2, 3, 4, 5, 7};
+    test_cluster_t c;
+    uint64_t with_shm = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        test_cluster_init(&c, sizes[i], (int)(i % 2), RUN, node_allreduce, ar_shapes);
+        test_cluster_assert_ok(&c, "allreduce");
+        check_same_results(&c);
+        if (sizes[i] == 3)
+            with_shm = c.res[0][0];
+    }
+    /* all over ZeroMQ: the same bits */
+    test_cluster_init(&c, 3, 0, RUN, node_allreduce, ar_shapes);
+    c.shm = 0;
+    test_cluster_assert_ok(&c, "allreduce without shared memory");
+    check_same_results(&c);
+    ck_assert(c.res[0][0] == with_shm);
+}
+END_TEST
+
+/* ---- allgather with odd per-node counts, some zero */
+
+static size_t
+ag_count(uint32_t k, int pass)
+{
+    static const size_t counts[] = {5, 0, 1, 1000003, 13, 2, 0};
+    return pass == 0 ? counts[k % 7] : (k * 37 + 11) % 29;
+}
+
+static int
+node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    size_t counts[TEST_CLUSTER_MAXN], total = 0;
+
+    for (int pass = 0; pass < 2; pass++) {
+        total = 0;
+        for (uint32_t k = 0; k < n; k++)
+            total += counts[k] = ag_count(k, pass);
+        float *out = malloc((total ? total : 1) * sizeof *out),
+              *mine = malloc((counts[me] + 1) * sizeof *mine);
+        for (size_t i = 0; i < counts[me]; i++)
+            mine[i] = test_node_input(me, i);
+        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0, NULL};
+        if (sl_allgather(t, 9, (uint64_t)pass, mine, out, counts, &o) != SL_OK)
+            return 10 + pass;
+        size_t at = 0;
+        for (uint32_t k = 0; k < n; k++)
+            for (size_t i = 0; i < counts[k]; i++, at++)
+                if (out[at] != test_node_input(k, i))
+                    return 20 + pass;
+        *result ^= sl_hash_bytes(out, total * sizeof *out, (uint64_t)pass);
+        free(out);
+        free(mine);
+    }
+    return 0;
+}
+
+START_TEST(test_allgather)
+{
+    static const int sizes[] = {2, 3, 7};
+    test_cluster_t c;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        test_cluster_init(&c, sizes[i], (int)(i % 2 == 0), RUN, node_allgather, NULL);
+        test_cluster_assert_ok(&c, "allgather");
+        check_same_results(&c);
+    }
+}
+END_TEST
+
+/* ---- broadcast of odd sizes from every root, odd chunks */
+
+static int
+node_broadcast(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    static const shape_t shapes[] = {{1, 0, 0}, {7, 3, 0}, {1000003, 65537, 0}, {1000, 1, 0}};
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    uint64_t round = 0;
+
+    for (size_t s = 0; s < 4; s++)
+        for (uint32_t root = 0; root < n; root++, round++) {
+            size_t count = shapes[s].count;
+            float *buf = malloc(count * sizeof *buf);
+            for (size_t i = 0; i < count; i++)
+                buf[i] = me == root ? test_node_input(root, i) : -99.0f;
+            sl_collective_opts_t o = {shapes[s].chunk, 0, 0, NULL};
+            if (sl_broadcast(t, 1, round, root, buf, count, &o) != SL_OK)
+                return 10 + (int)s;
+            for (size_t i = 0; i < count; i++)
+                if (buf[i] != test_node_input(root, i))
+                    return 20 + (int)s;
+            free(buf);
+            if (count > 100000)
+                break; /* the large one from one root is enough */
+        }
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_broadcast)
+{
+    test_cluster_t c;
+    test_cluster_init(&c, 3, 0, RUN, node_broadcast, NULL);
+    test_cluster_assert_ok(&c, "broadcast");
+    test_cluster_init(&c, 4, 1, RUN, node_broadcast, NULL);
+    test_cluster_assert_ok(&c, "broadcast");
+}
+END_TEST
+
+/* ---- barrier: nobody leaves before everybody has entered */
+
+static int
+node_barrier(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    char path[128];
+
+    for (uint64_t round = 0; round < 3; round++) {
+        /* arrive at different times (only the order varies: no result depends on it) */
+        usleep(((me * 7 + round * 3) % 5) * 20000);
+        snprintf(path, sizeof path, "%s/enter-%u", c->dir, (unsigned)me);
+        FILE *f = fopen(path, "a");
+        if (!f)
+            return 10;
+        fputc('x', f);
+        fclose(f);
+        if (sl_barrier(t, round, 0) != SL_OK)
+            return 11;
+        for (uint32_t k = 0; k < n; k++) {
+            snprintf(path, sizeof path, "%s/enter-%u", c->dir, (unsigned)k);
+            f = fopen(path, "r");
+            if (!f)
+                return 12;
+            fseek(f, 0, SEEK_END);
+            long size = ftell(f);
+            fclose(f);
+            if (size < (long)round + 1)
+                return 13; /* node k has not entered this round yet */
+        }
+    }
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_barrier)
+{
+    test_cluster_t c;
+    test_cluster_init(&c, 5, 0, RUN, node_barrier, NULL);
+    test_cluster_assert_ok(&c, "barrier");
+    test_cluster_init(&c, 4, 1, RUN, node_barrier, NULL);
+    test_cluster_assert_ok(&c, "barrier");
+}
+END_TEST
+
+/* ---- gossip following a hand-made schedule: in round r node i pulls from i + d for
+ * d in offsets[r] (mod n), so its pullers are i - d. Every pull has exactly one push. */
+
+#define GOSSIP_N 5
+#define GOSSIP_COUNT 1001
+static const uint32_t gossip_offsets[3][2] = {{1, 3}, {2, 4}, {1, 2}};
+
+static int
+node_gossip(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    float mine[GOSSIP_COUNT], recv[2 * GOSSIP_COUNT];
+    int silent = c->arg ? *(const int *)c->arg : -1;
+
+    for (uint64_t r = 0; r < 3; r++) {
+        uint32_t chosen[2], pullers[2], from[2];
+        size_t got;
+        for (int j = 0; j < 2; j++) {
+            chosen[j] = (me + gossip_offsets[r][j]) % n;
+            pullers[j] = (me + n - gossip_offsets[r][j]) % n;
+        }
+        for (size_t i = 0; i < GOSSIP_COUNT; i++)
+            mine[i] = test_node_input(me, i) + (float)r;
+        if ((int)me == silent && r == 2)
+            return 0; /* leaves without pushing its last round */
+        int expect_silent = silent >= 0 && r == 2 &&
+                            (chosen[0] == (uint32_t)silent || chosen[1] == (uint32_t)silent);
+        if (expect_silent) {
+            /* the other chosen node's push first (the only frame this node can be sent
+             * now), so that the 1 s timeout below only has the silent one to wait for */
+            double dl = test_deadline();
+            while (sl_transport_pending(t) < 1)
+                if (sl_transport_poll(t) != SL_OK || !test_wait_more(dl))
+                    return 16;
+        }
+        double t0 = sl_clock_now();
+        sl_status_t st = sl_gossip_exchange(t, 4, r, mine, GOSSIP_COUNT, pullers, 2, chosen, 2,
+                                            recv, from, &got, expect_silent ? 1000 : TEST_WAIT_MS);
+        if (expect_silent) {
+            double dt = sl_clock_now() - t0;
+            if (st != SL_ERR_TIMEOUT || got != 1 || dt < 0.9 || dt > 1.0 + TEST_LATE_S)
+                return 10;
+        } else if (st != SL_OK || got != 2) {
+            return 11;
+        }
+        for (size_t j = 0; j < got; j++) {
+            if (from[j] != chosen[0] && from[j] != chosen[1])
+                return 12;
+            for (size_t i = 0; i < GOSSIP_COUNT; i++)
+                if (recv[j * GOSSIP_COUNT + i] != test_node_input(from[j], i) + (float)r)
+                    return 13;
+        }
+        if (got == 2 && from[0] == from[1])
+            return 14;
+    }
+    sl_transport_stat_t st;
+    sl_transport_stat(t, SL_WIRE_GOSSIP_SNAPSHOT, 4, &st);
+    if (silent < 0 && (st.sent_msgs != 6 || st.recv_msgs != 6 ||
+                       st.sent_bytes != 6 * GOSSIP_COUNT * sizeof(float)))
+        return 15;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_gossip)
+{
+    test_cluster_t c;
+    static const int silent = 3;
+    test_cluster_init(&c, GOSSIP_N, 0, RUN, node_gossip, NULL);
+    test_cluster_assert_ok(&c, "gossip");
+    test_cluster_init(&c, GOSSIP_N, 1, RUN, node_gossip, &silent);
+    c.final_barrier = 0; /* the silent node is gone */
+    test_cluster_assert_ok(&c, "gossip with a silent peer");
+}
+END_TEST
+
+/* ---- bad frames injected into rank 0's socket before the real exchange */
+
+/* Sends [header + payload] parts over socket s, after optional damage. */
+static void
+inject_frame(void *s, const sl_wire_header_t *h, const float *payload, int damage)
+{
+    unsigned char buf[SL_WIRE_HEADER_BYTES + 64];
+    size_t len = SL_WIRE_HEADER_BYTES + h->payload_bytes;
+
+    ck_assert_int_eq(sl_wire_encode(h, payload, buf), SL_OK);
+    memcpy(buf + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes);
+    if (damage == 1)
+        buf[len - 1] ^= 0x40; /* checksum no longer matches */
+    if (damage == 2)
+        len = 30;      /* truncated header */
+    if (damage == 3) { /* three parts */
+        ck_assert_int_ge(zmq_send(s, buf, 8, ZMQ_SNDMORE), 0);
+        ck_assert_int_ge(zmq_send(s, buf, 8, ZMQ_SNDMORE), 0);
+    }
+    ck_assert_int_ge(zmq_send(s, buf, len, 0), 0);
+}
+
+static void
+inject_bad(test_cluster_t *c, char eps[][TEST_CLUSTER_EP_BYTES])
+{
+    void *ctx = zmq_ctx_new();
+    void *as_one = zmq_socket(ctx, ZMQ_DEALER), *anon = zmq_socket(ctx, ZMQ_DEALER);
+    unsigned char id[9] = {'S', 1, 0, 0, 0, 0x77, 0x77, 0x77, 0x77}; /* rank 1, other nonce */
+    float v[4] = {9, 9, 9, 9};
+    sl_wire_header_t h = {0};
+    int linger = 2000;
+
+    zmq_setsockopt(as_one, ZMQ_ROUTING_ID, id, sizeof id);
+    zmq_setsockopt(as_one, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(anon, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(as_one, eps[0]), 0);
+    ck_assert_int_eq(zmq_connect(anon, eps[0]), 0);
+    h.run_id = RUN;
+    h.sender = 1;
+    h.receiver = 0;
+    h.kind = SL_WIRE_DATA;
+    h.encoding = SL_WIRE_FP32;
+    h.scale = 1.0f;
+    h.component = 1;
+    h.count = 4;
+    h.payload_bytes = 16;
+    h.round = 3; /* older than the real exchange (round 5): stale */
+    inject_frame(as_one, &h, v, 0);
+    h.round = 5;
+    h.run_id = RUN + 1; /* another run */
+    inject_frame(as_one, &h, v, 0);
+    h.run_id = RUN;
+    inject_frame(as_one, &h, v, 1); /* bad checksum */
+    inject_frame(as_one, &h, v, 2); /* truncated */
+    inject_frame(as_one, &h, v, 3); /* three parts */
+    h.receiver = 1;
+    inject_frame(as_one, &h, v, 0); /* not for rank 0 */
+    h.receiver = 0;
+    inject_frame(anon, &h, v, 0); /* valid, but not from a node's connection */
+    h.component = 2;              /* the same key twice: one filed, one duplicate */
+    inject_frame(as_one, &h, v, 0);
+    inject_frame(as_one, &h, v, 0);
+    zmq_close(as_one);
+    zmq_close(anon);
+    zmq_ctx_term(ctx); /* returns once everything left (linger) */
+    (void)c;
+}
+
+static int
+node_after_injection(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t);
+    float buf[1000], v[4];
+    size_t got;
+
+    if (me == 1) {
+        for (size_t i = 0; i < 1000; i++)
+            buf[i] = test_node_input(1, i);
+        sl_wire_key_t k = {5, 1, 0, 0, SL_WIRE_DATA};
+        if (sl_transport_send(t, &k, buf, 1000, SL_WIRE_FP32, 1.0f, 0, -1) != SL_OK)
+            return 10;
+    } else {
+        /* first let everything injected arrive, so that the stale and duplicate frames
+         * are filed or refused in a known order: the duplicate is the last frame on its
+         * connection (ZeroMQ keeps a connection's order), the anonymous frame the only
+         * one on its own */
+        double dl = test_deadline();
+        while (sl_transport_dropped(t, SL_DROP_DUPLICATE) < 1 ||
+               sl_transport_dropped(t, SL_DROP_IDENTITY) < 1)
+            if (sl_transport_poll(t) != SL_OK || !test_wait_more(dl))
+                return 14;
+        sl_wire_key_t k = {5, 1, 0, 1, SL_WIRE_DATA};
+        if (sl_transport_recv(t, &k, buf, sizeof buf, &got, TEST_WAIT_MS) != SL_OK ||
+            got != sizeof buf)
+            return 11;
+        for (size_t i = 0; i < 1000; i++)
+            if (buf[i] != test_node_input(1, i))
+                return 12;
+        k.component = 2;
+        if (sl_transport_recv(t, &k, v, sizeof v, &got, 0) != SL_OK || v[0] != 9.0f)
+            return 13;
+        static const struct {
+            unsigned reason;
+            uint64_t n;
+        } want[] = {{SL_DROP_OLD_ROUND, 1}, {SL_WIRE_BAD_RUN, 1},   {SL_WIRE_BAD_CHECKSUM, 1},
+                    {SL_WIRE_TRUNCATED, 1}, {SL_DROP_FRAMING, 1},   {SL_WIRE_BAD_RECEIVER, 1},
+                    {SL_DROP_IDENTITY, 1},  {SL_DROP_DUPLICATE, 1}, {SL_WIRE_BAD_MAGIC, 0}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+            if (sl_transport_dropped(t, want[i].reason) != want[i].n) {
+                fprintf(stderr, "dropped for %s: %llu, want %llu\n",
+                        sl_transport_drop_name(want[i].reason),
+                        (unsigned long long)sl_transport_dropped(t, want[i].reason),
+                        (unsigned long long)want[i].n);
+                return 15;
+            }
+    }
+    /* and a real collective still works */
+    for (size_t i = 0; i < 1000; i++)
+        buf[i] = test_node_input(me, i);
+    sl_collective_opts_t o = {64, 0, 0, NULL};
+    if (sl_allreduce_sum(t, 0, 0, buf, 1000, &o) != SL_OK)
+        return 16;
+    for (size_t i = 0; i < 1000; i++)
+        if (buf[i] != test_node_input(0, i) + test_node_input(1, i))
+            return 17;
+    (void)c;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_bad_frames_dropped)
+{
+    test_cluster_t c;
+    test_cluster_init(&c, 2, 0, RUN, node_after_injection, NULL);
+    c.inject = inject_bad;
+    test_cluster_assert_ok(&c, "injection");
+    test_cluster_init(&c, 2, 1, RUN, node_after_injection, NULL);
+    c.inject = inject_bad;
+    test_cluster_assert_ok(&c, "injection");
+}
+END_TEST
+
+/* ---- a peer killed with SIGKILL while allreduces run: the others fail in time */
+
+#define KILL_TIMEOUT_MS 3000
+
+/* The victim runs allreduces until the parent kills it, telling it of each one done;
+ * the others run them until one fails, as it must once the victim is gone. */
+static int
+node_until_killed(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    enum { COUNT = 200000 };
+    float *buf = malloc(COUNT * sizeof *buf);
+    int victim = (int)sl_transport_rank(t) == c->kill_rank;
+
+    for (uint64_t round = 0;; round++) {
+        for (size_t i = 0; i < COUNT; i++)
+            buf[i] = 1.0f;
+        double t0 = sl_clock_now();
+        sl_status_t st = sl_allreduce_sum(t, 0, round, buf, COUNT, NULL);
+        double dt = sl_clock_now() - t0;
+        if (victim) {
+            if (st == SL_OK)
+                test_cluster_signal(c);
+            continue; /* until killed */
+        }
+        if (st == SL_OK)
+            continue;
+        /* the buffer may still be lent to a dead peer: leave it to destroy */
+        if (st != SL_ERR_TIMEOUT)
+            return 10;
+        if (dt > KILL_TIMEOUT_MS / 1000.0 + TEST_LATE_S) {
+            fprintf(stderr, "allreduce took %.2f s to fail\n", dt);
+            return 11;
+        }
+        *result = round;
+        return round > 0 ? 0 : 12; /* some rounds went through before the kill */
+    }
+}
+
+START_TEST(test_killed_peer)
+{
+    test_cluster_t c;
+    for (int ipc = 0; ipc < 2; ipc++) {
+        test_cluster_init(&c, 3, ipc, RUN, node_until_killed, NULL);
+        c.timeout_ms = KILL_TIMEOUT_MS;
+        c.kill_rank = 2;
+        c.kill_after = 3; /* allreduces the victim finished */
+        c.final_barrier = 0;
+        test_cluster_run(&c);
+        ck_assert_msg(
+            c.status[2] >= 0 && WIFSIGNALED(c.status[2]) && WTERMSIG(c.status[2]) == SIGKILL,
+            "%s: the victim was not killed (status %d)", ipc ? "ipc" : "tcp", c.status[2]);
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(c.status[i] >= 0 && WIFEXITED(c.status[i]) &&
+                              WEXITSTATUS(c.status[i]) == 0,
+                          "%s: rank %d: status %d", ipc ? "ipc" : "tcp", i, c.status[i]);
+    }
+}
+END_TEST
+
+/* ---- a peer that aborts: the others stop at once with SL_ERR_SHUTDOWN */
+
+#define ABORT_TIMEOUT_MS 60000 /* without the abort the others would wait this long */
+
+static int
+node_abort(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    float buf[100] = {0};
+    size_t got;
+    sl_wire_key_t done = {0, 7, 0, 2, SL_WIRE_DATA}; /* "your abort came" */
+
+    if (sl_transport_rank(t) == 2) {
+        if (sl_transport_abort(t, "disk full\n", TEST_WAIT_MS) != SL_OK)
+            return 10;
+        /* stay until both have it: a frame still queued at exit could be lost */
+        for (done.peer = 0; done.peer < 2; done.peer++)
+            if (sl_transport_recv(t, &done, buf, sizeof buf, &got, TEST_WAIT_MS) != SL_OK)
+                return 14;
+        return 0;
+    }
+    double t0 = sl_clock_now();
+    if (sl_allreduce_sum(t, 0, 0, buf, 100, NULL) != SL_ERR_SHUTDOWN)
+        return 11;
+    if (sl_clock_now() - t0 > ABORT_TIMEOUT_MS / 2000.0 ||
+        !strstr(sl_err_msg(), "rank 2 aborted: disk full?"))
+        return 12;
+    /* and it stays that way */
+    if (sl_barrier(t, 1, 100) != SL_ERR_SHUTDOWN)
+        return 13;
+    if (sl_transport_send(t, &done, NULL, 0, SL_WIRE_FP32, 1.0f, 0, -1) != SL_OK)
+        return 15;
+    (void)c;
+    *result = 1;
+    return 0;
+}
+
+START_TEST(test_abort)
+{
+    test_cluster_t c;
+    test_cluster_init(&c, 3, 0, RUN, node_abort, NULL);
+    c.timeout_ms = ABORT_TIMEOUT_MS;
+    c.final_barrier = 0;
+    test_cluster_assert_ok(&c, "abort");
+}
+END_TEST
+
+static Suite *
+transport_cluster_suite(void)
+{
+    Suite *s = suite_create("transport_cluster");
+    TCase *core = tcase_create("core");
+    tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
+    tcase_add_test(core, test_allreduce);
+    tcase_add_test(core, test_allgather);
+    tcase_add_test(core, test_broadcast);
+    tcase_add_test(core, test_barrier);
+    tcase_add_test(core, test_gossip);
+    suite_add_tcase(s, core);
+    TCase *limits = tcase_create("limits");
+    tcase_set_timeout(limits, 300);
+    tcase_add_test(limits, test_bad_frames_dropped);
+    tcase_add_test(limits, test_killed_peer);
+    tcase_add_test(limits, test_abort);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_main(transport_cluster_suite());
+}
