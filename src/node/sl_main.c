@@ -18,8 +18,9 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "node/sl_help.h"
-#include "node/sl_launch.h"
 #include "node/sl_launcher_env.h"
+#include "node/sl_node.h"
+#include "node/sl_supervisor.h"
 #include "node/sl_train.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
