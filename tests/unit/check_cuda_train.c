@@ -1,0 +1,212 @@
+/* Unit tests of the CUDA backend through the model (kernels/cuda/, src/model/): one
+ * training step of a small LSTMP model (forward, backward, clip, SGD) on the CPU backend
+ * and on the device, full and sampled softmax, fp32 and bf16 gemms; loss scaling forced
+ * to overflow fp16. The ops one by one are in check_cuda.c; the fixture, buffers,
+ * comparisons and main() in test_cuda.h.
+ *
+ * Tolerances: loss 1e-5 relative, every gradient within 1e-4 max|g| + 1e-3 |g| (fp32);
+ * 1e-2 and 5e-2 max|g| with bf16 gemms. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "common/sl_status.h"
+#include "config/sl_config.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_optim.h"
+
+#include "test_cuda.h"
+
+/* ---- a training step on both backends ------------------------------------------------ */
+
+enum { MV = 50, ME = 16, MH = 32, MP = 24, MT = 4, MB = 3, MN = MT * MB, MS = 12 };
+
+static void
+model_config(sl_config_t *c, sl_output_kind_t out)
+{
+    sl_config_init(c);
+    c->run.seed = 3;
+    c->model.embedding = ME;
+    c->model.nlayers = 2;
+    for (int l = 0; l < 2; l++) {
+        c->model.layers[l].hidden = MH;
+        c->model.layers[l].projection = l == 0 ? MP : 0;
+    }
+    c->model.dropout = 0.2;
+    c->model.output = out;
+    c->model.samples = MS;
+    c->model.init_range = 0.3;
+    c->train.batch = MB;
+    c->train.bptt = MT;
+    c->train.optimizer.type = SL_OPT_SGD;
+    c->train.optimizer.lr = 0.5;
+}
+
+static const int32_t mx[MN] = {3, 7, 3, 0, 12, 7, 44, 3, 9, 9, 21, 30};
+static const int32_t my[MN] = {7, 3, 0, 12, 7, 44, 3, 9, 9, 21, 30, 1};
+
+/* One step (forward, backward, clip, SGD) of the same model on the CPU and on the
+ * device at precision prec, from the same initialisation, state and keys; the
+ * device's loss, gradients, new parameters and state against the CPU's. */
+static void
+train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, double grad_tol)
+{
+    sl_config_t cfg;
+    sl_lm_t *lc, *lg;
+    sl_lm_state_t *sc, *sg;
+    sl_optim_t *oc, *og;
+    sl_step_keys_t keys = {5, 6};
+    double loss_c, loss_g, gmax;
+    float *g, *w, *state_c, *state_g;
+    size_t np, ns;
+    char what[64];
+
+    model_config(&cfg, out);
+    ck_assert_int_eq(sl_lm_new(&lc, &cfg, MV, 2, MB, tc_cpu), SL_OK);
+    ck_assert_msg(sl_lm_new(&lg, &cfg, MV, 2, MB, tc_dev) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, prec), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lc, MB, &sc), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lg, MB, &sg), SL_OK);
+    ck_assert_int_eq(sl_optim_new(&oc, &cfg, sl_lm_nparams(lc), tc_cpu), SL_OK);
+    ck_assert_int_eq(sl_optim_new(&og, &cfg, sl_lm_nparams(lg), tc_dev), SL_OK);
+    np = sl_lm_nparams(lc);
+    ns = sl_lm_state_size(sc);
+    state_c = tc_rnd(ns, 81, -0.5f, 0.5f);
+    ck_assert_int_eq(sl_lm_state_load(sc, state_c), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(sg, state_c), SL_OK);
+    w = tc_dgetf(sl_lm_params(lg), np);
+    tc_expect_same(w, sl_lm_params(lc), np, "initial parameters");
+    free(w);
+
+    ck_assert_int_eq(sl_lm_train_step(lc, sc, mx, my, MT, &keys, &loss_c), SL_OK);
+    ck_assert_msg(sl_lm_train_step(lg, sg, mx, my, MT, &keys, &loss_g) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_msg(fabs(loss_g - loss_c) <= loss_tol * loss_c, "loss: device %.9g, cpu %.9g", loss_g,
+                  loss_c);
+    g = tc_dgetf(sl_lm_grads(lg), np);
+    gmax = tc_max_abs(sl_lm_grads(lc), np);
+    snprintf(what, sizeof what, "gradients (output %d, precision %d)", (int)out, (int)prec);
+    tc_expect_close(g, sl_lm_grads(lc), np, grad_tol * gmax, prec == SL_PREC_FP32 ? 1e-3 : 0, what);
+    free(g);
+
+    sl_clip_global_norm(tc_cpu, sl_lm_grads(lc), np, 0.5);
+    sl_clip_global_norm(tc_dev, sl_lm_grads(lg), np, 0.5);
+    sl_optim_step(oc, sl_lm_params(lc), sl_lm_grads(lc), 0.5);
+    sl_optim_step(og, sl_lm_params(lg), sl_lm_grads(lg), 0.5);
+    /* w -= lr g, clipped: a gradient off by at most (grad_tol + 1e-3) gmax moves w by at
+     * most lr times that */
+    w = tc_dgetf(sl_lm_params(lg), np);
+    tc_expect_close(w, sl_lm_params(lc), np, 1e-6 + 0.5 * (grad_tol + 1e-3) * gmax, 0,
+                    "parameters after SGD");
+    free(w);
+    state_g = tc_xmalloc(ns * sizeof *state_g);
+    ck_assert_int_eq(sl_lm_state_save(sc, state_c), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(sg, state_g), SL_OK);
+    tc_expect_close(state_g, state_c, ns, prec == SL_PREC_FP32 ? 1e-5 : 2e-2, 0, "state");
+    ck_assert_int_eq(tc_dev->ops->sync(tc_dev->ctx), SL_OK);
+    free(state_c);
+    free(state_g);
+    sl_optim_destroy(&oc);
+    sl_optim_destroy(&og);
+    sl_lm_state_destroy(&sc);
+    sl_lm_state_destroy(&sg);
+    sl_lm_destroy(&lc);
+    sl_lm_destroy(&lg);
+    sl_config_fini(&cfg);
+}
+
+START_TEST(test_train_step_full)
+{
+    train_step_case(SL_OUTPUT_FULL, SL_PREC_FP32, 1e-5, 1e-4);
+}
+END_TEST
+
+START_TEST(test_train_step_sampled)
+{
+    train_step_case(SL_OUTPUT_SAMPLED, SL_PREC_FP32, 1e-5, 1e-4);
+}
+END_TEST
+
+START_TEST(test_train_step_bf16)
+{
+    if (tc_on_cuda)
+        train_step_case(SL_OUTPUT_FULL, SL_PREC_BF16, 1e-2, 5e-2);
+}
+END_TEST
+
+/* Loss scaling: 2^24 / N times the softmax gradient is ~1e6, past fp16's 65504, so with
+ * fp16 gemms the gradients overflow (what the trainer detects to skip the step and
+ * halve the scale); the same scale in fp32 or bf16 (fp32's range) stays finite, and
+ * fp16 with scale 1 too. */
+static double
+scaled_sumsq(sl_precision_t prec, float scale)
+{
+    sl_config_t cfg;
+    sl_lm_t *lm;
+    sl_lm_state_t *st;
+    sl_step_keys_t keys = {1, 2};
+    double loss, ss;
+
+    model_config(&cfg, SL_OUTPUT_FULL);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, MV, 1, MB, tc_dev), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, MB, &st), SL_OK);
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, prec), SL_OK);
+    sl_lm_set_loss_scale(lm, scale);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, mx, my, MT, &keys, &loss), SL_OK);
+    ck_assert_msg(isfinite(loss) && loss > 0, "loss %g (unscaled, finite)", loss);
+    ss = tc_dev->ops->sumsq(tc_dev->ctx, sl_lm_nparams(lm), sl_lm_grads(lm));
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, SL_PREC_FP32), SL_OK);
+    ck_assert_int_eq(tc_dev->ops->sync(tc_dev->ctx), SL_OK);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+    sl_config_fini(&cfg);
+    return ss;
+}
+
+START_TEST(test_loss_scale_overflow)
+{
+    const float big = 0x1p24f;
+    double s1, s32;
+
+    if (!tc_on_cuda)
+        return;
+    ck_assert(!isfinite(scaled_sumsq(SL_PREC_FP16, big)));
+    ck_assert(isfinite(scaled_sumsq(SL_PREC_BF16, big)));
+    s32 = scaled_sumsq(SL_PREC_FP32, big);
+    s1 = scaled_sumsq(SL_PREC_FP32, 1.0f);
+    ck_assert(isfinite(scaled_sumsq(SL_PREC_FP16, 1.0f)));
+    /* the scale multiplies every gradient: sum of squares by scale^2 */
+    ck_assert_msg(fabs(s32 / ((double)big * big) - s1) <= 1e-4 * s1, "%g vs %g",
+                  s32 / ((double)big * big), s1);
+}
+END_TEST
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static Suite *
+cuda_train_suite(void)
+{
+    Suite *s = suite_create("cuda_train");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_checked_fixture(core, tc_setup, tc_teardown);
+    tcase_set_timeout(core, 60);
+    tcase_add_test(core, test_train_step_full);
+    tcase_add_test(core, test_train_step_sampled);
+    tcase_add_test(core, test_train_step_bf16);
+    suite_add_tcase(s, core);
+
+    tcase_add_checked_fixture(limits, tc_setup, tc_teardown);
+    tcase_set_timeout(limits, 60);
+    tcase_add_test(limits, test_loss_scale_overflow);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    return tc_main(cuda_train_suite(), "check_cuda_train");
+}
