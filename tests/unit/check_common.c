@@ -13,6 +13,8 @@
 #include "common/sl_sort.h"
 #include "common/sl_status.h"
 
+#include "test_tool.h"
+
 START_TEST(test_err_set_and_prefix)
 {
     sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s", "a.txt", "No such file");
@@ -163,12 +165,12 @@ START_TEST(test_half_conversions)
     ck_assert_uint_eq(sl_fp32_to_fp16(1.0f), 0x3c00);
     ck_assert_uint_eq(sl_fp32_to_fp16(-2.5f), 0xc100);
     ck_assert_uint_eq(sl_fp32_to_fp16(65504.0f), 0x7bff);
-    ck_assert_uint_eq(sl_fp32_to_fp16(65519.0f), 0x7bff);  /* rounds down to the max */
-    ck_assert_uint_eq(sl_fp32_to_fp16(65520.0f), 0x7c00);  /* rounds up to inf */
+    ck_assert_uint_eq(sl_fp32_to_fp16(65519.0f), 0x7bff);           /* rounds down to the max */
+    ck_assert_uint_eq(sl_fp32_to_fp16(65520.0f), 0x7c00);           /* rounds up to inf */
     ck_assert_uint_eq(sl_fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00); /* tie -> even */
     ck_assert_uint_eq(sl_fp32_to_fp16(1.0f + 3.0f / 2048), 0x3c02); /* tie -> even */
-    ck_assert_uint_eq(sl_fp32_to_fp16(5.9604645e-8f), 0x0001);     /* 2^-24 */
-    ck_assert_uint_eq(sl_fp32_to_fp16(2.9802322e-8f), 0x0000);     /* 2^-25: tie -> 0 */
+    ck_assert_uint_eq(sl_fp32_to_fp16(5.9604645e-8f), 0x0001);      /* 2^-24 */
+    ck_assert_uint_eq(sl_fp32_to_fp16(2.9802322e-8f), 0x0000);      /* 2^-25: tie -> 0 */
     ck_assert_uint_eq(sl_fp32_to_fp16(-1e-30f), 0x8000);
     ck_assert_uint_eq(sl_fp32_to_fp16(sl_f32_from_bits(0x7fc00000u)) & 0x7e00u, 0x7e00);
     ck_assert(sl_fp16_to_fp32(0x3555) == 0.333251953125f);
@@ -240,10 +242,5 @@ common_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(common_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(common_suite());
 }

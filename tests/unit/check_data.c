@@ -3,7 +3,6 @@
  * batcher. Files go to a temporary directory that the parent process removes. */
 #include <check.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,8 @@
 #include "config/sl_config.h"
 #include "data/sl_data.h"
 
+#include "test_tool.h"
+
 static char tmpdir[256]; /* made by the unchecked fixture, in the parent */
 
 static void
@@ -25,16 +26,10 @@ make_tmpdir(void)
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
-static int
-rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 static void
 remove_tmpdir(void)
 {
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_remove_tree(tmpdir);
 }
 
 /* "<tmpdir>/name" in a static buffer (one of four, so a few can be live at once). */
@@ -730,10 +725,5 @@ data_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(data_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(data_suite());
 }

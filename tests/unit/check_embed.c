@@ -521,12 +521,5 @@ embed_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(embed_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_main(embed_suite());
 }

@@ -16,6 +16,8 @@
 #include "embed/sl_compress.h"
 #include "transport/sl_wire.h"
 
+#include "test_tool.h"
+
 /* --------------------------------------------------------------- compress */
 
 /* n values with random sign whose magnitudes are log-uniform in [lo, hi). */
@@ -315,12 +317,5 @@ embed_compress_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(embed_compress_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_main(embed_compress_suite());
 }

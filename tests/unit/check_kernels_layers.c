@@ -408,12 +408,5 @@ kernels_layers_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(kernels_layers_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(kernels_layers_suite());
 }

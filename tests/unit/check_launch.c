@@ -4,7 +4,6 @@
  * tested in check_launch_run.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
-#include <ftw.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -417,13 +416,6 @@ END_TEST
 
 /* ---------------------------------------------------------------------- main */
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static Suite *
 launch_suite(void)
 {
@@ -449,19 +441,6 @@ launch_suite(void)
 int
 main(void)
 {
-    SRunner *sr;
-    int failed;
-
-    if (!mkdtemp(tmp_root)) {
-        perror("check_launch: mkdtemp");
-        return 1;
-    }
     sl_log_set_level(SL_LOG_ERROR); /* the refusals the tests provoke are warnings */
-    sr = srunner_create(launch_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_main_in_tmp(launch_suite(), tmp_root, "check_launch");
 }

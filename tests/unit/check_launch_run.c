@@ -6,7 +6,6 @@
 #include <check.h>
 #include <errno.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
@@ -627,13 +626,6 @@ END_TEST
 
 /* ---------------------------------------------------------------------- main */
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static Suite *
 launch_run_suite(void)
 {
@@ -657,14 +649,9 @@ launch_run_suite(void)
 int
 main(void)
 {
-    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
-    SRunner *sr;
-    int failed;
+    int rc;
 
-    if (data)
-        snprintf(data_dir, sizeof data_dir, "%s", data);
-    else
-        snprintf(data_dir, sizeof data_dir, "%s/../shared/data", src ? src : "..");
+    test_data_dir(data_dir, sizeof data_dir);
     if (!mkdtemp(tmp_root)) {
         perror("check_launch_run: mkdtemp");
         return 1;
@@ -673,13 +660,10 @@ main(void)
     snprintf(tmp_dir, sizeof tmp_dir, "%s/t", tmp_root);
     if (mkdir(tmp_dir, 0700) != 0) {
         perror("check_launch_run: mkdir");
+        test_remove_tree(tmp_root);
         return 1;
     }
-    sr = srunner_create(launch_run_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    rc = test_main(launch_run_suite());
+    test_remove_tree(tmp_root);
+    return rc;
 }

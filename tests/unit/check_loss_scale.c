@@ -17,6 +17,8 @@
 #include "model/sl_model.h"
 #include "model/sl_optim.h"
 
+#include "test_tool.h"
+
 enum { V = 17, E = 8, H = 8, T = 3, B = 2 };
 
 static sl_backend_t *be;
@@ -365,12 +367,5 @@ loss_scale_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(loss_scale_suite());
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_main(loss_scale_suite());
 }

@@ -320,10 +320,5 @@ model_optim_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(model_optim_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(model_optim_suite());
 }

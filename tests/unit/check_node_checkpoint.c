@@ -6,7 +6,6 @@
  * hash. Small models of vocabulary 50, built without a corpus. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -568,13 +567,6 @@ END_TEST
 
 /* ---------------------------------------------------------------------- main */
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static Suite *
 node_checkpoint_suite(void)
 {
@@ -595,24 +587,7 @@ node_checkpoint_suite(void)
 int
 main(void)
 {
-    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
-    SRunner *sr;
-    int failed;
-
-    if (data)
-        snprintf(data_dir, sizeof data_dir, "%s", data);
-    else
-        snprintf(data_dir, sizeof data_dir, "%s/../shared/data", src ? src : "..");
-    if (!mkdtemp(tmp_root)) {
-        perror("check_node_checkpoint: mkdtemp");
-        return 1;
-    }
+    test_data_dir(data_dir, sizeof data_dir);
     sl_log_set_level(SL_LOG_WARN);
-    sr = srunner_create(node_checkpoint_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_main_in_tmp(node_checkpoint_suite(), tmp_root, "check_node_checkpoint");
 }

@@ -10,7 +10,6 @@
  * itself is tested in-process in check_sync.c; this file only runs the binary. */
 #include <check.h>
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -509,8 +508,6 @@ START_TEST(test_allreduce_equals_big_batch)
 }
 END_TEST
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw);
-
 /* The step of the last report in node rank's metrics.jsonl of run, 0 if none. */
 static long
 last_report(const char *run, int rank)
@@ -561,7 +558,7 @@ run_killing(const char *run, const char *algorithm, int victim)
         fprintf(stderr, "check_runs: %s: node %d killed after its step %ld of 312; again\n", run,
                 victim, last_report(run, victim));
         snprintf(path, sizeof path, "%s/%s", tmp_root, run);
-        nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        test_remove_tree(path);
     }
 }
 
@@ -677,29 +674,9 @@ runs_suite(void)
     return s;
 }
 
-static int
-remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int
 main(void)
 {
-    SRunner *r = srunner_create(runs_suite());
-    int failed;
-
     snprintf(tmp_root, sizeof tmp_root, "/tmp/check_runs.XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("check_runs: mkdtemp");
-        return EXIT_FAILURE;
-    }
-    srunner_run_all(r, CK_NORMAL);
-    failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    nftw(tmp_root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main_in_tmp(runs_suite(), tmp_root, "check_runs");
 }

@@ -19,6 +19,7 @@
 #include "transport/sl_shm_lane.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_wire.h"
+#include "test_tool.h"
 #include "test_util.h"
 
 #define RUN 0x5eed00005107ULL

@@ -28,6 +28,7 @@
 #include "embed/sl_sparse_allreduce.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_transport.h"
+#include "test_tool.h"
 #include "test_util.h"
 
 #define RUN 0x5a5e0000c0deULL

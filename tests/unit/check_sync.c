@@ -19,6 +19,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 
+#include "test_tool.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ maths by hand */
@@ -441,11 +442,5 @@ sync_suite(void)
 int
 main(void)
 {
-    SRunner *r = srunner_create(sync_suite());
-    int failed;
-
-    srunner_run_all(r, CK_NORMAL);
-    failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(sync_suite());
 }

@@ -29,6 +29,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "transport/sl_transport.h"
+#include "test_tool.h"
 #include "test_util.h"
 
 enum { MAXN = 5, NP = 11, NCOMP = 3, MAXSTEPS = 6, SEED = 4321 };

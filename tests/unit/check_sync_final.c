@@ -16,6 +16,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 
+#include "test_tool.h"
 #include "test_util.h"
 
 /* The final model of a gossip run without rank 0 (sl_sync_final: every node walks the
@@ -211,11 +212,5 @@ sync_final_suite(void)
 int
 main(void)
 {
-    SRunner *r = srunner_create(sync_final_suite());
-    int failed;
-
-    srunner_run_all(r, CK_NORMAL);
-    failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(sync_final_suite());
 }

@@ -18,6 +18,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 
+#include "test_tool.h"
 #include "test_util.h"
 
 /* ------------------------------------------------------------ sparse exchange */
@@ -619,11 +620,5 @@ sync_rows_suite(void)
 int
 main(void)
 {
-    SRunner *r = srunner_create(sync_rows_suite());
-    int failed;
-
-    srunner_run_all(r, CK_NORMAL);
-    failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(sync_rows_suite());
 }

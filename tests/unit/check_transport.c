@@ -14,6 +14,7 @@
 #include "transport/sl_transport.h"
 #include "transport/sl_zmq_status.h"
 
+#include "test_tool.h"
 #include "test_util.h"
 
 #define RUN 0xfeed0000beefULL

@@ -19,6 +19,7 @@
 #include "transport/sl_collective.h"
 #include "transport/sl_transport.h"
 
+#include "test_tool.h"
 #include "test_util.h"
 
 #define RUN 0xfeed0000beefULL

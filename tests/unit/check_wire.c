@@ -10,6 +10,8 @@
 #include "transport/sl_mailbox.h"
 #include "transport/sl_wire.h"
 
+#include "test_tool.h"
+
 #define RUN 0x0123456789abcdefULL
 #define ME 2
 #define NRANKS 5
@@ -521,10 +523,5 @@ wire_suite(void)
 int
 main(void)
 {
-    SRunner *sr = srunner_create(wire_suite());
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(wire_suite());
 }

@@ -8,6 +8,8 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +24,59 @@
 #include "common/sl_hash.h"
 #include "common/sl_rng.h"
 #include "node/sl_checkpoint.h"
+
+int
+test_main(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    srunner_set_fork_status(sr, CK_FORK);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int
+test_main_in_tmp(Suite *s, char *tmp_root, const char *prog)
+{
+    int rc;
+
+    if (!mkdtemp(tmp_root)) {
+        fprintf(stderr, "%s: mkdtemp %s: %s\n", prog, tmp_root, strerror(errno));
+        return 1;
+    }
+    rc = test_main(s);
+    test_remove_tree(tmp_root);
+    return rc;
+}
+
+static int
+remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void
+test_remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void
+test_data_dir(char *buf, size_t cap)
+{
+    const char *data = getenv("SHOAL_DATA"), *src = getenv("SHOAL_SRCDIR");
+
+    if (data)
+        snprintf(buf, cap, "%s", data);
+    else
+        snprintf(buf, cap, "%s/../shared/data", src ? src : "..");
+}
 
 int
 test_tool_find(const char *name, char *bin, size_t cap)

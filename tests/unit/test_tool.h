@@ -8,6 +8,7 @@
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
+#include <check.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +17,19 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "node/sl_train.h"
+
+/* main() of a test program: runs suite s in fork mode (each case in its own process)
+ * and returns the exit status. */
+int test_main(Suite *s);
+/* The same inside a private temporary folder: tmp_root, a mkdtemp(3) template such as
+ * "/tmp/shoal-check-x-XXXXXX", is made first (1, with a line naming prog, when it
+ * cannot be) and removed with everything in it afterwards, pass or fail. */
+int test_main_in_tmp(Suite *s, char *tmp_root, const char *prog);
+/* Removes path and everything below it; nothing when it is not there. */
+void test_remove_tree(const char *path);
+/* The corpora folder into buf (cap bytes): $SHOAL_DATA, else
+ * $SHOAL_SRCDIR/../shared/data (SHOAL_SRCDIR defaulting to ".."). */
+void test_data_dir(char *buf, size_t cap);
 
 /* Writes $SHOAL_BUILDDIR/tools/NAME (default ./tools/NAME) to bin (cap bytes). Returns
  * 1 when it is executable, else 0 after a line on stderr saying the case is skipped. */

@@ -64,19 +64,6 @@ test_wait_more(double deadline)
     return 1;
 }
 
-int
-test_main(Suite *s)
-{
-    SRunner *sr = srunner_create(s);
-    int failed;
-
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
-
 /* Reads len bytes, waiting at most until deadline (sl_clock_now time). 0, or -1 at end
  * of file, an error or the deadline. */
 static int

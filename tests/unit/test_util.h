@@ -29,7 +29,7 @@
  *
  * Used by check_transport, check_transport_cluster, check_shm, check_sparse and
  * check_sync_algo; any test that forks nodes on transports should use it rather than a
- * copy (add TEST_UTIL_SOURCES to its sources in tests/Makemodule.am and #include
+ * copy (every test program links it, through TEST_LIBS in tests/Makemodule.am: #include
  * "test_util.h"). Owns nothing of the library; it must not reach into a transport's
  * internals (only sl_transport.h's calls). */
 #ifndef SL_TEST_UTIL_H
@@ -149,9 +149,6 @@ double test_deadline(void);
  *   while (!event_seen())
  *       ck_assert_msg(test_wait_more(dl), "no event in %g s", TEST_HANG_S); */
 int test_wait_more(double deadline);
-
-/* Runs suite s in fork mode (each case in its own process); the exit status for main. */
-int test_main(Suite *s);
 
 /* Three sync nodes in one process (check_sync*.c): a thread each, over loopback
  * transports. The model is laid out as the trainer's (sl_model.h): row shards of a
