@@ -108,6 +108,7 @@ median() {
         }' "$@"
 }
 
+echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
 for n in $nodes; do
     for k in $(seq "$trials"); do
         # shellcheck disable=SC2086

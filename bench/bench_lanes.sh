@@ -63,7 +63,8 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 
-echo "# $(basename "$conf"), $nodes nodes, $steps steps, $(nproc) cpus"
+echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# $(basename "$conf"), $nodes nodes, $steps steps"
 printf '%-6s %-3s %12s %12s %10s %10s\n' lanes run sync_s_node rss_MB_node tok_per_s valid_ppl
 for r in $(seq "$repeat"); do
     for shm in true false; do

@@ -145,6 +145,7 @@ if ! LD_LIBRARY_PATH=$torch_ld "$torch_py" -c 'import torch' >/dev/null 2>&1; th
     have_torch=0
 fi
 [ "$have_shoal" = 1 ] || [ "$have_torch" = 1 ] || die "neither shoal nor PyTorch can run"
+echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
 
 conf_of() {
     case $1 in
