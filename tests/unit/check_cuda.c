@@ -33,6 +33,7 @@
 #include "model/sl_optim.h"
 
 #include "test_cuda.h"
+#include "test_tool.h"
 
 /* ---- gemm ---------------------------------------------------------------------------- */
 
@@ -73,8 +74,8 @@ gemm_case(int ta, int tb, int m, int n, int k, float beta, sl_precision_t prec, 
     size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
     float *a = tc_rnd(na, key, -1, 1), *b = tc_rnd(nb, key + 1, -1, 1),
           *c = tc_rnd(nc, key + 2, -1, 1);
-    float *ar = tc_fdup(a, na), *br = tc_fdup(b, nb), *want = tc_fdup(c, nc),
-          *exact = tc_fdup(c, nc), *got;
+    float *ar = test_fcopy(a, na), *br = test_fcopy(b, nb), *want = test_fcopy(c, nc),
+          *exact = test_fcopy(c, nc), *got;
     float *da = tc_dputf(a, na), *db = tc_dputf(b, nb),
           *dc = beta == 0.0f ? tc_dpoison(nc) : tc_dputf(c, nc);
     double tol = (prec == SL_PREC_FP32 ? 2e-7 : 1e-6) * (k + 2);
@@ -166,12 +167,12 @@ START_TEST(test_lstm_cell)
 {
     enum { B = 37, H = 53, G = 4 * H };
     float *gates = tc_rnd(B * G, 1, -3, 3), *cp = tc_rnd(B * H, 2, -1, 1);
-    float *wg = tc_fdup(gates, B * G), *wc = tc_xmalloc(B * H * sizeof *wc),
+    float *wg = test_fcopy(gates, B * G), *wc = tc_xmalloc(B * H * sizeof *wc),
           *wm = tc_xmalloc(B * H * 4);
     float *dg = tc_dputf(gates, B * G), *dcp = tc_dputf(cp, B * H), *dc = tc_dpoison(B * H),
           *dm = tc_dpoison(B * H);
     float *acts, *c, *m, *dmh = tc_rnd(B * H, 3, -1, 1), *dch = tc_rnd(B * H, 4, -1, 1);
-    float *wdc = tc_fdup(dch, B * H), *wdg = tc_xmalloc(B * G * sizeof *wdg);
+    float *wdc = test_fcopy(dch, B * H), *wdg = tc_xmalloc(B * G * sizeof *wdg);
     float *ddm, *ddc, *ddg, *got;
 
     tc_cpu->ops->lstm_cell_forward(tc_cpu->ctx, B, H, wg, cp, wc, wm);
@@ -308,7 +309,7 @@ softmax_case(int n, int v, float gs)
     int ld = v + 3;
     size_t nl = (size_t)n * ld;
     int32_t *t = tc_xmalloc((size_t)n * sizeof *t), *dt;
-    float *x = tc_rnd(nl, 21, -8, 8), *want = tc_fdup(x, nl), *dx, *got;
+    float *x = tc_rnd(nl, 21, -8, 8), *want = test_fcopy(x, nl), *dx, *got;
     double lc = -1, lg = -1;
     char what[64];
 
@@ -352,7 +353,8 @@ sampled_case(int n, int s, float gs)
     int w = s + 1;
     size_t nl = (size_t)n * w;
     int32_t *t = tc_xmalloc((size_t)n * 4), *smp = tc_xmalloc((size_t)s * 4), *dt, *ds;
-    float *x = tc_rnd(nl, 31, -6, 6), *want = tc_fdup(x, nl), *lt = tc_rnd((size_t)n, 32, -9, -1);
+    float *x = tc_rnd(nl, 31, -6, 6), *want = test_fcopy(x, nl),
+          *lt = tc_rnd((size_t)n, 32, -9, -1);
     float *ls = tc_rnd((size_t)s, 33, -9, -1), *dx, *dlt, *dls, *got;
     double lc = -1, lg = -1;
     int hits = 0;
@@ -414,7 +416,7 @@ START_TEST(test_dropout)
     const float ps[3] = {0.3f, 0.5f, 1.0f};
 
     for (int k = 0; k < 3; k++) {
-        float *x = tc_rnd(n, 41, -2, 2), *want = tc_fdup(x, n), *dx = tc_dputf(x, n), *got;
+        float *x = tc_rnd(n, 41, -2, 2), *want = test_fcopy(x, n), *dx = tc_dputf(x, n), *got;
 
         tc_cpu->ops->dropout(tc_cpu->ctx, n, ps[k], 77 + (uint64_t)k, want);
         tc_dev->ops->dropout(tc_dev->ctx, n, ps[k], 77 + (uint64_t)k, dx);

@@ -14,6 +14,8 @@
 #include "common/sl_status.h"
 #include "kernels/cuda/sl_cuda.h"
 
+#include "test_tool.h"
+
 const char *tc_dev_name = "cuda:0";
 int tc_on_cuda = 1;
 sl_backend_t *tc_cpu, *tc_dev;
@@ -58,15 +60,6 @@ tc_rnd(size_t n, uint64_t key, float lo, float hi)
             x[i] = 1e-3f;
     }
     return x;
-}
-
-float *
-tc_fdup(const float *x, size_t n)
-{
-    float *y = tc_xmalloc(n * sizeof *y);
-
-    memcpy(y, x, n * sizeof *y);
-    return y;
 }
 
 /* ---- device buffers ------------------------------------------------------------------ */
@@ -210,9 +203,7 @@ int
 tc_main(Suite *s, const char *prog)
 {
     const char *b = getenv("SHOAL_CUDA_TEST_BACKEND");
-    SRunner *sr;
     char why[512];
-    int failed;
 
     if (b != NULL && strcmp(b, "cpu") == 0) {
         tc_dev_name = "cpu";
@@ -222,10 +213,5 @@ tc_main(Suite *s, const char *prog)
         printf("%s: SKIP: %s\n", prog, why);
         return 77;
     }
-    sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_FORK);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_main(s);
 }

@@ -28,10 +28,9 @@ void tc_setup(void);
 void tc_teardown(void);
 
 /* Host memory (free()); tc_rnd: uniform in [lo, hi) from stream key, never 0 when
- * lo < 0 < hi; tc_fdup: a copy of x. */
+ * lo < 0 < hi. (A copy of floats: test_fcopy, test_tool.h.) */
 void *tc_xmalloc(size_t bytes);
 float *tc_rnd(size_t n, uint64_t key, float lo, float hi);
-float *tc_fdup(const float *x, size_t n);
 
 /* tc_dev's memory (tc_dfree): allocated, filled from the host, or n floats of NaN (an
  * output the op must overwrite); tc_dget / tc_dgetf copy it back into host memory. */
