@@ -17,7 +17,7 @@ usage() {
 }
 
 # Debian/Ubuntu packages the build and the tests need.
-packages=(build-essential autoconf automake pkg-config libzmq3-dev libyaml-dev check
+packages=(build-essential autoconf automake pkg-config libzmq3-dev libsodium-dev libyaml-dev check
           libsubunit-dev libopenblas-dev)
 
 install_packages() {

@@ -24,11 +24,21 @@ SHOAL_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 export SHOAL_MASTER_ADDR
 export SHOAL_MASTER_PORT=29500    # pick another when two jobs may share a first host
 
+# The run's secret: only processes that hold it can join the run or read its frames
+# (cluster.security: curve). Made once, mode 0600, in your home directory, which every
+# host of the allocation reads; shoal refuses a key file others can read.
+KEY=${SHOAL_KEY_FILE:-$HOME/.shoal/brown.key}
+if [ ! -e "$KEY" ]; then
+    mkdir -p "$(dirname "$KEY")" && chmod 700 "$(dirname "$KEY")"
+    "${SHOAL:-shoal}" keygen "$KEY"
+fi
+
 # One `shoal node` per task: each takes its rank and the number of nodes from
 # SLURM_PROCID and SLURM_NTASKS (which must equal cluster.nodes). A node that fails
 # tells the others, which save a checkpoint and stop; --kill-on-bad-exit ends the
 # step if one dies without a word. --label prefixes every output line with the rank.
-srun --kill-on-bad-exit=1 --label "${SHOAL:-shoal}" node conf/brown-4nodes.yaml
+srun --kill-on-bad-exit=1 --label "${SHOAL:-shoal}" node conf/brown-4nodes.yaml \
+    --set cluster.key_file="$KEY"
 
 # The same with Open MPI instead of srun (mpirun sets OMPI_COMM_WORLD_RANK and
 # OMPI_COMM_WORLD_SIZE; this script then runs on the first host):
@@ -36,4 +46,4 @@ srun --kill-on-bad-exit=1 --label "${SHOAL:-shoal}" node conf/brown-4nodes.yaml
 #   export SHOAL_MASTER_ADDR=$(hostname)
 #   export SHOAL_MASTER_PORT=29500
 #   mpirun -np 4 --map-by node -x SHOAL_MASTER_ADDR -x SHOAL_MASTER_PORT \
-#       shoal node conf/brown-4nodes.yaml
+#       shoal node conf/brown-4nodes.yaml --set cluster.key_file="$KEY"

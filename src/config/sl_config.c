@@ -25,6 +25,7 @@ static const char *const opt_names[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const sched_names[] = {"constant", "epoch_decay", "linear", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const transport_names[] = {"ipc", "tcp", NULL};
+static const char *const security_names[] = {"curve", "none", NULL};
 static const char *const sync_names[] = {"none",       "allreduce",  "ma",        "bmuf",
                                          "local-ma",   "local-bmuf", "gossip-ma", "gossip-bmuf",
                                          NULL};
@@ -40,6 +41,7 @@ static const double opt_default_eps[] = {1e-8, 1e-10, 1e-8};
 _Static_assert(sizeof(sl_level_t) == sizeof(int) && sizeof(sl_output_kind_t) == sizeof(int) &&
                    sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int) &&
                    sizeof(sl_cluster_transport_t) == sizeof(int) &&
+                   sizeof(sl_security_t) == sizeof(int) &&
                    sizeof(sl_exchange_t) == sizeof(int) && sizeof(sl_compress_t) == sizeof(int),
                "enum fields are stored as int");
 
@@ -87,6 +89,12 @@ const char *
 sl_cluster_transport_name(sl_cluster_transport_t v)
 {
     return enum_name(transport_names, (int)v);
+}
+
+const char *
+sl_security_name(sl_security_t v)
+{
+    return enum_name(security_names, (int)v);
 }
 
 const char *
@@ -329,6 +337,12 @@ static const entry_t schema[] = {
      .def = "120000", AT_LEAST(1), .doc = "how long nodes wait for each other at start (ms)"},
     {K("cluster.shared_memory", T_BOOL, cluster.shared_memory), .def = "true",
      .doc = "large frames to nodes on the same machine go through shared memory"},
+    {K("cluster.security", T_ENUM, cluster.security), .def = "curve", .names = security_names,
+     .doc = "curve: only holders of the run's secret join, every connection encrypted; "
+            "none: anyone who reaches a port can join (trusted networks only)"},
+    {K("cluster.key_file", T_STR, cluster.key_file), .def = "",
+     .doc = "the run's secret for shoal node (made by shoal keygen FILE, mode 0600); "
+            "shoal run makes one when empty"},
 
     {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
      .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},

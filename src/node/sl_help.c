@@ -19,6 +19,7 @@ static const char main_help[] =
     "  run CONF.yaml     start a run of several nodes (processes) on this machine\n"
     "                    (cluster.nodes, or -n N), each training on its share of the data\n"
     "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
+    "  keygen FILE       make a run's secret for shoal node (cluster.key_file)\n"
     "  help [COMMAND]    show this help, or the help of COMMAND\n"
     "\n"
     "Options:\n"
@@ -208,10 +209,26 @@ static const char eval_help[] =
     "Example:\n"
     "  shoal eval runs/brown-word/config.yaml --checkpoint runs/brown-word/model.bin\n";
 
+static const char keygen_help[] =
+    "Usage: shoal keygen FILE\n"
+    "\n"
+    "Make a new secret for the runs of shoal node and write it to FILE (mode 0600; an\n"
+    "existing FILE is never overwritten). Membership of a run is possession of its\n"
+    "secret: with cluster.security: curve (the default) every node derives its rank's\n"
+    "CURVE key from it, and a process without it cannot connect to any node, read the\n"
+    "model or take a rank. Put FILE where every node of the job reads it (a shared\n"
+    "home or project directory; never a world-readable one) and set\n"
+    "cluster.key_file: FILE. shoal node refuses a key file that others can read.\n"
+    "shoal run needs none: it makes a fresh secret for each run itself.\n"
+    "\n"
+    "Example:\n"
+    "  shoal keygen ~/.shoal/brown.key\n"
+    "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=$HOME/.shoal/brown.key\n";
+
 static const char help_help[] =
     "Usage: shoal help [COMMAND]\n"
     "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, run, node, help).\n";
+    "Show the help of shoal, or of COMMAND (train, eval, run, node, keygen, help).\n";
 
 const char *
 sl_help_text(const char *command)
@@ -222,6 +239,7 @@ sl_help_text(const char *command)
                  {"eval", eval_help},
                  {"run", run_help},
                  {"node", node_help},
+                 {"keygen", keygen_help},
                  {"help", help_help}};
 
     if (!command)

@@ -614,6 +614,32 @@ cmd_run(int argc, char **argv)
     return ex;
 }
 
+static int cmd_help(const char *command);
+
+/* shoal keygen FILE: a new run secret, mode 0600. */
+static int
+cmd_keygen(int argc, char **argv)
+{
+    sl_secret_t secret;
+    sl_status_t st;
+
+    if (argc == 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0))
+        return cmd_help("keygen");
+    if (argc != 1 || argv[0][0] == '-' || !argv[0][0])
+        return usage_error("keygen", argc == 0 ? "missing FILE" : "expects one FILE");
+    st = sl_secret_make(&secret);
+    if (st == SL_OK)
+        st = sl_secret_write(argv[0], &secret);
+    sl_secret_wipe(&secret);
+    if (st != SL_OK) {
+        fprintf(stderr, "shoal: keygen: %s\n", sl_err_msg());
+        return exit_status(st);
+    }
+    printf("shoal: keygen: wrote a new run secret to %s (mode 0600); set cluster.key_file: %s\n",
+           argv[0], argv[0]);
+    return EXIT_OK;
+}
+
 static int
 cmd_help(const char *command)
 {
@@ -655,6 +681,8 @@ main(int argc, char **argv)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "node") == 0)
         return cmd_node(argc - 2, argv + 2);
+    if (strcmp(cmd, "keygen") == 0)
+        return cmd_keygen(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0) {
         if (argc > 3) {
             fprintf(stderr, "shoal: help: unexpected argument '%s' (see shoal help --help)\n",

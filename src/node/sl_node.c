@@ -19,6 +19,7 @@
 
 #include "common/sl_log.h"
 #include "node/sl_rendezvous.h"
+#include "transport/sl_curve.h"
 #include "transport/sl_transport.h"
 
 #define ABORT_WAIT_MS 2000 /* a failing node waits at most this long to tell its peers */
@@ -56,6 +57,8 @@ sl_parse_host_port(const char *s, const char *what, int zero_ok, char *host, siz
 typedef struct {
     const sl_config_t *cfg;
     const sl_node_opts_t *o;
+    sl_secret_t secret; /* the run's, when secure */
+    int secure;         /* cluster.security: curve */
     sl_transport_t *tr;
     int peer_stopped;
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
@@ -99,6 +102,7 @@ open_transport(node_t *n, uint64_t run_id)
     to.size = (uint32_t)n->o->size;
     to.timeout_ms = cfg->cluster.timeout_ms;
     to.shm = cfg->cluster.shared_memory;
+    to.secret = n->secure ? &n->secret : NULL;
     if (cfg->cluster.transport == SL_CLUSTER_TCP) {
         snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
     } else {
@@ -145,6 +149,44 @@ tell_peers(node_t *n, sl_status_t st)
     sl_err_set(st, "%s", msg);
 }
 
+/* The run's secret, from shoal run or from cluster.key_file; with security off, the
+ * warning that says what that means. */
+static sl_status_t
+load_secret(node_t *n)
+{
+    const sl_config_t *cfg = n->cfg;
+
+    if (cfg->cluster.security == SL_SECURITY_NONE) {
+        if (n->o->rank == 0)
+            sl_log_warn("node",
+                        "cluster.security is none: any process that reaches this run's ports "
+                        "can join it, read the model, and stop or poison the run");
+        return SL_OK;
+    }
+    if (!sl_curve_available())
+        return sl_err_set(SL_ERR_UNSUPPORTED,
+                          "cluster.security is curve, but this libzmq has no CURVE support; "
+                          "install one built with libsodium, or set cluster.security: none on "
+                          "a trusted network");
+    if (n->o->secret) {
+        n->secret = *n->o->secret;
+    } else if (cfg->cluster.key_file && *cfg->cluster.key_file) {
+        sl_status_t st = sl_secret_read(cfg->cluster.key_file, &n->secret);
+        char why[1024];
+        if (st != SL_OK) {
+            snprintf(why, sizeof why, "%s", sl_err_msg());
+            return sl_err_set(st, "cluster.key_file %s", why);
+        }
+    } else {
+        return sl_err_set(SL_ERR_CONFIG,
+                          "cluster.security is curve but cluster.key_file is not set: make the "
+                          "run's secret once with 'shoal keygen FILE' on a filesystem every "
+                          "node reads, then --set cluster.key_file=FILE");
+    }
+    n->secure = 1;
+    return SL_OK;
+}
+
 /* Rendezvous and transport for a run of several nodes. */
 static sl_status_t
 meet_peers(node_t *n)
@@ -162,6 +204,7 @@ meet_peers(node_t *n)
         return sl_err_set(SL_ERR_CONFIG, "node %d of %d: no master address (cluster.master)",
                           o->rank, o->size);
     SL_TRY(sl_parse_host_port(o->master, "master", o->rank == 0, host, sizeof host, &p));
+    SL_TRY(load_secret(n));
     if (p)
         snprintf(port, sizeof port, "%d", p);
     else
@@ -174,6 +217,7 @@ meet_peers(node_t *n)
     ro.bind = bind;
     ro.timeout_ms = n->cfg->cluster.rendezvous_timeout_ms;
     ro.interrupt = o->interrupt;
+    ro.secret = n->secure ? &n->secret : NULL;
     SL_TRY(sl_rendezvous_new(&rdv, &ro));
     snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
     if (o->rank == 0 && o->on_master)
@@ -235,10 +279,17 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
         tell_peers(&n, st);
 out:
+    if (n.tr && sl_transport_refused(n.tr))
+        sl_log_warn("node",
+                    "refused %llu connection%s of processes that proved no key of this run "
+                    "(an outsider, or a node of another run on this port)",
+                    (unsigned long long)sl_transport_refused(n.tr),
+                    sl_transport_refused(n.tr) == 1 ? "" : "s");
     sl_transport_destroy(&n.tr);
     if (n.ipc_path[0])
         unlink(n.ipc_path); /* ZeroMQ leaves the socket file of a named ipc endpoint */
     if (n.ipc_dir[0])
         rmdir(n.ipc_dir); /* the last node of this machine to leave removes it */
+    sl_secret_wipe(&n.secret);
     return st;
 }

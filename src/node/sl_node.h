@@ -3,6 +3,8 @@
  * ipc://<dir>/rank-R), meet the others at rank 0's rendezvous, connect the transport
  * with the endpoint table, then train on its share of the data (rank R of n) with its
  * files in <run dir>/node-<R>/, synchronising as cfg->sync says (src/sync/sl_sync.h).
+ * With cluster.security: curve (the default) every socket, the rendezvous' included,
+ * admits only holders of the run's secret (sl_curve.h).
  * A node that fails tells its peers (an abort frame), and a node told so stops after
  * its step, with a checkpoint. With gossip-* and local-* (and more than 2 nodes) shoal
  * run lets the others finish when a node vanishes (killed, crashed): the sync leaves
@@ -17,6 +19,7 @@
 #include "config/sl_config.h"
 #include "node/sl_progress.h"
 #include "node/sl_train.h"
+#include "transport/sl_secret.h"
 
 typedef struct {
     int rank, size; /* 0 <= rank < size == cfg->cluster.nodes */
@@ -26,6 +29,9 @@ typedef struct {
     /* Directory of the ipc:// endpoints; NULL: $TMPDIR (or /tmp)/shoal-<run id>,
      * made and removed by the nodes themselves. Borrowed. */
     const char *ipc_dir;
+    /* The run's secret when cluster.security is curve (shoal run makes one and hands it
+     * to the nodes it forks); NULL: read cluster.key_file. Borrowed. */
+    const sl_secret_t *secret;
     int resume;                       /* continue from this node's checkpoint when there is one */
     int quiet;                        /* no progress lines of its own */
     volatile sig_atomic_t *interrupt; /* set by a signal handler: stop; may be NULL */

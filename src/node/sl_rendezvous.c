@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 #include "common/sl_log.h"
+#include "transport/sl_curve.h"
 #include "transport/sl_zmq_status.h"
 
 #define MAGIC "SLRV"
@@ -23,6 +25,9 @@
 #define SLICE_MS 100                    /* polls this long at most between interrupt checks */
 #define LINGER_MS 5000                  /* rank 0 lets the tables leave this long */
 #define RUN_ID_SEED 0x53484f414c524456ull
+/* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
+ * vouch and metadata, is some 300 bytes, more than a registration */
+#define HANDSHAKE_BYTES 1024
 
 enum { KIND_REGISTER = 1, KIND_TABLE = 2, KIND_REFUSAL = 3, KIND_GIVE_UP = 4 };
 
@@ -31,7 +36,8 @@ struct sl_rendezvous {
     char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
     char bind[SL_RDV_ENDPOINT_MAX];
     void *ctx, *sock;
-    int used; /* exchange done */
+    sl_curve_t *curve; /* NULL without security */
+    int used;          /* exchange done */
 };
 
 /* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
@@ -146,8 +152,16 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
         st = sl_zmq_fail("rendezvous: setting ZMQ_LINGER");
         goto fail;
     }
+    if (o->secret) {
+        SL_TRY_GOTO(sl_curve_new(&r->curve, r->ctx, o->secret, (uint32_t)o->rank,
+                                 (uint32_t)o->size),
+                    st, fail);
+        SL_TRY_GOTO(o->rank == 0 ? sl_curve_server(r->curve, r->sock)
+                                 : sl_curve_client(r->curve, r->sock, 0),
+                    st, fail);
+    }
     if (o->rank == 0) {
-        int64_t most = REGISTER_BYTES + SL_RDV_ENDPOINT_MAX;
+        int64_t most = REGISTER_BYTES + SL_RDV_ENDPOINT_MAX + HANDSHAKE_BYTES;
         char last[SL_RDV_ENDPOINT_MAX], *colon;
         size_t len = sizeof last;
 
@@ -171,7 +185,8 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
                      strrchr(last, ':'));
         }
     } else {
-        int64_t most = HEAD_BYTES + 4 + (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX);
+        int64_t most =
+            HEAD_BYTES + 4 + (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX) + HANDSHAKE_BYTES;
 
         if (zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
             st = sl_zmq_fail("rendezvous: setting ZMQ_MAXMSGSIZE");
@@ -201,6 +216,7 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
         zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(r->sock);
     }
+    sl_curve_destroy(&r->curve);
     if (r->ctx)
         while (zmq_ctx_term(r->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -332,19 +348,20 @@ send_reason(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, unsigned kind,
     send_to(r, p, msg, HEAD_BYTES + len);
 }
 
+/* A refusal says nothing of the run: the sender may not be one of its nodes. */
 static void
-refuse(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, const char *from, const char *why)
+refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why)
 {
     sl_log_warn("rendezvous", "refused a registration from %s: %s", from, why);
-    send_reason(r, run_id, p, KIND_REFUSAL, why);
+    send_reason(r, 0, p, KIND_REFUSAL, why);
 }
 
 /* Checks a registration against the run: 1 when accepted, with the rank and its
  * endpoint (a wildcard host replaced by from) written; else 0 with the reason. */
 static int
 check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
-                   const char *from, const unsigned char *reg, const sl_rendezvous_table_t *t,
-                   int *rank, char *ep, char *why, size_t size)
+                   long key_rank, const char *from, const unsigned char *reg,
+                   const sl_rendezvous_table_t *t, int *rank, char *ep, char *why, size_t size)
 {
     uint64_t their_id;
     uint32_t rk, sz;
@@ -363,24 +380,27 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     sz = sl_get_u32(m + 20);
     if (their_id != run_id) {
         snprintf(why, size,
-                 "run id %016" PRIx64 " is not this run's %016" PRIx64
-                 ": a node of another job, or started with another configuration or master "
-                 "address",
-                 their_id, run_id);
+                 "another run id: a node of another job, or started with another "
+                 "configuration or master address");
         return 0;
     }
     if (sz != (uint32_t)r->o.size) {
-        snprintf(why, size, "rank %u says the run has %u nodes, rank 0 says %d", (unsigned)rk,
-                 (unsigned)sz, r->o.size);
+        snprintf(why, size, "rank %u says the run has %u nodes, rank 0 says otherwise",
+                 (unsigned)rk, (unsigned)sz);
         return 0;
     }
     if (rk >= sz) {
         snprintf(why, size, "rank %u is out of range for %u nodes", (unsigned)rk, (unsigned)sz);
         return 0;
     }
+    if (key_rank >= 0 && (uint32_t)key_rank != rk) {
+        snprintf(why, size, "registered as rank %u with the key of rank %ld", (unsigned)rk,
+                 key_rank);
+        return 0;
+    }
     if (rk == 0 || reg[rk]) {
-        snprintf(why, size, "rank %u is already registered (at %s): two nodes were given rank %u",
-                 (unsigned)rk, shown(t->endpoints[rk]), (unsigned)rk);
+        snprintf(why, size, "rank %u is already registered: two nodes were given rank %u",
+                 (unsigned)rk, (unsigned)rk);
         return 0;
     }
     eplen = len - REGISTER_BYTES;
@@ -410,6 +430,7 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
     char from[64], why[512], ep[SL_RDV_ENDPOINT_MAX];
     const char *addr;
     int rank = -1, more = 0, ok;
+    long key_rank;
     size_t more_len = sizeof more;
     sl_status_t st = SL_OK;
 
@@ -435,10 +456,15 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
     /* over ipc, ZeroMQ's "Peer-Address" is not an address */
     addr = strncmp(r->bind, "tcp://", 6) == 0 ? zmq_msg_gets(&body, "Peer-Address") : NULL;
     snprintf(from, sizeof from, "%s", addr ? addr : "a local process");
-    ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), addr ? from : NULL,
-                            reg, t, &rank, ep, why, sizeof why);
+    key_rank = -1;
+    if (r->curve) {
+        uint32_t kr;
+        key_rank = sl_curve_sender(&body, &kr) == 0 ? (long)kr : LONG_MAX;
+    }
+    ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
+                            addr ? from : NULL, reg, t, &rank, ep, why, sizeof why);
     if (!ok) {
-        refuse(r, run_id, &p, from, why);
+        refuse(r, &p, from, why);
         goto out;
     }
     SL_TRY_GOTO(table_set(t, rank, ep, strlen(ep)), st, out);

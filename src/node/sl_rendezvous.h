@@ -5,15 +5,19 @@
  * endpoint and registers itself in-process; the others connect a DEALER, send one
  * registration and wait for the table. Nodes may start in any order (ZeroMQ keeps a
  * registration until rank 0 has bound). Rank 0 refuses registrations of another run id
- * (a node of another job or configuration), another size, a rank out of range or one
- * already registered: it tells the sender why (the sender fails with that reason),
- * logs a warning and keeps waiting for the right nodes.
+ * (a node of another job or configuration), another size, a rank out of range, a rank
+ * its key does not prove (with CURVE) or one already registered: it tells the sender
+ * why (the sender fails with that reason) without saying anything of the run (no run
+ * id: it may be an outsider's probe), logs a warning and keeps waiting for the right
+ * nodes. With CURVE (o->secret), a process without the run's secret gets no further
+ * than the handshake, and the table travels encrypted to authenticated ranks only, so
+ * no node is ever handed an endpoint an outsider chose.
  *
  * Messages, little-endian, one ZeroMQ frame each:
  *   register  "SLRV" u16 version, u16 kind 1, u64 run id, u32 rank, u32 size, endpoint
  *   table     "SLRV" u16 version, u16 kind 2, u64 run id, u32 size,
  *             size x (u16 length, endpoint)
- *   refusal   "SLRV" u16 version, u16 kind 3, u64 run id, reason text
+ *   refusal   "SLRV" u16 version, u16 kind 3, u64 0, reason text
  *   give-up   "SLRV" u16 version, u16 kind 4, u64 run id, rank 0's error: sent to the
  *             nodes that registered when rank 0 fails (times out, is interrupted), so
  *             that they fail at once rather than wait for a table
@@ -28,6 +32,7 @@
 
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "transport/sl_secret.h"
 
 #define SL_RDV_VERSION 1
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
@@ -44,6 +49,10 @@ typedef struct {
     /* When set (by a signal handler) the wait stops with SL_ERR_SHUTDOWN; may be
      * NULL; borrowed. */
     volatile sig_atomic_t *interrupt;
+    /* The run's secret (borrowed): CURVE on the rendezvous, so that only the run's
+     * ranks connect, each registering as the rank its key proves, and a node only talks
+     * to the real rank 0. NULL: no security. */
+    const sl_secret_t *secret;
 } sl_rendezvous_opts_t;
 
 typedef struct sl_rendezvous sl_rendezvous_t;

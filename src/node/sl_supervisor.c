@@ -111,7 +111,8 @@ child_report(void *ctx, const sl_progress_line_t *line)
  * status is the one `shoal node` would have. */
 static void
 child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t parent, int rank,
-           const char *master, const char *ipc_dir, int rec_fd, int log_fd)
+           const char *master, const char *ipc_dir, const sl_secret_t *secret, int rec_fd,
+           int log_fd)
 {
     static child_io_t io;
     struct sigaction sa;
@@ -155,6 +156,7 @@ child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t parent, int
     no.size = cfg->cluster.nodes;
     no.master = master;
     no.ipc_dir = ipc_dir;
+    no.secret = secret;
     no.resume = lo->resume;
     no.quiet = 1;
     no.interrupt = &child_stop;
@@ -210,6 +212,11 @@ typedef struct {
     int n, forked;
     child_t *c;
     char ipc_dir[IPC_PATH_MAX];
+    /* the run's secret, made here and inherited by the forked nodes (never written
+     * anywhere nor put in their environment); unset when the nodes read cluster.key_file
+     * or security is off */
+    sl_secret_t secret;
+    int has_secret;
     char master[300];
     int has_master;
     int stopping; /* SIGTERM/SIGINT sent */
@@ -556,8 +563,8 @@ fork_node(launch_t *l, int rank, const char *master)
             if (l->c[i].log_fd >= 0)
                 close(l->c[i].log_fd);
         }
-        child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL, rp[1],
-                   lp[1]);
+        child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL,
+                   l->has_secret ? &l->secret : NULL, rp[1], lp[1]);
     }
     close(rp[1]);
     close(lp[1]);
@@ -681,11 +688,21 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     res->nodes = n;
     for (int i = 0; i < n; i++)
         l.c[i].rec_fd = l.c[i].log_fd = -1;
+    if (n > 1 && cfg->cluster.security == SL_SECURITY_CURVE &&
+        !(cfg->cluster.key_file && *cfg->cluster.key_file)) {
+        if ((st = sl_secret_make(&l.secret)) != SL_OK) {
+            free(l.c);
+            return st;
+        }
+        l.has_secret = 1;
+    }
     if (cfg->cluster.transport == SL_CLUSTER_IPC && n > 1 && (st = make_ipc_dir(&l)) != SL_OK) {
+        sl_secret_wipe(&l.secret);
         free(l.c);
         return st;
     }
     supervise(&l);
+    sl_secret_wipe(&l.secret);
     if (l.line_open) {
         show_progress(&l, 1); /* where the run ended, past the rate limit */
         fputc('\n', l.out);

@@ -3,12 +3,13 @@
  * validated frame. It owns the sockets and the routing ids; it must not touch the
  * mailbox, the counters per kind or the lanes (the dispatcher and sl_link_shm.c do).
  *
- * Why ROUTER/DEALER rather than PULL/PUSH: a ROUTER hands each message over with the
- * routing id of the connection it came on. Our DEALERs set that id to "S" + their rank
- * + a per-process nonce, so the receiver checks that the header's sender is the rank
- * that really holds the connection: a misconfigured or foreign process cannot speak
- * for another rank. Both pairs fair-queue the input and block (or time out) at the
- * high-water mark, so nothing else changes. */
+ * Who sent a frame: with CURVE (o->secret set; sl_curve.h), the rank whose key the
+ * connection authenticated, which the ROUTER hands over with each message; a frame whose
+ * header names another sender is dropped. Without it (cluster.security: none), the
+ * routing id of the connection: our DEALERs set it to "S" + their rank + a per-process
+ * nonce, which keeps a misconfigured process from speaking for another rank but proves
+ * nothing. ROUTER/DEALER rather than PULL/PUSH for that per-connection identity; both
+ * pairs fair-queue the input and block (or time out) at the high-water mark. */
 #include "transport/sl_link_zmq.h"
 
 #include <errno.h>
@@ -23,6 +24,7 @@
 
 #include "common/sl_clock.h"
 #include "common/sl_rng.h"
+#include "transport/sl_curve.h"
 #include "transport/sl_zmq_status.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
@@ -34,6 +36,7 @@ typedef struct {
     char bind[ENDPOINT_MAX];
     char endpoint[ENDPOINT_MAX]; /* as bound, wildcards resolved */
     void *ctx;
+    sl_curve_t *curve; /* NULL when security is off */
     void *router;
     void **peers;               /* (size) DEALER per peer, NULL until the first send */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
@@ -131,6 +134,10 @@ zmq_open(void **out, const sl_link_env_t *env)
         goto fail;
     }
     SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
+    if (o->secret) {
+        SL_TRY_GOTO(sl_curve_new(&z->curve, z->ctx, o->secret, o->rank, o->size), st, fail);
+        SL_TRY_GOTO(sl_curve_server(z->curve, z->router), st, fail);
+    }
     if (zmq_setsockopt(z->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
         st = sl_zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
         goto fail;
@@ -165,6 +172,7 @@ zmq_close_link(void **ctx)
             zmq_setsockopt(z->peers[p], ZMQ_LINGER, &z->o->linger_ms, sizeof z->o->linger_ms);
             zmq_close(z->peers[p]);
         }
+    sl_curve_destroy(&z->curve); /* its ZAP socket must close before the context ends */
     if (z->ctx) /* blocks until queued frames left or linger_ms passed; gives lent back */
         while (zmq_ctx_term(z->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -205,6 +213,14 @@ sl_link_zmq_connect(void *ctx, const char *const *endpoints)
             return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
     }
     return SL_OK;
+}
+
+uint64_t
+sl_link_zmq_refused(const void *ctx)
+{
+    const zlink_t *z = ctx;
+
+    return z->curve ? sl_curve_refused(z->curve) : 0;
 }
 
 int
@@ -249,6 +265,8 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         goto fail;
     }
     SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
+    if (z->curve)
+        SL_TRY_GOTO(sl_curve_client(z->curve, s, peer), st, fail);
     if (hb > 0) {
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL"), st, fail);
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
@@ -390,11 +408,15 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
         zmq_msg_close(&m);
     }
     idb = zmq_msg_data(&id);
-    if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S')
+    if (z->curve) {
+        if (!f || f->nparts == 0 || sl_curve_sender(&f->part[0], &idrank) != 0)
+            idrank = UINT32_MAX;
+    } else if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S') {
         for (int i = 3; i >= 0; i--)
             idrank = idrank << 8 | idb[1 + i];
-    else
+    } else {
         idrank = UINT32_MAX;
+    }
     zmq_msg_close(&id);
     if (!f)
         return sl_err_set(SL_ERR_NOMEM, "sl_transport_recv: out of memory");

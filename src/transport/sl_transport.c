@@ -192,6 +192,12 @@ sl_transport_endpoint(const sl_transport_t *t)
     return sl_link_zmq_endpoint(t->links[BASE].ctx);
 }
 
+uint64_t
+sl_transport_refused(const sl_transport_t *t)
+{
+    return sl_link_zmq_refused(t->links[BASE].ctx);
+}
+
 uint32_t
 sl_transport_rank(const sl_transport_t *t)
 {

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/sl_status.h"
+#include "transport/sl_secret.h"
 #include "transport/sl_wire.h"
 
 /* Payloads of at least this many bytes can be lent to ZeroMQ instead of copied. */
@@ -75,6 +76,10 @@ typedef struct {
     uint32_t shm_slots;        /* frames a lane holds at once, 1..SL_SHM_MAX_SLOTS */
     uint64_t shm_slot_bytes;   /* largest frame (header + payload) of a slot; larger
                                   frames go over ZeroMQ */
+    /* The run's secret (borrowed for the transport's life): CURVE on every ZeroMQ
+     * connection, and a frame's sender is the rank of the key that proved itself
+     * (sl_curve.h). NULL: no security (cluster.security: none). */
+    const sl_secret_t *secret;
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
@@ -175,6 +180,9 @@ void sl_transport_stat(const sl_transport_t *t, unsigned kind, uint32_t componen
 size_t sl_transport_stats(const sl_transport_t *t, const sl_transport_stat_t **rows);
 /* Frames dropped for reason (a sl_wire_reason_t or SL_DROP_*); 0 for SL_WIRE_OK. */
 uint64_t sl_transport_dropped(const sl_transport_t *t, unsigned reason);
+/* Connections refused because they proved no key of the run (with a secret; 0
+ * without): processes that tried to talk to this node without the run's secret. */
+uint64_t sl_transport_refused(const sl_transport_t *t);
 /* Frames waiting in the mailbox. */
 size_t sl_transport_pending(const sl_transport_t *t);
 /* When the last valid frame from rank was read (sl_clock_now() time), 0 if none was:

@@ -142,6 +142,19 @@ END_TEST
 
 /* ------------------------------------------------------------- rendezvous */
 
+/* The loop tests of the rendezvous run once without security (_i = 0) and once with
+ * CURVE (_i = 1): the secret every spawned node holds, or NULL. */
+static sl_secret_t run_secret, outsider_secret;
+static const sl_secret_t *node_secret;
+
+static void
+use_security(int curve)
+{
+    ck_assert_int_eq(sl_secret_make(&run_secret), SL_OK);
+    ck_assert_int_eq(sl_secret_make(&outsider_secret), SL_OK);
+    node_secret = curve ? &run_secret : NULL;
+}
+
 /* A node forked for a rendezvous test, and the pipe it reports on. */
 typedef struct {
     pid_t pid;
@@ -163,7 +176,7 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
     peer.pid = fork();
     ck_assert_int_ge(peer.pid, 0);
     if (peer.pid == 0) {
-        sl_rendezvous_opts_t o = {rank, size, master, NULL, timeout_ms, NULL};
+        sl_rendezvous_opts_t o = {rank, size, master, NULL, timeout_ms, NULL, node_secret};
         sl_rendezvous_t *r = NULL;
         sl_rendezvous_table_t t = {0, NULL};
         sl_status_t st;
@@ -253,8 +266,9 @@ START_TEST(test_rendezvous_any_order)
     peer_t peers[4];
     uint64_t run_id = 0x1234abcdULL;
 
+    use_security(_i);
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
-    snprintf(master, sizeof master, "ipc://%s/rdv-any", tmp_root);
+    snprintf(master, sizeof master, "ipc://%s/rdv-any-%d", tmp_root, _i);
     for (int i = 3; i > 0; i--) {
         int j = rand() % (i + 1), t = order[i];
         order[i] = order[j];
@@ -276,6 +290,36 @@ START_TEST(test_rendezvous_any_order)
         for (int k = 0; k < 4; k++)
             ck_assert_str_eq(o.table[k], ep[k]);
     }
+}
+END_TEST
+
+/* With CURVE, a process with another secret that claims rank 1 before the real one
+ * gets no answer at all (not even a refusal naming the run) and takes nothing: the
+ * real rank 1 registers, and every table is the real one. */
+START_TEST(test_rendezvous_outsider)
+{
+    char master[1100];
+    peer_t p0, p1, intruder;
+    outcome_t o;
+
+    use_security(1);
+    snprintf(master, sizeof master, "ipc://%s/rdv-outsider", tmp_root);
+    p0 = spawn(0, 2, 42, master, "ipc:///tmp/x/0", HANG_S * 1000, 0);
+    node_secret = &outsider_secret;
+    intruder = spawn(1, 2, 42, master, "ipc:///tmp/x/intruder", 1500, 0);
+    o = finish(&intruder); /* its wait ran out without a word from rank 0 */
+    ck_assert_int_eq(o.status, SL_ERR_TIMEOUT);
+    ck_assert_msg(strstr(o.message, "no table from rank 0") != NULL, "%s", o.message);
+    node_secret = &run_secret;
+    p1 = spawn(1, 2, 42, master, "ipc:///tmp/x/1", HANG_S * 1000, 0);
+    o = finish(&p1);
+    ck_assert_msg(o.status == SL_OK, "%s", o.message);
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/1");
+    o = finish(&p0);
+    ck_assert_msg(o.status == SL_OK, "%s", o.message);
+    ck_assert_int_eq(o.size, 2);
+    ck_assert_str_eq(o.table[0], "ipc:///tmp/x/0");
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/1");
 }
 END_TEST
 
@@ -360,7 +404,8 @@ START_TEST(test_rendezvous_refusals)
     struct pollfd pf[2];
     int in, out;
 
-    snprintf(master, sizeof master, "ipc://%s/rdv-refuse", tmp_root);
+    use_security(_i);
+    snprintf(master, sizeof master, "ipc://%s/rdv-refuse-%d", tmp_root, _i);
     p0 = spawn(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0);
     wrong_id = spawn(1, 3, other, master, "ipc:///tmp/x/a", HANG_S * 1000, 0);
     wrong_size = spawn(1, 4, id, master, "ipc:///tmp/x/b", HANG_S * 1000, 0);
@@ -368,16 +413,15 @@ START_TEST(test_rendezvous_refusals)
     o = finish(&wrong_id);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
-             "rendezvous: rank 0 at %s refused rank 1: run id 5555666677778888 is not this "
-             "run's 1111222233334444: a node of another job, or started with another "
-             "configuration or master address",
+             "rendezvous: rank 0 at %s refused rank 1: another run id: a node of another job, "
+             "or started with another configuration or master address",
              master);
     ck_assert_str_eq(o.message, expect);
     o = finish(&wrong_size);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
              "rendezvous: rank 0 at %s refused rank 1: rank 1 says the run has 4 nodes, rank 0 "
-             "says 3",
+             "says otherwise",
              master);
     ck_assert_str_eq(o.message, expect);
 
@@ -393,9 +437,9 @@ START_TEST(test_rendezvous_refusals)
     o = finish(&dup[out]);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
-             "rendezvous: rank 0 at %s refused rank 1: rank 1 is already registered (at "
-             "%s): two nodes were given rank 1",
-             master, dup_ep[in]);
+             "rendezvous: rank 0 at %s refused rank 1: rank 1 is already registered: two "
+             "nodes were given rank 1",
+             master);
     ck_assert_str_eq(o.message, expect);
 
     last = spawn(2, 3, id, master, "ipc:///tmp/x/last", HANG_S * 1000, 0);
@@ -427,12 +471,13 @@ launch_suite(void)
     tcase_set_timeout(limits, 4 * HANG_S);
     tcase_add_test(core, test_cluster_defaults_and_values);
     tcase_add_test(core, test_run_id);
-    tcase_add_test(core, test_rendezvous_any_order);
+    tcase_add_loop_test(core, test_rendezvous_any_order, 0, 2);
+    tcase_add_test(core, test_rendezvous_outsider);
     tcase_add_test(core, test_rendezvous_tcp_wildcards);
     tcase_add_loop_test(limits, test_cluster_bad_values, 0,
                         (int)(sizeof bad_sets / sizeof bad_sets[0]));
     tcase_add_test(limits, test_rendezvous_timeouts);
-    tcase_add_test(limits, test_rendezvous_refusals);
+    tcase_add_loop_test(limits, test_rendezvous_refusals, 0, 2);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;

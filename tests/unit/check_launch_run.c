@@ -515,11 +515,85 @@ free_port(void)
     return port;
 }
 
+/* `shoal keygen` writes tmp_root/NAME.key, mode 0600; set receives
+ * "cluster.key_file=PATH" for --set. */
+static void
+make_key_file(const char *name, char *set, size_t size)
+{
+    char path[1100], *out, *err;
+    struct stat sb;
+
+    snprintf(path, sizeof path, "%s/%s.key", tmp_root, name);
+    ck_assert_int_eq(wait_shoal(start_shoal("keygen", NULL, (const char *[]){"keygen", path, NULL}),
+                                "keygen", &out, &err),
+                     0);
+    free(out);
+    free(err);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0600);
+    snprintf(set, size, "cluster.key_file=%s", path);
+}
+
+/* The key file's rules, each a one-line error before anything is opened: shoal node
+ * without one (CURVE is the default), a key file others can read, one that is not a key
+ * file; shoal keygen never overwrites. */
+START_TEST(test_node_key_file)
+{
+    char conf[1100], key[1100], set[1200], expect[1400], *out, *err;
+    const char *node[] = {"node", conf, "--rank", "1", "--size", "2", "--master",
+                          "127.0.0.1:1", "--set", set, NULL};
+
+    if (!have_shoal())
+        return;
+    tiny_yaml(conf, sizeof conf, "keys", 2, "");
+    snprintf(set, sizeof set, "cluster.key_file=");
+    ck_assert_int_eq(wait_shoal(start_shoal("keys", NULL, node), "keys", &out, &err), 2);
+    ck_assert_str_eq(err, "shoal: node 1: cluster.security is curve but cluster.key_file is not "
+                          "set: make the run's secret once with 'shoal keygen FILE' on a "
+                          "filesystem every node reads, then --set cluster.key_file=FILE\n");
+    free(out);
+    free(err);
+
+    make_key_file("keys", set, sizeof set);
+    snprintf(key, sizeof key, "%s/keys.key", tmp_root);
+    ck_assert_int_eq(wait_shoal(start_shoal("keys", NULL, (const char *[]){"keygen", key, NULL}),
+                                "keys", &out, &err),
+                     1);
+    snprintf(expect, sizeof expect,
+             "shoal: keygen: %s: File exists (a key file is never overwritten)\n", key);
+    ck_assert_str_eq(err, expect);
+    free(out);
+    free(err);
+
+    ck_assert_int_eq(chmod(key, 0640), 0);
+    ck_assert_int_eq(wait_shoal(start_shoal("keys", NULL, node), "keys", &out, &err), 1);
+    snprintf(expect, sizeof expect,
+             "shoal: node 1: cluster.key_file %s: mode 640 lets others read the run's secret; "
+             "chmod 600 %s\n",
+             key, key);
+    ck_assert_str_eq(err, expect);
+    free(out);
+    free(err);
+
+    ck_assert_int_eq(unlink(key), 0);
+    test_write_file(key, "shoal-secret-1 0123\n", 20);
+    ck_assert_int_eq(chmod(key, 0600), 0);
+    ck_assert_int_eq(wait_shoal(start_shoal("keys", NULL, node), "keys", &out, &err), 1);
+    snprintf(expect, sizeof expect,
+             "shoal: node 1: cluster.key_file %s: not a shoal key file (make one with shoal "
+             "keygen)\n",
+             key);
+    ck_assert_str_eq(err, expect);
+    free(out);
+    free(err);
+}
+END_TEST
+
 /* Two `shoal node` processes; rank 1 fails after the rendezvous and tells rank 0, which
  * stops after its step with a checkpoint. */
 START_TEST(test_node_abort_reaches_peer)
 {
-    char conf[1100], path[1200], master[64], *out, *err, line[512], expect[1400];
+    char conf[1100], path[1200], master[64], *out, *err, line[512], expect[1400], key_set[1200];
     pid_t p0, p1;
 
     if (!have_shoal())
@@ -531,10 +605,12 @@ START_TEST(test_node_abort_reaches_peer)
     snprintf(path, sizeof path, "%s/abort/node-1", tmp_root);
     test_write_file(path, "in the way\n", 11);
     snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
+    make_key_file("abort", key_set, sizeof key_set);
     p0 = start_shoal("abort0", NULL,
-                     (const char *[]){"node", conf, "--rank", "0", "--master", master, NULL});
+                     (const char *[]){"node", conf, "--rank", "0", "--master", master, "--set",
+                                      key_set, NULL});
     p1 = start_shoal("abort1", (const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", NULL},
-                     (const char *[]){"node", conf, "--master", master, NULL});
+                     (const char *[]){"node", conf, "--master", master, "--set", key_set, NULL});
     ck_assert_int_eq(wait_shoal(p1, "abort1", &out, &err), 1);
     snprintf(expect, sizeof expect, "shoal: node 1: %s/abort/node-1/", tmp_root);
     last_line(err, line, sizeof line);
@@ -640,6 +716,7 @@ launch_run_suite(void)
     tcase_add_test(limits, test_run_node_killed);
     tcase_add_test(limits, test_run_node_fails);
     tcase_add_test(limits, test_node_abort_reaches_peer);
+    tcase_add_test(limits, test_node_key_file);
     tcase_add_test(limits, test_node_usage_errors);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);

@@ -22,13 +22,14 @@
 /* ---------------------------------------------------------------- two in one process */
 
 static void
-pair_new(sl_transport_t *t[2], const char *bind)
+pair_new_secure(sl_transport_t *t[2], const char *bind, const sl_secret_t *secret)
 {
     sl_transport_opts_t o;
     const char *eps[2];
 
     for (uint32_t r = 0; r < 2; r++) {
         sl_transport_opts_default(&o);
+        o.secret = secret;
         o.run_id = RUN;
         o.rank = r;
         o.size = 2;
@@ -41,6 +42,12 @@ pair_new(sl_transport_t *t[2], const char *bind)
     eps[1] = sl_transport_endpoint(t[1]);
     ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
     ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+}
+
+static void
+pair_new(sl_transport_t *t[2], const char *bind)
+{
+    pair_new_secure(t, bind, NULL);
 }
 
 START_TEST(test_pair_send_recv)
@@ -117,6 +124,62 @@ START_TEST(test_pair_send_recv)
     ck_assert_ptr_null(t[0]);
     free(big);
     free(back);
+}
+END_TEST
+
+/* With the run's secret the pair talks as before, each frame's
+ * sender the rank of the key that proved itself; a process with another secret that
+ * claims rank 1 is refused at the handshake and gets no frame into rank 0's mailbox. */
+START_TEST(test_pair_curve)
+{
+    sl_transport_t *t[2], *outsider;
+    sl_transport_opts_t o;
+    sl_secret_t secret, other;
+    const char *eps[2];
+    float v[3] = {1, 2, 3}, back[3];
+    size_t got;
+    sl_wire_key_t to1 = {5, 2, 0, 1, SL_WIRE_DATA}, from0 = {5, 2, 0, 0, SL_WIRE_DATA};
+    sl_wire_key_t to0 = {6, 2, 0, 0, SL_WIRE_DATA}, from1 = {6, 2, 0, 1, SL_WIRE_DATA};
+    sl_wire_key_t never = {99, 0, 0, 1, SL_WIRE_DATA};
+    double deadline;
+
+    ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
+    ck_assert_int_eq(sl_secret_make(&other), SL_OK);
+    pair_new_secure(t, NULL, &secret);
+    ck_assert_int_eq(sl_transport_send(t[0], &to1, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    ck_assert_msg(sl_transport_recv(t[1], &from0, back, sizeof back, &got, TEST_WAIT_MS) == SL_OK,
+                  "%s", sl_err_msg());
+    ck_assert(got == sizeof v && memcmp(back, v, got) == 0);
+    ck_assert_int_eq(sl_transport_send(t[1], &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, sizeof back, &got, TEST_WAIT_MS), SL_OK);
+
+    sl_transport_opts_default(&o);
+    o.secret = &other;
+    o.run_id = RUN;
+    o.rank = 1;
+    o.size = 2;
+    o.timeout_ms = TEST_WAIT_MS;
+    o.linger_ms = 0;
+    ck_assert_int_eq(sl_transport_new(&outsider, &o), SL_OK);
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(outsider);
+    ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
+    to0.round = 7;
+    ck_assert_int_eq(sl_transport_send(outsider, &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    deadline = sl_clock_now() + TEST_WAIT_MS / 1000.0;
+    while (sl_transport_refused(t[0]) == 0 && sl_clock_now() < deadline)
+        ck_assert_int_eq(sl_transport_recv(t[0], &never, back, sizeof back, &got, 20),
+                         SL_ERR_TIMEOUT);
+    ck_assert_uint_ge(sl_transport_refused(t[0]), 1);
+    from1.round = 7;
+    ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, sizeof back, &got, 0), SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(sl_transport_pending(t[0]), 0);
+    for (unsigned r = 1; r < SL_DROP_NREASONS; r++)
+        ck_assert_uint_eq(sl_transport_dropped(t[0], r), 0); /* nothing even reached a check */
+    ck_assert_uint_eq(sl_transport_refused(t[1]), 0);
+    sl_transport_destroy(&outsider);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
 }
 END_TEST
 
@@ -317,6 +380,7 @@ transport_suite(void)
     tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
     tcase_add_test(core, test_pair_send_recv);
     tcase_add_test(core, test_pair_old_rounds);
+    tcase_add_test(core, test_pair_curve);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);
