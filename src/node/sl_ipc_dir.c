@@ -139,8 +139,8 @@ sockets_all_dead(DIR *d, const char *path, int remove)
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         if (!socket_name(e->d_name) ||
-            fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISSOCK(sb.st_mode) || sb.st_uid != getuid())
+            fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISSOCK(sb.st_mode) ||
+            sb.st_uid != getuid())
             return 0;
         snprintf(sock, sizeof sock, "%s/%s", path, e->d_name);
         if (!socket_dead(sock) || (remove && unlinkat(dirfd(d), e->d_name, 0) != 0))

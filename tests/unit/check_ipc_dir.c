@@ -128,8 +128,8 @@ END_TEST
 /* Of the directories beside ours, only the old one whose sockets nobody listens on goes. */
 START_TEST(test_sweep_dead_only)
 {
-    char parent[1100], mine[1200], dead[1200], live[1200], young[1200], extra[1200],
-        open_dir[1200], link[1200], target[1200], supervisor[1200], foreign[1200], path[1300];
+    char parent[1100], mine[1200], dead[1200], live[1200], young[1200], extra[1200], open_dir[1200],
+        link[1200], target[1200], supervisor[1200], foreign[1200], path[1300];
     int fd, old = 2 * SL_IPC_DIR_STALE_S;
 
     path_in(parent, sizeof parent, "sweep");
@@ -278,8 +278,8 @@ START_TEST(test_node_refuses_squatted_dir)
     ck_assert_int_eq(mkdir(tmp, 0700), 0);
     setenv("TMPDIR", tmp, 1);
     run_dir(dead, sizeof dead, tmp, 0x5eed, 0, 0700, 2 * SL_IPC_DIR_STALE_S);
-    test_tiny_config(&cfg, tmp_root, data_dir, "squat", "cluster.nodes=2",
-                     "cluster.transport=ipc", "cluster.rendezvous_timeout_ms=3000", NULL);
+    test_tiny_config(&cfg, tmp_root, data_dir, "squat", "cluster.nodes=2", "cluster.transport=ipc",
+                     "cluster.rendezvous_timeout_ms=3000", NULL);
     q.cfg = &cfg;
     q.tmp = tmp;
     sl_node_opts_init(&o);
