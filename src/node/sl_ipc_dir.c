@@ -125,10 +125,10 @@ socket_dead(const char *path)
 }
 
 /* Whether every entry of the directory d (at path) is a rank-<N> socket of ours that
- * nothing listens on; with remove set, removes them, each looked at once more (a node
+ * nothing listens on; with unlink_them set, removes them, each looked at once more (a node
  * may have bound one since). */
 static int
-sockets_all_dead(DIR *d, const char *path, int remove)
+sockets_all_dead(DIR *d, const char *path, int unlink_them)
 {
     struct dirent *e;
     struct stat sb;
@@ -143,7 +143,7 @@ sockets_all_dead(DIR *d, const char *path, int remove)
             sb.st_uid != getuid())
             return 0;
         snprintf(sock, sizeof sock, "%s/%s", path, e->d_name);
-        if (!socket_dead(sock) || (remove && unlinkat(dirfd(d), e->d_name, 0) != 0))
+        if (!socket_dead(sock) || (unlink_them && unlinkat(dirfd(d), e->d_name, 0) != 0))
             return 0;
     }
     return 1;
