@@ -7,17 +7,16 @@
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_node.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "common/sl_log.h"
+#include "node/sl_ipc_dir.h"
 #include "node/sl_rendezvous.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_transport.h"
@@ -119,9 +118,8 @@ open_transport(node_t *n, uint64_t run_id)
                               "to a shorter directory or use cluster.transport: tcp",
                               dir, IPC_PATH_MAX - 16);
         if (!n->o->ipc_dir) {
-            if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-                return sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", dir,
-                                  strerror(errno));
+            sl_ipc_dir_sweep(dir, SL_IPC_DIR_STALE_S);
+            SL_TRY(sl_ipc_dir_claim(dir));
             snprintf(n->ipc_dir, sizeof n->ipc_dir, "%s", dir);
         }
         snprintf(n->ipc_path, sizeof n->ipc_path, "%s/rank-%d", dir, n->o->rank);
@@ -286,10 +284,7 @@ out:
                     (unsigned long long)sl_transport_refused(n.tr),
                     sl_transport_refused(n.tr) == 1 ? "" : "s");
     sl_transport_destroy(&n.tr);
-    if (n.ipc_path[0])
-        unlink(n.ipc_path); /* ZeroMQ leaves the socket file of a named ipc endpoint */
-    if (n.ipc_dir[0])
-        rmdir(n.ipc_dir); /* the last node of this machine to leave removes it */
+    sl_ipc_dir_leave(n.ipc_dir, n.ipc_path);
     sl_secret_wipe(&n.secret);
     return st;
 }

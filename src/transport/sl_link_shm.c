@@ -193,9 +193,10 @@ shm_send(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, i
     return SL_OK;
 }
 
-/* A peer offers its lane: map it and say so. Refusals (another machine, shared memory
- * off here, a file that is not a lane) are not errors: that peer's frames stay on
- * ZeroMQ. */
+/* A peer offers its lane: map it and say so. Refusals are not errors: that peer's
+ * frames stay on ZeroMQ. An offer from another machine, or with shared memory off here,
+ * is refused quietly; one that names something other than the peer's lane (a forged
+ * offer: sl_shm_lane_open opens nothing it has not identified) is a counted drop. */
 static void
 take_offer(shm_t *s, const sl_link_frame_t *f)
 {
@@ -203,6 +204,7 @@ take_offer(shm_t *s, const sl_link_frame_t *f)
     sl_wire_key_t key = {0, 0, 0, from, SL_WIRE_SHM_ACCEPT};
     unsigned char nb[8];
     sl_shm_offer_t offer;
+    sl_status_t st;
 
     if (!s->o->shm)
         return;
@@ -212,7 +214,12 @@ take_offer(shm_t *s, const sl_link_frame_t *f)
         return;
     }
     sl_shm_offer_decode(f->pub.payload, &offer);
-    if (sl_shm_lane_open(&s->in_lanes[from], &offer, s->o->run_id, from, s->o->rank) != SL_OK) {
+    st = sl_shm_lane_open(&s->in_lanes[from], &offer, s->o->run_id, from, s->o->rank);
+    if (st == SL_ERR_INVALID) {
+        s->env.drop(s->env.host, SL_DROP_SHM_OFFER, sl_err_msg());
+        return;
+    }
+    if (st != SL_OK) {
         sl_log_debug("transport", "rank %u: frames from rank %u stay on ZeroMQ: %s",
                      (unsigned)s->o->rank, (unsigned)from, sl_err_msg());
         return;

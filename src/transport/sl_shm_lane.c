@@ -24,6 +24,7 @@
 #define PUBLISHED_AT STATE_AT(SL_SHM_MAX_SLOTS) /* u64: publications so far */
 #define SLEEPING_AT (PUBLISHED_AT + 64u)        /* u32: 1 while the receiver blocks */
 #define PAGE 4096u
+#define LANE_NAME_MAX 64 /* "shoal-lane-<run id>-<sender>-<receiver>" */
 _Static_assert(SLEEPING_AT + 64u <= HEAD_BYTES, "the head holds the slot states and the doorbell");
 
 enum { SLOT_FREE = 0, SLOT_FULL = 1, SLOT_TAKEN = 2 };
@@ -103,6 +104,15 @@ slot_mem(const sl_shm_lane_t *l, uint32_t slot)
     return l->base + HEAD_BYTES + (size_t)slot * l->slot_bytes;
 }
 
+/* The memfd name of the lane of run_id from sender to receiver: what a receiver expects
+ * behind the descriptor an offer names, derived from what it knows itself. */
+static void
+lane_name(char *out, size_t cap, uint64_t run_id, uint32_t sender, uint32_t receiver)
+{
+    snprintf(out, cap, "shoal-lane-%016llx-%u-%u", (unsigned long long)run_id, (unsigned)sender,
+             (unsigned)receiver);
+}
+
 static sl_status_t
 check_sizes(uint32_t nslots, uint64_t slot_bytes)
 {
@@ -124,6 +134,7 @@ sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t sender, uint32
     unsigned char *h;
     sl_status_t st;
     struct timespec ts;
+    char name[LANE_NAME_MAX];
 
     *out = NULL;
     slot_bytes = (slot_bytes + PAGE - 1) / PAGE * PAGE;
@@ -136,7 +147,8 @@ sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t sender, uint32
     l->nslots = nslots;
     l->slot_bytes = slot_bytes;
     l->bytes = HEAD_BYTES + (size_t)nslots * slot_bytes;
-    l->fd = memfd_create("shoal-lane", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    lane_name(name, sizeof name, run_id, sender, receiver);
+    l->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (l->fd < 0) {
         st = sl_err_set(SL_ERR_IO, "shared-memory lane: memfd_create: %s", strerror(errno));
         goto fail;
@@ -178,14 +190,78 @@ fail:
     return st;
 }
 
+/* Whether the magic link at path (/proc/PID/fd/N) names the memfd called name: readlink
+ * reads it without opening anything. SL_ERR_IO when it cannot be read (no such process
+ * or descriptor, not ours to look at), SL_ERR_INVALID naming what it is otherwise. */
+static sl_status_t
+link_names_lane(const char *path, const char *name, uint32_t sender)
+{
+    char got[256], want[LANE_NAME_MAX + 8];
+    ssize_t n = readlink(path, got, sizeof got - 1);
+    size_t len;
+
+    if (n < 0)
+        return sl_err_set(SL_ERR_IO, "shared-memory lane of rank %u: %s: %s", (unsigned)sender,
+                          path, strerror(errno));
+    got[n] = '\0';
+    for (ssize_t i = 0; i < n; i++) /* a file name may hold anything: keep the message one line */
+        if ((unsigned char)got[i] < 0x20 || got[i] == 0x7f)
+            got[i] = '?';
+    len = (size_t)snprintf(want, sizeof want, "/memfd:%s", name);
+    /* a memfd is never linked anywhere: the kernel may add " (deleted)" */
+    if (strncmp(got, want, len) != 0 || (got[len] != '\0' && strcmp(got + len, " (deleted)") != 0))
+        return sl_err_set(SL_ERR_INVALID,
+                          "shared-memory lane of rank %u: the offer names %s, which is %.80s, "
+                          "not that rank's lane",
+                          (unsigned)sender, path, got);
+    return SL_OK;
+}
+
+/* The descriptor an offer names, opened only once it is known to be the sender's lane:
+ * named as its lane (link_names_lane), then held by an O_PATH descriptor, which opens
+ * nothing (no device's open, no FIFO's wait, no access time) and pins the object, which
+ * must still be so named, be a regular file of this user's that no directory holds (an
+ * anonymous memfd) and have the lane's size. Only then is it opened for reading and
+ * writing, through our own descriptor: O_NOFOLLOW cannot be used, as /proc/PID/fd/N is
+ * itself a link, but our descriptor cannot change under us. SL_ERR_IO when it cannot be
+ * reached, SL_ERR_INVALID when it is something else; *fd is -1 then. */
+static sl_status_t
+open_identified(const char *path, const char *name, size_t bytes, uint32_t sender, int *fd)
+{
+    char held[64];
+    struct stat sb;
+    int pfd;
+    sl_status_t st;
+
+    *fd = -1;
+    SL_TRY(link_names_lane(path, name, sender));
+    pfd = open(path, O_PATH | O_CLOEXEC);
+    if (pfd < 0)
+        return sl_err_set(SL_ERR_IO, "shared-memory lane of rank %u: %s: %s", (unsigned)sender,
+                          path, strerror(errno));
+    snprintf(held, sizeof held, "/proc/self/fd/%d", pfd);
+    /* the sender may have put something else at that descriptor since the first look */
+    st = link_names_lane(held, name, sender);
+    if (st == SL_OK && (fstat(pfd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != getuid() ||
+                        sb.st_nlink != 0 || (size_t)sb.st_size != bytes))
+        st = sl_err_set(SL_ERR_INVALID,
+                        "shared-memory lane of rank %u: %s is not an unlinked file of this user's "
+                        "of %zu bytes",
+                        (unsigned)sender, path, bytes);
+    if (st == SL_OK && (*fd = open(held, O_RDWR | O_CLOEXEC | O_NONBLOCK)) < 0)
+        st = sl_err_set(SL_ERR_IO, "shared-memory lane of rank %u: %s: %s", (unsigned)sender, path,
+                        strerror(errno));
+    close(pfd);
+    return st;
+}
+
 sl_status_t
 sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *o, uint64_t run_id, uint32_t sender,
                  uint32_t me)
 {
     sl_shm_lane_t *l;
     uint64_t boot;
-    char path[64];
-    struct stat sb;
+    char path[64], name[LANE_NAME_MAX];
     int fd, seals;
     const unsigned char *h;
     sl_status_t st = SL_OK;
@@ -194,31 +270,26 @@ sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *o, uint64_t run_id, 
     SL_TRY(check_sizes(o->nslots, o->slot_bytes));
     SL_TRY(sl_shm_boot_id(&boot));
     if (o->boot_id != boot)
-        return sl_err_set(SL_ERR_INVALID, "shared-memory lane of rank %u: another machine",
+        return sl_err_set(SL_ERR_UNSUPPORTED, "shared-memory lane of rank %u: another machine",
                           (unsigned)sender);
     if (o->run_id != run_id || o->pid == 0 || o->fd < 0)
         return sl_err_set(SL_ERR_INVALID, "shared-memory lane of rank %u: bad offer",
                           (unsigned)sender);
-    snprintf(path, sizeof path, "/proc/%u/fd/%d", (unsigned)o->pid, (int)o->fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return sl_err_set(SL_ERR_IO, "shared-memory lane of rank %u: %s: %s", (unsigned)sender,
-                          path, strerror(errno));
     l = calloc(1, sizeof *l);
-    if (!l) {
-        close(fd);
+    if (!l)
         return sl_err_set(SL_ERR_NOMEM, "shared-memory lane: out of memory");
-    }
     l->fd = -1;
     l->nslots = o->nslots;
     l->slot_bytes = o->slot_bytes;
     l->bytes = HEAD_BYTES + (size_t)o->nslots * o->slot_bytes;
+    snprintf(path, sizeof path, "/proc/%u/fd/%d", (unsigned)o->pid, (int)o->fd);
+    lane_name(name, sizeof name, run_id, sender, me);
+    SL_TRY_GOTO(open_identified(path, name, l->bytes, sender, &fd), st, fail);
     /* sealed against shrinking: no access through the mapping can fault past its end */
     seals = fcntl(fd, F_GET_SEALS);
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != l->bytes ||
-        seals < 0 || !(seals & F_SEAL_SHRINK)) {
-        st = sl_err_set(SL_ERR_INVALID, "shared-memory lane of rank %u: %s is not a sealed lane "
-                        "of %zu bytes", (unsigned)sender, path, l->bytes);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        st = sl_err_set(SL_ERR_INVALID, "shared-memory lane of rank %u: %s is not sealed",
+                        (unsigned)sender, path);
         close(fd);
         goto fail;
     }

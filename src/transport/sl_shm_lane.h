@@ -18,11 +18,16 @@
  * ZeroMQ frame. Flag and count are sequentially consistent on both sides, so either
  * the receiver sees the frame before it blocks or the sender sees the flag.
  *
- * The receiver maps the lane through /proc/<pid>/fd/<fd> after checking the machine
- * (boot id), the seals, the size and the head's magic and nonce, so it cannot map
- * something else by mistake. Nothing in a lane is trusted: the receiver validates
- * every frame it reads like one from a socket, except that the checksum of these local
- * frames covers the header only (sl_wire.h). */
+ * The receiver reaches the lane through /proc/<pid>/fd/<fd>, which an offer names and
+ * a forged offer could point at anything (a FIFO, a device, a file of ours). So it
+ * opens nothing before it has identified the object there: the machine (boot id), the
+ * memfd's name, which carries the run id, sender and receiver and which the receiver
+ * derives itself, read with readlink; then, held by an O_PATH descriptor (which opens
+ * nothing), that name again, a regular unlinked file of this user's and the lane's
+ * exact size. Only then is it opened and mapped, and the seals and the head's magic,
+ * nonce, run, ranks and sizes checked before any use. Nothing in a lane is trusted: the
+ * receiver validates every frame it reads like one from a socket, except that the
+ * checksum of these local frames covers the header only (sl_wire.h). */
 #ifndef SL_SHM_LANE_H
 #define SL_SHM_LANE_H
 
@@ -64,8 +69,10 @@ sl_status_t sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t se
                                uint32_t receiver, uint32_t nslots, uint64_t slot_bytes,
                                sl_shm_offer_t *offer);
 /* Maps a peer's lane from its offer, as receiver `me` of frames from `sender`.
- * SL_ERR_INVALID with the reason when the offer is not for this machine, this run or
- * this pair, or the file is not such a lane; SL_ERR_IO when it cannot be opened. */
+ * SL_ERR_UNSUPPORTED when the offer comes from another machine (no lane possible);
+ * SL_ERR_INVALID with the reason when it is not for this run or this pair, or names
+ * something that is not that lane (then nothing was opened but an O_PATH descriptor,
+ * closed again); SL_ERR_IO when what it names cannot be reached or mapped. */
 sl_status_t sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *offer, uint64_t run_id,
                              uint32_t sender, uint32_t me);
 /* Unmaps (and for the sender closes); accepts NULL, NULLs *lane. */

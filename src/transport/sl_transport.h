@@ -54,7 +54,8 @@ enum {
     SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
     SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
     SL_DROP_MAILBOX_FULL,
-    SL_DROP_SHM, /* a shared-memory offer, accept or frame that does not check out */
+    SL_DROP_SHM,       /* a shared-memory offer, accept or frame that does not check out */
+    SL_DROP_SHM_OFFER, /* a lane offer naming something that is not the sender's lane */
     SL_DROP_NREASONS
 };
 const char *sl_transport_drop_name(unsigned reason);

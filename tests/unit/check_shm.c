@@ -3,14 +3,19 @@
  * mapped, frames going through lanes between two transports in one process (with more
  * frames held by the receiver than a lane has slots, and with the receiver refusing),
  * and frames from a peer that does not play by the rules: each dropped and counted, its
- * slot freed, never a crash. Nothing waits on the clock: the transports are brought to
+ * slot freed, never a crash; offers that name something other than the peer's lane (a
+ * file, a FIFO, a memfd not quite the lane) refused without opening it. Nothing waits on the clock: the transports are brought to
  * a known state by frames that must arrive in order, and counters are polled under
  * test_util.h's hang guard. */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -24,6 +29,8 @@
 
 #define RUN 0x5eed00005107ULL
 #define SLOT_BYTES (64u << 10)
+
+static char tmp_root[] = "/tmp/shoal-check-shm-XXXXXX";
 
 /* ---------------------------------------------------------------- the lane itself */
 
@@ -132,6 +139,9 @@ START_TEST(test_lane_offer_checked)
                       cases[i].what);
         ck_assert_ptr_null(in);
     }
+    bad = offer;
+    bad.boot_id ^= 1; /* not forged: a peer on another machine, refused quietly */
+    ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_UNSUPPORTED);
     ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 3, 5), SL_OK); /* other sender */
     ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 2, 4), SL_OK); /* other receiver */
     bad = offer;
@@ -145,7 +155,7 @@ START_TEST(test_lane_offer_checked)
     bad = offer;
     bad.fd = plain;
     ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_INVALID);
-    ck_assert_msg(strstr(sl_err_msg(), "not a sealed lane") != NULL, "%s", sl_err_msg());
+    ck_assert_msg(strstr(sl_err_msg(), "not that rank's lane") != NULL, "%s", sl_err_msg());
     close(plain);
     ck_assert_int_eq(sl_shm_lane_open(&in, &offer, RUN, 2, 5), SL_OK);
     sl_shm_lane_destroy(&in);
@@ -153,6 +163,114 @@ START_TEST(test_lane_offer_checked)
     ck_assert_int_eq(sl_shm_lane_create(&in, RUN, 0, 1, 0, SLOT_BYTES, &bad), SL_ERR_INVALID);
     ck_assert_int_eq(sl_shm_lane_create(&in, RUN, 0, 1, 2, SL_SHM_MAX_SLOT_BYTES + 1, &bad),
                      SL_ERR_INVALID);
+    sl_shm_lane_destroy(&out);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- forged offers */
+
+/* An inotify descriptor watching path for opens (IN_OPEN: any open but O_PATH's). */
+static int
+watch_opens(const char *path)
+{
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+
+    ck_assert_int_ge(in, 0);
+    ck_assert_msg(inotify_add_watch(in, path, IN_OPEN) >= 0, "%s: %s", path, strerror(errno));
+    return in;
+}
+
+/* Whether what `in` watches was opened since; closes in. */
+static int
+was_opened(int in)
+{
+    char ev[4096] __attribute__((aligned(8)));
+    ssize_t n = read(in, ev, sizeof ev);
+
+    close(in);
+    return n > 0;
+}
+
+/* A memfd named like a lane (of run, sender 2 to receiver receiver) of bytes. */
+static int
+memfd_named(uint32_t receiver, size_t bytes)
+{
+    char name[64];
+    int fd;
+
+    snprintf(name, sizeof name, "shoal-lane-%016llx-2-%u", (unsigned long long)RUN,
+             (unsigned)receiver);
+    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)bytes), 0);
+    return fd;
+}
+
+/* A descriptor a forged offer names, and the path whose opens are watched (NULL: none;
+ * "": the descriptor's object itself). */
+typedef struct {
+    const char *what;
+    int fd;
+    const char *watched;
+} forged_t;
+
+/* An offer of a real lane (2 -> 5), pointed at descriptors of this process that are
+ * not that lane: each is refused as not a lane without being opened (inotify sees no
+ * open; a FIFO held by an O_PATH descriptor, which any open for reading would wait on
+ * forever, does not hang it), and nothing is mapped. */
+START_TEST(test_forged_offers_refused)
+{
+    sl_shm_lane_t *out, *in = NULL;
+    sl_shm_offer_t offer, bad;
+    char dir[1100], file[1200], link[1200], fifo[1200], proc[64];
+    size_t bytes = 4096 + 4 * (size_t)SLOT_BYTES;
+    forged_t cases[9];
+    int n = 0, fd;
+
+    ck_assert_int_eq(sl_shm_lane_create(&out, RUN, 2, 5, 4, SLOT_BYTES, &offer), SL_OK);
+    snprintf(dir, sizeof dir, "%s/forge", tmp_root);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(file, sizeof file, "%s/lane", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(ftruncate(fd, (off_t)bytes), 0); /* a lane's size */
+    cases[n++] = (forged_t){"a regular file", fd, file};
+    ck_assert_int_eq(symlink(file, link), 0);
+    cases[n++] =
+        (forged_t){"a symbolic link to it", open(link, O_PATH | O_NOFOLLOW | O_CLOEXEC), file};
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    cases[n++] = (forged_t){"a FIFO", open(fifo, O_PATH | O_CLOEXEC), fifo};
+    cases[n++] = (forged_t){"a directory", open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dir};
+    cases[n++] = (forged_t){"/dev/null", open("/dev/null", O_RDWR | O_CLOEXEC), NULL};
+    cases[n++] = (forged_t){"a lane's name of another pair", memfd_named(4, bytes), ""};
+    cases[n++] = (forged_t){"a lane's name, the wrong size", memfd_named(5, bytes - 4096), ""};
+    /* named and sized as the lane: opened, but not sealed */
+    cases[n++] = (forged_t){"an unsealed memfd", memfd_named(5, bytes), NULL};
+    /* sealed as well, but its head is not the lane's */
+    fd = memfd_named(5, bytes);
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    cases[n++] = (forged_t){"a sealed memfd with no lane head", fd, NULL};
+    for (int i = 0; i < n; i++) {
+        int watch = -1;
+
+        ck_assert_msg(cases[i].fd >= 0, "%s: %s", cases[i].what, strerror(errno));
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", cases[i].fd);
+        if (cases[i].watched)
+            watch = watch_opens(cases[i].watched[0] ? cases[i].watched : proc);
+        bad = offer;
+        bad.fd = cases[i].fd;
+        ck_assert_msg(sl_shm_lane_open(&in, &bad, RUN, 2, 5) == SL_ERR_INVALID, "%s: %s",
+                      cases[i].what, sl_err_msg());
+        ck_assert_ptr_null(in);
+        if (watch >= 0)
+            ck_assert_msg(!was_opened(watch), "%s was opened", cases[i].what);
+        close(cases[i].fd);
+    }
+    /* the real one still maps */
+    ck_assert_msg(sl_shm_lane_open(&in, &offer, RUN, 2, 5) == SL_OK, "%s", sl_err_msg());
+    sl_shm_lane_destroy(&in);
     sl_shm_lane_destroy(&out);
 }
 END_TEST
@@ -395,15 +513,14 @@ fake_frame(fake_t *f, int slot_expected, uint32_t seq, int damage)
     sl_shm_lane_publish(f->lane, slot);
 }
 
-START_TEST(test_bad_lane_frames_dropped)
+/* A real rank 1 of 3 into *t, and the test as rank 0 towards it (f) with its lane of 8
+ * slots of a page. */
+static void
+fake_pair_new(sl_transport_t **t, fake_t *f)
 {
-    sl_transport_t *t;
     sl_transport_opts_t o;
     const char *eps[3] = {NULL, NULL, NULL};
-    unsigned char id[9] = {'S', 0, 0, 0, 0, 1, 2, 3, 4}, ob[SL_SHM_OFFER_BYTES], nb[8] = {0};
-    fake_t f = {0};
-    float back[100];
-    size_t got;
+    unsigned char id[9] = {'S', 0, 0, 0, 0, 1, 2, 3, 4};
     int linger = 0;
 
     sl_log_set_level(SL_LOG_ERROR);
@@ -413,15 +530,35 @@ START_TEST(test_bad_lane_frames_dropped)
     o.size = 3;
     o.timeout_ms = TEST_WAIT_MS;
     o.linger_ms = 0;
-    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
-    eps[1] = sl_transport_endpoint(t);
-    ck_assert_int_eq(sl_transport_connect(t, eps), SL_OK); /* rank 0 unknown: no accept */
-    f.ctx = zmq_ctx_new();
-    f.s = zmq_socket(f.ctx, ZMQ_DEALER);
-    zmq_setsockopt(f.s, ZMQ_ROUTING_ID, id, sizeof id);
-    zmq_setsockopt(f.s, ZMQ_LINGER, &linger, sizeof linger);
-    ck_assert_int_eq(zmq_connect(f.s, eps[1]), 0);
-    ck_assert_int_eq(sl_shm_lane_create(&f.lane, RUN, 0, 1, 8, 4096, &f.offer), SL_OK);
+    ck_assert_int_eq(sl_transport_new(t, &o), SL_OK);
+    eps[1] = sl_transport_endpoint(*t);
+    ck_assert_int_eq(sl_transport_connect(*t, eps), SL_OK); /* rank 0 unknown: no accept */
+    f->ctx = zmq_ctx_new();
+    f->s = zmq_socket(f->ctx, ZMQ_DEALER);
+    zmq_setsockopt(f->s, ZMQ_ROUTING_ID, id, sizeof id);
+    zmq_setsockopt(f->s, ZMQ_LINGER, &linger, sizeof linger);
+    ck_assert_int_eq(zmq_connect(f->s, eps[1]), 0);
+    ck_assert_int_eq(sl_shm_lane_create(&f->lane, RUN, 0, 1, 8, 4096, &f->offer), SL_OK);
+}
+
+static void
+fake_pair_destroy(sl_transport_t **t, fake_t *f)
+{
+    sl_transport_destroy(t);
+    zmq_close(f->s);
+    zmq_ctx_term(f->ctx);
+    sl_shm_lane_destroy(&f->lane);
+}
+
+START_TEST(test_bad_lane_frames_dropped)
+{
+    sl_transport_t *t;
+    unsigned char ob[SL_SHM_OFFER_BYTES], nb[8] = {0};
+    fake_t f = {0};
+    float back[100];
+    size_t got;
+
+    fake_pair_new(&t, &f);
     sl_shm_offer_encode(&f.offer, ob);
 
     fake_send(&f, SL_WIRE_SHM_ACCEPT, 0, nb, 8); /* 1: an accept for nothing offered */
@@ -462,11 +599,57 @@ START_TEST(test_bad_lane_frames_dropped)
     uint64_t sent, recvd;
     sl_transport_shm_frames(t, &sent, &recvd);
     ck_assert_uint_eq(recvd, 1);
+    fake_pair_destroy(&t, &f);
+}
+END_TEST
 
-    sl_transport_destroy(&t);
-    zmq_close(f.s);
-    zmq_ctx_term(f.ctx);
-    sl_shm_lane_destroy(&f.lane);
+/* Offers that name a file of the receiver's own and a FIFO instead of rank 0's lane are
+ * dropped and counted as such, opening nothing; the real offer after them still maps
+ * the lane, whose frame comes through. */
+START_TEST(test_forged_offer_dropped)
+{
+    sl_transport_t *t;
+    fake_t f = {0};
+    sl_shm_offer_t forged;
+    unsigned char ob[SL_SHM_OFFER_BYTES];
+    char file[1100], fifo[1100];
+    int fds[2], watch[2];
+    float back[100];
+    size_t got;
+    uint64_t sent, recvd;
+
+    fake_pair_new(&t, &f);
+    snprintf(file, sizeof file, "%s/secret", tmp_root);
+    snprintf(fifo, sizeof fifo, "%s/offer-fifo", tmp_root);
+    test_write_file(file, "model\n", 6);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    fds[0] = open(file, O_RDONLY | O_CLOEXEC);
+    fds[1] = open(fifo, O_PATH | O_CLOEXEC);
+    ck_assert(fds[0] >= 0 && fds[1] >= 0);
+    watch[0] = watch_opens(file);
+    watch[1] = watch_opens(fifo);
+    for (int i = 0; i < 2; i++) {
+        forged = f.offer;
+        forged.fd = fds[i]; /* the transport's process is this one */
+        sl_shm_offer_encode(&forged, ob);
+        fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob);
+    }
+    sl_shm_offer_encode(&f.offer, ob);
+    fake_send(&f, SL_WIRE_SHM_OFFER, 0, ob, sizeof ob);
+    fake_frame(&f, 0, 16, GOOD);
+    sl_wire_key_t k = {1, 4, 16, 0, SL_WIRE_DATA};
+    ck_assert_msg(sl_transport_recv(t, &k, back, sizeof back, &got, TEST_WAIT_MS) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert(back[99] == (float)(16 + 99));
+    sl_transport_shm_frames(t, &sent, &recvd);
+    ck_assert_uint_eq(recvd, 1); /* through the lane: the real offer was taken */
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM_OFFER), 2);
+    ck_assert_uint_eq(sl_transport_dropped(t, SL_DROP_SHM), 0);
+    ck_assert_msg(!was_opened(watch[0]), "the file a forged offer named was opened");
+    ck_assert_msg(!was_opened(watch[1]), "the FIFO a forged offer named was opened");
+    close(fds[0]);
+    close(fds[1]);
+    fake_pair_destroy(&t, &f);
 }
 END_TEST
 
@@ -477,12 +660,14 @@ shm_suite(void)
     TCase *lane = tcase_create("lane");
     tcase_add_test(lane, test_lane_slots);
     tcase_add_test(lane, test_lane_offer_checked);
+    tcase_add_test(lane, test_forged_offers_refused);
     suite_add_tcase(s, lane);
     TCase *tr = tcase_create("transport");
     tcase_set_timeout(tr, 300); /* a hang guard */
     tcase_add_test(tr, test_frames_through_lanes);
     tcase_add_test(tr, test_receiver_without_shm);
     tcase_add_test(tr, test_bad_lane_frames_dropped);
+    tcase_add_test(tr, test_forged_offer_dropped);
     suite_add_tcase(s, tr);
     return s;
 }
@@ -490,5 +675,5 @@ shm_suite(void)
 int
 main(void)
 {
-    return test_main(shm_suite());
+    return test_main_in_tmp(shm_suite(), tmp_root, "check_shm");
 }
