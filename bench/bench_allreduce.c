@@ -2,7 +2,8 @@
  * throughput next to raw ZeroMQ moving the same payloads, on N local node processes.
  * Figures only (bench/bench_allreduce.sh runs it beside MPI_Allreduce).
  *
- *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--chunk FLOATS] [--sizes "256K 1M ..."]
+ *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
+ *                   [--sizes "256K 1M ..."]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
  * 1000) after one warm-up. Columns:
@@ -13,7 +14,10 @@
  *   rawzmq_GBps   the same pattern with bare PUSH/PULL sockets, zmq_send/zmq_recv of
  *                 SIZE bytes (no header, no checksum, no mailbox)
  * shoal's frames of 16 KiB and more between these processes go through shared-memory
- * lanes (sl_shm_lane.h) unless --no-shm; the last line says how many did.
+ * lanes (sl_shm_lane.h) unless --no-shm; the last line says how many did. --curve: the
+ * nodes share a run secret and every ZeroMQ connection is CURVE-authenticated and
+ * encrypted (cluster.security: curve; the raw ZeroMQ column stays plain); --mac: every
+ * frame over ZeroMQ carries a MAC instead (cluster.security: mac, sl_frame_mac.h).
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
  * fails or the run exceeds 15 minutes. */
 #include <errno.h>
@@ -29,13 +33,15 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_frame_mac.h"
 #include "transport/sl_transport.h"
 
 #define MAXN 16
 #define EP 256
 
 typedef struct {
-    int n, ipc, no_shm;
+    int n, ipc, no_shm, curve, mac;
+    sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
     size_t chunk;
     size_t sizes[32];
     int nsizes;
@@ -101,6 +107,8 @@ node(const bench_t *b, int rank, int up, int down)
     o.size = (uint32_t)n;
     o.timeout_ms = 60000;
     o.shm = !b->no_shm;
+    o.secret = b->curve ? &b->secret : NULL;
+    o.frame_mac = b->mac;
     if (b->ipc)
         snprintf(bind, sizeof bind, "ipc://%s/rank-%d", b->dir, rank);
     else
@@ -116,11 +124,22 @@ node(const bench_t *b, int rank, int up, int down)
         die(rank, zmq_strerror(errno));
     memset(eps, 0, sizeof eps);
     snprintf(eps[0], EP, "%s", sl_transport_endpoint(t));
+    /* --mac: the session key rides at the end of the endpoint's slot (the parent's pipes
+     * stand for shoal's CURVE rendezvous) */
+    if (b->mac)
+        memcpy(eps[0] + EP - SL_MAC_SESSION_BYTES, sl_transport_session(t), SL_MAC_SESSION_BYTES);
     zmq_getsockopt(pull, ZMQ_LAST_ENDPOINT, eps[1], &len);
     if (io_full(up, eps, 2 * EP, 1) || io_full(down, eps, 2 * (size_t)n * EP, 0))
         die(rank, "endpoint exchange");
     for (int k = 0; k < n; k++)
         table[k] = eps[2 * k];
+    if (b->mac) {
+        unsigned char sessions[MAXN * SL_MAC_SESSION_BYTES];
+        for (int k = 0; k < n; k++)
+            memcpy(sessions + k * SL_MAC_SESSION_BYTES, eps[2 * k] + EP - SL_MAC_SESSION_BYTES,
+                   SL_MAC_SESSION_BYTES);
+        sl_transport_learn_sessions(t, sessions);
+    }
     if (sl_transport_connect(t, table) != SL_OK || zmq_connect(push, eps[2 * left + 1]) != 0)
         die(rank, "connect");
     if (sl_barrier(t, round++, 0) != SL_OK)
@@ -230,13 +249,17 @@ main(int argc, char **argv)
             b.ipc = 1;
         else if (!strcmp(argv[i], "--no-shm"))
             b.no_shm = 1;
+        else if (!strcmp(argv[i], "--curve"))
+            b.curve = 1;
+        else if (!strcmp(argv[i], "--mac"))
+            b.mac = 1;
         else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             b.chunk = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--chunk FLOATS] "
-                            "[--sizes \"256K 1M 4M 16M 64M\"]\n");
+            fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
+                            "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"]\n");
             return 2;
         }
     }
@@ -250,15 +273,20 @@ main(int argc, char **argv)
         if (parse_size(tok) > 0)
             b.sizes[b.nsizes++] = parse_size(tok);
     free(copy);
+    if (b.curve && sl_secret_make(&b.secret) != SL_OK) {
+        fprintf(stderr, "bench_allreduce: %s\n", sl_err_msg());
+        return 1;
+    }
     snprintf(b.dir, sizeof b.dir, "/tmp/shoal-XXXXXX");
     if (!mkdtemp(b.dir)) {
         perror("bench_allreduce: mkdtemp");
         return 1;
     }
     getloadavg(loads, 3);
-    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s, chunk %zu floats, "
-           "load before %.2f on %ld cpus\n",
+    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s, chunk %zu "
+           "floats, load before %.2f on %ld cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm ? "" : " + shared memory",
+           b.curve ? ", CURVE" : b.mac ? ", frame MACs" : "",
            b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS, loads[0],
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",

@@ -25,7 +25,7 @@ static const char *const opt_names[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const sched_names[] = {"constant", "epoch_decay", "linear", NULL};
 static const char *const precision_names[] = {"fp32", "bf16", "fp16", NULL};
 static const char *const transport_names[] = {"ipc", "tcp", NULL};
-static const char *const security_names[] = {"curve", "none", NULL};
+static const char *const security_names[] = {"curve", "mac", "none", NULL};
 static const char *const sync_names[] = {"none",       "allreduce",  "ma",        "bmuf",
                                          "local-ma",   "local-bmuf", "gossip-ma", "gossip-bmuf",
                                          NULL};
@@ -339,7 +339,8 @@ static const entry_t schema[] = {
      .doc = "large frames to nodes on the same machine go through shared memory"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve", .names = security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "
-            "none: anyone who reaches a port can join (trusted networks only)"},
+            "mac: the same admission, then frames authenticated but not encrypted (trusted "
+            "fabrics); none: anyone who reaches a port can join (trusted networks only)"},
     {K("cluster.key_file", T_STR, cluster.key_file), .def = "",
      .doc = "the run's secret for shoal node (made by shoal keygen FILE, mode 0600); "
             "shoal run makes one when empty"},

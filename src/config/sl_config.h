@@ -25,7 +25,7 @@ typedef enum {
 } sl_sched_kind_t;
 /* How the nodes of a run reach each other: Unix-domain sockets (one machine) or TCP. */
 typedef enum { SL_CLUSTER_IPC, SL_CLUSTER_TCP } sl_cluster_transport_t;
-typedef enum { SL_SECURITY_CURVE, SL_SECURITY_NONE } sl_security_t;
+typedef enum { SL_SECURITY_CURVE, SL_SECURITY_MAC, SL_SECURITY_NONE } sl_security_t;
 /* How the nodes' models are kept together (src/sync/sl_sync.h). */
 typedef enum {
     SL_SYNC_NONE,       /* nodes train independently */
@@ -133,7 +133,7 @@ typedef struct {
         int rendezvous_timeout_ms; /* how long nodes wait for each other, default 120000 */
         int shared_memory; /* large frames to peers on the same machine through shared
                               memory (sl_shm_lane.h), default true */
-        sl_security_t security; /* curve | none, default curve */
+        sl_security_t security; /* curve | mac | none, default curve */
         char *key_file; /* the run's secret (shoal keygen) for shoal node; shoal run makes
                            one when "", default "" */
     } cluster;

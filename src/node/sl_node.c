@@ -101,7 +101,8 @@ open_transport(node_t *n, uint64_t run_id)
     to.size = (uint32_t)n->o->size;
     to.timeout_ms = cfg->cluster.timeout_ms;
     to.shm = cfg->cluster.shared_memory;
-    to.secret = n->secure ? &n->secret : NULL;
+    to.secret = n->secure && cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
+    to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;
     if (cfg->cluster.transport == SL_CLUSTER_TCP) {
         snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
     } else {
@@ -163,9 +164,10 @@ load_secret(node_t *n)
     }
     if (!sl_curve_available())
         return sl_err_set(SL_ERR_UNSUPPORTED,
-                          "cluster.security is curve, but this libzmq has no CURVE support; "
+                          "cluster.security is %s, but this libzmq has no CURVE support; "
                           "install one built with libsodium, or set cluster.security: none on "
-                          "a trusted network");
+                          "a trusted network",
+                          sl_security_name(cfg->cluster.security));
     if (n->o->secret) {
         n->secret = *n->o->secret;
     } else if (cfg->cluster.key_file && *cfg->cluster.key_file) {
@@ -177,9 +179,10 @@ load_secret(node_t *n)
         }
     } else {
         return sl_err_set(SL_ERR_CONFIG,
-                          "cluster.security is curve but cluster.key_file is not set: make the "
+                          "cluster.security is %s but cluster.key_file is not set: make the "
                           "run's secret once with 'shoal keygen FILE' on a filesystem every "
-                          "node reads, then --set cluster.key_file=FILE");
+                          "node reads, then --set cluster.key_file=FILE",
+                          sl_security_name(cfg->cluster.security));
     }
     n->secure = 1;
     return SL_OK;
@@ -192,7 +195,7 @@ meet_peers(node_t *n)
     const sl_node_opts_t *o = n->o;
     sl_rendezvous_opts_t ro;
     sl_rendezvous_t *rdv = NULL;
-    sl_rendezvous_table_t table = {0, NULL};
+    sl_rendezvous_table_t table = {0, NULL, NULL};
     char host[256], port[16], conn[300], bind[300], master[300];
     int p;
     uint64_t run_id;
@@ -224,7 +227,11 @@ meet_peers(node_t *n)
     SL_TRY_GOTO(open_transport(n, run_id), st, out);
     sl_log_debug("node", "rank %d of %d: endpoint %s, rendezvous at %s, run id %016" PRIx64,
                  o->rank, o->size, sl_transport_endpoint(n->tr), master, run_id);
-    SL_TRY_GOTO(sl_rendezvous_exchange(rdv, run_id, sl_transport_endpoint(n->tr), &table), st, out);
+    SL_TRY_GOTO(sl_rendezvous_exchange(rdv, run_id, sl_transport_endpoint(n->tr),
+                                       sl_transport_session(n->tr), &table),
+                st, out);
+    if (n->cfg->cluster.security == SL_SECURITY_MAC)
+        sl_transport_learn_sessions(n->tr, table.sessions);
     st = sl_transport_connect(n->tr, (const char *const *)table.endpoints);
     if (st != SL_OK)
         tell_peers(n, st);

@@ -20,7 +20,8 @@
 
 #define MAGIC "SLRV"
 #define HEAD_BYTES 16                   /* magic, version, kind, run id */
-#define REGISTER_BYTES (HEAD_BYTES + 8) /* then rank, size; the endpoint follows */
+#define SESSION_BYTES SL_RDV_SESSION_BYTES
+#define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES) /* rank, size, session; endpoint */
 #define MAX_NODES 65536                 /* keeps a table message under 17 MB */
 #define SLICE_MS 100                    /* polls this long at most between interrupt checks */
 #define LINGER_MS 5000                  /* rank 0 lets the tables leave this long */
@@ -185,8 +186,9 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
                      strrchr(last, ':'));
         }
     } else {
-        int64_t most =
-            HEAD_BYTES + 4 + (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX) + HANDSHAKE_BYTES;
+        int64_t most = HEAD_BYTES + 4 +
+                       (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX + SESSION_BYTES) +
+                       HANDSHAKE_BYTES;
 
         if (zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
             st = sl_zmq_fail("rendezvous: setting ZMQ_MAXMSGSIZE");
@@ -236,7 +238,9 @@ sl_rendezvous_table_fini(sl_rendezvous_table_t *t)
     for (int i = 0; t->endpoints && i < t->size; i++)
         free(t->endpoints[i]);
     free(t->endpoints);
+    free(t->sessions);
     t->endpoints = NULL;
+    t->sessions = NULL;
     t->size = 0;
 }
 
@@ -245,14 +249,18 @@ table_alloc(sl_rendezvous_table_t *t, int size)
 {
     t->size = size;
     t->endpoints = calloc((size_t)size, sizeof *t->endpoints);
-    if (!t->endpoints)
+    t->sessions = calloc((size_t)size, SESSION_BYTES);
+    if (!t->endpoints || !t->sessions)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     return SL_OK;
 }
 
 static sl_status_t
-table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len)
+table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
+          const unsigned char *session)
 {
+    if (session)
+        memcpy(t->sessions + (size_t)rank * SESSION_BYTES, session, SESSION_BYTES);
     t->endpoints[rank] = strndup(ep, len);
     if (!t->endpoints[rank])
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
@@ -467,7 +475,9 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
         refuse(r, &p, from, why);
         goto out;
     }
-    SL_TRY_GOTO(table_set(t, rank, ep, strlen(ep)), st, out);
+    SL_TRY_GOTO(table_set(t, rank, ep, strlen(ep),
+                          (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8),
+                st, out);
     peers[rank] = p;
     reg[rank] = 1;
     ++*count;
@@ -487,7 +497,7 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
     unsigned char *m, *p;
 
     for (int i = 0; i < t->size; i++)
-        n += 2 + strlen(t->endpoints[i]);
+        n += 2 + strlen(t->endpoints[i]) + SESSION_BYTES;
     m = malloc(n);
     if (!m)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
@@ -498,7 +508,8 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
         size_t l = strlen(t->endpoints[i]);
         sl_put_u16(p, (uint16_t)l);
         memcpy(p + 2, t->endpoints[i], l);
-        p += 2 + l;
+        memcpy(p + 2 + l, t->sessions + (size_t)i * SESSION_BYTES, SESSION_BYTES);
+        p += 2 + l + SESSION_BYTES;
     }
     *out = m;
     *len = n;
@@ -506,7 +517,8 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
 }
 
 static sl_status_t
-serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_table_t *t)
+serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
+      sl_rendezvous_table_t *t)
 {
     int n = r->o.size, count = 1;
     double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
@@ -529,7 +541,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_t
         *colon = '\0';
         fill_wildcard_host(own, sizeof own, host);
     }
-    SL_TRY_GOTO(table_set(t, 0, own, strlen(own)), st, out);
+    SL_TRY_GOTO(table_set(t, 0, own, strlen(own), session), st, out);
     reg[0] = 1;
     while (count < n) {
         int ready;
@@ -593,17 +605,17 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     SL_TRY(table_alloc(t, r->o.size));
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
-        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l) ||
+        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l + SESSION_BYTES) ||
             !good_endpoint((const char *)p + 2, l)) {
             sl_rendezvous_table_fini(t);
             return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
                               shown(r->master));
         }
-        if ((st = table_set(t, i, (const char *)p + 2, l)) != SL_OK) {
+        if ((st = table_set(t, i, (const char *)p + 2, l, p + 2 + l)) != SL_OK) {
             sl_rendezvous_table_fini(t);
             return st;
         }
-        p += 2 + l;
+        p += 2 + l + SESSION_BYTES;
     }
     if (p != end) {
         sl_rendezvous_table_fini(t);
@@ -664,7 +676,8 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
 }
 
 static sl_status_t
-join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_table_t *t)
+join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
+     sl_rendezvous_table_t *t)
 {
     unsigned char msg[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
     size_t len = strlen(endpoint);
@@ -674,6 +687,10 @@ join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_ta
     put_head(msg, KIND_REGISTER, run_id);
     sl_put_u32(msg + 16, (uint32_t)r->o.rank);
     sl_put_u32(msg + 20, (uint32_t)r->o.size);
+    if (session)
+        memcpy(msg + HEAD_BYTES + 8, session, SESSION_BYTES);
+    else
+        memset(msg + HEAD_BYTES + 8, 0, SESSION_BYTES);
     memcpy(msg + REGISTER_BYTES, endpoint, len);
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
@@ -697,7 +714,7 @@ join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, sl_rendezvous_ta
 
 sl_status_t
 sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
-                       sl_rendezvous_table_t *table)
+                       const unsigned char *session, sl_rendezvous_table_t *table)
 {
     memset(table, 0, sizeof *table);
     if (r->used)
@@ -710,11 +727,11 @@ sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint
     r->used = 1;
     if (r->o.size == 1) {
         SL_TRY(table_alloc(table, 1));
-        return table_set(table, 0, endpoint, strlen(endpoint));
+        return table_set(table, 0, endpoint, strlen(endpoint), session);
     }
     if (r->o.rank == 0)
-        return serve(r, run_id, endpoint, table);
-    return join(r, run_id, endpoint, table);
+        return serve(r, run_id, endpoint, session, table);
+    return join(r, run_id, endpoint, session, table);
 }
 
 sl_status_t

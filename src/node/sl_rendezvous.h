@@ -14,9 +14,10 @@
  * no node is ever handed an endpoint an outsider chose.
  *
  * Messages, little-endian, one ZeroMQ frame each:
- *   register  "SLRV" u16 version, u16 kind 1, u64 run id, u32 rank, u32 size, endpoint
+ *   register  "SLRV" u16 version, u16 kind 1, u64 run id, u32 rank, u32 size,
+ *             32-byte session key, endpoint
  *   table     "SLRV" u16 version, u16 kind 2, u64 run id, u32 size,
- *             size x (u16 length, endpoint)
+ *             size x (u16 length, endpoint, 32-byte session key)
  *   refusal   "SLRV" u16 version, u16 kind 3, u64 0, reason text
  *   give-up   "SLRV" u16 version, u16 kind 4, u64 run id, rank 0's error: sent to the
  *             nodes that registered when rank 0 fails (times out, is interrupted), so
@@ -34,8 +35,9 @@
 #include "config/sl_config.h"
 #include "transport/sl_secret.h"
 
-#define SL_RDV_VERSION 1
+#define SL_RDV_VERSION 2 /* 2: session keys */
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
+#define SL_RDV_SESSION_BYTES 32 /* a node's session key (sl_frame_mac.h), or zeros */
 
 typedef struct {
     int rank, size; /* 0 <= rank < size */
@@ -60,7 +62,8 @@ typedef struct sl_rendezvous sl_rendezvous_t;
 /* The table every node receives: endpoints[r] is rank r's endpoint. */
 typedef struct {
     int size;
-    char **endpoints; /* size strings; owned */
+    char **endpoints;        /* size strings; owned */
+    unsigned char *sessions; /* size x SL_RDV_SESSION_BYTES, by rank; owned */
 } sl_rendezvous_table_t;
 
 /* Rank 0 binds (SL_ERR_TRANSPORT naming the endpoint when it cannot), the others
@@ -74,7 +77,8 @@ void sl_rendezvous_destroy(sl_rendezvous_t **r);
 const char *sl_rendezvous_master(const sl_rendezvous_t *r);
 
 /* Registers this node (run_id, its endpoint: tcp:// or ipc://, shorter than
- * SL_RDV_ENDPOINT_MAX) and waits for the table, which *table receives (free it with
+ * SL_RDV_ENDPOINT_MAX; its session key of SL_RDV_SESSION_BYTES, or NULL for zeros:
+ * confidential only with a secret) and waits for the table, which *table receives (free it with
  * sl_rendezvous_table_fini). Once per rendezvous. Errors (message set):
  *   SL_ERR_TIMEOUT   rank 0: "rendezvous: timed out after 120 s waiting for rank 3
  *                    (3 of 4 registered: 0, 1, 2)"; the others: "rendezvous: no
@@ -86,7 +90,7 @@ const char *sl_rendezvous_master(const sl_rendezvous_t *r);
  *   SL_ERR_SHUTDOWN  *interrupt was set
  *   SL_ERR_TRANSPORT a socket failed */
 sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
-                                   sl_rendezvous_table_t *table);
+                                   const unsigned char *session, sl_rendezvous_table_t *table);
 
 void sl_rendezvous_table_fini(sl_rendezvous_table_t *t);
 

@@ -688,7 +688,7 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     res->nodes = n;
     for (int i = 0; i < n; i++)
         l.c[i].rec_fd = l.c[i].log_fd = -1;
-    if (n > 1 && cfg->cluster.security == SL_SECURITY_CURVE &&
+    if (n > 1 && cfg->cluster.security != SL_SECURITY_NONE &&
         !(cfg->cluster.key_file && *cfg->cluster.key_file)) {
         if ((st = sl_secret_make(&l.secret)) != SL_OK) {
             free(l.c);

@@ -8,8 +8,11 @@
  * header names another sender is dropped. Without it (cluster.security: none), the
  * routing id of the connection: our DEALERs set it to "S" + their rank + a per-process
  * nonce, which keeps a misconfigured process from speaking for another rank but proves
- * nothing. ROUTER/DEALER rather than PULL/PUSH for that per-connection identity; both
- * pairs fair-queue the input and block (or time out) at the high-water mark. */
+ * nothing. With frame MACs instead (o->frame_mac, cluster.security: mac; sl_frame_mac.h)
+ * the sockets are plain and every message ends in a trailer part, checked against the
+ * claimed sender's key before anything else of the frame is read. ROUTER/DEALER rather
+ * than PULL/PUSH for the per-connection identity; both pairs fair-queue the input and
+ * block (or time out) at the high-water mark. */
 #include "transport/sl_link_zmq.h"
 
 #include <errno.h>
@@ -23,8 +26,10 @@
 #include <zmq.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_endian.h"
 #include "common/sl_rng.h"
 #include "transport/sl_curve.h"
+#include "transport/sl_frame_mac.h"
 #include "transport/sl_zmq_status.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
@@ -36,7 +41,8 @@ typedef struct {
     char bind[ENDPOINT_MAX];
     char endpoint[ENDPOINT_MAX]; /* as bound, wildcards resolved */
     void *ctx;
-    sl_curve_t *curve; /* NULL when security is off */
+    sl_curve_t *curve;   /* NULL unless CURVE */
+    sl_frame_mac_t *mac; /* NULL unless frame MACs */
     void *router;
     void **peers;               /* (size) DEALER per peer, NULL until the first send */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
@@ -48,10 +54,12 @@ typedef struct {
     uint64_t lent;
 } zlink_t;
 
-/* A frame read off the ROUTER: the messages that hold its bytes. */
+/* A frame read off the ROUTER: the messages that hold its bytes (header and payload,
+ * in one part or two; with frame MACs, then the trailer). */
+#define MAX_PARTS 3
 typedef struct {
     sl_link_frame_t f;
-    zmq_msg_t part[2];
+    zmq_msg_t part[MAX_PARTS];
     int nparts;
 } zframe_t;
 
@@ -134,7 +142,9 @@ zmq_open(void **out, const sl_link_env_t *env)
         goto fail;
     }
     SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
-    if (o->secret) {
+    if (o->frame_mac) {
+        SL_TRY_GOTO(sl_frame_mac_new(&z->mac, o->rank, o->size), st, fail);
+    } else if (o->secret) {
         SL_TRY_GOTO(sl_curve_new(&z->curve, z->ctx, o->secret, o->rank, o->size), st, fail);
         SL_TRY_GOTO(sl_curve_server(z->curve, z->router), st, fail);
     }
@@ -173,6 +183,7 @@ zmq_close_link(void **ctx)
             zmq_close(z->peers[p]);
         }
     sl_curve_destroy(&z->curve); /* its ZAP socket must close before the context ends */
+    sl_frame_mac_destroy(&z->mac);
     if (z->ctx) /* blocks until queued frames left or linger_ms passed; gives lent back */
         while (zmq_ctx_term(z->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -213,6 +224,23 @@ sl_link_zmq_connect(void *ctx, const char *const *endpoints)
             return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
     }
     return SL_OK;
+}
+
+const unsigned char *
+sl_link_zmq_session(const void *ctx)
+{
+    const zlink_t *z = ctx;
+
+    return z->mac ? sl_frame_mac_session(z->mac) : NULL;
+}
+
+void
+sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions)
+{
+    zlink_t *z = ctx;
+
+    if (z->mac)
+        sl_frame_mac_learn(z->mac, sessions);
 }
 
 uint64_t
@@ -311,8 +339,14 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     void *s = NULL;
     sl_status_t st;
     int lend, body_live = 0;
+    unsigned char trailer[SL_MAC_TRAILER_BYTES];
 
-    SL_TRY(sl_wire_encode(h, payload, hb)); /* validates before anything is allocated */
+    /* validates before anything is allocated; a MAC'd frame's checksum covers the
+     * header only (sl_wire.h: a local frame) */
+    SL_TRY(z->mac ? sl_wire_encode_head(h, hb) : sl_wire_encode(h, payload, hb));
+    if (z->mac && !sl_frame_mac_ready(z->mac))
+        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: no session keys yet",
+                          (unsigned)z->o->rank);
     SL_TRY(peer_socket(z, peer, &s));
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
@@ -334,17 +368,23 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
         body_live = 1;
     }
     st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
-    if (st == SL_OK && zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend ? ZMQ_SNDMORE : 0)) < 0)
+    if (st == SL_OK && z->mac) /* a sequence number is used only by a frame that leaves */
+        sl_frame_mac_seal(z->mac, peer, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes, trailer);
+    if (st == SL_OK &&
+        zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend || z->mac ? ZMQ_SNDMORE : 0)) < 0)
         st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
                          (unsigned)peer);
     /* once the first part is queued the rest of the message always is */
     if (st == SL_OK && lend) {
-        if (zmq_msg_send(&body, s, ZMQ_DONTWAIT) < 0)
+        if (zmq_msg_send(&body, s, ZMQ_DONTWAIT | (z->mac ? ZMQ_SNDMORE : 0)) < 0)
             st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
                              (unsigned)peer);
         else
             body_live = 0;
     }
+    if (st == SL_OK && z->mac && zmq_send(s, trailer, sizeof trailer, ZMQ_DONTWAIT) < 0)
+        st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+                         (unsigned)peer);
     zmq_msg_close(&head); /* empty after a successful send */
     if (body_live)
         zmq_msg_close(&body); /* gives the payload back */
@@ -357,6 +397,42 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     if (st == SL_OK)
         z->sent++;
     return st;
+}
+
+/* With frame MACs: checks the last part, the trailer, against the frame before it
+ * (header and payload in one part or two) and the sender its header claims, and takes
+ * the trailer off. SL_OK with *sender proven, else the drop reason (SL_DROP_FRAMING,
+ * SL_DROP_MAC, SL_DROP_REPLAY). */
+static unsigned
+check_trailer(zlink_t *z, zframe_t *f, uint32_t *sender)
+{
+    zmq_msg_t *t;
+    const unsigned char *head;
+    const void *payload = NULL;
+    size_t head_len, payload_len = 0;
+    sl_mac_verdict_t v;
+
+    if (f->nparts < 2)
+        return SL_DROP_FRAMING;
+    t = &f->part[f->nparts - 1];
+    if (zmq_msg_size(t) != SL_MAC_TRAILER_BYTES)
+        return SL_DROP_FRAMING;
+    head = zmq_msg_data(&f->part[0]);
+    head_len = zmq_msg_size(&f->part[0]);
+    if (head_len < SL_WIRE_HEADER_BYTES)
+        return SL_DROP_MAC;
+    if (f->nparts == 3) {
+        payload = zmq_msg_data(&f->part[1]);
+        payload_len = zmq_msg_size(&f->part[1]);
+    }
+    *sender = sl_get_u32(head + 16); /* claimed: the tag proves it or not */
+    v = sl_frame_mac_check(z->mac, *sender, head, head_len, payload, payload_len,
+                           zmq_msg_data(t));
+    if (v != SL_MAC_OK)
+        return v == SL_MAC_REPLAY ? SL_DROP_REPLAY : SL_DROP_MAC;
+    zmq_msg_close(t);
+    f->nparts--;
+    return SL_OK;
 }
 
 /* Reads one message if one is waiting: *out is then a validated frame, or NULL when it
@@ -399,7 +475,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
             return st;
         }
         more = zmq_msg_more(&m);
-        if (f && f->nparts < 2) {
+        if (f && f->nparts < (z->mac ? 3 : 2)) {
             zmq_msg_init(&f->part[f->nparts]);
             zmq_msg_move(&f->part[f->nparts++], &m);
         } else {
@@ -408,7 +484,9 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
         zmq_msg_close(&m);
     }
     idb = zmq_msg_data(&id);
-    if (z->curve) {
+    if (z->mac) {
+        idrank = UINT32_MAX; /* until the trailer proves a sender */
+    } else if (z->curve) {
         if (!f || f->nparts == 0 || sl_curve_sender(&f->part[0], &idrank) != 0)
             idrank = UINT32_MAX;
     } else if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S') {
@@ -421,19 +499,28 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     if (!f)
         return sl_err_set(SL_ERR_NOMEM, "sl_transport_recv: out of memory");
     if (extra || f->nparts == 0) {
-        snprintf(detail, sizeof detail, "%s parts", extra ? "more than 2" : "no");
+        snprintf(detail, sizeof detail, "%s parts", extra ? "too many" : "no");
         z->env.drop(z->env.host, SL_DROP_FRAMING, detail);
         release_frame(&f->f);
         return SL_OK;
     }
+    if (z->mac) {
+        unsigned verdict = check_trailer(z, f, &idrank);
+        if (verdict != SL_OK) {
+            z->env.drop(z->env.host, verdict, "not proven by the claimed sender's session key");
+            release_frame(&f->f);
+            return SL_OK;
+        }
+    }
     if (f->nparts == 1) {
-        why = sl_wire_decode(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), o->run_id,
-                             o->rank, o->size, &f->f.pub.h, &f->f.pub.payload);
+        why = (z->mac ? sl_wire_decode_local : sl_wire_decode)(
+            zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), o->run_id, o->rank, o->size,
+            &f->f.pub.h, &f->f.pub.payload);
     } else {
         f->f.pub.payload = zmq_msg_data(&f->part[1]);
-        why = sl_wire_decode_parts(zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]),
-                                   f->f.pub.payload, zmq_msg_size(&f->part[1]), o->run_id, o->rank,
-                                   o->size, &f->f.pub.h);
+        why = (z->mac ? sl_wire_decode_parts_local : sl_wire_decode_parts)(
+            zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), f->f.pub.payload,
+            zmq_msg_size(&f->part[1]), o->run_id, o->rank, o->size, &f->f.pub.h);
     }
     if (why != SL_WIRE_OK || idrank != f->f.pub.h.sender) {
         unsigned reason = why != SL_WIRE_OK ? (unsigned)why : SL_DROP_IDENTITY;

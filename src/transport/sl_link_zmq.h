@@ -18,6 +18,10 @@ const char *sl_link_zmq_endpoint(const void *ctx);
 /* Learns every peer's endpoint (o->size entries by rank, NULL for unknown; copied).
  * SL_ERR_INVALID the second time, SL_ERR_NOMEM. */
 sl_status_t sl_link_zmq_connect(void *ctx, const char *const *endpoints);
+/* With frame MACs: this node's session key (SL_MAC_SESSION_BYTES), else NULL; and
+ * every rank's, by rank, learnt before the first send. */
+const unsigned char *sl_link_zmq_session(const void *ctx);
+void sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions);
 /* Connections the ZAP handler refused (no key of the run); 0 without security. */
 uint64_t sl_link_zmq_refused(const void *ctx);
 /* Whether peer's endpoint is known (frames to it can be sent). */

@@ -47,7 +47,7 @@ static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
     "not 1 or 2 parts", "sender is not the connection's rank",
     "old round",        "duplicate",
     "mailbox full",     "bad shared-memory frame",
-    "lane offer naming no lane"};
+    "lane offer naming no lane", "bad MAC", "replayed frame"};
 
 const char *
 sl_transport_drop_name(unsigned reason)
@@ -191,6 +191,18 @@ const char *
 sl_transport_endpoint(const sl_transport_t *t)
 {
     return sl_link_zmq_endpoint(t->links[BASE].ctx);
+}
+
+const unsigned char *
+sl_transport_session(const sl_transport_t *t)
+{
+    return sl_link_zmq_session(t->links[BASE].ctx);
+}
+
+void
+sl_transport_learn_sessions(sl_transport_t *t, const unsigned char *sessions)
+{
+    sl_link_zmq_learn_sessions(t->links[BASE].ctx, sessions);
 }
 
 uint64_t

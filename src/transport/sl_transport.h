@@ -49,13 +49,16 @@
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
-    SL_DROP_FRAMING = SL_WIRE_NREASONS, /* not 1 or 2 parts after the routing id */
+    SL_DROP_FRAMING = SL_WIRE_NREASONS, /* not 1 or 2 parts after the routing id (and a
+                                           trailer with frame MACs) */
     SL_DROP_IDENTITY,                   /* header sender is not the rank holding the connection */
     SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
     SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
     SL_DROP_MAILBOX_FULL,
     SL_DROP_SHM,       /* a shared-memory offer, accept or frame that does not check out */
     SL_DROP_SHM_OFFER, /* a lane offer naming something that is not the sender's lane */
+    SL_DROP_MAC,       /* frame MACs: no trailer, or its tag does not prove the sender */
+    SL_DROP_REPLAY,    /* frame MACs: a good tag with a sequence number already used */
     SL_DROP_NREASONS
 };
 const char *sl_transport_drop_name(unsigned reason);
@@ -81,6 +84,11 @@ typedef struct {
      * connection, and a frame's sender is the rank of the key that proved itself
      * (sl_curve.h). NULL: no security (cluster.security: none). */
     const sl_secret_t *secret;
+    /* 1: no CURVE on the node sockets (secret unused); every frame over ZeroMQ carries a
+     * MAC under the sender's session key instead (sl_frame_mac.h: cluster.security:
+     * mac), the session keys exchanged through a CURVE rendezvous and handed over with
+     * sl_transport_learn_sessions before the first send. */
+    int frame_mac;
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
@@ -181,6 +189,11 @@ void sl_transport_stat(const sl_transport_t *t, unsigned kind, uint32_t componen
 size_t sl_transport_stats(const sl_transport_t *t, const sl_transport_stat_t **rows);
 /* Frames dropped for reason (a sl_wire_reason_t or SL_DROP_*); 0 for SL_WIRE_OK. */
 uint64_t sl_transport_dropped(const sl_transport_t *t, unsigned reason);
+/* With frame_mac: this node's session key (SL_MAC_SESSION_BYTES bytes) for the
+ * rendezvous, NULL otherwise; and every rank's (size x SL_MAC_SESSION_BYTES, by rank),
+ * which must be learnt before the first send. */
+const unsigned char *sl_transport_session(const sl_transport_t *t);
+void sl_transport_learn_sessions(sl_transport_t *t, const unsigned char *sessions);
 /* Connections refused because they proved no key of the run (with a secret; 0
  * without): processes that tried to talk to this node without the run's secret. */
 uint64_t sl_transport_refused(const sl_transport_t *t);

@@ -211,10 +211,17 @@ sl_wire_encode(const sl_wire_header_t *h, const void *payload,
 }
 
 sl_status_t
-sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned char *out)
+sl_wire_encode_head(const sl_wire_header_t *h, unsigned char out[SL_WIRE_HEADER_BYTES])
 {
     SL_TRY(encode_fields(h, out));
     sl_put_u64(out + SL_WIRE_CHECKSUM_OFFSET, sl_wire_checksum(out, NULL, 0));
+    return SL_OK;
+}
+
+sl_status_t
+sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned char *out)
+{
+    SL_TRY(sl_wire_encode_head(h, out));
     if (h->payload_bytes)
         memcpy(out + SL_WIRE_HEADER_BYTES, payload, h->payload_bytes);
     return SL_OK;
@@ -267,6 +274,14 @@ sl_wire_decode_parts(const void *head, size_t head_len, const void *payload, siz
                      uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
 {
     return decode_parts(head, head_len, payload, payload_len, run_id, me, nranks, 0, h);
+}
+
+sl_wire_reason_t
+sl_wire_decode_parts_local(const void *head, size_t head_len, const void *payload,
+                           size_t payload_len, uint64_t run_id, uint32_t me, uint32_t nranks,
+                           sl_wire_header_t *h)
+{
+    return decode_parts(head, head_len, payload, payload_len, run_id, me, nranks, 1, h);
 }
 
 static sl_wire_reason_t

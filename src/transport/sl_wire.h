@@ -134,15 +134,24 @@ sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
  * after any check, so hashing the payload would cost a pass over it on each side and
  * prove nothing. Every header field is still validated, and a reader goes no further
  * than the validated length. A local frame with a payload never passes sl_wire_decode:
- * one cannot be taken for the other. */
+ * one cannot be taken for the other. Frames that carry a MAC over header and payload
+ * (sl_frame_mac.h) are local frames too: the MAC proves more than a checksum would. */
+
+/* The header of a local frame (its checksum over the header only), payload apart.
+ * SL_ERR_INVALID as for sl_wire_encode. */
+sl_status_t sl_wire_encode_head(const sl_wire_header_t *h,
+                                unsigned char out[SL_WIRE_HEADER_BYTES]);
 
 /* The whole local frame, header then payload, into out (SL_WIRE_HEADER_BYTES +
  * h->payload_bytes). SL_ERR_INVALID as for sl_wire_encode. */
 sl_status_t sl_wire_encode_local(const sl_wire_header_t *h, const void *payload,
                                  unsigned char *out);
-/* sl_wire_decode for a local frame. */
+/* sl_wire_decode and sl_wire_decode_parts for a local frame. */
 sl_wire_reason_t sl_wire_decode_local(const void *buf, size_t len, uint64_t run_id, uint32_t me,
                                       uint32_t nranks, sl_wire_header_t *h, const void **payload);
+sl_wire_reason_t sl_wire_decode_parts_local(const void *head, size_t head_len, const void *payload,
+                                            size_t payload_len, uint64_t run_id, uint32_t me,
+                                            uint32_t nranks, sl_wire_header_t *h);
 
 /* Validates a contiguous frame (header then payload, len bytes) for the node of rank
  * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points

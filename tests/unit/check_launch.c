@@ -178,7 +178,8 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
     if (peer.pid == 0) {
         sl_rendezvous_opts_t o = {rank, size, master, NULL, timeout_ms, NULL, node_secret};
         sl_rendezvous_t *r = NULL;
-        sl_rendezvous_table_t t = {0, NULL};
+        sl_rendezvous_table_t t = {0, NULL, NULL};
+        unsigned char session[SL_RDV_SESSION_BYTES];
         sl_status_t st;
         FILE *f;
 
@@ -188,8 +189,13 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
         st = sl_rendezvous_new(&r, &o);
         fprintf(f, "%s\n", st == SL_OK ? sl_rendezvous_master(r) : "-");
         fflush(f);
+        memset(session, rank + 1, sizeof session);
         if (st == SL_OK)
-            st = sl_rendezvous_exchange(r, run_id, endpoint, &t);
+            st = sl_rendezvous_exchange(r, run_id, endpoint, session, &t);
+        for (int i = 0; st == SL_OK && i < t.size; i++) /* every node's session key */
+            for (int b = 0; b < SL_RDV_SESSION_BYTES; b++)
+                if (t.sessions[i * SL_RDV_SESSION_BYTES + b] != i + 1)
+                    st = sl_err_set(SL_ERR_FORMAT, "rank %d's session key is wrong", i);
         fprintf(f, "%d\n%s\n", st, st == SL_OK ? "" : sl_err_msg());
         for (int i = 0; i < t.size; i++)
             fprintf(f, "%s\n", t.endpoints[i]);

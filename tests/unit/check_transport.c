@@ -11,6 +11,7 @@
 
 #include "common/sl_clock.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_frame_mac.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_zmq_status.h"
 
@@ -180,6 +181,125 @@ START_TEST(test_pair_curve)
     sl_transport_destroy(&outsider);
     sl_transport_destroy(&t[0]);
     sl_transport_destroy(&t[1]);
+}
+END_TEST
+
+/* Frame MACs by hand: a sealed frame checks once, a replay and any changed byte of
+ * header, payload or trailer are refused, and so is a sender other than the one whose
+ * key sealed it. */
+START_TEST(test_frame_mac)
+{
+    sl_frame_mac_t *m[3];
+    unsigned char sessions[3 * SL_MAC_SESSION_BYTES], head[64], body[1000], trailer[24], t2[24];
+
+    for (uint32_t r = 0; r < 3; r++) {
+        ck_assert_int_eq(sl_frame_mac_new(&m[r], r, 3), SL_OK);
+        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_frame_mac_session(m[r]),
+               SL_MAC_SESSION_BYTES);
+    }
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 0, trailer), SL_MAC_BAD);
+    for (uint32_t r = 0; r < 3; r++)
+        sl_frame_mac_learn(m[r], sessions);
+    for (size_t i = 0; i < sizeof head; i++)
+        head[i] = (unsigned char)(i * 7);
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (unsigned char)(i * 13);
+    sl_frame_mac_seal(m[0], 1, head, sizeof head, body, sizeof body, trailer);
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 2, head, 64, body, 1000, trailer), SL_MAC_BAD);
+    ck_assert_int_eq(sl_frame_mac_check(m[2], 0, head, 64, body, 1000, trailer), SL_MAC_BAD);
+    body[999] ^= 1;
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_BAD);
+    body[999] ^= 1;
+    head[20] ^= 0x80;
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_BAD);
+    head[20] ^= 0x80;
+    memcpy(t2, trailer, sizeof t2);
+    t2[0] ^= 1; /* another sequence number: another one-time key */
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, t2), SL_MAC_BAD);
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_OK);
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_REPLAY);
+    sl_frame_mac_seal(m[0], 1, head, sizeof head, NULL, 0, t2); /* the next one */
+    ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, NULL, 0, t2), SL_MAC_OK);
+    for (int r = 0; r < 3; r++)
+        sl_frame_mac_destroy(&m[r]);
+    ck_assert_ptr_null(m[0]);
+}
+END_TEST
+
+/* A pair with frame MACs (cluster.security: mac) moves copied and lent frames both
+ * ways; a process that does not know the session keys gets no frame into the mailbox:
+ * each of its frames is dropped as a bad MAC. */
+START_TEST(test_pair_mac)
+{
+    sl_transport_t *t[2], *outsider;
+    sl_transport_opts_t o;
+    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
+    const char *eps[2];
+    enum { BIG = 200000 };
+    float *big = malloc(BIG * sizeof *big), *back = malloc(BIG * sizeof *back);
+    size_t got;
+    sl_wire_key_t to1 = {5, 2, 0, 1, SL_WIRE_DATA}, from0 = {5, 2, 0, 0, SL_WIRE_DATA};
+    sl_wire_key_t to0 = {6, 2, 0, 0, SL_WIRE_DATA}, from1 = {6, 2, 0, 1, SL_WIRE_DATA};
+    sl_wire_key_t never = {99, 0, 0, 1, SL_WIRE_DATA};
+    double deadline;
+
+    for (uint32_t r = 0; r < 2; r++) {
+        sl_transport_opts_default(&o);
+        o.frame_mac = 1;
+        o.run_id = RUN;
+        o.rank = r;
+        o.size = 2;
+        o.timeout_ms = TEST_WAIT_MS;
+        o.linger_ms = 0;
+        ck_assert_int_eq(sl_transport_new(&t[r], &o), SL_OK);
+        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
+               SL_MAC_SESSION_BYTES);
+    }
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(t[1]);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
+        sl_transport_learn_sessions(t[r], sessions);
+    }
+    for (size_t i = 0; i < BIG; i++)
+        big[i] = test_node_input(0, i);
+    ck_assert_int_eq(sl_transport_send(t[0], &to1, big, BIG, SL_WIRE_FP32, 1.0f, SL_SEND_LEND, -1),
+                     SL_OK);
+    ck_assert_msg(sl_transport_recv(t[1], &from0, back, BIG * sizeof *back, &got, TEST_WAIT_MS) ==
+                      SL_OK,
+                  "%s", sl_err_msg());
+    ck_assert(got == BIG * sizeof *back && memcmp(back, big, got) == 0);
+    ck_assert_int_eq(sl_transport_wait_sent(t[0], TEST_WAIT_MS), SL_OK);
+    ck_assert_int_eq(sl_transport_send(t[1], &to0, big, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, 12, &got, TEST_WAIT_MS), SL_OK);
+    ck_assert(got == 12 && memcmp(back, big, 12) == 0);
+
+    /* an outsider with session keys of its own, speaking as rank 1 */
+    sl_transport_opts_default(&o);
+    o.frame_mac = 1;
+    o.run_id = RUN;
+    o.rank = 1;
+    o.size = 2;
+    o.timeout_ms = TEST_WAIT_MS;
+    o.linger_ms = 0;
+    ck_assert_int_eq(sl_transport_new(&outsider, &o), SL_OK);
+    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(outsider), SL_MAC_SESSION_BYTES);
+    sl_transport_learn_sessions(outsider, sessions);
+    eps[1] = sl_transport_endpoint(outsider);
+    ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
+    to0.round = from1.round = 7;
+    ck_assert_int_eq(sl_transport_send(outsider, &to0, big, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    deadline = sl_clock_now() + TEST_WAIT_MS / 1000.0;
+    while (sl_transport_dropped(t[0], SL_DROP_MAC) == 0 && sl_clock_now() < deadline)
+        ck_assert_int_eq(sl_transport_recv(t[0], &never, back, 12, &got, 20), SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(sl_transport_dropped(t[0], SL_DROP_MAC), 1);
+    ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, 12, &got, 0), SL_ERR_TIMEOUT);
+    ck_assert_uint_eq(sl_transport_pending(t[0]), 0);
+    sl_transport_destroy(&outsider);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+    free(big);
+    free(back);
 }
 END_TEST
 
@@ -381,6 +501,8 @@ transport_suite(void)
     tcase_add_test(core, test_pair_send_recv);
     tcase_add_test(core, test_pair_old_rounds);
     tcase_add_test(core, test_pair_curve);
+    tcase_add_test(core, test_frame_mac);
+    tcase_add_test(core, test_pair_mac);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);

@@ -1,0 +1,55 @@
+/* Frame MACs: cluster.security: mac, authentication without encryption for trusted
+ * fabrics, where CURVE's encryption costs too much bandwidth (bench/bench_security.sh).
+ * Each node makes a fresh session key at start and hands it to the others through the
+ * rendezvous, which runs over CURVE (so only the run's nodes learn it, and a key of an
+ * earlier run is worth nothing). Every frame a node sends over ZeroMQ to rank r then
+ * carries a trailer: a sequence number and a Poly1305 tag of the frame's bytes under a
+ * one-time key drawn (ChaCha20) from the pair key kdf(session of the sender, r) and that
+ * number. A receiver checks the tag with the claimed sender's key before it reads
+ * anything else of the frame, and accepts only numbers above the last it accepted from
+ * that sender: forged, altered and replayed frames are dropped. Owns the keys and the
+ * counters; must not touch sockets. One thread at a time. */
+#ifndef SL_FRAME_MAC_H
+#define SL_FRAME_MAC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sl_status.h"
+
+#define SL_MAC_SESSION_BYTES 32
+#define SL_MAC_TRAILER_BYTES 24 /* sequence number u64 le, tag 16 bytes */
+
+typedef struct sl_frame_mac sl_frame_mac_t;
+
+/* For rank me of size, with a fresh random session key. SL_ERR_NOMEM,
+ * SL_ERR_UNSUPPORTED (libsodium cannot start). */
+sl_status_t sl_frame_mac_new(sl_frame_mac_t **out, uint32_t me, uint32_t size);
+/* Accepts NULL, NULLs *m; wipes the keys. */
+void sl_frame_mac_destroy(sl_frame_mac_t **m);
+
+/* This node's session key, for the rendezvous (SL_MAC_SESSION_BYTES). */
+const unsigned char *sl_frame_mac_session(const sl_frame_mac_t *m);
+/* Every rank's session key, by rank (size x SL_MAC_SESSION_BYTES; copied into pair
+ * keys). Before any seal or check. */
+void sl_frame_mac_learn(sl_frame_mac_t *m, const unsigned char *sessions);
+int sl_frame_mac_ready(const sl_frame_mac_t *m);
+
+/* The trailer of a frame to peer made of head (head_len bytes) then payload. */
+void sl_frame_mac_seal(sl_frame_mac_t *m, uint32_t peer, const void *head, size_t head_len,
+                       const void *payload, size_t payload_len,
+                       unsigned char trailer[SL_MAC_TRAILER_BYTES]);
+
+typedef enum {
+    SL_MAC_OK = 0,
+    SL_MAC_BAD,   /* unknown sender, keys not learnt, or the tag does not match */
+    SL_MAC_REPLAY /* a good tag, but a sequence number already used */
+} sl_mac_verdict_t;
+
+/* Checks trailer against the frame (head, then payload) that claims to come from
+ * sender; on SL_MAC_OK the sender's counter moves on. */
+sl_mac_verdict_t sl_frame_mac_check(sl_frame_mac_t *m, uint32_t sender, const void *head,
+                                    size_t head_len, const void *payload, size_t payload_len,
+                                    const unsigned char trailer[SL_MAC_TRAILER_BYTES]);
+
+#endif
