@@ -280,42 +280,58 @@ answer(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a, uint32_t t
     return st;
 }
 
-/* An answer of chosen node j: its extra rows are in frame f; the values frame follows
- * (waited for until deadline). Fills answer slot sp->lists/vals[slot]. SL_ERR_TIMEOUT
- * when the values do not come. */
+/* An answer of chosen node j: its extra rows are in frame *f; the values frame follows
+ * (waited for until deadline). Fills answer slot sp->lists/vals[slot] and sets *taken.
+ * An answer this node cannot use (bad row ids, values of another size or encoding, or
+ * that do not decode, or are not finite) is refused (sl_transport_refuse; *f may be
+ * NULLed) and, like values that do not come, leaves j out: SL_OK with *taken 0. */
 static sl_status_t
-take_answer(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
-            const sl_transport_frame_t *f, size_t slot, double deadline)
+take_answer(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a, sl_transport_frame_t **f,
+            size_t slot, double deadline, int *taken)
 {
-    sl_wire_key_t key = {a->round, a->component, 0, f->h.sender, SL_WIRE_SPARSE_VALUES};
+    sl_wire_key_t key = {a->round, a->component, 0, (*f)->h.sender, SL_WIRE_SPARSE_VALUES};
     int32_t *list = sp->lists + slot * (size_t)sp->max_rows;
     float *vals = sp->vals + slot * (size_t)sp->max_rows * (size_t)sp->max_len;
     unsigned enc = a->codec ? a->codec->encoding : SL_WIRE_FP32;
     sl_transport_frame_t *v;
     size_t nx, count;
     double wait = deadline - sl_clock_now();
+    char what[96];
     sl_status_t st;
 
-    SL_TRY(read_ids(f, a, sp->req, &nx));
+    *taken = 0;
+    if (read_ids(*f, a, sp->req, &nx) != SL_OK) {
+        sl_transport_refuse(t, f, SL_DROP_BAD_SIZE, sl_err_msg());
+        return SL_OK;
+    }
     sp->nlist[slot] = merge_union(a->mine, a->nmine, sp->req, nx, list);
     count = sp->nlist[slot] * (size_t)a->row_len;
-    SL_TRY(sl_transport_recv_any(t, &key, 1, wait > 0 ? (int)(wait * 1000.0) : 0, &v, NULL));
+    st = sl_transport_recv_any(t, &key, 1, wait > 0 ? (int)(wait * 1000.0) : 0, &v, NULL);
+    if (st != SL_OK)
+        return st == SL_ERR_TIMEOUT ? SL_OK : st; /* values that did not come: left out */
     if (v->h.encoding != enc || v->h.count != count) {
-        st = sl_err_set(SL_ERR_INVALID,
-                        "sparse exchange: rank %u sent %u %s values for component %u, "
-                        "expected %zu rows of %d %s",
-                        (unsigned)v->h.sender, (unsigned)v->h.count,
-                        sl_wire_encoding_name(v->h.encoding), (unsigned)a->component,
-                        sp->nlist[slot], a->row_len, sl_wire_encoding_name(enc));
-    } else if (a->codec) {
+        snprintf(what, sizeof what, "%u %s values, expected %zu rows of %d %s",
+                 (unsigned)v->h.count, sl_wire_encoding_name(v->h.encoding), sp->nlist[slot],
+                 a->row_len, sl_wire_encoding_name(enc));
+        sl_transport_refuse(t, &v, SL_DROP_BAD_SIZE, what);
+        return SL_OK;
+    }
+    if (a->codec)
         st = a->codec->decode(a->codec->ctx, v->h.scale, v->payload, v->h.payload_bytes, vals,
                               count);
-    } else {
+    else
         memcpy(vals, v->payload, count * sizeof(float));
-        st = SL_OK;
+    if (st != SL_OK) {
+        sl_transport_refuse(t, &v, SL_DROP_BAD_SIZE, sl_err_msg());
+        return SL_OK;
+    }
+    if (!sl_floats_finite(vals, count)) {
+        sl_transport_refuse(t, &v, SL_DROP_NONFINITE, "rows left out of the average");
+        return SL_OK;
     }
     sl_transport_frame_release(&v);
-    return st;
+    *taken = 1;
+    return SL_OK;
 }
 
 /* The result of a neighbourhood exchange: every row of E_k or of an answer, averaged
@@ -375,30 +391,33 @@ check_args(const sl_sparse_t *sp, const sl_sparse_args_t *a, size_t nchosen, siz
     return SL_OK;
 }
 
-/* Serves frame f, which matched an expected key: a puller's set (seq 0: answered) or a
- * chosen node's answer (seq 1: taken, its values waited for until deadline). *done = 1
- * when the peer was served (answered, or its answer averaged). */
+/* Serves frame *f, which matched an expected key: a puller's set (seq 0: answered) or
+ * a chosen node's answer (seq 1: taken, its values waited for until deadline). *done =
+ * 1 when the peer was served (answered, or its answer averaged). A set with bad row ids
+ * is refused (*f NULLed) and not answered, an answer as take_answer says: that peer is
+ * left out of this round. */
 static sl_status_t
 serve(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a, sl_sparse_peers_t *p,
-      const sl_transport_frame_t *f, double deadline, int *done)
+      sl_transport_frame_t **f, double deadline, int *done)
 {
-    sl_status_t st;
+    uint32_t from = (*f)->h.sender;
     size_t nr;
 
     *done = 0;
-    if (f->h.seq == 0) {
-        SL_TRY(read_ids(f, a, sp->req, &nr));
-        SL_TRY(answer(sp, t, a, f->h.sender, nr));
-        p->asked[p->nasked++] = f->h.sender;
+    if ((*f)->h.seq == 0) {
+        if (read_ids(*f, a, sp->req, &nr) != SL_OK) {
+            sl_transport_refuse(t, f, SL_DROP_BAD_SIZE, sl_err_msg());
+            return SL_OK;
+        }
+        SL_TRY(answer(sp, t, a, from, nr));
+        p->asked[p->nasked++] = from;
         *done = 1;
         return SL_OK;
     }
-    st = take_answer(sp, t, a, f, p->nanswered, deadline);
-    if (st == SL_OK) {
-        p->answered[p->nanswered++] = f->h.sender;
-        *done = 1;
-    }
-    return st == SL_ERR_TIMEOUT ? SL_OK : st; /* values that did not come: left out */
+    SL_TRY(take_answer(sp, t, a, f, p->nanswered, deadline, done));
+    if (*done)
+        p->answered[p->nanswered++] = from;
+    return SL_OK;
 }
 
 sl_status_t
@@ -461,7 +480,7 @@ sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
                 break;
             if (st != SL_OK)
                 return st;
-            st = serve(sp, t, a, p, f, deadline, &done);
+            st = serve(sp, t, a, p, &f, deadline, &done);
             sl_transport_frame_release(&f);
             if (st != SL_OK)
                 return st;

@@ -18,8 +18,11 @@
  * Either way the result is a list of rows (ascending) and their means; the caller (the
  * sync algorithm) takes them (MA) or applies block momentum to them row by row (BMUF);
  * every other row keeps its value. Values travel through a codec (compression); row ids
- * are shard-local, int32 little-endian on the wire, and a peer's ids that are out of
- * range or not strictly ascending make the exchange fail with SL_ERR_INVALID. */
+ * are shard-local, int32 little-endian on the wire. In the neighbourhood exchange a
+ * peer's frame this node cannot use (ids out of range or not strictly ascending, values
+ * of another size, NaN or infinite values) is refused (sl_transport_refuse: counted,
+ * logged once) and the peer left out of that round; in the all-node average such ids
+ * make the exchange fail with SL_ERR_INVALID. */
 #ifndef SL_SPARSE_H
 #define SL_SPARSE_H
 
@@ -107,7 +110,7 @@ void sl_sparse_destroy(sl_sparse_t **sp);
  * that cannot be queued at once are skipped (logged): that peer will miss this node.
  * SL_OK when every waited chosen node answered and every waited puller asked;
  * SL_ERR_TIMEOUT, not fatal, when some did not (the result then averages what came);
- * SL_ERR_INVALID for bad arguments or a bad frame from a peer, other codes from the
+ * SL_ERR_INVALID for bad arguments, other codes from the
  * transport: fatal. */
 sl_status_t sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
                              sl_sparse_peers_t *p);

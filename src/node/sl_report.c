@@ -14,6 +14,7 @@
 
 #include "common/sl_file.h"
 #include "common/sl_log.h"
+#include "sync/sl_grad_allreduce.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_wire.h"
 
@@ -106,12 +107,16 @@ report_sync(sl_report_t *r, long step)
             continue; /* allreduce: row shards by rows have lines of their own */
         if (grads) {
             sl_transport_stat_t ts;
-            sl_transport_stat(r->opts->transport, SL_WIRE_ALLREDUCE, (uint32_t)nc, &ts);
             memset(&g, 0, sizeof g);
+            /* the whole gradient, or each component not exchanged by rows */
+            for (int j = -1; j < nc; j++) {
+                sl_transport_stat(r->opts->transport, SL_WIRE_ALLREDUCE,
+                                  j < 0 ? (uint32_t)nc : SL_GRAD_COMPONENT(nc, j), &ts);
+                g.sent_bytes += ts.sent_bytes;
+                g.recv_bytes += ts.recv_bytes;
+            }
             g.rounds = step;
             g.time_s = sl_sync_time_s(sync);
-            g.sent_bytes = ts.sent_bytes;
-            g.recv_bytes = ts.recv_bytes;
             g.distance = NAN;
         } else {
             st = sl_sync_stat(sync, c);

@@ -62,7 +62,9 @@ sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
 }
 
 /* Each row shard's gradient summed by its touched rows (round = step), each other
- * component by a ring allreduce of its own (component ncomps, round step * ncomps + c). */
+ * component by a ring allreduce of its own (component SL_GRAD_COMPONENT(ncomps, c),
+ * round step): each (kind, component) advances by one round a step, as the mailbox's
+ * window of rounds ahead wants. */
 static sl_status_t
 sum_by_rows(sl_grad_allreduce_t *g, float *grads, long step, sl_rowset_t *touched,
             sl_sync_stat_t *stat, const sl_collective_opts_t *o)
@@ -75,8 +77,7 @@ sum_by_rows(sl_grad_allreduce_t *g, float *grads, long step, sl_rowset_t *touche
         sl_status_t st;
 
         if (!sl_sync_by_rows(cp, e->exchange)) {
-            st = sl_allreduce_sum(e->tr, (uint32_t)e->ncomps,
-                                  (uint64_t)step * (uint64_t)e->ncomps + (uint64_t)c,
+            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, c), (uint64_t)step,
                                   grads + cp->offset, cp->count, o);
         } else {
             sl_sparse_stats_t ss;

@@ -23,10 +23,14 @@ sl_status_t sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t
  * ZeroMQ: destroy the transport first. */
 void sl_grad_allreduce_destroy(sl_grad_allreduce_t **g);
 
+/* The wire component of the gradient allreduce of component c when the row shards go by
+ * rows (ncomps + 1 is the final model's). */
+#define SL_GRAD_COMPONENT(ncomps, c) ((uint32_t)(ncomps) + 2u + (uint32_t)(c))
+
 /* grads (nparams) becomes the mean over all nodes; step (0-based, increasing from call to
  * call) numbers the round: the dense sum is component ncomps, round step; by rows, row
- * shard c is component c, round step, and each other component c is component ncomps,
- * round step * ncomps + c. touched (ncomps, a set for each component that goes by rows;
+ * shard c is component c, round step, and each other component c is component
+ * SL_GRAD_COMPONENT(ncomps, c), round step. touched (ncomps, a set for each component that goes by rows;
  * unused, may be NULL, when env->exchange is dense) are the rows this node's step
  * touched; they are emptied. stat (ncomps): each row shard's rounds, rows, bytes and
  * time are brought up to date (sl_sync_gradients times the whole call). Errors are

@@ -53,8 +53,10 @@ void sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_
                        uint64_t round);
 
 /* After the exchanges of one step: a peer that answered none of them and missed one has
- * missed a round, unless the transport heard from it since the last step's end (late is
- * not dead); otherwise its count starts again. SL_SYNC_DEAD_ROUNDS such steps in a row
+ * missed a round, unless the transport heard from it since the last step's end
+ * (sl_transport_last_heard: a frame of a current or next round, or its answer come
+ * late: late is not dead; a peer that only sends stale, far-off or refused frames is
+ * not heard); otherwise its count starts again. SL_SYNC_DEAD_ROUNDS such steps in a row
  * make it dead (a warning). Needs the transport. */
 void sl_liveness_end_step(sl_liveness_t *lv);
 

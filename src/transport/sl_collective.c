@@ -392,6 +392,51 @@ check_ranks(const uint32_t *list, size_t len, uint32_t me, uint32_t n, const cha
     return SL_OK;
 }
 
+int
+sl_floats_finite(const float *x, size_t n)
+{
+    uint32_t bad = 0;
+
+    for (size_t i = 0; i < n; i++) { /* exponent all ones: Inf or NaN */
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    return !bad;
+}
+
+/* A peer's snapshot f into dst (count floats). A snapshot this node cannot use (another
+ * size or encoding, one that does not decode, non-finite values) would stop or poison
+ * the run if taken: it is refused (f released) and SL_ERR_INVALID returned, for the
+ * caller to leave its sender out; on SL_OK f is still the caller's. */
+static sl_status_t
+take_snapshot(sl_transport_t *t, sl_transport_frame_t *f, const sl_codec_t *codec, unsigned enc,
+              float *dst, size_t count)
+{
+    char what[96];
+
+    if (f->h.encoding != enc || f->h.count != count) {
+        snprintf(what, sizeof what, "%u %s elements, expected %zu %s", (unsigned)f->h.count,
+                 sl_wire_encoding_name(f->h.encoding), count, sl_wire_encoding_name(enc));
+        sl_transport_refuse(t, &f, SL_DROP_BAD_SIZE, what);
+        return SL_ERR_INVALID;
+    }
+    if (codec) {
+        if (codec->decode(codec->ctx, f->h.scale, f->payload, f->h.payload_bytes, dst, count) !=
+            SL_OK) {
+            sl_transport_refuse(t, &f, SL_DROP_BAD_SIZE, sl_err_msg());
+            return SL_ERR_INVALID;
+        }
+    } else {
+        memcpy(dst, f->payload, count * sizeof(float));
+    }
+    if (!sl_floats_finite(dst, count)) {
+        sl_transport_refuse(t, &f, SL_DROP_NONFINITE, "snapshot left out of the average");
+        return SL_ERR_INVALID;
+    }
+    return SL_OK;
+}
+
 sl_status_t
 sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t round, const float *mine,
                    size_t count, const uint32_t *pullers, size_t npullers, const uint32_t *chosen,
@@ -464,35 +509,20 @@ sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, 
             break;
         if (st != SL_OK)
             goto out;
-        if (f->h.encoding != enc || f->h.count != count) {
-            st = sl_err_set(SL_ERR_INVALID,
-                            "sl_gossip_exchange: rank %u: snapshot of component %u from rank "
-                            "%u has %u %s elements, expected %zu %s",
-                            (unsigned)me, (unsigned)component, (unsigned)f->h.sender,
-                            (unsigned)f->h.count, sl_wire_encoding_name(f->h.encoding), count,
-                            sl_wire_encoding_name(enc));
+        keys[which] = keys[--left]; /* this sender's one snapshot of the round */
+        st = take_snapshot(t, f, codec, enc, recv + *got * count, count);
+        if (st == SL_ERR_INVALID)
+            continue; /* refused: left out of this round, as if it had not answered */
+        if (st != SL_OK) {
             sl_transport_frame_release(&f);
             goto out;
-        }
-        if (codec) {
-            st = codec->decode(codec->ctx, f->h.scale, f->payload, f->h.payload_bytes,
-                               recv + *got * count, count);
-            if (st != SL_OK) {
-                st = sl_err_prefix(st, "sl_gossip_exchange: rank %u: snapshot from rank %u",
-                                   (unsigned)me, (unsigned)f->h.sender);
-                sl_transport_frame_release(&f);
-                goto out;
-            }
-        } else {
-            memcpy(recv + *got * count, f->payload, count * sizeof(float));
         }
         if (from)
             from[*got] = f->h.sender;
         ++*got;
         sl_transport_frame_release(&f);
-        keys[which] = keys[--left];
     }
-    st = left == 0
+    st = *got == nchosen
              ? SL_OK
              : sl_err_set(SL_ERR_TIMEOUT,
                           "sl_gossip_exchange: rank %u, component %u, round %" PRIu64

@@ -74,12 +74,17 @@ sl_status_t sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, 
  * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. */
 sl_status_t sl_barrier(sl_transport_t *t, uint64_t round, int timeout_ms);
 
+/* 1 when none of the n floats at x is NaN or infinite (x need not be aligned). */
+int sl_floats_finite(const float *x, size_t n);
+
 /* One component's gossip exchange. Pushes mine (count floats) to every node in pullers
  * (the nodes that will pull from this one), then collects the snapshots of the nodes in
  * chosen (the ones this node pulls from), waiting at most timeout_ms in all. Snapshots
  * are stored in arrival order: recv (nchosen, count) row i comes from rank from[i]
  * (from may be NULL); *got rows are filled. The schedule (who chooses whom) is the
- * caller's; the lists hold distinct ranks other than this one.
+ * caller's; the lists hold distinct ranks other than this one. A snapshot of another
+ * size or encoding, or with a NaN or an infinity, is refused (sl_transport_refuse:
+ * counted, logged once) and its sender left out, as if it had not answered.
  * SL_OK when every chosen node answered; SL_ERR_TIMEOUT, not fatal, when only *got did
  * (average over those); a push that cannot be queued is skipped and logged (its puller
  * will miss it). Other codes are fatal. */
@@ -88,8 +93,8 @@ sl_status_t sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t r
                                size_t npullers, const uint32_t *chosen, size_t nchosen, float *recv,
                                uint32_t *from, size_t *got, int timeout_ms);
 /* The same with the snapshots encoded by codec (borrowed; NULL: fp32): mine is encoded
- * once, the snapshots received are decoded into recv. A snapshot of another encoding or
- * size, or one that does not decode, is SL_ERR_INVALID. */
+ * once, the snapshots received are decoded into recv. A snapshot that does not decode
+ * is refused as above. */
 sl_status_t sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round,
                                      const float *mine, size_t count, const sl_codec_t *codec,
                                      const uint32_t *pullers, size_t npullers,

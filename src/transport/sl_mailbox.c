@@ -12,7 +12,8 @@
 typedef struct {
     sl_wire_key_t key;
     uint64_t bytes;
-    void *owner; /* NULL: empty slot */
+    void *owner;  /* NULL: empty slot */
+    int unmarked; /* its (kind, component) had no current round when it was filed */
 } slot_t;
 
 typedef struct {
@@ -28,6 +29,9 @@ struct sl_mailbox {
     uint64_t bytes;
     size_t max_frames;
     uint64_t max_bytes;
+    uint64_t ahead;         /* ahead_rounds */
+    size_t unmarked_frames; /* held frames of (kind, component)s not asked for yet */
+    uint64_t unmarked_bytes;
     sl_mailbox_release_fn release;
     mark_t *marks; /* (nmarks) */
     size_t nmarks, marks_cap;
@@ -49,20 +53,22 @@ key_eq(const sl_wire_key_t *a, const sl_wire_key_t *b)
 }
 
 sl_status_t
-sl_mailbox_new(sl_mailbox_t **out, size_t max_frames, uint64_t max_bytes,
+sl_mailbox_new(sl_mailbox_t **out, size_t max_frames, uint64_t max_bytes, uint64_t ahead_rounds,
                sl_mailbox_release_fn release)
 {
     sl_mailbox_t *mb;
 
     *out = NULL;
-    if (max_frames == 0 || max_bytes == 0 || max_frames > ((size_t)1 << 28) || !release)
-        return sl_err_set(SL_ERR_INVALID, "sl_mailbox_new: caps must be > 0 (frames <= 2^28)"
-                                          " and a release function given");
+    if (max_frames == 0 || max_bytes == 0 || max_frames > ((size_t)1 << 28) || !release ||
+        ahead_rounds == 0)
+        return sl_err_set(SL_ERR_INVALID, "sl_mailbox_new: caps and window must be > 0 (frames"
+                                          " <= 2^28) and a release function given");
     mb = calloc(1, sizeof *mb);
     if (!mb)
         return sl_err_set(SL_ERR_NOMEM, "sl_mailbox_new: out of memory");
     mb->max_frames = max_frames;
     mb->max_bytes = max_bytes;
+    mb->ahead = ahead_rounds;
     mb->release = release;
     *out = mb;
     return SL_OK;
@@ -98,6 +104,16 @@ sl_mailbox_is_old(const sl_mailbox_t *mb, uint8_t kind, uint32_t component, uint
 {
     const mark_t *m = find_mark(mb, kind, component);
     return m && round < m->round;
+}
+
+int
+sl_mailbox_current(const sl_mailbox_t *mb, uint8_t kind, uint32_t component, uint64_t *round)
+{
+    const mark_t *m = find_mark(mb, kind, component);
+
+    if (m)
+        *round = m->round;
+    return m != NULL;
 }
 
 /* Index of key's slot, or of the empty slot where it would go. cap > 0. */
@@ -137,6 +153,10 @@ remove_slot(sl_mailbox_t *mb, size_t i)
 
     mb->frames--;
     mb->bytes -= mb->slots[i].bytes;
+    if (mb->slots[i].unmarked) {
+        mb->unmarked_frames--;
+        mb->unmarked_bytes -= mb->slots[i].bytes;
+    }
     mb->slots[i].owner = NULL;
     for (;;) {
         j = (j + 1) & mask;
@@ -155,11 +175,16 @@ remove_slot(sl_mailbox_t *mb, size_t i)
 sl_mailbox_verdict_t
 sl_mailbox_file(sl_mailbox_t *mb, const sl_wire_key_t *key, uint64_t bytes, void *owner)
 {
+    const mark_t *m = find_mark(mb, key->kind, key->component);
     size_t i;
 
-    if (sl_mailbox_is_old(mb, key->kind, key->component, key->round)) {
+    if (m && key->round < m->round) {
         mb->release(owner);
         return SL_MAILBOX_OLD_ROUND;
+    }
+    if (m && key->round - m->round > mb->ahead) {
+        mb->release(owner);
+        return SL_MAILBOX_FUTURE_ROUND;
     }
     if (mb->cap) {
         i = probe(mb, key);
@@ -168,7 +193,11 @@ sl_mailbox_file(sl_mailbox_t *mb, const sl_wire_key_t *key, uint64_t bytes, void
             return SL_MAILBOX_DUPLICATE;
         }
     }
+    /* frames with no current round to purge them by get half of each cap: a flood of
+     * frames for a (kind, component) never asked for leaves the other half free */
     if (mb->frames >= mb->max_frames || bytes > mb->max_bytes - mb->bytes ||
+        (!m && (mb->unmarked_frames >= mb->max_frames / 2 ||
+                bytes > mb->max_bytes / 2 - mb->unmarked_bytes)) ||
         ((mb->frames + 1) * 2 > mb->cap && grow(mb) != 0)) {
         mb->release(owner);
         return SL_MAILBOX_FULL;
@@ -177,8 +206,13 @@ sl_mailbox_file(sl_mailbox_t *mb, const sl_wire_key_t *key, uint64_t bytes, void
     mb->slots[i].key = *key;
     mb->slots[i].bytes = bytes;
     mb->slots[i].owner = owner;
+    mb->slots[i].unmarked = !m;
     mb->frames++;
     mb->bytes += bytes;
+    if (!m) {
+        mb->unmarked_frames++;
+        mb->unmarked_bytes += bytes;
+    }
     return SL_MAILBOX_FILED;
 }
 
@@ -202,6 +236,7 @@ sl_mailbox_advance(sl_mailbox_t *mb, uint8_t kind, uint32_t component, uint64_t 
                    size_t *purged)
 {
     mark_t *m = (mark_t *)find_mark(mb, kind, component);
+    int fresh = !m;
 
     if (m && round <= m->round)
         return SL_OK;
@@ -219,17 +254,25 @@ sl_mailbox_advance(sl_mailbox_t *mb, uint8_t kind, uint32_t component, uint64_t 
         m->component = component;
     }
     m->round = round;
-    /* Purge filed frames that just became stale. After a removal slot i holds a frame
-     * shifted back from later in its cluster, so look at i again. */
+    /* Purge filed frames that just became stale, and, the first time, those filed beyond
+     * the new window; the others of a fresh mark now have a current round. After a
+     * removal slot i holds a frame shifted back from later in its cluster, so look at i
+     * again. */
     for (size_t i = 0; i < mb->cap && mb->frames;) {
         slot_t *s = &mb->slots[i];
-        if (s->owner && s->key.kind == kind && s->key.component == component &&
-            s->key.round < round) {
+        if (!s->owner || s->key.kind != kind || s->key.component != component) {
+            i++;
+        } else if (s->key.round < round || (fresh && s->key.round - round > mb->ahead)) {
             void *owner = s->owner;
             remove_slot(mb, i);
             mb->release(owner);
             ++*purged;
         } else {
+            if (s->unmarked) {
+                s->unmarked = 0;
+                mb->unmarked_frames--;
+                mb->unmarked_bytes -= s->bytes;
+            }
             i++;
         }
     }

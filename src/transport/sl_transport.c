@@ -40,14 +40,22 @@ struct sl_transport {
     int aborted; /* a peer said it stops */
     uint32_t abort_rank;
     char abort_msg[256];
-    double *heard; /* (size) sl_clock_now() of the last valid frame from each rank; 0 */
+    /* (size) per rank: sl_clock_now() when a frame of a current or next round was last
+     * accepted from it (0: never), that frame's key, and the time before it, put back
+     * when that frame is refused after all (sl_transport_refuse) */
+    double *heard, *heard_before;
+    sl_wire_key_t *heard_key;
+    sl_wire_key_t *missed; /* (size) per rank: the last key waited for in vain (kind 0:
+                              none); the frame, coming late, proves it alive */
 };
 
 static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
-    "not 1 or 2 parts", "sender is not the connection's rank",
-    "old round",        "duplicate",
-    "mailbox full",     "bad shared-memory frame",
-    "lane offer naming no lane", "bad MAC", "replayed frame"};
+    "not 1 or 2 parts",    "sender is not the connection's rank",
+    "old round",           "duplicate",
+    "mailbox full",        "bad shared-memory frame",
+    "lane offer naming no lane", "bad MAC",
+    "replayed frame",      "round too far ahead",
+    "wrong element count or encoding", "non-finite values"};
 
 const char *
 sl_transport_drop_name(unsigned reason)
@@ -141,12 +149,16 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->o.bind_endpoint = t->bind;
     t->route = calloc(o->size, sizeof *t->route);
     t->heard = calloc(o->size, sizeof *t->heard);
-    if (!t->route || !t->heard) {
+    t->heard_before = calloc(o->size, sizeof *t->heard_before);
+    t->heard_key = calloc(o->size, sizeof *t->heard_key);
+    t->missed = calloc(o->size, sizeof *t->missed);
+    if (!t->route || !t->heard || !t->heard_before || !t->heard_key || !t->missed) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
-    SL_TRY_GOTO(sl_mailbox_new(&t->mb, o->mailbox_frames, o->mailbox_bytes, release_frame), st,
-                fail);
+    SL_TRY_GOTO(sl_mailbox_new(&t->mb, o->mailbox_frames, o->mailbox_bytes, SL_MAILBOX_AHEAD_ROUNDS,
+                               release_frame),
+                st, fail);
     for (size_t i = 0; i < NLINKS; i++) {
         sl_link_env_t env = {&t->o, {NULL, NULL}, link_drop, t};
         if (i != BASE)
@@ -181,6 +193,9 @@ sl_transport_destroy(sl_transport_t **tp)
         if (t->links[i].ops)
             t->links[i].ops->close(&t->links[i].ctx);
     free(t->heard);
+    free(t->heard_before);
+    free(t->heard_key);
+    free(t->missed);
     free(t->route);
     free(t->stats);
     free(t);
@@ -377,7 +392,6 @@ next_frame(sl_transport_t *t, sl_link_frame_t **out, int *got)
     }
     if (!f)
         return SL_OK;
-    t->heard[f->pub.h.sender] = sl_clock_now();
     for (size_t i = 0; i < NLINKS; i++)
         if ((media[i]->kinds >> f->pub.h.kind) & 1u) {
             media[i]->take(t->links[i].ctx, f);
@@ -455,6 +469,46 @@ note_abort(sl_transport_t *t, const sl_link_frame_t *f)
     t->abort_msg[i] = '\0';
 }
 
+static void
+mark_heard(sl_transport_t *t, const sl_wire_key_t *k)
+{
+    t->heard_before[k->peer] = t->heard[k->peer];
+    t->heard[k->peer] = sl_clock_now();
+    t->heard_key[k->peer] = *k;
+}
+
+/* A frame of key k from k.peer was accepted: it proves the peer alive when its round is
+ * the current or the next one of its (kind, component). A stale frame, or one for a
+ * (kind, component) nobody asked for yet, does not: a peer that talks but never
+ * answers what is asked is to be taken for dead like a silent one. */
+static void
+note_heard(sl_transport_t *t, const sl_wire_key_t *k)
+{
+    uint64_t cur;
+
+    if (sl_mailbox_current(t->mb, k->kind, k->component, &cur) && k->round >= cur &&
+        k->round - cur <= 1)
+        mark_heard(t, k);
+}
+
+void
+sl_transport_refuse(sl_transport_t *t, sl_transport_frame_t **f, unsigned reason,
+                    const char *detail)
+{
+    char where[224];
+    uint32_t from = (*f)->h.sender;
+    sl_wire_key_t k = sl_wire_key_of(&(*f)->h);
+
+    snprintf(where, sizeof where, "%s component %u round %" PRIu64 " from rank %u%s%s",
+             sl_wire_kind_name((*f)->h.kind), (unsigned)(*f)->h.component, (*f)->h.round,
+             (unsigned)from, detail ? ", " : "", detail ? detail : "");
+    note_drop(t, reason < SL_DROP_NREASONS ? reason : SL_DROP_BAD_SIZE, 1, where);
+    /* keys are unique per sender while a frame lives: the last one heard is this one */
+    if (from < t->o.size && t->heard[from] > 0 && key_eq(&t->heard_key[from], &k))
+        t->heard[from] = t->heard_before[from];
+    sl_transport_frame_release(f);
+}
+
 /* Hands f out if it matches a key (1), else files it (0). */
 static sl_status_t
 dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_t nkeys,
@@ -471,18 +525,28 @@ dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_
         if (key_eq(&keys[i], &k)) {
             *which = i;
             *matched = 1;
+            note_heard(t, &k);
             return count_msg(t, k.kind, k.component, enc, bytes, 0);
         }
     v = sl_mailbox_file(t->mb, &k, bytes, f);
-    if (v == SL_MAILBOX_FILED)
+    if (v == SL_MAILBOX_FILED) {
+        note_heard(t, &k);
         return count_msg(t, k.kind, k.component, enc, bytes, 0);
+    }
+    /* the one stale frame that proves its sender alive: the answer waited for in vain,
+     * come late (late is not dead, sl_liveness.h) */
+    if (v == SL_MAILBOX_OLD_ROUND && key_eq(&t->missed[k.peer], &k)) {
+        mark_heard(t, &k);
+        t->missed[k.peer].kind = 0;
+    }
     snprintf(detail, sizeof detail, "%s component %u round %" PRIu64 " seq %u from rank %u",
              sl_wire_kind_name(k.kind), (unsigned)k.component, k.round, (unsigned)k.seq,
              (unsigned)k.peer);
     note_drop(t,
-              v == SL_MAILBOX_OLD_ROUND   ? SL_DROP_OLD_ROUND
-              : v == SL_MAILBOX_DUPLICATE ? SL_DROP_DUPLICATE
-                                          : SL_DROP_MAILBOX_FULL,
+              v == SL_MAILBOX_OLD_ROUND      ? SL_DROP_OLD_ROUND
+              : v == SL_MAILBOX_FUTURE_ROUND ? SL_DROP_FUTURE_ROUND
+              : v == SL_MAILBOX_DUPLICATE    ? SL_DROP_DUPLICATE
+                                             : SL_DROP_MAILBOX_FULL,
               1, detail);
     return SL_OK;
 }
@@ -493,6 +557,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 {
     double deadline, spin_end;
     size_t idx = 0, purged = 0;
+    unsigned late = 0;
     sl_status_t st;
 
     *frame = NULL;
@@ -544,11 +609,16 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
                 return SL_OK;
             }
         }
-        if (got)
-            continue;
         now = sl_clock_now();
         left = deadline - now;
-        if (left <= 0)
+        /* frames that keep coming must not hold the wait past its deadline: once it has
+         * passed, only SL_TRANSPORT_DRAIN_FRAMES more are read (what had arrived when a
+         * wait of 0 ms began, as far as that goes) */
+        if (got && (left > 0 || late++ < SL_TRANSPORT_DRAIN_FRAMES))
+            continue;
+        if (left <= 0) {
+            for (size_t i = 0; i < nkeys; i++)
+                t->missed[keys[i].peer] = keys[i];
             return sl_err_set(SL_ERR_TIMEOUT,
                               "rank %u: no %s (component %u, round %" PRIu64
                               ", seq %u) from rank %u%s within %d ms",
@@ -556,6 +626,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
                               (unsigned)keys[0].component, keys[0].round, (unsigned)keys[0].seq,
                               (unsigned)keys[0].peer,
                               nkeys > 1 ? " or the other peers asked for" : "", timeout_ms);
+        }
         if (now < spin_end && links_polled(t)) {
             sched_yield(); /* to a node sharing this core, if any */
             continue;
@@ -568,7 +639,8 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 sl_status_t
 sl_transport_poll(sl_transport_t *t)
 {
-    for (;;) {
+    /* bounded: a stream of frames must not hold the caller (a training step) for good */
+    for (unsigned n = 0; n < SL_TRANSPORT_POLL_FRAMES; n++) {
         sl_link_frame_t *f;
         size_t idx;
         int got, matched;
@@ -589,6 +661,7 @@ sl_transport_poll(sl_transport_t *t)
         }
         SL_TRY(dispatch(t, f, NULL, 0, &idx, &matched));
     }
+    return t->aborted ? abort_status(t) : SL_OK;
 }
 
 const char *

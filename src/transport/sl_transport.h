@@ -11,8 +11,10 @@
  * any order, which the mailbox's keys make harmless. A frame that fails validation is
  * dropped, counted per reason (sl_transport_dropped) and logged once per reason.
  * Rounds of one (kind, component) never go back: once a round is asked for, frames of
- * older rounds are stale and dropped ("old round"). Not thread-safe: one thread per
- * transport.
+ * older rounds are stale and dropped ("old round"), and frames of rounds more than
+ * SL_MAILBOX_AHEAD_ROUNDS beyond it are refused ("round too far ahead"). A receive
+ * keeps its deadline however many frames arrive meanwhile. Not thread-safe: one thread
+ * per transport.
  *
  * Peers on one machine: a node offers each peer it sends large frames to a
  * shared-memory lane; once the peer has mapped it and said so, such a frame is written
@@ -46,6 +48,11 @@
 /* The longest a receiver with lanes blocks before looking at them again: a lost
  * wake-up frame costs at most this, never a hang. */
 #define SL_TRANSPORT_LANE_NAP_MS 100
+/* How many more frames a receive reads once its deadline has passed (a wait of 0 ms
+ * takes what has already arrived): a stream of frames cannot hold a wait longer. */
+#define SL_TRANSPORT_DRAIN_FRAMES 256u
+/* The most frames one sl_transport_poll reads. */
+#define SL_TRANSPORT_POLL_FRAMES 65536u
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
@@ -55,10 +62,14 @@ enum {
     SL_DROP_OLD_ROUND,                  /* round older than the newest asked for */
     SL_DROP_DUPLICATE,                  /* same key already waiting in the mailbox */
     SL_DROP_MAILBOX_FULL,
-    SL_DROP_SHM,       /* a shared-memory offer, accept or frame that does not check out */
-    SL_DROP_SHM_OFFER, /* a lane offer naming something that is not the sender's lane */
-    SL_DROP_MAC,       /* frame MACs: no trailer, or its tag does not prove the sender */
-    SL_DROP_REPLAY,    /* frame MACs: a good tag with a sequence number already used */
+    SL_DROP_SHM,          /* a shared-memory offer, accept or frame that does not check out */
+    SL_DROP_SHM_OFFER,    /* a lane offer naming something that is not the sender's lane */
+    SL_DROP_MAC,          /* frame MACs: no trailer, or its tag does not prove the sender */
+    SL_DROP_REPLAY,       /* frame MACs: a good tag with a sequence number already used */
+    SL_DROP_FUTURE_ROUND, /* round beyond SL_MAILBOX_AHEAD_ROUNDS past the current one */
+    /* refused by the receiver after it took the frame (sl_transport_refuse): */
+    SL_DROP_BAD_SIZE,  /* not the element count or encoding the receiver expects */
+    SL_DROP_NONFINITE, /* values that are NaN or infinite */
     SL_DROP_NREASONS
 };
 const char *sl_transport_drop_name(unsigned reason);
@@ -169,10 +180,18 @@ sl_status_t sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void 
                               size_t *got, int timeout_ms);
 /* Gives a received frame back; accepts NULL, NULLs *f. */
 void sl_transport_frame_release(sl_transport_frame_t **f);
+/* Refuses a received frame whose contents the receiver cannot use (reason
+ * SL_DROP_BAD_SIZE or SL_DROP_NONFINITE; detail, may be NULL, says what for the log):
+ * counted as dropped, logged the first time for that reason only, its sender no longer
+ * heard from by it (sl_transport_last_heard), and released (*f NULLed). The caller
+ * leaves the sender out of the exchange, as if it had not answered. */
+void sl_transport_refuse(sl_transport_t *t, sl_transport_frame_t **f, unsigned reason,
+                         const char *detail);
 
-/* Files every frame that has already arrived, without waiting (call it between steps
- * to notice a peer's abort early). SL_OK; SL_ERR_SHUTDOWN once a peer has sent an abort
- * (now or before); SL_ERR_TRANSPORT on socket failure. */
+/* Files every frame that has already arrived, up to SL_TRANSPORT_POLL_FRAMES of them,
+ * without waiting (call it between steps to notice a peer's abort early). SL_OK;
+ * SL_ERR_SHUTDOWN once a peer has sent an abort (now or before); SL_ERR_TRANSPORT on
+ * socket failure. */
 sl_status_t sl_transport_poll(sl_transport_t *t);
 /* The reason a peer gave in its abort frame (printable text), or NULL if none came. */
 const char *sl_transport_abort_reason(const sl_transport_t *t);
@@ -199,8 +218,11 @@ void sl_transport_learn_sessions(sl_transport_t *t, const unsigned char *session
 uint64_t sl_transport_refused(const sl_transport_t *t);
 /* Frames waiting in the mailbox. */
 size_t sl_transport_pending(const sl_transport_t *t);
-/* When the last valid frame from rank was read (sl_clock_now() time), 0 if none was:
- * frames dropped as stale or duplicate count too, since they prove the sender alive. */
+/* When a frame from rank of the current or the next round of its (kind, component)
+ * was last accepted (sl_clock_now() time), or the frame of the last receive from rank
+ * that timed out came late (late is not dead); 0 if none was. Other stale frames,
+ * frames too far ahead, frames of a (kind, component) not asked for yet and refused
+ * frames do not count: a peer that talks but does not answer is not heard. */
 double sl_transport_last_heard(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */

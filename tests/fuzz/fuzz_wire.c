@@ -16,6 +16,7 @@
 #define NRANKS 4
 #define MAX_FRAMES 8
 #define MAX_BYTES 4096
+#define AHEAD 4 /* the mailbox's window of rounds ahead */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,6 +24,7 @@ typedef struct {
     sl_wire_key_t key;
     uint64_t bytes;
     void *owner;
+    int unmarked; /* filed while its (kind, component) had no mark */
 } ref_t;
 
 typedef struct {
@@ -49,10 +51,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sl_mailbox_t *mb = NULL;
     ref_t ref[MAX_FRAMES];
     ref_mark_t marks[64];
-    size_t nref = 0, nmarks = 0;
-    uint64_t ref_bytes = 0;
+    size_t nref = 0, nmarks = 0, nunmarked = 0;
+    uint64_t ref_bytes = 0, unmarked_bytes = 0;
 
-    if (sl_mailbox_new(&mb, MAX_FRAMES, MAX_BYTES, release) != SL_OK)
+    if (sl_mailbox_new(&mb, MAX_FRAMES, MAX_BYTES, AHEAD, release) != SL_OK)
         abort();
     while (size >= 3) {
         unsigned flags = data[0];
@@ -95,24 +97,33 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
 
         sl_wire_key_t key = sl_wire_key_of(&h);
-        int old = 0, dup = 0;
+        int old = 0, ahead = 0, dup = 0, marked = 0;
         for (size_t i = 0; i < nmarks; i++)
-            if (marks[i].key.kind == key.kind && marks[i].key.component == key.component &&
-                key.round < marks[i].round)
-                old = 1;
+            if (marks[i].key.kind == key.kind && marks[i].key.component == key.component) {
+                marked = 1;
+                old = key.round < marks[i].round;
+                ahead = !old && key.round - marks[i].round > AHEAD;
+            }
         for (size_t i = 0; i < nref; i++)
             if (same_key(&ref[i].key, &key))
                 dup = 1;
-        sl_mailbox_verdict_t want =
-            old                                                               ? SL_MAILBOX_OLD_ROUND
-            : dup                                                             ? SL_MAILBOX_DUPLICATE
-            : (nref == MAX_FRAMES || h.payload_bytes > MAX_BYTES - ref_bytes) ? SL_MAILBOX_FULL
-                                                                              : SL_MAILBOX_FILED;
+        int full = nref == MAX_FRAMES || h.payload_bytes > MAX_BYTES - ref_bytes ||
+                   (!marked && (nunmarked >= MAX_FRAMES / 2 ||
+                                h.payload_bytes > MAX_BYTES / 2 - unmarked_bytes));
+        sl_mailbox_verdict_t want = old     ? SL_MAILBOX_OLD_ROUND
+                                    : ahead ? SL_MAILBOX_FUTURE_ROUND
+                                    : dup   ? SL_MAILBOX_DUPLICATE
+                                    : full  ? SL_MAILBOX_FULL
+                                            : SL_MAILBOX_FILED;
         if (sl_mailbox_file(mb, &key, h.payload_bytes, buf) != want)
             abort();
         if (want == SL_MAILBOX_FILED) {
-            ref[nref++] = (ref_t){key, h.payload_bytes, buf};
+            ref[nref++] = (ref_t){key, h.payload_bytes, buf, !marked};
             ref_bytes += h.payload_bytes;
+            if (!marked) {
+                nunmarked++;
+                unmarked_bytes += h.payload_bytes;
+            }
         }
         if ((flags & 2) && nmarks < 64) {
             size_t purged = 0, expect = 0;
@@ -125,15 +136,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 }
             if (!found)
                 marks[nmarks++] = (ref_mark_t){key, key.round};
-            for (size_t i = 0; i < nref;)
-                if (ref[i].key.kind == key.kind && ref[i].key.component == key.component &&
-                    ref[i].key.round < key.round) {
+            /* stale frames go; a new mark also purges those beyond its window, and the
+             * rest of its frames are no longer unmarked */
+            for (size_t i = 0; i < nref;) {
+                int same = ref[i].key.kind == key.kind && ref[i].key.component == key.component;
+                if (same && (ref[i].key.round < key.round ||
+                             (!found && ref[i].key.round - key.round > AHEAD))) {
                     ref_bytes -= ref[i].bytes;
+                    if (ref[i].unmarked) {
+                        nunmarked--;
+                        unmarked_bytes -= ref[i].bytes;
+                    }
                     ref[i] = ref[--nref];
                     expect++;
-                } else {
-                    i++;
+                    continue;
                 }
+                if (same && ref[i].unmarked) {
+                    ref[i].unmarked = 0;
+                    nunmarked--;
+                    unmarked_bytes -= ref[i].bytes;
+                }
+                i++;
+            }
             if (sl_mailbox_advance(mb, key.kind, key.component, key.round, &purged) != SL_OK ||
                 purged != expect)
                 abort();
@@ -144,6 +168,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (same_key(&ref[i].key, &key)) {
                     want_owner = ref[i].owner;
                     ref_bytes -= ref[i].bytes;
+                    if (ref[i].unmarked) {
+                        nunmarked--;
+                        unmarked_bytes -= ref[i].bytes;
+                    }
                     ref[i] = ref[--nref];
                     break;
                 }

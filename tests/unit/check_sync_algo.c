@@ -12,7 +12,8 @@
  * algorithm on 4 and 5 nodes, several blocks in a row (BMUF state carries), q = 1 and
  * q > 1 on a degree-2 ring, the final model, a node that leaves after the rendezvous
  * (the others average without it and the final model is the mean of the survivors), a
- * node that skips one round and comes back, and the allreduce of gradients (a mean, not
+ * node that skips one round and comes back, one that pushes a snapshot with a NaN or of
+ * the wrong size instead (refused, left out), and the allreduce of gradients (a mean, not
  * a sum, whole or by touched rows).
  * The nodes are a forked cluster of test_util.h; they pass its barrier (relayed by the
  * parent, without the node that left) before every step, so a timeout only ever decides
@@ -28,6 +29,7 @@
 #include "sync/sl_sync.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
+#include "transport/sl_collective.h"
 #include "transport/sl_transport.h"
 #include "test_tool.h"
 #include "test_util.h"
@@ -97,7 +99,12 @@ typedef struct {
     int timeout_ms;
     int skip, skip_step; /* rank skip makes its local step but no sl_sync_after_step at
                             step skip_step (0: nobody skips) */
+    int poison;          /* instead, rank skip pushes lstm.0 snapshots its pullers cannot
+                            use: POISON_NAN or POISON_SIZE (0: none) */
+    int poison_q;        /* the q of the gossip schedule that says who its pullers are */
 } plan_t;
+
+enum { POISON_NAN = 1, POISON_SIZE };
 
 /* What a node hands the parent (its test_cluster_out blob). */
 typedef struct {
@@ -106,15 +113,46 @@ typedef struct {
     int has_avg, writer, nmodels;
     long rounds[NCOMP];
     unsigned char dead[MAXN]; /* sl_sync_is_dead after the steps */
+    uint64_t refused;         /* snapshots refused (the plan's poison) */
 } node_out_t;
 
 /* The check that failed in a node (its exit status). */
-enum { FAIL_CONFIG = 1, FAIL_NEW, FAIL_BARRIER, FAIL_GRADIENTS, FAIL_STEP, FAIL_FINAL };
+enum {
+    FAIL_CONFIG = 1,
+    FAIL_NEW,
+    FAIL_BARRIER,
+    FAIL_GRADIENTS,
+    FAIL_STEP,
+    FAIL_FINAL,
+    FAIL_POISON
+};
+
+/* Rank k's bad lstm.0 snapshots of round step (lstm.0 syncs every step) to the nodes
+ * that pull from it then: a NaN among 3 floats, or 2 floats where 3 are due. */
+static int
+push_poison(sl_transport_t *t, const plan_t *pl, int k, long step)
+{
+    sl_schedule_t sch;
+    int pul[MAXN], np;
+    uint32_t to[MAXN];
+    float bad[3] = {1.0f, NAN, 1.0f};
+    size_t got;
+
+    if (sl_schedule_init(&sch, pl->n, 1, pl->poison_q, SEED) != SL_OK ||
+        sl_schedule_pullers(&sch, (uint64_t)step, 0, k, pul, MAXN, &np) != SL_OK)
+        return FAIL_POISON;
+    for (int i = 0; i < np; i++)
+        to[i] = (uint32_t)pul[i];
+    if (sl_gossip_exchange(t, 0, (uint64_t)step, bad, pl->poison == POISON_NAN ? 3 : 2, to,
+                           (size_t)np, NULL, 0, NULL, NULL, &got, 0) != SL_OK)
+        return FAIL_POISON;
+    return 0;
+}
 
 /* The steps of plan c->arg on node k: gradients (sl_sync_gradients) or local steps and
  * sl_sync_after_step, each after a barrier, into out. 0 or a FAIL_*. */
 static int
-node_steps(test_cluster_t *c, sl_sync_t *s, int k, float *p, node_out_t *out)
+node_steps(test_cluster_t *c, sl_transport_t *t, sl_sync_t *s, int k, float *p, node_out_t *out)
 {
     const plan_t *pl = c->arg;
     float g[NP];
@@ -135,8 +173,12 @@ node_steps(test_cluster_t *c, sl_sync_t *s, int k, float *p, node_out_t *out)
         }
         for (int i = 0; i < NP; i++)
             p[i] += (float)drift(k, step, i);
-        if ((k != pl->skip || step != pl->skip_step) && sl_sync_after_step(s, p, step) != SL_OK)
+        if (k == pl->skip && step == pl->skip_step) {
+            if (pl->poison && push_poison(t, pl, k, step) != 0)
+                return FAIL_POISON;
+        } else if (sl_sync_after_step(s, p, step) != SL_OK) {
             return FAIL_STEP;
+        }
         memcpy(out->p[step - 1], p, NP * sizeof *p);
     }
     return 0;
@@ -171,7 +213,9 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
     if (sl_sync_new(&s, &cfg, t, k, pl->n, comps, NCOMP, p, NP) != SL_OK)
         rc = FAIL_NEW;
     if (rc == 0)
-        rc = node_steps(c, s, k, p, out);
+        rc = node_steps(c, t, s, k, p, out);
+    out->refused =
+        sl_transport_dropped(t, pl->poison == POISON_SIZE ? SL_DROP_BAD_SIZE : SL_DROP_NONFINITE);
     for (int j = 0; j < NCOMP && rc == 0; j++)
         out->rounds[j] = sl_sync_stat(s, j)->rounds;
     for (int j = 0; j < pl->n && rc == 0; j++)
@@ -584,6 +628,66 @@ START_TEST(test_skipped_round)
 }
 END_TEST
 
+static const struct {
+    const char *name;
+    int n, skip; /* -1: node 0's pull of round 2 */
+    algo_t a;
+    double tol;
+    int poison, q;
+} poison_cases[] = {
+    {"local-bmuf n=4 NaN", 4, 2, {RING, 1, 1, 0, PAPER}, 1e-6, POISON_NAN, 2},
+    {"gossip-bmuf n=5 NaN", 5, -1, {GOSSIP, 1, 1, 1, PAPER}, 0, POISON_NAN, 1},
+    {"local-ma n=4 wrong size", 4, 1, {RING, 0, 1, 0, NO_BMUF}, 1e-6, POISON_SIZE, 2},
+};
+
+/* A member's bad snapshot must neither stop nor poison the run: in step 2 one node
+ * pushes lstm.0 snapshots with a NaN (or of the wrong size) instead of syncing. Its
+ * pullers refuse them (counted: one each) and average without it, as if it had not
+ * answered; so every node's parameters after every step equal the values by hand with
+ * that node left out of step 2's averages (test_skipped_round's figures: a NaN taken
+ * would make them NaN, a wrong size used to stop the run), nobody holds it for dead,
+ * and rank 0 writes the mean of all n final models. */
+START_TEST(test_bad_snapshot)
+{
+    static node_out_t out[MAXN];
+    static double want[MAXSTEPS][MAXN][NP];
+    static int part[MAXSTEPS][MAXN];
+    const int live[MAXN] = {1, 1, 1, 1, 1};
+    int n = poison_cases[_i].n, skip = poison_cases[_i].skip;
+    char sync[256], topo[64];
+    plan_t pl = model_plan(&poison_cases[_i].a, one_conf, n, 3, TEST_WAIT_MS, sync, sizeof sync,
+                           topo, sizeof topo);
+
+    if (skip < 0)
+        skip = first_pull(n, 2);
+    pl.skip = skip;
+    pl.skip_step = 2;
+    pl.poison = poison_cases[_i].poison;
+    pl.poison_q = poison_cases[_i].q;
+    run_nodes(&pl, out);
+    fill_part(&pl, part);
+    by_hand(&poison_cases[_i].a, period_one, n, pl.steps, part, want);
+    for (int k = 0; k < n; k++) {
+        int nb[MAXN], cnt = neighbourhood(&poison_cases[_i].a, n, k, 0, 2, nb), pulls = 0;
+
+        for (int t = 0; t < pl.steps; t++)
+            for (int i = 0; i < NP; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s from node %d, step %d", poison_cases[_i].name, skip,
+                         t + 1);
+                assert_close(what, k, i, out[k].p[t][i], want[t][k][i], poison_cases[_i].tol);
+            }
+        for (int j = 0; j < cnt; j++)
+            pulls |= nb[j] == skip;
+        ck_assert_msg(out[k].refused == (uint64_t)(k != skip && pulls),
+                      "%s: node %d refused %d snapshots", poison_cases[_i].name, k,
+                      (int)out[k].refused);
+        ck_assert_int_eq(out[k].dead[skip], 0);
+    }
+    assert_final(out, n, pl.steps, live, 0, 0, poison_cases[_i].tol ? poison_cases[_i].tol : 1e-6);
+}
+END_TEST
+
 /* ------------------------------------------------------------ allreduce */
 
 static const struct {
@@ -639,6 +743,8 @@ sync_algo_suite(void)
                         (int)(sizeof absent_cases / sizeof absent_cases[0]));
     tcase_add_loop_test(limits, test_skipped_round, 0,
                         (int)(sizeof skip_cases / sizeof skip_cases[0]));
+    tcase_add_loop_test(limits, test_bad_snapshot, 0,
+                        (int)(sizeof poison_cases / sizeof poison_cases[0]));
     tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
     tcase_set_timeout(limits, 300);
     suite_add_tcase(s, core);

@@ -2,7 +2,9 @@
  * loopback transports, test_util.h's trio): the same rows as the dense exchange, bit
  * for bit, BMUF per row by hand, compression within its bound, the rows a sparse
  * selection picks, the exchange settings each algorithm accepts; the sync state saved
- * and loaded (a resume of 3 nodes bit for bit) and every bad state refused. */
+ * and loaded (a resume of 3 nodes bit for bit) and every bad state refused; and, on two
+ * transports in one thread, a peer's answers this node cannot use (NaN values, the wrong
+ * number of values, bad row ids) refused and left out. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +19,7 @@
 #include "sync/sl_sync.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
+#include "transport/sl_transport.h"
 
 #include "test_tool.h"
 #include "test_util.h"
@@ -595,6 +598,84 @@ START_TEST(test_exchange_settings)
 }
 END_TEST
 
+/* ------------------------------------------------------------ a peer's bad answers */
+
+/* Rank 0 answers rank 1's pull of rows {1, 3} of a 4-row shard (2 floats a row) by
+ * hand, badly three times, then well: values with a NaN, 3 values where 4 are due,
+ * an extra row id out of range. Each is refused (counted by reason), rank 0 is left
+ * out (0 answered, SL_ERR_TIMEOUT at once, nothing else being waited for) and the result
+ * is rank 1's own rows; the good answer (extra row 2) is averaged with them. */
+START_TEST(test_bad_answers_refused)
+{
+    sl_transport_t *t[2];
+    sl_transport_opts_t o;
+    const char *eps[2];
+    sl_sparse_t *sp;
+    const float shard[8] = {0, 0, 1, 2, 4, 6, 8, 10};
+    const int32_t mine[2] = {1, 3};
+    const float nan_vals[4] = {1, NAN, 3, 4}, good[6] = {3, 4, 20, 22, 6, 8};
+    const int32_t *rows;
+    const float *mean;
+    uint32_t chosen = 0, answered[1], asked[1];
+    unsigned char bad_id[4] = {7, 0, 0, 0}, row2[4] = {2, 0, 0, 0};
+
+    sl_log_set_level(SL_LOG_ERROR);
+    for (uint32_t r = 0; r < 2; r++) {
+        sl_transport_opts_default(&o);
+        o.run_id = 77;
+        o.rank = r;
+        o.size = 2;
+        o.bind_endpoint = "ipc://*";
+        o.timeout_ms = TEST_WAIT_MS;
+        o.linger_ms = 0;
+        ck_assert_int_eq(sl_transport_new(&t[r], &o), SL_OK);
+    }
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(t[1]);
+    ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
+    ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+    ck_assert_int_eq(sl_sparse_new(&sp, 4, 2, 1, 2), SL_OK);
+    for (uint64_t round = 1; round <= 4; round++) {
+        sl_wire_key_t ids = {round, 5, 1, 1, SL_WIRE_SPARSE_INDEX};
+        sl_wire_key_t vals = {round, 5, 0, 1, SL_WIRE_SPARSE_VALUES};
+        sl_sparse_args_t a = {5, round, shard, 4, 2, mine, 2, NULL, TEST_WAIT_MS};
+        sl_sparse_peers_t p = {&chosen, 1, 1, NULL, 0, 0, answered, 0, asked, 0};
+        const void *extra = round == 3 ? bad_id : round == 4 ? row2 : NULL;
+
+        ck_assert_int_eq(
+            sl_transport_send(t[0], &ids, extra, extra ? 4 : 0, SL_WIRE_BYTES, 1.0f, 0, -1), SL_OK);
+        ck_assert_int_eq(sl_transport_send(t[0], &vals, round == 4 ? good : nan_vals,
+                                           round == 4   ? 6
+                                           : round == 2 ? 3
+                                                        : 4,
+                                           SL_WIRE_FP32, 1.0f, 0, -1),
+                         SL_OK);
+        sl_status_t st = sl_sparse_gossip(sp, t[1], &a, &p);
+        size_t n = sl_sparse_result(sp, &rows, &mean);
+        if (round < 4) {
+            ck_assert_msg(st == SL_ERR_TIMEOUT, "round %d: %s", (int)round, sl_err_msg());
+            ck_assert_uint_eq(p.nanswered, 0);
+            ck_assert_uint_eq(n, 2);
+            ck_assert(rows[0] == 1 && rows[1] == 3);
+            const float own[4] = {1, 2, 8, 10};
+            test_assert_floats(mean, own, 4);
+            continue;
+        }
+        ck_assert_msg(st == SL_OK, "%s", sl_err_msg());
+        ck_assert_uint_eq(p.nanswered, 1);
+        ck_assert_uint_eq(n, 3);
+        ck_assert(rows[0] == 1 && rows[1] == 2 && rows[2] == 3);
+        const float avg[6] = {2, 3, 12, 14, 7, 9}; /* (own + answer) / 2 */
+        test_assert_floats(mean, avg, 6);
+    }
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_NONFINITE), 1);
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_BAD_SIZE), 2);
+    sl_sparse_destroy(&sp);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+}
+END_TEST
+
 static Suite *
 sync_rows_suite(void)
 {
@@ -610,6 +691,7 @@ sync_rows_suite(void)
     tcase_add_test(core, test_exchange_settings);
     tcase_add_test(core, test_sync_state_resume);
     tcase_add_test(limits, test_sync_state_limits);
+    tcase_add_test(limits, test_bad_answers_refused);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);

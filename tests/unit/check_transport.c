@@ -3,6 +3,7 @@
  * forked clusters (every collective, bad frames, a killed and an aborting peer) are in
  * check_transport_cluster.c. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,10 @@
 #include <zmq.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_log.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_frame_mac.h"
+#include "transport/sl_mailbox.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_zmq_status.h"
 
@@ -359,8 +362,8 @@ START_TEST(test_pair_old_rounds)
     v[0] = 42;
     ck_assert_int_eq(sl_gossip_exchange(t[1], 5, 1, v, 3, &zero, 1, &zero, 1, out, from, &got, 0),
                      SL_ERR_TIMEOUT);
-    /* rank 0 has heard nothing from rank 1 yet; the late round-0 frame, dropped as
-     * stale, counts as hearing from it (it is alive), as does round 1's */
+    /* rank 0 has heard nothing from rank 1 yet (its round-0 frame came late, stale);
+     * round 1's frame, of the current round, proves rank 1 alive */
     ck_assert(sl_transport_last_heard(t[0], 1) == 0.0);
     double before = sl_clock_now();
     ck_assert_int_eq(
@@ -374,6 +377,108 @@ START_TEST(test_pair_old_rounds)
     ck_assert(sl_transport_last_heard(t[0], 7) == 0.0);
     sl_transport_destroy(&t[0]);
     sl_transport_destroy(&t[1]);
+}
+END_TEST
+
+/* Lines of the file at fd that contain what. */
+static int
+count_lines(int fd, const char *what)
+{
+    char line[512];
+    int n = 0;
+    FILE *f = fdopen(dup(fd), "r");
+
+    ck_assert_ptr_nonnull(f);
+    rewind(f);
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Which frames prove a peer alive, and what a receiver refuses. Rank 1 asks for round 5
+ * of a component: rank 0's frames of round 4 (stale), of a round beyond the window, and
+ * of a component nobody asked for are dropped or filed but do not count as hearing from
+ * rank 0; round 6 (the next) does. Then rank 0 pushes gossip snapshots rank 1 cannot
+ * use, a NaN one, an infinite one, one of the wrong size: each is refused and counted,
+ * rank 0 is left out of that round (got 0) and not heard by it, and each reason is
+ * logged once; the good snapshot of the next round is taken. */
+START_TEST(test_pair_heard_and_refused)
+{
+    sl_transport_t *t[2];
+    float good[3] = {1, 2, 3}, snap[4][3] = {{1, NAN, 3}, {INFINITY, 2, 3}, {1, 2, 3}, {4, 5, 6}};
+    float out[3];
+    uint32_t from[1], zero = 0, one = 1;
+    size_t got;
+    double dl = test_deadline(), h;
+    char name[] = "/tmp/shoal-refused-XXXXXX";
+    int log = mkstemp(name), saved = dup(2);
+
+    ck_assert_int_ge(log, 0);
+    unlink(name);
+    dup2(log, 2); /* the warnings, counted below */
+    sl_log_set_level(SL_LOG_WARN);
+    pair_new(t, "ipc://*");
+    sl_wire_key_t k = {5, 2, 0, 0, SL_WIRE_DATA};
+    ck_assert_int_eq(sl_transport_recv(t[1], &k, out, sizeof out, &got, 0), SL_ERR_TIMEOUT);
+    k.peer = 1;
+    k.round = 4;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, good, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    k.round = 5 + SL_MAILBOX_AHEAD_ROUNDS + 1;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, good, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    k.round = 5;
+    k.component = 3;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, good, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    while (sl_transport_pending(t[1]) < 1 || sl_transport_dropped(t[1], SL_DROP_FUTURE_ROUND) +
+                                                     sl_transport_dropped(t[1], SL_DROP_OLD_ROUND) <
+                                                 2) {
+        ck_assert_int_eq(sl_transport_poll(t[1]), SL_OK);
+        ck_assert_msg(test_wait_more(dl), "the three frames never arrived");
+    }
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_FUTURE_ROUND), 1);
+    ck_assert(sl_transport_last_heard(t[1], 0) == 0.0);
+    k.component = 2;
+    k.round = 6;
+    ck_assert_int_eq(sl_transport_send(t[0], &k, good, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    while (sl_transport_pending(t[1]) < 2) {
+        ck_assert_int_eq(sl_transport_poll(t[1]), SL_OK);
+        ck_assert_msg(test_wait_more(dl), "round 6 never arrived");
+    }
+    h = sl_transport_last_heard(t[1], 0);
+    ck_assert(h > 0.0);
+
+    for (uint64_t r = 0; r < 4; r++) {
+        /* round 2 goes as 2 floats where 3 are expected */
+        ck_assert_int_eq(sl_gossip_exchange(t[0], 7, r, snap[r], r == 2 ? 2 : 3, &one, 1, NULL, 0,
+                                            NULL, NULL, &got, 0),
+                         SL_OK);
+        sl_status_t st = sl_gossip_exchange(t[1], 7, r, good, 3, NULL, 0, &zero, 1, out, from, &got,
+                                            TEST_WAIT_MS);
+        if (r < 3) {
+            ck_assert_int_eq(st, SL_ERR_TIMEOUT); /* at once: nothing more to wait for */
+            ck_assert_uint_eq(got, 0);
+            ck_assert_msg(sl_transport_last_heard(t[1], 0) == h,
+                          "round %d: a refused frame "
+                          "counts as hearing from its sender",
+                          (int)r);
+            continue;
+        }
+        ck_assert_int_eq(st, SL_OK);
+        ck_assert_uint_eq(got, 1);
+        ck_assert_uint_eq(from[0], 0);
+        ck_assert(out[0] == 4.0f && out[2] == 6.0f);
+        ck_assert(sl_transport_last_heard(t[1], 0) > h); /* round 3 came after round 2 */
+    }
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_NONFINITE), 2);
+    ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_BAD_SIZE), 1);
+    fflush(stderr);
+    ck_assert_int_eq(count_lines(log, "non-finite values"), 1);
+    ck_assert_int_eq(count_lines(log, "wrong element count"), 1);
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+    dup2(saved, 2);
+    close(saved);
+    close(log);
 }
 END_TEST
 
@@ -503,6 +608,7 @@ transport_suite(void)
     tcase_add_test(core, test_pair_curve);
     tcase_add_test(core, test_frame_mac);
     tcase_add_test(core, test_pair_mac);
+    tcase_add_test(core, test_pair_heard_and_refused);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);

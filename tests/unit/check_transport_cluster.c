@@ -233,7 +233,8 @@ node_barrier(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
             return 10;
         fputc('x', f);
         fclose(f);
-        if (sl_barrier(t, round, 0) != SL_OK)
+        /* rounds just below the harness's final barrier, the next one */
+        if (sl_barrier(t, TEST_FINAL_BARRIER_ROUND - 3 + round, 0) != SL_OK)
             return 11;
         for (uint32_t k = 0; k < n; k++) {
             snprintf(path, sizeof path, "%s/enter-%u", c->dir, (unsigned)k);
@@ -479,6 +480,97 @@ START_TEST(test_bad_frames_dropped)
 }
 END_TEST
 
+/* ---- a wait keeps its deadline under a stream of frames */
+
+#define STREAM_COMPONENT 11u
+#define STREAM_WAIT_MS 300
+#define STREAM_KEYS 65536
+
+/* Ranks 0 and 2 send rank 1 empty stale frames as fast as they go until rank 1 says
+ * stop, or for 2 x TEST_LATE_S. Rank 1 waits STREAM_WAIT_MS for any of STREAM_KEYS
+ * frames that never come: the wait must end on time, not when the stream does (it used
+ * to go on reading as long as frames came). Comparing each frame with that many keys
+ * makes rank 1 slower than its two senders, so its socket is never empty during the
+ * wait. The stream's frames are counted as stale drops, and none makes the wait
+ * longer. */
+static int
+node_stream(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
+{
+    uint32_t me = sl_transport_rank(t);
+    sl_wire_key_t stop = {0, STREAM_COMPONENT + 1, 0, 1, SL_WIRE_DATA};
+    sl_wire_key_t never = {1, STREAM_COMPONENT, UINT32_MAX, 0, SL_WIRE_DATA};
+    static sl_wire_key_t keys[STREAM_KEYS];
+    sl_transport_frame_t *f;
+    sl_status_t st;
+    double dl = test_deadline(), t0, waited;
+
+    (void)c;
+    if (me != 1) {
+        sl_wire_key_t junk = {0, STREAM_COMPONENT, 0, 1, SL_WIRE_DATA};
+        double end = sl_clock_now() + 2 * TEST_LATE_S;
+
+        for (uint32_t i = 0;; i++) {
+            junk.seq = i;
+            st = sl_transport_send(t, &junk, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, 0);
+            if (st != SL_OK && st != SL_ERR_TIMEOUT) /* TIMEOUT: the queue is full */
+                return 20;
+            if (i % 64 != 0)
+                continue;
+            st = sl_transport_recv_any(t, &stop, 1, 0, &f, NULL);
+            if (st == SL_OK) {
+                sl_transport_frame_release(&f);
+                return 0;
+            }
+            if (st != SL_ERR_TIMEOUT)
+                return 21;
+            if (sl_clock_now() > end)
+                return 22; /* never told to stop */
+        }
+    }
+    /* round 1 asked for: the stream's round-0 frames are stale from now on */
+    if (sl_transport_recv_any(t, &never, 1, 0, &f, NULL) != SL_ERR_TIMEOUT)
+        return 23;
+    while (sl_transport_dropped(t, SL_DROP_OLD_ROUND) < 20000) { /* the stream flows */
+        if (sl_transport_recv_any(t, &never, 1, 0, &f, NULL) != SL_ERR_TIMEOUT)
+            return 24;
+        if (!test_wait_more(dl))
+            return 25;
+    }
+    for (uint32_t i = 0; i < STREAM_KEYS; i++) {
+        keys[i] = never;
+        keys[i].seq = UINT32_MAX - i;
+    }
+    result[1] = sl_transport_dropped(t, SL_DROP_OLD_ROUND);
+    t0 = sl_clock_now();
+    st = sl_transport_recv_any(t, keys, STREAM_KEYS, STREAM_WAIT_MS, &f, NULL);
+    waited = sl_clock_now() - t0;
+    result[0] = (uint64_t)(waited * 1000.0);
+    result[1] = sl_transport_dropped(t, SL_DROP_OLD_ROUND) - result[1];
+    if (st != SL_ERR_TIMEOUT)
+        return 26;
+    if (waited < STREAM_WAIT_MS / 1000.0)
+        return 27; /* no wait may end before its time */
+    if (waited > TEST_LATE_S)
+        return 28; /* the stream held it */
+    for (uint32_t p = 0; p < 3; p += 2) {
+        sl_wire_key_t k = {0, STREAM_COMPONENT + 1, 0, p, SL_WIRE_DATA};
+        if (sl_transport_send(t, &k, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1) != SL_OK)
+            return 29;
+    }
+    return 0;
+}
+
+START_TEST(test_deadline_under_stream)
+{
+    test_cluster_t c;
+
+    test_cluster_init(&c, 3, 1, RUN, node_stream, NULL);
+    c.shm = 0;
+    test_cluster_assert_ok(&c, "a wait under a stream of frames");
+    ck_assert_uint_gt(c.res[1][1], 0); /* frames came during the wait */
+}
+END_TEST
+
 /* ---- a peer killed with SIGKILL while allreduces run: the others fail in time */
 
 #define KILL_TIMEOUT_MS 3000
@@ -599,6 +691,7 @@ transport_cluster_suite(void)
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);
     tcase_add_test(limits, test_bad_frames_dropped);
+    tcase_add_test(limits, test_deadline_under_stream);
     tcase_add_test(limits, test_killed_peer);
     tcase_add_test(limits, test_abort);
     suite_add_tcase(s, limits);

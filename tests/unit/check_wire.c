@@ -376,9 +376,13 @@ START_TEST(test_mailbox_filing)
     int *got;
 
     released = 0;
-    ck_assert_int_eq(sl_mailbox_new(&mb, 4, 1000, count_release), SL_OK);
+    ck_assert_int_eq(sl_mailbox_new(&mb, 4, 1000, 8, count_release), SL_OK);
     b.seq = 1;
     c.peer = 4;
+    /* round 5 is current: frames of a (kind, component) never asked for would get only
+     * half of each cap (test_mailbox_window) */
+    ck_assert_int_eq(sl_mailbox_advance(mb, SL_WIRE_ALLREDUCE, 1, 5, &purged), SL_OK);
+    ck_assert_uint_eq(purged, 0);
     ck_assert_int_eq(sl_mailbox_file(mb, &a, 100, owner_of(1)), SL_MAILBOX_FILED);
     ck_assert_int_eq(sl_mailbox_file(mb, &b, 100, owner_of(2)), SL_MAILBOX_FILED);
     ck_assert_int_eq(sl_mailbox_file(mb, &c, 100, owner_of(3)), SL_MAILBOX_FILED);
@@ -442,7 +446,11 @@ START_TEST(test_mailbox_many_keys)
     size_t purged = 0;
 
     released = 0;
-    ck_assert_int_eq(sl_mailbox_new(&mb, N, (uint64_t)N * 8, count_release), SL_OK);
+    ck_assert_int_eq(sl_mailbox_new(&mb, N, (uint64_t)N * 8, 2, count_release), SL_OK);
+    for (uint32_t c = 0; c < 2; c++) { /* round 0 current: rounds 0..2 may be filed */
+        ck_assert_int_eq(sl_mailbox_advance(mb, SL_WIRE_GOSSIP_SNAPSHOT, c, 0, &purged), SL_OK);
+        ck_assert_uint_eq(purged, 0);
+    }
     for (int i = 0; i < N; i++) {
         sl_wire_key_t k = {(uint64_t)(i % 3), (uint32_t)(i % 2), (uint32_t)(i / 6),
                            (uint32_t)(i % 5), SL_WIRE_GOSSIP_SNAPSHOT};
@@ -492,13 +500,87 @@ START_TEST(test_mailbox_many_keys)
 }
 END_TEST
 
+/* The window of rounds ahead: with round 10 current and a window of 3, rounds 10..13
+ * are filed, 14 and beyond refused; a flood of 70,000 future-round frames (the attack:
+ * one member filling the mailbox for good) is refused frame by frame and leaves the
+ * mailbox empty, so the current round is still filed and handed out. Frames of a
+ * (kind, component) nobody asked for yet take half of each cap at most, and the first
+ * ask purges those outside its window. */
+START_TEST(test_mailbox_window)
+{
+    enum { CAP = 64, FLOOD = 70000 };
+    sl_mailbox_t *mb;
+    size_t purged = 0;
+    sl_wire_key_t k = {10, 3, 0, 2, SL_WIRE_GOSSIP_SNAPSHOT};
+    uint64_t cur = 0;
+    int *got;
+
+    released = 0;
+    ck_assert_int_eq(sl_mailbox_new(&mb, CAP, (uint64_t)CAP * 100, 3, count_release), SL_OK);
+    ck_assert_int_eq(sl_mailbox_current(mb, SL_WIRE_GOSSIP_SNAPSHOT, 3, &cur), 0);
+    ck_assert_int_eq(sl_mailbox_advance(mb, SL_WIRE_GOSSIP_SNAPSHOT, 3, 10, &purged), SL_OK);
+    ck_assert_int_eq(sl_mailbox_current(mb, SL_WIRE_GOSSIP_SNAPSHOT, 3, &cur), 1);
+    ck_assert_uint_eq(cur, 10);
+    k.round = 13;
+    ck_assert_int_eq(sl_mailbox_file(mb, &k, 1, owner_of(13)), SL_MAILBOX_FILED);
+    k.round = 14;
+    ck_assert_int_eq(sl_mailbox_file(mb, &k, 1, owner_of(14)), SL_MAILBOX_FUTURE_ROUND);
+    ck_assert_int_eq(released, 1);
+    /* the flood: every future round once, empty frames, from one peer */
+    for (uint32_t i = 0; i < FLOOD; i++) {
+        sl_wire_key_t f = {14 + (uint64_t)i, 3, i, 2, SL_WIRE_GOSSIP_SNAPSHOT};
+        ck_assert_int_eq(sl_mailbox_file(mb, &f, 0, owner_of(0)), SL_MAILBOX_FUTURE_ROUND);
+    }
+    ck_assert_int_eq(released, 1 + FLOOD);
+    ck_assert_uint_eq(sl_mailbox_frames(mb), 1);
+    /* the current round from another peer is filed and handed out */
+    k.round = 10;
+    k.peer = 1;
+    ck_assert_int_eq(sl_mailbox_file(mb, &k, 100, owner_of(10)), SL_MAILBOX_FILED);
+    got = sl_mailbox_take(mb, &k);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(*got, 10);
+    free(got);
+    /* round 13 stays until it is asked for or passed */
+    ck_assert_int_eq(sl_mailbox_advance(mb, SL_WIRE_GOSSIP_SNAPSHOT, 3, 14, &purged), SL_OK);
+    ck_assert_uint_eq(purged, 1);
+    ck_assert_uint_eq(sl_mailbox_frames(mb), 0);
+
+    /* never asked for: half the frames, then refused as full */
+    for (uint32_t i = 0; i < CAP / 2; i++) {
+        sl_wire_key_t f = {1000 + (uint64_t)i, 9, 0, 2, SL_WIRE_DATA};
+        ck_assert_int_eq(sl_mailbox_file(mb, &f, 1, owner_of(0)), SL_MAILBOX_FILED);
+    }
+    sl_wire_key_t f = {5, 9, 0, 1, SL_WIRE_DATA};
+    ck_assert_int_eq(sl_mailbox_file(mb, &f, 1, owner_of(0)), SL_MAILBOX_FULL);
+    /* ... while a (kind, component) with a current round still gets the other half */
+    k.round = 14;
+    ck_assert_int_eq(sl_mailbox_file(mb, &k, 1, owner_of(14)), SL_MAILBOX_FILED);
+    /* the first ask for DATA 9 at round 1010 purges rounds 1000..1009 and 1014.. */
+    purged = 0;
+    ck_assert_int_eq(sl_mailbox_advance(mb, SL_WIRE_DATA, 9, 1010, &purged), SL_OK);
+    ck_assert_uint_eq(purged, 10 + (CAP / 2 - 14));
+    ck_assert_uint_eq(sl_mailbox_frames(mb), 1 + 4);
+    /* half the bytes at most too */
+    f.component = 8;
+    ck_assert_int_eq(sl_mailbox_file(mb, &f, (uint64_t)CAP * 50 + 1, owner_of(0)), SL_MAILBOX_FULL);
+    /* they now count against the whole caps: another unasked component gets its half */
+    for (uint32_t i = 0; i < CAP / 2; i++) {
+        sl_wire_key_t u = {i, 7, 0, 2, SL_WIRE_DATA};
+        ck_assert_int_eq(sl_mailbox_file(mb, &u, 1, owner_of(0)), SL_MAILBOX_FILED);
+    }
+    sl_mailbox_destroy(&mb);
+}
+END_TEST
+
 START_TEST(test_mailbox_bad_args)
 {
     sl_mailbox_t *mb = (sl_mailbox_t *)1;
-    ck_assert_int_eq(sl_mailbox_new(&mb, 0, 10, count_release), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_mailbox_new(&mb, 0, 10, 1, count_release), SL_ERR_INVALID);
     ck_assert_ptr_null(mb);
-    ck_assert_int_eq(sl_mailbox_new(&mb, 10, 0, count_release), SL_ERR_INVALID);
-    ck_assert_int_eq(sl_mailbox_new(&mb, 10, 10, NULL), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_mailbox_new(&mb, 10, 0, 1, count_release), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_mailbox_new(&mb, 10, 10, 0, count_release), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_mailbox_new(&mb, 10, 10, 1, NULL), SL_ERR_INVALID);
 }
 END_TEST
 
@@ -510,6 +592,7 @@ wire_suite(void)
     tcase_add_test(core, test_round_trip);
     tcase_add_test(core, test_mailbox_filing);
     tcase_add_test(core, test_mailbox_many_keys);
+    tcase_add_test(core, test_mailbox_window);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_each_field_rejected);

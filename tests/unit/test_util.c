@@ -27,7 +27,7 @@
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
 
-#define FINAL_BARRIER_ROUND ((uint64_t)1 << 40) /* above every round a case uses */
+#define FINAL_BARRIER_ROUND TEST_FINAL_BARRIER_ROUND
 
 void
 test_cluster_init(test_cluster_t *c, int n, int ipc, uint64_t run_id, test_node_fn fn,

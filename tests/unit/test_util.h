@@ -59,6 +59,11 @@
  * machine can be seconds late): checks of timeouts are exact only in their lower bound,
  * since no wait may end before its time. */
 #define TEST_LATE_S 20.0
+/* The round of the barrier every node passes before its transport goes (final_barrier):
+ * above every other round a case uses. A case that runs barriers of its own numbers
+ * them up to it, since a frame more than SL_MAILBOX_AHEAD_ROUNDS beyond the last
+ * round asked for is refused. */
+#define TEST_FINAL_BARRIER_ROUND ((uint64_t)1 << 40)
 
 typedef struct test_cluster test_cluster_t;
 
