@@ -400,8 +400,7 @@ check_counters(const char *path, const unsigned char *data, const header_t *hd)
     }
     if (hd->cur.tokens != (uint64_t)hd->cur.step * per_step)
         return sl_err_set(SL_ERR_FORMAT,
-                          "%s: corrupt header (%" PRIu64 " tokens after %ld steps of %" PRIu64
-                          ")",
+                          "%s: corrupt header (%" PRIu64 " tokens after %ld steps of %" PRIu64 ")",
                           path, hd->cur.tokens, hd->cur.step, per_step);
     return SL_OK;
 }

@@ -226,7 +226,7 @@ END_TEST
 /* Only "<name>.tmp.<digits>" beside name goes; a link there is removed, its target kept. */
 START_TEST(test_remove_stale_temps)
 {
-    static const char *const keep[] = {"c.bin",         "c.bin.prev", "c.bin.tmp.",
+    static const char *const keep[] = {"c.bin",         "c.bin.prev",  "c.bin.tmp.",
                                        "c.bin.tmp.12a", "d.bin.tmp.7", "c.bin.tmp.1.x",
                                        "xc.bin.tmp.5",  "victim"};
     static const char *const go[] = {"c.bin.tmp.123", "c.bin.tmp.9"};

@@ -586,8 +586,8 @@ START_TEST(test_header_bounds)
                      SL_OK);
     assert_bad_header(&dst, &dst.id, good, 152, 1ull << 32,
                       "corrupt header (epoch 4294967296 out of range)", 1);
-    assert_bad_header(&dst, &dst.id, good, 144, (uint64_t)-1, "corrupt header (step -1 out of range)",
-                      1);
+    assert_bad_header(&dst, &dst.id, good, 144, (uint64_t)-1,
+                      "corrupt header (step -1 out of range)", 1);
     assert_bad_header(&dst, &dst.id, good, 160, 1ull << 41,
                       "corrupt header (batch index 2199023255552 out of range)", 1);
     assert_bad_header(&dst, &dst.id, good, 168, (uint64_t)-5,
@@ -604,8 +604,8 @@ START_TEST(test_header_bounds)
                       0);
     run = dst.id;
     run.batches_per_epoch = 50;
-    assert_bad_header(&dst, &run, good, 0, 0, "corrupt header (step 120 is not epoch 1, batch 42 of 50)",
-                      1);
+    assert_bad_header(&dst, &run, good, 0, 0,
+                      "corrupt header (step 120 is not epoch 1, batch 42 of 50)", 1);
     run.batches_per_epoch = 40;
     assert_bad_header(&dst, &run, good, 0, 0,
                       "data cursor at batch 42 of an epoch of 40 batches (was it written with "
@@ -613,8 +613,8 @@ START_TEST(test_header_bounds)
                       0);
     run.batches_per_epoch = 78;
     run.total_steps = 120;
-    ck_assert_int_eq(
-        sl_checkpoint_check(good, &run, dst.lm, dst.opt, dst.st, NULL, &got, &damaged), SL_OK);
+    ck_assert_int_eq(sl_checkpoint_check(good, &run, dst.lm, dst.opt, dst.st, NULL, &got, &damaged),
+                     SL_OK);
     ck_assert_int_eq(got.step, 120);
     ck_assert_int_eq(damaged, 0);
 
