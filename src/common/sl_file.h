@@ -36,9 +36,10 @@ void sl_atomic_abort(sl_atomic_file_t *f);
 
 /* Removes the temp files "path.tmp.<digits>" an interrupted atomic write of path left
  * (in path's directory, nothing else; links are removed, not followed) and logs each
- * one; *removed (may be NULL) counts them. Call it before this process writes path. A
- * directory that cannot be read is SL_ERR_IO; an entry that cannot be removed is
- * logged and left. */
+ * one; *removed (may be NULL) counts them. Call it before this process writes path. No
+ * directory there (missing, or not a directory) is SL_OK with none removed: the write
+ * will say why it fails. A directory that cannot be read is SL_ERR_IO; an entry that
+ * cannot be removed is logged and left. */
 sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
 
 /* mkdir -p; SL_ERR_IO naming the part that failed. */
