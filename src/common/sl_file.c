@@ -1,13 +1,20 @@
-/* Whole-file reads, atomic replacement, mkdir -p. */
+/* Whole-file reads, atomic replacement (with the replaced file kept, for checkpoint
+ * generations), removal of stale temp files, mkdir -p. */
 #define _POSIX_C_SOURCE 200809L
 #include "common/sl_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "common/sl_log.h"
+
+#define TEMP_INFIX ".tmp." /* path.tmp.<pid> */
 
 sl_status_t
 sl_file_read_all(const char *path, char **data, size_t *len)
@@ -51,10 +58,27 @@ sl_file_read_all(const char *path, char **data, size_t *len)
     return SL_OK;
 }
 
+/* The error of sl_atomic_open with errno: "tmp: [what: ]reason". The temp file is
+ * removed only when this call made it (created): otherwise the name holds what someone
+ * else put there, or nothing. */
+static sl_status_t
+open_failed(sl_atomic_file_t *f, const char *what, int created)
+{
+    sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s%s%s", f->tmp_path, what ? what : "",
+                                what ? ": " : "", strerror(errno));
+    if (!created) {
+        free(f->tmp_path);
+        f->tmp_path = NULL;
+    }
+    sl_atomic_abort(f);
+    return st;
+}
+
 sl_status_t
 sl_atomic_open(sl_atomic_file_t *f, const char *path)
 {
     size_t n = strlen(path) + 32;
+    int fd;
 
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
@@ -63,12 +87,18 @@ sl_atomic_open(sl_atomic_file_t *f, const char *path)
         sl_atomic_abort(f);
         return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
     }
-    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    f->fp = fopen(f->tmp_path, "wb");
+    snprintf(f->tmp_path, n, "%s%s%ld", path, TEMP_INFIX, (long)getpid());
+    if (unlink(f->tmp_path) != 0 && errno != ENOENT)
+        return open_failed(f, "cannot remove the old temporary file", 0);
+    fd = open(f->tmp_path, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return open_failed(f, NULL, 0);
+    f->fp = fdopen(fd, "wb");
     if (!f->fp) {
-        sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s", f->tmp_path, strerror(errno));
-        sl_atomic_abort(f);
-        return st;
+        int e = errno;
+        close(fd);
+        errno = e;
+        return open_failed(f, NULL, 1);
     }
     return SL_OK;
 }
@@ -105,7 +135,7 @@ fsync_parent_dir(const char *path)
 }
 
 sl_status_t
-sl_atomic_commit(sl_atomic_file_t *f)
+sl_atomic_commit_keep(sl_atomic_file_t *f, const char *prev_path)
 {
     sl_status_t st = SL_OK;
 
@@ -114,12 +144,27 @@ sl_atomic_commit(sl_atomic_file_t *f)
     if (fclose(f->fp) != 0 && st == SL_OK)
         st = sl_err_set(SL_ERR_IO, "%s: cannot close: %s", f->tmp_path, strerror(errno));
     f->fp = NULL;
+    if (st == SL_OK && prev_path) {
+        /* the old file becomes the previous one before the new one takes its name, and
+         * the directory says so first, so that no crash can lose both */
+        if (rename(f->path, prev_path) == 0)
+            fsync_parent_dir(f->path);
+        else if (errno != ENOENT)
+            st = sl_err_set(SL_ERR_IO, "%s: cannot keep it as %s: %s", f->path, prev_path,
+                            strerror(errno));
+    }
     if (st == SL_OK && rename(f->tmp_path, f->path) != 0)
         st = sl_err_set(SL_ERR_IO, "%s: cannot rename into place: %s", f->path, strerror(errno));
     if (st == SL_OK)
         fsync_parent_dir(f->path);
     sl_atomic_abort(f);
     return st;
+}
+
+sl_status_t
+sl_atomic_commit(sl_atomic_file_t *f)
+{
+    return sl_atomic_commit_keep(f, NULL);
 }
 
 void
@@ -134,6 +179,71 @@ sl_atomic_abort(sl_atomic_file_t *f)
     free(f->path);
     free(f->tmp_path);
     f->path = f->tmp_path = NULL;
+}
+
+/* Is name base + ".tmp." + digits? */
+static int
+is_temp_of(const char *name, const char *base)
+{
+    size_t nb = strlen(base), ni = strlen(TEMP_INFIX);
+    const char *digits = name + nb + ni;
+
+    return strncmp(name, base, nb) == 0 && strncmp(name + nb, TEMP_INFIX, ni) == 0 &&
+           *digits != '\0' && strspn(digits, "0123456789") == strlen(digits);
+}
+
+sl_status_t
+sl_file_remove_stale_temps(const char *path, int *removed)
+{
+    char *dir = strdup(path), *slash, *entry;
+    const char *base;
+    struct dirent *e;
+    DIR *d;
+    size_t size;
+    int n = 0;
+
+    if (removed)
+        *removed = 0;
+    if (!dir)
+        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+    slash = strrchr(dir, '/');
+    base = slash ? path + (slash - dir) + 1 : path;
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    if ((d = opendir(dir)) == NULL) {
+        /* no directory: nothing to remove, and the write itself will say why */
+        sl_status_t st = errno == ENOENT || errno == ENOTDIR
+                             ? SL_OK
+                             : sl_err_set(SL_ERR_IO, "%s: %s", dir, strerror(errno));
+        free(dir);
+        return st;
+    }
+    size = strlen(dir) + NAME_MAX + 2;
+    entry = malloc(size);
+    while (entry && (e = readdir(d)) != NULL) {
+        if (!is_temp_of(e->d_name, base))
+            continue;
+        snprintf(entry, size, "%s/%s", dir, e->d_name);
+        if (unlink(entry) == 0) {
+            sl_log_info("file", "removed %s, left by an interrupted write", entry);
+            n++;
+        } else {
+            sl_log_warn("file", "%s: cannot remove this stale temporary file: %s", entry,
+                        strerror(errno));
+        }
+    }
+    closedir(d);
+    free(dir);
+    if (!entry)
+        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+    free(entry);
+    if (removed)
+        *removed = n;
+    return SL_OK;
 }
 
 sl_status_t

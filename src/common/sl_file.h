@@ -13,7 +13,11 @@
 sl_status_t sl_file_read_all(const char *path, char **data, size_t *len);
 
 /* Atomic writer: writes go to "path.tmp.<pid>"; commit fsyncs, renames over path and
- * fsyncs the directory; abort removes the temp file and leaves path untouched. */
+ * fsyncs the directory; abort removes the temp file and leaves path untouched. The temp
+ * file is always a new file: whatever was at its name (left by a crashed process of the
+ * same pid, or a link planted there) is unlinked first -- unlink never follows a link --
+ * and it is created with O_EXCL | O_NOFOLLOW, mode 0644 less the umask, so no write can
+ * land in another file. */
 typedef struct {
     FILE *fp;
     char *path;
@@ -23,7 +27,20 @@ typedef struct {
 sl_status_t sl_atomic_open(sl_atomic_file_t *f, const char *path);
 sl_status_t sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes);
 sl_status_t sl_atomic_commit(sl_atomic_file_t *f);
+/* The same, keeping the file it replaces: path (when it exists) is first renamed to
+ * prev_path (replacing it) and the directory fsynced, then the new file renamed over
+ * path. A crash leaves path and prev_path as they were, or prev_path = the old path
+ * and no path, or both new: never a torn file. */
+sl_status_t sl_atomic_commit_keep(sl_atomic_file_t *f, const char *prev_path);
 void sl_atomic_abort(sl_atomic_file_t *f);
+
+/* Removes the temp files "path.tmp.<digits>" an interrupted atomic write of path left
+ * (in path's directory, nothing else; links are removed, not followed) and logs each
+ * one; *removed (may be NULL) counts them. Call it before this process writes path. No
+ * directory there (missing, or not a directory) is SL_OK with none removed: the write
+ * will say why it fails. A directory that cannot be read is SL_ERR_IO; an entry that
+ * cannot be removed is logged and left. */
+sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
 
 /* mkdir -p; SL_ERR_IO naming the part that failed. */
 sl_status_t sl_file_mkdirs(const char *path);

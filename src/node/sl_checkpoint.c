@@ -3,6 +3,7 @@
 #include "node/sl_checkpoint.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -353,7 +354,13 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
     SL_TRY_GOTO(sl_atomic_write(&f, tail, sizeof tail), rc, fail);
     sl_free(sync_state);
     sl_free(host);
-    return sl_atomic_commit(&f);
+    if (!opt)
+        return sl_atomic_commit(&f);
+    {
+        char prev[SL_CKPT_PATH_MAX];
+        SL_TRY(sl_checkpoint_prev_path(path, prev, sizeof prev));
+        return sl_atomic_commit_keep(&f, prev);
+    }
 fail:
     sl_atomic_abort(&f);
     sl_free(sync_state);
@@ -368,7 +375,38 @@ min_file_bytes(uint32_t version)
     return header_bytes(version) + (version == 1 ? 0 : 8) + 8;
 }
 
-/* Structure of the file: magic, version, size, checksum. Each failure is one line. */
+/* The cursor's counters as the file holds them (i64), before anything uses them: none
+ * negative, the epoch within an int (the issue's "within 32 bits", signed), the others
+ * within CKPT_MAX_COUNT; and the tokens exactly the steps' (every step takes batch x
+ * bptt tokens), so that a header whose counters disagree is corrupt. */
+static sl_status_t
+check_counters(const char *path, const unsigned char *data, const header_t *hd)
+{
+    static const struct {
+        size_t off;
+        const char *name;
+        uint64_t most;
+    } counters[] = {{OFF_STEP, "step", CKPT_MAX_COUNT},
+                    {OFF_EPOCH, "epoch", INT_MAX},
+                    {OFF_BATCH_INDEX, "batch index", CKPT_MAX_COUNT},
+                    {OFF_OPT_STEPS, "optimizer steps", CKPT_MAX_COUNT}};
+    uint64_t per_step = (uint64_t)(uint32_t)hd->id.batch * (uint32_t)hd->id.bptt;
+
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        int64_t v = (int64_t)sl_get_u64(data + counters[i].off);
+        if (v < 0 || (uint64_t)v > counters[i].most)
+            return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (%s %" PRId64 " out of range)",
+                              path, counters[i].name, v);
+    }
+    if (hd->cur.tokens != (uint64_t)hd->cur.step * per_step)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: corrupt header (%" PRIu64 " tokens after %ld steps of %" PRIu64 ")",
+                          path, hd->cur.tokens, hd->cur.step, per_step);
+    return SL_OK;
+}
+
+/* Structure of the file: magic, version, size, checksum, counters. Each failure is one
+ * line. */
 static sl_status_t
 check_container(const char *path, const unsigned char *data, size_t len, header_t *hd)
 {
@@ -417,6 +455,7 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
     if (hd->id.nlayers < 1 || hd->id.nlayers > SL_MAX_LAYERS ||
         sl_ckpt_arch_hash(&hd->id) != hd->arch_hash)
         return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (architecture)", path);
+    SL_TRY(check_counters(path, data, hd));
     if (!(hd->cur.loss_scale == 0.0f ||
           (isfinite(hd->cur.loss_scale) && hd->cur.loss_scale > 0.0f)) ||
         hd->cur.loss_scale_good < 0 || hd->cur.loss_scale_overflows < 0 ||
@@ -495,9 +534,80 @@ check_identity(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, 
                           " hidden-state floats, expected %zu and %zu",
                           path, hd->opt_floats, hd->state_floats, sl_optim_state_size(opt),
                           sl_lm_state_size(st));
-    if (hd->cur.step < 0 || hd->cur.epoch < 0 || hd->cur.batch_index < 0 || hd->opt_steps < 0)
-        return sl_err_set(SL_ERR_FORMAT, "%s: corrupt header (negative step counters)", path);
+    if (id->total_steps > 0 && hd->cur.step > id->total_steps)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: checkpoint at step %ld, beyond this run's %ld steps (were "
+                          "train.epochs or train.max_steps lowered? --no-resume starts over)",
+                          path, hd->cur.step, id->total_steps);
+    if (id->batches_per_epoch > 0 && hd->cur.batch_index >= id->batches_per_epoch)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: data cursor at batch %ld of an epoch of %ld batches (was it "
+                          "written with another number of nodes?)",
+                          path, hd->cur.batch_index, id->batches_per_epoch);
     return check_run(path, hd, id, sync);
+}
+
+/* With the epoch's length known: the step is where the epoch and batch index say. */
+static sl_status_t
+check_cursor(const char *path, const header_t *hd, const sl_ckpt_ident_t *id)
+{
+    long bpe = id->batches_per_epoch;
+
+    if (bpe > 0 && hd->cur.step != (long)hd->cur.epoch * bpe + hd->cur.batch_index)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: corrupt header (step %ld is not epoch %d, batch %ld of %ld)", path,
+                          hd->cur.step, hd->cur.epoch, hd->cur.batch_index, bpe);
+    return SL_OK;
+}
+
+/* Every check of a file against this run, in order; *damaged says which kind failed:
+ * 1 the file itself (structure, checksum, counters), 0 a sound file that does not fit
+ * this run (model, corpus, optimizer, shape, nodes, sync, a step beyond the run). */
+static sl_status_t
+validate(const char *path, const unsigned char *data, size_t len, const sl_ckpt_ident_t *id,
+         const sl_lm_t *lm, const sl_optim_t *opt, const sl_lm_state_t *st, const sl_sync_t *sync,
+         header_t *hd, int *damaged)
+{
+    *damaged = 1;
+    SL_TRY(check_container(path, data, len, hd));
+    *damaged = 0;
+    SL_TRY(check_identity(path, hd, id, lm, opt, st, sync));
+    if (!opt)
+        return SL_OK;
+    *damaged = 1;
+    SL_TRY(check_cursor(path, hd, id));
+    *damaged = 0;
+    return SL_OK;
+}
+
+sl_status_t
+sl_checkpoint_prev_path(const char *path, char *out, size_t size)
+{
+    int n = snprintf(out, size, "%s%s", path, SL_CKPT_PREV_SUFFIX);
+
+    if (n < 0 || (size_t)n >= size)
+        return sl_err_set(SL_ERR_INVALID, "%s: path too long", path);
+    return SL_OK;
+}
+
+sl_status_t
+sl_checkpoint_check(const char *path, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
+                    const sl_optim_t *opt, const sl_lm_state_t *st, const sl_sync_t *sync,
+                    sl_ckpt_cursor_t *cur, int *damaged)
+{
+    char *data;
+    size_t len;
+    header_t hd;
+    sl_status_t rc;
+
+    SL_ASSERT((opt == NULL) == (st == NULL));
+    *damaged = 1;
+    SL_TRY(sl_file_read_all(path, &data, &len));
+    rc = validate(path, (const unsigned char *)data, len, id, lm, opt, st, sync, &hd, damaged);
+    if (rc == SL_OK && cur)
+        *cur = hd.cur;
+    free(data);
+    return rc;
 }
 
 sl_status_t
@@ -508,13 +618,13 @@ sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be
     unsigned char *p;
     size_t len, floats;
     header_t hd;
+    int damaged;
     sl_status_t rc;
 
     SL_ASSERT((opt == NULL) == (st == NULL));
     SL_TRY(sl_file_read_all(path, &data, &len));
     p = (unsigned char *)data;
-    SL_TRY_GOTO(check_container(path, p, len, &hd), rc, out);
-    SL_TRY_GOTO(check_identity(path, &hd, id, lm, opt, st, sync), rc, out);
+    SL_TRY_GOTO(validate(path, p, len, id, lm, opt, st, sync, &hd, &damaged), rc, out);
 
     /* The sync state checks itself completely before it changes anything; after it,
      * only device copies can fail. */

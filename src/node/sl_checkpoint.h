@@ -21,7 +21,14 @@
  * Version 1 (still read): a 192-byte header that ends after the train time, and no sync
  * section; a run resumed from it starts its sync state from the resumed parameters.
  * A checkpoint (flags & SL_CKPT_TRAIN_STATE) carries the optimizer, hidden and sync
- * state so that training continues exactly; a model file carries the parameters only. */
+ * state so that training continues exactly; a model file carries the parameters only.
+ *
+ * Generations: saving a checkpoint keeps the one it replaces as <path>.prev, so there
+ * are at most two complete ones (sl_resume.h picks one at start). Header fields are
+ * bounded before use: element counts, step, batch index and optimizer steps up to
+ * 2^40, the epoch within an int, none negative, the tokens exactly steps x batch x
+ * bptt; with the run's length known, the step within it and equal to epoch x
+ * batches per epoch + batch index. Nothing is allocated from a header's counts. */
 #ifndef SL_CHECKPOINT_H
 #define SL_CHECKPOINT_H
 
@@ -40,6 +47,8 @@
 #define SL_CKPT_V2_HEADER_BYTES 208 /* version 2 */
 #define SL_CKPT_V1_HEADER_BYTES 192 /* version 1 */
 #define SL_CKPT_TRAIN_STATE 1u      /* flags: optimizer and hidden state present */
+#define SL_CKPT_PREV_SUFFIX ".prev" /* the previous generation: <path>.prev */
+#define SL_CKPT_PATH_MAX 1040       /* room for a run path and the suffix */
 
 /* What a file must match to be loaded: the data, the architecture, and (for training
  * state) the optimizer, the shape of the hidden state and data cursor, and the run's
@@ -54,6 +63,10 @@ typedef struct {
     int batch, bptt;          /* of the training run */
     int nodes, rank;          /* of the training run, this node's (0-based) */
     sl_sync_algorithm_t sync; /* the algorithm in effect: none with one node */
+    /* The training run's steps and batches per epoch: a checkpoint beyond the run, or
+     * whose cursor does not fit the epoch, is refused. 0 (sl_ckpt_ident_init's):
+     * not checked. */
+    long total_steps, batches_per_epoch;
 } sl_ckpt_ident_t;
 
 /* Where training stands. */
@@ -71,7 +84,8 @@ typedef struct {
     long loss_scale_good, loss_scale_overflows, loss_scale_skipped;
 } sl_ckpt_cursor_t;
 
-/* id for node rank of nodes (1 and 0 outside a multi-node run). */
+/* id for node rank of nodes (1 and 0 outside a multi-node run); total_steps and
+ * batches_per_epoch 0. */
 void sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab,
                         uint64_t corpus_hash, int rank, int nodes);
 /* Hash of vocab, embedding and the layer sizes: equal iff the parameters fit. */
@@ -80,7 +94,8 @@ uint64_t sl_ckpt_arch_hash(const sl_ckpt_ident_t *id);
 void sl_ckpt_describe_arch(const sl_ckpt_ident_t *id, char *buf, size_t size);
 
 /* Writes path atomically (temp file, fsync, rename): a crash leaves the old file.
- * opt and st are both given (a checkpoint) or both NULL (a model file). sync (may be
+ * opt and st are both given (a checkpoint: the file it replaces becomes the previous
+ * generation, sl_checkpoint_prev_path) or both NULL (a model file). sync (may be
  * NULL: no sync state) is the node's sync object, whose sl_sync_state_save goes into
  * the sync section of a checkpoint. lm, be and sync are borrowed; parameters are
  * copied to the host in one staging buffer. */
@@ -97,6 +112,8 @@ sl_status_t sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id,
  * Every failure is one line starting with the path, and changes nothing:
  *   SL_ERR_IO      unreadable file
  *   SL_ERR_FORMAT  bad magic, unsupported version, truncated, checksum mismatch,
+ *                  counters out of bounds (above), a step beyond the run or a cursor
+ *                  that does not fit its epochs (when id gives them),
  *                  different model / corpus / optimizer / batch shape, no training
  *                  state; for training state of version 2: written by another node or
  *                  for another number of nodes ("written by node 2 of 4, this is node 0
@@ -105,5 +122,18 @@ sl_status_t sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id,
 sl_status_t sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be,
                                sl_lm_t *lm, sl_optim_t *opt, sl_lm_state_t *st, sl_sync_t *sync,
                                sl_ckpt_cursor_t *cur);
+
+/* Every check of sl_checkpoint_load but the sync state's own contents, loading nothing:
+ * SL_OK and the file's cursor in *cur (may be NULL), or its error, with *damaged 1 when
+ * the file itself is bad (unreadable, bad magic or version, truncated, checksum,
+ * counters out of bounds or disagreeing: a previous generation may do instead) and 0
+ * when it is sound but does not fit this run (model, corpus, optimizer, batch shape,
+ * node, sync, a step beyond the run: no generation will). */
+sl_status_t sl_checkpoint_check(const char *path, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
+                                const sl_optim_t *opt, const sl_lm_state_t *st,
+                                const sl_sync_t *sync, sl_ckpt_cursor_t *cur, int *damaged);
+
+/* <path>.prev into out (size bytes); SL_ERR_INVALID when it does not fit. */
+sl_status_t sl_checkpoint_prev_path(const char *path, char *out, size_t size);
 
 #endif

@@ -40,6 +40,7 @@ static const char main_help[] =
     "  config.yaml      the resolved configuration of the run\n"
     "  checkpoint.bin   latest checkpoint: parameters, optimizer and hidden state,\n"
     "                   data position; written atomically\n"
+    "  checkpoint.bin.prev  the one before it, resumed from when the latest is damaged\n"
     "  model.bin        the final model (same format; shoal eval --checkpoint reads both)\n"
     "  metrics.jsonl    one JSON object per report and per evaluation\n"
     "  summary.json     final figures: steps, tokens/s, losses, perplexities, memory\n"

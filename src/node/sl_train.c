@@ -15,6 +15,7 @@
 #include "node/sl_train.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@
 #include "node/sl_checkpoint.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_report.h"
+#include "node/sl_resume.h"
 #include "node/sl_staging.h"
 #include "sync/sl_sync.h"
 
@@ -66,6 +68,10 @@ typedef struct {
      * NULL when sync reads the backend's memory directly (cpu) or there is no sync */
     sl_staging_t *stage;
     sl_loss_scale_t ls;
+    /* 1 when the run resumed from an older generation than <dir>/checkpoint.bin (that
+     * file damaged or ahead of the other nodes): the next save replaces it instead of
+     * keeping it as the previous generation, so the one resumed from stays */
+    int drop_newest;
 } trainer_t;
 
 void
@@ -134,6 +140,8 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
     SL_TRY(join_path(res->checkpoint, res->dir, "checkpoint.bin"));
     SL_TRY(join_path(res->model, res->dir, "model.bin"));
     SL_TRY(sl_file_mkdirs(res->dir));
+    /* the temp file of a save that a crash interrupted, maybe as large as the model */
+    SL_TRY(sl_file_remove_stale_temps(res->checkpoint, NULL));
     if (opts->rank != 0)
         return SL_OK;
     SL_TRY(join_path(path, res->run_dir, "config.yaml"));
@@ -277,6 +285,8 @@ setup_model(trainer_t *t)
     t->total_steps = (long)cfg->train.epochs * t->train_bt.batches_per_epoch;
     if (cfg->train.max_steps > 0 && cfg->train.max_steps < t->total_steps)
         t->total_steps = cfg->train.max_steps;
+    t->id.total_steps = t->total_steps;
+    t->id.batches_per_epoch = t->train_bt.batches_per_epoch;
     return SL_OK;
 }
 
@@ -312,29 +322,60 @@ setup_sync(trainer_t *t)
     return start_sync(t);
 }
 
-/* Training state, sync and loss-scale state included, from this node's checkpoint when
- * there is one and resume is on. A version 1 checkpoint has no sync state: the sync
- * object starts again from the resumed parameters, as if the run began there; versions
- * 1 and 2 have no loss scale: fp16 starts it again. */
+/* The step to resume from, -1 for a fresh start, and in *from the generation's file:
+ * this node's newest sound generation, or with a sync algorithm on several nodes the
+ * newest step every node has (sl_resume.h). Every such node takes part, also with
+ * resume off (it offers nothing), so that all of them start alike. */
+static sl_status_t
+choose_generation(trainer_t *t, const sl_train_result_t *res, long *step, char *from, size_t size)
+{
+    sl_resume_offer_t offer;
+    int agree = t->opts->nranks > 1 && sl_sync_algorithm(t->sync) != SL_SYNC_NONE;
+
+    memset(&offer, 0, sizeof offer);
+    if (t->opts->resume)
+        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
+    if (agree)
+        SL_TRY(sl_resume_agree(t->opts->transport, t->opts->rank, t->opts->nranks,
+                               t->cfg->cluster.rendezvous_timeout_ms, &offer.steps, step));
+    else
+        *step = offer.steps.count > 0 ? offer.steps.step[0] : -1;
+    for (int g = 0; *step >= 0 && g < offer.steps.count; g++) {
+        if (offer.steps.step[g] != *step)
+            continue;
+        snprintf(from, size, "%s", offer.path[g]);
+        if (g > 0)
+            sl_log_warn("train",
+                        "resuming from %s at step %ld, the newest step every node has: %s "
+                        "(step %ld) goes unused",
+                        offer.path[g], *step, offer.path[0], offer.steps.step[0]);
+        return SL_OK;
+    }
+    SL_ASSERT(*step < 0);
+    return SL_OK;
+}
+
+/* Training state, sync and loss-scale state included, from this node's checkpoint (the
+ * generation choose_generation picks) when there is one and resume is on. A version 1
+ * checkpoint has no sync state: the sync object starts again from the resumed
+ * parameters, as if the run began there; versions 1 and 2 have no loss scale: fp16
+ * starts it again. */
 static sl_status_t
 maybe_resume(trainer_t *t, const sl_train_result_t *res)
 {
-    long bpe = t->train_bt.batches_per_epoch;
+    long bpe = t->train_bt.batches_per_epoch, step;
+    char from[SL_CKPT_PATH_MAX];
 
-    if (!t->opts->resume || access(res->checkpoint, F_OK) != 0)
+    SL_TRY(choose_generation(t, res, &step, from, sizeof from));
+    if (step < 0)
         return SL_OK;
-    SL_TRY(
-        sl_checkpoint_load(res->checkpoint, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
-    if (t->cur.batch_index >= bpe)
-        return sl_err_set(SL_ERR_FORMAT,
-                          "%s: data cursor at batch %ld of an epoch of %ld batches (was it "
-                          "written with another number of nodes?)",
-                          res->checkpoint, t->cur.batch_index, bpe);
+    SL_TRY(sl_checkpoint_load(from, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
+    t->drop_newest = strcmp(from, res->checkpoint) != 0;
     if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {
         sl_log_warn("train",
                     "%s: a version 1 checkpoint holds no sync state: %s starts it again "
                     "from the resumed parameters",
-                    res->checkpoint, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
+                    from, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
         sl_sync_destroy(&t->sync);
         SL_TRY(start_sync(t));
     }
@@ -347,7 +388,7 @@ maybe_resume(trainer_t *t, const sl_train_result_t *res)
         sl_log_warn("train",
                     "%s: the checkpoint holds no loss scale (written by an older shoal or "
                     "not in fp16): it starts again at %g",
-                    res->checkpoint, (double)t->ls.scale);
+                    from, (double)t->ls.scale);
     }
     t->saved_step = t->cur.step;
     sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
@@ -386,6 +427,9 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
     t->cur.loss_scale_good = t->ls.good;
     t->cur.loss_scale_overflows = t->ls.overflows;
     t->cur.loss_scale_skipped = t->ls.skipped;
+    if (t->drop_newest && unlink(res->checkpoint) != 0 && errno != ENOENT)
+        return sl_err_set(SL_ERR_IO, "%s: cannot remove: %s", res->checkpoint, strerror(errno));
+    t->drop_newest = 0;
     SL_TRY(
         sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st, t->sync));
     t->saved_step = t->cur.step;

@@ -4,6 +4,9 @@
  * Files in the run directory (cfg->run.dir, or "runs/<run.name>" when empty):
  *   config.yaml     the resolved configuration (rewritten at every start)
  *   checkpoint.bin  parameters, optimizer and hidden state, data cursor
+ *   checkpoint.bin.prev  the checkpoint before it (sl_checkpoint.h); a resume takes the
+ *                   newest sound one, with several nodes and a sync algorithm the
+ *                   newest step all nodes have (sl_resume.h)
  *   model.bin       the final parameters (same format, read by sl_eval_run)
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
@@ -33,7 +36,8 @@
 typedef struct {
     int rank, nranks; /* this node's share of the training data: rank of nranks; also
                          where its files go (see above) */
-    int resume;       /* continue from <dir>/checkpoint.bin when it exists */
+    int resume;       /* continue from <dir>/checkpoint.bin (or .prev) when it exists;
+                         with a sync algorithm on several nodes, all or none */
     int quiet;        /* no progress lines */
     /* Set (by a signal handler) to stop after the current step with a checkpoint;
      * may be NULL; borrowed. */

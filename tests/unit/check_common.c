@@ -1,8 +1,12 @@
-/* Unit tests of src/common: errors, RNG determinism, hashing, atomic files. */
+/* Unit tests of src/common: errors, RNG determinism, hashing, atomic files (the previous
+ * file kept, a link at the temp path not followed, stale temp files removed). */
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/sl_alloc.h"
@@ -159,6 +163,106 @@ START_TEST(test_atomic_file)
 }
 END_TEST
 
+/* path's content must be want (a NUL-terminated string). */
+static void
+assert_content(const char *path, const char *want)
+{
+    char *data;
+    size_t len;
+
+    ck_assert_msg(sl_file_read_all(path, &data, &len) == SL_OK, "%s", sl_err_msg());
+    ck_assert_str_eq(data, want);
+    free(data);
+}
+
+/* commit_keep keeps the replaced file as prev (none the first time); a link planted at
+ * the temp path is removed, not written through; something there that cannot be
+ * removed (a directory) fails the open with one line naming it. */
+START_TEST(test_atomic_keep_and_links)
+{
+    char dir[] = "/tmp/shoal-check-XXXXXX";
+    char path[256], prev[256], tmp[256], victim[256];
+    sl_atomic_file_t f;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/c.bin", dir);
+    snprintf(prev, sizeof prev, "%s/c.bin.prev", dir);
+    snprintf(tmp, sizeof tmp, "%s/c.bin.tmp.%ld", dir, (long)getpid());
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    for (int i = 1; i <= 3; i++) {
+        char text[8];
+        snprintf(text, sizeof text, "gen%d", i);
+        ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
+        ck_assert_int_eq(sl_atomic_write(&f, text, 4), SL_OK);
+        ck_assert_int_eq(sl_atomic_commit_keep(&f, prev), SL_OK);
+        assert_content(path, text);
+        if (i == 1)
+            ck_assert_int_ne(access(prev, F_OK), 0);
+    }
+    assert_content(prev, "gen2");
+
+    test_write_file(victim, "victim", 6);
+    ck_assert_int_eq(symlink(victim, tmp), 0);
+    ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
+    ck_assert_int_eq(sl_atomic_write(&f, "gen4", 4), SL_OK);
+    ck_assert_int_eq(sl_atomic_commit(&f), SL_OK);
+    assert_content(victim, "victim");
+    assert_content(path, "gen4");
+    assert_content(prev, "gen2"); /* a plain commit keeps nothing */
+    ck_assert_int_ne(access(tmp, F_OK), 0);
+
+    ck_assert_int_eq(mkdir(tmp, 0700), 0);
+    ck_assert_int_eq(sl_atomic_open(&f, path), SL_ERR_IO);
+    ck_assert_msg(strstr(sl_err_msg(), "c.bin.tmp.") && strstr(sl_err_msg(), "Is a directory"),
+                  "%s", sl_err_msg());
+    ck_assert_int_eq(rmdir(tmp), 0);
+    unlink(path);
+    unlink(prev);
+    unlink(victim);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Only "<name>.tmp.<digits>" beside name goes; a link there is removed, its target kept. */
+START_TEST(test_remove_stale_temps)
+{
+    static const char *const keep[] = {"c.bin",         "c.bin.prev",  "c.bin.tmp.",
+                                       "c.bin.tmp.12a", "d.bin.tmp.7", "c.bin.tmp.1.x",
+                                       "xc.bin.tmp.5",  "victim"};
+    static const char *const go[] = {"c.bin.tmp.123", "c.bin.tmp.9"};
+    char dir[] = "/tmp/shoal-check-XXXXXX";
+    char path[256], link[256];
+    int removed = -1;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, keep[i]);
+        test_write_file(path, "k", 1);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, go[0]);
+    test_write_file(path, "stale", 5);
+    snprintf(path, sizeof path, "%s/victim", dir);
+    snprintf(link, sizeof link, "%s/%s", dir, go[1]);
+    ck_assert_int_eq(symlink(path, link), 0);
+    snprintf(path, sizeof path, "%s/c.bin", dir);
+    ck_assert_int_eq(sl_file_remove_stale_temps(path, &removed), SL_OK);
+    ck_assert_int_eq(removed, 2);
+    for (size_t i = 0; i < sizeof go / sizeof go[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, go[i]);
+        ck_assert_msg(access(path, F_OK) != 0 && errno == ENOENT, "%s is still there", go[i]);
+    }
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, keep[i]);
+        assert_content(path, "k");
+        unlink(path);
+    }
+    ck_assert_int_eq(rmdir(dir), 0);
+    snprintf(path, sizeof path, "%s/c.bin", dir);
+    ck_assert_int_eq(sl_file_remove_stale_temps(path, &removed), SL_OK); /* no dir: none */
+    ck_assert_int_eq(removed, 0);
+}
+END_TEST
+
 /* Hand-worked conversions: exact values, ties to even, overflow, subnormals, NaN. */
 START_TEST(test_half_conversions)
 {
@@ -230,11 +334,13 @@ common_suite(void)
     tcase_add_test(core, test_hash_split_independent);
     tcase_add_test(core, test_hash_bulk);
     tcase_add_test(core, test_atomic_file);
+    tcase_add_test(core, test_atomic_keep_and_links);
     tcase_add_test(core, test_half_conversions);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
     tcase_add_test(limits, test_sort_compare);
+    tcase_add_test(limits, test_remove_stale_temps);
     suite_add_tcase(s, limits);
     return s;
 }

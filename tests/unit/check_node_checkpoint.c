@@ -1,7 +1,8 @@
 /* Unit tests of src/node/sl_checkpoint.c: a checkpoint (format versions 1 to 3, with and
  * without a sync state) saved and loaded bit for bit; every bad file (magic, version,
  * loss scale, truncation, checksum, architecture, corpus, optimizer, batch shape, node
- * count, rank, sync algorithm and state) refused with one line that changes nothing;
+ * count, rank, sync algorithm and state; header counters out of bounds, a step beyond the
+ * run) refused with one line that changes nothing; the previous generation kept;
  * a model file's parameters loaded for evaluation; the architecture's description and
  * hash. Small models of vocabulary 50, built without a corpus. */
 #define _POSIX_C_SOURCE 200809L
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sl_endian.h"
 #include "common/sl_log.h"
@@ -537,6 +539,108 @@ START_TEST(test_checkpoint_sync_state)
 }
 END_TEST
 
+/* path (written by test_header_bounds) with the u64 at off set to v and the checksum
+ * made good again: refused by a load with exactly msg, changing nothing, and by
+ * sl_checkpoint_check as damaged (1: the file) or not (0: it does not fit the run). */
+static void
+assert_bad_header(small_model_t *m, const sl_ckpt_ident_t *id, const char *good, size_t off,
+                  uint64_t v, const char *why, int damaged)
+{
+    char bad[1024], msg[2048];
+    unsigned char *data;
+    size_t len;
+    int got = -1;
+
+    path_in(bad, sizeof bad, "bounds-bad.bin");
+    data = (unsigned char *)test_read_file(good, &len);
+    ck_assert_ptr_nonnull(data);
+    if (off)
+        sl_put_u64(data + off, v);
+    test_ckpt_rehash(data, len);
+    test_write_file(bad, data, len);
+    snprintf(msg, sizeof msg, "%s: %s", bad, why);
+    assert_refused(m, id, bad, msg, 0);
+    ck_assert_int_eq(sl_checkpoint_check(bad, id, m->lm, m->opt, m->st, NULL, NULL, &got),
+                     SL_ERR_FORMAT);
+    ck_assert_str_eq(sl_err_msg(), msg);
+    ck_assert_int_eq(got, damaged);
+    free(data);
+}
+
+/* Header counters out of bounds, or disagreeing, are refused before anything uses them
+ * (a crafted file with a good checksum); with the run's length given, a step beyond it
+ * and a cursor that does not fit its epochs too. A checkpoint save keeps the file it
+ * replaces as <path>.prev. */
+START_TEST(test_header_bounds)
+{
+    small_model_t src, dst;
+    sl_ckpt_cursor_t cur = {120, 1, 42, 3840, 1.5, 0, 0.0f, 0, 0, 0}, got;
+    sl_ckpt_ident_t run;
+    char good[1024], prev[1024];
+    int damaged = -1;
+
+    path_in(good, sizeof good, "bounds.bin");
+    small_model(&src, "[{lstm: 16}]", 1);
+    small_model(&dst, "[{lstm: 16}]", 2);
+    ck_assert_int_eq(sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st, NULL),
+                     SL_OK);
+    assert_bad_header(&dst, &dst.id, good, 152, 1ull << 32,
+                      "corrupt header (epoch 4294967296 out of range)", 1);
+    assert_bad_header(&dst, &dst.id, good, 144, (uint64_t)-1,
+                      "corrupt header (step -1 out of range)", 1);
+    assert_bad_header(&dst, &dst.id, good, 160, 1ull << 41,
+                      "corrupt header (batch index 2199023255552 out of range)", 1);
+    assert_bad_header(&dst, &dst.id, good, 168, (uint64_t)-5,
+                      "corrupt header (optimizer steps -5 out of range)", 1);
+    assert_bad_header(&dst, &dst.id, good, 176, 3841,
+                      "corrupt header (3841 tokens after 120 steps of 32)", 1);
+    /* a run of 100 steps; of 50 and of 40 batches an epoch (120 is epoch 1 batch 42 of
+     * 78) */
+    run = dst.id;
+    run.total_steps = 100;
+    assert_bad_header(&dst, &run, good, 0, 0,
+                      "checkpoint at step 120, beyond this run's 100 steps (were train.epochs "
+                      "or train.max_steps lowered? --no-resume starts over)",
+                      0);
+    run = dst.id;
+    run.batches_per_epoch = 50;
+    assert_bad_header(&dst, &run, good, 0, 0,
+                      "corrupt header (step 120 is not epoch 1, batch 42 of 50)", 1);
+    run.batches_per_epoch = 40;
+    assert_bad_header(&dst, &run, good, 0, 0,
+                      "data cursor at batch 42 of an epoch of 40 batches (was it written with "
+                      "another number of nodes?)",
+                      0);
+    run.batches_per_epoch = 78;
+    run.total_steps = 120;
+    ck_assert_int_eq(sl_checkpoint_check(good, &run, dst.lm, dst.opt, dst.st, NULL, &got, &damaged),
+                     SL_OK);
+    ck_assert_int_eq(got.step, 120);
+    ck_assert_int_eq(damaged, 0);
+
+    /* generations: the second save keeps the first as .prev, the third replaces it */
+    ck_assert_int_eq(sl_checkpoint_prev_path(good, prev, sizeof prev), SL_OK);
+    ck_assert_int_ne(access(prev, F_OK), 0);
+    for (long step = 121; step <= 122; step++) {
+        cur.step = step;
+        cur.tokens = (uint64_t)step * 32;
+        ck_assert_int_eq(
+            sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st, NULL), SL_OK);
+        ck_assert_int_eq(test_ckpt_i64(good, 144), step);
+        ck_assert_int_eq(test_ckpt_i64(prev, 144), step - 1);
+    }
+    /* a model file keeps no generation */
+    path_in(good, sizeof good, "bounds-model.bin");
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, NULL, NULL, NULL),
+                         SL_OK);
+    ck_assert_int_eq(sl_checkpoint_prev_path(good, prev, sizeof prev), SL_OK);
+    ck_assert_int_ne(access(prev, F_OK), 0);
+    small_model_free(&src);
+    small_model_free(&dst);
+}
+END_TEST
+
 START_TEST(test_describe_arch)
 {
     sl_ckpt_ident_t id;
@@ -579,6 +683,7 @@ node_checkpoint_suite(void)
     tcase_add_test(core, test_describe_arch);
     tcase_add_test(limits, test_bad_checkpoints);
     tcase_add_test(limits, test_checkpoint_sync_state);
+    tcase_add_test(limits, test_header_bounds);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;

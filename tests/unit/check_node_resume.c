@@ -1,11 +1,14 @@
 /* Unit tests of src/node: exact resume from checkpoints. One node (Adam with sampled
  * softmax and dropout, SGD with the full softmax) resumed across an epoch end and
- * after an interrupt; two nodes of bmuf and gossip-bmuf resumed with their sync state
- * through shoal run, and from version 1 files without it; a node directory of another
- * node count refused. Trains tiny models (E 16, one LSTM layer of 16) on a 20000-token
- * slice of Brown. */
+ * after an interrupt, and from the previous generation when the newest is damaged;
+ * two nodes of bmuf and gossip-bmuf resumed with their sync state through shoal run,
+ * and from version 1 files without it; two nodes whose newest checkpoints differ
+ * resumed at their common step, and stopped, naming both, when there is none
+ * (sl_resume.h); a node directory of another node count refused. Trains tiny models
+ * (E 16, one LSTM layer of 16) on a 20000-token slice of Brown. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,10 +21,12 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "node/sl_checkpoint.h"
+#include "node/sl_resume.h"
 #include "node/sl_train.h"
 #include "sync/sl_sync.h"
 
 #include "test_tool.h"
+#include "test_util.h"
 
 static char tmp_root[] = "/tmp/shoal-check-node-resume-XXXXXX";
 static char data_dir[1024];
@@ -153,6 +158,153 @@ START_TEST(test_interrupt_then_resume)
     assert_same_training_state(a, b);
     sl_config_fini(&c_int);
     sl_config_fini(&c_straight);
+}
+END_TEST
+
+/* Runs sl_train_run with stderr into <tmp>/<name>.err; returns the status, the log
+ * (malloc'd) in *log. */
+static sl_status_t
+train_logged(const sl_config_t *cfg, const char *name, sl_train_result_t *r, char **log)
+{
+    char path[1024];
+    int saved = dup(2), fd;
+    sl_status_t rc;
+
+    snprintf(path, sizeof path, "%s/%s.err", tmp_root, name);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_ge(saved, 0);
+    fflush(stderr);
+    ck_assert_int_ge(dup2(fd, 2), 0);
+    close(fd);
+    rc = test_train(cfg, 1, r);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    *log = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(*log);
+    return rc;
+}
+
+/* 50 steps with a checkpoint every 25 leave generations 50 and 25. The newest damaged
+ * (a flipped bit): the run to 50 again warns once, naming it and why, resumes from step
+ * 25, and its save at 50 replaces the damaged file, keeping 25 as the previous; on to
+ * 100, it ends exactly as a run that never stopped. A stale temp file of the checkpoint
+ * and a link planted at this process's temp path are removed at start, the link's
+ * target untouched. Both generations damaged: one line naming both, the files kept. */
+START_TEST(test_resume_previous_generation)
+{
+    sl_config_t c_straight, c_half, c_full;
+    sl_train_result_t r;
+    char a[1024], b[1024], prev[1024], path[1200], victim[1024], want[4096], *log, *data;
+    size_t len;
+
+    test_tiny_config(&c_straight, tmp_root, data_dir, "gen-straight", "train.max_steps=100",
+                     "run.checkpoint_every=25", NULL);
+    test_tiny_config(&c_half, tmp_root, data_dir, "gen", "train.max_steps=50",
+                     "run.checkpoint_every=25", NULL);
+    test_tiny_config(&c_full, tmp_root, data_dir, "gen", "train.max_steps=100",
+                     "run.checkpoint_every=25", NULL);
+    test_train_ok(&c_straight, 1, &r);
+    test_train_ok(&c_half, 1, &r);
+    snprintf(b, sizeof b, "%s/gen/checkpoint.bin", tmp_root);
+    snprintf(prev, sizeof prev, "%s.prev", b);
+    ck_assert_int_eq(test_ckpt_i64(b, 144), 50);
+    ck_assert_int_eq(test_ckpt_i64(prev, 144), 25);
+
+    data = test_read_file(b, &len);
+    data[SL_CKPT_HEADER_BYTES + 77] ^= 4;
+    test_write_file(b, data, len);
+    snprintf(path, sizeof path, "%s.tmp.1", b);
+    test_write_file(path, "stale", 5);
+    snprintf(victim, sizeof victim, "%s/gen-victim", tmp_root);
+    test_write_file(victim, "victim", 6);
+    snprintf(path, sizeof path, "%s.tmp.%ld", b, (long)getpid());
+    ck_assert_int_eq(symlink(victim, path), 0);
+
+    ck_assert_msg(train_logged(&c_half, "gen", &r, &log) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(r.steps, 50);
+    /* the damaged file went, the one resumed from stayed as the previous generation */
+    ck_assert_int_eq(test_ckpt_i64(b, 144), 50);
+    ck_assert_int_eq(test_ckpt_i64(prev, 144), 25);
+    snprintf(want, sizeof want,
+             "%s: checksum mismatch (file corrupt); resuming from the previous checkpoint %s\n", b,
+             prev);
+    ck_assert_msg(strstr(log, want) && !strstr(strstr(log, want) + strlen(want), "checksum"), "%s",
+                  log);
+    free(log);
+    snprintf(path, sizeof path, "%s.tmp.1", b);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s.tmp.%ld", b, (long)getpid());
+    ck_assert_int_ne(access(path, F_OK), 0);
+    free(data);
+    data = test_read_file(victim, &len);
+    ck_assert(len == 6 && memcmp(data, "victim", 6) == 0);
+    free(data);
+    test_train_ok(&c_full, 1, &r);
+    ck_assert_int_eq(r.steps, 100);
+    ck_assert_int_eq((long)r.tokens, 100 * 32 * 8);
+    snprintf(a, sizeof a, "%s/gen-straight/checkpoint.bin", tmp_root);
+    assert_same_training_state(a, b);
+    ck_assert_int_eq(test_ckpt_i64(prev, 144), 78); /* the epoch end */
+
+    /* both damaged: the newest flipped, the previous cut short */
+    data = test_read_file(b, &len);
+    data[SL_CKPT_HEADER_BYTES + 77] ^= 4;
+    test_write_file(b, data, len);
+    test_write_file(prev, data, len - 1);
+    sl_config_fini(&c_full);
+    test_tiny_config(&c_full, tmp_root, data_dir, "gen", "train.max_steps=150",
+                     "run.checkpoint_every=25", NULL);
+    ck_assert_int_eq(test_train(&c_full, 1, &r), SL_ERR_FORMAT);
+    snprintf(want, sizeof want,
+             "%s: checksum mismatch (file corrupt); %s: truncated: %zu bytes, expected %zu", b,
+             prev, len - 1, len);
+    ck_assert_str_eq(sl_err_msg(), want);
+    { /* both kept as they were */
+        size_t lb, lp;
+        char *nb = test_read_file(b, &lb), *np = test_read_file(prev, &lp);
+        ck_assert(lb == len && memcmp(nb, data, len) == 0);
+        ck_assert(lp == len - 1 && memcmp(np, data, len - 1) == 0);
+        free(nb);
+        free(np);
+    }
+    free(data);
+    sl_config_fini(&c_straight);
+    sl_config_fini(&c_half);
+    sl_config_fini(&c_full);
+}
+END_TEST
+
+/* The nodes' verdict on their offers (sl_resume_choose): the highest common step; a
+ * fresh start when nobody offers one; otherwise one line naming every node's steps,
+ * consecutive equal offers together. */
+START_TEST(test_resume_choose)
+{
+    const sl_resume_steps_t ahead[] = {{1, 2, {300, 200}}, {1, 2, {200, 100}}, {1, 1, {200, 0}}},
+                            none[] = {{1, 0, {0, 0}}, {0, 0, {0, 0}}, {1, 0, {0, 0}}},
+                            apart[] = {{1, 2, {200, 100}},
+                                       {1, 1, {300, 0}},
+                                       {1, 1, {300, 0}},
+                                       {1, 0, {0, 0}},
+                                       {0, 0, {0, 0}}},
+                            off[] = {{1, 1, {50, 0}}, {0, 0, {0, 0}}};
+    long step = 7;
+
+    ck_assert_int_eq(sl_resume_choose(ahead, 3, &step), SL_OK);
+    ck_assert_int_eq(step, 200);
+    ck_assert_int_eq(sl_resume_choose(ahead, 2, &step), SL_OK);
+    ck_assert_int_eq(step, 200);
+    ck_assert_int_eq(sl_resume_choose(none, 3, &step), SL_OK);
+    ck_assert_int_eq(step, -1);
+    ck_assert_int_eq(sl_resume_choose(apart, 5, &step), SL_ERR_FORMAT);
+    ck_assert_str_eq(sl_err_msg(),
+                     "resume: no common checkpoint: node 0 has steps 200,100; nodes 1-2 have "
+                     "step 300; node 3 has none; node 4 starts over (--no-resume); resume every "
+                     "node from one step or none (--no-resume on every node starts over)");
+    ck_assert_int_eq(sl_resume_choose(off, 2, &step), SL_ERR_FORMAT);
+    ck_assert_msg(strstr(sl_err_msg(), "node 0 has step 50; node 1 starts over (--no-resume); "),
+                  "%s", sl_err_msg());
 }
 END_TEST
 
@@ -360,6 +512,165 @@ START_TEST(test_two_node_resume_exact)
 }
 END_TEST
 
+/* ------------------------------------------- multi-node: a common step */
+
+/* shoal ARGS must exit 1 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
+static char *
+shoal_fails(const char *stage, const char *const *args)
+{
+    char path[1024], *log;
+    int rc;
+
+    path_in(path, sizeof path, "staged.log");
+    rc = test_shoal_staged(shoal_bin, path, stage, &log, args);
+    ck_assert_msg(rc == 1, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
+    return log;
+}
+
+/* Node k's checkpoint generations of run from into run to (both created as needed). */
+static void
+copy_node(const char *from, const char *to, int k)
+{
+    const char *const names[] = {"checkpoint.bin", "checkpoint.bin.prev"};
+    char src[1024], dst[1024], *data;
+    size_t len;
+
+    snprintf(dst, sizeof dst, "%s/%s", tmp_root, to);
+    mkdir(dst, 0755);
+    snprintf(dst, sizeof dst, "%s/%s/node-%d", tmp_root, to, k);
+    ck_assert_int_eq(mkdir(dst, 0755), 0);
+    for (int i = 0; from && i < 2; i++) {
+        snprintf(src, sizeof src, "%s/%s/node-%d/%s", tmp_root, from, k, names[i]);
+        snprintf(dst, sizeof dst, "%s/%s/node-%d/%s", tmp_root, to, k, names[i]);
+        if ((data = test_read_file(src, &len)) == NULL)
+            continue;
+        test_write_file(dst, data, len);
+        free(data);
+    }
+}
+
+/* Two nodes of bmuf (with the unique exchange) and of gossip-bmuf (staged, the GPU
+ * nodes' path), a checkpoint every 3 steps. Runs of 9, 6 and 3 steps leave
+ * generations (9, 6), (6, 3) and (3). Node 0 at (9, 6) with node 1 at (6, 3): both
+ * resume at step 6 (node 0 from its previous generation, saying so) and end exactly as
+ * 12 steps straight. Node 0 at (9, 6) with node 1 at (3), or with none: the run stops
+ * at once with the line naming both (what every node says: test_agree_cluster), and
+ * nothing is trained. Without the agreement bmuf would fail with a misleading
+ * allreduce timeout and gossip-bmuf wait for rounds its peer never reaches. */
+START_TEST(test_two_node_common_step)
+{
+    const char *sync = resume_syncs[_i].sync, *stage = resume_syncs[_i].stage;
+    char conf[1024], a[1024], b[1024], want[512], run[64], from[64], *log;
+    const char *every[] = {"--set", "run.checkpoint_every=3"};
+    float *ma, *mb;
+    size_t la, lb;
+    static const struct {
+        const char *run, *steps;
+    } parts[] = {{"9", "9"}, {"6", "6"}, {"3", "3"}, {"straight", "12"}};
+
+    if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
+        return;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char max[64];
+        snprintf(max, sizeof max, "train.max_steps=%s", parts[i].steps);
+        snprintf(run, sizeof run, "cs%d-%s", _i, parts[i].run);
+        two_node_yaml(conf, sizeof conf, run, sync);
+        free(shoal_ok(stage, (const char *[]){"run", conf, "--no-resume", every[0], every[1],
+                                              "--set", max, NULL}));
+    }
+    snprintf(a, sizeof a, "%s/cs%d-9/node-0/checkpoint.bin.prev", tmp_root, _i);
+    ck_assert_int_eq(test_ckpt_i64(a, 144), 6);
+
+    snprintf(run, sizeof run, "cs%d-ahead", _i);
+    snprintf(from, sizeof from, "cs%d-9", _i);
+    copy_node(from, run, 0);
+    snprintf(from, sizeof from, "cs%d-6", _i);
+    copy_node(from, run, 1);
+    two_node_yaml(conf, sizeof conf, run, sync);
+    log = shoal_ok(stage, (const char *[]){"run", conf, every[0], every[1], NULL});
+    ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
+    snprintf(want, sizeof want,
+             "node-0/checkpoint.bin.prev at step 6, the newest step every node has");
+    ck_assert_msg(count_in(log, want) == 1 && count_in(log, "the newest step every node has") == 1,
+                  "%s", log);
+    free(log);
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "%s/cs%d-straight/node-%d/checkpoint.bin", tmp_root, _i, k);
+        snprintf(b, sizeof b, "%s/cs%d-ahead/node-%d/checkpoint.bin", tmp_root, _i, k);
+        assert_same_training_state(a, b);
+    }
+    snprintf(a, sizeof a, "%s/cs%d-straight/model.bin", tmp_root, _i);
+    snprintf(b, sizeof b, "%s/cs%d-ahead/model.bin", tmp_root, _i);
+    ma = test_model_params(a, &la);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0);
+    free(ma);
+    free(mb);
+
+    for (int none = 0; none < 2; none++) {
+        snprintf(run, sizeof run, "cs%d-%s", _i, none ? "none" : "apart");
+        snprintf(from, sizeof from, "cs%d-9", _i);
+        copy_node(from, run, 0);
+        snprintf(from, sizeof from, "cs%d-3", _i);
+        copy_node(none ? NULL : from, run, 1);
+        two_node_yaml(conf, sizeof conf, run, sync);
+        log = shoal_fails(stage, (const char *[]){"run", conf, NULL});
+        snprintf(want, sizeof want,
+                 "resume: no common checkpoint: node 0 has steps 9,6; node 1 has %s; resume "
+                 "every node from one step or none (--no-resume on every node starts over)",
+                 none ? "none" : "step 3");
+        ck_assert_msg(count_in(log, want) == 1 && count_in(log, "failed: resume: no common") == 1,
+                      "%s", log);
+        ck_assert_msg(!strstr(log, "resuming from") && !strstr(log, "allreduce"), "%s", log);
+        free(log);
+        snprintf(a, sizeof a, "%s/%s/node-0/checkpoint.bin", tmp_root, run);
+        ck_assert_int_eq(test_ckpt_i64(a, 144), 9);
+    }
+}
+END_TEST
+
+/* Three nodes on a forked cluster agree through sl_resume_agree: node k offers
+ * agree_cases[_i].offers[k]; every node must come out with the same step, or the same
+ * error line. */
+static const struct {
+    sl_resume_steps_t offers[3];
+    long step; /* -2: no common step */
+} agree_cases[] = {
+    {{{1, 2, {30, 20}}, {1, 2, {20, 10}}, {1, 1, {20, 0}}}, 20},
+    {{{1, 0, {0, 0}}, {0, 0, {0, 0}}, {1, 0, {0, 0}}}, -1},
+    {{{1, 2, {30, 20}}, {1, 1, {10, 0}}, {1, 0, {0, 0}}}, -2},
+};
+
+static int
+agree_node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
+{
+    const sl_resume_steps_t *offers = c->arg;
+    long step = -7;
+    sl_status_t rc = sl_resume_agree(t, c->rank, c->n, TEST_WAIT_MS, &offers[c->rank], &step);
+
+    (void)res;
+    if (offers == agree_cases[2].offers)
+        return rc == SL_ERR_FORMAT &&
+                       strcmp(sl_err_msg(), "resume: no common checkpoint: node 0 has steps "
+                                            "30,20; node 1 has step 10; node 2 has none; resume "
+                                            "every node from one step or none (--no-resume on "
+                                            "every node starts over)") == 0
+                   ? 0
+                   : 1;
+    if (rc != SL_OK)
+        return 2;
+    return step == (offers == agree_cases[0].offers ? 20 : -1) ? 0 : 3;
+}
+
+START_TEST(test_agree_cluster)
+{
+    test_cluster_t c;
+
+    test_cluster_init(&c, 3, 1, 0x5e5u, agree_node, agree_cases[_i].offers);
+    test_cluster_assert_ok(&c, "resume agreement");
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- main */
 
 static Suite *
@@ -376,7 +687,13 @@ node_resume_suite(void)
     tcase_add_test(core, test_interrupt_then_resume);
     tcase_add_loop_test(core, test_two_node_resume_exact, 0,
                         (int)(sizeof resume_syncs / sizeof resume_syncs[0]));
+    tcase_add_test(core, test_resume_previous_generation);
+    tcase_add_loop_test(core, test_two_node_common_step, 0,
+                        (int)(sizeof resume_syncs / sizeof resume_syncs[0]));
     tcase_add_test(limits, test_resume_other_node_count_refused);
+    tcase_add_test(limits, test_resume_choose);
+    tcase_add_loop_test(limits, test_agree_cluster, 0,
+                        (int)(sizeof agree_cases / sizeof agree_cases[0]));
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
