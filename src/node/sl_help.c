@@ -34,7 +34,8 @@ static const char main_help[] =
     "  shoal train conf/brown-word.yaml --set train.epochs=3 --set run.name=brown3\n"
     "  shoal eval conf/brown-word.yaml --checkpoint runs/brown-word/model.bin --split test\n"
     "  shoal run conf/brown-word.yaml -n 4\n"
-    "  srun shoal node conf/brown-4nodes.yaml       (see conf/slurm-brown.sh)\n"
+    "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=FILE\n"
+    "                                    (see conf/slurm-brown.sh and shoal keygen)\n"
     "\n"
     "Files (in the run directory: run.dir, default runs/<run.name>):\n"
     "  config.yaml      the resolved configuration of the run\n"
@@ -137,6 +138,11 @@ static const char node_help[] =
     "cluster.rendezvous_timeout_ms rank 0 names the ranks that never came. Rank 0\n"
     "refuses nodes of another job or configuration, a wrong size, a rank given twice.\n"
     "\n"
+    "Security: with cluster.security curve (the default) or mac, only holders of the\n"
+    "run's secret take part; every node reads it from cluster.key_file, a file made\n"
+    "once by 'shoal keygen FILE' (mode 0600) on a filesystem all nodes see. A process\n"
+    "without it cannot join, read or stop the run (see SECURITY in shoal(1)).\n"
+    "\n"
     "Each node trains on its own share of the data (rank R of N) and synchronises as\n"
     "sync.algorithm says (doc/config.md). Node R's files go to <run.dir>/node-R/\n"
     "(checkpoint.bin, model.bin, metrics.jsonl, summary.json); rank 0 also writes\n"
@@ -161,9 +167,10 @@ static const char node_help[] =
     "because another failed exits 1.\n"
     "\n"
     "Examples:\n"
-    "  srun shoal node conf/brown-4nodes.yaml\n"
+    "  shoal keygen ~/.shoal/brown.key\n"
+    "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=$HOME/.shoal/brown.key\n"
     "  shoal node conf/brown-word.yaml --set cluster.nodes=2 --rank 1 --size 2 \\\n"
-    "      --master 127.0.0.1:29500\n";
+    "      --master 127.0.0.1:29500 --set cluster.key_file=$HOME/.shoal/brown.key\n";
 
 static const char train_help[] =
     "Usage: shoal train CONF.yaml [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
