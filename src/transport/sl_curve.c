@@ -128,7 +128,7 @@ member_rank(const sl_curve_t *c, const unsigned char *key)
 }
 
 /* Reads one ZAP request and answers it: 200 with the rank as user id for a run key on
- * our domain, 400 otherwise. A malformed request (never from libzmq) is dropped. */
+ * our domain, 400 otherwise (a malformed request, never from libzmq, included). */
 static void
 answer(sl_curve_t *c)
 {
@@ -165,7 +165,7 @@ answer(sl_curve_t *c)
     } else {
         __atomic_add_fetch(&c->refused, 1, __ATOMIC_RELAXED);
     }
-    if (ok) {
+    if (n >= 2) { /* a REP socket must answer before it reads the next request */
         zmq_send(c->zap, "1.0", 3, ZMQ_SNDMORE);
         zmq_send(c->zap, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
         zmq_send(c->zap, code, 3, ZMQ_SNDMORE);
