@@ -1,7 +1,9 @@
 /* The run configuration: a typed struct filled from defaults, then a YAML file, then
  * --set key=value overrides, then validated. Every error message has the form
- * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message"). The schema of
- * keys, their types, defaults and documentation lives in one table in sl_config.c. */
+ * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message") on one line: text
+ * quoted from the input is cut at 60 bytes and its control characters escaped. The
+ * schema of keys, their types, defaults and documentation lives in one table in
+ * sl_config.c. */
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
