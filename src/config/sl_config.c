@@ -1513,8 +1513,8 @@ sl_config_fini(sl_config_t *cfg)
     cfg->sync.nperiod_rules = 0;
 }
 
-static sl_status_t
-load_text(sl_config_t *cfg, const char *text, size_t len, const char *name)
+sl_status_t
+sl_config_load_buffer(sl_config_t *cfg, const char *text, size_t len, const char *name)
 {
     load_t ld;
     sl_config_t work;
@@ -1530,7 +1530,7 @@ load_text(sl_config_t *cfg, const char *text, size_t len, const char *name)
 sl_status_t
 sl_config_load_string(sl_config_t *cfg, const char *yaml, const char *name)
 {
-    return load_text(cfg, yaml, strlen(yaml), name);
+    return sl_config_load_buffer(cfg, yaml, strlen(yaml), name);
 }
 
 sl_status_t
@@ -1541,7 +1541,7 @@ sl_config_load_file(sl_config_t *cfg, const char *path)
     sl_status_t st;
 
     SL_TRY(sl_file_read_all(path, &text, &len));
-    st = load_text(cfg, text, len, path);
+    st = sl_config_load_buffer(cfg, text, len, path);
     free(text);
     return st;
 }

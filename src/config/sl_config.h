@@ -185,6 +185,10 @@ void sl_config_fini(sl_config_t *cfg);
 sl_status_t sl_config_load_file(sl_config_t *cfg, const char *path);
 /* Loads YAML text (for tests); name is used in messages in place of a file name. */
 sl_status_t sl_config_load_string(sl_config_t *cfg, const char *yaml, const char *name);
+/* Loads len bytes of YAML text, which may hold NUL bytes (an error, as in a file): what
+ * sl_config_load_file does with the file's contents (the fuzz target's entry). */
+sl_status_t sl_config_load_buffer(sl_config_t *cfg, const char *text, size_t len,
+                                  const char *name);
 /* Applies one "a.b.c=value" override; the value is parsed as YAML (so lists work:
  * model.layers=[{lstm: 512}]). */
 sl_status_t sl_config_set(sl_config_t *cfg, const char *assignment);
