@@ -1284,19 +1284,39 @@ apply_node(load_t *ld, const char *path, const yaml_node_t *n)
     return SL_OK;
 }
 
+/* Bytes of the YAML line break at p (left bytes: \r\n, \r, \n, NEL, LS or PS), else 0. */
+static size_t
+line_break_bytes(const unsigned char *p, size_t left)
+{
+    if (*p == '\n')
+        return 1;
+    if (*p == '\r')
+        return left >= 2 && p[1] == '\n' ? 2 : 1;
+    if (left >= 2 && p[0] == 0xc2 && p[1] == 0x85)
+        return 2;
+    if (left >= 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
+        return 3;
+    return 0;
+}
+
 /* Line and column (0-based) of a byte offset, for libyaml's reader errors, which
- * report only the offset. */
+ * report only the offset: counted as libyaml counts its marks, lines broken by every
+ * YAML line break, columns in characters. */
 static yaml_mark_t
 mark_of_offset(const char *text, size_t len, size_t offset)
 {
+    const unsigned char *u = (const unsigned char *)text;
     yaml_mark_t m = {offset, 0, 0};
 
-    for (size_t i = 0; i < offset && i < len; i++) {
-        if (text[i] == '\n') {
+    for (size_t i = 0; i < offset && i < len;) {
+        size_t brk = line_break_bytes(u + i, len - i);
+        if (brk) {
             m.line++;
             m.column = 0;
+            i += brk;
         } else {
-            m.column++;
+            m.column += (u[i] & 0xc0) != 0x80; /* not a continuation byte */
+            i++;
         }
     }
     return m;

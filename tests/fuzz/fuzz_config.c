@@ -103,13 +103,23 @@ check_failure(sl_status_t st, const sl_config_t *cfg, const char *before, const 
     free(after);
 }
 
+/* Lines of YAML text as YAML counts them: broken by \r\n, \r, \n, NEL, LS or PS. */
 static unsigned long
 count_lines(const char *s, size_t len)
 {
+    const unsigned char *u = (const unsigned char *)s;
     unsigned long n = 1;
 
-    for (size_t i = 0; i < len; i++)
-        n += s[i] == '\n';
+    for (size_t i = 0; i < len; i++) {
+        if (u[i] == '\r' && i + 1 < len && u[i + 1] == '\n')
+            i++;
+        if (u[i] == '\n' || u[i] == '\r')
+            n++;
+        else if (i + 1 < len && u[i] == 0xc2 && u[i + 1] == 0x85)
+            n++;
+        else if (i + 2 < len && u[i] == 0xe2 && u[i + 1] == 0x80 && (u[i + 2] & 0xfe) == 0xa8)
+            n++;
+    }
     return n;
 }
 

@@ -413,6 +413,17 @@ START_TEST(test_text_limits)
     /* invalid UTF-8 is placed by line and column */
     ck_assert_int_eq(sl_config_load_string(&c, "run:\n  name: ab\xff\n", "x.yaml"), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "x.yaml:2:11: YAML syntax error: invalid leading UTF-8 octet");
+    /* lines broken as YAML breaks them (\r, \r\n, NEL), columns in characters, as in
+       libyaml's own marks (found by tests/fuzz/fuzz_config) */
+    ck_assert_int_eq(sl_config_load_string(&c, "run:\r  name: x\r  dir: ab\xff\r", "x.yaml"),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:3:10: YAML syntax error: invalid leading UTF-8 octet");
+    ck_assert_int_eq(sl_config_load_string(&c, "run:\xc2\x85  name: caf\xc3\xa9\xff\r\n", "x.yaml"),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:2:13: YAML syntax error: invalid leading UTF-8 octet");
+    ck_assert_int_eq(sl_config_load_string(&c, "run: [a,\rb,\r", "x.yaml"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(),
+                     "x.yaml:3:1: YAML syntax error: did not find expected node content");
     /* UTF-8 names, anchors and aliases, null sections, explicit document markers */
     test_config_load_ok(&c,
                         "---\nrun: {name: &n \"caf\xc3\xa9\", dir: *n}\ntrain:\ndata: ~\n...\n");
