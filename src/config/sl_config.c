@@ -779,15 +779,69 @@ err_at(const load_t *ld, yaml_mark_t m, const char *fmt, ...)
                       m.column + 1 + (m.line == 0 ? ld->col_offset : 0), msg);
 }
 
-/* Text from the input for a message: at most 60 bytes, "..." when cut. */
+/* The escape of the character at p (left bytes) when a message or a YAML file cannot
+ * hold it as it is: C0 and C1 controls, DEL, and U+FFFE and U+FFFF, which libyaml's
+ * reader refuses. Writes "\n", "\t", "\xNN" or "\uFFFE" (YAML double-quote escapes) to e
+ * and returns its length, *take the bytes it stands for; 0 for a printable byte. */
+static size_t
+control_escape(const unsigned char *p, size_t left, char e[8], size_t *take)
+{
+    *take = 1;
+    if (*p == '\n' || *p == '\t')
+        return (size_t)snprintf(e, 8, "\\%c", *p == '\n' ? 'n' : 't');
+    if (*p < 0x20 || *p == 0x7f)
+        return (size_t)snprintf(e, 8, "\\x%02x", *p);
+    if (left >= 2 && p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0) { /* U+0080..U+009F */
+        *take = 2;
+        return (size_t)snprintf(e, 8, "\\x%02x", p[1]);
+    }
+    if (left >= 3 && p[0] == 0xef && p[1] == 0xbf && p[2] >= 0xbe) {
+        *take = 3;
+        return (size_t)snprintf(e, 8, "\\uFFF%c", p[2] == 0xbe ? 'E' : 'F');
+    }
+    return 0;
+}
+
+/* Writes s (len bytes) into buf (n bytes, NUL-terminated) as message text, with
+ * control characters escaped (control_escape) so that a message stays on one line.
+ * Stops before an escape or a UTF-8 character that does not fit; returns the bytes of
+ * s written. */
+static size_t
+escape_text(const char *s, size_t len, char *buf, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, used = 0;
+
+    while (i < len) {
+        char e[8];
+        size_t take, plen = control_escape(u + i, len - i, e, &take);
+        const char *piece = e;
+
+        if (plen == 0) {
+            while (take < 4 && i + take < len && (u[i + take] & 0xc0) == 0x80)
+                take++; /* a character's continuation bytes */
+            piece = s + i;
+            plen = take;
+        }
+        if (used + plen + 1 > n)
+            break;
+        memcpy(buf + used, piece, plen);
+        used += plen;
+        i += take;
+    }
+    buf[used] = '\0';
+    return i;
+}
+
+/* Text from the input for a message (buf: at least 61 bytes), escaped: at most 60
+ * bytes, "..." when cut. */
 static const char *
 clip(const char *s, size_t len, char *buf, size_t n)
 {
-    if (len + 1 <= n && len <= 60) {
-        memcpy(buf, s, len);
-        buf[len] = '\0';
-    } else {
-        snprintf(buf, n, "%.57s...", s);
+    SL_ASSERT(n >= 61);
+    if (escape_text(s, len, buf, 61) < len) {
+        escape_text(s, len, buf, 58);
+        strcat(buf, "...");
     }
     return buf;
 }
@@ -1245,19 +1299,39 @@ apply_node(load_t *ld, const char *path, const yaml_node_t *n)
     return SL_OK;
 }
 
+/* Bytes of the YAML line break at p (left bytes: \r\n, \r, \n, NEL, LS or PS), else 0. */
+static size_t
+line_break_bytes(const unsigned char *p, size_t left)
+{
+    if (*p == '\n')
+        return 1;
+    if (*p == '\r')
+        return left >= 2 && p[1] == '\n' ? 2 : 1;
+    if (left >= 2 && p[0] == 0xc2 && p[1] == 0x85)
+        return 2;
+    if (left >= 3 && p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
+        return 3;
+    return 0;
+}
+
 /* Line and column (0-based) of a byte offset, for libyaml's reader errors, which
- * report only the offset. */
+ * report only the offset: counted as libyaml counts its marks, lines broken by every
+ * YAML line break, columns in characters. */
 static yaml_mark_t
 mark_of_offset(const char *text, size_t len, size_t offset)
 {
+    const unsigned char *u = (const unsigned char *)text;
     yaml_mark_t m = {offset, 0, 0};
 
-    for (size_t i = 0; i < offset && i < len; i++) {
-        if (text[i] == '\n') {
+    for (size_t i = 0; i < offset && i < len;) {
+        size_t brk = line_break_bytes(u + i, len - i);
+        if (brk) {
             m.line++;
             m.column = 0;
+            i += brk;
         } else {
-            m.column++;
+            m.column += (u[i] & 0xc0) != 0x80; /* not a continuation byte */
+            i++;
         }
     }
     return m;
@@ -1474,8 +1548,8 @@ sl_config_fini(sl_config_t *cfg)
     cfg->sync.nperiod_rules = 0;
 }
 
-static sl_status_t
-load_text(sl_config_t *cfg, const char *text, size_t len, const char *name)
+sl_status_t
+sl_config_load_buffer(sl_config_t *cfg, const char *text, size_t len, const char *name)
 {
     load_t ld;
     sl_config_t work;
@@ -1491,7 +1565,7 @@ load_text(sl_config_t *cfg, const char *text, size_t len, const char *name)
 sl_status_t
 sl_config_load_string(sl_config_t *cfg, const char *yaml, const char *name)
 {
-    return load_text(cfg, yaml, strlen(yaml), name);
+    return sl_config_load_buffer(cfg, yaml, strlen(yaml), name);
 }
 
 sl_status_t
@@ -1502,7 +1576,7 @@ sl_config_load_file(sl_config_t *cfg, const char *path)
     sl_status_t st;
 
     SL_TRY(sl_file_read_all(path, &text, &len));
-    st = load_text(cfg, text, len, path);
+    st = sl_config_load_buffer(cfg, text, len, path);
     free(text);
     return st;
 }
@@ -1516,11 +1590,13 @@ check_key_path(const load_t *ld, char *key, size_t key_col)
     for (;;) {
         size_t j = i + strcspn(key + i, ".");
         yaml_mark_t m = {0, 0, key_col + i};
+        char shown[72];
         int ok, leaf;
         char saved = key[j];
 
         if (j == i)
-            return err_at(ld, m, "empty key name in '%s'", key);
+            return err_at(ld, m, "empty key name in '%s'", clip(key, strlen(key), shown,
+                                                                  sizeof shown));
         if (i > 0)
             key[i - 1] = '\0'; /* key is now the parent path */
         ok = has_child(i > 0 ? key : "", key + i, j - i);
@@ -1553,7 +1629,7 @@ sl_config_set(sl_config_t *cfg, const char *assignment)
 {
     const char *eq = strchr(assignment, '=');
     size_t end = eq ? (size_t)(eq - assignment) : strlen(assignment), a = 0, b = end;
-    char *key, *name;
+    char *key, shown[64], name[72];
     load_t ld;
     sl_config_t work;
     sl_status_t st;
@@ -1563,13 +1639,12 @@ sl_config_set(sl_config_t *cfg, const char *assignment)
     while (b > a && isspace((unsigned char)assignment[b - 1]))
         b--;
     key = strndup(assignment + a, b - a);
-    name = malloc(b - a + 8);
-    if (!key || !name) {
-        free(key);
-        free(name);
+    if (!key)
         return sl_err_set(SL_ERR_NOMEM, "--set: out of memory");
-    }
-    snprintf(name, b - a + 8, "--set%s%s", b > a ? " " : "", key);
+    /* "--set KEY" escaped and clipped like any input text: every key of the schema fits,
+       and a message about a long one keeps its place and its text */
+    snprintf(name, sizeof name, "--set%s%s", b > a ? " " : "", clip(key, b - a, shown,
+                                                                   sizeof shown));
     st = layer_begin(&ld, &work, cfg, name);
     if (st != SL_OK)
         goto out;
@@ -1588,7 +1663,6 @@ sl_config_set(sl_config_t *cfg, const char *assignment)
     st = layer_end(&ld, cfg, st);
 out:
     free(key);
-    free(name);
     return st;
 }
 
@@ -1678,17 +1752,18 @@ write_string(FILE *out, const char *s)
         return;
     }
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
+    for (size_t i = 0, len = strlen(s); i < len;) {
+        const unsigned char *p = (const unsigned char *)s + i;
+        char e[8];
+        size_t take, elen = control_escape(p, len - i, e, &take);
+
+        if (elen)
+            fwrite(e, 1, elen, out);
+        else if (*p == '"' || *p == '\\')
             fprintf(out, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", out);
-        else if (*p == '\t')
-            fputs("\\t", out);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(out, "\\x%02x", *p);
         else
             fputc(*p, out);
+        i += take;
     }
     fputc('"', out);
 }

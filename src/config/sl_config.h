@@ -1,7 +1,9 @@
 /* The run configuration: a typed struct filled from defaults, then a YAML file, then
  * --set key=value overrides, then validated. Every error message has the form
- * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message"). The schema of
- * keys, their types, defaults and documentation lives in one table in sl_config.c. */
+ * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message") on one line: text
+ * quoted from the input is cut at 60 bytes and its control characters escaped. The
+ * schema of keys, their types, defaults and documentation lives in one table in
+ * sl_config.c. */
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 
@@ -187,6 +189,10 @@ void sl_config_fini(sl_config_t *cfg);
 sl_status_t sl_config_load_file(sl_config_t *cfg, const char *path);
 /* Loads YAML text (for tests); name is used in messages in place of a file name. */
 sl_status_t sl_config_load_string(sl_config_t *cfg, const char *yaml, const char *name);
+/* Loads len bytes of YAML text, which may hold NUL bytes (an error, as in a file): what
+ * sl_config_load_file does with the file's contents (the fuzz target's entry). */
+sl_status_t sl_config_load_buffer(sl_config_t *cfg, const char *text, size_t len,
+                                  const char *name);
 /* Applies one "a.b.c=value" override; the value is parsed as YAML (so lists work:
  * model.layers=[{lstm: 512}]). */
 sl_status_t sl_config_set(sl_config_t *cfg, const char *assignment);

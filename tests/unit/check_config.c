@@ -537,6 +537,11 @@ START_TEST(test_write_round_trip)
     ck_assert_str_eq(a.run.name, "odd: name # with \"quotes\", \\\\ and\ttab");
     ck_assert_str_eq(a.data.valid, "");
     ck_assert_str_eq(a.data.test, "null");
+    /* characters libyaml reads only escaped: C0 and C1 controls (NEL too), U+FFFE/F;
+       U+00A0 and U+2028 are printable (found by tests/fuzz/fuzz_config) */
+    test_config_set_ok(&a, "data.train=\"\\x01\\u0085\\u009f\\uFFFE\\uFFFF\\u00a0\\u2028\"");
+    ck_assert_str_eq(a.data.train,
+                     "\x01\xc2\x85\xc2\x9f\xef\xbf\xbe\xef\xbf\xbf\xc2\xa0\xe2\x80\xa8");
 
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/resolved.yaml", dir);
@@ -559,6 +564,8 @@ START_TEST(test_write_round_trip)
     ck_assert_ptr_nonnull(strstr(text, "\n  periods:\n    - {match: \"embedding.*\", period: 128}\n"
                                        "    - {match: lstm.1, period: 4}\n  timeout_ms:"));
     ck_assert_ptr_nonnull(strstr(text, "\ndevice: cuda:1\nprecision: bf16\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\n  train: \"\\x01\\x85\\x9f\\uFFFE\\uFFFF\xc2\xa0\xe2\x80\xa8\"\n"));
     for (int i = 0; all_keys[i]; i++) {
         const char *leaf = strrchr(all_keys[i], '.');
         int depth = 0;

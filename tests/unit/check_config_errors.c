@@ -413,6 +413,17 @@ START_TEST(test_text_limits)
     /* invalid UTF-8 is placed by line and column */
     ck_assert_int_eq(sl_config_load_string(&c, "run:\n  name: ab\xff\n", "x.yaml"), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "x.yaml:2:11: YAML syntax error: invalid leading UTF-8 octet");
+    /* lines broken as YAML breaks them (\r, \r\n, NEL), columns in characters, as in
+       libyaml's own marks (found by tests/fuzz/fuzz_config) */
+    ck_assert_int_eq(sl_config_load_string(&c, "run:\r  name: x\r  dir: ab\xff\r", "x.yaml"),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:3:10: YAML syntax error: invalid leading UTF-8 octet");
+    ck_assert_int_eq(sl_config_load_string(&c, "run:\xc2\x85  name: caf\xc3\xa9\xff\r\n", "x.yaml"),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:2:13: YAML syntax error: invalid leading UTF-8 octet");
+    ck_assert_int_eq(sl_config_load_string(&c, "run: [a,\rb,\r", "x.yaml"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(),
+                     "x.yaml:3:1: YAML syntax error: did not find expected node content");
     /* UTF-8 names, anchors and aliases, null sections, explicit document markers */
     test_config_load_ok(&c,
                         "---\nrun: {name: &n \"caf\xc3\xa9\", dir: *n}\ntrain:\ndata: ~\n...\n");
@@ -425,6 +436,57 @@ START_TEST(test_text_limits)
     ck_assert_int_eq(c.train.eval_every_epoch, 1);
     ck_assert_int_eq(sl_config_load_string(&c, "run: {resume: 1}", "x.yaml"), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "x.yaml:1:15: 'run.resume' must be true or false, got '1'");
+    sl_config_fini(&c);
+}
+END_TEST
+
+/* Text from the input is escaped and cut in messages, so that each stays one line
+ * with its location (found by tests/fuzz/fuzz_config: a tab or a newline in a key or
+ * a value, a --set key longer than the message). */
+START_TEST(test_control_characters)
+{
+    sl_config_t c;
+    char yaml[256], expect[512], long_set[2003];
+
+    sl_config_init(&c);
+    ck_assert_int_eq(sl_config_load_string(&c, "run: {threads: \"a\\nb\\x1b\"}", "x.yaml"),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:1:16: 'run.threads' must be an integer, got "
+                                   "'a\\nb\\x1b'");
+    ck_assert_int_eq(sl_config_load_string(&c, "run: {\"na\\tme\": x}", "x.yaml"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:1:7: unknown key 'na\\tme' in 'run' (did you mean "
+                                   "'name'?)");
+    ck_assert_int_eq(sl_config_load_string(&c, "device: \"cu\\0da\"", "x.yaml"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "x.yaml:1:9: 'device' must not contain a NUL character");
+    ck_assert_int_eq(sl_config_set(&c, "run.na\nme=1"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set run.na\\nme:1:5: unknown key 'na\\nme' in 'run' "
+                                   "(did you mean 'name'?)");
+    ck_assert_int_eq(sl_config_set(&c, "run.\x7f.\x01=1"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set run.\\x7f.\\x01:1:5: unknown key '\\x7f' in 'run' "
+                                   "(expected one of: name, seed, dir, threads, log_every, "
+                                   "checkpoint_every, resume)");
+    ck_assert_int_eq(sl_config_set(&c, "run..\x02=1"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set run..\\x02:1:5: empty key name in 'run..\\x02'");
+    /* escapes count in the 60 bytes shown and are never cut; nor is a UTF-8 character */
+    snprintf(yaml, sizeof yaml, "data: {level: \"%055d\\n\\n\\n\"}", 7);
+    ck_assert_int_eq(sl_config_load_string(&c, yaml, "x.yaml"), SL_ERR_CONFIG);
+    snprintf(expect, sizeof expect,
+             "x.yaml:1:15: 'data.level' must be one of: word, char (got '%055d\\n...')", 7);
+    ck_assert_str_eq(sl_err_msg(), expect);
+    snprintf(yaml, sizeof yaml, "data: {level: %056d\xc3\xa9%010d}", 7, 0);
+    ck_assert_int_eq(sl_config_load_string(&c, yaml, "x.yaml"), SL_ERR_CONFIG);
+    snprintf(expect, sizeof expect,
+             "x.yaml:1:15: 'data.level' must be one of: word, char (got '%056d...')", 7);
+    ck_assert_str_eq(sl_err_msg(), expect);
+    /* a long --set key is cut in the name too: the message keeps its place and text */
+    memset(long_set, 'k', 2000);
+    strcpy(long_set + 2000, "=1");
+    ck_assert_int_eq(sl_config_set(&c, long_set), SL_ERR_CONFIG);
+    snprintf(expect, sizeof expect, "--set %.57s...:1:1: unknown key '%.57s...' at top level "
+             "(expected one of: run, data, model, train, cluster, topology, sync, embedding, "
+             "device, precision)", long_set, long_set);
+    ck_assert_str_eq(sl_err_msg(), expect);
+    ck_assert_int_eq(c.run.threads, 1);
     sl_config_fini(&c);
 }
 END_TEST
@@ -443,6 +505,7 @@ config_errors_suite(void)
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_number_limits);
     tcase_add_test(limits, test_text_limits);
+    tcase_add_test(limits, test_control_characters);
     suite_add_tcase(s, limits);
     return s;
 }
