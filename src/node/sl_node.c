@@ -290,6 +290,14 @@ out:
                     "(an outsider, or a node of another run on this port)",
                     (unsigned long long)sl_transport_refused(n.tr),
                     sl_transport_refused(n.tr) == 1 ? "" : "s");
+    if (n.tr && cfg->cluster.security == SL_SECURITY_MAC) {
+        /* a frame without a trailer is dropped for its framing, before any key is tried */
+        uint64_t unproven =
+            sl_transport_dropped(n.tr, SL_DROP_MAC) + sl_transport_dropped(n.tr, SL_DROP_FRAMING);
+        if (unproven)
+            sl_log_warn("node", "dropped %llu frame%s that no session key of this run proved",
+                        (unsigned long long)unproven, unproven == 1 ? "" : "s");
+    }
     sl_transport_destroy(&n.tr);
     sl_ipc_dir_leave(n.ipc_dir, n.ipc_path);
     sl_secret_wipe(&n.secret);

@@ -6,25 +6,19 @@
 #include <check.h>
 #include <errno.h>
 #include <dirent.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
-#include "data/sl_data.h"
 #include "node/sl_train.h"
 
 #include "test_tool.h"
@@ -266,33 +260,6 @@ assert_nothing_left(void)
     ck_assert_int_eq(entries, 0);
 }
 
-static void
-become_subreaper(void)
-{
-#ifdef __linux__
-    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-#endif
-}
-
-/* Batches per epoch of rank r of n on the tiny config's corpus, computed here. */
-static long
-share_batches(const char *conf, int r, int n)
-{
-    sl_config_t cfg;
-    sl_corpus_t corpus;
-    sl_batcher_t bt;
-    long bpe;
-
-    sl_config_init(&cfg);
-    ck_assert_msg(sl_config_load_file(&cfg, conf) == SL_OK, "%s", sl_err_msg());
-    ck_assert_msg(sl_corpus_load(&corpus, &cfg) == SL_OK, "%s", sl_err_msg());
-    ck_assert_int_eq(sl_batcher_init(&bt, &corpus.train, r, n, 4, 8), SL_OK);
-    bpe = bt.batches_per_epoch;
-    sl_corpus_fini(&corpus);
-    sl_config_fini(&cfg);
-    return bpe;
-}
-
 /* shoal run -n 3: every node trains one epoch of its own third, exactly as the trainer
  * does for rank r of 3 in-process; per-node and run-level files; nothing left. */
 START_TEST(test_run_three_nodes)
@@ -303,7 +270,7 @@ START_TEST(test_run_three_nodes)
 
     if (!have_shoal())
         return;
-    become_subreaper();
+    test_become_subreaper();
     tiny_yaml(conf, sizeof conf, "three", 1, "");
     ck_assert_int_eq(
         wait_shoal(start_shoal("three", NULL, (const char *[]){"run", conf, "-n", "3", NULL}),
@@ -317,9 +284,9 @@ START_TEST(test_run_three_nodes)
     free(out);
     free(err);
 
-    whole = share_batches(conf, 0, 1);
+    whole = test_share_batches(conf, 0, 1, 4, 8);
     for (int r = 0; r < 3; r++) {
-        bpe[r] = share_batches(conf, r, 3);
+        bpe[r] = test_share_batches(conf, r, 3, 4, 8);
         ck_assert_int_lt(bpe[r], whole / 2);
         snprintf(path, sizeof path, "%s/three/node-%d/checkpoint.bin", tmp_root, r);
         ck_assert_int_eq(header_i64(path, 144), bpe[r]);         /* step */
@@ -399,7 +366,7 @@ START_TEST(test_run_interrupt_resume)
 
     if (!have_shoal())
         return;
-    become_subreaper();
+    test_become_subreaper();
     tiny_yaml(conf, sizeof conf, "intr", 2, ", eval_every_epoch: false");
     pid = start_shoal("intr", NULL, args);
     snprintf(path, sizeof path, "%s/intr/node-1/metrics.jsonl", tmp_root);
@@ -448,7 +415,7 @@ START_TEST(test_run_node_killed)
 
     if (!have_shoal())
         return;
-    become_subreaper();
+    test_become_subreaper();
     tiny_yaml(conf, sizeof conf, "killed", 3, ", epochs: 1000, eval_every_epoch: false");
     pid = start_shoal("killed", NULL, (const char *[]){"run", conf, "--quiet", NULL});
     snprintf(path, sizeof path, "%s/killed/node-1/metrics.jsonl", tmp_root);
@@ -477,7 +444,7 @@ START_TEST(test_run_node_fails)
 
     if (!have_shoal())
         return;
-    become_subreaper();
+    test_become_subreaper();
     tiny_yaml(conf, sizeof conf, "fails", 3, ", epochs: 1000");
     snprintf(path, sizeof path, "%s/fails", tmp_root);
     ck_assert_int_eq(mkdir(path, 0777), 0);
@@ -495,25 +462,6 @@ START_TEST(test_run_node_fails)
     free(err);
 }
 END_TEST
-
-/* A free tcp port of 127.0.0.1 (bound and read back, then closed) for a master. */
-static int
-free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    int s = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    ck_assert_int_ge(s, 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
-    close(s);
-    return port;
-}
 
 /* `shoal keygen` writes tmp_root/NAME.key, mode 0600; set receives
  * "cluster.key_file=PATH" for --set. */
@@ -598,13 +546,13 @@ START_TEST(test_node_abort_reaches_peer)
 
     if (!have_shoal())
         return;
-    become_subreaper();
+    test_become_subreaper();
     tiny_yaml(conf, sizeof conf, "abort", 2, ", epochs: 1000, eval_every_epoch: false");
     snprintf(path, sizeof path, "%s/abort", tmp_root);
     ck_assert_int_eq(mkdir(path, 0777), 0);
     snprintf(path, sizeof path, "%s/abort/node-1", tmp_root);
     test_write_file(path, "in the way\n", 11);
-    snprintf(master, sizeof master, "127.0.0.1:%d", free_port());
+    snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
     make_key_file("abort", key_set, sizeof key_set);
     p0 = start_shoal("abort0", NULL,
                      (const char *[]){"node", conf, "--rank", "0", "--master", master, "--set",

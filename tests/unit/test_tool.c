@@ -1,8 +1,9 @@
 /* tests/unit/test_tool.c: helpers shared by the Check tests (test_tool.h): running a
  * command-line tool, files, JSON numbers, model files, children by name, the node
  * tests' tiny configuration, checkpoints and staged shoal runs, configuration that must
- * load, a pause, random kernel inputs, the model tests' tiny configuration. Test
- * support only: nothing here may be linked into shoal itself. */
+ * load, a free port, adopting orphans, a rank's batches per epoch, a pause, random
+ * kernel inputs, the model tests' tiny configuration. Test support only: nothing here
+ * may be linked into shoal itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
 
@@ -11,18 +12,24 @@
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 #include "common/sl_rng.h"
+#include "data/sl_data.h"
 #include "node/sl_checkpoint.h"
 
 int
@@ -438,6 +445,50 @@ test_config_set_ok(sl_config_t *c, const char *assignment)
 {
     sl_status_t st = sl_config_set(c, assignment);
     ck_assert_msg(st == SL_OK, "--set %s failed: %s", assignment, sl_err_msg());
+}
+
+int
+test_free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    int s = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    ck_assert_int_ge(s, 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+void
+test_become_subreaper(void)
+{
+#ifdef __linux__
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+#endif
+}
+
+long
+test_share_batches(const char *conf, int r, int n, int batch, int bptt)
+{
+    sl_config_t cfg;
+    sl_corpus_t corpus;
+    sl_batcher_t bt;
+    long bpe;
+
+    sl_config_init(&cfg);
+    ck_assert_msg(sl_config_load_file(&cfg, conf) == SL_OK, "%s", sl_err_msg());
+    ck_assert_msg(sl_corpus_load(&corpus, &cfg) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(sl_batcher_init(&bt, &corpus.train, r, n, batch, bptt), SL_OK);
+    bpe = bt.batches_per_epoch;
+    sl_corpus_fini(&corpus);
+    sl_config_fini(&cfg);
+    return bpe;
 }
 
 void

@@ -3,7 +3,8 @@
  * reading and writing whole files, numbers in JSON text, the parameters of a model
  * file, a forked process's child by name, a file that appears; for the node tests the
  * tiny training configuration, checkpoints taken apart, and shoal run staged;
- * configuration text that must load; a pause; random inputs and a tolerance check for
+ * configuration text that must load; a free port, adopting orphans, a rank's batches
+ * per epoch; a pause; random inputs and a tolerance check for
  * the kernel tests; the tiny model configuration of the model tests. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
@@ -112,6 +113,17 @@ void test_config_load_ok(sl_config_t *c, const char *yaml);
 
 /* Applies the --set assignment ("key=value") to c; fails the test when it fails. */
 void test_config_set_ok(sl_config_t *c, const char *assignment);
+
+/* A free tcp port of 127.0.0.1 (bound, read back, closed) for a master address. */
+int test_free_port(void);
+
+/* Makes this process adopt its descendants' orphans (Linux; nothing elsewhere), so
+ * that a node left running is still its child, to find and reap. */
+void test_become_subreaper(void);
+
+/* Batches per epoch of rank r of n with batch B x T bptt on the corpus of the
+ * configuration file conf, computed as the trainer does. */
+long test_share_batches(const char *conf, int r, int n, int batch, int bptt);
 
 /* Sleeps ms milliseconds (a pause between retries, never a wait for an event). */
 void test_sleep_ms(int ms);
