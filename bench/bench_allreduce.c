@@ -178,8 +178,8 @@ node(const bench_t *b, int rank, int up, int down)
                     die(rank, "barrier");
                 t0 = sl_clock_now();
             }
-            if (sl_gossip_exchange(t, 1, go_round++, buf, count, &puller, 1, &chosen, 1, recv, &from,
-                                   &got, 60000) != SL_OK)
+            if (sl_gossip_exchange(t, 1, go_round++, buf, count, &puller, 1, &chosen, 1, recv,
+                                   &from, &got, 60000) != SL_OK)
                 die(rank, "gossip");
         }
         go = (sl_clock_now() - t0) / reps;
@@ -291,7 +291,9 @@ main(int argc, char **argv)
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s, chunk %zu "
            "floats, load before %.2f on %ld cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm ? "" : " + shared memory",
-           b.curve ? ", CURVE" : b.mac ? ", frame MACs" : "",
+           b.curve ? ", CURVE"
+           : b.mac ? ", frame MACs"
+                   : "",
            b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS, loads[0],
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",

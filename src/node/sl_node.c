@@ -241,6 +241,28 @@ out:
     return st;
 }
 
+/* A node's last words on processes that tried to talk to it without the run's secret:
+ * connections CURVE refused, or frames no session key proved (mac). */
+static void
+report_outsiders(const node_t *n)
+{
+    uint64_t refused = sl_transport_refused(n->tr), unproven;
+
+    if (refused)
+        sl_log_warn("node",
+                    "refused %llu connection%s of processes that proved no key of this run "
+                    "(an outsider, or a node of another run on this port)",
+                    (unsigned long long)refused, refused == 1 ? "" : "s");
+    if (n->cfg->cluster.security != SL_SECURITY_MAC)
+        return;
+    /* a frame without a trailer is dropped for its framing, before any key is tried */
+    unproven =
+        sl_transport_dropped(n->tr, SL_DROP_MAC) + sl_transport_dropped(n->tr, SL_DROP_FRAMING);
+    if (unproven)
+        sl_log_warn("node", "dropped %llu frame%s that no session key of this run proved",
+                    (unsigned long long)unproven, unproven == 1 ? "" : "s");
+}
+
 sl_status_t
 sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *res)
 {
@@ -284,20 +306,8 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
         tell_peers(&n, st);
 out:
-    if (n.tr && sl_transport_refused(n.tr))
-        sl_log_warn("node",
-                    "refused %llu connection%s of processes that proved no key of this run "
-                    "(an outsider, or a node of another run on this port)",
-                    (unsigned long long)sl_transport_refused(n.tr),
-                    sl_transport_refused(n.tr) == 1 ? "" : "s");
-    if (n.tr && cfg->cluster.security == SL_SECURITY_MAC) {
-        /* a frame without a trailer is dropped for its framing, before any key is tried */
-        uint64_t unproven =
-            sl_transport_dropped(n.tr, SL_DROP_MAC) + sl_transport_dropped(n.tr, SL_DROP_FRAMING);
-        if (unproven)
-            sl_log_warn("node", "dropped %llu frame%s that no session key of this run proved",
-                        (unsigned long long)unproven, unproven == 1 ? "" : "s");
-    }
+    if (n.tr)
+        report_outsiders(&n);
     sl_transport_destroy(&n.tr);
     sl_ipc_dir_leave(n.ipc_dir, n.ipc_path);
     sl_secret_wipe(&n.secret);

@@ -19,12 +19,12 @@
 #include "transport/sl_zmq_status.h"
 
 #define MAGIC "SLRV"
-#define HEAD_BYTES 16                   /* magic, version, kind, run id */
+#define HEAD_BYTES 16 /* magic, version, kind, run id */
 #define SESSION_BYTES SL_RDV_SESSION_BYTES
 #define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES) /* rank, size, session; endpoint */
-#define MAX_NODES 65536                 /* keeps a table message under 17 MB */
-#define SLICE_MS 100                    /* polls this long at most between interrupt checks */
-#define LINGER_MS 5000                  /* rank 0 lets the tables leave this long */
+#define MAX_NODES 65536                                 /* keeps a table message under 17 MB */
+#define SLICE_MS 100   /* polls this long at most between interrupt checks */
+#define LINGER_MS 5000 /* rank 0 lets the tables leave this long */
 #define RUN_ID_SEED 0x53484f414c524456ull
 /* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
  * vouch and metadata, is some 300 bytes, more than a registration */
@@ -154,9 +154,9 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
         goto fail;
     }
     if (o->secret) {
-        SL_TRY_GOTO(sl_curve_new(&r->curve, r->ctx, o->secret, (uint32_t)o->rank,
-                                 (uint32_t)o->size),
-                    st, fail);
+        SL_TRY_GOTO(
+            sl_curve_new(&r->curve, r->ctx, o->secret, (uint32_t)o->rank, (uint32_t)o->size), st,
+            fail);
         SL_TRY_GOTO(o->rank == 0 ? sl_curve_server(r->curve, r->sock)
                                  : sl_curve_client(r->curve, r->sock, 0),
                     st, fail);

@@ -35,7 +35,7 @@
 #include "config/sl_config.h"
 #include "transport/sl_secret.h"
 
-#define SL_RDV_VERSION 2 /* 2: session keys */
+#define SL_RDV_VERSION 2        /* 2: session keys */
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
 #define SL_RDV_SESSION_BYTES 32 /* a node's session key (sl_frame_mac.h), or zeros */
 

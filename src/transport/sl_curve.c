@@ -202,9 +202,8 @@ static void *
 zap_main(void *arg)
 {
     sl_curve_t *c = arg;
-    zmq_pollitem_t it[3] = {{c->zap, 0, ZMQ_POLLIN, 0},
-                            {c->monitor, 0, ZMQ_POLLIN, 0},
-                            {c->stop_rx, 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t it[3] = {
+        {c->zap, 0, ZMQ_POLLIN, 0}, {c->monitor, 0, ZMQ_POLLIN, 0}, {c->stop_rx, 0, ZMQ_POLLIN, 0}};
 
     for (;;) {
         if (zmq_poll(it, 3, -1) < 0) {
@@ -229,6 +228,7 @@ start_thread(sl_curve_t *c, void *server)
 {
     char pipe_ep[64], monitor_ep[64];
     int zero = 0;
+    sl_status_t st;
 
     snprintf(pipe_ep, sizeof pipe_ep, "inproc://shoal-zap-stop-%p", (void *)c);
     snprintf(monitor_ep, sizeof monitor_ep, "inproc://shoal-zap-monitor-%p", (void *)c);
@@ -256,11 +256,10 @@ start_thread(sl_curve_t *c, void *server)
     }
     c->running = 1;
     return SL_OK;
-fail: {
-    sl_status_t st = sl_zmq_fail("curve: starting the ZAP handler");
+fail:
+    st = sl_zmq_fail("curve: starting the ZAP handler");
     stop_thread(c);
     return st;
-}
 }
 
 static sl_status_t

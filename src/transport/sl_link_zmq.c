@@ -426,8 +426,7 @@ check_trailer(zlink_t *z, zframe_t *f, uint32_t *sender)
         payload_len = zmq_msg_size(&f->part[1]);
     }
     *sender = sl_get_u32(head + 16); /* claimed: the tag proves it or not */
-    v = sl_frame_mac_check(z->mac, *sender, head, head_len, payload, payload_len,
-                           zmq_msg_data(t));
+    v = sl_frame_mac_check(z->mac, *sender, head, head_len, payload, payload_len, zmq_msg_data(t));
     if (v != SL_MAC_OK)
         return v == SL_MAC_REPLAY ? SL_DROP_REPLAY : SL_DROP_MAC;
     zmq_msg_close(t);

@@ -105,8 +105,8 @@ sl_secret_read(const char *path, sl_secret_t *s)
     text[got] = '\0';
     if ((size_t)got < FILE_BYTES - 1 || (size_t)got > FILE_BYTES ||
         memcmp(text, FILE_TAG, sizeof FILE_TAG - 1) != 0 ||
-        sodium_hex2bin(s->bytes, sizeof s->bytes, text + sizeof FILE_TAG - 1,
-                       2 * SL_SECRET_BYTES, NULL, &bin_len, &end) != 0 ||
+        sodium_hex2bin(s->bytes, sizeof s->bytes, text + sizeof FILE_TAG - 1, 2 * SL_SECRET_BYTES,
+                       NULL, &bin_len, &end) != 0 ||
         bin_len != SL_SECRET_BYTES || (*end != '\0' && strcmp(end, "\n") != 0)) {
         sl_secret_wipe(s);
         st = sl_err_set(SL_ERR_FORMAT, "%s: not a shoal key file (make one with shoal keygen)",

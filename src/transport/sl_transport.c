@@ -50,12 +50,18 @@ struct sl_transport {
 };
 
 static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
-    "not 1 or 2 parts",    "sender is not the connection's rank",
-    "old round",           "duplicate",
-    "mailbox full",        "bad shared-memory frame",
-    "lane offer naming no lane", "bad MAC",
-    "replayed frame",      "round too far ahead",
-    "wrong element count or encoding", "non-finite values"};
+    "not 1 or 2 parts",
+    "sender is not the connection's rank",
+    "old round",
+    "duplicate",
+    "mailbox full",
+    "bad shared-memory frame",
+    "lane offer naming no lane",
+    "bad MAC",
+    "replayed frame",
+    "round too far ahead",
+    "wrong element count or encoding",
+    "non-finite values"};
 
 const char *
 sl_transport_drop_name(unsigned reason)

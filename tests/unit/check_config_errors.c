@@ -482,9 +482,11 @@ START_TEST(test_control_characters)
     memset(long_set, 'k', 2000);
     strcpy(long_set + 2000, "=1");
     ck_assert_int_eq(sl_config_set(&c, long_set), SL_ERR_CONFIG);
-    snprintf(expect, sizeof expect, "--set %.57s...:1:1: unknown key '%.57s...' at top level "
+    snprintf(expect, sizeof expect,
+             "--set %.57s...:1:1: unknown key '%.57s...' at top level "
              "(expected one of: run, data, model, train, cluster, topology, sync, embedding, "
-             "device, precision)", long_set, long_set);
+             "device, precision)",
+             long_set, long_set);
     ck_assert_str_eq(sl_err_msg(), expect);
     ck_assert_int_eq(c.run.threads, 1);
     sl_config_fini(&c);

@@ -488,8 +488,8 @@ make_key_file(const char *name, char *set, size_t size)
 START_TEST(test_node_key_file)
 {
     char conf[1100], key[1100], set[1200], expect[1400], *out, *err;
-    const char *node[] = {"node", conf, "--rank", "1", "--size", "2", "--master",
-                          "127.0.0.1:1", "--set", set, NULL};
+    const char *node[] = {"node",     conf,          "--rank", "1", "--size", "2",
+                          "--master", "127.0.0.1:1", "--set",  set, NULL};
 
     if (!have_shoal())
         return;
@@ -554,9 +554,9 @@ START_TEST(test_node_abort_reaches_peer)
     test_write_file(path, "in the way\n", 11);
     snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
     make_key_file("abort", key_set, sizeof key_set);
-    p0 = start_shoal("abort0", NULL,
-                     (const char *[]){"node", conf, "--rank", "0", "--master", master, "--set",
-                                      key_set, NULL});
+    p0 = start_shoal(
+        "abort0", NULL,
+        (const char *[]){"node", conf, "--rank", "0", "--master", master, "--set", key_set, NULL});
     p1 = start_shoal("abort1", (const char *[]){"SLURM_PROCID=1", "SLURM_NTASKS=2", NULL},
                      (const char *[]){"node", conf, "--master", master, "--set", key_set, NULL});
     ck_assert_int_eq(wait_shoal(p1, "abort1", &out, &err), 1);

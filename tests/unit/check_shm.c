@@ -4,9 +4,9 @@
  * frames held by the receiver than a lane has slots, and with the receiver refusing),
  * and frames from a peer that does not play by the rules: each dropped and counted, its
  * slot freed, never a crash; offers that name something other than the peer's lane (a
- * file, a FIFO, a memfd not quite the lane) refused without opening it. Nothing waits on the clock: the transports are brought to
- * a known state by frames that must arrive in order, and counters are polled under
- * test_util.h's hang guard. */
+ * file, a FIFO, a memfd not quite the lane) refused without opening it. Nothing waits on the clock:
+ * the transports are brought to a known state by frames that must arrive in order, and counters are
+ * polled under test_util.h's hang guard. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
