@@ -25,23 +25,35 @@
 
 /* ---------------------------------------------------------------- two in one process */
 
+/* Rank `rank` of 2 (bind NULL: the default), with CURVE under secret (NULL: none) or
+ * frame MACs. */
+static sl_transport_t *
+node_new(uint32_t rank, const char *bind, const sl_secret_t *secret, int frame_mac)
+{
+    sl_transport_opts_t o;
+    sl_transport_t *t;
+
+    sl_transport_opts_default(&o);
+    o.secret = secret;
+    o.frame_mac = frame_mac;
+    o.run_id = RUN;
+    o.rank = rank;
+    o.size = 2;
+    if (bind)
+        o.bind_endpoint = bind;
+    o.timeout_ms = TEST_WAIT_MS;
+    o.linger_ms = 0;
+    ck_assert_msg(sl_transport_new(&t, &o) == SL_OK, "%s", sl_err_msg());
+    return t;
+}
+
 static void
 pair_new_secure(sl_transport_t *t[2], const char *bind, const sl_secret_t *secret)
 {
-    sl_transport_opts_t o;
     const char *eps[2];
 
-    for (uint32_t r = 0; r < 2; r++) {
-        sl_transport_opts_default(&o);
-        o.secret = secret;
-        o.run_id = RUN;
-        o.rank = r;
-        o.size = 2;
-        o.bind_endpoint = bind;
-        o.timeout_ms = TEST_WAIT_MS;
-        o.linger_ms = 0;
-        ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
-    }
+    for (uint32_t r = 0; r < 2; r++)
+        t[r] = node_new(r, bind, secret, 0);
     eps[0] = sl_transport_endpoint(t[0]);
     eps[1] = sl_transport_endpoint(t[1]);
     ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
@@ -137,7 +149,6 @@ END_TEST
 START_TEST(test_pair_curve)
 {
     sl_transport_t *t[2], *outsider;
-    sl_transport_opts_t o;
     sl_secret_t secret, other;
     const char *eps[2];
     float v[3] = {1, 2, 3}, back[3];
@@ -157,14 +168,7 @@ START_TEST(test_pair_curve)
     ck_assert_int_eq(sl_transport_send(t[1], &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, sizeof back, &got, TEST_WAIT_MS), SL_OK);
 
-    sl_transport_opts_default(&o);
-    o.secret = &other;
-    o.run_id = RUN;
-    o.rank = 1;
-    o.size = 2;
-    o.timeout_ms = TEST_WAIT_MS;
-    o.linger_ms = 0;
-    ck_assert_int_eq(sl_transport_new(&outsider, &o), SL_OK);
+    outsider = node_new(1, NULL, &other, 0);
     eps[0] = sl_transport_endpoint(t[0]);
     eps[1] = sl_transport_endpoint(outsider);
     ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
@@ -235,7 +239,6 @@ END_TEST
 START_TEST(test_pair_mac)
 {
     sl_transport_t *t[2], *outsider;
-    sl_transport_opts_t o;
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
     const char *eps[2];
     enum { BIG = 200000 };
@@ -247,14 +250,7 @@ START_TEST(test_pair_mac)
     double deadline;
 
     for (uint32_t r = 0; r < 2; r++) {
-        sl_transport_opts_default(&o);
-        o.frame_mac = 1;
-        o.run_id = RUN;
-        o.rank = r;
-        o.size = 2;
-        o.timeout_ms = TEST_WAIT_MS;
-        o.linger_ms = 0;
-        ck_assert_int_eq(sl_transport_new(&t[r], &o), SL_OK);
+        t[r] = node_new(r, NULL, NULL, 1);
         memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
                SL_MAC_SESSION_BYTES);
     }
@@ -278,14 +274,7 @@ START_TEST(test_pair_mac)
     ck_assert(got == 12 && memcmp(back, big, 12) == 0);
 
     /* an outsider with session keys of its own, speaking as rank 1 */
-    sl_transport_opts_default(&o);
-    o.frame_mac = 1;
-    o.run_id = RUN;
-    o.rank = 1;
-    o.size = 2;
-    o.timeout_ms = TEST_WAIT_MS;
-    o.linger_ms = 0;
-    ck_assert_int_eq(sl_transport_new(&outsider, &o), SL_OK);
+    outsider = node_new(1, NULL, NULL, 1);
     memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(outsider), SL_MAC_SESSION_BYTES);
     sl_transport_learn_sessions(outsider, sessions);
     eps[1] = sl_transport_endpoint(outsider);
