@@ -19,6 +19,8 @@
 
 #define RUN_DIR_PREFIX "shoal-"
 #define RUN_DIR_HEX 16 /* the run id, as sl_node.c names the directory */
+#define LAUNCH_DIR_PREFIX "shoal-run-" /* then mkdtemp's 6 characters (sl_supervisor.c) */
+#define LAUNCH_DIR_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 #define SOCKET_PREFIX "rank-"
 
 /* Whether sb (from lstat) is a directory of this user's that nobody else may enter. */
@@ -83,12 +85,15 @@ sl_ipc_dir_claim(const char *dir)
     return SL_OK;
 }
 
-/* Whether name is a directory name a node gives its run: shoal-<16 hex digits>. */
+/* Whether name is a directory name a node gives its run, shoal-<16 hex digits>, or one
+ * shoal run makes for its nodes, shoal-run-<6 letters or digits>. */
 static int
 run_dir_name(const char *name)
 {
-    size_t n = strlen(RUN_DIR_PREFIX);
+    size_t n = strlen(RUN_DIR_PREFIX), l = strlen(LAUNCH_DIR_PREFIX);
 
+    if (strncmp(name, LAUNCH_DIR_PREFIX, l) == 0)
+        return strspn(name + l, LAUNCH_DIR_CHARS) == 6 && name[l + 6] == '\0';
     return strncmp(name, RUN_DIR_PREFIX, n) == 0 &&
            strspn(name + n, "0123456789abcdef") == RUN_DIR_HEX && name[n + RUN_DIR_HEX] == '\0';
 }

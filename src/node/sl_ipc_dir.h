@@ -21,7 +21,8 @@
 sl_status_t sl_ipc_dir_claim(const char *dir);
 
 /* Removes the directories of dead runs beside dir (in its parent directory; never dir
- * itself): those named shoal-<16 hex digits> that are this user's own (as
+ * itself): those named shoal-<16 hex digits> (a node's) or shoal-run-XXXXXX (a shoal
+ * run's, made by mkdtemp) that are this user's own (as
  * sl_ipc_dir_claim checks), unchanged for stale_s seconds, and hold nothing but
  * rank-<N> sockets of which none accepts a connection (nothing listens on them). Anything
  * else in one (another file, a live socket) keeps it. Best effort: returns how many it

@@ -26,6 +26,7 @@
 
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
+#include "node/sl_ipc_dir.h"
 #include "node/sl_node.h"
 
 #define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
@@ -590,6 +591,7 @@ make_ipc_dir(launch_t *l)
         l->ipc_dir[0] = '\0';
         return st;
     }
+    sl_ipc_dir_sweep(l->ipc_dir, SL_IPC_DIR_STALE_S); /* those of runs killed before */
     return SL_OK;
 }
 
