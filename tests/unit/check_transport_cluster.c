@@ -566,6 +566,13 @@ START_TEST(test_deadline_under_stream)
 
     test_cluster_init(&c, 3, 1, RUN, node_stream, NULL);
     c.shm = 0;
+    /* The streamers' last barrier frames wait behind thousands of junk frames that rank
+     * 1, on a loaded machine, may take longer than the usual half second to read. And no
+     * heartbeats: while rank 1's queue from a streamer is full, ZeroMQ stops reading that
+     * connection, PINGs included, so the streamer's heartbeat timeout would drop the
+     * connection with the frames in flight on it (its last barrier frame among them). */
+    c.linger_ms = TEST_WAIT_MS;
+    c.heartbeat_ms = 0;
     test_cluster_assert_ok(&c, "a wait under a stream of frames");
     ck_assert_uint_gt(c.res[1][1], 0); /* frames came during the wait */
 }
