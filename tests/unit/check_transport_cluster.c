@@ -493,6 +493,38 @@ END_TEST
  * makes rank 1 slower than its two senders, so its socket is never empty during the
  * wait. The stream's frames are counted as stale drops, and none makes the wait
  * longer. */
+/* The streams are over: each streamer sends a last frame behind its junk, and rank 1
+ * answers once it has both, so no queue still holds junk when the harness's final barrier
+ * starts (a barrier's last frames, stuck behind thousands of junk frames on a loaded
+ * machine, could outlast their sender's linger). 1 when done. */
+static int
+drained(sl_transport_t *t, uint32_t me)
+{
+    sl_transport_frame_t *f;
+
+    if (me != 1) {
+        sl_wire_key_t done = {0, STREAM_COMPONENT + 2, 0, 1, SL_WIRE_DATA};
+        sl_wire_key_t bye = {0, STREAM_COMPONENT + 3, 0, 1, SL_WIRE_DATA};
+        if (sl_transport_send(t, &done, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1) != SL_OK ||
+            sl_transport_recv_any(t, &bye, 1, TEST_WAIT_MS, &f, NULL) != SL_OK)
+            return 0;
+        sl_transport_frame_release(&f);
+        return 1;
+    }
+    for (uint32_t p = 0; p < 3; p += 2) {
+        sl_wire_key_t done = {0, STREAM_COMPONENT + 2, 0, p, SL_WIRE_DATA};
+        if (sl_transport_recv_any(t, &done, 1, TEST_WAIT_MS, &f, NULL) != SL_OK)
+            return 0;
+        sl_transport_frame_release(&f);
+    }
+    for (uint32_t p = 0; p < 3; p += 2) {
+        sl_wire_key_t bye = {0, STREAM_COMPONENT + 3, 0, p, SL_WIRE_DATA};
+        if (sl_transport_send(t, &bye, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1) != SL_OK)
+            return 0;
+    }
+    return 1;
+}
+
 static int
 node_stream(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
 {
@@ -519,7 +551,7 @@ node_stream(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
             st = sl_transport_recv_any(t, &stop, 1, 0, &f, NULL);
             if (st == SL_OK) {
                 sl_transport_frame_release(&f);
-                return 0;
+                return drained(t, me) ? 0 : 30;
             }
             if (st != SL_ERR_TIMEOUT)
                 return 21;
@@ -557,7 +589,7 @@ node_stream(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
         if (sl_transport_send(t, &k, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1) != SL_OK)
             return 29;
     }
-    return 0;
+    return drained(t, me) ? 0 : 31;
 }
 
 START_TEST(test_deadline_under_stream)
@@ -566,12 +598,9 @@ START_TEST(test_deadline_under_stream)
 
     test_cluster_init(&c, 3, 1, RUN, node_stream, NULL);
     c.shm = 0;
-    /* The streamers' last barrier frames wait behind thousands of junk frames that rank
-     * 1, on a loaded machine, may take longer than the usual half second to read. And no
-     * heartbeats: while rank 1's queue from a streamer is full, ZeroMQ stops reading that
-     * connection, PINGs included, so the streamer's heartbeat timeout would drop the
-     * connection with the frames in flight on it (its last barrier frame among them). */
-    c.linger_ms = TEST_WAIT_MS;
+    /* no heartbeats: while rank 1's queue from a streamer is full, ZeroMQ stops reading
+     * that connection, PINGs included, and the streamer's heartbeat timeout would drop
+     * the connection with the frames in flight on it */
     c.heartbeat_ms = 0;
     test_cluster_assert_ok(&c, "a wait under a stream of frames");
     ck_assert_uint_gt(c.res[1][1], 0); /* frames came during the wait */

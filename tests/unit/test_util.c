@@ -39,7 +39,6 @@ test_cluster_init(test_cluster_t *c, int n, int ipc, uint64_t run_id, test_node_
     c->run_id = run_id;
     c->timeout_ms = TEST_WAIT_MS;
     c->shm = 1;
-    c->linger_ms = 500;
     c->heartbeat_ms = 200;
     c->node = fn;
     c->arg = arg;
@@ -175,7 +174,7 @@ node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)
     o.bind_endpoint = bind;
     o.timeout_ms = c->timeout_ms;
     o.heartbeat_ms = c->heartbeat_ms;
-    o.linger_ms = c->linger_ms;
+    o.linger_ms = 500;
     o.shm = c->shm;
     if (sl_transport_new(&t, &o) != SL_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());

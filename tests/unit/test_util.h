@@ -79,7 +79,6 @@ struct test_cluster {
     uint64_t run_id;   /* the nodes' sl_transport_opts_t.run_id */
     int timeout_ms;    /* their transport timeout (TEST_WAIT_MS) */
     int shm;           /* shared-memory lanes (sl_transport_opts_t.shm, 1) */
-    int linger_ms;     /* how long a node's exit lets its queued frames leave (500) */
     int heartbeat_ms;  /* ZMTP heartbeats of their DEALERs (200; 0 off) */
     test_node_fn node; /* the node's part */
     const void *arg;   /* for node, borrowed */
