@@ -3,7 +3,7 @@
  * Figures only (bench/bench_allreduce.sh runs it beside MPI_Allreduce).
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
- *                   [--sizes "256K 1M ..."]
+ *                   [--sizes "256K 1M ..."] [--emulate RATE,LATENCY_MS[,JITTER_MS]]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
  * 1000) after one warm-up. Columns:
@@ -18,6 +18,9 @@
  * nodes share a run secret and every ZeroMQ connection is CURVE-authenticated and
  * encrypted (cluster.security: curve; the raw ZeroMQ column stays plain); --mac: every
  * frame over ZeroMQ carries a MAC instead (cluster.security: mac, sl_frame_mac.h).
+ * --emulate 1gbit,10: shoal's links are emulated (cluster.emulate, sl_link_emu.h: RATE
+ * as cluster.emulate.bandwidth, 0 = no limit), without shared memory; the raw ZeroMQ
+ * column is not. Figures of the emulation, not of a network.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
  * fails or the run exceeds 15 minutes. */
 #include <errno.h>
@@ -32,6 +35,7 @@
 
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
+#include "config/sl_config.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_transport.h"
@@ -41,6 +45,8 @@
 
 typedef struct {
     int n, ipc, no_shm, curve, mac;
+    double emu_bits_per_s, emu_latency_ms, emu_jitter_ms; /* --emulate; 0: off */
+    const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
     size_t chunk;
     size_t sizes[32];
@@ -111,6 +117,9 @@ node(const bench_t *b, int rank, int up, int down)
     o.shm = !b->no_shm;
     o.secret = b->curve ? &b->secret : NULL;
     o.frame_mac = b->mac;
+    o.emulate_bits_per_s = b->emu_bits_per_s;
+    o.emulate_latency_ms = b->emu_latency_ms;
+    o.emulate_jitter_ms = b->emu_jitter_ms;
     if (b->ipc)
         snprintf(bind, sizeof bind, "ipc://%s/rank-%d", b->dir, rank);
     else
@@ -237,6 +246,30 @@ parse_size(const char *s)
     return (size_t)v / sizeof(float) * sizeof(float);
 }
 
+/* --emulate RATE,LATENCY_MS[,JITTER_MS] into b; -1 when it is not that. */
+static int
+parse_emulate(const char *arg, bench_t *b)
+{
+    char copy[128], *lat, *jit, *end;
+
+    snprintf(copy, sizeof copy, "%s", arg);
+    lat = strchr(copy, ',');
+    if (!lat)
+        return -1;
+    *lat++ = '\0';
+    jit = strchr(lat, ',');
+    if (jit)
+        *jit++ = '\0';
+    b->emu_bits_per_s = sl_config_bits_per_s(copy);
+    b->emu_latency_ms = strtod(lat, &end);
+    if (b->emu_bits_per_s < 0 || end == lat || *end || !(b->emu_latency_ms >= 0))
+        return -1;
+    b->emu_jitter_ms = jit ? strtod(jit, &end) : 0;
+    if (jit && (end == jit || *end || !(b->emu_jitter_ms >= 0)))
+        return -1;
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -262,9 +295,20 @@ main(int argc, char **argv)
             b.chunk = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
-        else {
+        else if (!strcmp(argv[i], "--emulate") && i + 1 < argc) {
+            b.emulate = argv[++i];
+            if (parse_emulate(b.emulate, &b) != 0) {
+                fprintf(stderr,
+                        "bench_allreduce: --emulate %s: need RATE,LATENCY_MS[,JITTER_MS], RATE "
+                        "as cluster.emulate.bandwidth (1gbit, 100mbit, 0 = no limit), the "
+                        "others numbers >= 0\n",
+                        b.emulate);
+                return 2;
+            }
+        } else {
             fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
-                            "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"]\n");
+                            "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"] "
+                            "[--emulate RATE,LATENCY_MS[,JITTER_MS]]\n");
             return 2;
         }
     }
@@ -288,9 +332,10 @@ main(int argc, char **argv)
         return 1;
     }
     getloadavg(loads, 3);
-    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s, chunk %zu "
+    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %zu "
            "floats, load before %.2f on %ld cpus\n",
-           b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm ? "" : " + shared memory",
+           b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm || b.emulate ? "" : " + shared memory",
+           b.emulate ? ", emulated links " : "", b.emulate ? b.emulate : "",
            b.curve ? ", CURVE"
            : b.mac ? ", frame MACs"
                    : "",

@@ -68,7 +68,8 @@ trap 'rm -rf "$tmp"' EXIT
 cc=${CC:-gcc}
 # shellcheck disable=SC2046
 "$cc" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" \
-    "$top/bench/bench_allreduce.c" "$builddir/libshoal.a" $(pkg-config --cflags --libs libzmq libsodium) \
+    "$top/bench/bench_allreduce.c" "$builddir/libshoal.a" \
+    $(pkg-config --cflags --libs libzmq libsodium yaml-0.1) \
     -lpthread -lm -o "$tmp/bench_allreduce" || die "building bench_allreduce failed"
 have_mpi=0
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then

@@ -224,6 +224,35 @@ valid_bind(const char *s)
                      strlen(s);
 }
 
+double
+sl_config_bits_per_s(const char *s)
+{
+    static const char *const units[] = {"bit", "kbit", "mbit", "gbit", "tbit", NULL};
+    char *end;
+    double v, scale = 1;
+    int u;
+
+    if (!s || !((*s >= '0' && *s <= '9') || *s == '.'))
+        return -1; /* no sign, no inf or nan */
+    v = strtod(s, &end);
+    if (end == s || !isfinite(v))
+        return -1;
+    if (*end == '\0')
+        return v == 0 ? 0 : -1; /* a rate without a unit could be bits or bytes */
+    u = find_name(units, end, strlen(end));
+    if (u < 0)
+        return -1;
+    for (int i = 0; i < u; i++)
+        scale *= 1000;
+    return isfinite(v * scale) ? v * scale : -1;
+}
+
+static int
+valid_bandwidth(const char *s)
+{
+    return sl_config_bits_per_s(s) >= 0;
+}
+
 /* per-node, one, zipf, log2 or a group count N >= 1. */
 static int
 valid_seed_groups(const char *s)
@@ -344,6 +373,17 @@ static const entry_t schema[] = {
     {K("cluster.key_file", T_STR, cluster.key_file), .def = "",
      .doc = "the run's secret for shoal node (made by shoal keygen FILE, mode 0600); "
             "shoal run makes one when empty"},
+    {K("cluster.emulate.bandwidth", T_STR, cluster.emulate.bandwidth), .def = "0",
+     .valid = valid_bandwidth,
+     .expect = "a rate such as 1gbit, 2.5gbit or 100mbit (bit, kbit, mbit, gbit, tbit: "
+               "powers of 1000), or 0 for no limit",
+     .shape = "RATE", .doc = "emulation: each directed link's rate (0 = no limit)"},
+    {K("cluster.emulate.latency_ms", T_DOUBLE, cluster.emulate.latency_ms), .def = "0",
+     AT_LEAST(0), AT_MOST(60000),
+     .doc = "emulation: a frame arrives this long after it has left (ms)"},
+    {K("cluster.emulate.jitter_ms", T_DOUBLE, cluster.emulate.jitter_ms), .def = "0",
+     AT_LEAST(0), AT_MOST(60000),
+     .doc = "emulation: up to this much more latency, keeping each link's order (ms)"},
 
     {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
      .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},

@@ -138,6 +138,13 @@ typedef struct {
         sl_security_t security; /* curve | mac | none, default curve */
         char *key_file; /* the run's secret (shoal keygen) for shoal node; shoal run makes
                            one when "", default "" */
+        struct {                /* links emulated by the transport (sl_link_emu.h), off
+                                   (all three 0) by default */
+            char *bandwidth;    /* each directed link's rate, "1gbit", "100mbit", ...
+                                   (sl_config_bits_per_s); "0" = no limit, default "0" */
+            double latency_ms;  /* after a frame has left, default 0 */
+            double jitter_ms;   /* up to this much more latency, default 0 */
+        } emulate;
     } cluster;
 
     struct {
@@ -196,6 +203,11 @@ sl_status_t sl_config_load_buffer(sl_config_t *cfg, const char *text, size_t len
 /* Applies one "a.b.c=value" override; the value is parsed as YAML (so lists work:
  * model.layers=[{lstm: 512}]). */
 sl_status_t sl_config_set(sl_config_t *cfg, const char *assignment);
+/* A cluster.emulate.bandwidth in bits per second: a number and a unit, bit, kbit,
+ * mbit, gbit or tbit (powers of 1000, as tc writes them: "1gbit", "2.5gbit",
+ * "100mbit"), or "0" for no limit; -1 when s is none of these. */
+double sl_config_bits_per_s(const char *s);
+
 /* Cross-field checks after all overrides (required keys, sizes that must agree). */
 sl_status_t sl_config_validate(const sl_config_t *cfg);
 

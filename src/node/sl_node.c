@@ -103,6 +103,16 @@ open_transport(node_t *n, uint64_t run_id)
     to.shm = cfg->cluster.shared_memory;
     to.secret = n->secure && cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
     to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;
+    to.emulate_bits_per_s = sl_config_bits_per_s(cfg->cluster.emulate.bandwidth);
+    to.emulate_latency_ms = cfg->cluster.emulate.latency_ms;
+    to.emulate_jitter_ms = cfg->cluster.emulate.jitter_ms;
+    if (n->o->rank == 0 && (to.emulate_bits_per_s > 0 || to.emulate_latency_ms > 0 ||
+                            to.emulate_jitter_ms > 0))
+        sl_log_warn("node",
+                    "cluster.emulate is on: links are emulated (%s, %g ms + up to %g ms), "
+                    "figures are not a real network's",
+                    to.emulate_bits_per_s > 0 ? cfg->cluster.emulate.bandwidth : "no rate limit",
+                    to.emulate_latency_ms, to.emulate_jitter_ms);
     if (cfg->cluster.transport == SL_CLUSTER_TCP) {
         snprintf(endpoint, sizeof endpoint, "tcp://%s:*", cfg->cluster.bind);
     } else {

@@ -2,10 +2,12 @@
  * through that medium's link, the receive loop over every link that files the frames
  * nobody asked for yet, counters, abort. It owns the mailbox, the counters and the
  * order in which links are polled and blocked on; it must not touch a socket or a lane
- * itself (the links in sl_link_zmq.c and sl_link_shm.c do, behind sl_link.h). */
+ * itself (the links in sl_link_zmq.c, sl_link_emu.c and sl_link_shm.c do, behind
+ * sl_link.h). */
 #include "transport/sl_transport.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "transport/sl_link.h"
+#include "transport/sl_link_emu.h"
 #include "transport/sl_link_shm.h"
 #include "transport/sl_link_zmq.h"
 #include "transport/sl_mailbox.h"
@@ -23,8 +26,10 @@
 /* The media. The first is the base, ZeroMQ: opened first and given to the others
  * (they send their own frames, and those they do not carry, through it), serves every
  * peer and is the one blocked on. Each peer's frames go to the first of the others
- * that serves it, else to the base. A new medium is one more entry. */
-static const sl_link_ops_t *const media[] = {&sl_link_zmq_ops, &sl_link_shm_ops};
+ * that serves it, else to the base: the emulated link, when on, before the lanes (it
+ * stands for a network). A new medium is one more entry. */
+static const sl_link_ops_t *const media[] = {&sl_link_zmq_ops, &sl_link_emu_ops,
+                                             &sl_link_shm_ops};
 #define NLINKS (sizeof media / sizeof media[0])
 #define BASE 0
 
@@ -144,6 +149,13 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                           "mailbox caps > 0, shared-memory slots and sizes in range",
                           (unsigned)o->rank, (unsigned)o->size, o->timeout_ms, o->heartbeat_ms,
                           o->linger_ms);
+    if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 &&
+          o->emulate_jitter_ms >= 0 && isfinite(o->emulate_bits_per_s) &&
+          isfinite(o->emulate_latency_ms) && isfinite(o->emulate_jitter_ms)))
+        return sl_err_set(SL_ERR_INVALID,
+                          "sl_transport_new: link emulation of %g bit/s, latency %g ms, jitter "
+                          "%g ms: each must be finite and >= 0",
+                          o->emulate_bits_per_s, o->emulate_latency_ms, o->emulate_jitter_ms);
     if (o->bind_endpoint && strlen(o->bind_endpoint) >= ENDPOINT_MAX)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_new: bind endpoint too long");
     t = calloc(1, sizeof *t);
@@ -153,6 +165,8 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     snprintf(t->bind, sizeof t->bind, "%s",
              o->bind_endpoint ? o->bind_endpoint : "tcp://127.0.0.1:*");
     t->o.bind_endpoint = t->bind;
+    if (o->emulate_bits_per_s > 0 || o->emulate_latency_ms > 0 || o->emulate_jitter_ms > 0)
+        t->o.shm = 0; /* an emulated link stands for a network: no lanes either way */
     t->route = calloc(o->size, sizeof *t->route);
     t->heard = calloc(o->size, sizeof *t->heard);
     t->heard_before = calloc(o->size, sizeof *t->heard_before);

@@ -3,8 +3,9 @@
  * that arrive before they are asked for. The media: ZeroMQ (sl_link_zmq.c: one bound
  * ROUTER per node to receive, one DEALER per peer it sends to, made on the first send;
  * a frame's sender must be the rank that holds its connection) and shared-memory lanes
- * between peers on one machine (sl_link_shm.c). Callers never see which medium
- * carried a frame.
+ * between peers on one machine (sl_link_shm.c); or, emulating a network of a given rate
+ * and latency (off unless asked for), ZeroMQ behind per-link departure queues
+ * (sl_link_emu.c). Callers never see which medium carried a frame.
  *
  * Delivery: frames between two nodes are never duplicated and nothing is retried;
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
@@ -100,13 +101,18 @@ typedef struct {
      * mac), the session keys exchanged through a CURVE rendezvous and handed over with
      * sl_transport_learn_sessions before the first send. */
     int frame_mac;
+    /* Link emulation (sl_link_emu.h: cluster.emulate), all 0 (off) unless set: every
+     * link to a peer sends at this many bits per second (0: no limit), and its frames
+     * arrive latency_ms, plus up to jitter_ms, after they have left. On, the transport
+     * has no shared-memory lanes: an emulated link stands for a network. */
+    double emulate_bits_per_s, emulate_latency_ms, emulate_jitter_ms;
 } sl_transport_opts_t;
 
 /* timeout 30 s, heartbeat 1 s, linger 1 s, mailbox 65536 frames / 4 GiB,
  * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 64 MiB + a header (address
  * space; only the slots in use take memory, as far as their frames reach: a gossip
  * snapshot of a component up to 64 MiB fits, an LSTMP 2048/512 layer's 34 MB
- * included); run_id, rank and size 0 (set them). */
+ * included); no link emulation; run_id, rank and size 0 (set them). */
 void sl_transport_opts_default(sl_transport_opts_t *o);
 
 typedef struct sl_transport sl_transport_t;
