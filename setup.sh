@@ -18,7 +18,7 @@ usage() {
 
 # Debian/Ubuntu packages the build and the tests need.
 packages=(build-essential autoconf automake pkg-config libzmq3-dev libsodium-dev libyaml-dev check
-          libsubunit-dev libopenblas-dev)
+          libsubunit-dev libopenblas-dev iproute2)
 
 install_packages() {
     local missing=() p
@@ -57,7 +57,7 @@ build() {
 # One closing line over every Check case run: "tests: N passed, N failed, N skipped".
 summarize_tests() {
     local checks=0 bad=0 died=0 skipped=0 log line
-    for log in build/tests/unit/*.log build/tests/fuzz/*.log; do
+    for log in build/tests/unit/*.log build/tests/fuzz/*.log build/tests/net/*.log; do
         [ -f "$log" ] || continue
         line=$(grep -E '^[0-9]+%: Checks: ' "$log" | tail -n 1) || true
         if [ -z "$line" ]; then

@@ -194,9 +194,10 @@ shm_send(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, i
 }
 
 /* A peer offers its lane: map it and say so. Refusals are not errors: that peer's
- * frames stay on ZeroMQ. An offer from another machine, or with shared memory off here,
- * is refused quietly; one that names something other than the peer's lane (a forged
- * offer: sl_shm_lane_open opens nothing it has not identified) is a counted drop. */
+ * frames stay on ZeroMQ. An offer from another machine or network namespace (another
+ * host), or with shared memory off here, is refused quietly; one that names something
+ * other than the peer's lane (a forged offer: sl_shm_lane_open opens nothing it has not
+ * identified) is a counted drop. */
 static void
 take_offer(shm_t *s, const sl_link_frame_t *f)
 {

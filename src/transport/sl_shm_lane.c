@@ -49,6 +49,7 @@ sl_shm_offer_encode(const sl_shm_offer_t *o, unsigned char out[SL_SHM_OFFER_BYTE
     sl_put_u32(out + 32, o->pid);
     sl_put_u32(out + 36, (uint32_t)o->fd);
     sl_put_u32(out + 40, o->nslots);
+    sl_put_u32(out + 44, o->netns);
 }
 
 void
@@ -61,6 +62,7 @@ sl_shm_offer_decode(const unsigned char in[SL_SHM_OFFER_BYTES], sl_shm_offer_t *
     o->pid = sl_get_u32(in + 32);
     o->fd = (int32_t)sl_get_u32(in + 36);
     o->nslots = sl_get_u32(in + 40);
+    o->netns = sl_get_u32(in + 44);
 }
 
 sl_status_t
@@ -77,6 +79,18 @@ sl_shm_boot_id(uint64_t *out)
     if (n < 16)
         return sl_err_set(SL_ERR_IO, "/proc/sys/kernel/random/boot_id: too short");
     *out = sl_hash_bytes(buf, n, LANE_MAGIC);
+    return SL_OK;
+}
+
+sl_status_t
+sl_shm_netns(uint32_t *out)
+{
+    struct stat sb;
+
+    if (stat("/proc/self/ns/net", &sb) != 0)
+        return sl_err_set(SL_ERR_IO, "/proc/self/ns/net: %s", strerror(errno));
+    /* folded, should a kernel ever number namespaces beyond 32 bits */
+    *out = (uint32_t)((uint64_t)sb.st_ino ^ (uint64_t)sb.st_ino >> 32);
     return SL_OK;
 }
 
@@ -141,6 +155,7 @@ sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t sender, uint32
     SL_TRY(check_sizes(nslots, slot_bytes));
     memset(offer, 0, sizeof *offer);
     SL_TRY(sl_shm_boot_id(&offer->boot_id));
+    SL_TRY(sl_shm_netns(&offer->netns));
     l = calloc(1, sizeof *l);
     if (!l)
         return sl_err_set(SL_ERR_NOMEM, "shared-memory lane: out of memory");
@@ -261,6 +276,7 @@ sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *o, uint64_t run_id, 
 {
     sl_shm_lane_t *l;
     uint64_t boot;
+    uint32_t netns;
     char path[64], name[LANE_NAME_MAX];
     int fd, seals;
     const unsigned char *h;
@@ -271,6 +287,12 @@ sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *o, uint64_t run_id, 
     SL_TRY(sl_shm_boot_id(&boot));
     if (o->boot_id != boot)
         return sl_err_set(SL_ERR_UNSUPPORTED, "shared-memory lane of rank %u: another machine",
+                          (unsigned)sender);
+    SL_TRY(sl_shm_netns(&netns));
+    if (o->netns != netns)
+        return sl_err_set(SL_ERR_UNSUPPORTED,
+                          "shared-memory lane of rank %u: another network namespace (another "
+                          "host)",
                           (unsigned)sender);
     if (o->run_id != run_id || o->pid == 0 || o->fd < 0)
         return sl_err_set(SL_ERR_INVALID, "shared-memory lane of rank %u: bad offer",

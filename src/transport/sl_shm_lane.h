@@ -20,14 +20,20 @@
  *
  * The receiver reaches the lane through /proc/<pid>/fd/<fd>, which an offer names and
  * a forged offer could point at anything (a FIFO, a device, a file of ours). So it
- * opens nothing before it has identified the object there: the machine (boot id), the
- * memfd's name, which carries the run id, sender and receiver and which the receiver
- * derives itself, read with readlink; then, held by an O_PATH descriptor (which opens
- * nothing), that name again, a regular unlinked file of this user's and the lane's
- * exact size. Only then is it opened and mapped, and the seals and the head's magic,
- * nonce, run, ranks and sizes checked before any use. Nothing in a lane is trusted: the
+ * opens nothing before it has identified the object there: the machine (boot id) and
+ * the network namespace (below), the memfd's name, which carries the run id, sender
+ * and receiver and which the receiver derives itself, read with readlink; then, held
+ * by an O_PATH descriptor (which opens nothing), that name again, a regular unlinked
+ * file of this user's and the lane's exact size. Only then is it opened and mapped,
+ * and the seals and the head's magic, nonce, run, ranks and sizes checked before any
+ * use. Nothing in a lane is trusted: the
  * receiver validates every frame it reads like one from a socket, except that the
- * checksum of these local frames covers the header only (sl_wire.h). */
+ * checksum of these local frames covers the header only (sl_wire.h).
+ *
+ * A lane needs the same network namespace, not only the same boot id: processes in
+ * other network namespaces of one kernel could still open each other's memfds (one
+ * PID namespace), but they stand for other hosts (containers, tests/net/netlab's
+ * emulated hosts), whose frames must go over the network as real hosts' do. */
 #ifndef SL_SHM_LANE_H
 #define SL_SHM_LANE_H
 
@@ -54,6 +60,7 @@ typedef struct {
     uint32_t pid;
     int32_t fd;
     uint32_t nslots;
+    uint32_t netns; /* the sender's network namespace (sl_shm_netns) */
 } sl_shm_offer_t;
 
 void sl_shm_offer_encode(const sl_shm_offer_t *o, unsigned char out[SL_SHM_OFFER_BYTES]);
@@ -61,6 +68,9 @@ void sl_shm_offer_decode(const unsigned char in[SL_SHM_OFFER_BYTES], sl_shm_offe
 
 /* Hash of this machine's boot id; SL_ERR_IO when it cannot be read (no lanes then). */
 sl_status_t sl_shm_boot_id(uint64_t *out);
+/* This process's network namespace: the inode number of /proc/self/ns/net (the kernel
+ * numbers namespaces in 32 bits); SL_ERR_IO when it cannot be read (no lanes then). */
+sl_status_t sl_shm_netns(uint32_t *out);
 
 /* Creates the sender's lane for (run_id, sender -> receiver) and fills *offer.
  * slot_bytes is rounded up to whole pages. SL_ERR_INVALID for sizes out of bounds,
@@ -69,10 +79,11 @@ sl_status_t sl_shm_lane_create(sl_shm_lane_t **out, uint64_t run_id, uint32_t se
                                uint32_t receiver, uint32_t nslots, uint64_t slot_bytes,
                                sl_shm_offer_t *offer);
 /* Maps a peer's lane from its offer, as receiver `me` of frames from `sender`.
- * SL_ERR_UNSUPPORTED when the offer comes from another machine (no lane possible);
- * SL_ERR_INVALID with the reason when it is not for this run or this pair, or names
- * something that is not that lane (then nothing was opened but an O_PATH descriptor,
- * closed again); SL_ERR_IO when what it names cannot be reached or mapped. */
+ * SL_ERR_UNSUPPORTED when the offer comes from another machine or another network
+ * namespace (no lane possible); SL_ERR_INVALID with the reason when it is not for this
+ * run or this pair, or names something that is not that lane (then nothing was opened
+ * but an O_PATH descriptor, closed again); SL_ERR_IO when what it names cannot be
+ * reached or mapped. */
 sl_status_t sl_shm_lane_open(sl_shm_lane_t **out, const sl_shm_offer_t *offer, uint64_t run_id,
                              uint32_t sender, uint32_t me);
 /* Unmaps (and for the sender closes); accepts NULL, NULLs *lane. */

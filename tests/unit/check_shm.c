@@ -4,18 +4,21 @@
  * frames held by the receiver than a lane has slots, and with the receiver refusing),
  * and frames from a peer that does not play by the rules: each dropped and counted, its
  * slot freed, never a crash; offers that name something other than the peer's lane (a
- * file, a FIFO, a memfd not quite the lane) refused without opening it. Nothing waits on the clock:
- * the transports are brought to a known state by frames that must arrive in order, and counters are
- * polled under test_util.h's hang guard. */
+ * file, a FIFO, a memfd not quite the lane) refused without opening it; a lane offered
+ * from another network namespace (another host) refused although it could be reached.
+ * Nothing waits on the clock: the transports are brought to a known state by frames
+ * that must arrive in order, and counters are polled under test_util.h's hang guard. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -104,14 +107,20 @@ START_TEST(test_lane_offer_checked)
     sl_shm_offer_decode(wire, &bad);
     ck_assert(bad.boot_id == offer.boot_id && bad.nonce == offer.nonce &&
               bad.run_id == offer.run_id && bad.slot_bytes == offer.slot_bytes &&
-              bad.pid == offer.pid && bad.fd == offer.fd && bad.nslots == offer.nslots);
+              bad.pid == offer.pid && bad.fd == offer.fd && bad.nslots == offer.nslots &&
+              bad.netns == offer.netns);
     /* each field that does not match: refused with a reason, nothing mapped */
     struct {
         const char *what;
         void (*spoil)(sl_shm_offer_t *o);
     } cases[] = {
-        {"another machine", NULL}, {"another run", NULL}, {"nonce", NULL},
-        {"slot count", NULL},      {"slot size", NULL},   {"no such fd", NULL},
+        {"another machine", NULL},
+        {"another run", NULL},
+        {"nonce", NULL},
+        {"slot count", NULL},
+        {"slot size", NULL},
+        {"no such fd", NULL},
+        {"another network namespace", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bad = offer;
@@ -134,6 +143,9 @@ START_TEST(test_lane_offer_checked)
         case 5:
             bad.fd = 100000;
             break;
+        case 6:
+            bad.netns ^= 1;
+            break;
         }
         ck_assert_msg(sl_shm_lane_open(&in, &bad, RUN, 2, 5) != SL_OK, "%s accepted",
                       cases[i].what);
@@ -142,6 +154,10 @@ START_TEST(test_lane_offer_checked)
     bad = offer;
     bad.boot_id ^= 1; /* not forged: a peer on another machine, refused quietly */
     ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_UNSUPPORTED);
+    bad = offer;
+    bad.netns ^= 1; /* another host on this kernel: quietly too */
+    ck_assert_int_eq(sl_shm_lane_open(&in, &bad, RUN, 2, 5), SL_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(sl_err_msg(), "another network namespace") != NULL, "%s", sl_err_msg());
     ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 3, 5), SL_OK); /* other sender */
     ck_assert_int_ne(sl_shm_lane_open(&in, &offer, RUN, 2, 4), SL_OK); /* other receiver */
     bad = offer;
@@ -164,6 +180,70 @@ START_TEST(test_lane_offer_checked)
     ck_assert_int_eq(sl_shm_lane_create(&in, RUN, 0, 1, 2, SL_SHM_MAX_SLOT_BYTES + 1, &bad),
                      SL_ERR_INVALID);
     sl_shm_lane_destroy(&out);
+}
+END_TEST
+
+/* A child in a network namespace of its own (an emulated host, as tests/net/netlab makes)
+ * creates a lane to us and offers it: refused as another host's, although its memfd is
+ * within reach (one PID namespace: the same offer with our namespace in it maps the
+ * lane). Needs the right to make namespaces (root here); without it there is nothing
+ * to test, and the case says so on stderr. */
+START_TEST(test_lane_other_netns)
+{
+    sl_shm_offer_t offer;
+    sl_shm_lane_t *in = NULL;
+    unsigned char wire[SL_SHM_OFFER_BYTES];
+    int to_us[2], hold[2], status;
+    uint32_t ours;
+    char why;
+    pid_t pid;
+
+    ck_assert_int_eq(pipe2(to_us, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(hold, O_CLOEXEC), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        sl_shm_lane_t *out;
+        char c = 'u';
+
+        close(to_us[0]);
+        close(hold[1]);
+        if (unshare(CLONE_NEWNET) != 0) {
+            int e = errno;
+            _exit(write(to_us[1], &c, 1) == 1 && e == EPERM ? 77 : 1);
+        }
+        if (sl_shm_lane_create(&out, RUN, 2, 5, 2, SLOT_BYTES, &offer) != SL_OK)
+            _exit(1);
+        c = 'o';
+        sl_shm_offer_encode(&offer, wire);
+        if (write(to_us[1], &c, 1) != 1 || write(to_us[1], wire, sizeof wire) != sizeof wire)
+            _exit(1);
+        /* keeps the lane until the parent closes its end */
+        _exit(read(hold[0], &c, 1) == 0 ? 0 : 1);
+    }
+    close(to_us[1]);
+    close(hold[0]);
+    ck_assert_int_eq(read(to_us[0], &why, 1), 1);
+    if (why == 'u') {
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 77, "unshare failed");
+        fprintf(stderr, "check_shm: no right to make a network namespace, other_netns not run\n");
+        return;
+    }
+    ck_assert_int_eq(read(to_us[0], wire, sizeof wire), (ssize_t)sizeof wire);
+    sl_shm_offer_decode(wire, &offer);
+    ck_assert_int_eq(sl_shm_netns(&ours), SL_OK);
+    ck_assert_uint_ne(offer.netns, ours);
+    ck_assert_int_eq(sl_shm_lane_open(&in, &offer, RUN, 2, 5), SL_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(sl_err_msg(), "another network namespace") != NULL, "%s", sl_err_msg());
+    ck_assert_ptr_null(in);
+    offer.netns = ours; /* what the check alone keeps out: the lane is there to map */
+    ck_assert_msg(sl_shm_lane_open(&in, &offer, RUN, 2, 5) == SL_OK, "%s", sl_err_msg());
+    sl_shm_lane_destroy(&in);
+    close(hold[1]);
+    close(to_us[0]);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 END_TEST
 
@@ -660,6 +740,7 @@ shm_suite(void)
     TCase *lane = tcase_create("lane");
     tcase_add_test(lane, test_lane_slots);
     tcase_add_test(lane, test_lane_offer_checked);
+    tcase_add_test(lane, test_lane_other_netns);
     tcase_add_test(lane, test_forged_offers_refused);
     suite_add_tcase(s, lane);
     TCase *tr = tcase_create("transport");
