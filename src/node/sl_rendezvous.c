@@ -743,9 +743,15 @@ sl_rendezvous_run_id(const sl_config_t *cfg, const char *master, uint64_t *id)
     sl_hash_t h;
     sl_status_t st;
 
+    sl_config_t shared = *cfg; /* shallow: only written out */
+
     if (!f)
         return sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));
-    st = sl_config_write_yaml(cfg, f);
+    /* what each node may set for itself: the address it listens on (each host its own)
+     * and where it finds the run's secret */
+    shared.cluster.bind = (char *)"";
+    shared.cluster.key_file = (char *)"";
+    st = sl_config_write_yaml(&shared, f);
     if (fclose(f) != 0 && st == SL_OK)
         st = sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));
     if (st == SL_OK) {

@@ -96,7 +96,9 @@ void sl_rendezvous_table_fini(sl_rendezvous_table_t *t);
 
 /* The run id: a hash of the resolved configuration (as sl_config_write_yaml writes it)
  * and the master address, so that nodes of another job, or started with another
- * configuration, are refused. SL_ERR_NOMEM / SL_ERR_IO. */
+ * configuration, are refused. cluster.bind and cluster.key_file are left out: each node
+ * may listen on its own address and read the secret from its own path. SL_ERR_NOMEM /
+ * SL_ERR_IO. */
 sl_status_t sl_rendezvous_run_id(const sl_config_t *cfg, const char *master, uint64_t *id);
 
 #endif

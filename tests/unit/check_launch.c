@@ -132,6 +132,11 @@ START_TEST(test_run_id)
     ck_assert_uint_eq(ia, ib);
     ck_assert_int_eq(sl_rendezvous_run_id(&a, "node001:29501", &ic), SL_OK);
     ck_assert_uint_ne(ia, ic);
+    /* each node its own address and key path: the same run */
+    ck_assert_int_eq(sl_config_set(&b, "cluster.bind=198.18.0.2"), SL_OK);
+    ck_assert_int_eq(sl_config_set(&b, "cluster.key_file=/home/b/run.key"), SL_OK);
+    ck_assert_int_eq(sl_rendezvous_run_id(&b, "node001:29500", &id), SL_OK);
+    ck_assert_uint_eq(ia, id);
     ck_assert_int_eq(sl_config_set(&b, "train.batch=33"), SL_OK);
     ck_assert_int_eq(sl_rendezvous_run_id(&b, "node001:29500", &id), SL_OK);
     ck_assert_uint_ne(ia, id);
