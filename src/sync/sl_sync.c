@@ -567,9 +567,18 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
         st = sl_overlap_apply(s->ov, params, c, &s->stat[c]);
         s->applied_at[c] = steps_done;
     }
-    for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
-        if (sync_point(s, c, steps_done))
-            last = c;
+    for (int c = 0; c < s->env.ncomps && st == SL_OK; c++) {
+        if (!sync_point(s, c, steps_done))
+            continue;
+        last = c;
+        /* only an update from a checkpoint of other periods or tau can still be pending */
+        if (sl_overlap_due(s->ov, c) >= 0)
+            st = sl_err_set(SL_ERR_CONFIG,
+                            "sync: %s reaches its sync point at step %ld with the update of "
+                            "the last one still pending (due at step %ld): the checkpoint was "
+                            "written with other sync periods or sync.overlap_steps",
+                            s->env.comps[c].name, steps_done, sl_overlap_due(s->ov, c));
+    }
     for (int c = 0; c <= last && st == SL_OK; c++)
         if (sync_point(s, c, steps_done))
             sl_overlap_hand(s->ov, params, c, (uint64_t)(steps_done / s->period[c]),

@@ -37,7 +37,8 @@ typedef enum {
     RUN_REFERENCE, /* tau 0, the correction applied by hand tau steps later */
     RUN_OVERLAP,   /* the worker thread, as the nodes come */
     RUN_DELAYED,   /* node 1 held back at the dense component's sync points */
-    RUN_RESUMED    /* checkpointed and resumed at step resume_at */
+    RUN_RESUMED,   /* checkpointed and resumed at step resume_at */
+    RUN_OTHER      /* resumed with sync.period 2 and tau 1: must stop at the next sync */
 } run_t;
 
 typedef struct {
@@ -49,6 +50,8 @@ typedef struct {
 typedef struct {
     float p[NP];
     int in_flight; /* node 0, RUN_DELAYED: hand-overs it saw still running */
+    int refused;   /* RUN_OTHER: the step at which the resumed sync stopped */
+    char msg[256]; /* and its message */
 } node_out_t;
 
 enum { FAIL_CONFIG = 1, FAIL_NEW, FAIL_STEP, FAIL_BARRIER, FAIL_STATE, FAIL_IDLE };
@@ -117,7 +120,7 @@ reference_after_step(reference_t *r, sl_sync_t *s, float *p, long step)
 }
 
 /* Checkpoint and resume of node k's sync object at a step: the state saved (waiting
- * for what is in flight), the object destroyed, a new one from the same config loaded. */
+ * for what is in flight), the object destroyed, a new one from cfg loaded. */
 static int
 resume_here(sl_sync_t **s, const sl_config_t *cfg, sl_transport_t *t, int k, const float *p)
 {
@@ -176,6 +179,11 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
             break;
         st = pl->run == RUN_REFERENCE ? reference_after_step(&ref, s, p, step)
                                       : sl_sync_after_step(s, p, step);
+        if (st != SL_OK && pl->run == RUN_OTHER) {
+            out->refused = st == SL_ERR_CONFIG ? (int)step : -1;
+            snprintf(out->msg, sizeof out->msg, "%s", sl_err_msg());
+            break;
+        }
         if (st != SL_OK) {
             rc = FAIL_STEP;
             break;
@@ -188,9 +196,18 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
             rc = FAIL_BARRIER;
         if (rc == 0 && pl->run == RUN_RESUMED && step == pl->resume_at)
             rc = resume_here(&s, &cfg, t, k, p);
+        if (rc == 0 && pl->run == RUN_OTHER && step == pl->resume_at) {
+            if (sl_config_set(&cfg, "sync.period=2") != SL_OK ||
+                sl_config_set(&cfg, "sync.overlap_steps=1") != SL_OK)
+                rc = FAIL_CONFIG;
+            else
+                rc = resume_here(&s, &cfg, t, k, p);
+        }
     }
     /* the end of the run: the updates still pending applied, nothing left in flight */
-    if (rc == 0 && pl->run == RUN_REFERENCE)
+    if (rc == 0 && out->refused) {
+        /* stopped */
+    } else if (rc == 0 && pl->run == RUN_REFERENCE)
         reference_apply(&ref, p, -1);
     else if (rc == 0 && sl_sync_flush(s, p) != SL_OK)
         rc = FAIL_STEP;
@@ -322,6 +339,28 @@ START_TEST(test_overlap_refused)
 }
 END_TEST
 
+/* A checkpoint of tau 3 taken with the update of step 12 due at 15, resumed with
+ * sync.period 2 and tau 1: the next sync point (14) comes before that update; each node
+ * stops there with a message that says why, none asserts or hangs. */
+START_TEST(test_overlap_resume_other_periods)
+{
+    plan_t pl = {"sync={algorithm: gossip-bmuf, neighbours: 2, period: 4, embedding_period: 6}", 3,
+                 24, 13, RUN_OTHER};
+    node_out_t out[N];
+
+    run_nodes(&pl, out);
+    for (int k = 0; k < N; k++) {
+        ck_assert_msg(out[k].refused == 14, "node %d stopped at %d: %s", k, out[k].refused,
+                      out[k].msg);
+        ck_assert_msg(strstr(out[k].msg, "lstm.0 reaches its sync point at step 14 with the "
+                                         "update of the last one still pending (due at step "
+                                         "15): the checkpoint was written with other sync "
+                                         "periods or sync.overlap_steps"),
+                      "%s", out[k].msg);
+    }
+}
+END_TEST
+
 static Suite *
 sync_overlap_suite(void)
 {
@@ -331,6 +370,7 @@ sync_overlap_suite(void)
     tcase_add_loop_test(core, test_overlap_equals_reference, 0,
                         (int)(sizeof cases / sizeof cases[0]));
     tcase_add_test(limits, test_overlap_refused);
+    tcase_add_test(limits, test_overlap_resume_other_periods);
     tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
