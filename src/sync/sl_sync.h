@@ -73,7 +73,8 @@ typedef struct sl_sync sl_sync_t;
 /* Per component, since the start of the process. */
 typedef struct {
     long rounds;         /* syncs done */
-    double time_s;       /* time spent in them (waiting included) */
+    double time_s;       /* time spent in them (waiting included; with overlap, the
+                            worker's, as of the last update applied) */
     uint64_t sent_bytes; /* payload bytes this node sent for the component */
     uint64_t recv_bytes; /* and received */
     /* the same split by encoding, indexed by sl_wire_encoding_t: values are fp32, fp16 or
@@ -195,7 +196,9 @@ sl_status_t sl_sync_flush(sl_sync_t *s, float *params);
 /* Whether the caller may use the transport now: always without overlap; with it, when
  * no exchange is queued or running (until the next sl_sync_after_step). */
 int sl_sync_transport_free(const sl_sync_t *s);
-/* Seconds spent in sync (gradients, components, final) since creation. */
+/* Seconds spent in sync (gradients, components, final) since creation; with overlap,
+ * the time the calling thread spent in it: hand-overs, waits for unfinished exchanges
+ * and updates. */
 double sl_sync_time_s(const sl_sync_t *s);
 /* Peers this node holds for dead (with overlap: as of the last update applied), and
  * whether rank r is one of them. */
