@@ -413,6 +413,9 @@ static const entry_t schema[] = {
      .doc = "wait for one exchange (ms; 0 = cluster.timeout_ms)"},
     {K("sync.keep_node_models", T_BOOL, sync.keep_node_models), .def = "true",
      .doc = "keep each node's own model.bin beside the run's averaged one"},
+    {K("sync.overlap_steps", T_INT, sync.overlap_steps), .def = "0", AT_LEAST(0),
+     .doc = "tau: apply a block's update tau steps after its sync, the exchange overlapped "
+            "(< every period)"},
     {K("sync.exchange", T_ENUM, sync.exchange), .def = "dense", .names = exchange_names,
      .doc = "embedding and softmax rows: dense, unique (touched rows) or allgather"},
     {K("sync.exchange_top", T_DOUBLE, sync.exchange_top), .def = "0", AT_LEAST(0),
@@ -1708,6 +1711,38 @@ out:
 
 /* ---- validation ---- */
 
+/* sync.overlap_steps tau: a model-averaging algorithm, and below every period that a
+ * component can get, so that a block's update is applied before its next sync point. */
+static sl_status_t
+check_overlap(const sl_config_t *cfg, const char *src)
+{
+    int tau = cfg->sync.overlap_steps;
+
+    if (tau == 0)
+        return SL_OK;
+    if (cfg->sync.algorithm == SL_SYNC_ALLREDUCE)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s: 'sync.overlap_steps' is %d, but allreduce averages the gradients "
+                          "within each step: there is no block to overlap (use 0)",
+                          src, tau);
+    if (tau >= cfg->sync.period)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s: 'sync.overlap_steps' (%d) must be less than 'sync.period' (%d)", src,
+                          tau, cfg->sync.period);
+    if (cfg->sync.embedding_period > 0 && tau >= cfg->sync.embedding_period)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s: 'sync.overlap_steps' (%d) must be less than "
+                          "'sync.embedding_period' (%d)",
+                          src, tau, cfg->sync.embedding_period);
+    for (int i = 0; i < cfg->sync.nperiod_rules; i++)
+        if (tau >= cfg->sync.period_rule[i].period)
+            return sl_err_set(SL_ERR_CONFIG,
+                              "%s: 'sync.overlap_steps' (%d) must be less than "
+                              "'sync.periods[%d].period' (%d)",
+                              src, tau, i, cfg->sync.period_rule[i].period);
+    return SL_OK;
+}
+
 sl_status_t
 sl_config_validate(const sl_config_t *cfg)
 {
@@ -1747,6 +1782,7 @@ sl_config_validate(const sl_config_t *cfg)
             return sl_err_set(SL_ERR_CONFIG, "%s: 'sync.periods[%d].period' must be at least 1, "
                               "got %d", src, i, r->period);
     }
+    SL_TRY(check_overlap(cfg, src));
     if (!cfg->data.train[0])
         return sl_err_set(SL_ERR_CONFIG, "%s: 'data.train' is required", src);
     if (cfg->data.valid[0] && cfg->data.valid_fraction > 0)

@@ -168,6 +168,8 @@ typedef struct {
         int nperiod_rules;       /* 0..SL_MAX_PERIOD_RULES, default 0 */
         int timeout_ms;          /* wait for one exchange; 0 = cluster.timeout_ms */
         int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
+        int overlap_steps;       /* tau: a block's update applied tau steps after its sync
+                                    point, the exchange overlapped with them; default 0 */
         sl_exchange_t exchange;  /* row-shard components: dense | unique | allgather,
                                     default dense */
         double exchange_top;     /* unique: also send the top p% most frequent rows, default 0 */

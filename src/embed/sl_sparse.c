@@ -336,12 +336,21 @@ take_answer(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a, sl_tr
 
 /* The result of a neighbourhood exchange: every row of E_k or of an answer, averaged
  * over the own copy and the answers that hold it, summed in double in that order (as
- * sl_bmuf_mean does for whole components). */
+ * sl_bmuf_mean does for whole components), the answers in their senders' rank order
+ * (from, got), not in the order they came: the bits must not depend on the network's
+ * timing (sync.overlap_steps relies on it). */
 static void
-mean_rows(sl_sparse_t *sp, const sl_sparse_args_t *a, size_t got)
+mean_rows(sl_sparse_t *sp, const sl_sparse_args_t *a, const uint32_t *from, size_t got)
 {
-    size_t d = (size_t)a->row_len, pos[MAX_LINKS], n;
+    size_t d = (size_t)a->row_len, pos[MAX_LINKS], order[MAX_LINKS], n;
     const float *use[MAX_LINKS];
+
+    for (size_t k = 0; k < got; k++) { /* insertion sort: a handful of answers */
+        size_t j = k;
+        for (; j > 0 && from[order[j - 1]] > from[k]; j--)
+            order[j] = order[j - 1];
+        order[j] = k;
+    }
 
     n = a->nmine;
     memcpy(sp->out_rows, a->mine, n * sizeof *a->mine);
@@ -358,7 +367,8 @@ mean_rows(sl_sparse_t *sp, const sl_sparse_args_t *a, size_t got)
         size_t m = 0;
         double inv;
 
-        for (size_t k = 0; k < got; k++) {
+        for (size_t o = 0; o < got; o++) {
+            size_t k = order[o];
             const int32_t *list = sp->lists + k * (size_t)sp->max_rows;
             while (pos[k] < sp->nlist[k] && list[pos[k]] < r)
                 pos[k]++;
@@ -488,7 +498,7 @@ sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
             served[map[which]] = (unsigned char)done;
         }
     }
-    mean_rows(sp, a, p->nanswered);
+    mean_rows(sp, a, p->answered, p->nanswered);
     for (size_t i = 0; i < p->pullers_wait; i++)
         missing += !served[i];
     for (size_t i = 0; i < p->chosen_wait; i++)

@@ -89,6 +89,14 @@ sl_staging_gradients(sl_staging_t *s, sl_sync_t *sync, float *grads, long step)
     return stage(s, grads, 0, s->nparams, 0);
 }
 
+sl_status_t
+sl_staging_flush(sl_staging_t *s, sl_sync_t *sync, float *params)
+{
+    SL_TRY(stage(s, params, 0, s->nparams, 1));
+    SL_TRY(sl_sync_flush(sync, s->host));
+    return stage(s, params, 0, s->nparams, 0);
+}
+
 /* The components due after steps_done between the device and the mirror. */
 static sl_status_t
 stage_due(sl_staging_t *s, const sl_sync_t *sync, float *params, const sl_component_t *comps,

@@ -50,4 +50,8 @@ sl_status_t sl_staging_gradients(sl_staging_t *s, sl_sync_t *sync, float *grads,
 sl_status_t sl_staging_after_step(sl_staging_t *s, sl_sync_t *sync, float *params,
                                   const sl_component_t *comps, int nc, long steps_done);
 
+/* sl_sync_flush (overlapped sync's pending updates) through the mirror: the whole of
+ * params down, the updates applied there, back up. */
+sl_status_t sl_staging_flush(sl_staging_t *s, sl_sync_t *sync, float *params);
+
 #endif

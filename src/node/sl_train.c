@@ -508,13 +508,16 @@ train_step(trainer_t *t, double *lr, double *loss)
 }
 
 /* The poll hook's verdict after a step; its message is kept in msg, since the report
- * and checkpoint that follow may overwrite the thread's message. */
+ * and checkpoint that follow may overwrite the thread's message. The hook reads the
+ * transport, so it is skipped while an overlapped exchange owns it (that exchange sees
+ * a peer's abort itself). */
 static sl_status_t
 poll_hook(const trainer_t *t, char *msg, size_t size)
 {
     sl_status_t st;
 
-    if (!t->opts->poll || (st = t->opts->poll(t->opts->hook_ctx)) == SL_OK)
+    if (!t->opts->poll || !sl_sync_transport_free(t->sync) ||
+        (st = t->opts->poll(t->opts->hook_ctx)) == SL_OK)
         return SL_OK;
     snprintf(msg, size, "%s", sl_err_msg());
     return st;
@@ -618,6 +621,12 @@ finish(trainer_t *t, sl_train_result_t *res)
     const float *avg, *params = sl_lm_params(t->lm);
     int writer, nmodels;
 
+    /* overlapped syncs still pending go into the final models (the last checkpoint keeps
+     * them pending, so that a longer run resumed from it continues bit for bit) */
+    if (t->stage)
+        SL_TRY(sl_staging_flush(t->stage, t->sync, sl_lm_params(t->lm)));
+    else
+        SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm)));
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));

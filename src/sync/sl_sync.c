@@ -7,6 +7,7 @@
  *   sl_liveness.h       who missed, who is dead
  *   sl_final.h          the final model (allreduce, or the leaderless final walk)
  *   sl_sync_state.h     the checkpoint bytes
+ *   sl_overlap.h        the worker thread of overlapped sync (sync.overlap_steps > 0)
  *   sl_sync_common.h    what they share (the compression codec, byte counters)
  * This file must not exchange anything itself: every frame goes through a part. */
 #include "sync/sl_sync.h"
@@ -22,6 +23,7 @@
 #include "sync/sl_final.h"
 #include "sync/sl_grad_allreduce.h"
 #include "sync/sl_liveness.h"
+#include "sync/sl_overlap.h"
 #include "sync/sl_sync_average.h"
 #include "sync/sl_sync_common.h"
 #include "sync/sl_sync_state.h"
@@ -38,6 +40,12 @@ struct sl_sync {
     sl_rowset_t *touched;      /* (ncomps) U_k since the last sync; by-rows components only */
     sl_sync_stat_t *stat;      /* (ncomps) */
     double time_s;
+    /* overlapped sync (sync.overlap_steps tau > 0, model-averaging algorithms) */
+    int tau;
+    sl_overlap_t *ov; /* NULL when tau is 0 */
+    long *applied_at; /* (ncomps) step of the last update applied */
+    int64_t *due;     /* (ncomps) for the checkpoint state */
+    int ndead;        /* the worker's dead count when an update was last applied */
 };
 
 /* Whether name b is the shard after name a: "x.N" then "x.N+1". */
@@ -236,6 +244,42 @@ setup_touched(sl_sync_t *s)
     return SL_OK;
 }
 
+/* sync.overlap_steps tau, checked before any part starts: it must be below every H_i,
+ * so that a component's update is applied before its next sync point; allreduce has
+ * nothing to overlap (the averaged gradient is needed within its step). */
+static sl_status_t
+check_overlap(sl_sync_t *s, const sl_config_t *cfg)
+{
+    s->tau = cfg->sync.overlap_steps;
+    if (s->tau == 0 || s->env.algo == SL_SYNC_NONE)
+        return SL_OK;
+    if (s->tau < 0 || s->env.algo == SL_SYNC_ALLREDUCE)
+        return sl_err_set(SL_ERR_CONFIG, "sync: sync.overlap_steps %d: %s", s->tau,
+                          s->tau < 0 ? "must be at least 0"
+                                     : "allreduce averages the gradients within each step, "
+                                       "there is no block to overlap; use 0");
+    for (int c = 0; c < s->env.ncomps; c++)
+        if (s->tau >= s->period[c])
+            return sl_err_set(SL_ERR_CONFIG,
+                              "sync: sync.overlap_steps %d must be less than the period of "
+                              "every component, but %s syncs every %d steps",
+                              s->tau, s->env.comps[c].name, s->period[c]);
+    return SL_OK;
+}
+
+/* The worker thread of overlapped sync (sl_overlap.h), over the parts already set up. */
+static sl_status_t
+start_overlap(sl_sync_t *s)
+{
+    if (s->tau == 0 || s->env.algo == SL_SYNC_NONE)
+        return SL_OK;
+    SL_TRY(SL_CALLOC(&s->applied_at, (size_t)s->env.ncomps, "sync overlap"));
+    SL_TRY(SL_CALLOC(&s->due, (size_t)s->env.ncomps, "sync overlap"));
+    for (int c = 0; c < s->env.ncomps; c++)
+        s->applied_at[c] = -1;
+    return sl_overlap_new(&s->ov, &s->env, s->avg, s->live, s->touched);
+}
+
 sl_status_t
 sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int rank, int size,
             const sl_component_t *comps, int ncomps, const float *params, size_t nparams)
@@ -275,6 +319,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         }
     }
     SL_TRY_GOTO(resolve_periods(s, cfg), st, fail);
+    SL_TRY_GOTO(check_overlap(s, cfg), st, fail);
     SL_TRY_GOTO(log_periods(s, cfg), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&s->stat, (size_t)ncomps, "sync stats"), st, fail);
     if (s->env.exchange != SL_EXCHANGE_DENSE)
@@ -285,6 +330,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         SL_TRY_GOTO(sl_sync_average_new(&s->avg, &s->env, cfg, s->live, params), st, fail);
     if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(sl_final_new(&s->final, &s->env, s->live), st, fail);
+    SL_TRY_GOTO(start_overlap(s), st, fail);
     *out = s;
     return SL_OK;
 fail:
@@ -299,6 +345,9 @@ sl_sync_destroy(sl_sync_t **sp)
 
     if (!s)
         return;
+    sl_overlap_destroy(&s->ov); /* first: its worker uses the parts below */
+    sl_free(s->applied_at);
+    sl_free(s->due);
     sl_final_destroy(&s->final);
     sl_grad_allreduce_destroy(&s->grad);
     sl_sync_average_destroy(&s->avg);
@@ -330,12 +379,28 @@ sl_sync_period(const sl_sync_t *s, int c)
     return s->period[c];
 }
 
-int
-sl_sync_due(const sl_sync_t *s, int c, long steps_done)
+/* Whether c reaches a sync point (hands its block over, with overlap) at steps_done. */
+static int
+sync_point(const sl_sync_t *s, int c, long steps_done)
 {
     if (s->env.algo == SL_SYNC_NONE || s->env.algo == SL_SYNC_ALLREDUCE || steps_done < 1)
         return 0;
     return steps_done % s->period[c] == 0;
+}
+
+int
+sl_sync_due(const sl_sync_t *s, int c, long steps_done)
+{
+    if (s->ov && steps_done >= 1 &&
+        (s->applied_at[c] == steps_done || sl_overlap_due(s->ov, c) == steps_done))
+        return 1;
+    return sync_point(s, c, steps_done);
+}
+
+int
+sl_sync_transport_free(const sl_sync_t *s)
+{
+    return !s->ov || sl_overlap_idle(s->ov);
 }
 
 double
@@ -347,7 +412,8 @@ sl_sync_time_s(const sl_sync_t *s)
 int
 sl_sync_ndead(const sl_sync_t *s)
 {
-    return sl_liveness_ndead(s->live);
+    /* with overlap the worker keeps the liveness table: its count as of the last update */
+    return s->ov ? s->ndead : sl_liveness_ndead(s->live);
 }
 
 int
@@ -371,6 +437,11 @@ state_view(const sl_sync_t *s)
         sl_sync_average_bmuf(s->avg, &v.omega, &v.delta, &v.start);
     if (v.omega)
         v.n = s->env.nparams;
+    if (s->ov) {
+        v.ncorr = s->env.nparams;
+        v.due = s->due;
+        v.corr = sl_overlap_corr(s->ov);
+    }
     return v;
 }
 
@@ -381,10 +452,18 @@ sl_sync_state_bytes(const sl_sync_t *s)
     return sl_sync_state_view_bytes(&v);
 }
 
+/* A checkpoint taken while an exchange is in flight waits for it: the state then holds
+ * its result (BMUF state and correction), due at the same step as in a run that never
+ * stopped. */
 sl_status_t
 sl_sync_state_save(const sl_sync_t *s, void *buf, size_t len)
 {
     sl_sync_state_view_t v = state_view(s);
+
+    if (s->ov) {
+        sl_overlap_wait(s->ov);
+        sl_overlap_pending(s->ov, s->due);
+    }
     return sl_sync_state_view_save(&v, buf, len);
 }
 
@@ -392,7 +471,13 @@ sl_status_t
 sl_sync_state_load(sl_sync_t *s, const void *buf, size_t len)
 {
     sl_sync_state_view_t v = state_view(s);
-    return sl_sync_state_view_load(&v, buf, len);
+
+    if (s->ov)
+        sl_overlap_wait(s->ov);
+    SL_TRY(sl_sync_state_view_load(&v, buf, len));
+    if (s->ov)
+        sl_overlap_restore(s->ov, s->due);
+    return SL_OK;
 }
 
 sl_status_t
@@ -465,11 +550,70 @@ sync_component(sl_sync_t *s, float *params, int c, uint64_t round)
     return SL_OK;
 }
 
+/* Overlapped sync after steps_done: first the updates due now (waiting for their
+ * exchanges if need be), then the blocks of the components at a sync point handed to
+ * the worker, due tau steps later. The time counted as sync is this thread's: copies,
+ * waits and updates. */
+static sl_status_t
+overlap_after_step(sl_sync_t *s, float *params, long steps_done)
+{
+    double t0 = sl_clock_now();
+    sl_status_t st = SL_OK;
+    int last = -1;
+
+    for (int c = 0; c < s->env.ncomps && st == SL_OK; c++) {
+        if (sl_overlap_due(s->ov, c) != steps_done)
+            continue;
+        st = sl_overlap_apply(s->ov, params, c, &s->stat[c]);
+        s->applied_at[c] = steps_done;
+    }
+    for (int c = 0; c < s->env.ncomps && st == SL_OK; c++) {
+        if (!sync_point(s, c, steps_done))
+            continue;
+        last = c;
+        /* only an update from a checkpoint of other periods or tau can still be pending */
+        if (sl_overlap_due(s->ov, c) >= 0)
+            st = sl_err_set(SL_ERR_CONFIG,
+                            "sync: %s reaches its sync point at step %ld with the update of "
+                            "the last one still pending (due at step %ld): the checkpoint was "
+                            "written with other sync periods or sync.overlap_steps",
+                            s->env.comps[c].name, steps_done, sl_overlap_due(s->ov, c));
+    }
+    for (int c = 0; c <= last && st == SL_OK; c++)
+        if (sync_point(s, c, steps_done))
+            sl_overlap_hand(s->ov, params, c, (uint64_t)(steps_done / s->period[c]),
+                            steps_done + s->tau, c == last, s->touched ? &s->touched[c] : NULL,
+                            &s->stat[c]);
+    if (sl_overlap_idle(s->ov))
+        s->ndead = sl_liveness_ndead(s->live);
+    s->time_s += sl_clock_now() - t0;
+    return st;
+}
+
+sl_status_t
+sl_sync_flush(sl_sync_t *s, float *params)
+{
+    double t0 = sl_clock_now();
+    sl_status_t st = SL_OK;
+
+    if (!s->ov)
+        return SL_OK;
+    for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
+        if (sl_overlap_due(s->ov, c) >= 0)
+            st = sl_overlap_apply(s->ov, params, c, &s->stat[c]);
+    sl_overlap_wait(s->ov); /* after a failure, the jobs queued behind it */
+    s->ndead = sl_liveness_ndead(s->live);
+    s->time_s += sl_clock_now() - t0;
+    return st;
+}
+
 sl_status_t
 sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
 {
     if (s->env.algo == SL_SYNC_NONE || s->env.algo == SL_SYNC_ALLREDUCE || steps_done < 1)
         return SL_OK;
+    if (s->ov)
+        return overlap_after_step(s, params, steps_done);
     for (int c = 0; c < s->env.ncomps; c++)
         if (sl_sync_due(s, c, steps_done))
             SL_TRY(sync_component(s, params, c, (uint64_t)(steps_done / s->period[c])));
@@ -488,6 +632,10 @@ sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
     *nmodels = 1;
     if (s->env.algo == SL_SYNC_NONE)
         return SL_OK;
+    if (s->ov) {
+        sl_overlap_wait(s->ov); /* the transport is this thread's again */
+        s->ndead = sl_liveness_ndead(s->live);
+    }
     SL_TRY(sl_final_average(s->final, params, avg, writer, nmodels));
     s->time_s += sl_clock_now() - t0;
     return SL_OK;

@@ -38,7 +38,23 @@
  * This object keeps the periods, the touched rows and the dispatch; the work is done by
  * the parts sl_sync.c lists (sl_sync_average.h, sl_grad_allreduce.h, sl_liveness.h,
  * sl_final.h, sl_sync_state.h), internal to src/sync.
- * Not thread-safe; one per node. */
+ *
+ * Overlap (sync.overlap_steps tau > 0, model-averaging algorithms only, tau < every
+ * H_i): the exchange of a block runs on a worker thread (sl_overlap.h) while the node
+ * computes its next steps. At a sync point t of component i the worker gets a snapshot
+ * theta_i(t) and computes from it exactly what a sync without overlap computes at t
+ * (the average, then MA or the BMUF block update with its omega and Delta), theta_new;
+ * after step t + tau the node applies it as a correction:
+ *     theta_i := theta_i(t + tau) + (theta_new - theta_i(t))
+ * so the local progress of the tau steps is kept on top of the synced block (Streaming
+ * DiLoCo's overlapped outer step); it waits there only if the exchange has not
+ * finished. The step of application is fixed, so the bits do not depend on when frames
+ * arrive, as long as no peer times out. tau 0 is the synchronous path above. While an
+ * exchange is in flight the worker owns the transport: sl_sync_transport_free says when
+ * the caller may use it (for a poll). A checkpoint (sl_sync_state_save) waits for the
+ * exchanges in flight and carries the updates still to apply; at the end of a run
+ * sl_sync_flush applies them.
+ * Not thread-safe (apart from its worker); one per node. */
 #ifndef SL_SYNC_H
 #define SL_SYNC_H
 
@@ -57,7 +73,8 @@ typedef struct sl_sync sl_sync_t;
 /* Per component, since the start of the process. */
 typedef struct {
     long rounds;         /* syncs done */
-    double time_s;       /* time spent in them (waiting included) */
+    double time_s;       /* time spent in them (waiting included; with overlap, the
+                            worker's, as of the last update applied) */
     uint64_t sent_bytes; /* payload bytes this node sent for the component */
     uint64_t recv_bytes; /* and received */
     /* the same split by encoding, indexed by sl_wire_encoding_t: values are fp32, fp16 or
@@ -108,8 +125,10 @@ sl_status_t sl_sync_note_model(sl_sync_t *s, const sl_lm_t *lm);
 sl_status_t sl_sync_gradients(sl_sync_t *s, float *grads, long step);
 
 /* After a step: syncs every component whose period divides steps_done (>= 1), in
- * component order, updating params in place. Fatal errors only (a gossip neighbour that
- * does not answer is not one). */
+ * component order, updating params in place; with overlap, applies the updates due at
+ * steps_done, then hands those blocks to the worker. Fatal errors only (a gossip
+ * neighbour that does not answer is not one); with overlap an exchange's error comes
+ * out at the step its update is due. */
 sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
 
 /* End of the run, every node: the average of the live nodes' params (nparams) into the
@@ -142,7 +161,12 @@ sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, 
  * averaging algorithm (sync.exchange unique), in component order: rows touched since
  * the shard's last sync. allreduce exchanges them within the step: none are kept.
  * sl_sync_state_bytes is 0, and there is no header either, when there is nothing to
- * keep (one node, none, allreduce, ma or the *-ma algorithms with exchange dense). */
+ * keep (one node, none, allreduce, ma or the *-ma algorithms with exchange dense).
+ * With sync.overlap_steps > 0 (and then always with the header) there follow the
+ * updates still to apply (it waits for the exchanges in flight first):
+ *   i64 due[ncomps]    the step at which component c's update is due; -1: none
+ *   f32 corr[nparams]  theta_new - snapshot at each pending component's offset, 0
+ *                      elsewhere */
 size_t sl_sync_state_bytes(const sl_sync_t *s);
 /* Writes the state into buf (len bytes, the caller's; len must be
  * sl_sync_state_bytes(s), else SL_ERR_INVALID). */
@@ -159,13 +183,25 @@ const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
 /* H_i of component c (0..ncomps-1), as resolved from sync.periods and the two period
  * keys (also when the algorithm does not use it). */
 int sl_sync_period(const sl_sync_t *s, int c);
-/* Whether sl_sync_after_step(s, ..., steps_done) syncs component c: a model-averaging
- * algorithm and H_i divides steps_done >= 1. These are the components a trainer that
- * syncs a device's parameters through a host copy must stage before and after. */
+/* Whether sl_sync_after_step(s, ..., steps_done) reads or changes component c: a
+ * model-averaging algorithm and H_i divides steps_done >= 1, or with overlap c's update
+ * is applied at steps_done. These are the components a trainer that syncs a device's
+ * parameters through a host copy must stage before and after. */
 int sl_sync_due(const sl_sync_t *s, int c, long steps_done);
-/* Seconds spent in sync (gradients, components, final) since creation. */
+/* With overlap: waits for the exchanges in flight and applies every update still
+ * pending to params, whatever its step: the end of a run, for the final models (the last
+ * checkpoint keeps them pending, so that a longer run resumed from it continues as one
+ * that never stopped). The first failed exchange's error. Without overlap: nothing. */
+sl_status_t sl_sync_flush(sl_sync_t *s, float *params);
+/* Whether the caller may use the transport now: always without overlap; with it, when
+ * no exchange is queued or running (until the next sl_sync_after_step). */
+int sl_sync_transport_free(const sl_sync_t *s);
+/* Seconds spent in sync (gradients, components, final) since creation; with overlap,
+ * the time the calling thread spent in it: hand-overs, waits for unfinished exchanges
+ * and updates. */
 double sl_sync_time_s(const sl_sync_t *s);
-/* Peers this node holds for dead, and whether rank r is one of them. */
+/* Peers this node holds for dead (with overlap: as of the last update applied), and
+ * whether rank r is one of them. */
 int sl_sync_ndead(const sl_sync_t *s);
 int sl_sync_is_dead(const sl_sync_t *s, int r);
 

@@ -176,6 +176,26 @@ pick_peers(sl_sync_average_t *a, int c, uint64_t round, size_t *nc, size_t *ncw,
     return SL_OK;
 }
 
+/* The got snapshots of recv (count floats each) and their senders from put in rank
+ * order, so that the mean sums them in an order that does not depend on which came
+ * first (with overlap the bits must not depend on the network's timing). tmp: count
+ * floats. Insertion sort: got is q or 2k, a handful. */
+static void
+sort_by_sender(float *recv, uint32_t *from, size_t got, size_t count, float *tmp)
+{
+    size_t bytes = count * sizeof *recv;
+
+    for (size_t i = 1; i < got; i++)
+        for (size_t j = i; j > 0 && from[j - 1] > from[j]; j--) {
+            uint32_t r = from[j];
+            from[j] = from[j - 1];
+            from[j - 1] = r;
+            memcpy(tmp, recv + j * count, bytes);
+            memcpy(recv + j * count, recv + (j - 1) * count, bytes);
+            memcpy(recv + (j - 1) * count, tmp, bytes);
+        }
+}
+
 /* The average of component c with the neighbourhood of round: bar, *got peers. */
 static sl_status_t
 neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count,
@@ -195,6 +215,7 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, ncw, ncw, a->from, *got,
                       e->comps[c].name, round);
     *nexp = ncw;
+    sort_by_sender(a->recv, a->from, *got, count, a->bar);
     sl_bmuf_mean(a->bar, theta, a->recv, *got, count);
     return SL_OK;
 }

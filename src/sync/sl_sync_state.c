@@ -37,6 +37,31 @@ state_shape(const sl_sync_state_view_t *v, uint32_t *nsets, uint64_t *n, uint64_
     }
 }
 
+static unsigned char *put_floats(unsigned char *p, const float *x, size_t n);
+
+/* The pending updates of overlapped sync, after the row sets: i64 due[ncomps] (-1: none),
+ * f32 corr[ncorr] (zero outside the pending components' ranges). */
+static size_t
+overlap_bytes(const sl_sync_state_view_t *v)
+{
+    return v->ncorr ? 8 * (size_t)v->ncomps + 4 * v->ncorr : 0;
+}
+
+static unsigned char *
+put_overlap(const sl_sync_state_view_t *v, unsigned char *p)
+{
+    unsigned char *corr = p + 8 * (size_t)v->ncomps;
+
+    memset(corr, 0, 4 * v->ncorr);
+    for (int c = 0; c < v->ncomps; c++, p += 8) {
+        sl_put_u64(p, (uint64_t)v->due[c]);
+        if (v->due[c] >= 0)
+            put_floats(corr + 4 * v->comps[c].offset, v->corr + v->comps[c].offset,
+                       v->comps[c].count);
+    }
+    return corr + 4 * v->ncorr;
+}
+
 size_t
 sl_sync_state_view_bytes(const sl_sync_state_view_t *v)
 {
@@ -44,9 +69,9 @@ sl_sync_state_view_bytes(const sl_sync_state_view_t *v)
     uint64_t n, words;
 
     state_shape(v, &nsets, &n, &words);
-    if (nsets == 0 && n == 0)
+    if (nsets == 0 && n == 0 && v->ncorr == 0)
         return 0;
-    return STATE_HEADER_BYTES + 3 * 4 * n + 8 * words;
+    return STATE_HEADER_BYTES + 3 * 4 * n + 8 * words + overlap_bytes(v);
 }
 
 static unsigned char *
@@ -99,6 +124,8 @@ sl_sync_state_view_save(const sl_sync_state_view_t *v, void *buf, size_t len)
         for (size_t w = 0; w < rowset_words(&v->touched[c]); w++, p += 8)
             sl_put_u64(p, v->touched[c].bits[w]);
     }
+    if (v->ncorr)
+        p = put_overlap(v, p);
     SL_ASSERT((size_t)(p - (unsigned char *)buf) == want);
     return SL_OK;
 }
@@ -145,6 +172,11 @@ check_state(const sl_sync_state_view_t *v, const unsigned char *buf, size_t len)
             return sl_err_set(SL_ERR_FORMAT, "sync: touched rows of %s beyond its %ld rows",
                               v->comps[c].name, v->touched[c].rows);
     }
+    for (int c = 0; v->ncorr && c < v->ncomps; c++, p += 8)
+        if ((int64_t)sl_get_u64(p) < -1)
+            return sl_err_set(SL_ERR_FORMAT,
+                              "sync: the update pending for %s is due at step %" PRId64,
+                              v->comps[c].name, (int64_t)sl_get_u64(p));
     return SL_OK;
 }
 
@@ -170,6 +202,14 @@ sl_sync_state_view_load(const sl_sync_state_view_t *v, const void *buf, size_t l
             continue;
         for (size_t w = 0; w < rowset_words(&v->touched[c]); w++, p += 8)
             v->touched[c].bits[w] = sl_get_u64(p);
+    }
+    for (int c = 0; v->ncorr && c < v->ncomps; c++) {
+        const unsigned char *corr = p + 8 * (size_t)v->ncomps;
+
+        v->due[c] = (int64_t)sl_get_u64(p + 8 * (size_t)c);
+        if (v->due[c] >= 0)
+            get_floats(corr + 4 * v->comps[c].offset, v->corr + v->comps[c].offset,
+                       v->comps[c].count);
     }
     return SL_OK;
 }

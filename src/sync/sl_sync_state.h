@@ -6,6 +6,7 @@
 #define SL_SYNC_STATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/sl_status.h"
 #include "config/sl_config.h"
@@ -21,9 +22,14 @@ typedef struct {
     int ncomps;
     sl_rowset_t *touched; /* (ncomps) or NULL: the sets kept from step to step are those
                              with bits (allreduce keeps none: pass NULL) */
+    /* sync.overlap_steps > 0 (sl_overlap.h): the updates pending at the checkpoint */
+    size_t ncorr; /* floats of the flat correction buffer (nparams); 0: no overlap */
+    int64_t *due; /* (ncomps) the step each component's update is due at; -1: none */
+    float *corr;  /* (ncorr) the corrections, at each component's offset */
 } sl_sync_state_view_t;
 
-/* The state's length in bytes: 0 when there is no BMUF array and no row set. */
+/* The state's length in bytes: 0 when there is no BMUF array, no row set and no
+ * overlap. */
 size_t sl_sync_state_view_bytes(const sl_sync_state_view_t *v);
 /* Writes the state into buf (len bytes, the caller's; len must be the state's length,
  * else SL_ERR_INVALID). */

@@ -2,10 +2,12 @@
  * softmax and dropout, SGD with the full softmax) resumed across an epoch end and
  * after an interrupt, and from the previous generation when the newest is damaged;
  * two nodes of bmuf and gossip-bmuf resumed with their sync state through shoal run,
- * and from version 1 files without it; two nodes whose newest checkpoints differ
- * resumed at their common step, and stopped, naming both, when there is none
- * (sl_resume.h); a node directory of another node count refused. Trains tiny models
- * (E 16, one LSTM layer of 16) on a 20000-token slice of Brown. */
+ * and from version 1 files without it; two nodes of gossip-bmuf with overlapped sync
+ * resumed from a checkpoint taken with an update pending, and the same over tcp;
+ * two nodes whose newest checkpoints differ resumed at their common step, and stopped,
+ * naming both, when there is none (sl_resume.h); a node directory of another node
+ * count refused. Trains tiny models (E 16, one LSTM layer of 16) on a 20000-token
+ * slice of Brown. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <fcntl.h>
@@ -512,6 +514,64 @@ START_TEST(test_two_node_resume_exact)
 }
 END_TEST
 
+/* ------------------------------------------- multi-node: overlapped sync */
+
+/* Two nodes of gossip-bmuf with sync.overlap_steps 3 (syncs at 4, 8, 12; their updates
+ * applied at 7, 11 and 12, the last step): the run's model is the same bits over ipc
+ * and over tcp staged through the host mirror (another link, other timings, the GPU
+ * nodes' path); 6 steps, a checkpoint while the update of step 4 is pending, and a
+ * resume to 12 end at the same checkpoints and model; and tau 0 ends elsewhere. */
+START_TEST(test_two_node_overlap_exact)
+{
+    static const char sync[] = "{algorithm: gossip-bmuf, period: 4, embedding_period: 4, "
+                               "overlap_steps: 3, embedding_shards: 2}";
+    char conf[1024], a[1024], b[1024], *log;
+    float *ma, *mb;
+    size_t la, lb;
+
+    if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
+        return;
+    two_node_yaml(conf, sizeof conf, "overlap-straight", sync);
+    free(shoal_ok("0", (const char *[]){"run", conf, "--no-resume", NULL}));
+    snprintf(a, sizeof a, "%s/overlap-straight/model.bin", tmp_root);
+    ma = test_model_params(a, &la);
+
+    two_node_yaml(conf, sizeof conf, "overlap-tcp", sync);
+    free(shoal_ok("1", (const char *[]){"run", conf, "--no-resume", "--transport", "tcp", NULL}));
+    snprintf(b, sizeof b, "%s/overlap-tcp/model.bin", tmp_root);
+    mb = test_model_params(b, &lb);
+    ck_assert_msg(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0,
+                  "overlapped sync: tcp and staged differs from ipc");
+    free(mb);
+
+    two_node_yaml(conf, sizeof conf, "overlap-split", sync);
+    free(shoal_ok(
+        "0", (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
+    log = shoal_ok("0", (const char *[]){"run", conf, NULL});
+    ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
+    free(log);
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "%s/overlap-straight/node-%d/checkpoint.bin", tmp_root, k);
+        snprintf(b, sizeof b, "%s/overlap-split/node-%d/checkpoint.bin", tmp_root, k);
+        assert_same_training_state(a, b);
+    }
+    snprintf(b, sizeof b, "%s/overlap-split/model.bin", tmp_root);
+    mb = test_model_params(b, &lb);
+    ck_assert_msg(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0,
+                  "overlapped sync: the resumed run's model differs");
+    free(mb);
+
+    two_node_yaml(conf, sizeof conf, "overlap-none", sync);
+    free(shoal_ok(
+        "0", (const char *[]){"run", conf, "--no-resume", "--set", "sync.overlap_steps=0", NULL}));
+    snprintf(b, sizeof b, "%s/overlap-none/model.bin", tmp_root);
+    mb = test_model_params(b, &lb);
+    ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) != 0);
+    free(ma);
+    free(mb);
+}
+END_TEST
+
 /* ------------------------------------------- multi-node: a common step */
 
 /* shoal ARGS must exit 1 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
@@ -687,6 +747,7 @@ node_resume_suite(void)
     tcase_add_test(core, test_interrupt_then_resume);
     tcase_add_loop_test(core, test_two_node_resume_exact, 0,
                         (int)(sizeof resume_syncs / sizeof resume_syncs[0]));
+    tcase_add_test(core, test_two_node_overlap_exact);
     tcase_add_test(core, test_resume_previous_generation);
     tcase_add_loop_test(core, test_two_node_common_step, 0,
                         (int)(sizeof resume_syncs / sizeof resume_syncs[0]));
