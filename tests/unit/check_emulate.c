@@ -215,12 +215,17 @@ START_TEST(test_lent_held)
 }
 END_TEST
 
-static const char *const algorithms[] = {"gossip-bmuf", "allreduce"};
+/* The runs compared, emulated and not: an algorithm and its sync.overlap_steps (an
+ * overlapped exchange is applied at a fixed step, whatever the link's speed). */
+static const struct {
+    const char *algorithm;
+    int overlap;
+} variants[] = {{"gossip-bmuf", 0}, {"allreduce", 0}, {"gossip-bmuf", 2}};
 
-/* The parameters of the final model of a 2-node run of algorithm (*n of them), emulated
- * or not (extra: NULL-terminated --set words, or NULL). */
+/* The parameters of the final model of a 2-node run of algorithm with overlap (*n of
+ * them), emulated or not (extra: NULL-terminated --set words, or NULL). */
 static float *
-run_model(const char *bin, const char *data, const char *algorithm, const char *run,
+run_model(const char *bin, const char *data, const char *algorithm, int overlap, const char *run,
           const char *const *extra, size_t *n)
 {
     char conf[700], dir[700], yaml[2048], path[800], out[4096], err[16384];
@@ -237,9 +242,9 @@ run_model(const char *bin, const char *data, const char *algorithm, const char *
              "model: {embedding: 8, layers: [{lstm: 8}]}\n"
              "train: {batch: 4, bptt: 8, max_steps: 24, eval_every_epoch: false,\n"
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
-             "sync: {algorithm: %s, period: 4}\n"
+             "sync: {algorithm: %s, period: 4, overlap_steps: %d}\n"
              "cluster: {rendezvous_timeout_ms: 20000}\n",
-             run, dir, data, tmp_root, algorithm);
+             run, dir, data, tmp_root, algorithm, overlap);
     test_write_file(conf, yaml, strlen(yaml));
     args[nargs++] = "run";
     args[nargs++] = conf;
@@ -278,14 +283,17 @@ START_TEST(test_run_same_bits)
         fprintf(stderr, "check_emulate: no %s; skipping the run\n", path);
         return;
     }
-    snprintf(plain, sizeof plain, "plain-%s", algorithms[_i]);
-    snprintf(emulated, sizeof emulated, "emulated-%s", algorithms[_i]);
-    a = run_model(bin, data, algorithms[_i], plain, NULL, &na);
-    b = run_model(bin, data, algorithms[_i], emulated, emulate, &nb);
+    snprintf(plain, sizeof plain, "plain-%s-%d", variants[_i].algorithm, variants[_i].overlap);
+    snprintf(emulated, sizeof emulated, "emulated-%s-%d", variants[_i].algorithm,
+             variants[_i].overlap);
+    a = run_model(bin, data, variants[_i].algorithm, variants[_i].overlap, plain, NULL, &na);
+    b = run_model(bin, data, variants[_i].algorithm, variants[_i].overlap, emulated, emulate, &nb);
     ck_assert_uint_eq(na, nb);
     ck_assert_uint_gt(na, 1000);
-    ck_assert_msg(memcmp(a, b, na * sizeof *a) == 0, "%s: the emulated run's model differs",
-                  algorithms[_i]);
+    ck_assert_msg(memcmp(a, b, na * sizeof *a) == 0,
+                  "%s, overlap %d: the emulated run's model "
+                  "differs",
+                  variants[_i].algorithm, variants[_i].overlap);
     free(a);
     free(b);
 }
@@ -347,8 +355,7 @@ emulate_suite(void)
     tcase_add_loop_test(core, test_delivery_time, 0, (int)(sizeof timings / sizeof timings[0]));
     tcase_add_test(core, test_order_kept);
     tcase_add_test(core, test_lent_held);
-    tcase_add_loop_test(core, test_run_same_bits, 0,
-                        (int)(sizeof algorithms / sizeof algorithms[0]));
+    tcase_add_loop_test(core, test_run_same_bits, 0, (int)(sizeof variants / sizeof variants[0]));
     suite_add_tcase(s, core);
     tcase_add_test(limits, test_bandwidth_syntax);
     tcase_add_test(limits, test_bad_options);
