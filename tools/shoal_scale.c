@@ -17,6 +17,8 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "tools/sl_scale.h"
+#include "transport/sl_collective.h"
+#include "transport/sl_wire.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -28,6 +30,7 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 static const char help_text[] =
     "Usage: shoal-scale --config CONF.yaml (--step-ms T | --tokens-per-s R)\n"
     "                   [--nodes N,N,...] [--bandwidth RATE] [--latency-ms L]\n"
+    "                   [--uplink per-link|shared]\n"
     "                   [--overlap TAU] [--steps N] [--vocab V] [--unique-rows R]\n"
     "                   [--zipf-exponent B] [--set KEY=VALUE]... [--json]\n"
     "       shoal-scale --help | --version\n"
@@ -50,6 +53,9 @@ static const char help_text[] =
     "  --bandwidth RATE    each directed link's rate: 10gbit, 1gbit, 100mbit, ... or 0\n"
     "                      for no limit (default cluster.emulate.bandwidth)\n"
     "  --latency-ms L      link latency (default cluster.emulate.latency_ms)\n"
+    "  --uplink MODE       per-link (default): each directed link has RATE, as in the\n"
+    "                      emulated link; shared: a node's frames to all its peers\n"
+    "                      queue on one uplink of RATE (a host's NIC)\n"
     "  --overlap TAU       steps between handing an exchange to the sync worker and\n"
     "                      waiting for it (default 0: wait at once)\n"
     "  --steps N           steps replayed (default 4 x the longest period, at least 64)\n"
@@ -86,7 +92,7 @@ typedef struct {
     int ncounts;
     double step_ms, tokens_per_s, latency_ms, unique_rows, zipf;
     const char *bandwidth;
-    int has_latency, has_unique, overlap, vocab, json, help, version;
+    int has_latency, has_unique, overlap, vocab, shared_uplink, json, help, version;
     long steps;
 } args_t;
 
@@ -215,6 +221,14 @@ parse_args(int argc, char **argv, args_t *a)
                                    "or 0",
                                    v);
             a->bandwidth = v;
+        } else if (OPTION("--uplink")) {
+            NEEDS("--uplink", "per-link or shared");
+            if (strcmp(v, "shared") == 0)
+                a->shared_uplink = 1;
+            else if (strcmp(v, "per-link") == 0)
+                a->shared_uplink = 0;
+            else
+                return usage_error("--uplink must be per-link or shared, not '%s'", v);
         } else if (OPTION("--latency-ms")) {
             NEEDS("--latency-ms", "a time in ms");
             ex = parse_double("--latency-ms", v, 0, 1e9, &a->latency_ms);
@@ -323,6 +337,9 @@ replay(const args_t *a, scale_t *s)
             .step_ms = s->step_ms,
             .bits_per_s = s->bits_per_s,
             .latency_ms = s->latency_ms,
+            .chunk_values = SL_COLLECTIVE_CHUNK_ELEMS,
+            .header_bytes = SL_WIRE_HEADER_BYTES,
+            .shared_uplink = a->shared_uplink,
             .overlap = a->overlap,
             .steps = s->steps,
             .seed = cfg->run.seed,
@@ -363,8 +380,9 @@ print_text(FILE *out, const args_t *a, const scale_t *s)
             s->step_ms, s->tokens_per_step, s->tokens_per_step / (s->step_ms / 1000.0), s->steps,
             a->overlap);
     if (s->bits_per_s > 0)
-        fprintf(out, "link: %.6g Gbit/s, %.6g ms latency, per directed link\n",
-                s->bits_per_s / 1e9, s->latency_ms);
+        fprintf(out, "link: %.6g Gbit/s, %.6g ms latency, %s\n", s->bits_per_s / 1e9,
+                s->latency_ms,
+                a->shared_uplink ? "one uplink per node" : "per directed link");
     else
         fprintf(out, "link: no bandwidth limit, %.6g ms latency\n", s->latency_ms);
     fprintf(out, "\n%6s %3s %3s %14s %9s %6s %14s %12s\n", "nodes", "k", "q", "tokens/s",
@@ -387,11 +405,12 @@ print_json(FILE *out, const args_t *a, const scale_t *s)
             "{\"algorithm\": \"%s\", \"parameters\": %zu, \"components\": %d, \"vocab\": %d, "
             "\"compression\": \"%s\", \"exchange\": \"%s\", \"unique_rows\": %.17g,\n"
             " \"step_ms\": %.17g, \"tokens_per_step\": %.17g, \"bits_per_s\": %.17g, "
-            "\"latency_ms\": %.17g, \"overlap\": %d, \"steps\": %ld,\n \"predictions\": [",
+            "\"latency_ms\": %.17g, \"uplink\": \"%s\", \"overlap\": %d, \"steps\": %ld,\n"
+            " \"predictions\": [",
             sl_sync_algorithm_name(cfg->sync.algorithm), s->nparams, s->ncomps, s->vocab,
             sl_compress_name(cfg->sync.compression), sl_exchange_name(cfg->sync.exchange),
             s->unique_rows, s->step_ms, s->tokens_per_step, s->bits_per_s, s->latency_ms,
-            a->overlap, s->steps);
+            a->shared_uplink ? "shared" : "per-link", a->overlap, s->steps);
     for (int i = 0; i < a->ncounts; i++) {
         const sl_scale_result_t *r = &s->res[i];
 

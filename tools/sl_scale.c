@@ -29,7 +29,9 @@ typedef struct {
     double *pending;    /* (n, tau + 1) exchanges due at step s, by s mod (tau + 1) */
     double *start;      /* (n) when the exchange at hand starts on each node */
     double *done;       /* (n) when it has ended on each node */
-    double *recv, *next; /* (n) arrivals of one ring step and of the next */
+    double chunk_bytes;  /* payload of a ring frame; 0 = a whole ring step */
+    long max_frames;     /* most frames in one ring step */
+    double *recv, *next; /* (n, max_frames) arrivals of one ring step's frames, the next's */
     double *asked;      /* (n, links) arrival of each row-set request */
     int *list;          /* (links + 1) a node's chosen or pullers */
     double bytes;       /* payload sent by all nodes */
@@ -42,12 +44,15 @@ max2(double a, double b)
 }
 
 /* Directed link src -> dst as an index among src's slots: the offset d = dst - src mod n
- * when every node is a neighbour (n <= 2k + 1), else 1..k forward, k+1..2k backward. */
+ * when every node is a neighbour (n <= 2k + 1), else 1..k forward, k+1..2k backward;
+ * src's one slot with a shared uplink. */
 static size_t
 link_index(const sim_t *s, int src, int dst)
 {
     int d = (dst - src + s->n) % s->n, k = s->sched.degree, slot;
 
+    if (s->p->shared_uplink)
+        return (size_t)src;
     if (s->slots == s->n)
         slot = d;
     else
@@ -56,12 +61,14 @@ link_index(const sim_t *s, int src, int dst)
     return (size_t)src * (size_t)s->slots + (size_t)slot;
 }
 
-/* A frame of bytes handed to link src -> dst at t: it leaves when the link has sent what
- * was queued before it, takes bytes * 8 / bandwidth, arrives latency later. */
+/* A frame of payload bytes handed to link src -> dst at t: it leaves when the link has
+ * sent what was queued before it, takes (header + payload) * 8 / bandwidth, arrives
+ * latency later. */
 static double
-send(sim_t *s, int src, int dst, double bytes, double t)
+send(sim_t *s, int src, int dst, double payload, double t)
 {
     double *free_at = &s->link_free[link_index(s, src, dst)];
+    double bytes = payload + s->p->header_bytes;
     double left = max2(t, *free_at) + bytes * s->ms_per_byte;
 
     *free_at = left;
@@ -69,27 +76,47 @@ send(sim_t *s, int src, int dst, double bytes, double t)
     return left + s->p->latency_ms;
 }
 
-/* nsteps ring steps of chunk bytes: node i sends step j to i+1 once it has received step
- * j-1 from i-1 (step 0 at its start). An allreduce is 2(n-1) steps of S/n (reduce-scatter,
- * allgather), an allgather n-1 steps of one node's share. start -> done. */
+/* Frames of a ring step of step_bytes: chunk_bytes each, the last one shorter. */
+static long
+frames_of(const sim_t *s, double step_bytes)
+{
+    double f = s->chunk_bytes > 0 ? ceil(step_bytes / s->chunk_bytes) : 1;
+
+    return f < 1 ? 1 : (long)f;
+}
+
+/* nsteps ring steps of step_bytes each, in frames: node i sends frame c of step j to i+1
+ * once it has frame c of step j-1 from i-1 (step 0 at its start). An allreduce is 2(n-1)
+ * steps of S/n (reduce-scatter, allgather), an allgather n-1 steps of one node's share.
+ * start -> done. */
 static void
-ring(sim_t *s, double chunk, int nsteps)
+ring(sim_t *s, double step_bytes, int nsteps)
 {
     int n = s->n;
+    long m = frames_of(s, step_bytes);
+    double last = step_bytes - (double)(m - 1) * s->chunk_bytes;
 
+    SL_ASSERT(m <= s->max_frames);
     for (int i = 0; i < n; i++)
-        s->recv[i] = s->start[i];
+        for (long c = 0; c < m; c++)
+            s->recv[(size_t)i * m + c] = s->start[i];
     for (int j = 0; j < nsteps; j++) {
         double *t;
 
-        for (int i = 0; i < n; i++)
-            s->next[(i + 1) % n] = send(s, i, (i + 1) % n, chunk, max2(s->recv[i], s->start[i]));
+        for (int i = 0; i < n; i++) {
+            int to = (i + 1) % n;
+
+            for (long c = 0; c < m; c++)
+                s->next[(size_t)to * m + c] =
+                    send(s, i, to, c < m - 1 ? s->chunk_bytes : last,
+                         max2(s->recv[(size_t)i * m + c], s->start[i]));
+        }
         t = s->recv;
         s->recv = s->next;
         s->next = t;
     }
     for (int i = 0; i < n; i++)
-        s->done[i] = max2(s->start[i], s->recv[i]);
+        s->done[i] = max2(s->start[i], nsteps > 0 ? s->recv[(size_t)i * m + m - 1] : 0);
 }
 
 static void
@@ -98,17 +125,20 @@ ring_allreduce(sim_t *s, double bytes)
     ring(s, bytes / s->n, 2 * (s->n - 1));
 }
 
-static void
-ring_allgather(sim_t *s, double bytes_per_node)
-{
-    ring(s, bytes_per_node, s->n - 1);
-}
-
 /* Two collectives in a row: the second starts where the first ended. */
 static void
 chain(sim_t *s)
 {
     memcpy(s->start, s->done, (size_t)s->n * sizeof *s->start);
+}
+
+/* The sizes (one int32 from each node), then bytes_per_node from each node. */
+static void
+ring_allgather(sim_t *s, double bytes_per_node)
+{
+    ring(s, 4.0, s->n - 1);
+    chain(s);
+    ring(s, bytes_per_node, s->n - 1);
 }
 
 static int
@@ -147,9 +177,10 @@ gossip_push(sim_t *s, double bytes, long round, int comp)
 }
 
 /* Gossip and local, rows: each node sends its row set (request bytes) to each node it
- * chose, which answers once it has reached its own sync (reply bytes). */
+ * chose, which answers once it has reached its own sync: the ids the requester lacks
+ * (reply_ids bytes), then the values (reply bytes), two frames. */
 static void
-gossip_request(sim_t *s, double request, double reply, long round, int comp)
+gossip_request(sim_t *s, double request, double reply_ids, double reply, long round, int comp)
 {
     int links = s->sched.links;
 
@@ -167,6 +198,7 @@ gossip_request(sim_t *s, double request, double reply, long round, int comp)
             int from = s->list[m];
             double t = max2(s->asked[(size_t)i * links + m], s->start[from]);
 
+            send(s, from, i, reply_ids, t);
             s->done[i] = max2(s->done[i], send(s, from, i, reply, t));
         }
     }
@@ -206,7 +238,9 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
         chain(s);
         ring_allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
     } else {
-        gossip_request(s, r * 4.0, union_rows(s, c, 2) * (4.0 + c->row_len * vb), round, comp);
+        double u2 = union_rows(s, c, 2);
+
+        gossip_request(s, r * 4.0, (u2 - r) * 4.0, u2 * c->row_len * vb, round, comp);
     }
 }
 
@@ -222,6 +256,9 @@ check_params(const sl_scale_params_t *p)
                           p->degree, p->neighbours);
     if (!(p->step_ms > 0 && isfinite(p->step_ms)))
         return sl_err_set(SL_ERR_INVALID, "%s: step time %g ms must be positive", w, p->step_ms);
+    if (p->chunk_values < 0 || p->header_bytes < 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: %ld values a frame, %d header bytes", w,
+                          p->chunk_values, p->header_bytes);
     if (!(p->bits_per_s >= 0 && isfinite(p->bits_per_s)) ||
         !(p->latency_ms >= 0 && isfinite(p->latency_ms)))
         return sl_err_set(SL_ERR_INVALID, "%s: bandwidth %g bit/s and latency %g ms must be >= 0",
@@ -265,6 +302,26 @@ sim_fini(sim_t *s)
     sl_free(s->list);
 }
 
+/* The largest ring step any exchange has: the fused gradient over n, a component over
+ * n, or one node's rows in an allgather (at most the shard). */
+static long
+max_frames(const sim_t *s)
+{
+    const sl_scale_params_t *p = s->p;
+    double fused = 0, most = 4.0;
+
+    for (int c = 0; c < p->ncomps; c++) {
+        const sl_scale_component_t *comp = &p->comps[c];
+        double bytes = (double)comp->count * p->value_bytes;
+
+        fused += bytes;
+        most = max2(most, bytes / s->n);
+        if (comp->sparse)
+            most = max2(most, (double)comp->rows * (4.0 + comp->row_len * p->value_bytes));
+    }
+    return frames_of(s, max2(most, fused / s->n));
+}
+
 static sl_status_t
 sim_init(sim_t *s, const sl_scale_params_t *p)
 {
@@ -280,7 +337,7 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     if (p->algorithm == SL_SYNC_LOCAL_MA || p->algorithm == SL_SYNC_LOCAL_BMUF)
         q = links > 0 ? links : 1;
     SL_TRY(sl_schedule_init(&s->sched, n, k, q, p->seed));
-    s->slots = n <= 2 * k + 1 ? n : 2 * k + 1;
+    s->slots = p->shared_uplink ? 1 : n <= 2 * k + 1 ? n : 2 * k + 1;
     s->ms_per_byte = p->bits_per_s > 0 ? 8000.0 / p->bits_per_s : 0.0;
     SL_TRY(SL_CALLOC(&s->link_free, un * (size_t)s->slots, "scale links"));
     SL_TRY(SL_CALLOC(&s->clock, un, "scale clocks"));
@@ -288,8 +345,13 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     SL_TRY(SL_CALLOC(&s->pending, un * ((size_t)s->tau + 1), "scale clocks"));
     SL_TRY(SL_CALLOC(&s->start, un, "scale clocks"));
     SL_TRY(SL_CALLOC(&s->done, un, "scale clocks"));
-    SL_TRY(SL_CALLOC(&s->recv, un, "scale clocks"));
-    SL_TRY(SL_CALLOC(&s->next, un, "scale clocks"));
+    s->chunk_bytes = (double)p->chunk_values * p->value_bytes;
+    s->max_frames = max_frames(s);
+    if ((double)s->max_frames * n > 1e8)
+        return sl_err_set(SL_ERR_INVALID, "sl_scale_run: %ld frames a ring step on %d nodes: "
+                          "too many, raise the values a frame", s->max_frames, n);
+    SL_TRY(SL_CALLOC(&s->recv, un * (size_t)s->max_frames, "scale frames"));
+    SL_TRY(SL_CALLOC(&s->next, un * (size_t)s->max_frames, "scale frames"));
     SL_TRY(SL_CALLOC(&s->asked, un * ((size_t)links + 1), "scale requests"));
     SL_TRY(SL_CALLOC(&s->list, (size_t)links + 1, "scale lists"));
     return SL_OK;

@@ -9,21 +9,25 @@
  *                    buffer; with sync.exchange unique or allgather the row shards go
  *                    as below and every other component in its own ring allreduce)
  *   ma, bmuf         per due component a ring allreduce: 2(n-1) steps of S/n bytes, each
- *                    node sending to i+1 once it holds i-1's chunk of the step before
- *   local-*, gossip-* each node pushes the component to the nodes that pull from it
- *                    (sl_schedule_pullers) and waits for the q it chose
- *   unique rows      ma/bmuf/allreduce: allgather of the row sets (4 bytes a row), then
- *                    a ring allreduce of the union's rows; gossip/local: a request with
- *                    the row set to each chosen node, answered with ids and values of
- *                    the union of both sets. A node touches R rows of a shard per sync;
- *                    the union of m nodes' sets is min(rows, R * m^b), b the Zipf
- *                    exponent of U ~ N^b (Baidu: 0.64)
+ *                    step in frames of chunk_values values (sl_collective.h); node i
+ *                    sends frame c of step j to i+1 once it holds frame c of step j-1
+ *                    from i-1 (the window of frames sent ahead is not modelled)
+ *   local-*, gossip-* each node pushes the component, one frame, to the nodes that pull
+ *                    from it (sl_schedule_pullers) and waits for the q it chose
+ *   unique rows      ma/bmuf/allreduce: allgathers of the row-set sizes (4 bytes) and of
+ *                    the sets (4 bytes a row), then a ring allreduce of the union's
+ *                    rows (src/embed/sl_sparse.h); allreduce with allgather: the sizes,
+ *                    then every node's rows with their ids; gossip/local: a request with
+ *                    the row set to each chosen node, answered with the ids it lacks
+ *                    and the values of the union of both sets. A node touches R rows
+ *                    of a shard per sync; the union of m nodes' sets is
+ *                    min(rows, R * m^b), b the Zipf exponent of U ~ N^b (Baidu: 0.64)
  * The components due at one step are exchanged one after the other by the node's sync
  * worker; with overlap tau the node goes on computing and waits for an exchange begun
  * after step s only at the end of step s + tau. Not modelled: BMUF's block update and
- * the reduction arithmetic (no cost), frame headers, a node's links sharing one NIC
- * (each directed link has the whole bandwidth, as in the emulated link), the receiver's
- * side, jitter, stragglers and failures. Nothing here allocates per step. */
+ * the reduction arithmetic (no cost), the receiver's side (only senders queue), jitter,
+ * stragglers and failures. With shared_uplink a node's frames to all its peers queue on
+ * one link (a host's NIC) in the order the replay hands them over. Nothing here allocates per step. */
 #ifndef SL_SCALE_H
 #define SL_SCALE_H
 
@@ -55,6 +59,11 @@ typedef struct {
     double step_ms;                /* compute time of one step, > 0 */
     double bits_per_s;             /* each directed link's rate; 0 = no limit */
     double latency_ms;             /* >= 0 */
+    long chunk_values;             /* values per frame of a ring collective; 0 = a whole
+                                      ring step in one frame */
+    int header_bytes;              /* bytes every frame adds to its payload, >= 0 */
+    int shared_uplink;             /* 1: all of a node's frames queue on one link of that
+                                      rate (a NIC); 0: each directed link has it */
     int overlap;                   /* tau >= 0, steps between handing over and waiting */
     long steps;                    /* steps replayed, >= 1 */
     uint64_t seed;                 /* run seed of the gossip schedule */
@@ -69,7 +78,8 @@ typedef struct {
     double utilization;           /* compute_ms / wall_ms */
     double speedup;               /* n * utilization: aggregate over one node's rate */
     double wait_ms_per_step;      /* (wall_ms - compute_ms) / steps */
-    double bytes_per_node_step;   /* payload bytes sent, mean over nodes and steps */
+    double bytes_per_node_step;   /* bytes sent (frames with their headers), mean over
+                                     nodes and steps */
 } sl_scale_result_t;
 
 /* The components of the model cfg describes for a vocabulary of vocab_size (sl_lm_layout,

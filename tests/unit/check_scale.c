@@ -84,6 +84,29 @@ START_TEST(test_allreduce_ring)
 }
 END_TEST
 
+/* The transport streams a ring step in frames: node i forwards frame c as soon as it
+ * has it, so the link's time and the latencies overlap. n = 2, S = 4e6 B in frames of
+ * 1e6 B (8 ms): step 0's frames arrive at T+18, T+26; step 1's leave at T+26 (the
+ * frame that came at T+18, sent after the link's last frame left at T+16 ... 18) and
+ * T+34 and arrive at T+36, T+44. Every frame carries a header. */
+START_TEST(test_ring_frames)
+{
+    sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 2, 1000000, 1, 1);
+    sl_scale_result_t r;
+
+    p.chunk_values = 250000;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 44, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6, 1e-3);
+    /* a header of 1000 B makes a frame 8.008 ms: arrivals T+18.008, T+26.016, then
+     * T+36.016 and T+44.024 (the second frame of step 1 waits for the link) */
+    p.header_bytes = 1000;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6 + 4 * 1000, 1e-3);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 44.024, 1e-9);
+}
+END_TEST
+
 /* BMUF with H = 4: one allreduce (108 ms on 4 nodes) every 4 steps. */
 START_TEST(test_bmuf_period)
 {
@@ -120,6 +143,25 @@ START_TEST(test_gossip_latency_bound)
     ck_assert_int_eq(r.picks, 2);
     ck_assert_double_eq_tol(r.wall_ms, 16 * 100 + 8 * 5, EPS);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 2 * 4e6 / 2, 1e-3);
+}
+END_TEST
+
+/* A shared uplink serialises a node's pushes: local-ma on 5 nodes sends two 32 ms
+ * frames one after the other, the second arriving at 64 + 10 ms. */
+START_TEST(test_shared_uplink)
+{
+    sl_scale_params_t p = params(SL_SYNC_LOCAL_MA, 5, 1000000, 4, 8);
+    sl_scale_result_t r;
+
+    p.shared_uplink = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 8 * 100 + 2 * (64 + 10), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 2 * 4e6 / 4, 1e-3);
+    /* a ring uses one link per node anyway */
+    p = params(SL_SYNC_ALLREDUCE, 4, 1000000, 1, 10);
+    p.shared_uplink = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
 }
 END_TEST
 
@@ -202,14 +244,17 @@ START_TEST(test_unique_rows)
     p.bits_per_s = 8e6; /* 1 byte = 1 us */
     p.latency_ms = 1;
     r = run(&p);
-    /* allgather: 3 x (400 B = 0.4 ms + 1); allreduce: 6 x (ug x 20 B / 4 = 1 ms + 1) */
-    ck_assert_double_eq_tol(r.wall_ms, 100 + 3 * 1.4 + 6 * (ug * 20 / 4 / 1000 + 1), 1e-9);
-    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 400 + 6 * ug * 20 / 4, 1e-6);
-    /* gossip, 2 nodes: request 400 B, reply 100 x 2^0.5 rows x (4 + 20) B */
+    /* allgathers: sizes 3 x (4 B = 0.004 ms + 1), sets 3 x (400 B = 0.4 ms + 1);
+     * allreduce: 6 x (ug x 20 B / 4 = 1 ms + 1) */
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 3 * 1.004 + 3 * 1.4 + 6 * (ug * 20 / 4 / 1000 + 1),
+                            1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 6 * ug * 20 / 4, 1e-6);
+    /* gossip, 2 nodes: request 400 B; reply: the ids of the other's rows the requester
+     * lacks, u2 - 100 of them, then the values of u2 = 100 x 2^0.5 rows (20 B each) */
     p.algorithm = SL_SYNC_GOSSIP_MA;
     p.nodes = 2;
     r = run(&p);
-    double reply = 100 * sqrt(2.0) * 24;
+    double u2 = 100 * sqrt(2.0), reply = (u2 - 100) * 4 + u2 * 20;
     ck_assert_double_eq_tol(r.wall_ms, 100 + 0.4 + 1 + reply / 1000 + 1, 1e-9);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 400 + reply, 1e-6);
     /* dense rows: the whole shard */
@@ -370,9 +415,11 @@ scale_suite(void)
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
 
     tcase_add_test(core, test_allreduce_ring);
+    tcase_add_test(core, test_ring_frames);
     tcase_add_test(core, test_bmuf_period);
     tcase_add_test(core, test_gossip_latency_bound);
     tcase_add_test(core, test_local_every_neighbour);
+    tcase_add_test(core, test_shared_uplink);
     tcase_add_test(core, test_overlap);
     tcase_add_test(core, test_components_in_sequence);
     tcase_add_test(core, test_unique_rows);
