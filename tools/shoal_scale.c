@@ -57,7 +57,7 @@ static const char help_text[] =
     "                      emulated link; shared: a node's frames to all its peers\n"
     "                      queue on one uplink of RATE (a host's NIC)\n"
     "  --overlap TAU       steps between handing an exchange to the sync worker and\n"
-    "                      waiting for it (default 0: wait at once)\n"
+    "                      waiting for it, 0..10000 (default 0: wait at once)\n"
     "  --steps N           steps replayed (default 4 x the longest period, at least 64)\n"
     "  --vocab V           vocabulary size with the specials (default data.vocab_size\n"
     "                      + 2 at word level, + 1 at char level; required when\n"
@@ -235,7 +235,7 @@ parse_args(int argc, char **argv, args_t *a)
             a->has_latency = 1;
         } else if (OPTION("--overlap")) {
             NEEDS("--overlap", "a number of steps");
-            ex = parse_long("--overlap", v, 0, 1000000, &x);
+            ex = parse_long("--overlap", v, 0, 10000, &x);
             a->overlap = (int)x;
         } else if (OPTION("--steps")) {
             NEEDS("--steps", "a number of steps");
@@ -308,7 +308,8 @@ load(const args_t *a, scale_t *s)
         if (s->comps[c].period > longest)
             longest = s->comps[c].period;
     }
-    s->bits_per_s = sl_config_bits_per_s(a->bandwidth ? a->bandwidth : cfg->cluster.emulate.bandwidth);
+    s->bits_per_s =
+        sl_config_bits_per_s(a->bandwidth ? a->bandwidth : cfg->cluster.emulate.bandwidth);
     s->latency_ms = a->has_latency ? a->latency_ms : cfg->cluster.emulate.latency_ms;
     s->tokens_per_step = (double)cfg->train.batch * cfg->train.bptt;
     s->step_ms = a->step_ms > 0 ? a->step_ms : s->tokens_per_step / a->tokens_per_s * 1000.0;
@@ -371,17 +372,18 @@ print_text(FILE *out, const args_t *a, const scale_t *s)
 {
     const sl_config_t *cfg = &s->cfg;
 
-    fprintf(out, "model: %zu parameters in %d components, vocabulary %d; %s, compression %s, "
-                 "exchange %s\n",
+    fprintf(out,
+            "model: %zu parameters in %d components, vocabulary %d; %s, compression %s, "
+            "exchange %s\n",
             s->nparams, s->ncomps, s->vocab, sl_sync_algorithm_name(cfg->sync.algorithm),
             sl_compress_name(cfg->sync.compression), sl_exchange_name(cfg->sync.exchange));
-    fprintf(out, "step: %.6g ms for %.0f tokens (%.6g tokens/s on one node); %ld steps "
-                 "replayed, overlap %d\n",
+    fprintf(out,
+            "step: %.6g ms for %.0f tokens (%.6g tokens/s on one node); %ld steps "
+            "replayed, overlap %d\n",
             s->step_ms, s->tokens_per_step, s->tokens_per_step / (s->step_ms / 1000.0), s->steps,
             a->overlap);
     if (s->bits_per_s > 0)
-        fprintf(out, "link: %.6g Gbit/s, %.6g ms latency, %s\n", s->bits_per_s / 1e9,
-                s->latency_ms,
+        fprintf(out, "link: %.6g Gbit/s, %.6g ms latency, %s\n", s->bits_per_s / 1e9, s->latency_ms,
                 a->shared_uplink ? "one uplink per node" : "per directed link");
     else
         fprintf(out, "link: no bandwidth limit, %.6g ms latency\n", s->latency_ms);

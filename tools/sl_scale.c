@@ -15,26 +15,26 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 
-#define MAX_NODES 4096   /* a ring allreduce replays 2(n-1) x n frames */
-#define MAX_OVERLAP 1000000
+#define MAX_NODES 4096    /* a ring allreduce replays 2(n-1) x n frames */
+#define MAX_OVERLAP 10000 /* the replay keeps TAU + 1 deadlines per node */
 
 typedef struct {
     const sl_scale_params_t *p;
     sl_schedule_t sched;
     int n, slots, tau;
-    double ms_per_byte; /* 8000 / bits_per_s; 0 with no limit */
-    double *link_free;  /* (n, slots) when each directed link has sent its last frame */
-    double *clock;      /* (n) where each node's training thread is */
-    double *worker;     /* (n) when each node's sync worker is free */
-    double *pending;    /* (n, tau + 1) exchanges due at step s, by s mod (tau + 1) */
-    double *start;      /* (n) when the exchange at hand starts on each node */
-    double *done;       /* (n) when it has ended on each node */
+    double ms_per_byte;  /* 8000 / bits_per_s; 0 with no limit */
+    double *link_free;   /* (n, slots) when each directed link has sent its last frame */
+    double *clock;       /* (n) where each node's training thread is */
+    double *worker;      /* (n) when each node's sync worker is free */
+    double *pending;     /* (n, tau + 1) exchanges due at step s, by s mod (tau + 1) */
+    double *start;       /* (n) when the exchange at hand starts on each node */
+    double *done;        /* (n) when it has ended on each node */
     double chunk_bytes;  /* payload of a ring frame; 0 = a whole ring step */
     long max_frames;     /* most frames in one ring step */
     double *recv, *next; /* (n, max_frames) arrivals of one ring step's frames, the next's */
-    double *asked;      /* (n, links) arrival of each row-set request */
-    int *list;          /* (links + 1) a node's chosen or pullers */
-    double bytes;       /* payload sent by all nodes */
+    double *asked;       /* (n, links) arrival of each row-set request */
+    int *list;           /* (links + 1) a node's chosen or pullers */
+    double bytes;        /* sent by all nodes, headers included */
 } sim_t;
 
 static double
@@ -107,9 +107,8 @@ ring(sim_t *s, double step_bytes, int nsteps)
             int to = (i + 1) % n;
 
             for (long c = 0; c < m; c++)
-                s->next[(size_t)to * m + c] =
-                    send(s, i, to, c < m - 1 ? s->chunk_bytes : last,
-                         max2(s->recv[(size_t)i * m + c], s->start[i]));
+                s->next[(size_t)to * m + c] = send(s, i, to, c < m - 1 ? s->chunk_bytes : last,
+                                                   max2(s->recv[(size_t)i * m + c], s->start[i]));
         }
         t = s->recv;
         s->recv = s->next;
@@ -151,8 +150,8 @@ nodes_of(sim_t *s, int pullers, long round, int comp, int node)
         st = sl_schedule_pullers(&s->sched, (uint64_t)round, comp, node, s->list,
                                  s->sched.links + 1, &count);
     else
-        st = sl_schedule_chosen(&s->sched, (uint64_t)round, comp, node, s->list,
-                                s->sched.links + 1, &count);
+        st = sl_schedule_chosen(&s->sched, (uint64_t)round, comp, node, s->list, s->sched.links + 1,
+                                &count);
     SL_ASSERT(st == SL_OK);
     return count;
 }
@@ -348,8 +347,10 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     s->chunk_bytes = (double)p->chunk_values * p->value_bytes;
     s->max_frames = max_frames(s);
     if ((double)s->max_frames * n > 1e8)
-        return sl_err_set(SL_ERR_INVALID, "sl_scale_run: %ld frames a ring step on %d nodes: "
-                          "too many, raise the values a frame", s->max_frames, n);
+        return sl_err_set(SL_ERR_INVALID,
+                          "sl_scale_run: %ld frames a ring step on %d nodes: "
+                          "too many, raise the values a frame",
+                          s->max_frames, n);
     SL_TRY(SL_CALLOC(&s->recv, un * (size_t)s->max_frames, "scale frames"));
     SL_TRY(SL_CALLOC(&s->next, un * (size_t)s->max_frames, "scale frames"));
     SL_TRY(SL_CALLOC(&s->asked, un * ((size_t)links + 1), "scale requests"));
@@ -481,12 +482,12 @@ sl_scale_components(const sl_config_t *cfg, int vocab_size, double unique_rows,
             goto out;
         }
         if (d->sparse) {
-            int full_softmax = cfg->model.output == SL_OUTPUT_FULL &&
-                               strncmp(d->name, "softmax.", 8) == 0;
+            int full_softmax =
+                cfg->model.output == SL_OUTPUT_FULL && strncmp(d->name, "softmax.", 8) == 0;
 
-            d->unique_rows = full_softmax ? (double)d->rows
-                                          : fmin((double)d->rows,
-                                                 unique_rows * (double)d->rows / vocab_size);
+            d->unique_rows =
+                full_softmax ? (double)d->rows
+                             : fmin((double)d->rows, unique_rows * (double)d->rows / vocab_size);
         }
     }
     *out = sc;

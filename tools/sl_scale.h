@@ -27,7 +27,8 @@
  * after step s only at the end of step s + tau. Not modelled: BMUF's block update and
  * the reduction arithmetic (no cost), the receiver's side (only senders queue), jitter,
  * stragglers and failures. With shared_uplink a node's frames to all its peers queue on
- * one link (a host's NIC) in the order the replay hands them over. Nothing here allocates per step. */
+ * one link (a host's NIC) in the order the replay hands them over. Nothing here allocates per step.
+ */
 #ifndef SL_SCALE_H
 #define SL_SCALE_H
 
@@ -40,11 +41,11 @@
 /* One component as the model sees it: sizes and when it syncs. */
 typedef struct {
     char name[32];
-    size_t count;     /* elements */
-    int sparse;       /* 1: a row shard (embedding, softmax) */
-    long rows;        /* sparse: rows of the shard */
-    int row_len;      /* sparse: elements per row */
-    int period;       /* H_i, steps between its syncs (1 in allreduce mode) */
+    size_t count;       /* elements */
+    int sparse;         /* 1: a row shard (embedding, softmax) */
+    long rows;          /* sparse: rows of the shard */
+    int row_len;        /* sparse: elements per row */
+    int period;         /* H_i, steps between its syncs (1 in allreduce mode) */
     double unique_rows; /* sparse: rows one node touched between two syncs, R */
 } sl_scale_component_t;
 
@@ -72,14 +73,14 @@ typedef struct {
 } sl_scale_params_t;
 
 typedef struct {
-    int nodes, degree, picks;     /* n, k and the q actually used */
-    double wall_ms;               /* when the slowest node finished its last step's sync */
-    double compute_ms;            /* steps * step_ms */
-    double utilization;           /* compute_ms / wall_ms */
-    double speedup;               /* n * utilization: aggregate over one node's rate */
-    double wait_ms_per_step;      /* (wall_ms - compute_ms) / steps */
-    double bytes_per_node_step;   /* bytes sent (frames with their headers), mean over
-                                     nodes and steps */
+    int nodes, degree, picks;   /* n, k and the q actually used */
+    double wall_ms;             /* when the slowest node finished its last step's sync */
+    double compute_ms;          /* steps * step_ms */
+    double utilization;         /* compute_ms / wall_ms */
+    double speedup;             /* n * utilization: aggregate over one node's rate */
+    double wait_ms_per_step;    /* (wall_ms - compute_ms) / steps */
+    double bytes_per_node_step; /* bytes sent (frames with their headers), mean over
+                                   nodes and steps */
 } sl_scale_result_t;
 
 /* The components of the model cfg describes for a vocabulary of vocab_size (sl_lm_layout,

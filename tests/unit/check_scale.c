@@ -12,6 +12,7 @@
 #include "config/sl_config.h"
 #include "tests/unit/test_tool.h"
 #include "tools/sl_scale.h"
+#include "topology/sl_schedule.h"
 
 #define EPS 1e-9
 
@@ -162,6 +163,26 @@ START_TEST(test_shared_uplink)
     p.shared_uplink = 1;
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
+}
+END_TEST
+
+/* Who pushes to whom comes from the schedule: with one uplink per node, the node the
+ * most nodes chose in round 1 (in-degree in_max) sends its snapshot in_max times, one
+ * frame (32 ms) after the other, and the node waiting for the last of them finishes
+ * at T + in_max x 32 + 10. */
+START_TEST(test_gossip_follows_schedule)
+{
+    sl_scale_params_t p = params(SL_SYNC_GOSSIP_MA, 8, 1000000, 1, 1);
+    sl_schedule_t sched;
+    sl_schedule_stats_t st;
+    sl_scale_result_t r;
+
+    p.shared_uplink = 1;
+    ck_assert(sl_schedule_init(&sched, 8, 2, 1, p.seed) == SL_OK);
+    ck_assert(sl_schedule_stats(&sched, 0, 1, 1, &st) == SL_OK);
+    ck_assert_int_ge(st.in_max, 2); /* else this case would not tell */
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + st.in_max * 32 + 10, EPS);
 }
 END_TEST
 
@@ -359,11 +380,11 @@ START_TEST(test_cli)
     /* no cost on the wire: every node computes all the time */
     ck_assert_double_eq_tol(test_json_num(out, "speedup"), 1.0, EPS);
     ck_assert_double_eq_tol(test_json_num(strstr(out, "\"nodes\": 4"), "speedup"), 4.0, EPS);
-    ck_assert_int_eq(test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL,
-                                   (const char *const[]){"--config", conf, "--tokens-per-s",
-                                                         "10000", "--bandwidth", "1gbit",
-                                                         "--latency-ms", "10", NULL}),
-                     0);
+    ck_assert_int_eq(
+        test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL,
+                      (const char *const[]){"--config", conf, "--tokens-per-s", "10000",
+                                            "--bandwidth", "1gbit", "--latency-ms", "10", NULL}),
+        0);
     ck_assert_ptr_nonnull(strstr(out, "  1024 "));
     ck_assert_ptr_nonnull(strstr(out, "bmuf"));
 }
@@ -418,6 +439,7 @@ scale_suite(void)
     tcase_add_test(core, test_ring_frames);
     tcase_add_test(core, test_bmuf_period);
     tcase_add_test(core, test_gossip_latency_bound);
+    tcase_add_test(core, test_gossip_follows_schedule);
     tcase_add_test(core, test_local_every_neighbour);
     tcase_add_test(core, test_shared_uplink);
     tcase_add_test(core, test_overlap);
