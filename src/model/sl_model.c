@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/sl_alloc.h"
 #include "common/sl_rng.h"
@@ -257,6 +258,45 @@ alloc_workspace(sl_lm_t *lm)
     return SL_OK;
 }
 
+/* V, E, the layers' sizes and the shard count: what layout() needs. */
+static void
+set_shape(sl_lm_t *lm, const sl_config_t *cfg, int vocab_size, int embedding_shards)
+{
+    lm->V = vocab_size;
+    lm->E = cfg->model.embedding;
+    lm->L = cfg->model.nlayers;
+    lm->shards = embedding_shards;
+    for (int l = 0; l < lm->L; l++) {
+        sl_lm_layer_t *ly = &lm->layer[l];
+
+        ly->in = l == 0 ? lm->E : lm->layer[l - 1].r;
+        ly->h = cfg->model.layers[l].hidden;
+        ly->p = cfg->model.layers[l].projection;
+        ly->r = ly->p > 0 ? ly->p : ly->h;
+    }
+}
+
+sl_status_t
+sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_shards, sl_component_t *comp,
+             int cap, int *ncomp, size_t *nparams)
+{
+    sl_lm_t lm;
+
+    *ncomp = 0;
+    *nparams = 0;
+    SL_TRY(check_config(cfg, vocab_size, embedding_shards, cfg->train.batch));
+    if (cap < 0 || (size_t)cap < SL_LM_MAX_COMPONENTS(embedding_shards))
+        return sl_err_set(SL_ERR_INVALID, "sl_lm_layout: room for %d components, need %zu", cap,
+                          SL_LM_MAX_COMPONENTS(embedding_shards));
+    memset(&lm, 0, sizeof lm);
+    set_shape(&lm, cfg, vocab_size, embedding_shards);
+    lm.comp = comp;
+    layout(&lm);
+    *ncomp = lm.ncomp;
+    *nparams = lm.nparams;
+    return SL_OK;
+}
+
 sl_status_t
 sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_shards,
           int max_batch, sl_backend_t *be)
@@ -268,10 +308,7 @@ sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_s
     SL_TRY(check_config(cfg, vocab_size, embedding_shards, max_batch));
     SL_TRY(SL_CALLOC(&lm, 1, "model"));
     lm->be = be;
-    lm->V = vocab_size;
-    lm->E = cfg->model.embedding;
-    lm->L = cfg->model.nlayers;
-    lm->shards = embedding_shards;
+    set_shape(lm, cfg, vocab_size, embedding_shards);
     lm->max_batch = max_batch;
     lm->max_bptt = cfg->train.bptt;
     lm->max_rows = max_batch * cfg->train.bptt;
@@ -280,17 +317,8 @@ sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_s
     lm->dropout = (float)cfg->model.dropout;
     lm->loss_scale = 1.0f;
     lm->init_range = cfg->model.init_range;
-    for (int l = 0; l < lm->L; l++) {
-        sl_lm_layer_t *ly = &lm->layer[l];
-
-        ly->in = l == 0 ? lm->E : lm->layer[l - 1].r;
-        ly->h = cfg->model.layers[l].hidden;
-        ly->p = cfg->model.layers[l].projection;
-        ly->r = ly->p > 0 ? ly->p : ly->h;
-    }
-    SL_TRY_GOTO(
-        SL_CALLOC(&lm->comp, 2 * (size_t)embedding_shards + 2 * (size_t)lm->L + 1, "components"),
-        st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lm->comp, SL_LM_MAX_COMPONENTS(embedding_shards), "components"), st,
+                fail);
     layout(lm);
     SL_TRY_GOTO(DEV_ALLOC(lm, &lm->params, lm->nparams, "parameters"), st, fail);
     SL_TRY_GOTO(DEV_ALLOC(lm, &lm->grads, lm->nparams, "gradients"), st, fail);

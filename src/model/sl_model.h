@@ -56,6 +56,18 @@ sl_status_t sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size,
                       int embedding_shards, int max_batch, sl_backend_t *be);
 void sl_lm_destroy(sl_lm_t **lm);
 
+/* The most components a model with embedding_shards row shards per embedding has:
+ * S + S shards, a layer and a projection for each of SL_MAX_LAYERS layers, the bias. */
+#define SL_LM_MAX_COMPONENTS(embedding_shards)                                                     \
+    (2 * (size_t)(embedding_shards) + 2 * (size_t)SL_MAX_LAYERS + 1)
+/* The components (offsets, counts, row shards) and the parameter count sl_lm_new would
+ * lay out for cfg and vocab_size, without allocating or initialising anything: for tools
+ * that only need sizes (shoal-scale). comp (caller's) has cap entries, at least
+ * SL_LM_MAX_COMPONENTS(embedding_shards). SL_ERR_INVALID as sl_lm_new for sizes out of
+ * range, or for cap too small. */
+sl_status_t sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_shards,
+                         sl_component_t *comp, int cap, int *ncomp, size_t *nparams);
+
 size_t sl_lm_nparams(const sl_lm_t *lm);
 float *sl_lm_params(sl_lm_t *lm);  /* backend memory, nparams floats */
 float *sl_lm_grads(sl_lm_t *lm);   /* same layout */

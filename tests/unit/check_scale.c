@@ -1,0 +1,462 @@
+/* tests/unit/check_scale.c: the scaling model of shoal-scale (tools/sl_scale.c) against
+ * hand-computed wall times and bytes (ring allreduce, BMUF periods, gossip, local,
+ * overlap, the row exchange), the component sizes it takes from the model, and the
+ * shoal-scale command line. */
+#include "config.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sl_alloc.h"
+#include "config/sl_config.h"
+#include "tests/unit/test_tool.h"
+#include "tools/sl_scale.h"
+#include "topology/sl_schedule.h"
+
+#define EPS 1e-9
+
+/* One dense component of count floats syncing every period steps; 1 Gbit/s, 10 ms,
+ * 100 ms a step, fp32. */
+static sl_scale_component_t dense_comp;
+
+static sl_scale_params_t
+params(sl_sync_algorithm_t algorithm, int nodes, size_t count, int period, long steps)
+{
+    sl_scale_params_t p = {
+        .nodes = nodes,
+        .degree = 0,
+        .neighbours = 1,
+        .algorithm = algorithm,
+        .exchange = SL_EXCHANGE_DENSE,
+        .value_bytes = 4,
+        .zipf_exponent = 0.64,
+        .step_ms = 100,
+        .bits_per_s = 1e9,
+        .latency_ms = 10,
+        .overlap = 0,
+        .steps = steps,
+        .seed = 1234,
+        .ncomps = 1,
+        .comps = &dense_comp,
+    };
+
+    memset(&dense_comp, 0, sizeof dense_comp);
+    strcpy(dense_comp.name, "lstm.0");
+    dense_comp.count = count;
+    dense_comp.period = period;
+    return p;
+}
+
+static sl_scale_result_t
+run(const sl_scale_params_t *p)
+{
+    sl_scale_result_t r;
+
+    ck_assert_msg(sl_scale_run(p, &r) == SL_OK, "%s", sl_err_msg());
+    return r;
+}
+
+/* ------------------------------------------------------------------------ core */
+
+/* Gradient allreduce, unchunked ring: every step T + 2(n-1)(S/n * 8/bw + latency),
+ * and each node sends 2(n-1)/n S bytes a step. S = 4e6 bytes. */
+START_TEST(test_allreduce_ring)
+{
+    sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 2, 1000000, 1, 10);
+    sl_scale_result_t r = run(&p);
+
+    /* n = 2: 2 x (2e6 B x 8 / 1e9 = 16 ms + 10 ms) */
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 2 * (16 + 10)), EPS);
+    ck_assert_double_eq_tol(r.wait_ms_per_step, 52, EPS);
+    ck_assert_double_eq_tol(r.utilization, 100.0 / 152, EPS);
+    ck_assert_double_eq_tol(r.speedup, 2 * 100.0 / 152, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6, 1e-3);
+    /* n = 4: 6 x (1e6 B: 8 ms + 10 ms) */
+    p = params(SL_SYNC_ALLREDUCE, 4, 1000000, 1, 10);
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 6e6, 1e-3);
+    /* one node: nothing to exchange */
+    p = params(SL_SYNC_ALLREDUCE, 1, 1000000, 1, 10);
+    r = run(&p);
+    ck_assert_double_eq_tol(r.utilization, 1.0, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 0, EPS);
+}
+END_TEST
+
+/* The transport streams a ring step in frames: node i forwards frame c as soon as it
+ * has it, so the link's time and the latencies overlap. n = 2, S = 4e6 B in frames of
+ * 1e6 B (8 ms): step 0's frames arrive at T+18, T+26; step 1's leave at T+26 (the
+ * frame that came at T+18, sent after the link's last frame left at T+16 ... 18) and
+ * T+34 and arrive at T+36, T+44. Every frame carries a header. */
+START_TEST(test_ring_frames)
+{
+    sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 2, 1000000, 1, 1);
+    sl_scale_result_t r;
+
+    p.chunk_values = 250000;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 44, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6, 1e-3);
+    /* a header of 1000 B makes a frame 8.008 ms: arrivals T+18.008, T+26.016, then
+     * T+36.016 and T+44.024 (the second frame of step 1 waits for the link) */
+    p.header_bytes = 1000;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6 + 4 * 1000, 1e-3);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 44.024, 1e-9);
+}
+END_TEST
+
+/* BMUF with H = 4: one allreduce (108 ms on 4 nodes) every 4 steps. */
+START_TEST(test_bmuf_period)
+{
+    sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1000000, 4, 8);
+    sl_scale_result_t r = run(&p);
+
+    ck_assert_double_eq_tol(r.wall_ms, 8 * 100 + 2 * 108, EPS);
+    ck_assert_double_eq_tol(r.wait_ms_per_step, 2 * 108 / 8.0, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 6e6 / 4, 1e-3);
+    /* 7 steps: the sync at step 4 only */
+    p.steps = 7;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 7 * 100 + 108, EPS);
+}
+END_TEST
+
+/* Gossip, q = 1, no bandwidth limit: every node waits one latency per sync, and sends
+ * q snapshots a round on average (every pull is one push). */
+START_TEST(test_gossip_latency_bound)
+{
+    sl_scale_params_t p = params(SL_SYNC_GOSSIP_BMUF, 8, 1000000, 2, 16);
+    sl_scale_result_t r;
+
+    p.bits_per_s = 0;
+    p.latency_ms = 5;
+    r = run(&p);
+    ck_assert_int_eq(r.picks, 1);
+    ck_assert_int_eq(r.degree, 2); /* the paper's p = log2(8) - 1 */
+    ck_assert_double_eq_tol(r.wall_ms, 16 * 100 + 8 * 5, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 1 * 4e6 / 2, 1e-3);
+    /* q = 2 sends twice the bytes and still waits one latency (pushes go in parallel) */
+    p.neighbours = 2;
+    r = run(&p);
+    ck_assert_int_eq(r.picks, 2);
+    ck_assert_double_eq_tol(r.wall_ms, 16 * 100 + 8 * 5, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 2 * 4e6 / 2, 1e-3);
+}
+END_TEST
+
+/* A shared uplink serialises a node's pushes: local-ma on 5 nodes sends two 32 ms
+ * frames one after the other, the second arriving at 64 + 10 ms. */
+START_TEST(test_shared_uplink)
+{
+    sl_scale_params_t p = params(SL_SYNC_LOCAL_MA, 5, 1000000, 4, 8);
+    sl_scale_result_t r;
+
+    p.shared_uplink = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 8 * 100 + 2 * (64 + 10), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 2 * 4e6 / 4, 1e-3);
+    /* a ring uses one link per node anyway */
+    p = params(SL_SYNC_ALLREDUCE, 4, 1000000, 1, 10);
+    p.shared_uplink = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
+}
+END_TEST
+
+/* Who pushes to whom comes from the schedule: with one uplink per node, the node the
+ * most nodes chose in round 1 (in-degree in_max) sends its snapshot in_max times, one
+ * frame (32 ms) after the other, and the node waiting for the last of them finishes
+ * at T + in_max x 32 + 10. */
+START_TEST(test_gossip_follows_schedule)
+{
+    sl_scale_params_t p = params(SL_SYNC_GOSSIP_MA, 8, 1000000, 1, 1);
+    sl_schedule_t sched;
+    sl_schedule_stats_t st;
+    sl_scale_result_t r;
+
+    p.shared_uplink = 1;
+    ck_assert(sl_schedule_init(&sched, 8, 2, 1, p.seed) == SL_OK);
+    ck_assert(sl_schedule_stats(&sched, 0, 1, 1, &st) == SL_OK);
+    ck_assert_int_ge(st.in_max, 2); /* else this case would not tell */
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + st.in_max * 32 + 10, EPS);
+}
+END_TEST
+
+/* local-*: every neighbour (2k = 2 on 5 nodes), one frame time plus latency per sync,
+ * whatever the schedule says about q. */
+START_TEST(test_local_every_neighbour)
+{
+    sl_scale_params_t p = params(SL_SYNC_LOCAL_MA, 5, 1000000, 4, 8);
+    sl_scale_result_t r = run(&p);
+
+    ck_assert_int_eq(r.picks, 2);
+    ck_assert_double_eq_tol(r.wall_ms, 8 * 100 + 2 * (32 + 10), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 2 * 4e6 / 4, 1e-3);
+}
+END_TEST
+
+/* Overlap: the 108 ms exchange begun after step 4 is waited for after step 4 + tau.
+ * tau = 2 hides it (step 6 ends at 600 > 508), tau = 1 does not (step 5 waits to 508). */
+START_TEST(test_overlap)
+{
+    sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1000000, 4, 6);
+    sl_scale_result_t r;
+
+    p.overlap = 2;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 600, EPS);
+    ck_assert_double_eq_tol(r.utilization, 1.0, EPS);
+    ck_assert_double_eq_tol(r.wait_ms_per_step, 0, EPS);
+    p.overlap = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 508 + 100, EPS);
+    /* the last exchange is waited for at the end */
+    p.overlap = 2;
+    p.steps = 8;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 800 + 108, EPS);
+}
+END_TEST
+
+/* Two components due at the same step go one after the other. */
+START_TEST(test_components_in_sequence)
+{
+    sl_scale_component_t c[2];
+    sl_scale_params_t p = params(SL_SYNC_MA, 2, 1000000, 2, 2);
+    sl_scale_result_t r;
+
+    c[0] = dense_comp;
+    c[1] = dense_comp;
+    c[1].count = 500000; /* 1e6 B a chunk: 8 ms + 10 */
+    p.comps = c;
+    p.ncomps = 2;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 26 + 2 * 18, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, (4e6 + 2e6) / 2, 1e-3);
+}
+END_TEST
+
+/* Rows: ma/bmuf allgather the row sets (4 B a row, n-1 steps) and allreduce the union
+ * R n^b; gossip sends its set to the chosen node and gets the union of two sets back
+ * with ids. 2 shards of 1000 rows x 10, R = 100, b = 0.5, fp16. */
+START_TEST(test_unique_rows)
+{
+    sl_scale_component_t c;
+    sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1, 1, 1);
+    sl_scale_result_t r;
+    double ug = 100 * 2.0; /* 100 x 4^0.5 */
+
+    memset(&c, 0, sizeof c);
+    strcpy(c.name, "embedding.0");
+    c.sparse = 1;
+    c.rows = 1000;
+    c.row_len = 10;
+    c.count = 10000;
+    c.period = 1;
+    c.unique_rows = 100;
+    p.comps = &c;
+    p.exchange = SL_EXCHANGE_UNIQUE;
+    p.value_bytes = 2;
+    p.zipf_exponent = 0.5;
+    p.bits_per_s = 8e6; /* 1 byte = 1 us */
+    p.latency_ms = 1;
+    r = run(&p);
+    /* allgathers: sizes 3 x (4 B = 0.004 ms + 1), sets 3 x (400 B = 0.4 ms + 1);
+     * allreduce: 6 x (ug x 20 B / 4 = 1 ms + 1) */
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 3 * 1.004 + 3 * 1.4 + 6 * (ug * 20 / 4 / 1000 + 1),
+                            1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 6 * ug * 20 / 4, 1e-6);
+    /* gossip, 2 nodes: request 400 B; reply: the ids of the other's rows the requester
+     * lacks, u2 - 100 of them, then the values of u2 = 100 x 2^0.5 rows (20 B each) */
+    p.algorithm = SL_SYNC_GOSSIP_MA;
+    p.nodes = 2;
+    r = run(&p);
+    double u2 = 100 * sqrt(2.0), reply = (u2 - 100) * 4 + u2 * 20;
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 0.4 + 1 + reply / 1000 + 1, 1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 400 + reply, 1e-6);
+    /* dense rows: the whole shard */
+    p.exchange = SL_EXCHANGE_DENSE;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 10000 * 2, 1e-6);
+}
+END_TEST
+
+/* Components and periods from the config through the model's layout. */
+START_TEST(test_components_from_config)
+{
+    static const char yaml[] = "data: {train: t.txt}\n"
+                               "model: {embedding: 16, layers: [{lstm: 8}]}\n"
+                               "sync: {algorithm: gossip-bmuf, period: 16, embedding_period: "
+                               "128, embedding_shards: 2,\n"
+                               "       periods: [{match: \"lstm.*\", period: 4}]}\n";
+    sl_config_t cfg;
+    sl_scale_component_t *c;
+    int n;
+
+    sl_config_init(&cfg);
+    ck_assert_msg(sl_config_load_string(&cfg, yaml, "t.yaml") == SL_OK, "%s", sl_err_msg());
+    ck_assert_msg(sl_scale_components(&cfg, 100, 20, &c, &n) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(n, 6);
+    ck_assert_str_eq(c[0].name, "embedding.0");
+    ck_assert_uint_eq(c[0].count, 50 * 16);
+    ck_assert_int_eq(c[0].period, 128);
+    ck_assert_double_eq_tol(c[0].unique_rows, 10, EPS);
+    ck_assert_str_eq(c[2].name, "lstm.0");
+    ck_assert_uint_eq(c[2].count, 4 * 8 * (16 + 8) + 4 * 8);
+    ck_assert_int_eq(c[2].period, 4);
+    ck_assert_str_eq(c[3].name, "softmax.0");
+    ck_assert_int_eq(c[3].period, 128);
+    ck_assert_double_eq_tol(c[3].unique_rows, 50, EPS); /* full softmax: every row */
+    ck_assert_str_eq(c[5].name, "softmax_bias");
+    ck_assert_int_eq(c[5].period, 16);
+    sl_free(c);
+    ck_assert(sl_config_set(&cfg, "sync.algorithm=allreduce") == SL_OK);
+    ck_assert(sl_scale_components(&cfg, 100, 20, &c, &n) == SL_OK);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(c[i].period, 1);
+    sl_free(c);
+    /* a model the layout refuses */
+    ck_assert(sl_scale_components(&cfg, 1, 20, &c, &n) == SL_ERR_INVALID);
+    ck_assert_ptr_null(c);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- limits */
+
+START_TEST(test_bad_params)
+{
+    sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1000, 4, 8);
+    sl_scale_result_t r;
+    sl_scale_params_t bad[8];
+
+    for (int i = 0; i < 8; i++)
+        bad[i] = p;
+    bad[0].nodes = 0;
+    bad[1].nodes = 5000;
+    bad[2].step_ms = 0;
+    bad[3].bits_per_s = -1;
+    bad[4].steps = 0;
+    bad[5].value_bytes = 3;
+    bad[6].algorithm = SL_SYNC_ALLREDUCE;
+    bad[6].overlap = 1;
+    bad[7].zipf_exponent = 0;
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(sl_scale_run(&bad[i], &r) == SL_ERR_INVALID, "case %d", i);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "Zipf"));
+}
+END_TEST
+
+static char scale_bin[4096];
+
+static void
+conf_path(char *buf, size_t cap, const char *name)
+{
+    const char *src = getenv("SHOAL_SRCDIR");
+
+    snprintf(buf, cap, "%s/conf/%s", src ? src : "..", name);
+}
+
+START_TEST(test_cli)
+{
+    char out[16384], err[4096], conf[4096];
+
+    if (!test_tool_find("shoal-scale", scale_bin, sizeof scale_bin))
+        return;
+    conf_path(conf, sizeof conf, "brown-4nodes-bmuf.yaml");
+    ck_assert_int_eq(test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--help", NULL}),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "Usage: shoal-scale"));
+    ck_assert_int_eq(test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--config", conf, "--step-ms", "100",
+                                                         "--nodes", "1,4", "--bandwidth", "0",
+                                                         "--latency-ms", "0", "--json", NULL}),
+                     0);
+    /* no cost on the wire: every node computes all the time */
+    ck_assert_double_eq_tol(test_json_num(out, "speedup"), 1.0, EPS);
+    ck_assert_double_eq_tol(test_json_num(strstr(out, "\"nodes\": 4"), "speedup"), 4.0, EPS);
+    ck_assert_int_eq(
+        test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL,
+                      (const char *const[]){"--config", conf, "--tokens-per-s", "10000",
+                                            "--bandwidth", "1gbit", "--latency-ms", "10", NULL}),
+        0);
+    ck_assert_ptr_nonnull(strstr(out, "  1024 "));
+    ck_assert_ptr_nonnull(strstr(out, "bmuf"));
+}
+END_TEST
+
+START_TEST(test_cli_errors)
+{
+    char out[16384], err[4096], conf[4096];
+    static const char *const expect[] = {
+        "missing --config",
+        "exactly one of --step-ms",
+        "exactly one of --step-ms",
+        "'fast' is not a rate",
+        "--nodes: 0 is out of range",
+        "--nodes: '4,,8' is not",
+        "unknown option '--frobnicate'",
+        "overlap needs a periodic sync",
+        "nope.yaml",
+    };
+
+    if (!test_tool_find("shoal-scale", scale_bin, sizeof scale_bin))
+        return;
+    conf_path(conf, sizeof conf, "brown-4nodes-allreduce.yaml");
+    const char *const *bad[] = {
+        (const char *const[]){"--step-ms", "1", NULL},
+        (const char *const[]){"--config", conf, NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--tokens-per-s", "5", NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--bandwidth", "fast", NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--nodes", "0", NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--nodes", "4,,8", NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--frobnicate", NULL},
+        (const char *const[]){"--config", conf, "--step-ms", "1", "--overlap", "2", NULL},
+        (const char *const[]){"--config", "nope.yaml", "--step-ms", "1", NULL},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        ck_assert_int_eq(test_tool_run(scale_bin, out, sizeof out, err, sizeof err, NULL, bad[b]),
+                         2);
+        ck_assert_msg(strstr(err, expect[b]) && strncmp(err, "shoal-scale: ", 13) == 0 &&
+                          strchr(err, '\n') == err + strlen(err) - 1,
+                      "case %zu: %s", b, err);
+    }
+}
+END_TEST
+
+static Suite *
+scale_suite(void)
+{
+    Suite *s = suite_create("scale");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_test(core, test_allreduce_ring);
+    tcase_add_test(core, test_ring_frames);
+    tcase_add_test(core, test_bmuf_period);
+    tcase_add_test(core, test_gossip_latency_bound);
+    tcase_add_test(core, test_gossip_follows_schedule);
+    tcase_add_test(core, test_local_every_neighbour);
+    tcase_add_test(core, test_shared_uplink);
+    tcase_add_test(core, test_overlap);
+    tcase_add_test(core, test_components_in_sequence);
+    tcase_add_test(core, test_unique_rows);
+    tcase_add_test(core, test_components_from_config);
+    tcase_add_test(core, test_cli);
+    tcase_set_timeout(core, 60);
+    tcase_add_test(limits, test_bad_params);
+    tcase_add_test(limits, test_cli_errors);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_main(scale_suite());
+}
