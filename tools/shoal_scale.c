@@ -58,7 +58,7 @@ static const char help_text[] =
     "                      emulated link; shared: a node's frames to all its peers\n"
     "                      queue on one uplink of RATE (a host's NIC)\n"
     "  --overlap TAU       steps between handing an exchange to the sync worker and\n"
-    "                      waiting for it, 0..10000 (default 0: wait at once)\n"
+    "                      waiting for it, 0..10000 (default sync.overlap_steps)\n"
     "  --steps N           steps replayed (default 4 x the longest period, at least 64)\n"
     "  --vocab V           vocabulary size with the specials (default data.vocab_size\n"
     "                      + 2 at word level, + 1 at char level; required when\n"
@@ -93,7 +93,7 @@ typedef struct {
     int ncounts;
     double step_ms, tokens_per_s, latency_ms, unique_rows, zipf;
     const char *bandwidth;
-    int has_latency, has_unique, overlap, vocab, shared_uplink, json, help, version;
+    int has_latency, has_unique, has_overlap, overlap, vocab, shared_uplink, json, help, version;
     long steps;
 } args_t;
 
@@ -238,6 +238,7 @@ parse_args(int argc, char **argv, args_t *a)
             NEEDS("--overlap", "a number of steps");
             ex = parse_long("--overlap", v, 0, 10000, &x);
             a->overlap = (int)x;
+            a->has_overlap = 1;
         } else if (OPTION("--steps")) {
             NEEDS("--steps", "a number of steps");
             ex = parse_long("--steps", v, 1, 100000000, &a->steps);
@@ -273,7 +274,7 @@ parse_args(int argc, char **argv, args_t *a)
 typedef struct {
     sl_config_t cfg;
     sl_scale_component_t *comps;
-    int ncomps, vocab;
+    int ncomps, vocab, overlap;
     size_t nparams;
     double bits_per_s, latency_ms, step_ms, tokens_per_step, unique_rows;
     long steps;
@@ -312,6 +313,7 @@ load(const args_t *a, scale_t *s)
     s->bits_per_s =
         sl_config_bits_per_s(a->bandwidth ? a->bandwidth : cfg->cluster.emulate.bandwidth);
     s->latency_ms = a->has_latency ? a->latency_ms : cfg->cluster.emulate.latency_ms;
+    s->overlap = a->has_overlap ? a->overlap : cfg->sync.overlap_steps;
     s->tokens_per_step = (double)cfg->train.batch * cfg->train.bptt;
     s->step_ms = a->step_ms > 0 ? a->step_ms : s->tokens_per_step / a->tokens_per_s * 1000.0;
     s->steps = a->steps > 0 ? a->steps : (4L * longest > 64 ? 4L * longest : 64);
@@ -342,7 +344,7 @@ replay(const args_t *a, scale_t *s)
             .chunk_values = SL_COLLECTIVE_CHUNK_ELEMS,
             .header_bytes = SL_WIRE_HEADER_BYTES,
             .shared_uplink = a->shared_uplink,
-            .overlap = a->overlap,
+            .overlap = s->overlap,
             .steps = s->steps,
             .seed = cfg->run.seed,
             .ncomps = s->ncomps,
@@ -382,7 +384,7 @@ print_text(FILE *out, const args_t *a, const scale_t *s)
             "step: %.6g ms for %.0f tokens (%.6g tokens/s on one node); %ld steps "
             "replayed, overlap %d\n",
             s->step_ms, s->tokens_per_step, s->tokens_per_step / (s->step_ms / 1000.0), s->steps,
-            a->overlap);
+            s->overlap);
     if (s->bits_per_s > 0)
         fprintf(out, "link: %.6g Gbit/s, %.6g ms latency, %s\n", s->bits_per_s / 1e9, s->latency_ms,
                 a->shared_uplink ? "one uplink per node" : "per directed link");
@@ -413,7 +415,7 @@ print_json(FILE *out, const args_t *a, const scale_t *s)
             sl_sync_algorithm_name(cfg->sync.algorithm), s->nparams, s->ncomps, s->vocab,
             sl_compress_name(cfg->sync.compression), sl_exchange_name(cfg->sync.exchange),
             s->unique_rows, s->step_ms, s->tokens_per_step, s->bits_per_s, s->latency_ms,
-            a->shared_uplink ? "shared" : "per-link", a->overlap, s->steps);
+            a->shared_uplink ? "shared" : "per-link", s->overlap, s->steps);
     for (int i = 0; i < a->ncounts; i++) {
         const sl_scale_result_t *r = &s->res[i];
 
