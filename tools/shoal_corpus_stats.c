@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include "data/sl_data.h"
 #include "embed/sl_zipf.h"
 #include "tools/sl_tool_pipe.h"
+#include "tools/sl_tool_usage.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -106,21 +106,8 @@ typedef struct {
     int has_fit;
 } stats_t;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* "shoal-corpus-stats: --windows: 'x' is not an integer (see ... --help)"; returns 2. */
-static int
-usage_error(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal-corpus-stats: %s (see shoal-corpus-stats --help)\n", msg);
-    return EXIT_USAGE;
-}
+#define usage_error(...) sl_tool_usage_error("shoal-corpus-stats", __VA_ARGS__)
 
 /* A whole decimal integer in [lo, hi] from v[0..len); -1 when fine, else 2. */
 static int

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "tools/sl_scale.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_wire.h"
+#include "tools/sl_tool_usage.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -97,20 +97,7 @@ typedef struct {
     long steps;
 } args_t;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int
-usage_error(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal-scale: %s (see shoal-scale --help)\n", msg);
-    return EXIT_USAGE;
-}
+#define usage_error(...) sl_tool_usage_error("shoal-scale", __VA_ARGS__)
 
 /* A finite number in [lo, hi]; -1 when fine, else 2 after the message. */
 static int

@@ -7,7 +7,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "tools/sl_tool_pipe.h"
+#include "tools/sl_tool_usage.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -101,21 +101,8 @@ typedef struct {
     int *buf; /* (links + 1) one list at a time */
 } topo_t;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
 /* "shoal-topo: --nodes: 'x' is not an integer (see shoal-topo --help)"; returns 2. */
-static int
-usage_error(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal-topo: %s (see shoal-topo --help)\n", msg);
-    return EXIT_USAGE;
-}
+#define usage_error(...) sl_tool_usage_error("shoal-topo", __VA_ARGS__)
 
 /* A whole decimal integer in [lo, hi]; returns -1 when fine, else prints and returns 2. */
 static int
