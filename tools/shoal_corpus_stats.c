@@ -22,7 +22,7 @@
 #include "data/sl_data.h"
 #include "embed/sl_zipf.h"
 #include "tools/sl_tool_pipe.h"
-#include "tools/sl_tool_usage.h"
+#include "tools/sl_tool_args.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -113,21 +113,13 @@ typedef struct {
 static int
 parse_long(const char *opt, const char *v, size_t len, long lo, long hi, long *out)
 {
-    char buf[32], *end;
-    long x;
+    char buf[32];
 
     if (len == 0 || len >= sizeof buf)
         return usage_error("%s: '%.*s' is not an integer", opt, (int)(len < 64 ? len : 64), v);
     memcpy(buf, v, len);
     buf[len] = '\0';
-    errno = 0;
-    x = strtol(buf, &end, 10);
-    if (end == buf || *end != '\0' || errno == ERANGE)
-        return usage_error("%s: '%s' is not an integer", opt, buf);
-    if (x < lo || x > hi)
-        return usage_error("%s: %ld is out of range %ld..%ld", opt, x, lo, hi);
-    *out = x;
-    return -1;
+    return sl_tool_parse_long("shoal-corpus-stats", opt, buf, lo, hi, out);
 }
 
 /* "1,2,4" into out (at most MAX_LIST values, each 1..2^31-1). */

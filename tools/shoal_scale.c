@@ -18,7 +18,7 @@
 #include "tools/sl_scale.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_wire.h"
-#include "tools/sl_tool_usage.h"
+#include "tools/sl_tool_args.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -116,21 +116,7 @@ parse_double(const char *opt, const char *v, double lo, double hi, double *out)
     return -1;
 }
 
-static int
-parse_long(const char *opt, const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    long x;
-
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || errno == ERANGE)
-        return usage_error("%s: '%s' is not an integer", opt, v);
-    if (x < lo || x > hi)
-        return usage_error("%s: %ld is out of range %ld..%ld", opt, x, lo, hi);
-    *out = x;
-    return -1;
-}
+#define parse_long(...) sl_tool_parse_long("shoal-scale", __VA_ARGS__)
 
 /* "4,8,16" into a->counts. */
 static int

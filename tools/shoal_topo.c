@@ -18,7 +18,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "tools/sl_tool_pipe.h"
-#include "tools/sl_tool_usage.h"
+#include "tools/sl_tool_args.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
@@ -108,17 +108,12 @@ typedef struct {
 static int
 parse_int(const char *opt, const char *v, long lo, long hi, int *out)
 {
-    char *end;
     long x;
+    int ex = sl_tool_parse_long("shoal-topo", opt, v, lo, hi, &x);
 
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (end == v || *end != '\0' || errno == ERANGE)
-        return usage_error("%s: '%s' is not an integer", opt, v);
-    if (x < lo || x > hi)
-        return usage_error("%s: %ld is out of range %ld..%ld", opt, x, lo, hi);
-    *out = (int)x;
-    return -1;
+    if (ex < 0)
+        *out = (int)x;
+    return ex;
 }
 
 static int
