@@ -12,6 +12,7 @@
 #include "common/sl_endian.h"
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
+#include "common/sl_sort.h"
 
 #define MAX_LINKS 64 /* peers in one list of an exchange: the ring's 2k links, k <= 32 */
 
@@ -345,12 +346,7 @@ mean_rows(sl_sparse_t *sp, const sl_sparse_args_t *a, const uint32_t *from, size
     size_t d = (size_t)a->row_len, pos[MAX_LINKS], order[MAX_LINKS], n;
     const float *use[MAX_LINKS];
 
-    for (size_t k = 0; k < got; k++) { /* insertion sort: a handful of answers */
-        size_t j = k;
-        for (; j > 0 && from[order[j - 1]] > from[k]; j--)
-            order[j] = order[j - 1];
-        order[j] = k;
-    }
+    sl_order_by_key(from, got, order);
 
     n = a->nmine;
     memcpy(sp->out_rows, a->mine, n * sizeof *a->mine);

@@ -16,17 +16,32 @@ sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg)
     o->ref = cfg->sync.block_reference;
 }
 
-void
-sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows, size_t count)
+/* order NULL: the rows in their own order */
+static void
+mean(float *bar, const float *self, const float *rows, const size_t *order, size_t nrows,
+     size_t count)
 {
     double inv = 1.0 / (double)(nrows + 1);
 
     for (size_t j = 0; j < count; j++) {
         double s = self[j];
         for (size_t i = 0; i < nrows; i++)
-            s += rows[i * count + j];
+            s += rows[(order ? order[i] : i) * count + j];
         bar[j] = (float)(s * inv);
     }
+}
+
+void
+sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows, size_t count)
+{
+    mean(bar, self, rows, NULL, nrows, count);
+}
+
+void
+sl_bmuf_mean_ordered(float *bar, const float *self, const float *rows, const size_t *order,
+                     size_t nrows, size_t count)
+{
+    mean(bar, self, rows, order, nrows, count);
 }
 
 double

@@ -22,6 +22,9 @@ void sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg);
 /* bar = (self + rows[0] + ... + rows[nrows-1]) / (nrows + 1), rows (nrows, count)
  * row-major; summed in double in that order. bar may be self. */
 void sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows, size_t count);
+/* The same, the rows summed in the order order[0 .. nrows-1] (row indices). */
+void sl_bmuf_mean_ordered(float *bar, const float *self, const float *rows, const size_t *order,
+                          size_t nrows, size_t count);
 
 /* Euclidean distance ||a - b||, in double. */
 double sl_bmuf_distance(const float *a, const float *b, size_t count);

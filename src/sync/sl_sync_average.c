@@ -12,6 +12,7 @@
 
 #include "common/sl_alloc.h"
 #include "common/sl_rng.h"
+#include "common/sl_sort.h"
 #include "sync/sl_bmuf.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
@@ -29,6 +30,7 @@ struct sl_sync_average {
     float *recv;                       /* (picks, max_count) snapshots received */
     int *ichosen, *ipullers;           /* (links) from the schedule */
     uint32_t *chosen, *pullers, *from; /* (links) after leaving out the dead */
+    size_t *order;                     /* (links) recv's snapshots in their senders' order */
     /* components that go by rows (sl_sparse.h) */
     double top_pct, random_pct; /* exchange_top, exchange_random */
     uint64_t seed;
@@ -59,6 +61,7 @@ setup_neighbourhood(sl_sync_average_t *a, const sl_config_t *cfg, size_t max_cou
     SL_TRY(SL_ALLOC(&a->chosen, (size_t)links, "sync lists"));
     SL_TRY(SL_ALLOC(&a->pullers, (size_t)links, "sync lists"));
     SL_TRY(SL_ALLOC(&a->from, (size_t)links, "sync lists"));
+    SL_TRY(SL_ALLOC(&a->order, (size_t)links, "sync lists"));
     return SL_OK;
 }
 
@@ -146,6 +149,7 @@ sl_sync_average_destroy(sl_sync_average_t **ap)
     sl_free(a->chosen);
     sl_free(a->pullers);
     sl_free(a->from);
+    sl_free(a->order);
     sl_free(a->sel);
     sl_free(a->asked);
     sl_sparse_destroy(&a->sparse);
@@ -176,26 +180,6 @@ pick_peers(sl_sync_average_t *a, int c, uint64_t round, size_t *nc, size_t *ncw,
     return SL_OK;
 }
 
-/* The got snapshots of recv (count floats each) and their senders from put in rank
- * order, so that the mean sums them in an order that does not depend on which came
- * first (with overlap the bits must not depend on the network's timing). tmp: count
- * floats. Insertion sort: got is q or 2k, a handful. */
-static void
-sort_by_sender(float *recv, uint32_t *from, size_t got, size_t count, float *tmp)
-{
-    size_t bytes = count * sizeof *recv;
-
-    for (size_t i = 1; i < got; i++)
-        for (size_t j = i; j > 0 && from[j - 1] > from[j]; j--) {
-            uint32_t r = from[j];
-            from[j] = from[j - 1];
-            from[j - 1] = r;
-            memcpy(tmp, recv + j * count, bytes);
-            memcpy(recv + j * count, recv + (j - 1) * count, bytes);
-            memcpy(recv + (j - 1) * count, tmp, bytes);
-        }
-}
-
 /* The average of component c with the neighbourhood of round: bar, *got peers. */
 static sl_status_t
 neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count,
@@ -215,8 +199,10 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, ncw, ncw, a->from, *got,
                       e->comps[c].name, round);
     *nexp = ncw;
-    sort_by_sender(a->recv, a->from, *got, count, a->bar);
-    sl_bmuf_mean(a->bar, theta, a->recv, *got, count);
+    /* by the senders' ranks, not as they came: with overlap the bits must not depend on
+     * the network's timing */
+    sl_order_by_key(a->from, *got, a->order);
+    sl_bmuf_mean_ordered(a->bar, theta, a->recv, a->order, *got, count);
     return SL_OK;
 }
 
