@@ -56,8 +56,7 @@ sl_parse_host_port(const char *s, const char *what, int zero_ok, char *host, siz
 typedef struct {
     const sl_config_t *cfg;
     const sl_node_opts_t *o;
-    sl_secret_t secret; /* the run's, when secure */
-    int secure;         /* cluster.security: curve */
+    sl_secret_t secret; /* the run's, unless cluster.security is none */
     sl_transport_t *tr;
     int peer_stopped;
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
@@ -101,7 +100,7 @@ open_transport(node_t *n, uint64_t run_id)
     to.size = (uint32_t)n->o->size;
     to.timeout_ms = cfg->cluster.timeout_ms;
     to.shm = cfg->cluster.shared_memory;
-    to.secret = n->secure && cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
+    to.secret = cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
     to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;
     to.emulate_bits_per_s = sl_config_bits_per_s(cfg->cluster.emulate.bandwidth);
     to.emulate_latency_ms = cfg->cluster.emulate.latency_ms;
@@ -194,7 +193,6 @@ load_secret(node_t *n)
                           "node reads, then --set cluster.key_file=FILE",
                           sl_security_name(cfg->cluster.security));
     }
-    n->secure = 1;
     return SL_OK;
 }
 
@@ -228,7 +226,7 @@ meet_peers(node_t *n)
     ro.bind = bind;
     ro.timeout_ms = n->cfg->cluster.rendezvous_timeout_ms;
     ro.interrupt = o->interrupt;
-    ro.secret = n->secure ? &n->secret : NULL;
+    ro.secret = n->cfg->cluster.security != SL_SECURITY_NONE ? &n->secret : NULL;
     SL_TRY(sl_rendezvous_new(&rdv, &ro));
     snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
     if (o->rank == 0 && o->on_master)
