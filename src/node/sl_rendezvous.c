@@ -368,8 +368,8 @@ refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why)
  * endpoint (a wildcard host replaced by from) written; else 0 with the reason. */
 static int
 check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
-                   long key_rank, const char *from, const unsigned char *reg,
-                   const sl_rendezvous_table_t *t, int *rank, char *ep, char *why, size_t size)
+                   long key_rank, const char *from, const unsigned char *reg, int *rank, char *ep,
+                   char *why, size_t size)
 {
     uint64_t their_id;
     uint32_t rk, sz;
@@ -470,7 +470,7 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
         key_rank = sl_curve_sender(&body, &kr) == 0 ? (long)kr : LONG_MAX;
     }
     ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
-                            addr ? from : NULL, reg, t, &rank, ep, why, sizeof why);
+                            addr ? from : NULL, reg, &rank, ep, why, sizeof why);
     if (!ok) {
         refuse(r, &p, from, why);
         goto out;
