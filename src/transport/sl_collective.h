@@ -76,6 +76,9 @@ sl_status_t sl_barrier(sl_transport_t *t, uint64_t round, int timeout_ms);
 
 /* 1 when none of the n floats at x is NaN or infinite (x need not be aligned). */
 int sl_floats_finite(const float *x, size_t n);
+/* Copies n floats from src (unaligned little-endian bytes) to dst, checking them on the
+ * way: the same answer as sl_floats_finite, in one pass over the bytes. */
+int sl_floats_copy_finite(float *restrict dst, const void *restrict src, size_t n);
 
 /* One component's gossip exchange. Pushes mine (count floats) to every node in pullers
  * (the nodes that will pull from this one), then collects the snapshots of the nodes in

@@ -557,6 +557,46 @@ START_TEST(test_bad_arguments)
 }
 END_TEST
 
+/* The finiteness checks, plain and fused with a copy: every length around the blocks
+ * they work in, Inf, -Inf and NaN found wherever they are, the largest finite values,
+ * subnormals and -0 taken, and the copy exact (from an unaligned source too). */
+START_TEST(test_floats_finite)
+{
+    enum { MAX = 2100 };
+    static const uint32_t bad[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffffffffu, 0x7f800001u};
+    static const uint32_t good[] = {0x7f7fffffu, 0xff7fffffu, 0x00000001u, 0x80000000u};
+    unsigned char *src = malloc(MAX * sizeof(float) + 1);
+    float *x = malloc(MAX * sizeof *x), *dst = malloc(MAX * sizeof *dst);
+
+    for (size_t n = 0; n <= MAX; n += n < 40 ? 1 : n < 1000 ? 97 : 1) {
+        for (size_t i = 0; i < n; i++)
+            x[i] = test_node_input(1, i);
+        for (size_t g = 0; g < n && g < sizeof good / sizeof *good; g++)
+            memcpy(&x[(g * 613) % n], &good[g], sizeof(float));
+        memcpy(src + 1, x, n * sizeof *x);
+        ck_assert(sl_floats_finite(x, n));
+        ck_assert(sl_floats_copy_finite(dst, src + 1, n));
+        ck_assert(n == 0 || memcmp(dst, x, n * sizeof *x) == 0);
+        if (n == 0 || (n > 1100 && n != MAX && n % 2 == 1))
+            continue; /* the long lengths once each, with a bad value everywhere below */
+        for (size_t at = 0; at < n; at += at < 8 || at + 9 > n ? 1 : n / 7 + 1) {
+            uint32_t b = bad[at % (sizeof bad / sizeof *bad)];
+            float keep = x[at];
+            memcpy(&x[at], &b, sizeof b);
+            memcpy(src + 1, x, n * sizeof *x);
+            ck_assert_msg(!sl_floats_finite(x, n), "n %zu: 0x%08x at %zu not found", n, (unsigned)b,
+                          at);
+            ck_assert_msg(!sl_floats_copy_finite(dst, src + 1, n), "n %zu: copied 0x%08x at %zu", n,
+                          (unsigned)b, at);
+            x[at] = keep;
+        }
+    }
+    free(src);
+    free(x);
+    free(dst);
+}
+END_TEST
+
 /* One ZeroMQ error mapping for the transport and the rendezvous (STYLE.md "Errors"). */
 START_TEST(test_zmq_status)
 {
@@ -603,6 +643,7 @@ transport_suite(void)
     tcase_set_timeout(limits, 300);
     tcase_add_test(limits, test_bad_arguments);
     tcase_add_test(limits, test_zmq_status);
+    tcase_add_test(limits, test_floats_finite);
     suite_add_tcase(s, limits);
     return s;
 }
