@@ -366,6 +366,10 @@ static const entry_t schema[] = {
      .def = "120000", AT_LEAST(1), .doc = "how long nodes wait for each other at start (ms)"},
     {K("cluster.shared_memory", T_BOOL, cluster.shared_memory), .def = "true",
      .doc = "large frames to nodes on the same machine go through shared memory"},
+    {K("cluster.io_threads", T_INT, cluster.io_threads), .def = "0", AT_LEAST(0),
+     AT_MOST(64),
+     .doc = "ZeroMQ I/O threads per node; with 2 or more, receiving and sending run on "
+            "different ones (0 = from the machine's cores: 2 from 8 cores on, else 1)"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve", .names = security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "
             "mac: the same admission, then frames authenticated but not encrypted (trusted "

@@ -135,6 +135,8 @@ typedef struct {
         int rendezvous_timeout_ms; /* how long nodes wait for each other, default 120000 */
         int shared_memory; /* large frames to peers on the same machine through shared
                               memory (sl_shm_lane.h), default true */
+        int io_threads;    /* ZeroMQ I/O threads per node, 0..64; 0 = from the machine's
+                              cores (sl_transport_io_threads_auto), default 0 */
         sl_security_t security; /* curve | mac | none, default curve */
         char *key_file; /* the run's secret (shoal keygen) for shoal node; shoal run makes
                            one when "", default "" */

@@ -21,6 +21,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
+#include "transport/sl_lent.h"
 #include "transport/sl_link_zmq.h"
 
 /* How long the thread waits before it offers a frame again to a base that had no room
@@ -60,8 +61,8 @@ typedef struct {
     pthread_cond_t cond; /* a frame queued or handed on, or stop */
     pthread_t thread;
     int thread_live, stop;
-    uint64_t lent; /* lent payloads still queued here */
-    uint64_t lost; /* frames the base refused: said once */
+    sl_lent_t lent; /* payloads lent to this link, still queued here */
+    uint64_t lost;  /* frames the base refused: said once */
 } emu_t;
 
 static void emu_close(void **ctx);
@@ -104,6 +105,7 @@ emu_open(void **out, const sl_link_env_t *env)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cond, &ca);
     pthread_condattr_destroy(&ca);
+    sl_lent_init(&e->lent);
     *out = e;
     if (!e->on)
         return SL_OK;
@@ -137,7 +139,7 @@ static void
 free_frame(emu_t *e, frame_t *f)
 {
     if (f->flags & SL_SEND_LEND)
-        e->lent--;
+        sl_lent_give_back(&e->lent);
     free(f->copy);
     free(f);
 }
@@ -170,6 +172,7 @@ emu_close(void **ctx)
             free_frame(e, f);
         }
     free(e->queues);
+    sl_lent_fini(&e->lent);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -305,7 +308,7 @@ emu_send(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, i
     q->tail = f;
     q->frames++;
     if (lend)
-        e->lent++;
+        sl_lent_take(&e->lent);
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
     return SL_OK;
@@ -318,17 +321,11 @@ emu_wait_sent(void *ctx, int timeout_ms)
 {
     emu_t *e = ctx;
     double end = sl_clock_now() + timeout_ms / 1000.0, left;
-    struct timespec until = deadline_at(end);
     uint64_t held;
-    int rc = 0;
 
     if (!e->on)
         return SL_OK;
-    pthread_mutex_lock(&e->lock);
-    while (e->lent > 0 && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&e->cond, &e->lock, &until);
-    held = e->lent;
-    pthread_mutex_unlock(&e->lock);
+    held = sl_lent_wait(&e->lent, timeout_ms);
     if (held)
         return sl_err_set(SL_ERR_TIMEOUT,
                           "sl_transport_wait_sent: rank %u: %" PRIu64

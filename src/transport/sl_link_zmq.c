@@ -17,11 +17,9 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -30,6 +28,7 @@
 #include "common/sl_rng.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_frame_mac.h"
+#include "transport/sl_lent.h"
 #include "transport/sl_zmq_status.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
@@ -47,11 +46,13 @@ typedef struct {
     void **peers;               /* (size) DEALER per peer, NULL until the first send */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
     unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
+    uint64_t send_mask;         /* their ZMQ_AFFINITY (affinity_masks) */
     uint64_t sent, received;    /* frames through the socket */
-    /* lent payloads still held by ZeroMQ; its I/O thread gives them back */
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    uint64_t lent;
+    /* the first part (routing id) of a message that zmq_wait received while blocking,
+     * for zmq_recv_frame to go on from; rcvtimeo_ms: the ROUTER's ZMQ_RCVTIMEO */
+    zmq_msg_t first;
+    int have_first, rcvtimeo_ms;
+    sl_lent_t lent; /* payloads still held by ZeroMQ; its I/O thread gives them back */
 } zlink_t;
 
 /* A frame read off the ROUTER: the messages that hold its bytes (header and payload,
@@ -80,10 +81,7 @@ give_back(void *data, void *hint)
     zlink_t *z = hint;
 
     (void)data;
-    pthread_mutex_lock(&z->lock);
-    if (--z->lent == 0)
-        pthread_cond_broadcast(&z->cond);
-    pthread_mutex_unlock(&z->lock);
+    sl_lent_give_back(&z->lent);
 }
 
 static sl_status_t
@@ -94,7 +92,31 @@ set_int(void *s, int opt, int v, const char *what)
     return SL_OK;
 }
 
+static sl_status_t
+set_u64(void *s, int opt, uint64_t v, const char *what)
+{
+    if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
+        return sl_zmq_fail("sl_transport: setting %s", what);
+    return SL_OK;
+}
+
 static void zmq_close_link(void **ctx);
+
+/* The ZMQ_AFFINITY masks of the ROUTER (receiving) and of the DEALERs (sending) with
+ * threads I/O threads: the first half, rounded up, and the rest; 0 (any thread) when
+ * there is one. ZeroMQ places each new connection on the least loaded thread its
+ * socket's mask allows, so a node's reading and writing never wait for each other. */
+static void
+affinity_masks(unsigned threads, uint64_t *recv_mask, uint64_t *send_mask)
+{
+    unsigned half = (threads + 1) / 2;
+
+    *recv_mask = *send_mask = 0;
+    if (threads < 2)
+        return;
+    *recv_mask = half >= 64 ? UINT64_MAX : ((uint64_t)1 << half) - 1;
+    *send_mask = (threads >= 64 ? UINT64_MAX : ((uint64_t)1 << threads) - 1) & ~*recv_mask;
+}
 
 static sl_status_t
 zmq_open(void **out, const sl_link_env_t *env)
@@ -102,9 +124,9 @@ zmq_open(void **out, const sl_link_env_t *env)
     const sl_transport_opts_t *o = env->o;
     zlink_t *z;
     sl_status_t st;
-    pthread_condattr_t ca;
     size_t len;
     int64_t maxmsg = (int64_t)(SL_WIRE_HEADER_BYTES + SL_WIRE_MAX_PAYLOAD);
+    uint64_t recv_mask;
     uint32_t nonce;
 
     *out = NULL;
@@ -113,12 +135,9 @@ zmq_open(void **out, const sl_link_env_t *env)
         return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
     z->env = *env;
     z->o = o;
+    z->rcvtimeo_ms = -1; /* ZeroMQ's default: block */
     snprintf(z->bind, sizeof z->bind, "%s", o->bind_endpoint);
-    pthread_mutex_init(&z->lock, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&z->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    sl_lent_init(&z->lent);
     nonce = (uint32_t)sl_mix64((uint64_t)getpid() << 32 ^ (uint64_t)(sl_clock_now() * 1e9) ^
                                (uintptr_t)z);
     z->id[0] = 'S';
@@ -136,12 +155,18 @@ zmq_open(void **out, const sl_link_env_t *env)
         st = sl_zmq_fail("sl_transport_new: zmq_ctx_new");
         goto fail;
     }
+    if (zmq_ctx_set(z->ctx, ZMQ_IO_THREADS, (int)o->io_threads) != 0) {
+        st = sl_zmq_fail("sl_transport_new: %u ZeroMQ I/O threads", o->io_threads);
+        goto fail;
+    }
+    affinity_masks(o->io_threads, &recv_mask, &z->send_mask);
     z->router = zmq_socket(z->ctx, ZMQ_ROUTER);
     if (!z->router) {
         st = sl_zmq_fail("sl_transport_new: zmq_socket");
         goto fail;
     }
     SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
+    SL_TRY_GOTO(set_u64(z->router, ZMQ_AFFINITY, recv_mask, "ZMQ_AFFINITY"), st, fail);
     if (o->frame_mac) {
         SL_TRY_GOTO(sl_frame_mac_new(&z->mac, o->rank, o->size), st, fail);
     } else if (o->secret) {
@@ -175,6 +200,8 @@ zmq_close_link(void **ctx)
 
     if (!z)
         return;
+    if (z->have_first)
+        zmq_msg_close(&z->first);
     if (z->router)
         zmq_close(z->router);
     for (uint32_t p = 0; z->peers && p < z->o->size; p++)
@@ -191,8 +218,7 @@ zmq_close_link(void **ctx)
         free(z->endpoints[p]);
     free(z->endpoints);
     free(z->peers);
-    pthread_cond_destroy(&z->cond);
-    pthread_mutex_destroy(&z->lock);
+    sl_lent_fini(&z->lent);
     free(z);
     *ctx = NULL;
 }
@@ -293,6 +319,7 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         goto fail;
     }
     SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
+    SL_TRY_GOTO(set_u64(s, ZMQ_AFFINITY, z->send_mask, "ZMQ_AFFINITY"), st, fail);
     if (z->curve)
         SL_TRY_GOTO(sl_curve_client(z->curve, s, peer), st, fail);
     if (hb > 0) {
@@ -326,6 +353,19 @@ wait_ready(void *s, short events, int timeout_ms, const char *what)
     return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
 }
 
+/* Waits up to wait_ms for room to send on s, asking the socket first (ZMQ_EVENTS makes
+ * no system call, where a zmq_poll makes two). */
+static sl_status_t
+room_to_send(void *s, int wait_ms)
+{
+    int events = 0;
+    size_t len = sizeof events;
+
+    if (zmq_getsockopt(s, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLOUT))
+        return SL_OK;
+    return wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
+}
+
 /* Queues the frame (h, payload) on the DEALER to h->receiver, lending the payload
  * (SL_SEND_LEND) or copying it. */
 static sl_status_t
@@ -355,9 +395,7 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     if (!lend && payload_bytes)
         memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
     if (lend) {
-        pthread_mutex_lock(&z->lock);
-        z->lent++;
-        pthread_mutex_unlock(&z->lock);
+        sl_lent_take(&z->lent);
         /* ZeroMQ only reads it; the cast drops const for its signature */
         if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, z) !=
             0) {
@@ -367,7 +405,7 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
         }
         body_live = 1;
     }
-    st = wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
+    st = room_to_send(s, wait_ms);
     if (st == SL_OK && z->mac) /* a sequence number is used only by a frame that leaves */
         sl_frame_mac_seal(z->mac, peer, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes, trailer);
     if (st == SL_OK &&
@@ -452,7 +490,11 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     *out = NULL;
     *got = 0;
     zmq_msg_init(&id);
-    if (zmq_msg_recv(&id, z->router, ZMQ_DONTWAIT) < 0) {
+    if (z->have_first) {
+        zmq_msg_move(&id, &z->first);
+        zmq_msg_close(&z->first);
+        z->have_first = 0;
+    } else if (zmq_msg_recv(&id, z->router, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&id);
         return zmq_errno() == EAGAIN ? SL_OK
                                      : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)o->rank);
@@ -536,35 +578,35 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     return SL_OK;
 }
 
+/* Blocks in a receive rather than a zmq_poll (one system call to sleep, not three),
+ * keeping the first part of what came for zmq_recv_frame. */
 static sl_status_t
 zmq_wait(void *ctx, int timeout_ms)
 {
     zlink_t *z = ctx;
-    sl_status_t st = wait_ready(z->router, ZMQ_POLLIN, timeout_ms, "sl_transport_recv: polling");
 
-    return st == SL_ERR_TIMEOUT ? SL_OK : st;
+    if (z->have_first)
+        return SL_OK;
+    if (timeout_ms != z->rcvtimeo_ms) {
+        SL_TRY(set_int(z->router, ZMQ_RCVTIMEO, timeout_ms, "ZMQ_RCVTIMEO"));
+        z->rcvtimeo_ms = timeout_ms;
+    }
+    zmq_msg_init(&z->first);
+    if (zmq_msg_recv(&z->first, z->router, 0) >= 0) {
+        z->have_first = 1;
+        return SL_OK;
+    }
+    zmq_msg_close(&z->first);
+    return zmq_errno() == EAGAIN ? SL_OK
+                                 : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)z->o->rank);
 }
 
 static sl_status_t
 zmq_wait_sent(void *ctx, int timeout_ms)
 {
     zlink_t *z = ctx;
-    struct timespec until;
-    uint64_t left;
-    int rc = 0;
+    uint64_t left = sl_lent_wait(&z->lent, timeout_ms);
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&z->lock);
-    while (z->lent > 0 && rc != ETIMEDOUT)
-        rc = pthread_cond_timedwait(&z->cond, &z->lock, &until);
-    left = z->lent;
-    pthread_mutex_unlock(&z->lock);
     if (left)
         return sl_err_set(SL_ERR_TIMEOUT,
                           "sl_transport_wait_sent: rank %u: %" PRIu64

@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
@@ -90,6 +91,12 @@ sl_transport_opts_default(sl_transport_opts_t *o)
     o->shm_slot_bytes = ((uint64_t)64 << 20) + SL_WIRE_HEADER_BYTES;
 }
 
+unsigned
+sl_transport_io_threads_auto(long cores)
+{
+    return cores >= SL_TRANSPORT_IO_THREAD_CORES ? 2u : 1u;
+}
+
 /* Mailbox release callback for frames it holds, and for frames handed out. */
 static void
 release_frame(void *owner)
@@ -149,6 +156,11 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                           "mailbox caps > 0, shared-memory slots and sizes in range",
                           (unsigned)o->rank, (unsigned)o->size, o->timeout_ms, o->heartbeat_ms,
                           o->linger_ms);
+    if (o->io_threads > SL_TRANSPORT_MAX_IO_THREADS)
+        return sl_err_set(SL_ERR_INVALID,
+                          "sl_transport_new: %u ZeroMQ I/O threads: need 0 (from the cores) "
+                          "to %u",
+                          o->io_threads, SL_TRANSPORT_MAX_IO_THREADS);
     if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 &&
           o->emulate_jitter_ms >= 0 && isfinite(o->emulate_bits_per_s) &&
           isfinite(o->emulate_latency_ms) && isfinite(o->emulate_jitter_ms)))
@@ -165,6 +177,8 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     snprintf(t->bind, sizeof t->bind, "%s",
              o->bind_endpoint ? o->bind_endpoint : "tcp://127.0.0.1:*");
     t->o.bind_endpoint = t->bind;
+    if (t->o.io_threads == 0)
+        t->o.io_threads = sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
     if (o->emulate_bits_per_s > 0 || o->emulate_latency_ms > 0 || o->emulate_jitter_ms > 0)
         t->o.shm = 0; /* an emulated link stands for a network: no lanes either way */
     t->route = calloc(o->size, sizeof *t->route);
@@ -262,6 +276,12 @@ int
 sl_transport_timeout_ms(const sl_transport_t *t)
 {
     return t->o.timeout_ms;
+}
+
+unsigned
+sl_transport_io_threads(const sl_transport_t *t)
+{
+    return t->o.io_threads;
 }
 
 sl_status_t

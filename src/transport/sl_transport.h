@@ -55,6 +55,12 @@
 /* The most frames one sl_transport_poll reads. */
 #define SL_TRANSPORT_POLL_FRAMES 65536u
 
+/* The most ZeroMQ I/O threads a node may ask for (sl_transport_opts_t.io_threads). */
+#define SL_TRANSPORT_MAX_IO_THREADS 64u
+/* Online CPUs from which a node takes two ZeroMQ I/O threads by default, one for
+ * sending and one for receiving (sl_transport_io_threads_auto). */
+#define SL_TRANSPORT_IO_THREAD_CORES 8
+
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
     SL_DROP_FRAMING = SL_WIRE_NREASONS, /* not 1 or 2 parts after the routing id (and a
@@ -83,6 +89,12 @@ typedef struct {
     int timeout_ms;            /* default wait of sends and collectives; > 0 */
     int heartbeat_ms;          /* ZMTP heartbeats on DEALERs (dead after 3 missed); 0 off */
     int linger_ms;             /* how long destroy lets queued frames leave; >= 0 */
+    /* ZeroMQ I/O threads (cluster.io_threads), 1..SL_TRANSPORT_MAX_IO_THREADS; 0: from
+     * the machine's cores (sl_transport_io_threads_auto). With two or more, the
+     * connections that receive and those that send are served by different threads
+     * (receiving on the first half, rounded up, sending on the rest), so that a node
+     * reads from its left and writes to its right neighbour at once. */
+    unsigned io_threads;
     size_t mailbox_frames;     /* caps on frames held for later */
     uint64_t mailbox_bytes;
     int shm;                   /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);
@@ -112,8 +124,14 @@ typedef struct {
  * bind tcp://127.0.0.1:*, shared memory on with 16 slots of 64 MiB + a header (address
  * space; only the slots in use take memory, as far as their frames reach: a gossip
  * snapshot of a component up to 64 MiB fits, an LSTMP 2048/512 layer's 34 MB
- * included); no link emulation; run_id, rank and size 0 (set them). */
+ * included); I/O threads from the cores; no link emulation; run_id, rank and size 0
+ * (set them). */
 void sl_transport_opts_default(sl_transport_opts_t *o);
+
+/* The I/O threads that io_threads 0 stands for on a machine with cores online CPUs:
+ * 2 from SL_TRANSPORT_IO_THREAD_CORES on, else 1 (where the node's own thread and its
+ * peers' already share few cores, a second I/O thread only adds switches). */
+unsigned sl_transport_io_threads_auto(long cores);
 
 typedef struct sl_transport sl_transport_t;
 
@@ -149,6 +167,8 @@ const char *sl_transport_endpoint(const sl_transport_t *t);
 uint32_t sl_transport_rank(const sl_transport_t *t);
 uint32_t sl_transport_size(const sl_transport_t *t);
 int sl_transport_timeout_ms(const sl_transport_t *t);
+/* The ZeroMQ I/O threads the transport runs (io_threads resolved). */
+unsigned sl_transport_io_threads(const sl_transport_t *t);
 
 /* Learns every node's endpoint (size entries, by rank; the own entry and the entries of
  * nodes never sent to may be NULL). Copied. Sockets are connected on the first send to

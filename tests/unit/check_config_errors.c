@@ -394,6 +394,16 @@ START_TEST(test_number_limits)
     ck_assert_str_eq(sl_err_msg(), "--set train.batch:1:13: 'train.batch' must be an integer, "
                                    "got '0x10'");
     ck_assert_int_eq(c.train.batch, 12);
+    /* ZeroMQ I/O threads: 0 (from the cores) to 64 */
+    test_config_set_ok(&c, "cluster.io_threads=64");
+    ck_assert_int_eq(c.cluster.io_threads, 64);
+    ck_assert_int_eq(sl_config_set(&c, "cluster.io_threads=65"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.io_threads:1:20: 'cluster.io_threads' must be "
+                                   "at most 64, got 65");
+    ck_assert_int_eq(sl_config_set(&c, "cluster.io_threads=-1"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.io_threads:1:20: 'cluster.io_threads' must be "
+                                   "at least 0, got -1");
+    ck_assert_int_eq(c.cluster.io_threads, 64);
     sl_config_fini(&c);
 }
 END_TEST

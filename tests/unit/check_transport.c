@@ -25,6 +25,9 @@
 
 /* ---------------------------------------------------------------- two in one process */
 
+/* ZeroMQ I/O threads of the transports node_new makes (0: from the cores). */
+static unsigned io_threads;
+
 /* Rank `rank` of 2 (bind NULL: the default), with CURVE under secret (NULL: none) or
  * frame MACs. */
 static sl_transport_t *
@@ -43,6 +46,7 @@ node_new(uint32_t rank, const char *bind, const sl_secret_t *secret, int frame_m
         o.bind_endpoint = bind;
     o.timeout_ms = TEST_WAIT_MS;
     o.linger_ms = 0;
+    o.io_threads = io_threads;
     ck_assert_msg(sl_transport_new(&t, &o) == SL_OK, "%s", sl_err_msg());
     return t;
 }
@@ -295,6 +299,72 @@ START_TEST(test_pair_mac)
 }
 END_TEST
 
+/* With three I/O threads (two receiving, one sending) under each security mode, a
+ * pair moves lent and copied frames both ways at once, each whole and in its place,
+ * whatever order they are asked for in. */
+START_TEST(test_pair_io_threads)
+{
+    enum { BIG = 70001, FRAMES = 12 };
+    float *big = malloc(2 * FRAMES * (size_t)BIG * sizeof *big), *back = malloc(BIG * sizeof *back);
+    sl_secret_t secret;
+
+    ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
+    io_threads = 3;
+    for (int mode = 0; mode < 3; mode++) { /* none, curve, mac */
+        sl_transport_t *t[2];
+        unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
+        const char *eps[2];
+        size_t got;
+
+        for (uint32_t r = 0; r < 2; r++) {
+            t[r] = node_new(r, NULL, mode == 1 ? &secret : NULL, mode == 2);
+            ck_assert_uint_eq(sl_transport_io_threads(t[r]), 3);
+            if (mode == 2)
+                memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
+                       SL_MAC_SESSION_BYTES);
+        }
+        eps[0] = sl_transport_endpoint(t[0]);
+        eps[1] = sl_transport_endpoint(t[1]);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
+            if (mode == 2)
+                sl_transport_learn_sessions(t[r], sessions);
+        }
+        /* every frame in flight both ways before any is received: odd seqs lent */
+        for (uint32_t r = 0; r < 2; r++)
+            for (uint32_t j = 0; j < FRAMES; j++) {
+                float *p = big + ((size_t)r * FRAMES + j) * BIG;
+                sl_wire_key_t k = {1, 4, j, 1 - r, SL_WIRE_DATA};
+                for (size_t i = 0; i < BIG; i++)
+                    p[i] = test_node_input(r * FRAMES + j, i);
+                ck_assert_msg(sl_transport_send(t[r], &k, p, BIG, SL_WIRE_FP32, 1.0f,
+                                                j % 2 ? SL_SEND_LEND : 0, -1) == SL_OK,
+                              "%s", sl_err_msg());
+            }
+        for (uint32_t r = 0; r < 2; r++)
+            for (uint32_t j = FRAMES; j-- > 0;) { /* last first */
+                sl_wire_key_t k = {1, 4, j, 1 - r, SL_WIRE_DATA};
+                ck_assert_msg(sl_transport_recv(t[r], &k, back, BIG * sizeof *back, &got,
+                                                TEST_WAIT_MS) == SL_OK,
+                              "mode %d: %s", mode, sl_err_msg());
+                ck_assert_uint_eq(got, BIG * sizeof *back);
+                ck_assert_msg(memcmp(back, big + ((size_t)(1 - r) * FRAMES + j) * BIG, got) == 0,
+                              "mode %d: frame %u to rank %u differs", mode, (unsigned)j,
+                              (unsigned)r);
+            }
+        for (uint32_t r = 0; r < 2; r++) {
+            ck_assert_int_eq(sl_transport_wait_sent(t[r], TEST_WAIT_MS), SL_OK);
+            for (unsigned d = 1; d < SL_DROP_NREASONS; d++)
+                ck_assert_uint_eq(sl_transport_dropped(t[r], d), 0);
+        }
+        sl_transport_destroy(&t[0]);
+        sl_transport_destroy(&t[1]);
+    }
+    free(big);
+    free(back);
+}
+END_TEST
+
 /* A frame for an old round is dropped even when it arrives after the round moved on,
  * and a late gossip snapshot does not leak into the next round. */
 START_TEST(test_pair_old_rounds)
@@ -494,7 +564,18 @@ START_TEST(test_bad_arguments)
     o.bind_endpoint = "bogus://x";
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_TRANSPORT);
     o.bind_endpoint = NULL;
+    o.io_threads = SL_TRANSPORT_MAX_IO_THREADS + 1;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "65 ZeroMQ I/O threads"));
+    /* 0: from the cores, one I/O thread below SL_TRANSPORT_IO_THREAD_CORES, two from it on */
+    ck_assert_uint_eq(sl_transport_io_threads_auto(1), 1);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES - 1), 1);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES), 2);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(256), 2);
+    o.io_threads = 0;
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    ck_assert_uint_eq(sl_transport_io_threads(t),
+                      sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN)));
 
     sl_wire_key_t k = {0, 0, 0, 0, SL_WIRE_DATA};
     ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 1.0f, 0, -1), SL_ERR_INVALID);
@@ -638,6 +719,7 @@ transport_suite(void)
     tcase_add_test(core, test_frame_mac);
     tcase_add_test(core, test_pair_mac);
     tcase_add_test(core, test_pair_heard_and_refused);
+    tcase_add_test(core, test_pair_io_threads);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);
