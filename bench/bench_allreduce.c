@@ -4,6 +4,7 @@
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
  *                   [--sizes "256K 1M ..."] [--emulate RATE,LATENCY_MS[,JITTER_MS]]
+ *                   [--io-threads N]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
  * 1000) after one warm-up. Columns:
@@ -20,7 +21,11 @@
  * frame over ZeroMQ carries a MAC instead (cluster.security: mac, sl_frame_mac.h).
  * --emulate 1gbit,10: shoal's links are emulated (cluster.emulate, sl_link_emu.h: RATE
  * as cluster.emulate.bandwidth, 0 = no limit), without shared memory; the raw ZeroMQ
- * column is not. Figures of the emulation, not of a network.
+ * column is not. Figures of the emulation, not of a network. --io-threads N: shoal's
+ * ZeroMQ I/O threads per node (cluster.io_threads; default 0, from the machine's cores);
+ * the first line says how many ran (the raw ZeroMQ column keeps ZeroMQ's one). Like
+ * shoal itself, it asks the C library to keep freed large blocks
+ * (sl_alloc_keep_large_blocks), for all columns alike; the first line says whether it did.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
  * fails or the run exceeds 15 minutes. */
 #include <errno.h>
@@ -33,6 +38,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/sl_alloc.h"
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "config/sl_config.h"
@@ -45,6 +51,7 @@
 
 typedef struct {
     int n, ipc, no_shm, curve, mac;
+    unsigned io_threads; /* --io-threads; 0: from the cores */
     double emu_bits_per_s, emu_latency_ms, emu_jitter_ms; /* --emulate; 0: off */
     const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
@@ -117,6 +124,7 @@ node(const bench_t *b, int rank, int up, int down)
     o.shm = !b->no_shm;
     o.secret = b->curve ? &b->secret : NULL;
     o.frame_mac = b->mac;
+    o.io_threads = b->io_threads;
     o.emulate_bits_per_s = b->emu_bits_per_s;
     o.emulate_latency_ms = b->emu_latency_ms;
     o.emulate_jitter_ms = b->emu_jitter_ms;
@@ -279,6 +287,7 @@ main(int argc, char **argv)
     int up[MAXN][2], down[MAXN][2], failed = 0;
     char eps[2 * MAXN][EP];
     double loads[3] = {0};
+    int kept = sl_alloc_keep_large_blocks(); /* as shoal does; the nodes inherit it */
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-n") && i + 1 < argc)
@@ -295,7 +304,16 @@ main(int argc, char **argv)
             b.chunk = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
-        else if (!strcmp(argv[i], "--emulate") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--io-threads") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || v < 0 || v > (long)SL_TRANSPORT_MAX_IO_THREADS) {
+                fprintf(stderr, "bench_allreduce: --io-threads %s: need 0 (from the cores) to %u\n",
+                        argv[i], SL_TRANSPORT_MAX_IO_THREADS);
+                return 2;
+            }
+            b.io_threads = (unsigned)v;
+        } else if (!strcmp(argv[i], "--emulate") && i + 1 < argc) {
             b.emulate = argv[++i];
             if (parse_emulate(b.emulate, &b) != 0) {
                 fprintf(stderr,
@@ -308,7 +326,7 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
                             "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"] "
-                            "[--emulate RATE,LATENCY_MS[,JITTER_MS]]\n");
+                            "[--emulate RATE,LATENCY_MS[,JITTER_MS]] [--io-threads N]\n");
             return 2;
         }
     }
@@ -333,13 +351,17 @@ main(int argc, char **argv)
     }
     getloadavg(loads, 3);
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %zu "
-           "floats, load before %.2f on %ld cpus\n",
+           "floats, %u ZeroMQ I/O threads a node%s, freed large blocks %s, load before %.2f on %ld "
+           "cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm || b.emulate ? "" : " + shared memory",
            b.emulate ? ", emulated links " : "", b.emulate ? b.emulate : "",
            b.curve ? ", CURVE"
            : b.mac ? ", frame MACs"
                    : "",
-           b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS, loads[0],
+           b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS,
+           b.io_threads ? b.io_threads
+                        : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN)),
+           b.io_threads ? "" : " (from the cores)", kept ? "kept" : "given back", loads[0],
            sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
            "rawzmq_GBps");

@@ -4,6 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 sl_status_t
 sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
@@ -30,4 +33,16 @@ void
 sl_free(void *p)
 {
     free(p);
+}
+
+int
+sl_alloc_keep_large_blocks(void)
+{
+#ifdef __GLIBC__
+    /* the mmap threshold first: setting either one ends glibc's own adjustments */
+    return mallopt(M_MMAP_THRESHOLD, (int)SL_ALLOC_HEAP_BLOCK_BYTES) == 1 &&
+           mallopt(M_TRIM_THRESHOLD, (int)SL_ALLOC_KEEP_BYTES) == 1;
+#else
+    return 0;
+#endif
 }

@@ -13,6 +13,20 @@
 sl_status_t sl_alloc(void **out, size_t count, size_t size, int zero, const char *what);
 void sl_free(void *p);
 
+/* Blocks up to this size come from the heap, and the heap keeps up to
+ * SL_ALLOC_KEEP_BYTES freed at its top (sl_alloc_keep_large_blocks). */
+#define SL_ALLOC_HEAP_BLOCK_BYTES ((size_t)32 << 20)
+#define SL_ALLOC_KEEP_BYTES ((size_t)256 << 20)
+
+/* For a process that moves large frames (a node, a benchmark): asks the C library
+ * (glibc's mallopt; elsewhere nothing) to serve blocks up to SL_ALLOC_HEAP_BLOCK_BYTES
+ * from its heaps and to keep what is freed. A transport allocates and frees a frame's
+ * bytes at every message, in ZeroMQ's threads too; by default glibc gives blocks of
+ * that kind back to the kernel and faults their pages in afresh next time (a ZeroMQ
+ * exchange of 4 MiB then runs at about 60% of the speed: bench/README.md). Process-wide: only programs call
+ * it, at start, never the library. Returns 1 when the settings were taken. */
+int sl_alloc_keep_large_blocks(void);
+
 #define SL_ALLOC(pp, count, what) sl_alloc((void **)(pp), (count), sizeof **(pp), 0, (what))
 #define SL_CALLOC(pp, count, what) sl_alloc((void **)(pp), (count), sizeof **(pp), 1, (what))
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sl_alloc.h"
 #include "common/sl_cli.h"
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
@@ -659,6 +660,7 @@ main(int argc, char **argv)
     const char *cmd = argc > 1 ? argv[1] : NULL;
 
     sl_log_init();
+    sl_alloc_keep_large_blocks(); /* inherited by the nodes shoal run forks */
     if (!cmd) {
         fprintf(stderr, "shoal: missing command (see shoal --help)\n");
         return EXIT_USAGE;

@@ -4,6 +4,9 @@
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -306,6 +309,34 @@ START_TEST(test_alloc_overflow)
 END_TEST
 
 /* Ascending order, extremes included (x - y would overflow there). */
+/* With glibc, after sl_alloc_keep_large_blocks three blocks of 30 MiB come from the
+ * heap, and the 90 MiB stay there once freed (glibc's own thresholds, at most 32 and
+ * 64 MiB, would map each block or give most of them back). */
+START_TEST(test_alloc_keep_large_blocks)
+{
+#ifdef __GLIBC__
+    size_t bytes = (size_t)30 << 20;
+    struct mallinfo2 mi;
+    void *p[3];
+
+    ck_assert_int_eq(sl_alloc_keep_large_blocks(), 1);
+    for (int i = 0; i < 3; i++) {
+        p[i] = malloc(bytes);
+        ck_assert_ptr_nonnull(p[i]);
+        memset(p[i], i + 1, bytes);
+    }
+    mi = mallinfo2();
+    ck_assert_msg(mi.hblkhd < bytes, "%zu bytes mapped on their own", mi.hblkhd);
+    for (int i = 3; i-- > 0;)
+        free(p[i]);
+    mi = mallinfo2();
+    ck_assert_msg(mi.fordblks >= 3 * bytes, "only %zu free bytes kept", mi.fordblks);
+#else
+    ck_assert_int_eq(sl_alloc_keep_large_blocks(), 0);
+#endif
+}
+END_TEST
+
 START_TEST(test_sort_compare)
 {
     int ints[] = {3, INT_MIN, 0, INT_MAX, -1, 3, INT_MIN + 1};
@@ -339,6 +370,7 @@ common_suite(void)
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
+    tcase_add_test(limits, test_alloc_keep_large_blocks);
     tcase_add_test(limits, test_sort_compare);
     tcase_add_test(limits, test_remove_stale_temps);
     suite_add_tcase(s, limits);
