@@ -23,8 +23,9 @@ void sl_free(void *p);
  * from its heaps and to keep what is freed. A transport allocates and frees a frame's
  * bytes at every message, in ZeroMQ's threads too; by default glibc gives blocks of
  * that kind back to the kernel and faults their pages in afresh next time (a ZeroMQ
- * exchange of 4 MiB then runs at about 60% of the speed: bench/README.md). Process-wide: only programs call
- * it, at start, never the library. Returns 1 when the settings were taken. */
+ * exchange of 4 MiB then runs at about 60% of the speed: bench/README.md).
+ * Process-wide: only programs call it, at start, never the library. Returns 1 when the
+ * settings were taken. */
 int sl_alloc_keep_large_blocks(void);
 
 #define SL_ALLOC(pp, count, what) sl_alloc((void **)(pp), (count), sizeof **(pp), 0, (what))
