@@ -5,12 +5,15 @@
 # exists (Debian's OpenMPI: apt-get install openmpi-bin libopenmpi-dev).
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
-#                            [--chunk FLOATS] [--trials T] [--builddir DIR]
+#                            [--chunk FLOATS] [--io-threads N] [--trials T]
+#                            [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
 #   --ipc           shoal over ipc:// instead of tcp://127.0.0.1
 #   --chunk FLOATS  allreduce chunk (default the library's, 262144 floats = 1 MiB)
+#   --io-threads N  shoal's ZeroMQ I/O threads per node (cluster.io_threads; default 0:
+#                   from the machine's cores); each table's first line says how many ran
 #   --trials T      run every program T times, in turn, and print each figure's median
 #                   (default 3): a shared machine's noise falls on all columns alike
 #   --builddir DIR  a configured, built tree: its libshoal.a is linked
@@ -36,6 +39,7 @@ nodes="2 4"
 sizes="256K 1M 4M 16M 64M"
 ipc=""
 chunk=""
+io=""
 trials=3
 
 usage() {
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
         --sizes) [ $# -ge 2 ] || die "--sizes needs a value"; sizes=$2; shift 2 ;;
         --ipc) ipc=--ipc; shift ;;
         --chunk) [ $# -ge 2 ] || die "--chunk needs a value"; chunk="--chunk $2"; shift 2 ;;
+        --io-threads) [ $# -ge 2 ] || die "--io-threads needs a value"; io="--io-threads $2"; shift 2 ;;
         --trials) [ $# -ge 2 ] || die "--trials needs a value"; trials=$2; shift 2 ;;
         --builddir) [ $# -ge 2 ] || die "--builddir needs a value"; builddir=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -113,10 +118,10 @@ echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ */
 for n in $nodes; do
     for k in $(seq "$trials"); do
         # shellcheck disable=SC2086
-        "$tmp/bench_allreduce" -n "$n" $ipc $chunk --sizes "$sizes" >"$tmp/shoal.$k" \
+        "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --sizes "$sizes" >"$tmp/shoal.$k" \
             || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
         # shellcheck disable=SC2086
-        "$tmp/bench_allreduce" -n "$n" $ipc $chunk --no-shm --sizes "$sizes" >"$tmp/zmq.$k" \
+        "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --no-shm --sizes "$sizes" >"$tmp/zmq.$k" \
             || { cat "$tmp/zmq.$k"; die "bench_allreduce -n $n --no-shm failed"; }
         : >"$tmp/mpi.$k"
         : >"$tmp/mpitcp.$k"
