@@ -51,7 +51,7 @@
 
 typedef struct {
     int n, ipc, no_shm, curve, mac;
-    unsigned io_threads; /* --io-threads; 0: from the cores */
+    unsigned io_threads;                                  /* --io-threads; 0: from the cores */
     double emu_bits_per_s, emu_latency_ms, emu_jitter_ms; /* --emulate; 0: off */
     const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
@@ -287,6 +287,7 @@ main(int argc, char **argv)
     int up[MAXN][2], down[MAXN][2], failed = 0;
     char eps[2 * MAXN][EP];
     double loads[3] = {0};
+    char chunk_text[64];
     int kept = sl_alloc_keep_large_blocks(); /* as shoal does; the nodes inherit it */
 
     for (int i = 1; i < argc; i++) {
@@ -350,7 +351,12 @@ main(int argc, char **argv)
         return 1;
     }
     getloadavg(loads, 3);
-    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %zu "
+    if (b.chunk)
+        snprintf(chunk_text, sizeof chunk_text, "%zu", b.chunk);
+    else
+        snprintf(chunk_text, sizeof chunk_text, "from the size (default, 65536 to %u)",
+                 SL_COLLECTIVE_CHUNK_ELEMS);
+    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
            "floats, %u ZeroMQ I/O threads a node%s, freed large blocks %s, load before %.2f on %ld "
            "cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm || b.emulate ? "" : " + shared memory",
@@ -358,7 +364,7 @@ main(int argc, char **argv)
            b.curve ? ", CURVE"
            : b.mac ? ", frame MACs"
                    : "",
-           b.chunk ? b.chunk : (size_t)SL_COLLECTIVE_CHUNK_ELEMS,
+           chunk_text,
            b.io_threads ? b.io_threads
                         : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN)),
            b.io_threads ? "" : " (from the cores)", kept ? "kept" : "given back", loads[0],

@@ -11,7 +11,8 @@
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
 #   --ipc           shoal over ipc:// instead of tcp://127.0.0.1
-#   --chunk FLOATS  allreduce chunk (default the library's, 262144 floats = 1 MiB)
+#   --chunk FLOATS  allreduce chunk (default the library's: about 8 frames a ring step,
+#                   65536 to 262144 floats)
 #   --io-threads N  shoal's ZeroMQ I/O threads per node (cluster.io_threads; default 0:
 #                   from the machine's cores); each table's first line says how many ran
 #   --trials T      run every program T times, in turn, and print each figure's median

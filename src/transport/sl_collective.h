@@ -36,13 +36,14 @@ typedef struct {
     const void *ctx;
 } sl_codec_t;
 
-/* Floats per frame of the ring collectives by default: 1 MiB, so that a local exchange
- * through shared memory (sl_transport_opts_t) needs few frames and wake-ups; large
- * buffers still stream in several chunks per ring step. */
+/* Floats per frame of the ring collectives by default, at most: 1 MiB, so that a local
+ * exchange through shared memory (sl_transport_opts_t) needs few frames and wake-ups;
+ * large buffers still stream in several chunks per ring step. The allreduce splits
+ * segments of 1 MiB and more into about 8 frames of at least 256 KiB. */
 #define SL_COLLECTIVE_CHUNK_ELEMS 262144u
 
 typedef struct {
-    size_t chunk_elems;      /* floats per frame (0: SL_COLLECTIVE_CHUNK_ELEMS) */
+    size_t chunk_elems;      /* floats per frame (0: the default, see above) */
     unsigned window;         /* frames a node sends ahead of what it receives (0: 8) */
     int timeout_ms;          /* a receive that waits longer fails (0: the transport's) */
     const sl_codec_t *codec; /* borrowed; NULL: fp32 frames, lent without a copy. With a

@@ -7,6 +7,7 @@
  * timeout is the behaviour under test, and then only their lower bound is checked
  * exactly. Two transports in one process are in check_transport.c. */
 #include <check.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,39 @@ typedef struct {
 static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000, 7, 1},
                                     {1000, 1000, 3}, {1000003, 65537, 0}, {1000003, 65537, 0},
                                     {0, 0, 0}};
+
+/* 2,000,000 floats with the default chunk, on component 4: segments of 1 MiB and more
+ * go in about 8 frames of at least 65,536 floats (n = 2: 1,000,000-float segments in 8
+ * of 125,000; n = 5: 400,000 in 7 of 65,536; n = 7: 285,715 in 5), smaller ones in
+ * one. Returns 0 when the sums and the frame count are right. */
+static int
+node_allreduce_default_chunk(sl_transport_t *t)
+{
+    static const unsigned frames_per_segment[8] = {0, 0, 8, 8, 8, 7, 6, 5};
+    enum { COUNT = 2000000 };
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    float *buf = malloc(COUNT * sizeof *buf);
+    sl_transport_stat_t st;
+    int bad = 0;
+
+    if (!buf || n >= 8)
+        return 1;
+    for (size_t i = 0; i < COUNT; i++)
+        buf[i] = (float)(me + i % 3);
+    if (sl_allreduce_sum(t, 4, 0, buf, COUNT, NULL) != SL_OK)
+        bad = 2;
+    for (size_t i = 0; !bad && i < COUNT; i++)
+        if (buf[i] != (float)(n * (n - 1) / 2 + n * (i % 3)))
+            bad = 3;
+    free(buf);
+    sl_transport_stat(t, SL_WIRE_ALLREDUCE, 4, &st);
+    if (!bad && st.sent_msgs != 2u * (n - 1) * frames_per_segment[n])
+        bad = 4;
+    if (bad)
+        fprintf(stderr, "rank %u of %u: default chunk check %d (%" PRIu64 " frames sent)\n", me, n,
+                bad, st.sent_msgs);
+    return bad;
+}
 
 static int
 node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
@@ -95,6 +129,8 @@ node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     sl_transport_shm_frames(t, &shm_sent, &shm_recv);
     if (n > 1 && (!c->shm ? shm_sent + shm_recv != 0 : shm_sent == 0 || shm_recv == 0))
         return 31;
+    if (c->shm && node_allreduce_default_chunk(t) != 0)
+        return 32;
     *result = sl_hash_final(&h);
     return 0;
 }
