@@ -178,7 +178,7 @@ algo_args() {
     gossip-bmuf*)
         conf=$top/conf/brown-4nodes-gossip-bmuf.yaml
         args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique
-            --set topology.degree=$q --set sync.neighbours=$q)
+            --set topology.degree="$q" --set sync.neighbours="$q")
         [ "$1" = gossip-bmuf ] || args+=(--set sync.overlap_steps="$tau")
         ;;
     esac
@@ -282,7 +282,7 @@ echo
 echo "| n | link | algorithm | seed | step ms | measured tokens/s | predicted tokens/s | model off by |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 : >"$out/model"
-while read -r n algo seed link wall tok bytes wait ppl rows; do
+while read -r n algo seed link _ tok _ _ _ rows; do
     base=$(awk -v n="$n" -v a="$algo" -v s="$seed" '$1 == n && $2 == a && $3 == s && $4 == "none" { print $5 }' "$out/table")
     step_ms=$(awk -v w="$base" -v s="$steps" 'BEGIN { printf "%.6f", 1000 * w / s }')
     rate=0 lat=0
