@@ -74,6 +74,11 @@ check "host 1's address" test "$("$netlab" exec "$prefix" 1 ip -4 -o addr show d
     awk '{print $4}')" = "$("$netlab" addr 1)/15"
 check "host 1's link is rate limited" \
     grep -q "tbf .* rate 200Mbit" <<<"$("$netlab" exec "$prefix" 1 tc qdisc show dev eth0)"
+# a bucket of a few frames held fast links far below their rate: 1 ms of it, both ends
+check "host 1's bucket is 1 ms of the rate" \
+    grep -q "rate 200Mbit burst 25000b" <<<"$("$netlab" exec "$prefix" 1 tc qdisc show dev eth0)"
+check "host 1's bridge port has that bucket too" \
+    grep -q "rate 200Mbit burst 25000b" <<<"$(ip netns exec "$prefix-br" tc qdisc show dev h1)"
 # host 0 reaches host 1 through the bridge: refused (nothing listens), not unreachable
 check "host 0 reaches host 1" grep -q "Connection refused" <<<"$("$netlab" exec "$prefix" 0 \
     bash -c "exec 3<>/dev/tcp/$("$netlab" addr 1)/9" 2>&1)"
