@@ -315,6 +315,7 @@ replay(const args_t *a, scale_t *s)
             .bits_per_s = s->bits_per_s,
             .latency_ms = s->latency_ms,
             .chunk_values = SL_COLLECTIVE_CHUNK_ELEMS,
+            .allreduce_chunk_auto = 1,
             .header_bytes = SL_WIRE_HEADER_BYTES,
             .shared_uplink = a->shared_uplink,
             .overlap = s->overlap,

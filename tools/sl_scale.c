@@ -14,6 +14,7 @@
 #include "model/sl_model.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
+#include "transport/sl_collective.h"
 
 #define MAX_NODES 4096    /* a ring allreduce replays 2(n-1) x n frames */
 #define MAX_OVERLAP 10000 /* the replay keeps TAU + 1 deadlines per node */
@@ -121,7 +122,14 @@ ring(sim_t *s, double step_bytes, int nsteps)
 static void
 ring_allreduce(sim_t *s, double bytes)
 {
+    double chunk = s->chunk_bytes;
+
+    if (s->p->allreduce_chunk_auto)
+        s->chunk_bytes =
+            (double)sl_allreduce_chunk((size_t)ceil(bytes / s->p->value_bytes), (uint32_t)s->n) *
+            s->p->value_bytes;
     ring(s, bytes / s->n, 2 * (s->n - 1));
+    s->chunk_bytes = chunk;
 }
 
 /* Two collectives in a row: the second starts where the first ended. */
@@ -318,7 +326,9 @@ max_frames(const sim_t *s)
         if (comp->sparse)
             most = max2(most, (double)comp->rows * (4.0 + comp->row_len * p->value_bytes));
     }
-    return frames_of(s, max2(most, fused / s->n));
+    /* sl_allreduce_chunk splits a segment in at most 8 frames, or in frames of
+     * SL_COLLECTIVE_CHUNK_ELEMS like a fixed chunk of that size */
+    return frames_of(s, max2(most, fused / s->n)) + (s->p->allreduce_chunk_auto ? (long)8 : 0);
 }
 
 static sl_status_t

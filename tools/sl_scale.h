@@ -9,7 +9,8 @@
  *                    buffer; with sync.exchange unique or allgather the row shards go
  *                    as below and every other component in its own ring allreduce)
  *   ma, bmuf         per due component a ring allreduce: 2(n-1) steps of S/n bytes, each
- *                    step in frames of chunk_values values (sl_collective.h); node i
+ *                    step in frames of chunk_values values (or as sl_allreduce_chunk
+ *                    frames them, allreduce_chunk_auto; sl_collective.h); node i
  *                    sends frame c of step j to i+1 once it holds frame c of step j-1
  *                    from i-1 (the window of frames sent ahead is not modelled)
  *   local-*, gossip-* each node pushes the component, one frame, to the nodes that pull
@@ -62,6 +63,9 @@ typedef struct {
     double latency_ms;             /* >= 0 */
     long chunk_values;             /* values per frame of a ring collective; 0 = a whole
                                       ring step in one frame */
+    int allreduce_chunk_auto;      /* 1: ring allreduces in frames of sl_allreduce_chunk
+                                      (transport/sl_collective.h), as shoal sends them;
+                                      chunk_values then frames the allgathers only */
     int header_bytes;              /* bytes every frame adds to its payload, >= 0 */
     int shared_uplink;             /* 1: all of a node's frames queue on one link of that
                                       rate (a NIC); 0: each directed link has it */

@@ -39,7 +39,7 @@ typedef struct {
     float *scales;           /* (2, chunks_max) scales received in the last two steps */
 } ring_t;
 
-/* The allreduce's default frame for segments of seg floats. A segment below
+/* The allreduce's default frame. A segment below
  * SL_COLLECTIVE_CHUNK_ELEMS goes as one frame; a larger one in about
  * FRAMES_PER_SEGMENT frames of at least MIN_CHUNK_ELEMS, so that within a ring step
  * the transfer, the add and the next send overlap: over ZeroMQ on 16 cores, 4 MiB on 4
@@ -49,9 +49,10 @@ typedef struct {
 #define FRAMES_PER_SEGMENT 8u
 #define MIN_CHUNK_ELEMS 65536u
 
-static size_t
-default_chunk(size_t seg)
+size_t
+sl_allreduce_chunk(size_t count, uint32_t n)
 {
+    size_t seg = n ? count / n + (count % n != 0) : count;
     size_t c = seg / FRAMES_PER_SEGMENT + (seg % FRAMES_PER_SEGMENT != 0);
 
     if (seg < SL_COLLECTIVE_CHUNK_ELEMS)
@@ -61,10 +62,10 @@ default_chunk(size_t seg)
                                            : c;
 }
 
-/* seg: the allreduce's largest segment, for its default chunk; 0: the fixed default. */
+/* count: the allreduce's, for its default chunk; 0: the fixed default. */
 static sl_status_t
 ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64_t round,
-          const sl_collective_opts_t *o, size_t seg)
+          const sl_collective_opts_t *o, size_t count)
 {
     r->t = t;
     r->kind = kind;
@@ -73,7 +74,7 @@ ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64
     r->rank = sl_transport_rank(t);
     r->n = sl_transport_size(t);
     r->chunk = o && o->chunk_elems ? o->chunk_elems
-               : seg               ? default_chunk(seg)
+               : count             ? sl_allreduce_chunk(count, r->n)
                                    : SL_COLLECTIVE_CHUNK_ELEMS;
     r->window = o && o->window ? o->window : DEFAULT_WINDOW;
     r->timeout_ms = o && o->timeout_ms > 0 ? o->timeout_ms : sl_transport_timeout_ms(t);
@@ -291,8 +292,7 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
     uint32_t chunks_max;
     sl_status_t st;
 
-    SL_TRY(ring_init(&r, t, SL_WIRE_ALLREDUCE, component, round, o,
-                     count / sl_transport_size(t) + (count % sl_transport_size(t) != 0)));
+    SL_TRY(ring_init(&r, t, SL_WIRE_ALLREDUCE, component, round, o, count));
     if (r.n == 1 || count == 0) {
         ring_fini(&r);
         return SL_OK;

@@ -52,6 +52,11 @@ typedef struct {
                                 identical on all nodes */
 } sl_collective_opts_t;
 
+/* The floats per frame of sl_allreduce_sum's default for count floats on n nodes:
+ * SL_COLLECTIVE_CHUNK_ELEMS while a ring step's segment is below it, else about an
+ * eighth of the segment, at least 65,536 (the model of tools/sl_scale.h uses it too). */
+size_t sl_allreduce_chunk(size_t count, uint32_t n);
+
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,
  * bit-identical on every node: reduce-scatter then allgather around the ring
  * rank -> rank+1, each of the n segments streamed in chunks. o may be NULL.

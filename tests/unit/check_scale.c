@@ -13,6 +13,7 @@
 #include "tests/unit/test_tool.h"
 #include "tools/sl_scale.h"
 #include "topology/sl_schedule.h"
+#include "transport/sl_collective.h"
 
 #define EPS 1e-9
 
@@ -105,6 +106,30 @@ START_TEST(test_ring_frames)
     r = run(&p);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6 + 4 * 1000, 1e-3);
     ck_assert_double_eq_tol(r.wall_ms, 100 + 44.024, 1e-9);
+}
+END_TEST
+
+/* The frames shoal's allreduce sends by default (sl_allreduce_chunk), in the model too:
+ * the same n = 2, S = 4e6 B, whose segments of 500,000 values go in frames of 65,536
+ * (62,500 is below the floor): seven of 262,144 B (2.097152 ms) and one of 164,992 B
+ * (1.319936 ms). Step 0 keeps the link busy from T to T+16; step 1's frames each come
+ * in before the link is free, so it sends from T+16 to T+32 back to back, the last
+ * arriving at T+42. */
+START_TEST(test_ring_frames_as_shoal)
+{
+    sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 2, 1000000, 1, 1);
+    sl_scale_result_t r;
+
+    ck_assert_uint_eq(sl_allreduce_chunk(1000000, 2), 65536);
+    ck_assert_uint_eq(sl_allreduce_chunk(2000000, 2), 125000);
+    ck_assert_uint_eq(sl_allreduce_chunk(1048576, 8), SL_COLLECTIVE_CHUNK_ELEMS);
+    ck_assert_uint_eq(sl_allreduce_chunk(1048576, 4), 65536);
+    ck_assert_uint_eq(sl_allreduce_chunk(64u << 20, 2), SL_COLLECTIVE_CHUNK_ELEMS);
+    p.chunk_values = 250000; /* the allgathers' only: none here */
+    p.allreduce_chunk_auto = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 42, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6, 1e-3);
 }
 END_TEST
 
@@ -437,6 +462,7 @@ scale_suite(void)
 
     tcase_add_test(core, test_allreduce_ring);
     tcase_add_test(core, test_ring_frames);
+    tcase_add_test(core, test_ring_frames_as_shoal);
     tcase_add_test(core, test_bmuf_period);
     tcase_add_test(core, test_gossip_latency_bound);
     tcase_add_test(core, test_gossip_follows_schedule);
