@@ -430,23 +430,10 @@ nonfinite_bit(uint32_t u)
 
 #define CHECK_BLOCK_FLOATS 1024u
 
-/* The OR of nonfinite_bit over the CHECK_BLOCK_FLOATS floats at x (any alignment). */
+/* The OR of nonfinite_bit over the n floats at x (any alignment); inlined with n =
+ * CHECK_BLOCK_FLOATS, a constant, for the blocks that gcc vectorises. */
 static inline uint32_t
-nonfinite_block(const float *x)
-{
-    uint32_t bad = 0;
-
-    for (size_t i = 0; i < CHECK_BLOCK_FLOATS; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u);
-        bad |= nonfinite_bit(u);
-    }
-    return bad;
-}
-
-/* The same over n floats, n < CHECK_BLOCK_FLOATS. */
-static uint32_t
-nonfinite_tail(const float *x, size_t n)
+nonfinite_run(const float *x, size_t n)
 {
     uint32_t bad = 0;
 
@@ -465,8 +452,8 @@ sl_floats_finite(const float *x, size_t n)
     size_t i = 0;
 
     for (; i + CHECK_BLOCK_FLOATS <= n; i += CHECK_BLOCK_FLOATS)
-        bad |= nonfinite_block(x + i);
-    bad |= nonfinite_tail(x + i, n - i);
+        bad |= nonfinite_run(x + i, CHECK_BLOCK_FLOATS);
+    bad |= nonfinite_run(x + i, n - i);
     return !(bad & 0x80000000u);
 }
 
@@ -480,10 +467,10 @@ sl_floats_copy_finite(float *restrict dst, const void *restrict src, size_t n)
     /* each block is checked where it landed, while it is in L1 */
     for (; i + CHECK_BLOCK_FLOATS <= n; i += CHECK_BLOCK_FLOATS) {
         memcpy(dst + i, s + i * sizeof(float), CHECK_BLOCK_FLOATS * sizeof(float));
-        bad |= nonfinite_block(dst + i);
+        bad |= nonfinite_run(dst + i, CHECK_BLOCK_FLOATS);
     }
     memcpy(dst + i, s + i * sizeof(float), (n - i) * sizeof(float));
-    bad |= nonfinite_tail(dst + i, n - i);
+    bad |= nonfinite_run(dst + i, n - i);
     return !(bad & 0x80000000u);
 }
 

@@ -51,23 +51,33 @@ node_new(uint32_t rank, const char *bind, const sl_secret_t *secret, int frame_m
     return t;
 }
 
+/* A connected pair: CURVE under secret (NULL: none), or frame MACs with the session
+ * keys exchanged as the rendezvous would. */
 static void
-pair_new_secure(sl_transport_t *t[2], const char *bind, const sl_secret_t *secret)
+pair_open(sl_transport_t *t[2], const char *bind, const sl_secret_t *secret, int frame_mac)
 {
+    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
     const char *eps[2];
 
-    for (uint32_t r = 0; r < 2; r++)
-        t[r] = node_new(r, bind, secret, 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        t[r] = node_new(r, bind, secret, frame_mac);
+        if (frame_mac)
+            memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
+                   SL_MAC_SESSION_BYTES);
+    }
     eps[0] = sl_transport_endpoint(t[0]);
     eps[1] = sl_transport_endpoint(t[1]);
-    ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
-    ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
+        if (frame_mac)
+            sl_transport_learn_sessions(t[r], sessions);
+    }
 }
 
 static void
 pair_new(sl_transport_t *t[2], const char *bind)
 {
-    pair_new_secure(t, bind, NULL);
+    pair_open(t, bind, NULL, 0);
 }
 
 START_TEST(test_pair_send_recv)
@@ -164,7 +174,7 @@ START_TEST(test_pair_curve)
 
     ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
     ck_assert_int_eq(sl_secret_make(&other), SL_OK);
-    pair_new_secure(t, NULL, &secret);
+    pair_open(t, NULL, &secret, 0);
     ck_assert_int_eq(sl_transport_send(t[0], &to1, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     ck_assert_msg(sl_transport_recv(t[1], &from0, back, sizeof back, &got, TEST_WAIT_MS) == SL_OK,
                   "%s", sl_err_msg());
@@ -253,17 +263,7 @@ START_TEST(test_pair_mac)
     sl_wire_key_t never = {99, 0, 0, 1, SL_WIRE_DATA};
     double deadline;
 
-    for (uint32_t r = 0; r < 2; r++) {
-        t[r] = node_new(r, NULL, NULL, 1);
-        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
-               SL_MAC_SESSION_BYTES);
-    }
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(t[1]);
-    for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
-        sl_transport_learn_sessions(t[r], sessions);
-    }
+    pair_open(t, NULL, NULL, 1);
     for (size_t i = 0; i < BIG; i++)
         big[i] = test_node_input(0, i);
     ck_assert_int_eq(sl_transport_send(t[0], &to1, big, BIG, SL_WIRE_FP32, 1.0f, SL_SEND_LEND, -1),
@@ -279,8 +279,10 @@ START_TEST(test_pair_mac)
 
     /* an outsider with session keys of its own, speaking as rank 1 */
     outsider = node_new(1, NULL, NULL, 1);
+    memcpy(sessions, sl_transport_session(t[0]), SL_MAC_SESSION_BYTES);
     memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(outsider), SL_MAC_SESSION_BYTES);
     sl_transport_learn_sessions(outsider, sessions);
+    eps[0] = sl_transport_endpoint(t[0]);
     eps[1] = sl_transport_endpoint(outsider);
     ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
     to0.round = from1.round = 7;
@@ -312,24 +314,11 @@ START_TEST(test_pair_io_threads)
     io_threads = 3;
     for (int mode = 0; mode < 3; mode++) { /* none, curve, mac */
         sl_transport_t *t[2];
-        unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
-        const char *eps[2];
         size_t got;
 
-        for (uint32_t r = 0; r < 2; r++) {
-            t[r] = node_new(r, NULL, mode == 1 ? &secret : NULL, mode == 2);
+        pair_open(t, NULL, mode == 1 ? &secret : NULL, mode == 2);
+        for (uint32_t r = 0; r < 2; r++)
             ck_assert_uint_eq(sl_transport_io_threads(t[r]), 3);
-            if (mode == 2)
-                memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
-                       SL_MAC_SESSION_BYTES);
-        }
-        eps[0] = sl_transport_endpoint(t[0]);
-        eps[1] = sl_transport_endpoint(t[1]);
-        for (int r = 0; r < 2; r++) {
-            ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
-            if (mode == 2)
-                sl_transport_learn_sessions(t[r], sessions);
-        }
         /* every frame in flight both ways before any is received: odd seqs lent */
         for (uint32_t r = 0; r < 2; r++)
             for (uint32_t j = 0; j < FRAMES; j++) {
