@@ -420,6 +420,9 @@ static const entry_t schema[] = {
     {K("sync.overlap_steps", T_INT, sync.overlap_steps), .def = "0", AT_LEAST(0),
      .doc = "tau: apply a block's update tau steps after its sync, the exchange overlapped "
             "(< every period)"},
+    {K("sync.overlap_dense", T_BOOL, sync.overlap_dense), .def = "false",
+     .doc = "tau > 0: overlap the dense components (LSTM, projections, biases) too; false: "
+            "only the embedding and softmax row shards overlap"},
     {K("sync.exchange", T_ENUM, sync.exchange), .def = "dense", .names = exchange_names,
      .doc = "embedding and softmax rows: dense, unique (touched rows) or allgather"},
     {K("sync.exchange_top", T_DOUBLE, sync.exchange_top), .def = "0", AT_LEAST(0),

@@ -172,6 +172,8 @@ typedef struct {
         int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
         int overlap_steps;       /* tau: a block's update applied tau steps after its sync
                                     point, the exchange overlapped with them; default 0 */
+        int overlap_dense;       /* tau > 0: the dense components overlap too (1), or sync
+                                    at their sync point (0, default); row shards always do */
         sl_exchange_t exchange;  /* row-shard components: dense | unique | allgather,
                                     default dense */
         double exchange_top;     /* unique: also send the top p% most frequent rows, default 0 */

@@ -7,7 +7,9 @@
  * step t + tau the training thread waits for it if it is not there yet and adds it to
  * the current theta_c, so the local progress of the tau steps stays on top of the
  * synced model (Streaming DiLoCo's overlapped outer step). The step of application is
- * fixed, so results do not depend on when frames arrive.
+ * fixed, so results do not depend on when frames arrive. Which components come here is
+ * sl_sync.c's choice: the row shards, and the dense ones with sync.overlap_dense (the
+ * others it syncs itself, once sl_overlap_wait has given the transport back).
  *
  * While a job is queued or running the worker owns the transport (not thread-safe): the
  * training thread must not touch it until sl_overlap_idle says so. With tau < H_c there

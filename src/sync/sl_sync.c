@@ -42,10 +42,11 @@ struct sl_sync {
     double time_s;
     /* overlapped sync (sync.overlap_steps tau > 0, model-averaging algorithms) */
     int tau;
-    sl_overlap_t *ov; /* NULL when tau is 0 */
-    long *applied_at; /* (ncomps) step of the last update applied */
-    int64_t *due;     /* (ncomps) for the checkpoint state */
-    int ndead;        /* the worker's dead count when an update was last applied */
+    int overlap_dense; /* the dense components overlap too (else only the row shards) */
+    sl_overlap_t *ov;  /* NULL when tau is 0 */
+    long *applied_at;  /* (ncomps) step of the last update applied */
+    int64_t *due;      /* (ncomps) for the checkpoint state */
+    int ndead;         /* the worker's dead count when an update was last applied */
 };
 
 /* Whether name b is the shard after name a: "x.N" then "x.N+1". */
@@ -251,6 +252,7 @@ static sl_status_t
 check_overlap(sl_sync_t *s, const sl_config_t *cfg)
 {
     s->tau = cfg->sync.overlap_steps;
+    s->overlap_dense = cfg->sync.overlap_dense;
     if (s->tau == 0 || s->env.algo == SL_SYNC_NONE)
         return SL_OK;
     if (s->tau < 0 || s->env.algo == SL_SYNC_ALLREDUCE)
@@ -546,20 +548,29 @@ sync_component(sl_sync_t *s, float *params, int c, uint64_t round)
     stat->rounds++;
     sl_sync_fill_bytes(stat, s->env.tr, (uint32_t)c);
     stat->time_s += sl_clock_now() - t0;
-    s->time_s += sl_clock_now() - t0;
     return SL_OK;
 }
 
+/* Whether c's exchanges go to the overlap worker: the row shards always, the dense
+ * components with sync.overlap_dense. A delay costs the dense recurrent weights the
+ * most (bench/README.md, "Overlapped sync"), and they are the smaller share of bytes. */
+static int
+overlapped(const sl_sync_t *s, int c)
+{
+    return s->overlap_dense || s->env.comps[c].sparse;
+}
+
 /* Overlapped sync after steps_done: first the updates due now (waiting for their
- * exchanges if need be), then the blocks of the components at a sync point handed to
- * the worker, due tau steps later. The time counted as sync is this thread's: copies,
- * waits and updates. */
+ * exchanges if need be), then the components at a sync point that do not overlap,
+ * synced here once the worker is idle, then the blocks of the others handed to the
+ * worker, due tau steps later. The time counted as sync is this thread's: copies,
+ * waits, updates and the syncs done here. */
 static sl_status_t
 overlap_after_step(sl_sync_t *s, float *params, long steps_done)
 {
     double t0 = sl_clock_now();
     sl_status_t st = SL_OK;
-    int last = -1;
+    int last = -1, here = 0;
 
     for (int c = 0; c < s->env.ncomps && st == SL_OK; c++) {
         if (sl_overlap_due(s->ov, c) != steps_done)
@@ -570,7 +581,6 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
     for (int c = 0; c < s->env.ncomps && st == SL_OK; c++) {
         if (!sync_point(s, c, steps_done))
             continue;
-        last = c;
         /* only an update from a checkpoint of other periods or tau can still be pending */
         if (sl_overlap_due(s->ov, c) >= 0)
             st = sl_err_set(SL_ERR_CONFIG,
@@ -578,9 +588,22 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
                             "the last one still pending (due at step %ld): the checkpoint was "
                             "written with other sync periods or sync.overlap_steps",
                             s->env.comps[c].name, steps_done, sl_overlap_due(s->ov, c));
+        if (overlapped(s, c))
+            last = c;
+        else
+            here = 1;
+    }
+    if (here && st == SL_OK) {
+        sl_overlap_wait(s->ov); /* the transport is this thread's until the hand-overs */
+        for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
+            if (sync_point(s, c, steps_done) && !overlapped(s, c))
+                st = sync_component(s, params, c, (uint64_t)(steps_done / s->period[c]));
+        /* with nothing handed over, the worker does not close the liveness step */
+        if (st == SL_OK && last < 0 && s->neighbour)
+            sl_liveness_end_step(s->live);
     }
     for (int c = 0; c <= last && st == SL_OK; c++)
-        if (sync_point(s, c, steps_done))
+        if (sync_point(s, c, steps_done) && overlapped(s, c))
             sl_overlap_hand(s->ov, params, c, (uint64_t)(steps_done / s->period[c]),
                             steps_done + s->tau, c == last, s->touched ? &s->touched[c] : NULL,
                             &s->stat[c]);
@@ -610,15 +633,19 @@ sl_sync_flush(sl_sync_t *s, float *params)
 sl_status_t
 sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
 {
+    double t0;
+
     if (s->env.algo == SL_SYNC_NONE || s->env.algo == SL_SYNC_ALLREDUCE || steps_done < 1)
         return SL_OK;
     if (s->ov)
         return overlap_after_step(s, params, steps_done);
+    t0 = sl_clock_now();
     for (int c = 0; c < s->env.ncomps; c++)
         if (sl_sync_due(s, c, steps_done))
             SL_TRY(sync_component(s, params, c, (uint64_t)(steps_done / s->period[c])));
     if (s->neighbour)
         sl_liveness_end_step(s->live);
+    s->time_s += sl_clock_now() - t0;
     return SL_OK;
 }
 

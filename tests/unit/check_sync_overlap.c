@@ -6,10 +6,12 @@
  * What overlap must compute is worked here by a reference of the same semantics on the
  * synchronous path (tau 0): at a sync point t the reference syncs a copy of the
  * parameters at once and adds (synced copy - copy) to the parameters after step t + tau
- * (or at the end, for those still pending: sl_sync_flush). The threaded runs must equal
- * it bit for bit, whatever the timing: as they come, with node 1 held back at every sync
- * point of the dense component until node 0 has seen that its exchange is still in
- * flight (so node 0's training thread provably ran on while its worker waited), and
+ * (or at the end, for those still pending: sl_sync_flush), for the row shards and, with
+ * sync.overlap_dense, the dense component; without it the dense component takes its
+ * synced copy at t. The threaded runs must equal it bit for bit, whatever the timing: as
+ * they come, with node 1 held back at sync points of an overlapped component (those of
+ * the dense one, or of the row shards alone) until node 0 has seen that its exchange is
+ * still in flight (so node 0's training thread provably ran on while its worker waited), and
  * with every node's sync object checkpointed (sl_sync_state_save) while an exchange is
  * in flight, destroyed, and a new one resumed from the bytes. Also: tau values the
  * configuration refuses. */
@@ -45,6 +47,7 @@ typedef struct {
     const char *sync; /* sync={...} without overlap_steps */
     int tau, steps, resume_at;
     run_t run;
+    int dense; /* sync.overlap_dense in sync */
 } plan_t;
 
 typedef struct {
@@ -77,9 +80,22 @@ local_step(sl_sync_t *s, int k, long step, float *p)
     return sl_sync_note_rows(s, 1, out, 3);
 }
 
+/* RUN_DELAYED: whether node 1 is held back after step: at the dense component's sync
+ * points when it overlaps, else at those of the row shards alone (at a dense sync point
+ * node 0 would wait for node 1 in its own, synchronous, exchange). */
+static int
+held_step(const plan_t *pl, long step)
+{
+    if (pl->run != RUN_DELAYED)
+        return 0;
+    if (pl->dense)
+        return step % DENSE_PERIOD == 0;
+    return step % ROWS_PERIOD == 0 && step % DENSE_PERIOD != 0;
+}
+
 /* The reference: what overlap must compute, on the synchronous path. */
 typedef struct {
-    int tau;
+    int tau, dense;
     long due[NCOMP];
     float corr[NP], work[NP];
 } reference_t;
@@ -110,9 +126,15 @@ reference_after_step(reference_t *r, sl_sync_t *s, float *p, long step)
     memcpy(r->work, p, sizeof r->work);
     SL_TRY(sl_sync_after_step(s, r->work, step));
     for (int c = 0; c < NCOMP; c++) {
+        size_t from = comps[c].offset, n = comps[c].count;
+
         if (!sl_sync_due(s, c, step))
             continue;
-        for (size_t j = comps[c].offset; j < comps[c].offset + comps[c].count; j++)
+        if (!comps[c].sparse && !r->dense) { /* synced at once */
+            memcpy(p + from, r->work + from, n * sizeof *p);
+            continue;
+        }
+        for (size_t j = from; j < from + n; j++)
             r->corr[j] = r->work[j] - p[j];
         r->due[c] = step + r->tau;
     }
@@ -148,7 +170,7 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
     char conf[64];
     sl_config_t cfg;
     sl_sync_t *s = NULL;
-    reference_t ref = {.tau = pl->tau, .due = {-1, -1, -1}};
+    reference_t ref = {.tau = pl->tau, .dense = pl->dense, .due = {-1, -1, -1}};
     float *p = out->p;
 
     (void)res;
@@ -166,7 +188,7 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
     if (sl_sync_new(&s, &cfg, t, k, N, comps, NCOMP, p, NP) != SL_OK)
         rc = FAIL_NEW;
     for (long step = 1; step <= pl->steps && rc == 0; step++) {
-        int held = pl->run == RUN_DELAYED && step % DENSE_PERIOD == 0;
+        int held = held_step(pl, step);
         sl_status_t st;
 
         if (local_step(s, k, step, p) != SL_OK) {
@@ -234,19 +256,24 @@ run_nodes(const plan_t *pl, node_out_t *out)
 
 static const struct {
     const char *sync;
-    int tau, steps, resume_at;
+    int tau, steps, resume_at, dense;
 } cases[] = {
     /* q = 2 of 2 links: a mean of three, summed in rank order whatever came first; the
      * last syncs (24) are still pending after the last step */
-    {"sync={algorithm: gossip-bmuf, neighbours: 2, period: 4, embedding_period: 6}", 2, 24, 12},
-    /* touched rows handed over with the block; the last dense sync (20) is due after
-     * the last step (22) */
-    {"sync={algorithm: local-bmuf, exchange: unique, period: 4, embedding_period: 6}", 3, 22, 13},
-    /* the ring allreduce of every node on the worker */
-    {"sync={algorithm: bmuf, period: 4, embedding_period: 6}", 1, 23, 18},
+    {"sync={algorithm: gossip-bmuf, neighbours: 2, period: 4, embedding_period: 6, "
+     "overlap_dense: true}",
+     2, 24, 12, 1},
+    /* touched rows handed over with the block; the dense component synced at once (at
+     * 12 beside the rows' hand-over); the last row sync (18) is due after the last step
+     * (20) */
+    {"sync={algorithm: local-bmuf, exchange: unique, period: 4, embedding_period: 6}", 3, 20, 13,
+     0},
+    /* the ring allreduce of every node on the worker, the dense one's on the training
+     * thread */
+    {"sync={algorithm: bmuf, period: 4, embedding_period: 6}", 1, 23, 18, 0},
     {"sync={algorithm: gossip-ma, neighbours: 2, exchange: unique, period: 4, "
-     "embedding_period: 6}",
-     3, 24, 16},
+     "embedding_period: 6, overlap_dense: true}",
+     3, 24, 16, 1},
 };
 
 static int
@@ -263,9 +290,10 @@ same_params(const node_out_t *a, const node_out_t *b)
  * synchronous sync (tau matters). */
 START_TEST(test_overlap_equals_reference)
 {
-    plan_t pl = {cases[_i].sync, cases[_i].tau, cases[_i].steps, cases[_i].resume_at, 0};
+    plan_t pl = {cases[_i].sync, cases[_i].tau, cases[_i].steps, cases[_i].resume_at, 0,
+                 cases[_i].dense};
     node_out_t ref[N], run[N], sync0[N];
-    int held = cases[_i].steps / DENSE_PERIOD;
+    int held = 0;
 
     pl.run = RUN_REFERENCE;
     run_nodes(&pl, ref);
@@ -274,6 +302,8 @@ START_TEST(test_overlap_equals_reference)
     ck_assert_msg(same_params(ref, run), "%s tau %d: overlap differs from the reference", pl.sync,
                   pl.tau);
     pl.run = RUN_DELAYED;
+    for (long step = 1; step <= pl.steps; step++)
+        held += held_step(&pl, step);
     run_nodes(&pl, run);
     ck_assert_msg(run[0].in_flight == held, "node 0 saw %d of %d exchanges in flight",
                   run[0].in_flight, held);
@@ -344,8 +374,13 @@ END_TEST
  * stops there with a message that says why, none asserts or hangs. */
 START_TEST(test_overlap_resume_other_periods)
 {
-    plan_t pl = {"sync={algorithm: gossip-bmuf, neighbours: 2, period: 4, embedding_period: 6}", 3,
-                 24, 13, RUN_OTHER};
+    plan_t pl = {.sync = "sync={algorithm: gossip-bmuf, neighbours: 2, period: 4, "
+                         "embedding_period: 6, overlap_dense: true}",
+                 .tau = 3,
+                 .steps = 24,
+                 .resume_at = 13,
+                 .run = RUN_OTHER,
+                 .dense = 1};
     node_out_t out[N];
 
     run_nodes(&pl, out);
