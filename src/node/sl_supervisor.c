@@ -675,7 +675,7 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     l.culprit = -1;
     l.lost = -1;
     l.tolerant =
-        n > 2 &&
+        n >= 2 &&
         (cfg->sync.algorithm == SL_SYNC_GOSSIP_MA || cfg->sync.algorithm == SL_SYNC_GOSSIP_BMUF ||
          cfg->sync.algorithm == SL_SYNC_LOCAL_MA || cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF);
     l.shown_step = -1;
@@ -725,17 +725,22 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
         for (int i = 0; i < n; i++)
             if (l.c[i].has_train && l.c[i].train.final_models > 0)
                 w = i;
+        const char *others = n == 2 ? "the other node" : "the other nodes";
         res->failed_rank = l.lost;
-        if (w >= 0)
+        if (w >= 0 && l.c[w].train.final_models == 1)
             st = sl_err_set(SL_ERR_INVALID,
-                            "%s (the other nodes finished without it); the run's model, the "
-                            "average of %d nodes, was written by node %d: %s/model.bin",
-                            l.lost_msg, l.c[w].train.final_models, w, l.c[w].train.run_dir);
+                            "%s (%s finished without it); the run's model, node %d's own, was "
+                            "written by node %d: %s/model.bin",
+                            l.lost_msg, others, w, w, l.c[w].train.run_dir);
+        else if (w >= 0)
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s (%s finished without it); the run's model, the average of %d "
+                            "nodes, was written by node %d: %s/model.bin",
+                            l.lost_msg, others, l.c[w].train.final_models, w, l.c[w].train.run_dir);
         else
             st = sl_err_set(SL_ERR_INVALID,
-                            "%s (the other nodes finished without it); no node wrote the run's "
-                            "model.bin",
-                            l.lost_msg);
+                            "%s (%s finished without it); no node wrote the run's model.bin",
+                            l.lost_msg, others);
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)

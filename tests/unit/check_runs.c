@@ -524,25 +524,34 @@ last_report(const char *run, int rank)
     return step;
 }
 
-/* A 4-node run of algorithm named run (2 epochs, 312 steps) whose node victim is killed
- * with SIGKILL once it has logged a report; shoal run's exit status. The timeout is
+/* Steps of a node in the 2-epoch tiny runs on n nodes: 2 x 156 on 4. */
+static long
+kill_run_steps(int nodes)
+{
+    return 2 * 156 * 4 / nodes;
+}
+
+/* A run of algorithm on nodes nodes named run (2 epochs, kill_run_steps) whose node victim
+ * is killed with SIGKILL once it has logged a report; shoal run's exit status. The timeout is
  * long enough that a live node on a loaded machine does not miss 3 rounds in a row (2 s
  * did, at load 9 on 2 cores). The whole run takes about a second of CPU, so on a loaded
  * machine this process may get to the kill only after the victim's last step; then the
  * run showed nothing (the others no longer wait for it: a death during the final
  * gather is another case) and is run again, at most 3 times. */
 static int
-run_killing(const char *run, const char *algorithm, int victim)
+run_killing(const char *run, const char *algorithm, int victim, int nodes)
 {
-    char conf[700], path[800], comm[32], sync[128];
+    char conf[700], path[800], comm[32], sync[128], n[16];
+    long steps = kill_run_steps(nodes);
     pid_t pid, v;
     int rc;
 
     snprintf(sync, sizeof sync, "sync: {algorithm: %s, period: 4, timeout_ms: 6000}\n", algorithm);
     tiny_yaml(conf, sizeof conf, run, sync);
     snprintf(comm, sizeof comm, "shoal node %d", victim);
+    snprintf(n, sizeof n, "%d", nodes);
     for (int attempt = 1;; attempt++) {
-        pid = start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
+        pid = start_shoal(run, (const char *[]){"run", conf, "-n", n, "--quiet", "--set",
                                                 "train.epochs=2", NULL});
         snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
         test_wait_file(path, 400, pid, HANG_S);
@@ -551,53 +560,59 @@ run_killing(const char *run, const char *algorithm, int victim)
             ck_assert_int_eq(kill(v, SIGKILL), 0);
         rc = wait_shoal(pid);
         /* 3 rounds of 4 steps before the end, and a report every 10 steps */
-        if (v > 0 && last_report(run, victim) <= 2 * 156 - 12 - 10)
+        if (v > 0 && last_report(run, victim) <= steps - 12 - 10)
             return rc;
-        ck_assert_msg(attempt < 3, "%s: node %d was killed after its step %ld of 312 in 3 runs",
-                      run, victim, last_report(run, victim));
-        fprintf(stderr, "check_runs: %s: node %d killed after its step %ld of 312; again\n", run,
-                victim, last_report(run, victim));
+        ck_assert_msg(attempt < 3, "%s: node %d was killed after its step %ld of %ld in 3 runs",
+                      run, victim, last_report(run, victim), steps);
+        fprintf(stderr, "check_runs: %s: node %d killed after its step %ld of %ld; again\n", run,
+                victim, last_report(run, victim), steps);
         snprintf(path, sizeof path, "%s/%s", tmp_root, run);
         test_remove_tree(path);
     }
 }
 
-/* After run_killing(run, victim): shoal run said which node died and which wrote the
- * run's model (writer, from the 3 live nodes), the run's summary.json says the same
- * (models_averaged 3, the writer's rank, every step done), model.bin is there and is
- * the mean of the 3 live nodes' own final models, which are there with their
- * summaries. */
+/* After run_killing(run, victim, nodes): shoal run said which node died and which wrote
+ * the run's model (writer, from the live nodes), the run's summary.json says the same
+ * (models_averaged nodes - 1, the writer's rank, every step done), model.bin is there and
+ * is the mean of the live nodes' own final models, which are there with their
+ * summaries. Two nodes: the survivor goes on alone and writes its own model. */
 static void
-assert_killed_run(const char *run, int victim, int writer)
+assert_killed_run(const char *run, int victim, int writer, int nodes)
 {
     char path[800], want[300], *text, *log;
-    int live[3], nlive = 0;
+    int live[8], nlive = 0;
     models_t m;
 
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
-    snprintf(want, sizeof want,
-             "shoal: node %d killed by signal 9 (the other nodes finished without it); the "
-             "run's model, the average of 3 nodes, was written by node %d: %s/%s/model.bin\n",
-             victim, writer, tmp_root, run);
+    if (nodes == 2)
+        snprintf(want, sizeof want,
+                 "shoal: node %d killed by signal 9 (the other node finished without it); the "
+                 "run's model, node %d's own, was written by node %d: %s/%s/model.bin\n",
+                 victim, writer, writer, tmp_root, run);
+    else
+        snprintf(want, sizeof want,
+                 "shoal: node %d killed by signal 9 (the other nodes finished without it); the "
+                 "run's model, the average of %d nodes, was written by node %d: "
+                 "%s/%s/model.bin\n",
+                 victim, nodes - 1, writer, tmp_root, run);
     ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     snprintf(want, sizeof want, "node %d missed 3 rounds in a row", victim);
     ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     free(log);
     snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
-    ck_assert_int_eq((int)test_json_num(text, "models_averaged"), 3);
+    ck_assert_int_eq((int)test_json_num(text, "models_averaged"), nodes - 1);
     ck_assert_int_eq((int)test_json_num(text, "rank"), writer);
-    ck_assert_int_eq((int)test_json_num(text, "steps"),
-                     2 * 156); /* 2 epochs of 5000 tokens, 4 x 8 */
+    ck_assert_int_eq((long)test_json_num(text, "steps"), kill_run_steps(nodes));
     free(text);
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < nodes; r++) {
         snprintf(path, sizeof path, "%s/%s/node-%d/summary.json", tmp_root, run, r);
         ck_assert_int_eq(access(path, F_OK), r == victim ? -1 : 0);
         if (r != victim)
             live[nlive++] = r;
     }
-    models_load(&m, run, live, 3);
+    models_load(&m, run, live, nlive);
     ck_assert_msg(models_run_off_mean(&m) < 1e-5,
                   "%s: model.bin is %g off the mean of the live nodes' models", run,
                   models_run_off_mean(&m));
@@ -606,26 +621,25 @@ assert_killed_run(const char *run, int victim, int writer)
 
 static const struct {
     const char *algorithm;
-    int victim, writer;
-} kills[] = {{"gossip-bmuf", 2, 0},
-             {"gossip-bmuf", 0, 1},
-             {"gossip-ma", 2, 0},
-             {"local-ma", 1, 0},
-             {"local-bmuf", 0, 1}};
+    int victim, writer, nodes;
+} kills[] = {{"gossip-bmuf", 2, 0, 4}, {"gossip-bmuf", 0, 1, 4}, {"gossip-ma", 2, 0, 4},
+             {"local-ma", 1, 0, 4},    {"local-bmuf", 0, 1, 4},  {"gossip-bmuf", 1, 0, 2}};
 
-/* SIGKILL of a node in the middle of a 4-node run of each neighbour algorithm: the
- * other three finish, the lowest live rank (node 1 when rank 0 is the one killed)
- * gathers the final models of the 3 live nodes and writes the run's model.bin, their
- * mean, and shoal run exits non-zero naming the dead node and the writer. */
+/* SIGKILL of a node in the middle of a run of each neighbour algorithm: the others
+ * finish, the lowest live rank (node 1 when rank 0 is the one killed) gathers the final
+ * models of the live nodes and writes the run's model.bin, their mean, and shoal run
+ * exits non-zero naming the dead node and the writer; of 2 nodes the survivor goes on
+ * alone. */
 START_TEST(test_survives_kill)
 {
     char run[64];
 
     if (!have_shoal())
         return;
-    snprintf(run, sizeof run, "kill-%s-%d", kills[_i].algorithm, kills[_i].victim);
-    ck_assert_int_eq(run_killing(run, kills[_i].algorithm, kills[_i].victim), 1);
-    assert_killed_run(run, kills[_i].victim, kills[_i].writer);
+    snprintf(run, sizeof run, "kill-%s-%d-of-%d", kills[_i].algorithm, kills[_i].victim,
+             kills[_i].nodes);
+    ck_assert_int_eq(run_killing(run, kills[_i].algorithm, kills[_i].victim, kills[_i].nodes), 1);
+    assert_killed_run(run, kills[_i].victim, kills[_i].writer, kills[_i].nodes);
 }
 END_TEST
 
@@ -641,7 +655,7 @@ START_TEST(test_collective_stops_on_kill)
     if (!have_shoal())
         return;
     snprintf(run, sizeof run, "stop-%s", collectives[_i]);
-    ck_assert_int_eq(run_killing(run, collectives[_i], 2), 1);
+    ck_assert_int_eq(run_killing(run, collectives[_i], 2, 4), 1);
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
     snprintf(want, sizeof want, "shoal: node 2 killed by signal 9\n");
