@@ -200,6 +200,7 @@ typedef struct {
     int exited, wstatus;
     int ended; /* its REC_END arrived */
     int judged;
+    int straggler; /* killed by kill_stragglers */
     int outcome, status, has_train;
     sl_train_result_t train;
     int has_report;
@@ -231,6 +232,7 @@ typedef struct {
                      local-*): such a node does not stop the others */
     int lost;     /* first node that vanished while tolerated, -1 */
     char lost_msg[256];
+    double straggle_at; /* when nodes still running after another finished are killed; 0 */
     int tty, line_open;
     long shown_step;
     double shown_at;
@@ -488,6 +490,8 @@ reap(launch_t *l)
             if (l->stopping && (sig == SIGTERM || sig == SIGINT || sig == SIGKILL))
                 continue;
             if (l->tolerant && !l->stopping) {
+                if (c->straggler)
+                    continue; /* kill_stragglers said why */
                 if (l->lost < 0) {
                     l->lost = i;
                     snprintf(l->lost_msg, sizeof l->lost_msg, "node %d killed by signal %d", i,
@@ -512,6 +516,51 @@ all_judged(const launch_t *l)
         if (!l->c[i].judged)
             return 0;
     return 1;
+}
+
+/* gossip-* and local-*: once a node has finished (its final model gathered and written
+ * without the others' help), a node still running can no longer take part in the run.
+ * One that is stopped (SIGSTOP) or hung would keep shoal run waiting for ever: it gets
+ * twice the sync timeout from then (a live one finishes in that time), then SIGKILL,
+ * and is counted as lost. */
+static void
+kill_stragglers(launch_t *l)
+{
+    const sl_config_t *cfg = l->cfg;
+    int done = 0, running = 0;
+    double grace_s =
+        2.0 * (cfg->sync.timeout_ms > 0 ? cfg->sync.timeout_ms : cfg->cluster.timeout_ms) / 1000.0;
+
+    for (int i = 0; i < l->forked; i++) {
+        done += l->c[i].ended && l->c[i].outcome == SL_NODE_DONE;
+        running += !l->c[i].ended && !l->c[i].exited;
+    }
+    if (!l->tolerant || l->stopping || done == 0 || running == 0 || l->forked < l->n)
+        return;
+    if (l->straggle_at == 0) {
+        l->straggle_at = sl_clock_now() + grace_s;
+        return;
+    }
+    if (sl_clock_now() < l->straggle_at)
+        return;
+    for (int i = 0; i < l->forked; i++) {
+        child_t *c = &l->c[i];
+
+        if (c->ended || c->exited || c->straggler)
+            continue;
+        c->straggler = 1;
+        sl_log_warn("run",
+                    "node %d still has not finished %.0f s after another node did (stopped or "
+                    "hung): killing it; %s goes on without it",
+                    i, grace_s, sl_sync_algorithm_name(cfg->sync.algorithm));
+        if (l->lost < 0) {
+            l->lost = i;
+            snprintf(l->lost_msg, sizeof l->lost_msg,
+                     "node %d killed, still running %.0f s after another node finished", i,
+                     grace_s);
+        }
+        kill(c->pid, SIGKILL);
+    }
 }
 
 /* Signals of shoal run itself: the first is passed on to every node (they checkpoint
@@ -649,6 +698,7 @@ supervise(launch_t *l)
         handle_interrupts(l);
         if (l->culprit >= 0)
             stop_all(l, SIGTERM);
+        kill_stragglers(l);
         if (l->stopping && !l->killed && sl_clock_now() >= l->kill_at) {
             signal_all(l, SIGKILL);
             l->killed = 1;

@@ -102,8 +102,12 @@ start_shoal(const char *run, const char *const *args)
     return pid;
 }
 
+/* A node a test stopped with SIGSTOP, for wait_shoal's hang guard to kill; 0 if none. */
+static pid_t stopped_node;
+
 /* Waits for shoal to exit and returns its exit status (128 + signal when killed).
- * After HANG_S seconds it kills shoal and fails: a guard against a hang, not a timing. */
+ * After HANG_S seconds it kills shoal (and stopped_node) and fails: a guard against a
+ * hang, not a timing. */
 static int
 wait_shoal(pid_t pid)
 {
@@ -113,6 +117,8 @@ wait_shoal(pid_t pid)
     while (waitpid(pid, &ws, WNOHANG) == 0) {
         if (now_s() - t0 > HANG_S) {
             kill(pid, SIGKILL);
+            if (stopped_node > 0) /* not shoal run's child any more once it is gone */
+                kill(stopped_node, SIGKILL);
             waitpid(pid, &ws, 0);
             ck_abort_msg("shoal hung: not done after %d s", HANG_S);
         }
@@ -532,14 +538,14 @@ kill_run_steps(int nodes)
 }
 
 /* A run of algorithm on nodes nodes named run (2 epochs, kill_run_steps) whose node victim
- * is killed with SIGKILL once it has logged a report; shoal run's exit status. The timeout is
- * long enough that a live node on a loaded machine does not miss 3 rounds in a row (2 s
- * did, at load 9 on 2 cores). The whole run takes about a second of CPU, so on a loaded
- * machine this process may get to the kill only after the victim's last step; then the
- * run showed nothing (the others no longer wait for it: a death during the final
- * gather is another case) and is run again, at most 3 times. */
+ * is sent sig (SIGKILL, SIGSTOP) once it has logged a report; shoal run's exit status. The timeout
+ * is long enough that a live node on a loaded machine does not miss 3 rounds in a row (2 s did, at
+ * load 9 on 2 cores). The whole run takes about a second of CPU, so on a loaded machine this
+ * process may get to the kill only after the victim's last step; then the run showed nothing (the
+ * others no longer wait for it: a death during the final gather is another case) and is run again,
+ * at most 3 times. */
 static int
-run_killing(const char *run, const char *algorithm, int victim, int nodes)
+run_signalling(const char *run, const char *algorithm, int victim, int nodes, int sig)
 {
     char conf[700], path[800], comm[32], sync[128], n[16];
     long steps = kill_run_steps(nodes);
@@ -556,9 +562,12 @@ run_killing(const char *run, const char *algorithm, int victim, int nodes)
         snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
         test_wait_file(path, 400, pid, HANG_S);
         v = test_child_named(pid, comm); /* it wrote the file: it has its name */
+        if (v > 0 && sig == SIGSTOP)
+            stopped_node = v;
         if (v > 0)
-            ck_assert_int_eq(kill(v, SIGKILL), 0);
+            ck_assert_int_eq(kill(v, sig), 0);
         rc = wait_shoal(pid);
+        stopped_node = 0;
         /* 3 rounds of 4 steps before the end, and a report every 10 steps */
         if (v > 0 && last_report(run, victim) <= steps - 12 - 10)
             return rc;
@@ -569,6 +578,13 @@ run_killing(const char *run, const char *algorithm, int victim, int nodes)
         snprintf(path, sizeof path, "%s/%s", tmp_root, run);
         test_remove_tree(path);
     }
+}
+
+/* run_signalling with SIGKILL. */
+static int
+run_killing(const char *run, const char *algorithm, int victim, int nodes)
+{
+    return run_signalling(run, algorithm, victim, nodes, SIGKILL);
 }
 
 /* After run_killing(run, victim, nodes): shoal run said which node died and which wrote
@@ -643,6 +659,39 @@ START_TEST(test_survives_kill)
 }
 END_TEST
 
+/* SIGSTOP of node 2 of 3 in a gossip-bmuf run: the others take it for dead and finish,
+ * and shoal run, rather than wait for ever, kills it twice the sync timeout (6 s) after
+ * the first of them finished, and exits 1 naming it; the run's model is the other two's
+ * mean, and no process is left (shoal run returned: it reaped every node). */
+START_TEST(test_stopped_node_killed)
+{
+    const char *run = "stop-gossip-bmuf-2-of-3";
+    char path[800], want[300], *log;
+    int live[2] = {0, 1};
+    models_t m;
+
+    if (!have_shoal())
+        return;
+    ck_assert_int_eq(run_signalling(run, "gossip-bmuf", 2, 3, SIGSTOP), 1);
+    snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
+    log = slurp(path);
+    ck_assert_msg(strstr(log, "node 2 still has not finished 12 s after another node did "
+                              "(stopped or hung): killing it") != NULL,
+                  "%s", log);
+    snprintf(want, sizeof want,
+             "shoal: node 2 killed, still running 12 s after another node finished (the other "
+             "nodes finished without it); the run's model, the average of 2 nodes, was written "
+             "by node 0: %s/%s/model.bin\n",
+             tmp_root, run);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    free(log);
+    models_load(&m, run, live, 2);
+    ck_assert_msg(models_run_off_mean(&m) < 1e-5, "model.bin is %g off the live nodes' mean",
+                  models_run_off_mean(&m));
+    models_free(&m);
+}
+END_TEST
+
 static const char *const collectives[] = {"allreduce", "ma", "bmuf"};
 
 /* SIGKILL of node 2 in a 4-node run of an algorithm whose every sync needs every node:
@@ -680,6 +729,7 @@ runs_suite(void)
     tcase_add_test(core, test_run_unique);
     tcase_set_timeout(core, 4 * HANG_S);
     tcase_add_loop_test(limits, test_survives_kill, 0, (int)(sizeof kills / sizeof kills[0]));
+    tcase_add_test(limits, test_stopped_node_killed);
     tcase_add_loop_test(limits, test_collective_stops_on_kill, 0,
                         (int)(sizeof collectives / sizeof collectives[0]));
     tcase_set_timeout(limits, 4 * HANG_S);
