@@ -200,7 +200,8 @@ typedef struct {
     int exited, wstatus;
     int ended; /* its REC_END arrived */
     int judged;
-    int straggler; /* killed by kill_stragglers */
+    int straggler;        /* killed by kill_stragglers */
+    double stopped_since; /* kill_stragglers: when it was first seen stopped, 0 */
     int outcome, status, has_train;
     sl_train_result_t train;
     int has_report;
@@ -232,7 +233,7 @@ typedef struct {
                      local-*): such a node does not stop the others */
     int lost;     /* first node that vanished while tolerated, -1 */
     char lost_msg[256];
-    double straggle_at; /* when nodes still running after another finished are killed; 0 */
+    double first_done; /* when a node first finished (kill_stragglers), 0 before */
     int tty, line_open;
     long shown_step;
     double shown_at;
@@ -518,45 +519,70 @@ all_judged(const launch_t *l)
     return 1;
 }
 
+/* Whether process pid is stopped (SIGSTOP, SIGTSTP: state T in /proc/PID/stat; a
+ * system without /proc never says so). */
+static int
+is_stopped(pid_t pid)
+{
+    char path[64], buf[256], *close_paren;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    close_paren = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    return close_paren && (close_paren[1] == ' ') &&
+           (close_paren[2] == 'T' || close_paren[2] == 't');
+}
+
 /* gossip-* and local-*: once a node has finished (its final model gathered and written
- * without the others' help), a node still running can no longer take part in the run.
- * One that is stopped (SIGSTOP) or hung would keep shoal run waiting for ever: it gets
- * twice the sync timeout from then (a live one finishes in that time), then SIGKILL,
- * and is counted as lost. */
+ * without the others' help), a node that is stopped (SIGSTOP) can no longer take part
+ * in the run and would keep shoal run waiting for ever. Stopped for twice the sync
+ * timeout since another node finished, it gets SIGKILL and is counted as lost. A node
+ * that runs, however slowly (the writer evaluating the run's model), is waited for. */
 static void
 kill_stragglers(launch_t *l)
 {
     const sl_config_t *cfg = l->cfg;
-    int done = 0, running = 0;
+    double now = sl_clock_now();
     double grace_s =
         2.0 * (cfg->sync.timeout_ms > 0 ? cfg->sync.timeout_ms : cfg->cluster.timeout_ms) / 1000.0;
 
-    for (int i = 0; i < l->forked; i++) {
-        done += l->c[i].ended && l->c[i].outcome == SL_NODE_DONE;
-        running += !l->c[i].ended && !l->c[i].exited;
-    }
-    if (!l->tolerant || l->stopping || done == 0 || running == 0 || l->forked < l->n)
+    if (!l->tolerant || l->stopping || l->forked < l->n)
         return;
-    if (l->straggle_at == 0) {
-        l->straggle_at = sl_clock_now() + grace_s;
+    if (l->first_done == 0) {
+        for (int i = 0; i < l->forked; i++)
+            if (l->c[i].ended && l->c[i].outcome == SL_NODE_DONE)
+                l->first_done = now;
         return;
     }
-    if (sl_clock_now() < l->straggle_at)
-        return;
     for (int i = 0; i < l->forked; i++) {
         child_t *c = &l->c[i];
 
         if (c->ended || c->exited || c->straggler)
             continue;
+        if (!is_stopped(c->pid)) {
+            c->stopped_since = 0;
+            continue;
+        }
+        if (c->stopped_since == 0)
+            c->stopped_since = now;
+        if (now - c->stopped_since < grace_s || now - l->first_done < grace_s)
+            continue;
         c->straggler = 1;
         sl_log_warn("run",
-                    "node %d still has not finished %.0f s after another node did (stopped or "
-                    "hung): killing it; %s goes on without it",
+                    "node %d has been stopped (SIGSTOP) for %.0f s since another node finished: "
+                    "killing it; %s goes on without it",
                     i, grace_s, sl_sync_algorithm_name(cfg->sync.algorithm));
         if (l->lost < 0) {
             l->lost = i;
             snprintf(l->lost_msg, sizeof l->lost_msg,
-                     "node %d killed, still running %.0f s after another node finished", i,
+                     "node %d killed, stopped (SIGSTOP) %.0f s after another node finished", i,
                      grace_s);
         }
         kill(c->pid, SIGKILL);

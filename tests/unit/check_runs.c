@@ -660,9 +660,9 @@ START_TEST(test_survives_kill)
 END_TEST
 
 /* SIGSTOP of node 2 of 3 in a gossip-bmuf run: the others take it for dead and finish,
- * and shoal run, rather than wait for ever, kills it twice the sync timeout (6 s) after
- * the first of them finished, and exits 1 naming it; the run's model is the other two's
- * mean, and no process is left (shoal run returned: it reaped every node). */
+ * and shoal run, rather than wait for ever, kills it once it has been stopped for twice
+ * the sync timeout (6 s) since the first of them finished, and exits 1 naming it; the run's model
+ * is the other two's mean, and no process is left (shoal run returned: it reaped every node). */
 START_TEST(test_stopped_node_killed)
 {
     const char *run = "stop-gossip-bmuf-2-of-3";
@@ -675,13 +675,13 @@ START_TEST(test_stopped_node_killed)
     ck_assert_int_eq(run_signalling(run, "gossip-bmuf", 2, 3, SIGSTOP), 1);
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
-    ck_assert_msg(strstr(log, "node 2 still has not finished 12 s after another node did "
-                              "(stopped or hung): killing it") != NULL,
+    ck_assert_msg(strstr(log, "node 2 has been stopped (SIGSTOP) for 12 s since another node "
+                              "finished: killing it") != NULL,
                   "%s", log);
     snprintf(want, sizeof want,
-             "shoal: node 2 killed, still running 12 s after another node finished (the other "
-             "nodes finished without it); the run's model, the average of 2 nodes, was written "
-             "by node 0: %s/%s/model.bin\n",
+             "shoal: node 2 killed, stopped (SIGSTOP) 12 s after another node finished (the "
+             "other nodes finished without it); the run's model, the average of 2 nodes, was "
+             "written by node 0: %s/%s/model.bin\n",
              tmp_root, run);
     ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     free(log);
