@@ -1,14 +1,13 @@
 /* The `shoal run` supervisor: node processes forked on this machine, their records and
  * log lines read from pipes, one merged progress line, signals passed on, stopping them
  * all when one fails, the private ipc directory. Owns the processes, pipes and signals
- * of a run on one machine; must not touch what happens inside a node (sl_node.c: each
+ * of a run on one machine; must not touch what happens inside a node (sl_run_child.c: each
  * child just calls sl_node_run) nor the training itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_supervisor.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -20,14 +19,11 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "node/sl_ipc_dir.h"
-#include "node/sl_node.h"
+#include "node/sl_run_child.h"
 
 #define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
 
@@ -40,160 +36,12 @@ sl_launch_opts_init(sl_launch_opts_t *o)
     o->out = stderr;
 }
 
-/* ---- shoal run: the node processes ---- */
-
-enum { REC_MASTER = 1, REC_REPORT, REC_END };
-
-/* One message from a node process to shoal run, always written whole (one writer per
- * pipe, so no interleaving; the reader reassembles). */
-typedef struct {
-    int type;
-    int outcome; /* REC_END: SL_NODE_* */
-    int status;  /* REC_END: the node's status */
-    int has_train;
-    sl_progress_line_t line; /* REC_REPORT */
-    sl_train_result_t train; /* REC_END */
-    char text[1024];         /* REC_MASTER: the master; REC_END: the error message */
-} record_t;
-
-static volatile sig_atomic_t child_stop;
-
-static void
-on_child_signal(int sig)
-{
-    child_stop = sig;
-}
-
-static void
-write_all(int fd, const void *data, size_t n)
-{
-    const char *p = data;
-
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* shoal run is gone: nobody to tell */
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-typedef struct {
-    int fd;
-    record_t rec;
-} child_io_t;
-
-static void
-child_master(void *ctx, const char *master)
-{
-    child_io_t *io = ctx;
-
-    memset(&io->rec, 0, sizeof io->rec);
-    io->rec.type = REC_MASTER;
-    snprintf(io->rec.text, sizeof io->rec.text, "%s", master);
-    write_all(io->fd, &io->rec, sizeof io->rec);
-}
-
-static void
-child_report(void *ctx, const sl_progress_line_t *line)
-{
-    child_io_t *io = ctx;
-
-    memset(&io->rec, 0, sizeof io->rec);
-    io->rec.type = REC_REPORT;
-    io->rec.line = *line;
-    write_all(io->fd, &io->rec, sizeof io->rec);
-}
-
-/* The body of a node process: its own signal handling, output on the log pipe, the
- * node, the final record. Ends the process (it was forked, so main cannot): the exit
- * status is the one `shoal node` would have. */
-static void
-child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t parent, int rank,
-           const char *master, const char *ipc_dir, const sl_secret_t *secret, int rec_fd,
-           int log_fd)
-{
-    static child_io_t io;
-    struct sigaction sa;
-    sl_node_opts_t no;
-    sl_node_result_t nr;
-    sl_status_t st;
-    int devnull, code;
-
-    setpgid(0, 0); /* away from the terminal's Ctrl-C: shoal run forwards it once */
-#ifdef __linux__
-    {
-        char name[16];
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* shoal run killed: stop too */
-        snprintf(name, sizeof name, "shoal node %d", rank);
-        prctl(PR_SET_NAME, name);
-    }
-#endif
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_child_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND; /* a second signal stops at once */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    if (getppid() != parent)
-        child_stop = SIGTERM;
-    devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) {
-        dup2(devnull, STDIN_FILENO);
-        close(devnull);
-    }
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    close(log_fd);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    sl_log_set_tag(NULL);
-
-    io.fd = rec_fd;
-    sl_node_opts_init(&no);
-    no.rank = rank;
-    no.size = cfg->cluster.nodes;
-    no.master = master;
-    no.ipc_dir = ipc_dir;
-    no.secret = secret;
-    no.resume = lo->resume;
-    no.quiet = 1;
-    no.interrupt = &child_stop;
-    no.on_master = child_master;
-    no.on_report = child_report;
-    no.hook_ctx = &io;
-    st = sl_node_run(cfg, &no, &nr);
-
-    memset(&io.rec, 0, sizeof io.rec);
-    io.rec.type = REC_END;
-    io.rec.status = st;
-    io.rec.has_train = nr.trained;
-    io.rec.train = nr.train;
-    if (st == SL_OK) {
-        io.rec.outcome = SL_NODE_DONE;
-        code = 0;
-    } else if (st == SL_ERR_SHUTDOWN) {
-        io.rec.outcome = nr.peer_stopped ? SL_NODE_STOPPED : SL_NODE_INTERRUPTED;
-        code = nr.peer_stopped ? 1 : 130;
-    } else {
-        io.rec.outcome = SL_NODE_FAILED;
-        code = st == SL_ERR_CONFIG ? 2 : 1;
-    }
-    snprintf(io.rec.text, sizeof io.rec.text, "%s", st == SL_OK ? "" : sl_err_msg());
-    write_all(rec_fd, &io.rec, sizeof io.rec);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(code);
-}
-
 /* ---- shoal run: the supervisor ---- */
 
 typedef struct {
     pid_t pid;
-    int rec_fd, log_fd; /* read ends; -1 once at end of file */
-    record_t rec;       /* being reassembled */
+    int rec_fd, log_fd;  /* read ends; -1 once at end of file */
+    sl_run_record_t rec; /* being reassembled */
     size_t rec_got;
     char line[2048]; /* a log line being reassembled */
     size_t line_len;
@@ -366,21 +214,21 @@ static void
 take_record(launch_t *l, int rank)
 {
     child_t *c = &l->c[rank];
-    const record_t *r = &c->rec;
+    const sl_run_record_t *r = &c->rec;
 
     switch (r->type) {
-    case REC_MASTER:
+    case SL_RUN_REC_MASTER:
         if (rank == 0 && !l->has_master) {
             snprintf(l->master, sizeof l->master, "%s", r->text);
             l->has_master = 1;
         }
         break;
-    case REC_REPORT:
+    case SL_RUN_REC_REPORT:
         c->report = r->line;
         c->has_report = 1;
         show_progress(l, 0);
         break;
-    case REC_END:
+    case SL_RUN_REC_END:
         c->ended = 1;
         c->outcome = r->outcome;
         c->status = r->status;
@@ -639,8 +487,8 @@ fork_node(launch_t *l, int rank, const char *master)
             if (l->c[i].log_fd >= 0)
                 close(l->c[i].log_fd);
         }
-        child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL,
-                   l->has_secret ? &l->secret : NULL, rp[1], lp[1]);
+        sl_run_child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL,
+                          l->has_secret ? &l->secret : NULL, rp[1], lp[1]);
     }
     close(rp[1]);
     close(lp[1]);
