@@ -58,17 +58,30 @@ typedef struct {
     const sl_node_opts_t *o;
     sl_secret_t secret; /* the run's, unless cluster.security is none */
     sl_transport_t *tr;
+    sl_rendezvous_t *rdv; /* rank 0: kept for the run, to admit nodes that come back */
+    int rejoin;           /* this process comes back to a run under way */
     int peer_stopped;
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
     char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
 } node_t;
 
-/* The train loop's poll hook: has a peer sent an abort frame? */
+/* The train loop's poll hook: has a peer sent an abort frame? On rank 0 also: has a
+ * node come back to the rendezvous? */
 static sl_status_t
 poll_peers(void *ctx)
 {
     node_t *n = ctx;
     sl_status_t st = sl_transport_poll(n->tr);
+    int back;
+
+    if (st == SL_OK && n->rdv) {
+        st = sl_rendezvous_admit(n->rdv, &back);
+        if (st == SL_OK && back >= 0)
+            sl_log_info("node",
+                        "node %d comes back: it has the run's table and asks a live "
+                        "node for the state",
+                        back);
+    }
 
     if (st != SL_ERR_SHUTDOWN)
         return st;
@@ -106,8 +119,8 @@ open_transport(node_t *n, uint64_t run_id)
     to.emulate_bits_per_s = sl_config_bits_per_s(cfg->cluster.emulate.bandwidth);
     to.emulate_latency_ms = cfg->cluster.emulate.latency_ms;
     to.emulate_jitter_ms = cfg->cluster.emulate.jitter_ms;
-    if (n->o->rank == 0 && (to.emulate_bits_per_s > 0 || to.emulate_latency_ms > 0 ||
-                            to.emulate_jitter_ms > 0))
+    if (n->o->rank == 0 &&
+        (to.emulate_bits_per_s > 0 || to.emulate_latency_ms > 0 || to.emulate_jitter_ms > 0))
         sl_log_warn("node",
                     "cluster.emulate is on: links are emulated (%s, %g ms + up to %g ms), "
                     "figures are not a real network's",
@@ -197,6 +210,20 @@ load_secret(node_t *n)
     return SL_OK;
 }
 
+/* A node that comes back tells every other node so (they forget its old process). */
+static sl_status_t
+announce(node_t *n)
+{
+    sl_status_t st = sl_transport_announce(n->tr, n->cfg->cluster.timeout_ms);
+
+    sl_log_info("node", "node %d comes back to the run under way", n->o->rank);
+    if (st == SL_ERR_TIMEOUT) {
+        sl_log_warn("node", "%s: they take it for dead until it answers", sl_err_msg());
+        return SL_OK;
+    }
+    return st;
+}
+
 /* Rendezvous and transport for a run of several nodes. */
 static sl_status_t
 meet_peers(node_t *n)
@@ -242,8 +269,14 @@ meet_peers(node_t *n)
     if (n->cfg->cluster.security == SL_SECURITY_MAC)
         sl_transport_learn_sessions(n->tr, table.sessions);
     st = sl_transport_connect(n->tr, (const char *const *)table.endpoints);
-    if (st != SL_OK)
+    if (st == SL_OK && (n->rejoin = sl_rendezvous_rejoined(rdv)))
+        st = announce(n);
+    else if (st != SL_OK)
         tell_peers(n, st);
+    if (st == SL_OK && o->rank == 0 && o->size > 1) {
+        n->rdv = rdv; /* kept: it admits the nodes that come back */
+        rdv = NULL;
+    }
 out:
     sl_rendezvous_destroy(&rdv);
     sl_rendezvous_table_fini(&table);
@@ -295,6 +328,7 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     to.nranks = o->size;
     to.resume = o->resume;
     to.quiet = o->quiet;
+    to.rejoin = n.rejoin;
     to.interrupt = o->interrupt;
     to.poll = n.tr ? poll_peers : NULL;
     to.transport = n.tr;
@@ -318,6 +352,7 @@ out:
     if (n.tr)
         report_outsiders(&n);
     sl_transport_destroy(&n.tr);
+    sl_rendezvous_destroy(&n.rdv);
     sl_ipc_dir_leave(n.ipc_dir, n.ipc_path);
     sl_secret_wipe(&n.secret);
     return st;

@@ -2,6 +2,7 @@
  * the endpoint table; the other ranks' DEALER registers and waits for it. */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_rendezvous.h"
+#include "node/sl_rendezvous_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -18,37 +19,8 @@
 #include "transport/sl_curve.h"
 #include "transport/sl_zmq_status.h"
 
-#define MAGIC "SLRV"
-#define HEAD_BYTES 16 /* magic, version, kind, run id */
-#define SESSION_BYTES SL_RDV_SESSION_BYTES
-#define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES) /* rank, size, session; endpoint */
-#define MAX_NODES 65536                                 /* keeps a table message under 17 MB */
-#define SLICE_MS 100   /* polls this long at most between interrupt checks */
-#define LINGER_MS 5000 /* rank 0 lets the tables leave this long */
-#define RUN_ID_SEED 0x53484f414c524456ull
-/* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
- * vouch and metadata, is some 300 bytes, more than a registration */
-#define HANDSHAKE_BYTES 1024
-
-enum { KIND_REGISTER = 1, KIND_TABLE = 2, KIND_REFUSAL = 3, KIND_GIVE_UP = 4 };
-
-struct sl_rendezvous {
-    sl_rendezvous_opts_t o;
-    char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
-    char bind[SL_RDV_ENDPOINT_MAX];
-    void *ctx, *sock;
-    sl_curve_t *curve; /* NULL without security */
-    int used;          /* exchange done */
-};
-
-/* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
-typedef struct {
-    unsigned char id[256];
-    size_t id_len;
-} peer_t;
-
-static void
-put_head(unsigned char *p, unsigned kind, uint64_t run_id)
+void
+sl_rdv_put_head(unsigned char *p, unsigned kind, uint64_t run_id)
 {
     memcpy(p, MAGIC, 4);
     sl_put_u16(p + 4, SL_RDV_VERSION);
@@ -57,8 +29,8 @@ put_head(unsigned char *p, unsigned kind, uint64_t run_id)
 }
 
 /* The kind of a message with our magic and version; 0 when it is not one. */
-static unsigned
-head_kind(const unsigned char *p, size_t len)
+unsigned
+sl_rdv_head_kind(const unsigned char *p, size_t len)
 {
     if (len < HEAD_BYTES || memcmp(p, MAGIC, 4) != 0 || sl_get_u16(p + 4) != SL_RDV_VERSION)
         return 0;
@@ -66,15 +38,15 @@ head_kind(const unsigned char *p, size_t len)
 }
 
 /* How an endpoint reads in messages: HOST:PORT for tcp, the whole endpoint otherwise. */
-static const char *
-shown(const char *endpoint)
+const char *
+sl_rdv_shown(const char *endpoint)
 {
     return strncmp(endpoint, "tcp://", 6) == 0 ? endpoint + 6 : endpoint;
 }
 
 /* Printable ASCII, 1 to SL_RDV_ENDPOINT_MAX - 1 bytes, tcp:// or ipc://. */
-static int
-good_endpoint(const char *s, size_t len)
+int
+sl_rdv_good_endpoint(const char *s, size_t len)
 {
     if (len < 7 || len >= SL_RDV_ENDPOINT_MAX)
         return 0;
@@ -98,14 +70,14 @@ fill_wildcard_host(char *ep, size_t size, const char *host)
     return 1;
 }
 
-static int
-interrupted(const sl_rendezvous_t *r)
+int
+sl_rdv_interrupted(const sl_rendezvous_t *r)
 {
     return r->o.interrupt && *r->o.interrupt;
 }
 
-static void
-format_seconds(int ms, char *buf, size_t size)
+void
+sl_rdv_format_seconds(int ms, char *buf, size_t size)
 {
     snprintf(buf, size, "%g s", ms / 1000.0);
 }
@@ -172,7 +144,7 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
             goto fail;
         }
         if (zmq_bind(r->sock, r->bind) != 0) {
-            st = sl_zmq_fail("rendezvous: rank 0 cannot listen on %s", shown(r->bind));
+            st = sl_zmq_fail("rendezvous: rank 0 cannot listen on %s", sl_rdv_shown(r->bind));
             goto fail;
         }
         /* a wildcard port: the others learn the real one from sl_rendezvous_master */
@@ -195,7 +167,7 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
             goto fail;
         }
         if (zmq_connect(r->sock, r->master) != 0) {
-            st = sl_zmq_fail("rendezvous: cannot connect to rank 0 at %s", shown(r->master));
+            st = sl_zmq_fail("rendezvous: cannot connect to rank 0 at %s", sl_rdv_shown(r->master));
             goto fail;
         }
     }
@@ -219,6 +191,9 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
         zmq_close(r->sock);
     }
     sl_curve_destroy(&r->curve);
+    sl_rendezvous_table_fini(&r->table);
+    free(r->admit_reg);
+    free(r->admit_peers);
     if (r->ctx)
         while (zmq_ctx_term(r->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -244,8 +219,8 @@ sl_rendezvous_table_fini(sl_rendezvous_table_t *t)
     t->size = 0;
 }
 
-static sl_status_t
-table_alloc(sl_rendezvous_table_t *t, int size)
+sl_status_t
+sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size)
 {
     t->size = size;
     t->endpoints = calloc((size_t)size, sizeof *t->endpoints);
@@ -255,22 +230,25 @@ table_alloc(sl_rendezvous_table_t *t, int size)
     return SL_OK;
 }
 
-static sl_status_t
-table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
-          const unsigned char *session)
+sl_status_t
+sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
+                 const unsigned char *session)
 {
+    char *copy = strndup(ep, len);
+
+    if (!copy)
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     if (session)
         memcpy(t->sessions + (size_t)rank * SESSION_BYTES, session, SESSION_BYTES);
-    t->endpoints[rank] = strndup(ep, len);
-    if (!t->endpoints[rank])
-        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    free(t->endpoints[rank]);
+    t->endpoints[rank] = copy;
     return SL_OK;
 }
 
 /* Waits up to ms (at most SLICE_MS) for the socket to be readable: 1 readable, 0 not
  * (yet), or a status < 0. An interrupted poll is "not yet": the caller checks the flag. */
-static int
-wait_readable(sl_rendezvous_t *r, double deadline)
+int
+sl_rdv_wait_readable(sl_rendezvous_t *r, double deadline)
 {
     zmq_pollitem_t item = {r->sock, 0, ZMQ_POLLIN, 0};
     double left = deadline - sl_clock_now();
@@ -327,7 +305,7 @@ timed_out_waiting(const sl_rendezvous_t *r, const unsigned char *reg, int count)
 
     rank_list(reg, n, 0, missing, sizeof missing);
     rank_list(reg, n, 1, have, sizeof have);
-    format_seconds(r->o.timeout_ms, secs, sizeof secs);
+    sl_rdv_format_seconds(r->o.timeout_ms, secs, sizeof secs);
     return sl_err_set(SL_ERR_TIMEOUT,
                       "rendezvous: timed out after %s waiting for rank%s %s (%d of %d "
                       "registered: %s)",
@@ -351,7 +329,7 @@ send_reason(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, unsigned kind,
     unsigned char msg[HEAD_BYTES + 512];
     size_t len = strlen(why) < 512 ? strlen(why) : 512;
 
-    put_head(msg, kind, run_id);
+    sl_rdv_put_head(msg, kind, run_id);
     memcpy(msg + HEAD_BYTES, why, len);
     send_to(r, p, msg, HEAD_BYTES + len);
 }
@@ -375,7 +353,7 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     uint32_t rk, sz;
     size_t eplen;
 
-    if (head_kind(m, len) != KIND_REGISTER || len < REGISTER_BYTES) {
+    if (sl_rdv_head_kind(m, len) != KIND_REGISTER || len < REGISTER_BYTES) {
         if (len >= 6 && memcmp(m, MAGIC, 4) == 0 && sl_get_u16(m + 4) != SL_RDV_VERSION)
             snprintf(why, size, "rendezvous protocol version %u, this node speaks %u",
                      (unsigned)sl_get_u16(m + 4), SL_RDV_VERSION);
@@ -412,7 +390,7 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
         return 0;
     }
     eplen = len - REGISTER_BYTES;
-    if (!good_endpoint((const char *)m + REGISTER_BYTES, eplen)) {
+    if (!sl_rdv_good_endpoint((const char *)m + REGISTER_BYTES, eplen)) {
         snprintf(why, size, "rank %u's endpoint is not a tcp:// or ipc:// address", (unsigned)rk);
         return 0;
     }
@@ -475,8 +453,8 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
         refuse(r, &p, from, why);
         goto out;
     }
-    SL_TRY_GOTO(table_set(t, rank, ep, strlen(ep),
-                          (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8),
+    SL_TRY_GOTO(sl_rdv_table_set(t, rank, ep, strlen(ep),
+                                 (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8),
                 st, out);
     peers[rank] = p;
     reg[rank] = 1;
@@ -501,7 +479,7 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
     m = malloc(n);
     if (!m)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
-    put_head(m, KIND_TABLE, run_id);
+    sl_rdv_put_head(m, KIND_TABLE, run_id);
     sl_put_u32(m + HEAD_BYTES, (uint32_t)t->size);
     p = m + HEAD_BYTES + 4;
     for (int i = 0; i < t->size; i++) {
@@ -513,6 +491,24 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
     }
     *out = m;
     *len = n;
+    return SL_OK;
+}
+
+/* Rank 0 keeps the run's table (a copy of t) for sl_rendezvous_admit. */
+static sl_status_t
+keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t)
+{
+    int n = t->size;
+
+    SL_TRY(sl_rdv_table_alloc(&r->table, n));
+    for (int i = 0; i < n; i++)
+        SL_TRY(sl_rdv_table_set(&r->table, i, t->endpoints[i], strlen(t->endpoints[i]),
+                                t->sessions + (size_t)i * SESSION_BYTES));
+    r->admit_reg = calloc((size_t)n, 1);
+    r->admit_peers = calloc((size_t)n, sizeof *r->admit_peers);
+    if (!r->admit_reg || !r->admit_peers)
+        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    r->run_id = run_id;
     return SL_OK;
 }
 
@@ -532,20 +528,20 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         st = sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
         goto out;
     }
-    SL_TRY_GOTO(table_alloc(t, n), st, out);
+    SL_TRY_GOTO(sl_rdv_table_alloc(t, n), st, out);
     /* our own entry; listening on every interface, we are where the master is */
     snprintf(own, sizeof own, "%s", endpoint);
-    snprintf(host, sizeof host, "%s", shown(r->master));
+    snprintf(host, sizeof host, "%s", sl_rdv_shown(r->master));
     colon = strrchr(host, ':');
     if (colon && strncmp(r->master, "tcp://", 6) == 0) {
         *colon = '\0';
         fill_wildcard_host(own, sizeof own, host);
     }
-    SL_TRY_GOTO(table_set(t, 0, own, strlen(own), session), st, out);
+    SL_TRY_GOTO(sl_rdv_table_set(t, 0, own, strlen(own), session), st, out);
     reg[0] = 1;
     while (count < n) {
         int ready;
-        if (interrupted(r)) {
+        if (sl_rdv_interrupted(r)) {
             st = sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
             goto out;
         }
@@ -553,7 +549,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
             st = timed_out_waiting(r, reg, count);
             goto out;
         }
-        ready = wait_readable(r, deadline);
+        ready = sl_rdv_wait_readable(r, deadline);
         if (ready < 0) {
             st = ready;
             goto out;
@@ -569,7 +565,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
                         zmq_strerror(e));
     }
     sl_log_debug("rendezvous", "all %d nodes registered", n);
-    st = SL_OK;
+    st = keep_table(r, run_id, t);
 out:
     /* the nodes that came need not wait for a table that will never be sent */
     for (int i = 1; st != SL_OK && reg && peers && i < n; i++) {
@@ -587,131 +583,6 @@ out:
     return st;
 }
 
-/* ---- the other ranks ---- */
-
-/* Reads the table out of message m (len bytes). */
-static sl_status_t
-decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
-             sl_rendezvous_table_t *t)
-{
-    const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
-    sl_status_t st;
-
-    if (len < HEAD_BYTES + 4 || sl_get_u64(m + 8) != run_id ||
-        sl_get_u32(m + HEAD_BYTES) != (uint32_t)r->o.size)
-        return sl_err_set(SL_ERR_FORMAT,
-                          "rendezvous: rank 0 at %s sent a table for another run or size",
-                          shown(r->master));
-    SL_TRY(table_alloc(t, r->o.size));
-    for (int i = 0; i < r->o.size; i++) {
-        size_t l;
-        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l + SESSION_BYTES) ||
-            !good_endpoint((const char *)p + 2, l)) {
-            sl_rendezvous_table_fini(t);
-            return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
-                              shown(r->master));
-        }
-        if ((st = table_set(t, i, (const char *)p + 2, l, p + 2 + l)) != SL_OK) {
-            sl_rendezvous_table_fini(t);
-            return st;
-        }
-        p += 2 + l + SESSION_BYTES;
-    }
-    if (p != end) {
-        sl_rendezvous_table_fini(t);
-        return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
-                          shown(r->master));
-    }
-    return SL_OK;
-}
-
-/* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
- * or a status < 0. */
-static int
-take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
-{
-    zmq_msg_t m;
-    const unsigned char *d;
-    size_t len;
-    int rc;
-
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
-        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
-        zmq_msg_close(&m);
-        return rc;
-    }
-    d = zmq_msg_data(&m);
-    len = zmq_msg_size(&m);
-    switch (head_kind(d, len)) {
-    case KIND_TABLE:
-        rc = decode_table(r, run_id, d, len, t);
-        rc = rc == SL_OK ? 1 : rc;
-        break;
-    case KIND_REFUSAL:
-    case KIND_GIVE_UP: {
-        size_t n = len - HEAD_BYTES < 512 ? len - HEAD_BYTES : 512;
-        char why[513];
-        for (size_t i = 0; i < n; i++)
-            why[i] = d[HEAD_BYTES + i] >= ' ' && d[HEAD_BYTES + i] <= '~' ? (char)d[HEAD_BYTES + i]
-                                                                          : '?';
-        why[n] = '\0';
-        if (head_kind(d, len) == KIND_REFUSAL)
-            rc = sl_err_set(SL_ERR_INVALID, "rendezvous: rank 0 at %s refused rank %d: %s",
-                            shown(r->master), r->o.rank, why);
-        else
-            rc = sl_err_set(SL_ERR_TIMEOUT, "rendezvous: rank 0 at %s gave up: %s",
-                            shown(r->master), why);
-        break;
-    }
-    default:
-        rc = sl_err_set(SL_ERR_FORMAT,
-                        "rendezvous: rank 0 at %s answered with %zu bytes that "
-                        "are not a shoal table",
-                        shown(r->master), len);
-        break;
-    }
-    zmq_msg_close(&m);
-    return rc;
-}
-
-static sl_status_t
-join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
-     sl_rendezvous_table_t *t)
-{
-    unsigned char msg[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
-    size_t len = strlen(endpoint);
-    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
-    char secs[32];
-
-    put_head(msg, KIND_REGISTER, run_id);
-    sl_put_u32(msg + 16, (uint32_t)r->o.rank);
-    sl_put_u32(msg + 20, (uint32_t)r->o.size);
-    if (session)
-        memcpy(msg + HEAD_BYTES + 8, session, SESSION_BYTES);
-    else
-        memset(msg + HEAD_BYTES + 8, 0, SESSION_BYTES);
-    memcpy(msg + REGISTER_BYTES, endpoint, len);
-    /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
-    if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
-        return sl_zmq_fail("rendezvous: registering with rank 0 at %s", shown(r->master));
-    for (;;) {
-        int ready;
-        if (interrupted(r))
-            return sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
-        if (sl_clock_now() >= deadline)
-            break;
-        ready = wait_readable(r, deadline);
-        if (ready < 0)
-            return ready;
-        if (ready && (ready = take_answer(r, run_id, t)) != 0)
-            return ready < 0 ? ready : SL_OK;
-    }
-    format_seconds(r->o.timeout_ms, secs, sizeof secs);
-    return sl_err_set(SL_ERR_TIMEOUT, "rendezvous: no table from rank 0 at %s after %s",
-                      shown(r->master), secs);
-}
-
 sl_status_t
 sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                        const unsigned char *session, sl_rendezvous_table_t *table)
@@ -719,19 +590,58 @@ sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint
     memset(table, 0, sizeof *table);
     if (r->used)
         return sl_err_set(SL_ERR_INVALID, "rendezvous: exchange called twice");
-    if (!good_endpoint(endpoint, strlen(endpoint)))
+    if (!sl_rdv_good_endpoint(endpoint, strlen(endpoint)))
         return sl_err_set(SL_ERR_INVALID,
                           "rendezvous: endpoint '%s' is not a tcp:// or ipc:// "
                           "address shorter than %d bytes",
                           endpoint, SL_RDV_ENDPOINT_MAX);
     r->used = 1;
     if (r->o.size == 1) {
-        SL_TRY(table_alloc(table, 1));
-        return table_set(table, 0, endpoint, strlen(endpoint), session);
+        SL_TRY(sl_rdv_table_alloc(table, 1));
+        return sl_rdv_table_set(table, 0, endpoint, strlen(endpoint), session);
     }
     if (r->o.rank == 0)
         return serve(r, run_id, endpoint, session, table);
-    return join(r, run_id, endpoint, session, table);
+    return sl_rdv_join(r, run_id, endpoint, session, table);
+}
+
+sl_status_t
+sl_rendezvous_admit(sl_rendezvous_t *r, int *rank)
+{
+    int n = r->table.size;
+
+    *rank = -1;
+    if (r->o.rank != 0 || n == 0)
+        return SL_OK;
+    for (int m = 0; m < ADMIT_MESSAGES; m++) {
+        unsigned char *msg = NULL;
+        size_t len = 0;
+        int count = 0, e;
+
+        memset(r->admit_reg, 0, (size_t)n);
+        r->admit_reg[0] = 1; /* a node claiming rank 0 is refused: rank 0 is this one */
+        SL_TRY(take_registration(r, r->run_id, r->admit_peers, r->admit_reg, &r->table, &count));
+        if (!count)
+            continue; /* nothing came, or a refusal */
+        for (int i = 1; i < n; i++)
+            if (r->admit_reg[i])
+                *rank = i;
+        SL_TRY(encode_table(r->run_id, &r->table, &msg, &len));
+        sl_rdv_put_head(msg, KIND_REJOIN, r->run_id);
+        e = send_to(r, &r->admit_peers[*rank], msg, len);
+        free(msg);
+        if (e)
+            sl_log_warn("rendezvous", "could not send the table to rank %d: %s", *rank,
+                        zmq_strerror(e));
+        return SL_OK;
+    }
+    return SL_OK;
+}
+
+int
+sl_rendezvous_rejoined(const sl_rendezvous_t *r)
+{
+    return r->rejoined;
 }
 
 sl_status_t

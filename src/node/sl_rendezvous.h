@@ -22,6 +22,14 @@
  *   give-up   "SLRV" u16 version, u16 kind 4, u64 run id, rank 0's error: sent to the
  *             nodes that registered when rank 0 fails (times out, is interrupted), so
  *             that they fail at once rather than wait for a table
+ *   rejoin    the table with kind 5: the answer to a registration that comes once the
+ *             run is under way (a node process started again for a rank the run lost)
+ * Rank 0 keeps its socket for the run and answers such registrations between steps
+ * (sl_rendezvous_admit), with the same checks: the node comes back into the table (its
+ * new endpoint and session key) and gets the table as a rejoin; the others learn of it
+ * from the node itself (sl_transport_announce). Rank 0 cannot come back this way: a
+ * process started again for rank 0 waits for registrations that do not come, and fails
+ * after the rendezvous timeout.
  * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
  * in the address it saw the registration come from (for its own entry: the master's
  * host), so that the table holds addresses the others can connect to. */
@@ -35,7 +43,7 @@
 #include "config/sl_config.h"
 #include "transport/sl_secret.h"
 
-#define SL_RDV_VERSION 2        /* 2: session keys */
+#define SL_RDV_VERSION 3        /* 2: session keys; 3: nodes that come back */
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
 #define SL_RDV_SESSION_BYTES 32 /* a node's session key (sl_frame_mac.h), or zeros */
 
@@ -93,6 +101,16 @@ sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const ch
                                    const unsigned char *session, sl_rendezvous_table_t *table);
 
 void sl_rendezvous_table_fini(sl_rendezvous_table_t *t);
+
+/* Not rank 0, after sl_rendezvous_exchange: 1 when the table came as a rejoin (the run
+ * was under way: this node comes back to it), else 0. */
+int sl_rendezvous_rejoined(const sl_rendezvous_t *r);
+/* Rank 0, after sl_rendezvous_exchange, between steps: answers the registrations that
+ * have come (at most a few per call, never waiting): a node coming back for a rank
+ * gets the table with its new entry, *rank = that rank (the first one admitted; -1:
+ * none); the others are refused as at the start. A no-op on the other ranks. Errors:
+ * SL_ERR_TRANSPORT (socket), SL_ERR_NOMEM. */
+sl_status_t sl_rendezvous_admit(sl_rendezvous_t *r, int *rank);
 
 /* The run id: a hash of the resolved configuration (as sl_config_write_yaml writes it)
  * and the master address, so that nodes of another job, or started with another

@@ -5,8 +5,7 @@
  * whose memory is not the host's, the trainer stages through a pinned host mirror
  * (sl_staging.h). SHOAL_STAGE_SYNC=1 in the environment stages on the cpu backend too,
  * so that tests run those copies without a device. Reporting (progress line, metrics
- * records, summary.json) is sl_report.h's; the GPU choice reads the launcher's local
- * rank through sl_launcher_env.h.
+ * records, summary.json) is sl_report.h's; the backend and GPU choice sl_node_backend.h's.
  *
  * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
@@ -14,7 +13,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_train.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,46 +31,12 @@
 #include "model/sl_model.h"
 #include "model/sl_optim.h"
 #include "node/sl_checkpoint.h"
-#include "node/sl_launcher_env.h"
+#include "node/sl_node_backend.h"
 #include "node/sl_report.h"
-#include "node/sl_resume.h"
+#include "node/sl_rejoin.h"
+#include "node/sl_train_internal.h"
 #include "node/sl_staging.h"
 #include "sync/sl_sync.h"
-
-#define EVAL_BATCH 10 /* streams for evaluation, the usual choice for these corpora */
-
-/* Everything a run holds; torn down by trainer_fini whatever state it got to. */
-typedef struct {
-    const sl_config_t *cfg;
-    const sl_train_opts_t *opts;
-    sl_backend_t *be;
-    sl_corpus_t corpus;
-    int corpus_loaded;
-    sl_batcher_t train_bt, valid_bt, test_bt;
-    int has_valid, has_test;
-    sl_lm_t *lm;
-    sl_optim_t *opt;
-    sl_lm_state_t *st;  /* training streams */
-    sl_lm_state_t *est; /* evaluation streams */
-    int32_t *x, *y;     /* (T, max(B, EVAL_BATCH)) time-major */
-    sl_ckpt_ident_t id;
-    sl_ckpt_cursor_t cur;
-    long total_steps;
-    long saved_step;       /* step of the last checkpoint written or loaded; -1: none */
-    long valid_step;       /* step the last valid evaluation was made at; -1: none */
-    sl_report_t rep;       /* progress line, metrics.jsonl, summary.json */
-    sl_component_t *comps; /* (ncomponents) copies of the model's, lent to sync */
-    int seed_group;        /* this node's sampled-softmax seed group */
-    sl_sync_t *sync;
-    /* the host mirror for sync when the parameters live on a device (sl_staging.h);
-     * NULL when sync reads the backend's memory directly (cpu) or there is no sync */
-    sl_staging_t *stage;
-    sl_loss_scale_t ls;
-    /* 1 when the run resumed from an older generation than <dir>/checkpoint.bin (that
-     * file damaged or ahead of the other nodes): the next save replaces it instead of
-     * keeping it as the previous generation, so the one resumed from stays */
-    int drop_newest;
-} trainer_t;
 
 void
 sl_train_opts_init(sl_train_opts_t *o)
@@ -81,6 +45,7 @@ sl_train_opts_init(sl_train_opts_t *o)
     o->nranks = 1;
     o->resume = 1;
     o->quiet = 0;
+    o->rejoin = 0;
     o->interrupt = NULL;
     o->poll = NULL;
     o->on_report = NULL;
@@ -146,77 +111,6 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
         return SL_OK;
     SL_TRY(join_path(path, res->run_dir, "config.yaml"));
     return write_config(cfg, path);
-}
-
-/* GPUs this process may use: the entries of CUDA_VISIBLE_DEVICES when it is set, else
- * the /dev/nvidiaN device files; 0 when that cannot be told. */
-static int
-visible_gpus(void)
-{
-    const char *v = getenv("CUDA_VISIBLE_DEVICES");
-    struct dirent *e;
-    DIR *d;
-    int n = 0;
-
-    if (v) {
-        for (n = *v != '\0'; *v; v++)
-            n += *v == ',';
-        return n;
-    }
-    if ((d = opendir("/dev")) == NULL)
-        return 0;
-    while ((e = readdir(d)) != NULL) {
-        const char *num = e->d_name + 6;
-        if (strncmp(e->d_name, "nvidia", 6) == 0 && *num &&
-            strspn(num, "0123456789") == strlen(num))
-            n++;
-    }
-    closedir(d);
-    return n;
-}
-
-/* The backend name for cfg->device: "cuda" is the GPU of the node's local rank, modulo
- * the visible GPUs (so nodes share GPUs round robin, and a launcher that gives each
- * task one GPU of its own, CUDA_VISIBLE_DEVICES=<one>, gets cuda:0 everywhere). */
-static void
-device_name(const sl_config_t *cfg, int rank, char *out, size_t size)
-{
-    const char *from;
-    int local, ngpus, index;
-
-    if (strcmp(cfg->device, "cuda") != 0) {
-        snprintf(out, size, "%s", cfg->device);
-        return;
-    }
-    local = sl_launcher_local_rank(rank, &from);
-    ngpus = visible_gpus();
-    index = ngpus > 0 ? local % ngpus : local;
-    snprintf(out, size, "cuda:%d", index);
-    sl_log_debug("train", "device cuda: GPU %d (%s %d, %d GPUs visible)", index, from, local,
-                 ngpus);
-}
-
-/* cfg->precision (validated: fp32, bf16 or fp16) as the backend's enum. */
-static sl_precision_t
-precision_of(const char *name)
-{
-    if (strcmp(name, "bf16") == 0)
-        return SL_PREC_BF16;
-    if (strcmp(name, "fp16") == 0)
-        return SL_PREC_FP16;
-    return SL_PREC_FP32;
-}
-
-/* The backend of cfg->device for node rank, set to cfg->precision (the backend's
- * message when it cannot: cpu is fp32 only). */
-static sl_status_t
-open_backend(const sl_config_t *cfg, int rank, sl_backend_t **be)
-{
-    char name[64];
-
-    device_name(cfg, rank, name, sizeof name);
-    SL_TRY(sl_backend_new(be, name, cfg->run.threads));
-    return (*be)->ops->set_precision((*be)->ctx, precision_of(cfg->precision));
 }
 
 /* A batcher of EVAL_BATCH streams over a whole split; *has = 0 when the split is absent. */
@@ -292,8 +186,8 @@ setup_model(trainer_t *t)
 
 /* The sync object, its state (omega and the block start of *bmuf) started from the
  * parameters as they are now, through the host mirror when there is one. */
-static sl_status_t
-start_sync(trainer_t *t)
+sl_status_t
+sl_train_start_sync(trainer_t *t)
 {
     size_t n = sl_lm_nparams(t->lm);
     const float *params = sl_lm_params(t->lm);
@@ -319,83 +213,7 @@ setup_sync(trainer_t *t)
         SL_TRY(sl_staging_new(&t->stage, t->be, n));
         sl_log_debug("train", "sync stages %zu parameters through host memory", n);
     }
-    return start_sync(t);
-}
-
-/* The step to resume from, -1 for a fresh start, and in *from the generation's file:
- * this node's newest sound generation, or with a sync algorithm on several nodes the
- * newest step every node has (sl_resume.h). Every such node takes part, also with
- * resume off (it offers nothing), so that all of them start alike. */
-static sl_status_t
-choose_generation(trainer_t *t, const sl_train_result_t *res, long *step, char *from, size_t size)
-{
-    sl_resume_offer_t offer;
-    int agree = t->opts->nranks > 1 && sl_sync_algorithm(t->sync) != SL_SYNC_NONE;
-
-    memset(&offer, 0, sizeof offer);
-    if (t->opts->resume)
-        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
-    if (agree)
-        SL_TRY(sl_resume_agree(t->opts->transport, t->opts->rank, t->opts->nranks,
-                               t->cfg->cluster.rendezvous_timeout_ms, &offer.steps, step));
-    else
-        *step = offer.steps.count > 0 ? offer.steps.step[0] : -1;
-    for (int g = 0; *step >= 0 && g < offer.steps.count; g++) {
-        if (offer.steps.step[g] != *step)
-            continue;
-        snprintf(from, size, "%s", offer.path[g]);
-        if (g > 0)
-            sl_log_warn("train",
-                        "resuming from %s at step %ld, the newest step every node has: %s "
-                        "(step %ld) goes unused",
-                        offer.path[g], *step, offer.path[0], offer.steps.step[0]);
-        return SL_OK;
-    }
-    SL_ASSERT(*step < 0);
-    return SL_OK;
-}
-
-/* Training state, sync and loss-scale state included, from this node's checkpoint (the
- * generation choose_generation picks) when there is one and resume is on. A version 1
- * checkpoint has no sync state: the sync object starts again from the resumed
- * parameters, as if the run began there; versions 1 and 2 have no loss scale: fp16
- * starts it again. */
-static sl_status_t
-maybe_resume(trainer_t *t, const sl_train_result_t *res)
-{
-    long bpe = t->train_bt.batches_per_epoch, step;
-    char from[SL_CKPT_PATH_MAX];
-
-    SL_TRY(choose_generation(t, res, &step, from, sizeof from));
-    if (step < 0)
-        return SL_OK;
-    SL_TRY(sl_checkpoint_load(from, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
-    t->drop_newest = strcmp(from, res->checkpoint) != 0;
-    if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {
-        sl_log_warn("train",
-                    "%s: a version 1 checkpoint holds no sync state: %s starts it again "
-                    "from the resumed parameters",
-                    from, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
-        sl_sync_destroy(&t->sync);
-        SL_TRY(start_sync(t));
-    }
-    if (t->ls.enabled && t->cur.loss_scale > 0.0f) {
-        t->ls.scale = t->cur.loss_scale;
-        t->ls.good = t->cur.loss_scale_good;
-        t->ls.overflows = t->cur.loss_scale_overflows;
-        t->ls.skipped = t->cur.loss_scale_skipped;
-    } else if (t->ls.enabled) {
-        sl_log_warn("train",
-                    "%s: the checkpoint holds no loss scale (written by an older shoal or "
-                    "not in fp16): it starts again at %g",
-                    from, (double)t->ls.scale);
-    }
-    t->saved_step = t->cur.step;
-    sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
-                t->total_steps, t->cur.epoch + 1, t->cur.batch_index, bpe);
-    if (t->cur.step >= t->total_steps)
-        sl_log_info("train", "the checkpoint is at the end of the run: nothing left to train");
-    return SL_OK;
+    return sl_train_start_sync(t);
 }
 
 /* allreduce: the gradients averaged over the nodes, through the host mirror when they
@@ -523,6 +341,21 @@ poll_hook(const trainer_t *t, char *msg, size_t size)
     return st;
 }
 
+/* Answers the state requests of nodes that come back, with the transport free. */
+static sl_status_t
+serve_comebacks(trainer_t *t)
+{
+    const float *params = sl_lm_params(t->lm);
+
+    if (!t->opts->transport || sl_sync_algorithm(t->sync) == SL_SYNC_NONE ||
+        !sl_sync_transport_free(t->sync))
+        return SL_OK;
+    if (t->stage)
+        SL_TRY(sl_staging_pull(t->stage, params, &params));
+    return sl_rejoin_serve(&t->rejoin_srv, t->opts->transport, t->cur.step, params,
+                           sl_lm_nparams(t->lm), t->sync);
+}
+
 static sl_status_t
 train_loop(trainer_t *t, sl_train_result_t *res)
 {
@@ -557,6 +390,8 @@ train_loop(trainer_t *t, sl_train_result_t *res)
         stop = interrupted(t->opts);
         if (!stop)
             stop = (polled = poll_hook(t, why, sizeof why)) != SL_OK;
+        if (!stop)
+            SL_TRY(serve_comebacks(t));
         if ((cfg->run.log_every > 0 && t->cur.step % cfg->run.log_every == 0) ||
             t->cur.step == t->total_steps || stop)
             SL_TRY(sl_report_emit(&t->rep, &t->cur, lr, &res->final_train_loss));
@@ -700,12 +535,12 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     sl_report_init(&t.rep, cfg, opts);
 
     SL_TRY_GOTO(setup_run_dir(cfg, opts, res), rc, out);
-    SL_TRY_GOTO(open_backend(cfg, opts->rank, &t.be), rc, out);
+    SL_TRY_GOTO(sl_node_backend_open(cfg, opts->rank, &t.be), rc, out);
     SL_TRY_GOTO(sl_loss_scale_init(&t.ls, cfg), rc, out);
     SL_TRY_GOTO(setup_model(&t), rc, out);
     res->nparams = sl_lm_nparams(t.lm);
     SL_TRY_GOTO(setup_sync(&t), rc, out);
-    SL_TRY_GOTO(maybe_resume(&t, res), rc, out);
+    SL_TRY_GOTO(sl_train_start_at(&t, res), rc, out);
     SL_TRY_GOTO(join_path(path, res->dir, "metrics.jsonl"), rc, out);
     run.be = t.be;
     run.ls = &t.ls;
@@ -747,7 +582,7 @@ sl_eval_run(const sl_config_t *cfg, const char *path, const char *split, sl_eval
     memset(res, 0, sizeof *res);
     res->level = cfg->data.level;
     res->loss = NAN;
-    SL_TRY_GOTO(open_backend(cfg, 0, &t.be), rc, out);
+    SL_TRY_GOTO(sl_node_backend_open(cfg, 0, &t.be), rc, out);
     SL_TRY_GOTO(sl_corpus_load(&t.corpus, cfg), rc, out);
     t.corpus_loaded = 1;
     tokens = strcmp(split, "test") == 0 ? &t.corpus.test : &t.corpus.valid;

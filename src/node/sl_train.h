@@ -39,6 +39,14 @@ typedef struct {
     int resume;       /* continue from <dir>/checkpoint.bin (or .prev) when it exists;
                          with a sync algorithm on several nodes, all or none */
     int quiet;        /* no progress lines */
+    /* This process comes back for a rank the run lost (the run is under way: the
+     * rendezvous said so, sl_rendezvous.h): instead of the start-up agreement on a
+     * checkpoint, it takes its optimizer and loss scale from its own checkpoint when
+     * there is one (resume on), then the step, the parameters and the sync state from
+     * a live node (sl_rejoin.h), and goes on from that step with the data position of
+     * its rank at that step. Every node of a run with a sync algorithm answers such a
+     * node's request between its steps. */
+    int rejoin;
     /* Set (by a signal handler) to stop after the current step with a checkpoint;
      * may be NULL; borrowed. */
     volatile sig_atomic_t *interrupt;

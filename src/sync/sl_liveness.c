@@ -17,6 +17,8 @@ struct sl_liveness {
     int *missed;                        /* (size) sync steps missed in a row, per rank */
     unsigned char *dead, *told;         /* (size) taken for dead; reported missing */
     unsigned char *step_miss, *step_ok; /* (size) in this sync step: missed / answered */
+    double *dead_at;     /* (size) sl_clock_now() when each dead rank was taken for dead */
+    uint32_t *hellos_at; /* (size) its hellos (sl_transport_comebacks) by then */
     int ndead;
     double step_end; /* sl_clock_now() when the last step's tally was made (end_step) */
 };
@@ -40,6 +42,8 @@ sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size, int tim
     SL_TRY_GOTO(SL_CALLOC(&lv->told, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->step_miss, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->step_ok, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->dead_at, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->hellos_at, (size_t)size, "sync peers"), st, fail);
     *out = lv;
     return SL_OK;
 fail:
@@ -59,6 +63,8 @@ sl_liveness_destroy(sl_liveness_t **lvp)
     sl_free(lv->told);
     sl_free(lv->step_miss);
     sl_free(lv->step_ok);
+    sl_free(lv->dead_at);
+    sl_free(lv->hellos_at);
     sl_free(lv);
     *lvp = NULL;
 }
@@ -75,15 +81,26 @@ sl_liveness_ndead(const sl_liveness_t *lv)
     return lv->ndead;
 }
 
+/* A dead rank whose new process said hello since it was taken for dead: it gets this
+ * node's pushes again (it needs them to catch up), but is not waited for until it is
+ * heard from. */
+static int
+is_back(const sl_liveness_t *lv, int r)
+{
+    return lv->dead[r] && lv->tr && sl_transport_comebacks(lv->tr, (uint32_t)r) != lv->hellos_at[r];
+}
+
 size_t
 sl_liveness_live(const sl_liveness_t *lv, const int *list, int n, uint32_t *out, size_t *nwait)
 {
     size_t m = 0;
 
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < n; i++)
-            if (!lv->dead[list[i]] && lv->step_miss[list[i]] == pass)
-                out[m++] = (uint32_t)list[i];
+        for (int i = 0; i < n; i++) {
+            int r = list[i], waited = !lv->dead[r] && !lv->step_miss[r];
+            if (pass == 0 ? waited : !waited && (!lv->dead[r] || is_back(lv, r)))
+                out[m++] = (uint32_t)r;
+        }
         if (pass == 0)
             *nwait = m;
     }
@@ -132,14 +149,26 @@ void
 sl_liveness_end_step(sl_liveness_t *lv)
 {
     for (int r = 0; r < lv->size; r++) {
-        if (lv->step_ok[r] ||
-            (lv->step_miss[r] && sl_transport_last_heard(lv->tr, (uint32_t)r) > lv->step_end))
+        double heard = sl_transport_last_heard(lv->tr, (uint32_t)r);
+
+        if (lv->dead[r] && heard > lv->dead_at[r]) {
+            lv->dead[r] = 0;
+            lv->ndead--;
+            lv->missed[r] = lv->told[r] = 0;
+            sl_log_info("sync",
+                        "node %d is back (it answered a current round): averaged with "
+                        "again",
+                        r);
+        }
+        if (lv->step_ok[r] || (lv->step_miss[r] && heard > lv->step_end))
             lv->missed[r] = 0;
         else if (lv->step_miss[r])
             lv->missed[r]++;
         lv->step_ok[r] = lv->step_miss[r] = 0;
         if (lv->missed[r] >= SL_SYNC_DEAD_ROUNDS && !lv->dead[r]) {
             lv->dead[r] = 1;
+            lv->dead_at[r] = sl_clock_now();
+            lv->hellos_at[r] = sl_transport_comebacks(lv->tr, (uint32_t)r);
             lv->ndead++;
             sl_log_warn("sync",
                         "node %d missed %d rounds in a row: taken for dead, left out from "

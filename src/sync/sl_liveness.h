@@ -3,8 +3,9 @@
  * and the dead set (sl_sync.h: after SL_SYNC_DEAD_ROUNDS missed rounds in a row in which
  * nothing came from the peer, it is dead: nobody waits for it or pushes to it any more,
  * and it is left out of the final model). Every node decides on its own, from its own
- * exchanges; nothing here sends. A node that is dead stays dead for the object's life
- * (a resumed run starts with every peer alive).
+ * exchanges; nothing here sends. A dead node that is heard from again (a frame of a
+ * current round: it came back as a new process, or was only stopped) is alive again
+ * from the end of that step (a resumed run starts with every peer alive).
  * One per node, borrowed by the averaging (sl_sync_average.h) and the final gather
  * (sl_final.h); not thread-safe. */
 #ifndef SL_LIVENESS_H
@@ -39,7 +40,9 @@ int sl_liveness_ndead(const sl_liveness_t *lv);
 /* The live ranks of list (n, in [0, size)) into out (room for n), the ones that missed
  * no exchange of this step first (*nwait of them): the others are not waited for again
  * in the same step (one timeout per step, not one per component), but still get this
- * node's pushes, sets and answers. Returns how many. */
+ * node's pushes, sets and answers; so do dead ranks whose new process said hello since
+ * (sl_transport_comebacks: it came back and needs them to catch up), not waited for
+ * until they are heard from. Returns how many. */
 size_t sl_liveness_live(const sl_liveness_t *lv, const int *list, int n, uint32_t *out,
                         size_t *nwait);
 
@@ -52,9 +55,10 @@ void sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_
                        size_t nwait, const uint32_t *heard, size_t nheard, const char *name,
                        uint64_t round);
 
-/* After the exchanges of one step: a peer that answered none of them and missed one has
+/* After the exchanges of one step: a dead peer heard from since it was taken for dead
+ * is alive again (a log line), its count at 0. A peer that answered none of them and missed one has
  * missed a round, unless the transport heard from it since the last step's end
- * (sl_transport_last_heard: a frame of a current or next round, or its answer come
+ * (sl_transport_last_heard: a frame of a current or later round, or its answer come
  * late: late is not dead; a peer that only sends stale, far-off or refused frames is
  * not heard); otherwise its count starts again. SL_SYNC_DEAD_ROUNDS such steps in a row
  * make it dead (a warning). Needs the transport. */

@@ -36,6 +36,10 @@ typedef struct {
     unsigned char *lane_state;     /* LANE_* of out_lanes */
     uint64_t *lane_seen;           /* (size) publications of in_lanes looked for */
     uint32_t nin_lanes, lane_next; /* in_lanes mapped; where the next poll starts */
+    /* lanes of peers that came back as new processes: frames taken from them may still
+     * be held (in the mailbox), so they stay mapped until the link closes */
+    sl_shm_lane_t **retired;
+    size_t nretired;
     uint64_t sent, received;
     int refused_logged;
 } shm_t;
@@ -93,6 +97,9 @@ shm_close(void **ctx)
         sl_shm_lane_destroy(&s->out_lanes[p]);
     for (uint32_t p = 0; s->in_lanes && p < s->o->size; p++)
         sl_shm_lane_destroy(&s->in_lanes[p]);
+    for (size_t i = 0; i < s->nretired; i++)
+        sl_shm_lane_destroy(&s->retired[i]);
+    free(s->retired);
     free(s->out_lanes);
     free(s->in_lanes);
     free(s->lane_state);
@@ -377,6 +384,32 @@ shm_stats(const void *ctx, uint64_t *sent, uint64_t *received)
     *received = s->received;
 }
 
+/* A new process for peer: our lane to the old one goes (the slots it held are lost with
+ * it), the next large frame offers the new one a lane; its lane to us is retired, and
+ * the new one's offer is taken like a first. */
+static void
+shm_forget(void *ctx, uint32_t peer, const char *endpoint)
+{
+    shm_t *s = ctx;
+    sl_shm_lane_t **more;
+
+    (void)endpoint;
+    if (peer >= s->o->size)
+        return;
+    sl_shm_lane_destroy(&s->out_lanes[peer]);
+    s->lane_state[peer] = LANE_NONE;
+    if (!s->in_lanes[peer])
+        return;
+    more = realloc(s->retired, (s->nretired + 1) * sizeof *more);
+    if (!more)
+        return; /* out of memory: the new one's offer is refused, its frames stay on ZeroMQ */
+    s->retired = more;
+    s->retired[s->nretired++] = s->in_lanes[peer];
+    s->in_lanes[peer] = NULL;
+    s->lane_seen[peer] = 0;
+    s->nin_lanes--;
+}
+
 const sl_link_ops_t sl_link_shm_ops = {
     .name = "shm",
     .kinds = 1u << SL_WIRE_SHM_OFFER | 1u << SL_WIRE_SHM_ACCEPT | 1u << SL_WIRE_SHM_WAKE,
@@ -391,4 +424,5 @@ const sl_link_ops_t sl_link_shm_ops = {
     .wait = NULL,
     .wait_sent = NULL,
     .stats = shm_stats,
+    .forget = shm_forget,
 };

@@ -624,6 +624,31 @@ zmq_stats(const void *ctx, uint64_t *sent, uint64_t *received)
     *received = z->received;
 }
 
+/* A new process for peer: the DEALER to the old one goes, with the frames still queued
+ * to it (no linger: they were for a process that is gone); the next send connects again,
+ * to the new endpoint. */
+static void
+zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
+{
+    zlink_t *z = ctx;
+    int no_linger = 0;
+
+    if (peer >= z->o->size || !z->endpoints)
+        return;
+    if (z->peers[peer]) {
+        zmq_setsockopt(z->peers[peer], ZMQ_LINGER, &no_linger, sizeof no_linger);
+        zmq_close(z->peers[peer]);
+        z->peers[peer] = NULL;
+    }
+    if (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0) {
+        char *copy = strdup(endpoint);
+        if (!copy)
+            return; /* out of memory: the old endpoint stays, the best there is */
+        free(z->endpoints[peer]);
+        z->endpoints[peer] = copy;
+    }
+}
+
 const sl_link_ops_t sl_link_zmq_ops = {
     .name = "zmq",
     .kinds = 0,
@@ -638,4 +663,5 @@ const sl_link_ops_t sl_link_zmq_ops = {
     .wait = zmq_wait,
     .wait_sent = zmq_wait_sent,
     .stats = zmq_stats,
+    .forget = zmq_forget,
 };

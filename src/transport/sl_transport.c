@@ -16,44 +16,22 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "transport/sl_link.h"
+#include "transport/sl_transport_internal.h"
 #include "transport/sl_link_emu.h"
 #include "transport/sl_link_shm.h"
 #include "transport/sl_link_zmq.h"
 #include "transport/sl_mailbox.h"
 #include "transport/sl_shm_lane.h" /* the bounds of the shared-memory options */
 
-#define ENDPOINT_MAX 1024
-
 /* The media. The first is the base, ZeroMQ: opened first and given to the others
  * (they send their own frames, and those they do not carry, through it), serves every
  * peer and is the one blocked on. Each peer's frames go to the first of the others
  * that serves it, else to the base: the emulated link, when on, before the lanes (it
  * stands for a network). A new medium is one more entry. */
-static const sl_link_ops_t *const media[] = {&sl_link_zmq_ops, &sl_link_emu_ops,
-                                             &sl_link_shm_ops};
-#define NLINKS (sizeof media / sizeof media[0])
-#define BASE 0
-
-struct sl_transport {
-    sl_transport_opts_t o;
-    char bind[ENDPOINT_MAX];
-    sl_link_t links[NLINKS]; /* one per entry of media */
-    sl_link_t **route;       /* (size) the link that carries frames to each peer */
-    sl_mailbox_t *mb;
-    sl_transport_stat_t *stats; /* (nstats) */
-    size_t nstats, stats_cap;
-    uint64_t drops[SL_DROP_NREASONS];
-    int aborted; /* a peer said it stops */
-    uint32_t abort_rank;
-    char abort_msg[256];
-    /* (size) per rank: sl_clock_now() when a frame of a current or next round was last
-     * accepted from it (0: never), that frame's key, and the time before it, put back
-     * when that frame is refused after all (sl_transport_refuse) */
-    double *heard, *heard_before;
-    sl_wire_key_t *heard_key;
-    sl_wire_key_t *missed; /* (size) per rank: the last key waited for in vain (kind 0:
-                              none); the frame, coming late, proves it alive */
-};
+static const sl_link_ops_t *const media[] = {&sl_link_zmq_ops, &sl_link_emu_ops, &sl_link_shm_ops};
+_Static_assert(sizeof media / sizeof media[0] == SL_TRANSPORT_NLINKS, "one link per medium");
+#define NLINKS SL_TRANSPORT_NLINKS
+#define BASE SL_TRANSPORT_BASE
 
 static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
     "not 1 or 2 parts",
@@ -66,6 +44,7 @@ static const char *drop_names[SL_DROP_NREASONS - SL_WIRE_NREASONS] = {
     "bad MAC",
     "replayed frame",
     "round too far ahead",
+    "hello that names no endpoint",
     "wrong element count or encoding",
     "non-finite values"};
 
@@ -117,8 +96,8 @@ sl_transport_frame_release(sl_transport_frame_t **f)
 
 /* Counts a dropped frame and logs the first one of each reason (a flood of bad frames
  * must not flood the log too). */
-static void
-note_drop(sl_transport_t *t, unsigned reason, uint64_t n, const char *detail)
+void
+sl_transport_note_drop(sl_transport_t *t, unsigned reason, uint64_t n, const char *detail)
 {
     if (n == 0)
         return;
@@ -135,7 +114,7 @@ note_drop(sl_transport_t *t, unsigned reason, uint64_t n, const char *detail)
 static void
 link_drop(void *host, unsigned reason, const char *detail)
 {
-    note_drop(host, reason, 1, detail);
+    sl_transport_note_drop(host, reason, 1, detail);
 }
 
 sl_status_t
@@ -161,14 +140,14 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                           "sl_transport_new: %u ZeroMQ I/O threads: need 0 (from the cores) "
                           "to %u",
                           o->io_threads, SL_TRANSPORT_MAX_IO_THREADS);
-    if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 &&
-          o->emulate_jitter_ms >= 0 && isfinite(o->emulate_bits_per_s) &&
-          isfinite(o->emulate_latency_ms) && isfinite(o->emulate_jitter_ms)))
+    if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 && o->emulate_jitter_ms >= 0 &&
+          isfinite(o->emulate_bits_per_s) && isfinite(o->emulate_latency_ms) &&
+          isfinite(o->emulate_jitter_ms)))
         return sl_err_set(SL_ERR_INVALID,
                           "sl_transport_new: link emulation of %g bit/s, latency %g ms, jitter "
                           "%g ms: each must be finite and >= 0",
                           o->emulate_bits_per_s, o->emulate_latency_ms, o->emulate_jitter_ms);
-    if (o->bind_endpoint && strlen(o->bind_endpoint) >= ENDPOINT_MAX)
+    if (o->bind_endpoint && strlen(o->bind_endpoint) >= SL_TRANSPORT_ENDPOINT_MAX)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_new: bind endpoint too long");
     t = calloc(1, sizeof *t);
     if (!t)
@@ -186,7 +165,9 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->heard_before = calloc(o->size, sizeof *t->heard_before);
     t->heard_key = calloc(o->size, sizeof *t->heard_key);
     t->missed = calloc(o->size, sizeof *t->missed);
-    if (!t->route || !t->heard || !t->heard_before || !t->heard_key || !t->missed) {
+    t->comebacks = calloc(o->size, sizeof *t->comebacks);
+    if (!t->route || !t->heard || !t->heard_before || !t->heard_key || !t->missed ||
+        !t->comebacks) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -230,6 +211,7 @@ sl_transport_destroy(sl_transport_t **tp)
     free(t->heard_before);
     free(t->heard_key);
     free(t->missed);
+    free(t->comebacks);
     free(t->route);
     free(t->stats);
     free(t);
@@ -299,9 +281,9 @@ find_stat(const sl_transport_t *t, unsigned kind, uint32_t component)
     return NULL;
 }
 
-static sl_status_t
-count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding, uint64_t bytes,
-          int sent)
+sl_status_t
+sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding,
+                       uint64_t bytes, int sent)
 {
     sl_transport_stat_t *s = find_stat(t, kind, component);
 
@@ -397,7 +379,7 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
                           (unsigned)count);
     l = t->route[key->peer];
     SL_TRY(l->ops->send(l->ctx, &h, payload, flags, wait_ms));
-    return count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
+    return sl_transport_count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
 }
 
 sl_status_t
@@ -438,6 +420,11 @@ next_frame(sl_transport_t *t, sl_link_frame_t **out, int *got)
             f->release(f);
             return SL_OK;
         }
+    if (f->pub.h.kind == SL_WIRE_HELLO) {
+        sl_transport_take_hello(t, f);
+        f->release(f);
+        return SL_OK;
+    }
     *out = f;
     return SL_OK;
 }
@@ -486,29 +473,6 @@ key_eq(const sl_wire_key_t *a, const sl_wire_key_t *b)
            a->peer == b->peer && a->kind == b->kind;
 }
 
-static sl_status_t
-abort_status(const sl_transport_t *t)
-{
-    return sl_err_set(SL_ERR_SHUTDOWN, "rank %u: rank %u aborted: %s", (unsigned)t->o.rank,
-                      (unsigned)t->abort_rank, t->abort_msg);
-}
-
-/* Takes a peer's abort frame: keep its reason (printable characters only). */
-static void
-note_abort(sl_transport_t *t, const sl_link_frame_t *f)
-{
-    const unsigned char *p = f->pub.payload;
-    size_t n = f->pub.h.payload_bytes, i;
-
-    if (t->aborted)
-        return;
-    t->aborted = 1;
-    t->abort_rank = f->pub.h.sender;
-    for (i = 0; i < n && i + 1 < sizeof t->abort_msg; i++)
-        t->abort_msg[i] = p[i] >= 32 && p[i] < 127 ? (char)p[i] : '?';
-    t->abort_msg[i] = '\0';
-}
-
 static void
 mark_heard(sl_transport_t *t, const sl_wire_key_t *k)
 {
@@ -518,16 +482,16 @@ mark_heard(sl_transport_t *t, const sl_wire_key_t *k)
 }
 
 /* A frame of key k from k.peer was accepted: it proves the peer alive when its round is
- * the current or the next one of its (kind, component). A stale frame, or one for a
- * (kind, component) nobody asked for yet, does not: a peer that talks but never
- * answers what is asked is to be taken for dead like a silent one. */
+ * the current one of its (kind, component) or one ahead that the mailbox took (a node
+ * come back starts a round or two ahead of the others, sl_rejoin.h). A stale frame, or
+ * one for a (kind, component) nobody asked for yet, does not: a peer that talks but
+ * never answers what is asked is to be taken for dead like a silent one. */
 static void
 note_heard(sl_transport_t *t, const sl_wire_key_t *k)
 {
     uint64_t cur;
 
-    if (sl_mailbox_current(t->mb, k->kind, k->component, &cur) && k->round >= cur &&
-        k->round - cur <= 1)
+    if (sl_mailbox_current(t->mb, k->kind, k->component, &cur) && k->round >= cur)
         mark_heard(t, k);
 }
 
@@ -542,7 +506,7 @@ sl_transport_refuse(sl_transport_t *t, sl_transport_frame_t **f, unsigned reason
     snprintf(where, sizeof where, "%s component %u round %" PRIu64 " from rank %u%s%s",
              sl_wire_kind_name((*f)->h.kind), (unsigned)(*f)->h.component, (*f)->h.round,
              (unsigned)from, detail ? ", " : "", detail ? detail : "");
-    note_drop(t, reason < SL_DROP_NREASONS ? reason : SL_DROP_BAD_SIZE, 1, where);
+    sl_transport_note_drop(t, reason < SL_DROP_NREASONS ? reason : SL_DROP_BAD_SIZE, 1, where);
     /* keys are unique per sender while a frame lives: the last one heard is this one */
     if (from < t->o.size && t->heard[from] > 0 && key_eq(&t->heard_key[from], &k))
         t->heard[from] = t->heard_before[from];
@@ -566,12 +530,12 @@ dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_
             *which = i;
             *matched = 1;
             note_heard(t, &k);
-            return count_msg(t, k.kind, k.component, enc, bytes, 0);
+            return sl_transport_count_msg(t, k.kind, k.component, enc, bytes, 0);
         }
     v = sl_mailbox_file(t->mb, &k, bytes, f);
     if (v == SL_MAILBOX_FILED) {
         note_heard(t, &k);
-        return count_msg(t, k.kind, k.component, enc, bytes, 0);
+        return sl_transport_count_msg(t, k.kind, k.component, enc, bytes, 0);
     }
     /* the one stale frame that proves its sender alive: the answer waited for in vain,
      * come late (late is not dead, sl_liveness.h) */
@@ -582,12 +546,12 @@ dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_
     snprintf(detail, sizeof detail, "%s component %u round %" PRIu64 " seq %u from rank %u",
              sl_wire_kind_name(k.kind), (unsigned)k.component, k.round, (unsigned)k.seq,
              (unsigned)k.peer);
-    note_drop(t,
-              v == SL_MAILBOX_OLD_ROUND      ? SL_DROP_OLD_ROUND
-              : v == SL_MAILBOX_FUTURE_ROUND ? SL_DROP_FUTURE_ROUND
-              : v == SL_MAILBOX_DUPLICATE    ? SL_DROP_DUPLICATE
-                                             : SL_DROP_MAILBOX_FULL,
-              1, detail);
+    sl_transport_note_drop(t,
+                           v == SL_MAILBOX_OLD_ROUND      ? SL_DROP_OLD_ROUND
+                           : v == SL_MAILBOX_FUTURE_ROUND ? SL_DROP_FUTURE_ROUND
+                           : v == SL_MAILBOX_DUPLICATE    ? SL_DROP_DUPLICATE
+                                                          : SL_DROP_MAILBOX_FULL,
+                           1, detail);
     return SL_OK;
 }
 
@@ -613,9 +577,9 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
                               (unsigned)t->o.rank, (unsigned)keys[i].kind, (unsigned)keys[i].peer);
         SL_TRY(sl_mailbox_advance(t->mb, keys[i].kind, keys[i].component, keys[i].round, &purged));
     }
-    note_drop(t, SL_DROP_OLD_ROUND, purged, "purged from the mailbox");
+    sl_transport_note_drop(t, SL_DROP_OLD_ROUND, purged, "purged from the mailbox");
     if (t->aborted)
-        return abort_status(t);
+        return sl_transport_abort_status(t);
     for (size_t i = 0; i < nkeys; i++) {
         sl_link_frame_t *f = sl_mailbox_take(t->mb, &keys[i]);
         if (f) {
@@ -634,11 +598,11 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 
         SL_TRY(next_frame(t, &f, &got));
         if (f && f->pub.h.kind == SL_WIRE_ABORT) {
-            note_abort(t, f);
-            st = count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
-                           f->pub.h.payload_bytes, 0);
+            sl_transport_note_abort(t, f);
+            st = sl_transport_count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
+                                        f->pub.h.payload_bytes, 0);
             f->release(f);
-            return st != SL_OK ? st : abort_status(t);
+            return st != SL_OK ? st : sl_transport_abort_status(t);
         }
         if (f) {
             SL_TRY(dispatch(t, f, keys, nkeys, &idx, &matched));
@@ -686,28 +650,22 @@ sl_transport_poll(sl_transport_t *t)
         int got, matched;
 
         if (t->aborted)
-            return abort_status(t);
+            return sl_transport_abort_status(t);
         SL_TRY(next_frame(t, &f, &got));
         if (!got)
             return SL_OK;
         if (!f)
             continue; /* dropped and counted, or a link's own */
         if (f->pub.h.kind == SL_WIRE_ABORT) {
-            note_abort(t, f);
-            SL_TRY(count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
-                             f->pub.h.payload_bytes, 0));
+            sl_transport_note_abort(t, f);
+            SL_TRY(sl_transport_count_msg(t, SL_WIRE_ABORT, f->pub.h.component, f->pub.h.encoding,
+                                          f->pub.h.payload_bytes, 0));
             f->release(f);
             continue;
         }
         SL_TRY(dispatch(t, f, NULL, 0, &idx, &matched));
     }
-    return t->aborted ? abort_status(t) : SL_OK;
-}
-
-const char *
-sl_transport_abort_reason(const sl_transport_t *t)
-{
-    return t->aborted ? t->abort_msg : NULL;
+    return t->aborted ? sl_transport_abort_status(t) : SL_OK;
 }
 
 sl_status_t
@@ -732,33 +690,5 @@ sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void *buf, size_t
         memcpy(buf, f->payload, n);
     *got = n;
     sl_transport_frame_release(&f);
-    return SL_OK;
-}
-
-sl_status_t
-sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
-{
-    size_t len = strlen(reason);
-    uint32_t n = t->o.size, untold = 0;
-    sl_wire_key_t key = {0, 0, 0, 0, SL_WIRE_ABORT};
-    double deadline = sl_clock_now() + timeout_ms / 1000.0;
-
-    if (len > SL_WIRE_MAX_ABORT)
-        len = SL_WIRE_MAX_ABORT;
-    for (uint32_t p = 0; p < n; p++) {
-        if (p == t->o.rank || !sl_link_zmq_known(t->links[BASE].ctx, p))
-            continue;
-        double left = deadline - sl_clock_now();
-        key.peer = p;
-        sl_status_t st = sl_transport_send(t, &key, reason, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
-                                           left > 0 ? (int)(left * 1000.0) : 0);
-        if (st == SL_ERR_TIMEOUT)
-            untold++;
-        else if (st != SL_OK)
-            return st;
-    }
-    if (untold)
-        return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_abort: rank %u: %u peers not told",
-                          (unsigned)t->o.rank, (unsigned)untold);
     return SL_OK;
 }

@@ -74,6 +74,7 @@ enum {
     SL_DROP_MAC,          /* frame MACs: no trailer, or its tag does not prove the sender */
     SL_DROP_REPLAY,       /* frame MACs: a good tag with a sequence number already used */
     SL_DROP_FUTURE_ROUND, /* round beyond SL_MAILBOX_AHEAD_ROUNDS past the current one */
+    SL_DROP_HELLO,        /* a hello whose payload is not an endpoint */
     /* refused by the receiver after it took the frame (sl_transport_refuse): */
     SL_DROP_BAD_SIZE,  /* not the element count or encoding the receiver expects */
     SL_DROP_NONFINITE, /* values that are NaN or infinite */
@@ -95,15 +96,15 @@ typedef struct {
      * (receiving on the first half, rounded up, sending on the rest), so that a node
      * reads from its left and writes to its right neighbour at once. */
     unsigned io_threads;
-    size_t mailbox_frames;     /* caps on frames held for later */
+    size_t mailbox_frames; /* caps on frames held for later */
     uint64_t mailbox_bytes;
-    int shm;                   /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);
-                                  peers on this machine that map it get the frames of
-                                  >= SL_TRANSPORT_SHM_MIN_BYTES through it, the others
-                                  never answer and stay on ZeroMQ. 0: ZeroMQ only */
-    uint32_t shm_slots;        /* frames a lane holds at once, 1..SL_SHM_MAX_SLOTS */
-    uint64_t shm_slot_bytes;   /* largest frame (header + payload) of a slot; larger
-                                  frames go over ZeroMQ */
+    int shm;                 /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);
+                                peers on this machine that map it get the frames of
+                                >= SL_TRANSPORT_SHM_MIN_BYTES through it, the others
+                                never answer and stay on ZeroMQ. 0: ZeroMQ only */
+    uint32_t shm_slots;      /* frames a lane holds at once, 1..SL_SHM_MAX_SLOTS */
+    uint64_t shm_slot_bytes; /* largest frame (header + payload) of a slot; larger
+                                frames go over ZeroMQ */
     /* The run's secret (borrowed for the transport's life): CURVE on every ZeroMQ
      * connection, and a frame's sender is the rank of the key that proved itself
      * (sl_curve.h). NULL: no security (cluster.security: none). */
@@ -227,6 +228,17 @@ const char *sl_transport_abort_reason(const sl_transport_t *t);
  * Best effort: SL_ERR_TIMEOUT names how many peers could not be told in time. */
 sl_status_t sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms);
 
+/* Tells every node with a known endpoint that this process is new for its rank, come
+ * back to a running job (a hello frame with its endpoint): each drops what it kept for
+ * the old process (its connection and the frames queued to it, its lanes) and sends to
+ * this one from then on. Waits at most timeout_ms in all; SL_ERR_TIMEOUT names how many
+ * peers could not be told in time (they learn it from the next hello, or never hear
+ * from this node: it is not fatal). Under frame MACs (sl_transport_opts_t.frame_mac)
+ * the peers cannot check a new process' frames: SL_ERR_UNSUPPORTED. */
+sl_status_t sl_transport_announce(sl_transport_t *t, int timeout_ms);
+/* How many hellos came from rank: how often it came back as a new process. */
+uint32_t sl_transport_comebacks(const sl_transport_t *t, uint32_t rank);
+
 /* Counters of (kind, component), zeros when nothing passed. */
 void sl_transport_stat(const sl_transport_t *t, unsigned kind, uint32_t component,
                        sl_transport_stat_t *out);
@@ -244,11 +256,11 @@ void sl_transport_learn_sessions(sl_transport_t *t, const unsigned char *session
 uint64_t sl_transport_refused(const sl_transport_t *t);
 /* Frames waiting in the mailbox. */
 size_t sl_transport_pending(const sl_transport_t *t);
-/* When a frame from rank of the current or the next round of its (kind, component)
- * was last accepted (sl_clock_now() time), or the frame of the last receive from rank
- * that timed out came late (late is not dead); 0 if none was. Other stale frames,
- * frames too far ahead, frames of a (kind, component) not asked for yet and refused
- * frames do not count: a peer that talks but does not answer is not heard. */
+/* When a frame from rank of the current round of its (kind, component), or of a round
+ * ahead within the mailbox's reach, was last accepted (sl_clock_now() time), or the frame of the
+ * last receive from rank that timed out came late (late is not dead); 0 if none was. Other stale
+ * frames, frames too far ahead, frames of a (kind, component) not asked for yet and refused frames
+ * do not count: a peer that talks but does not answer is not heard. */
 double sl_transport_last_heard(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */

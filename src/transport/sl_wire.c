@@ -36,6 +36,10 @@ static const struct {
     [SL_WIRE_SHM_OFFER] = {"shared-memory offer", SL_WIRE_SHM_OFFER_BYTES, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_ACCEPT] = {"shared-memory accept", 8, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_SHM_WAKE] = {"shared-memory wake-up", 0, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_HELLO] = {"hello", SL_WIRE_MAX_HELLO, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_STATE_REQUEST] = {"state request", 0, ENC_BIT(SL_WIRE_BYTES)},
+    [SL_WIRE_STATE] = {"state", SL_WIRE_MAX_PAYLOAD,
+                       ENC_BIT(SL_WIRE_FP32) | ENC_BIT(SL_WIRE_BYTES)},
 };
 
 sl_wire_key_t

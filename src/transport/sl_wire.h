@@ -20,7 +20,7 @@
 #include "common/sl_status.h"
 
 #define SL_WIRE_MAGIC 0x4c4f4853u /* "SHOL" read as little-endian bytes */
-#define SL_WIRE_VERSION 3u /* 2: payloads hashed with sl_hash_bulk; 3: lane doorbells */
+#define SL_WIRE_VERSION 3u        /* 2: payloads hashed with sl_hash_bulk; 3: lane doorbells */
 #define SL_WIRE_HEADER_BYTES 64u
 #define SL_WIRE_CHECKSUM_OFFSET 56u
 /* Largest payload of one frame; collectives chunk larger buffers. */
@@ -47,10 +47,17 @@ typedef enum {
     SL_WIRE_SPARSE_VALUES = 11,  /* sparse exchange: values of the union rows (rows, len) */
     SL_WIRE_SHM_OFFER = 12,      /* the sender's shared-memory lane (sl_link_shm.c), bytes */
     SL_WIRE_SHM_ACCEPT = 13,     /* the receiver mapped it; payload = the lane's nonce */
-    SL_WIRE_SHM_WAKE = 14        /* a frame waits in the sender's lane and the receiver
+    SL_WIRE_SHM_WAKE = 14,       /* a frame waits in the sender's lane and the receiver
                                     said it blocks: wake up; no payload */
+    SL_WIRE_HELLO = 15,          /* the sender is a new process for its rank, come back to
+                                    a running job; payload = its endpoint (bytes) */
+    SL_WIRE_STATE_REQUEST = 16,  /* a node come back asks for the live state; no payload */
+    SL_WIRE_STATE = 17           /* the answer (node/sl_rejoin.h): seq 0 the step and
+                                    sizes (bytes), 1 the parameters, 2 the sync state */
 } sl_wire_kind_t;
-#define SL_WIRE_NKINDS 15 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
+#define SL_WIRE_NKINDS 18 /* kinds are 1 .. SL_WIRE_NKINDS - 1 */
+/* Largest payload of a hello frame (an endpoint). */
+#define SL_WIRE_MAX_HELLO 256u
 
 /* How payload elements are stored. fp16/bf16 carry values multiplied by scale before
  * the down-cast (compression scaling); fp32 and bytes use scale 1. */
@@ -139,8 +146,7 @@ sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
 
 /* The header of a local frame (its checksum over the header only), payload apart.
  * SL_ERR_INVALID as for sl_wire_encode. */
-sl_status_t sl_wire_encode_head(const sl_wire_header_t *h,
-                                unsigned char out[SL_WIRE_HEADER_BYTES]);
+sl_status_t sl_wire_encode_head(const sl_wire_header_t *h, unsigned char out[SL_WIRE_HEADER_BYTES]);
 
 /* The whole local frame, header then payload, into out (SL_WIRE_HEADER_BYTES +
  * h->payload_bytes). SL_ERR_INVALID as for sl_wire_encode. */

@@ -1,0 +1,49 @@
+/* A node process started again for a rank the run lost takes the live state from a
+ * node that never stopped (issue: elastic membership; DESIGN.md "Membership"):
+ *   the node come back     asks one live node after another (its ring neighbours
+ *                          first: rank + 1, rank - 1, rank + 2, ...) for the state,
+ *                          waiting the transport's timeout for each
+ *   every other node       answers such a request between two of its steps
+ *                          (sl_rejoin_serve): its step count, its parameters and its
+ *                          sync state (sl_sync_state_save: the BMUF state of every
+ *                          component, the touched rows, updates still to apply)
+ * Frames (sl_wire.h): SL_WIRE_STATE_REQUEST (no payload), then SL_WIRE_STATE seq 0 the
+ * sizes (u64 step, u64 parameters, u64 sync state bytes, little-endian), seq 1 the
+ * parameters (fp32), seq 2 the sync state (bytes; absent when it is empty). Everything
+ * received is checked (sizes against this node's model and sync object, values
+ * finite, the sync state by sl_sync_state_load) before it is used. */
+#ifndef SL_REJOIN_H
+#define SL_REJOIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/sl_status.h"
+#include "sync/sl_sync.h"
+#include "transport/sl_transport.h"
+
+typedef struct {
+    uint64_t answered; /* requests seen so far (the transport's count of them) */
+} sl_rejoin_server_t;
+
+/* Between steps, with the transport free (sl_sync_transport_free): answers every state
+ * request that has come (never waiting for one), with step (the steps this node has
+ * done), params (nparams, host memory) and sync's state. Costs nothing when none came.
+ * Errors: the transport's (a send that finds no room within the transport's timeout is
+ * not one: that request goes unanswered, with a warning), SL_ERR_NOMEM. */
+sl_status_t sl_rejoin_serve(sl_rejoin_server_t *srv, sl_transport_t *tr, long step,
+                            const float *params, size_t nparams, const sl_sync_t *sync);
+
+/* The node come back: the live state into params (nparams) and sync; *step the steps
+ * the donor had done, *donor its rank. SL_ERR_TIMEOUT when no node answered ("rejoin:
+ * no live node sent the run's state: asked 2, 0, 3, ..."), SL_ERR_FORMAT for a state
+ * that does not fit this node (another model or sync algorithm) or is not finite, the
+ * transport's errors. */
+sl_status_t sl_rejoin_fetch(sl_transport_t *tr, size_t nparams, sl_sync_t *sync, float *params,
+                            long *step, int *donor);
+
+/* A digest of parameters (nparams) for the logs: the node come back and the one that
+ * sent the state print the same. */
+uint64_t sl_rejoin_digest(const float *params, size_t nparams);
+
+#endif

@@ -1,0 +1,72 @@
+/* The rendezvous' parts shared by rank 0's side (sl_rendezvous.c) and the other
+ * ranks' (sl_rendezvous_join.c): the message layout, the object, small helpers.
+ * Internal to src/node. */
+#ifndef SL_RENDEZVOUS_INTERNAL_H
+#define SL_RENDEZVOUS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "node/sl_rendezvous.h"
+#include "transport/sl_curve.h"
+
+#define MAGIC "SLRV"
+#define HEAD_BYTES 16 /* magic, version, kind, run id */
+#define SESSION_BYTES SL_RDV_SESSION_BYTES
+#define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES) /* rank, size, session; endpoint */
+#define MAX_NODES 65536                                 /* keeps a table message under 17 MB */
+#define SLICE_MS 100   /* polls this long at most between interrupt checks */
+#define LINGER_MS 5000 /* rank 0 lets the tables leave this long */
+#define RUN_ID_SEED 0x53484f414c524456ull
+/* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
+ * vouch and metadata, is some 300 bytes, more than a registration */
+#define HANDSHAKE_BYTES 1024
+#define ADMIT_MESSAGES 16 /* sl_rendezvous_admit reads at most this many per call */
+
+/* KIND_REJOIN: the table sent to a node that registers once the run is under way */
+enum { KIND_REGISTER = 1, KIND_TABLE = 2, KIND_REFUSAL = 3, KIND_GIVE_UP = 4, KIND_REJOIN = 5 };
+
+struct sl_rendezvous {
+    sl_rendezvous_opts_t o;
+    char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
+    char bind[SL_RDV_ENDPOINT_MAX];
+    void *ctx, *sock;
+    sl_curve_t *curve; /* NULL without security */
+    int used;          /* exchange done */
+    int rejoined;      /* not rank 0: the table came as KIND_REJOIN (the run is under way) */
+    /* rank 0, once every rank registered: the run's table, kept up to date by
+     * sl_rendezvous_admit, the run id, and admit's scratch */
+    sl_rendezvous_table_t table;
+    uint64_t run_id;
+    unsigned char *admit_reg;
+    struct rdv_peer *admit_peers;
+};
+
+/* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
+typedef struct rdv_peer {
+    unsigned char id[256];
+    size_t id_len;
+} peer_t;
+
+/* Writes the head (magic, version, kind, run id) of a message. */
+void sl_rdv_put_head(unsigned char *p, unsigned kind, uint64_t run_id);
+/* The kind of a message with our magic and version; 0 when it is not one. */
+unsigned sl_rdv_head_kind(const unsigned char *p, size_t len);
+/* How an endpoint reads in messages: HOST:PORT for tcp, the whole endpoint otherwise. */
+const char *sl_rdv_shown(const char *endpoint);
+/* Printable ASCII, 1 to SL_RDV_ENDPOINT_MAX - 1 bytes, tcp:// or ipc://. */
+int sl_rdv_good_endpoint(const char *s, size_t len);
+int sl_rdv_interrupted(const sl_rendezvous_t *r);
+void sl_rdv_format_seconds(int ms, char *buf, size_t size);
+sl_status_t sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size);
+/* Sets (or replaces) rank's entry: endpoint (len bytes) and session (may be NULL). */
+sl_status_t sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
+                             const unsigned char *session);
+/* Waits up to the deadline (at most SLICE_MS) for the socket to be readable: 1
+ * readable, 0 not (yet), or a status < 0. */
+int sl_rdv_wait_readable(sl_rendezvous_t *r, double deadline);
+/* Not rank 0: registers and waits for the table (sl_rendezvous_exchange). */
+sl_status_t sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
+                        const unsigned char *session, sl_rendezvous_table_t *t);
+
+#endif

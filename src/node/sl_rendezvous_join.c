@@ -1,0 +1,137 @@
+/* The rendezvous of the ranks other than 0 (sl_rendezvous.h): register with rank 0,
+ * wait for the table (or, once the run is under way, the table of a node that comes
+ * back), read it. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_endian.h"
+#include "node/sl_rendezvous_internal.h"
+#include "transport/sl_zmq_status.h"
+
+/* Reads the table out of message m (len bytes). */
+static sl_status_t
+decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
+             sl_rendezvous_table_t *t)
+{
+    const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
+    sl_status_t st;
+
+    if (len < HEAD_BYTES + 4 || sl_get_u64(m + 8) != run_id ||
+        sl_get_u32(m + HEAD_BYTES) != (uint32_t)r->o.size)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "rendezvous: rank 0 at %s sent a table for another run or size",
+                          sl_rdv_shown(r->master));
+    SL_TRY(sl_rdv_table_alloc(t, r->o.size));
+    for (int i = 0; i < r->o.size; i++) {
+        size_t l;
+        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l + SESSION_BYTES) ||
+            !sl_rdv_good_endpoint((const char *)p + 2, l)) {
+            sl_rendezvous_table_fini(t);
+            return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
+                              sl_rdv_shown(r->master));
+        }
+        if ((st = sl_rdv_table_set(t, i, (const char *)p + 2, l, p + 2 + l)) != SL_OK) {
+            sl_rendezvous_table_fini(t);
+            return st;
+        }
+        p += 2 + l + SESSION_BYTES;
+    }
+    if (p != end) {
+        sl_rendezvous_table_fini(t);
+        return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
+                          sl_rdv_shown(r->master));
+    }
+    return SL_OK;
+}
+
+/* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
+ * or a status < 0. */
+static int
+take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+{
+    zmq_msg_t m;
+    const unsigned char *d;
+    size_t len;
+    int rc;
+
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
+        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
+        zmq_msg_close(&m);
+        return rc;
+    }
+    d = zmq_msg_data(&m);
+    len = zmq_msg_size(&m);
+    switch (sl_rdv_head_kind(d, len)) {
+    case KIND_TABLE:
+    case KIND_REJOIN:
+        rc = decode_table(r, run_id, d, len, t);
+        rc = rc == SL_OK ? 1 : rc;
+        r->rejoined = sl_rdv_head_kind(d, len) == KIND_REJOIN;
+        break;
+    case KIND_REFUSAL:
+    case KIND_GIVE_UP: {
+        size_t n = len - HEAD_BYTES < 512 ? len - HEAD_BYTES : 512;
+        char why[513];
+        for (size_t i = 0; i < n; i++)
+            why[i] = d[HEAD_BYTES + i] >= ' ' && d[HEAD_BYTES + i] <= '~' ? (char)d[HEAD_BYTES + i]
+                                                                          : '?';
+        why[n] = '\0';
+        if (sl_rdv_head_kind(d, len) == KIND_REFUSAL)
+            rc = sl_err_set(SL_ERR_INVALID, "rendezvous: rank 0 at %s refused rank %d: %s",
+                            sl_rdv_shown(r->master), r->o.rank, why);
+        else
+            rc = sl_err_set(SL_ERR_TIMEOUT, "rendezvous: rank 0 at %s gave up: %s",
+                            sl_rdv_shown(r->master), why);
+        break;
+    }
+    default:
+        rc = sl_err_set(SL_ERR_FORMAT,
+                        "rendezvous: rank 0 at %s answered with %zu bytes that "
+                        "are not a shoal table",
+                        sl_rdv_shown(r->master), len);
+        break;
+    }
+    zmq_msg_close(&m);
+    return rc;
+}
+
+sl_status_t
+sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
+            sl_rendezvous_table_t *t)
+{
+    unsigned char msg[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
+    size_t len = strlen(endpoint);
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
+    char secs[32];
+
+    sl_rdv_put_head(msg, KIND_REGISTER, run_id);
+    sl_put_u32(msg + 16, (uint32_t)r->o.rank);
+    sl_put_u32(msg + 20, (uint32_t)r->o.size);
+    if (session)
+        memcpy(msg + HEAD_BYTES + 8, session, SESSION_BYTES);
+    else
+        memset(msg + HEAD_BYTES + 8, 0, SESSION_BYTES);
+    memcpy(msg + REGISTER_BYTES, endpoint, len);
+    /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
+    if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
+        return sl_zmq_fail("rendezvous: registering with rank 0 at %s", sl_rdv_shown(r->master));
+    for (;;) {
+        int ready;
+        if (sl_rdv_interrupted(r))
+            return sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
+        if (sl_clock_now() >= deadline)
+            break;
+        ready = sl_rdv_wait_readable(r, deadline);
+        if (ready < 0)
+            return ready;
+        if (ready && (ready = take_answer(r, run_id, t)) != 0)
+            return ready < 0 ? ready : SL_OK;
+    }
+    sl_rdv_format_seconds(r->o.timeout_ms, secs, sizeof secs);
+    return sl_err_set(SL_ERR_TIMEOUT, "rendezvous: no table from rank 0 at %s after %s",
+                      sl_rdv_shown(r->master), secs);
+}

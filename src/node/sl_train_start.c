@@ -1,0 +1,176 @@
+/* Where a run starts (sl_train_internal.h): from scratch, from this node's checkpoint
+ * (the generation the nodes agree on), or, for a node that comes back to a run under
+ * way, from a live node's state (sl_rejoin.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/sl_alloc.h"
+#include "common/sl_log.h"
+#include "node/sl_resume.h"
+#include "node/sl_train_internal.h"
+
+/* The step to resume from, -1 for a fresh start, and in *from the generation's file:
+ * this node's newest sound generation, or with a sync algorithm on several nodes the
+ * newest step every node has (sl_resume.h). Every such node takes part, also with
+ * resume off (it offers nothing), so that all of them start alike. */
+static sl_status_t
+choose_generation(trainer_t *t, const sl_train_result_t *res, long *step, char *from, size_t size)
+{
+    sl_resume_offer_t offer;
+    int agree = t->opts->nranks > 1 && sl_sync_algorithm(t->sync) != SL_SYNC_NONE;
+
+    memset(&offer, 0, sizeof offer);
+    if (t->opts->resume)
+        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
+    if (agree)
+        SL_TRY(sl_resume_agree(t->opts->transport, t->opts->rank, t->opts->nranks,
+                               t->cfg->cluster.rendezvous_timeout_ms, &offer.steps, step));
+    else
+        *step = offer.steps.count > 0 ? offer.steps.step[0] : -1;
+    for (int g = 0; *step >= 0 && g < offer.steps.count; g++) {
+        if (offer.steps.step[g] != *step)
+            continue;
+        snprintf(from, size, "%s", offer.path[g]);
+        if (g > 0)
+            sl_log_warn("train",
+                        "resuming from %s at step %ld, the newest step every node has: %s "
+                        "(step %ld) goes unused",
+                        offer.path[g], *step, offer.path[0], offer.steps.step[0]);
+        return SL_OK;
+    }
+    SL_ASSERT(*step < 0);
+    return SL_OK;
+}
+
+/* The cursor of this node's data at step (a pure function of it). */
+static void
+cursor_at(trainer_t *t, long step)
+{
+    long bpe = t->train_bt.batches_per_epoch;
+
+    t->cur.step = step;
+    t->cur.epoch = (int)(step / bpe);
+    t->cur.batch_index = step % bpe;
+    t->cur.tokens = (uint64_t)step * (uint64_t)t->cfg->train.batch * (uint64_t)t->cfg->train.bptt;
+}
+
+/* Where a node that comes back with the state of step (a live node's) starts: at the
+ * block boundary of the longest period one period past it, so that it is a round or
+ * two ahead of the others rather than behind. Behind, it would wait for frames they
+ * sent before it was back, and they would take its frames for stale; ahead, its frames
+ * reach them as rounds to come (they count it alive again on the first) and it waits
+ * only until they catch up. The batches it skips are lost, like those of the node that
+ * died. Never past the run's end. */
+static long
+rejoin_step(const trainer_t *t, long step)
+{
+    long hmax = 1, at;
+
+    for (int c = 0; c < sl_lm_ncomponents(t->lm); c++)
+        if (sl_sync_period(t->sync, c) > hmax)
+            hmax = sl_sync_period(t->sync, c);
+    at = (step / hmax + 2) * hmax;
+    return at < t->total_steps ? at : t->total_steps;
+}
+
+/* A node that comes back (sl_train_opts_t.rejoin): its own newest sound checkpoint
+ * for the optimizer and loss scale, then the live step, parameters and sync state; the
+ * hidden state starts again at zero. */
+static sl_status_t
+come_back(trainer_t *t, const sl_train_result_t *res)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    sl_resume_offer_t offer;
+    float *params = NULL;
+    long step, from;
+    uint64_t digest;
+    int donor;
+    sl_status_t st;
+
+    memset(&offer, 0, sizeof offer);
+    if (t->opts->resume)
+        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
+    if (offer.steps.count > 0)
+        SL_TRY(sl_checkpoint_load(offer.path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
+                                  &t->cur));
+    if (t->ls.enabled && t->cur.loss_scale > 0.0f)
+        t->ls.scale = t->cur.loss_scale;
+    SL_TRY(SL_ALLOC(&params, n, "parameters"));
+    st = sl_rejoin_fetch(t->opts->transport, n, t->sync, params, &step, &donor);
+    if (st == SL_OK)
+        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
+    digest = sl_rejoin_digest(params, n);
+    sl_free(params);
+    SL_TRY(st);
+    SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm))); /* the donor's overlapped updates */
+    sl_lm_state_reset(t->st);
+    from = step;
+    step = rejoin_step(t, step);
+    cursor_at(t, step);
+    sl_log_info("train",
+                "came back at step %ld of %ld with node %d's model (parameters %016" PRIx64
+                ") and sync state of step %ld%s",
+                step, t->total_steps, donor, digest, from,
+                offer.steps.count > 0 ? " and this node's optimizer state" : "");
+    return SL_OK;
+}
+
+/* Training state, sync and loss-scale state included, from this node's checkpoint (the
+ * generation choose_generation picks) when there is one and resume is on. A version 1
+ * checkpoint has no sync state: the sync object starts again from the resumed
+ * parameters, as if the run began there; versions 1 and 2 have no loss scale: fp16
+ * starts it again. */
+sl_status_t
+sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
+{
+    long bpe = t->train_bt.batches_per_epoch, step;
+    char from[SL_CKPT_PATH_MAX];
+
+    if (t->opts->rejoin) {
+        switch (sl_sync_algorithm(t->sync)) {
+        case SL_SYNC_NONE: /* the nodes train alone: its own checkpoint is all it needs */
+            break;
+        case SL_SYNC_ALLREDUCE:
+        case SL_SYNC_MA:
+        case SL_SYNC_BMUF:
+            return sl_err_set(SL_ERR_UNSUPPORTED,
+                              "rejoin: a node cannot come back to a %s run under way; only "
+                              "to gossip-* and local-* runs",
+                              sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
+        default:
+            return come_back(t, res);
+        }
+    }
+    SL_TRY(choose_generation(t, res, &step, from, sizeof from));
+    if (step < 0)
+        return SL_OK;
+    SL_TRY(sl_checkpoint_load(from, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
+    t->drop_newest = strcmp(from, res->checkpoint) != 0;
+    if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {
+        sl_log_warn("train",
+                    "%s: a version 1 checkpoint holds no sync state: %s starts it again "
+                    "from the resumed parameters",
+                    from, sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
+        sl_sync_destroy(&t->sync);
+        SL_TRY(sl_train_start_sync(t));
+    }
+    if (t->ls.enabled && t->cur.loss_scale > 0.0f) {
+        t->ls.scale = t->cur.loss_scale;
+        t->ls.good = t->cur.loss_scale_good;
+        t->ls.overflows = t->cur.loss_scale_overflows;
+        t->ls.skipped = t->cur.loss_scale_skipped;
+    } else if (t->ls.enabled) {
+        sl_log_warn("train",
+                    "%s: the checkpoint holds no loss scale (written by an older shoal or "
+                    "not in fp16): it starts again at %g",
+                    from, (double)t->ls.scale);
+    }
+    t->saved_step = t->cur.step;
+    sl_log_info("train", "resuming from step %ld of %ld (epoch %d, batch %ld of %ld)", t->cur.step,
+                t->total_steps, t->cur.epoch + 1, t->cur.batch_index, bpe);
+    if (t->cur.step >= t->total_steps)
+        sl_log_info("train", "the checkpoint is at the end of the run: nothing left to train");
+    return SL_OK;
+}

@@ -1,0 +1,149 @@
+/* The transport's control frames, which never reach the mailbox: a peer's abort (it
+ * stops, and every receive fails from then on) and a peer's hello (it is a new process
+ * for its rank, come back to the running job: every link forgets the old one). */
+#include <inttypes.h>
+#include <string.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "transport/sl_link_zmq.h"
+#include "transport/sl_transport_internal.h"
+
+sl_status_t
+sl_transport_abort_status(const sl_transport_t *t)
+{
+    return sl_err_set(SL_ERR_SHUTDOWN, "rank %u: rank %u aborted: %s", (unsigned)t->o.rank,
+                      (unsigned)t->abort_rank, t->abort_msg);
+}
+
+/* Printable characters of the reason only. */
+void
+sl_transport_note_abort(sl_transport_t *t, const sl_link_frame_t *f)
+{
+    const unsigned char *p = f->pub.payload;
+    size_t n = f->pub.h.payload_bytes, i;
+
+    if (t->aborted)
+        return;
+    t->aborted = 1;
+    t->abort_rank = f->pub.h.sender;
+    for (i = 0; i < n && i + 1 < sizeof t->abort_msg; i++)
+        t->abort_msg[i] = p[i] >= 32 && p[i] < 127 ? (char)p[i] : '?';
+    t->abort_msg[i] = '\0';
+}
+
+const char *
+sl_transport_abort_reason(const sl_transport_t *t)
+{
+    return t->aborted ? t->abort_msg : NULL;
+}
+
+sl_status_t
+sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
+{
+    size_t len = strlen(reason);
+    uint32_t n = t->o.size, untold = 0;
+    sl_wire_key_t key = {0, 0, 0, 0, SL_WIRE_ABORT};
+    double deadline = sl_clock_now() + timeout_ms / 1000.0;
+
+    if (len > SL_WIRE_MAX_ABORT)
+        len = SL_WIRE_MAX_ABORT;
+    for (uint32_t p = 0; p < n; p++) {
+        if (p == t->o.rank || !sl_link_zmq_known(t->links[SL_TRANSPORT_BASE].ctx, p))
+            continue;
+        double left = deadline - sl_clock_now();
+        key.peer = p;
+        sl_status_t st = sl_transport_send(t, &key, reason, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
+                                           left > 0 ? (int)(left * 1000.0) : 0);
+        if (st == SL_ERR_TIMEOUT)
+            untold++;
+        else if (st != SL_OK)
+            return st;
+    }
+    if (untold)
+        return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_abort: rank %u: %u peers not told",
+                          (unsigned)t->o.rank, (unsigned)untold);
+    return SL_OK;
+}
+
+/* An endpoint as sl_transport_new binds them: tcp:// or ipc://, printable, no more than
+ * a hello carries. */
+static int
+is_endpoint(const unsigned char *p, size_t n)
+{
+    if (n < 7 || n >= SL_WIRE_MAX_HELLO ||
+        (memcmp(p, "tcp://", 6) != 0 && memcmp(p, "ipc://", 6) != 0))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < 33 || p[i] > 126)
+            return 0;
+    return 1;
+}
+
+void
+sl_transport_take_hello(sl_transport_t *t, const sl_link_frame_t *f)
+{
+    uint32_t from = f->pub.h.sender;
+    size_t n = f->pub.h.payload_bytes;
+    char endpoint[SL_WIRE_MAX_HELLO];
+    char detail[64];
+
+    if (!is_endpoint(f->pub.payload, n)) {
+        snprintf(detail, sizeof detail, "from rank %u", (unsigned)from);
+        sl_transport_note_drop(t, SL_DROP_HELLO, 1, detail);
+        return;
+    }
+    memcpy(endpoint, f->pub.payload, n);
+    endpoint[n] = '\0';
+    for (size_t i = 0; i < SL_TRANSPORT_NLINKS; i++)
+        if (t->links[i].ops->forget)
+            t->links[i].ops->forget(t->links[i].ctx, from, endpoint);
+    t->missed[from].kind = 0;
+    t->comebacks[from]++;
+    sl_log_info("transport", "rank %u: rank %u is back, a new process at %s", (unsigned)t->o.rank,
+                (unsigned)from, endpoint);
+    (void)sl_transport_count_msg(t, SL_WIRE_HELLO, 0, SL_WIRE_BYTES, n, 0);
+}
+
+sl_status_t
+sl_transport_announce(sl_transport_t *t, int timeout_ms)
+{
+    const char *ep = sl_transport_endpoint(t);
+    size_t len = strlen(ep);
+    uint32_t untold = 0;
+    sl_wire_key_t key = {0, 0, 0, 0, SL_WIRE_HELLO};
+    double deadline = sl_clock_now() + timeout_ms / 1000.0;
+
+    if (t->o.frame_mac)
+        return sl_err_set(SL_ERR_UNSUPPORTED,
+                          "rank %u: a node cannot come back to a running job under "
+                          "cluster.security mac (its new session key cannot reach the others); "
+                          "use cluster.security curve",
+                          (unsigned)t->o.rank);
+    if (len >= SL_WIRE_MAX_HELLO)
+        return sl_err_set(SL_ERR_INVALID, "sl_transport_announce: endpoint %s too long", ep);
+    for (uint32_t p = 0; p < t->o.size; p++) {
+        double left = deadline - sl_clock_now();
+        sl_status_t st;
+
+        if (p == t->o.rank || !sl_link_zmq_known(t->links[SL_TRANSPORT_BASE].ctx, p))
+            continue;
+        key.peer = p;
+        st = sl_transport_send(t, &key, ep, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
+                               left > 0 ? (int)(left * 1000.0) : 0);
+        if (st == SL_ERR_TIMEOUT)
+            untold++;
+        else if (st != SL_OK)
+            return st;
+    }
+    if (untold)
+        return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_announce: rank %u: %u peers not told",
+                          (unsigned)t->o.rank, (unsigned)untold);
+    return SL_OK;
+}
+
+uint32_t
+sl_transport_comebacks(const sl_transport_t *t, uint32_t rank)
+{
+    return rank < t->o.size ? t->comebacks[rank] : 0;
+}
