@@ -58,31 +58,48 @@ typedef struct {
     const sl_node_opts_t *o;
     sl_secret_t secret; /* the run's, unless cluster.security is none */
     sl_transport_t *tr;
-    sl_rendezvous_t *rdv; /* rank 0: kept for the run, to admit nodes that come back */
+    sl_rendezvous_t *rdv; /* kept for the run: nodes that come back go through it */
     int rejoin;           /* this process comes back to a run under way */
     int peer_stopped;
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
     char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
 } node_t;
 
-/* The train loop's poll hook: has a peer sent an abort frame? On rank 0 also: has a
- * node come back to the rendezvous? */
+/* Between steps, the rendezvous of the run: rank 0 admits the nodes that come back and
+ * learns the live ones it did not know; the others say they are present. */
+static sl_status_t
+watch_rendezvous(node_t *n)
+{
+    sl_rdv_event_t ev;
+    int rank;
+
+    if (n->o->rank != 0) {
+        sl_rendezvous_present(n->rdv);
+        return SL_OK;
+    }
+    SL_TRY(sl_rendezvous_admit(n->rdv, &ev, &rank));
+    if (ev == SL_RDV_CAME_BACK)
+        sl_log_info("node",
+                    "node %d comes back: it has the run's table and asks a live node for the "
+                    "state",
+                    rank);
+    if (ev == SL_RDV_FOUND) {
+        sl_log_info("node", "node %d is present at %s", rank, sl_rendezvous_endpoint(n->rdv, rank));
+        sl_transport_learn_endpoint(n->tr, (uint32_t)rank, sl_rendezvous_endpoint(n->rdv, rank));
+    }
+    return SL_OK;
+}
+
+/* The train loop's poll hook: has a peer sent an abort frame? Then the rendezvous of
+ * the run (watch_rendezvous). */
 static sl_status_t
 poll_peers(void *ctx)
 {
     node_t *n = ctx;
     sl_status_t st = sl_transport_poll(n->tr);
-    int back;
 
-    if (st == SL_OK && n->rdv) {
-        st = sl_rendezvous_admit(n->rdv, &back);
-        if (st == SL_OK && back >= 0)
-            sl_log_info("node",
-                        "node %d comes back: it has the run's table and asks a live "
-                        "node for the state",
-                        back);
-    }
-
+    if (st == SL_OK && n->rdv)
+        st = watch_rendezvous(n);
     if (st != SL_ERR_SHUTDOWN)
         return st;
     n->peer_stopped = 1;
@@ -273,8 +290,8 @@ meet_peers(node_t *n)
         st = announce(n);
     else if (st != SL_OK)
         tell_peers(n, st);
-    if (st == SL_OK && o->rank == 0 && o->size > 1) {
-        n->rdv = rdv; /* kept: it admits the nodes that come back */
+    if (st == SL_OK) {
+        n->rdv = rdv; /* kept for the run: nodes come back through it */
         rdv = NULL;
     }
 out:

@@ -176,7 +176,7 @@ sl_rejoin_fetch(sl_transport_t *tr, size_t nparams, sl_sync_t *sync, float *para
             uint32_t d = cand[k];
             sl_status_t st;
 
-            if (k == 1 && d == cand[0])
+            if ((k == 1 && d == cand[0]) || !sl_transport_knows(tr, d))
                 continue;
             if (used < sizeof asked)
                 used += (size_t)snprintf(asked + used, sizeof asked - used, "%s%u",

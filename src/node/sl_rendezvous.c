@@ -193,7 +193,6 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
     sl_curve_destroy(&r->curve);
     sl_rendezvous_table_fini(&r->table);
     free(r->admit_reg);
-    free(r->admit_peers);
     if (r->ctx)
         while (zmq_ctx_term(r->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -234,9 +233,9 @@ sl_status_t
 sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
                  const unsigned char *session)
 {
-    char *copy = strndup(ep, len);
+    char *copy = len ? strndup(ep, len) : NULL;
 
-    if (!copy)
+    if (len && !copy)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     if (session)
         memcpy(t->sessions + (size_t)rank * SESSION_BYTES, session, SESSION_BYTES);
@@ -313,8 +312,8 @@ timed_out_waiting(const sl_rendezvous_t *r, const unsigned char *reg, int count)
 }
 
 /* Sends [id][msg] on the ROUTER without waiting; 0 or the errno. */
-static int
-send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len)
+int
+sl_rdv_send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len)
 {
     if (zmq_send(r->sock, p->id, p->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(r->sock, msg, len, ZMQ_DONTWAIT) < 0)
@@ -331,7 +330,7 @@ send_reason(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, unsigned kind,
 
     sl_rdv_put_head(msg, kind, run_id);
     memcpy(msg + HEAD_BYTES, why, len);
-    send_to(r, p, msg, HEAD_BYTES + len);
+    sl_rdv_send_to(r, p, msg, HEAD_BYTES + len);
 }
 
 /* A refusal says nothing of the run: the sender may not be one of its nodes. */
@@ -353,7 +352,9 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     uint32_t rk, sz;
     size_t eplen;
 
-    if (sl_rdv_head_kind(m, len) != KIND_REGISTER || len < REGISTER_BYTES) {
+    unsigned kind = sl_rdv_head_kind(m, len);
+
+    if ((kind != KIND_REGISTER && kind != KIND_PRESENT) || len < REGISTER_BYTES) {
         if (len >= 6 && memcmp(m, MAGIC, 4) == 0 && sl_get_u16(m + 4) != SL_RDV_VERSION)
             snprintf(why, size, "rendezvous protocol version %u, this node speaks %u",
                      (unsigned)sl_get_u16(m + 4), SL_RDV_VERSION);
@@ -384,7 +385,7 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
                  key_rank);
         return 0;
     }
-    if (rk == 0 || reg[rk]) {
+    if (kind == KIND_REGISTER && (rk == 0 || reg[rk])) {
         snprintf(why, size, "rank %u is already registered: two nodes were given rank %u",
                  (unsigned)rk, (unsigned)rk);
         return 0;
@@ -406,23 +407,24 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     return 1;
 }
 
-/* Takes one message off the ROUTER and registers or refuses its sender. */
-static sl_status_t
-take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned char *reg,
-                  sl_rendezvous_table_t *t, int *count)
+sl_status_t
+sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *reg,
+                    sl_rdv_message_t *m, int *got)
 {
     zmq_msg_t idm, body;
     peer_t p;
-    char from[64], why[512], ep[SL_RDV_ENDPOINT_MAX];
+    char from[64], why[512];
     const char *addr;
-    int rank = -1, more = 0, ok;
+    int more = 0, ok;
     long key_rank;
     size_t more_len = sizeof more;
     sl_status_t st = SL_OK;
 
+    *got = 0;
     zmq_msg_init(&idm);
     zmq_msg_init(&body);
     if (zmq_msg_recv(&idm, r->sock, ZMQ_DONTWAIT) < 0) {
+        *got = -1;
         st = zmq_errno() == EAGAIN ? SL_OK : sl_zmq_fail("rendezvous: receiving");
         goto out;
     }
@@ -448,44 +450,44 @@ take_registration(sl_rendezvous_t *r, uint64_t run_id, peer_t *peers, unsigned c
         key_rank = sl_curve_sender(&body, &kr) == 0 ? (long)kr : LONG_MAX;
     }
     ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
-                            addr ? from : NULL, reg, &rank, ep, why, sizeof why);
+                            addr ? from : NULL, reg, &m->rank, m->endpoint, why, sizeof why);
     if (!ok) {
         refuse(r, &p, from, why);
         goto out;
     }
-    SL_TRY_GOTO(sl_rdv_table_set(t, rank, ep, strlen(ep),
-                                 (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8),
-                st, out);
-    peers[rank] = p;
-    reg[rank] = 1;
-    ++*count;
-    sl_log_debug("rendezvous", "rank %d registered from %s: %s (%d of %d)", rank, from, ep, *count,
-                 r->o.size);
+    m->kind = sl_rdv_head_kind(zmq_msg_data(&body), zmq_msg_size(&body));
+    memcpy(m->session, (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8, SESSION_BYTES);
+    m->peer = p;
+    *got = 1;
+    sl_log_debug("rendezvous", "rank %d %s from %s: %s", m->rank,
+                 m->kind == KIND_PRESENT ? "is present" : "registered", from, m->endpoint);
 out:
     zmq_msg_close(&idm);
     zmq_msg_close(&body);
     return st;
 }
 
-/* The table message: head, size, then each endpoint with its length. */
-static sl_status_t
-encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **out, size_t *len)
+/* The table message of kind (KIND_TABLE or KIND_REJOIN): head, size, then each
+ * endpoint with its length (0: unknown, a rank lost when rank 0 came back) and session. */
+sl_status_t
+sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
+                    unsigned char **out, size_t *len)
 {
     size_t n = HEAD_BYTES + 4;
     unsigned char *m, *p;
 
     for (int i = 0; i < t->size; i++)
-        n += 2 + strlen(t->endpoints[i]) + SESSION_BYTES;
+        n += 2 + (t->endpoints[i] ? strlen(t->endpoints[i]) : 0) + SESSION_BYTES;
     m = malloc(n);
     if (!m)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
-    sl_rdv_put_head(m, KIND_TABLE, run_id);
+    sl_rdv_put_head(m, kind, run_id);
     sl_put_u32(m + HEAD_BYTES, (uint32_t)t->size);
     p = m + HEAD_BYTES + 4;
     for (int i = 0; i < t->size; i++) {
-        size_t l = strlen(t->endpoints[i]);
+        size_t l = t->endpoints[i] ? strlen(t->endpoints[i]) : 0;
         sl_put_u16(p, (uint16_t)l);
-        memcpy(p + 2, t->endpoints[i], l);
+        memcpy(p + 2, t->endpoints[i] ? t->endpoints[i] : "", l);
         memcpy(p + 2 + l, t->sessions + (size_t)i * SESSION_BYTES, SESSION_BYTES);
         p += 2 + l + SESSION_BYTES;
     }
@@ -494,30 +496,12 @@ encode_table(uint64_t run_id, const sl_rendezvous_table_t *t, unsigned char **ou
     return SL_OK;
 }
 
-/* Rank 0 keeps the run's table (a copy of t) for sl_rendezvous_admit. */
-static sl_status_t
-keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t)
-{
-    int n = t->size;
-
-    SL_TRY(sl_rdv_table_alloc(&r->table, n));
-    for (int i = 0; i < n; i++)
-        SL_TRY(sl_rdv_table_set(&r->table, i, t->endpoints[i], strlen(t->endpoints[i]),
-                                t->sessions + (size_t)i * SESSION_BYTES));
-    r->admit_reg = calloc((size_t)n, 1);
-    r->admit_peers = calloc((size_t)n, sizeof *r->admit_peers);
-    if (!r->admit_reg || !r->admit_peers)
-        return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
-    r->run_id = run_id;
-    return SL_OK;
-}
-
 static sl_status_t
 serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
       sl_rendezvous_table_t *t)
 {
     int n = r->o.size, count = 1;
-    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0;
     unsigned char *reg = calloc((size_t)n, 1), *msg = NULL;
     peer_t *peers = calloc((size_t)n, sizeof *peers);
     char own[SL_RDV_ENDPOINT_MAX], host[SL_RDV_ENDPOINT_MAX], *colon;
@@ -539,8 +523,12 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
     }
     SL_TRY_GOTO(sl_rdv_table_set(t, 0, own, strlen(own), session), st, out);
     reg[0] = 1;
-    while (count < n) {
-        int ready;
+    /* every rank registers; or, when rank 0 comes back to a run under way, the live
+     * ranks say they are present within SL_RDV_GATHER_MS of the first */
+    while (count < n && !(gather_end > 0 && sl_clock_now() >= gather_end)) {
+        sl_rdv_message_t m;
+        int ready, got;
+
         if (sl_rdv_interrupted(r)) {
             st = sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
             goto out;
@@ -549,30 +537,46 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
             st = timed_out_waiting(r, reg, count);
             goto out;
         }
-        ready = sl_rdv_wait_readable(r, deadline);
+        ready = sl_rdv_wait_readable(r, gather_end > 0 ? gather_end : deadline);
         if (ready < 0) {
             st = ready;
             goto out;
         }
-        if (ready)
-            SL_TRY_GOTO(take_registration(r, run_id, peers, reg, t, &count), st, out);
+        if (!ready)
+            continue;
+        SL_TRY_GOTO(sl_rdv_take_message(r, run_id, reg, &m, &got), st, out);
+        if (got <= 0 || reg[m.rank])
+            continue;
+        if (m.kind == KIND_PRESENT && gather_end == 0)
+            gather_end = sl_clock_now() + SL_RDV_GATHER_MS / 1000.0;
+        if (m.kind == KIND_REGISTER)
+            peers[m.rank] = m.peer;
+        SL_TRY_GOTO(sl_rdv_table_set(t, m.rank, m.endpoint, strlen(m.endpoint), m.session), st,
+                    out);
+        reg[m.rank] = 1;
+        count++;
     }
-    SL_TRY_GOTO(encode_table(run_id, t, &msg, &len), st, out);
+    r->rejoined = gather_end > 0;
+    SL_TRY_GOTO(sl_rdv_encode_table(r->rejoined ? KIND_REJOIN : KIND_TABLE, run_id, t, &msg, &len),
+                st, out);
     for (int i = 1; i < n; i++) {
-        int e = send_to(r, &peers[i], msg, len);
+        int e = peers[i].id_len ? sl_rdv_send_to(r, &peers[i], msg, len) : 0;
         if (e)
             sl_log_warn("rendezvous", "could not send the table to rank %d: %s", i,
                         zmq_strerror(e));
     }
+    if (r->rejoined)
+        sl_log_info("rendezvous", "rank 0 comes back to a run under way: %d of %d nodes present",
+                    count, n);
     sl_log_debug("rendezvous", "all %d nodes registered", n);
-    st = keep_table(r, run_id, t);
+    st = sl_rdv_keep_table(r, run_id, t);
 out:
     /* the nodes that came need not wait for a table that will never be sent */
     for (int i = 1; st != SL_OK && reg && peers && i < n; i++) {
         const char *why = sl_err_msg();
         if (strncmp(why, "rendezvous: ", 12) == 0)
             why += 12;
-        if (reg[i])
+        if (reg[i] && peers[i].id_len)
             send_reason(r, run_id, &peers[i], KIND_GIVE_UP, why);
     }
     if (st != SL_OK)
@@ -603,45 +607,6 @@ sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint
     if (r->o.rank == 0)
         return serve(r, run_id, endpoint, session, table);
     return sl_rdv_join(r, run_id, endpoint, session, table);
-}
-
-sl_status_t
-sl_rendezvous_admit(sl_rendezvous_t *r, int *rank)
-{
-    int n = r->table.size;
-
-    *rank = -1;
-    if (r->o.rank != 0 || n == 0)
-        return SL_OK;
-    for (int m = 0; m < ADMIT_MESSAGES; m++) {
-        unsigned char *msg = NULL;
-        size_t len = 0;
-        int count = 0, e;
-
-        memset(r->admit_reg, 0, (size_t)n);
-        r->admit_reg[0] = 1; /* a node claiming rank 0 is refused: rank 0 is this one */
-        SL_TRY(take_registration(r, r->run_id, r->admit_peers, r->admit_reg, &r->table, &count));
-        if (!count)
-            continue; /* nothing came, or a refusal */
-        for (int i = 1; i < n; i++)
-            if (r->admit_reg[i])
-                *rank = i;
-        SL_TRY(encode_table(r->run_id, &r->table, &msg, &len));
-        sl_rdv_put_head(msg, KIND_REJOIN, r->run_id);
-        e = send_to(r, &r->admit_peers[*rank], msg, len);
-        free(msg);
-        if (e)
-            sl_log_warn("rendezvous", "could not send the table to rank %d: %s", *rank,
-                        zmq_strerror(e));
-        return SL_OK;
-    }
-    return SL_OK;
-}
-
-int
-sl_rendezvous_rejoined(const sl_rendezvous_t *r)
-{
-    return r->rejoined;
 }
 
 sl_status_t

@@ -23,13 +23,18 @@
  *             nodes that registered when rank 0 fails (times out, is interrupted), so
  *             that they fail at once rather than wait for a table
  *   rejoin    the table with kind 5: the answer to a registration that comes once the
- *             run is under way (a node process started again for a rank the run lost)
+ *             run is under way (a node process started again for a rank the run lost);
+ *             an endpoint of length 0 is a rank that rank 0 does not know
+ *   presence  a registration with kind 6 (below)
  * Rank 0 keeps its socket for the run and answers such registrations between steps
  * (sl_rendezvous_admit), with the same checks: the node comes back into the table (its
  * new endpoint and session key) and gets the table as a rejoin; the others learn of it
- * from the node itself (sl_transport_announce). Rank 0 cannot come back this way: a
- * process started again for rank 0 waits for registrations that do not come, and fails
- * after the rendezvous timeout.
+ * from the node itself (sl_transport_announce). The other ranks keep their socket too
+ * and say they are present every second (presence: a registration with kind 6): a
+ * process started again for rank 0, hearing presences rather than registrations,
+ * knows the run is under way, gathers the live nodes for 3 s after the first, and comes
+ * back with the table of those (the ranks it did not hear from have no endpoint until
+ * their presence comes).
  * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
  * in the address it saw the registration come from (for its own entry: the master's
  * host), so that the table holds addresses the others can connect to. */
@@ -102,15 +107,28 @@ sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const ch
 
 void sl_rendezvous_table_fini(sl_rendezvous_table_t *t);
 
-/* Not rank 0, after sl_rendezvous_exchange: 1 when the table came as a rejoin (the run
- * was under way: this node comes back to it), else 0. */
+/* After sl_rendezvous_exchange: 1 when this node came back to a run under way (the
+ * table came as a rejoin; on rank 0: the others said they were present), else 0. */
 int sl_rendezvous_rejoined(const sl_rendezvous_t *r);
-/* Rank 0, after sl_rendezvous_exchange, between steps: answers the registrations that
- * have come (at most a few per call, never waiting): a node coming back for a rank
- * gets the table with its new entry, *rank = that rank (the first one admitted; -1:
- * none); the others are refused as at the start. A no-op on the other ranks. Errors:
- * SL_ERR_TRANSPORT (socket), SL_ERR_NOMEM. */
-sl_status_t sl_rendezvous_admit(sl_rendezvous_t *r, int *rank);
+
+typedef enum {
+    SL_RDV_NOTHING,
+    SL_RDV_CAME_BACK, /* a node came back for the rank: it has the table now */
+    SL_RDV_FOUND      /* a live node whose endpoint this rank 0 did not know (it came
+                         back itself and had not heard from it): it knows it now */
+} sl_rdv_event_t;
+/* Rank 0, after sl_rendezvous_exchange, between steps: reads the registrations and
+ * presences that have come (at most a few per call, never waiting): a node coming
+ * back for a rank gets the table with its new entry; the others are refused as at the
+ * start. *ev and *rank say what happened (the first event; SL_RDV_NOTHING and -1:
+ * nothing), sl_rendezvous_endpoint the rank's endpoint. A no-op on the other ranks.
+ * Errors: SL_ERR_TRANSPORT (socket), SL_ERR_NOMEM. */
+sl_status_t sl_rendezvous_admit(sl_rendezvous_t *r, sl_rdv_event_t *ev, int *rank);
+/* Rank 0: rank's endpoint in the run's table (NULL: unknown). */
+const char *sl_rendezvous_endpoint(const sl_rendezvous_t *r, int rank);
+/* The other ranks, between steps: tell rank 0 that this node is present, once every
+ * second at most (never waiting), so that a rank 0 that comes back finds it. */
+void sl_rendezvous_present(sl_rendezvous_t *r);
 
 /* The run id: a hash of the resolved configuration (as sl_config_write_yaml writes it)
  * and the master address, so that nodes of another job, or started with another

@@ -21,10 +21,22 @@
 /* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
  * vouch and metadata, is some 300 bytes, more than a registration */
 #define HANDSHAKE_BYTES 1024
-#define ADMIT_MESSAGES 16 /* sl_rendezvous_admit reads at most this many per call */
+#define ADMIT_MESSAGES 1024 /* sl_rendezvous_admit reads at most this many per call */
 
-/* KIND_REJOIN: the table sent to a node that registers once the run is under way */
-enum { KIND_REGISTER = 1, KIND_TABLE = 2, KIND_REFUSAL = 3, KIND_GIVE_UP = 4, KIND_REJOIN = 5 };
+/* KIND_REJOIN: the table sent to a node that registers once the run is under way;
+ * KIND_PRESENT: a registration's layout, sent by every other rank to rank 0 every
+ * SL_RDV_PRESENT_MS during the run, so that a rank 0 that comes back learns the live
+ * nodes (it gathers them for SL_RDV_GATHER_MS after the first) */
+enum {
+    KIND_REGISTER = 1,
+    KIND_TABLE = 2,
+    KIND_REFUSAL = 3,
+    KIND_GIVE_UP = 4,
+    KIND_REJOIN = 5,
+    KIND_PRESENT = 6
+};
+#define SL_RDV_PRESENT_MS 1000
+#define SL_RDV_GATHER_MS 3000
 
 struct sl_rendezvous {
     sl_rendezvous_opts_t o;
@@ -33,13 +45,16 @@ struct sl_rendezvous {
     void *ctx, *sock;
     sl_curve_t *curve; /* NULL without security */
     int used;          /* exchange done */
-    int rejoined;      /* not rank 0: the table came as KIND_REJOIN (the run is under way) */
+    int rejoined;      /* the run was under way: this node comes back to it */
     /* rank 0, once every rank registered: the run's table, kept up to date by
      * sl_rendezvous_admit, the run id, and admit's scratch */
     sl_rendezvous_table_t table;
     uint64_t run_id;
+    /* the other ranks: the presence message they send, and when they last did */
+    unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
+    size_t present_len;
+    double present_at;
     unsigned char *admit_reg;
-    struct rdv_peer *admit_peers;
 };
 
 /* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
@@ -47,6 +62,15 @@ typedef struct rdv_peer {
     unsigned char id[256];
     size_t id_len;
 } peer_t;
+
+/* A registration or a presence that checked out (sl_rdv_take_message). */
+typedef struct {
+    unsigned kind; /* KIND_REGISTER or KIND_PRESENT */
+    int rank;
+    char endpoint[SL_RDV_ENDPOINT_MAX];
+    unsigned char session[SESSION_BYTES];
+    peer_t peer; /* where to answer */
+} sl_rdv_message_t;
 
 /* Writes the head (magic, version, kind, run id) of a message. */
 void sl_rdv_put_head(unsigned char *p, unsigned kind, uint64_t run_id);
@@ -59,12 +83,26 @@ int sl_rdv_good_endpoint(const char *s, size_t len);
 int sl_rdv_interrupted(const sl_rendezvous_t *r);
 void sl_rdv_format_seconds(int ms, char *buf, size_t size);
 sl_status_t sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size);
-/* Sets (or replaces) rank's entry: endpoint (len bytes) and session (may be NULL). */
+/* Sets (or replaces) rank's entry: endpoint (len bytes; 0: unknown, NULL) and session
+ * (may be NULL). */
 sl_status_t sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
                              const unsigned char *session);
 /* Waits up to the deadline (at most SLICE_MS) for the socket to be readable: 1
  * readable, 0 not (yet), or a status < 0. */
 int sl_rdv_wait_readable(sl_rendezvous_t *r, double deadline);
+/* Sends [id][msg] on the ROUTER without waiting; 0 or the errno. */
+int sl_rdv_send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len);
+/* Rank 0: takes one message off the ROUTER: *got = 1 with *m when it is a registration
+ * or a presence that checks out (reg: the ranks registered, a second registration of
+ * one is refused), 0 when the sender was refused (with its reason), -1 when none had
+ * come. */
+sl_status_t sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *reg,
+                                sl_rdv_message_t *m, int *got);
+/* The table message of kind (KIND_TABLE or KIND_REJOIN), malloc'd. */
+sl_status_t sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
+                                unsigned char **out, size_t *len);
+/* Rank 0, once the table is complete: keeps a copy for sl_rendezvous_admit. */
+sl_status_t sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t);
 /* Not rank 0: registers and waits for the table (sl_rendezvous_exchange). */
 sl_status_t sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                         const unsigned char *session, sl_rendezvous_table_t *t);

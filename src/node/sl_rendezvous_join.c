@@ -27,8 +27,9 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     SL_TRY(sl_rdv_table_alloc(t, r->o.size));
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
+        /* length 0: a rank rank 0 does not know (lost when it came back itself) */
         if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l + SESSION_BYTES) ||
-            !sl_rdv_good_endpoint((const char *)p + 2, l)) {
+            (l && !sl_rdv_good_endpoint((const char *)p + 2, l))) {
             sl_rendezvous_table_fini(t);
             return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
                               sl_rdv_shown(r->master));
@@ -116,6 +117,11 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
     else
         memset(msg + HEAD_BYTES + 8, 0, SESSION_BYTES);
     memcpy(msg + REGISTER_BYTES, endpoint, len);
+    /* the same, as a presence, goes to rank 0 during the run (sl_rendezvous_present) */
+    memcpy(r->present, msg, REGISTER_BYTES + len);
+    sl_rdv_put_head(r->present, KIND_PRESENT, run_id);
+    r->present_len = REGISTER_BYTES + len;
+    r->present_at = sl_clock_now();
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
         return sl_zmq_fail("rendezvous: registering with rank 0 at %s", sl_rdv_shown(r->master));

@@ -44,6 +44,13 @@ sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size, int tim
     SL_TRY_GOTO(SL_CALLOC(&lv->step_ok, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->dead_at, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->hellos_at, (size_t)size, "sync peers"), st, fail);
+    /* a rank this node has no endpoint for (it came back and did not hear from it) is
+     * dead until it is heard from */
+    for (int r = 0; tr && r < size; r++)
+        if (r != (int)sl_transport_rank(tr) && !sl_transport_knows(tr, (uint32_t)r)) {
+            lv->dead[r] = 1;
+            lv->ndead++;
+        }
     *out = lv;
     return SL_OK;
 fail:

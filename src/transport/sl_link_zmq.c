@@ -640,7 +640,7 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
         zmq_close(z->peers[peer]);
         z->peers[peer] = NULL;
     }
-    if (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0) {
+    if (endpoint && (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
         char *copy = strdup(endpoint);
         if (!copy)
             return; /* out of memory: the old endpoint stays, the best there is */

@@ -238,6 +238,11 @@ sl_status_t sl_transport_abort(sl_transport_t *t, const char *reason, int timeou
 sl_status_t sl_transport_announce(sl_transport_t *t, int timeout_ms);
 /* How many hellos came from rank: how often it came back as a new process. */
 uint32_t sl_transport_comebacks(const sl_transport_t *t, uint32_t rank);
+/* rank is at endpoint (a new process, or one this node had no endpoint for): what was
+ * kept for it goes, and frames go there from now on. */
+void sl_transport_learn_endpoint(sl_transport_t *t, uint32_t rank, const char *endpoint);
+/* Whether this node has an endpoint for rank (after sl_transport_connect). */
+int sl_transport_knows(const sl_transport_t *t, uint32_t rank);
 
 /* Counters of (kind, component), zeros when nothing passed. */
 void sl_transport_stat(const sl_transport_t *t, unsigned kind, uint32_t component,

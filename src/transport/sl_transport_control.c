@@ -95,9 +95,7 @@ sl_transport_take_hello(sl_transport_t *t, const sl_link_frame_t *f)
     }
     memcpy(endpoint, f->pub.payload, n);
     endpoint[n] = '\0';
-    for (size_t i = 0; i < SL_TRANSPORT_NLINKS; i++)
-        if (t->links[i].ops->forget)
-            t->links[i].ops->forget(t->links[i].ctx, from, endpoint);
+    sl_transport_learn_endpoint(t, from, endpoint);
     t->missed[from].kind = 0;
     t->comebacks[from]++;
     sl_log_info("transport", "rank %u: rank %u is back, a new process at %s", (unsigned)t->o.rank,
@@ -140,6 +138,22 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
         return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_announce: rank %u: %u peers not told",
                           (unsigned)t->o.rank, (unsigned)untold);
     return SL_OK;
+}
+
+void
+sl_transport_learn_endpoint(sl_transport_t *t, uint32_t rank, const char *endpoint)
+{
+    if (rank >= t->o.size || rank == t->o.rank)
+        return;
+    for (size_t i = 0; i < SL_TRANSPORT_NLINKS; i++)
+        if (t->links[i].ops->forget)
+            t->links[i].ops->forget(t->links[i].ctx, rank, endpoint);
+}
+
+int
+sl_transport_knows(const sl_transport_t *t, uint32_t rank)
+{
+    return sl_link_zmq_known(t->links[SL_TRANSPORT_BASE].ctx, rank);
 }
 
 uint32_t

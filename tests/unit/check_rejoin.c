@@ -1,10 +1,10 @@
 /* A node that comes back (src/node/sl_rejoin.h): three `shoal node` processes of a
- * gossip-bmuf run under CURVE, node 2 SIGKILLed mid-run and started again with the same
- * command. The new process is admitted by rank 0's rendezvous, takes a live node's
- * parameters (the digests the donor and it log are equal) and sync state, starts a
- * round or two ahead of the others, is counted alive again by both others, none of
- * which waits for it between its hello and its first answer, and the run's final model
- * is the average of all three nodes. */
+ * gossip-bmuf run under CURVE, node 2 (then, in another run, node 0) SIGKILLed mid-run
+ * and started again with the same command once the others took it for dead. The new process is
+ * admitted by rank 0's rendezvous, takes a live node's parameters (the digests the donor and it log
+ * are equal) and sync state, starts a round or two ahead of the others, is counted alive again by
+ * both others, none of which waits for it between its hello and its first answer, and the run's
+ * final model is the average of all three nodes. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -140,69 +140,82 @@ wait_log(const char *run, int rank, const char *what, pid_t pid)
     ck_abort_msg("node %d never logged '%s'", rank, what);
 }
 
-/* Starts three nodes of run, waits until node 2 has done some steps, kills it
- * (dead_wait: and waits until the others took it for dead) and starts it again; the
- * pids in pid (the new node 2 last). */
+/* Starts three nodes of run, waits until node v has done some steps, kills it, waits
+ * until the others took it for dead and starts it again; the pids in pid. */
 static void
-kill_and_restart(const char *run, const char *conf, int dead_wait, pid_t pid[3])
+kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
 {
-    char master[64], metrics[1100], tag[64];
+    char master[64], metrics[1100], tag[64], dead[64];
 
     snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
     for (int r = 0; r < 3; r++) {
         snprintf(tag, sizeof tag, "%s-%d", run, r);
         pid[r] = start_node(tag, conf, r, master);
     }
-    snprintf(metrics, sizeof metrics, "%s/%s/node-2/metrics.jsonl", tmp_root, run);
-    test_wait_file(metrics, 6000, pid[2], HANG_S);
-    kill(pid[2], SIGKILL);
-    waitpid(pid[2], NULL, 0);
-    if (dead_wait) /* until both others took it for dead */
-        for (int r = 0; r < 2; r++)
-            wait_log(run, r, "node 2 missed 3 rounds in a row", pid[r]);
-    snprintf(tag, sizeof tag, "%s-2b", run);
-    pid[2] = start_node(tag, conf, 2, master);
+    snprintf(metrics, sizeof metrics, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, v);
+    test_wait_file(metrics, 6000, pid[v], HANG_S);
+    kill(pid[v], SIGKILL);
+    waitpid(pid[v], NULL, 0);
+    snprintf(dead, sizeof dead, "node %d missed 3 rounds in a row", v);
+    for (int r = 0; r < 3; r++)
+        if (r != v)
+            wait_log(run, r, dead, pid[r]);
+    snprintf(tag, sizeof tag, "%s-%db", run, v);
+    pid[v] = start_node(tag, conf, v, master);
 }
+
+/* Node victims[i] killed and started again: rank 2, and rank 0 (the rendezvous' own,
+ * which finds the others through their presence messages). */
+static const int victims[] = {2, 0};
 
 START_TEST(test_node_comes_back)
 {
-    char conf[1100], tag[64], summary[1100], *log[2], *back, *sum;
+    int v = victims[_i];
+    char conf[1100], run[32], tag[64], path[1100], what[3][64], *log[3], *sum;
+    const char *donor = NULL;
     unsigned long long sent, got;
     pid_t pid[3];
 
     test_become_subreaper();
-    make_key("gossip");
-    write_conf(conf, sizeof conf, "gossip", "gossip-bmuf");
-    kill_and_restart("gossip", conf, 1, pid);
+    snprintf(run, sizeof run, "gossip%d", v);
+    make_key(run);
+    write_conf(conf, sizeof conf, run, "gossip-bmuf");
+    kill_and_restart(run, conf, v, pid);
     for (int r = 0; r < 3; r++)
         ck_assert_int_eq(wait_node(pid[r]), 0);
-    back = node_log("gossip-2b");
-    ck_assert_msg(strstr(back, "comes back to the run under way"), "%s", back);
-    got = digest_after(back, "came back at step");
-    for (int r = 0; r < 2; r++) {
+    snprintf(what[0], sizeof what[0], "rank %d is back, a new process", v);
+    snprintf(what[1], sizeof what[1], "node %d is back (it answered", v);
+    snprintf(what[2], sizeof what[2], "node %d did not answer", v);
+    for (int r = 0; r < 3; r++) {
         const char *hello, *heard, *waited;
 
-        snprintf(tag, sizeof tag, "gossip-%d", r);
+        snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
         log[r] = node_log(tag);
-        hello = strstr(log[r], "rank 2 is back, a new process");
-        heard = strstr(log[r], "node 2 is back (it answered");
+        if (r == v)
+            continue;
+        hello = strstr(log[r], what[0]);
+        heard = strstr(log[r], what[1]);
         ck_assert_msg(hello && heard && heard > hello, "node %d:\n%s", r, log[r]);
         /* nobody waits for it between its hello and its first answer */
-        waited = strstr(hello, "node 2 did not answer");
-        ck_assert_msg(!waited || waited > heard, "node %d waited for node 2:\n%s", r, log[r]);
+        waited = strstr(hello, what[2]);
+        ck_assert_msg(!waited || waited > heard, "node %d waited for node %d:\n%s", r, v, log[r]);
+        snprintf(path, sizeof path, "sent node %d the state", v);
+        if (strstr(log[r], path))
+            donor = log[r];
     }
-    /* its donor is a ring neighbour that sent exactly the parameters it took */
-    sent = digest_after(strstr(log[0], "sent node 2 the state") ? log[0] : log[1],
-                        "sent node 2 the state");
+    ck_assert_msg(strstr(log[v], "comes back to the run under way"), "%s", log[v]);
+    /* a ring neighbour sent exactly the parameters it took */
+    got = digest_after(log[v], "came back at step");
+    ck_assert_msg(donor != NULL, "no node sent node %d the state", v);
+    sent = digest_after(donor, path);
     ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
     ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
-    snprintf(summary, sizeof summary, "%s/gossip/summary.json", tmp_root);
-    ck_assert_ptr_nonnull(sum = test_read_file(summary, NULL));
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
     ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
     free(sum);
-    free(back);
-    free(log[0]);
-    free(log[1]);
+    for (int r = 0; r < 3; r++)
+        free(log[r]);
 }
 END_TEST
 
@@ -213,7 +226,7 @@ rejoin_suite(void)
     TCase *tc = tcase_create("rejoin");
 
     tcase_set_timeout(tc, HANG_S * 2 + 60);
-    tcase_add_test(tc, test_node_comes_back);
+    tcase_add_loop_test(tc, test_node_comes_back, 0, sizeof victims / sizeof victims[0]);
     suite_add_tcase(s, tc);
     return s;
 }
