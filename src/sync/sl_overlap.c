@@ -187,7 +187,12 @@ sl_overlap_hand(sl_overlap_t *o, const float *params, int c, uint64_t round, lon
     memcpy(o->snap + cp->offset, params + cp->offset, cp->count * sizeof *params);
     memcpy(o->corr + cp->offset, params + cp->offset, cp->count * sizeof *params);
     if (touched && j->touched.bits) {
-        sl_rowset_t t = *touched; /* the worker's set was emptied by its last exchange */
+        sl_rowset_t t = *touched;
+        /* the worker's set was emptied by its last exchange, but for the rows it could
+         * not sync (no copy came): those go with this block's */
+        for (long w = 0; w < (t.rows + 63) / 64; w++)
+            t.bits[w] |= j->touched.bits[w];
+        sl_rowset_clear(&j->touched);
         *touched = j->touched;
         j->touched = t;
     }

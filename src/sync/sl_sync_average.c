@@ -224,6 +224,23 @@ all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t
     return SL_OK;
 }
 
+/* Whether a sync of a neighbourhood got no copy from any peer (the ones it pulls from
+ * are dead or did not answer in time): then it is no sync. theta_bar would be this
+ * node's own theta, and the BMUF block update on it is one node's BMUF: block momentum
+ * on this node's block gradient alone, 1 / (1 - eta) times (4 for eta 0.75, 10 for 0.9)
+ * a progress that no average shrank. A survivor whose chosen neighbour died does that
+ * in about half of its rounds (q = 1); its model runs away from the others' and the
+ * survivors end far worse than a run that had their number of nodes (issue 16). So
+ * the block goes on instead: theta, omega, Delta, the block start and the rows to send
+ * stay, and the next sync that gets a copy takes G over the whole time since the last
+ * one; a survivor left alone trains as one node does. MA needs nothing: the mean of
+ * theta alone is theta. */
+static int
+no_copy_came(const sl_sync_average_t *a, size_t got)
+{
+    return a->neighbour && got == 0;
+}
+
 /* One sync of row shard c at round by its rows (sync.exchange unique): E_k (the touched
  * rows, the top p%, a random q% keyed by (seed, component, round)), the sparse exchange
  * with the neighbourhood or all nodes, then MA or BMUF on the rows averaged only: the
@@ -269,6 +286,13 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
             return sl_sync_collective_failed(st, e->algo, cp->name, (long)round);
         *expected = *got = (size_t)e->size - 1;
     }
+    stat->rows_own += nsel;
+    if (no_copy_came(a, *got)) {
+        for (size_t i = 0; i < nsel; i++) /* not synced: E_k goes into the next sync */
+            sl_rowset_add(touched, a->sel[i]);
+        stat->distance = 0;
+        return SL_OK;
+    }
     nres = sl_sparse_result(a->sparse, &rows, &mean);
     for (size_t i = 0; i < nres; i++) {
         size_t at = (size_t)rows[i] * d;
@@ -282,7 +306,6 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
             memcpy(theta + at, mean + i * d, d * sizeof *theta);
     }
     stat->distance = sqrt(dist);
-    stat->rows_own += nsel;
     stat->rows_merged += nres;
     return SL_OK;
 }
@@ -305,7 +328,9 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
             expected = got = (size_t)a->env.size - 1;
         }
         stat->distance = sl_bmuf_distance(theta, a->bar, count);
-        if (a->is_bmuf)
+        if (no_copy_came(a, got))
+            ; /* theta_bar is theta: nothing to take, no block end */
+        else if (a->is_bmuf)
             sl_bmuf_update(&a->bmuf, theta, a->bar, a->omega + cp->offset, a->delta + cp->offset,
                            a->start + cp->offset, count);
         else

@@ -2,7 +2,8 @@
  * loopback transports, test_util.h's trio): the same rows as the dense exchange, bit
  * for bit, BMUF per row by hand, compression within its bound, the rows a sparse
  * selection picks, the exchange settings each algorithm accepts; the sync state saved
- * and loaded (a resume of 3 nodes bit for bit) and every bad state refused; and, on two
+ * and loaded (a resume of 3 nodes bit for bit) and every bad state refused; a node whose
+ * syncs get no answer (its rows and BMUF state stay, its rows wait); and, on two
  * transports in one thread, a peer's answers this node cannot use (NaN values, the wrong
  * number of values, bad row ids) refused and left out. */
 #include <check.h>
@@ -240,6 +241,51 @@ START_TEST(test_bmuf_rows_by_hand)
         ck_assert_uint_eq(tr.stat[k][0].rows_merged, 4); /* |U_g| = 2 in each block */
         ck_assert_uint_eq(tr.stat[k][0].rows_own, k == 1 ? 1 : k == 0 ? 2 : 1);
     }
+}
+END_TEST
+
+/* gossip-bmuf by rows (exchange unique, eta 0.9) on node 0 alone (nodes 1 and 2 never
+ * take part), on bmuf_comp from 0: block 1 moves row 0 to 3 and row 2 to 1 and touches
+ * them; blocks 2 to 4 move row 0 by 1 more without touching it. No sync gets a copy, so
+ * none changes anything: the rows end at their local values [6, 0, 1, 0] (one block
+ * update on E_k alone would have moved them: theta = omega + 0.9 Delta), and E_k =
+ * {0, 2} is never synced, so it stays for the next sync: 2 own rows in each of the 4. */
+static void
+alone_steps(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    const int32_t rows[2] = {0, 2};
+
+    (void)tr;
+    ck_assert_int_eq(k, 0);
+    if (b > 1) {
+        p[0] += 1;
+        return;
+    }
+    p[0] = 3;
+    p[2] = 1;
+    ck_assert_int_eq(sl_sync_note_rows(s, 0, rows, 2), SL_OK);
+}
+
+START_TEST(test_rows_alone)
+{
+    static test_trio_t tr;
+    const float want[4] = {6, 0, 1, 0};
+
+    test_trio_init(&tr,
+                   "sync={algorithm: gossip-bmuf, period: 1, exchange: unique, timeout_ms: 300, "
+                   "block_momentum: 0.9, block_lr: 1, nesterov: true, block_reference: blockstart}",
+                   test_trio_zero);
+    tr.comps = bmuf_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 4;
+    tr.alive[1] = tr.alive[2] = 0;
+    tr.step = alone_steps;
+    test_trio_run(&tr);
+    test_assert_floats(tr.p[0], want, 4);
+    ck_assert_uint_eq(tr.stat[0][0].answered, 0);
+    ck_assert_uint_eq(tr.stat[0][0].rows_own, 2 * 4);
+    ck_assert_uint_eq(tr.stat[0][0].rows_merged, 0);
 }
 END_TEST
 
@@ -692,6 +738,7 @@ sync_rows_suite(void)
     tcase_add_test(core, test_sync_state_resume);
     tcase_add_test(limits, test_sync_state_limits);
     tcase_add_test(limits, test_bad_answers_refused);
+    tcase_add_test(limits, test_rows_alone);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);
