@@ -34,7 +34,7 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm)
              "data: {train: %s/brown/train.txt, valid: %s/brown/valid.txt,\n"
              "       vocab_size: 500, max_tokens: 20000, cache_dir: %s/cache}\n"
              "model: {embedding: 32, layers: [{lstm: 64}]}\n"
-             "train: {batch: 8, bptt: 10, epochs: 40, eval_every_epoch: false,\n"
+             "train: {batch: 8, bptt: 10, epochs: 80, eval_every_epoch: false,\n"
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
              "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: 5000,\n"
              "          key_file: %s/%s.key}\n"
@@ -181,8 +181,13 @@ START_TEST(test_node_comes_back)
     make_key(run);
     write_conf(conf, sizeof conf, run, "gossip-bmuf");
     kill_and_restart(run, conf, v, pid);
-    for (int r = 0; r < 3; r++)
-        ck_assert_int_eq(wait_node(pid[r]), 0);
+    for (int r = 0; r < 3; r++) {
+        int rc = wait_node(pid[r]);
+        if (rc != 0) {
+            snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
+            ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
+        }
+    }
     snprintf(what[0], sizeof what[0], "rank %d is back, a new process", v);
     snprintf(what[1], sizeof what[1], "node %d is back (it answered", v);
     snprintf(what[2], sizeof what[2], "node %d did not answer", v);
