@@ -615,7 +615,20 @@ assert_killed_run(const char *run, int victim, int writer, int nodes)
     ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     snprintf(want, sizeof want, "node %d missed 3 rounds in a row", victim);
     ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    /* the membership change: one line of shoal run's and one record */
+    snprintf(want, sizeof want, "shoal run: node %d died (signal 9) at step ", victim);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    snprintf(want, sizeof want, " goes on without it; %d of %d nodes live\n", nodes - 1, nodes);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
     free(log);
+    snprintf(path, sizeof path, "%s/%s/events.jsonl", tmp_root, run);
+    text = slurp(path);
+    snprintf(want, sizeof want, ",\"rank\":%d,\"step\":", victim);
+    ck_assert_msg(strstr(text, want) != NULL, "%s", text);
+    snprintf(want, sizeof want, ",\"why\":\"died (signal 9)\",\"live\":%d,\"nodes\":%d}\n",
+             nodes - 1, nodes);
+    ck_assert_msg(strstr(text, want) != NULL && strchr(text, '\n')[1] == '\0', "%s", text);
+    free(text);
     snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
     ck_assert_int_eq((int)test_json_num(text, "models_averaged"), nodes - 1);
@@ -675,8 +688,10 @@ START_TEST(test_stopped_node_killed)
     ck_assert_int_eq(run_signalling(run, "gossip-bmuf", 2, 3, SIGSTOP), 1);
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
-    ck_assert_msg(strstr(log, "node 2 has been stopped (SIGSTOP) for 12 s since another node "
-                              "finished: killing it") != NULL,
+    ck_assert_msg(strstr(log, "shoal run: node 2 has been stopped (SIGSTOP) for 12 s since another "
+                              "node finished: killing it (at step ") != NULL,
+                  "%s", log);
+    ck_assert_msg(strstr(log, "); gossip-bmuf goes on without it; 2 of 3 nodes live\n") != NULL,
                   "%s", log);
     snprintf(want, sizeof want,
              "shoal: node 2 killed, stopped (SIGSTOP) 12 s after another node finished (the "
