@@ -388,6 +388,14 @@ static const entry_t schema[] = {
     {K("cluster.emulate.jitter_ms", T_DOUBLE, cluster.emulate.jitter_ms), .def = "0",
      AT_LEAST(0), AT_MOST(60000),
      .doc = "emulation: up to this much more latency, keeping each link's order (ms)"},
+    {K("cluster.restart.max", T_INT, cluster.restart.max), .def = "0", AT_LEAST(0),
+     AT_MOST(1000), .doc = "shoal run: restarts of each node process that died (0 = none)"},
+    {K("cluster.restart.delay_ms", T_INT, cluster.restart.delay_ms), .def = "5000",
+     AT_LEAST(0), AT_MOST(3600000), .doc = "shoal run: wait before each restart (ms)"},
+    {K("cluster.watchdog_timeouts", T_INT, cluster.watchdog_timeouts), .def = "10",
+     AT_LEAST(0), AT_MOST(1000),
+     .doc = "shoal run: kill a node that shows no progress for this many sync timeouts "
+            "(0 = off)"},
 
     {K("topology.degree", T_INT, topology.degree), .def = "0", AT_LEAST(0),
      .doc = "k of the k-symmetric ring (0 = max(1, floor(log2 n) - 1))"},

@@ -147,6 +147,12 @@ typedef struct {
             double latency_ms;  /* after a frame has left, default 0 */
             double jitter_ms;   /* up to this much more latency, default 0 */
         } emulate;
+        struct {          /* shoal run: a node process that died is started again */
+            int max;      /* restarts per node, default 0 (none) */
+            int delay_ms; /* before each restart, default 5000 */
+        } restart;
+        int watchdog_timeouts; /* shoal run kills a node that shows no progress for this
+                                  many sync timeouts; 0 = off, default 10 */
     } cluster;
 
     struct {

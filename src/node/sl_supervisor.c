@@ -2,7 +2,8 @@
  * log lines read from pipes, one merged progress line, signals passed on, stopping them
  * all when one fails, the private ipc directory. Owns the processes, pipes and signals
  * of a run on one machine; must not touch what happens inside a node (sl_run_child.c: each
- * child just calls sl_node_run) nor the training itself. */
+ * child just calls sl_node_run) nor the training itself. What is done about a node that
+ * died or hangs (restarts, the watchdog, the membership log) is in sl_supervisor_watch.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_supervisor.h"
 
@@ -24,8 +25,7 @@
 #include "common/sl_log.h"
 #include "node/sl_ipc_dir.h"
 #include "node/sl_run_child.h"
-
-#define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
+#include "node/sl_supervisor_int.h"
 
 void
 sl_launch_opts_init(sl_launch_opts_t *o)
@@ -38,57 +38,8 @@ sl_launch_opts_init(sl_launch_opts_t *o)
 
 /* ---- shoal run: the supervisor ---- */
 
-typedef struct {
-    pid_t pid;
-    int rec_fd, log_fd;  /* read ends; -1 once at end of file */
-    sl_run_record_t rec; /* being reassembled */
-    size_t rec_got;
-    char line[2048]; /* a log line being reassembled */
-    size_t line_len;
-    int exited, wstatus;
-    int ended; /* its REC_END arrived */
-    int judged;
-    int straggler;        /* killed by kill_stragglers */
-    double stopped_since; /* kill_stragglers: when it was first seen stopped, 0 */
-    int outcome, status, has_train;
-    sl_train_result_t train;
-    int has_report;
-    sl_progress_line_t report;
-} child_t;
-
-typedef struct {
-    const sl_config_t *cfg;
-    const sl_launch_opts_t *o;
-    FILE *out;
-    int n, forked;
-    child_t *c;
-    char ipc_dir[IPC_PATH_MAX];
-    /* the run's secret, made here and inherited by the forked nodes (never written
-     * anywhere nor put in their environment); unset when the nodes read cluster.key_file
-     * or security is off */
-    sl_secret_t secret;
-    int has_secret;
-    char master[300];
-    int has_master;
-    int stopping; /* SIGTERM/SIGINT sent */
-    double kill_at;
-    int killed;     /* SIGKILL sent */
-    int interrupts; /* signals of this process handled so far */
-    int culprit;    /* first failed node, -1 */
-    sl_status_t culprit_st;
-    char culprit_msg[1200];
-    int tolerant; /* the sync algorithm goes on without a node that vanished (gossip-*,
-                     local-*): such a node does not stop the others */
-    int lost;     /* first node that vanished while tolerated, -1 */
-    char lost_msg[256];
-    double first_done; /* when a node first finished (kill_stragglers), 0 before */
-    int tty, line_open;
-    long shown_step;
-    double shown_at;
-} launch_t;
-
 static void
-signal_all(launch_t *l, int sig)
+signal_all(sl_sup_t *l, int sig)
 {
     for (int i = 0; i < l->forked; i++)
         if (!l->c[i].exited)
@@ -96,7 +47,7 @@ signal_all(launch_t *l, int sig)
 }
 
 static void
-stop_all(launch_t *l, int sig)
+stop_all(sl_sup_t *l, int sig)
 {
     if (l->stopping)
         return;
@@ -105,12 +56,8 @@ stop_all(launch_t *l, int sig)
     signal_all(l, sig);
 }
 
-static void fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* Records the first node that failed and why; later failures are consequences. */
-static void
-fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
+void
+sl_sup_fail(sl_sup_t *l, int rank, sl_status_t st, const char *fmt, ...)
 {
     va_list ap;
 
@@ -127,17 +74,17 @@ fail(launch_t *l, int rank, sl_status_t st, const char *fmt, ...)
  * over the nodes' last reports: the slowest node's step, the sum of their rates, the
  * mean loss and sync share (shown when > 0), the longest ETA. 0 until every node has reported. */
 static int
-merged_line(const launch_t *l, char *buf, size_t size, long *step)
+merged_line(const sl_sup_t *l, char *buf, size_t size, long *step)
 {
     long lo = -1, total = 0;
     double rate = 0, loss = 0, eta = -1, sync = 0;
-    char etas[32], quality[48], syncs[32] = "";
+    char etas[32], quality[48], syncs[32] = "", nodes[32];
     int char_level = 0, live = 0;
 
     for (int i = 0; i < l->n; i++) {
-        const child_t *c = &l->c[i];
-        if (c->judged && c->outcome == SL_NODE_LOST && l->tolerant)
-            continue; /* vanished, and the others go on without it */
+        const sl_sup_node_t *c = &l->c[i];
+        if (c->gone)
+            continue; /* dead: to be started again, or the others go on without it */
         if (!c->has_report)
             return 0;
         live++;
@@ -166,8 +113,12 @@ merged_line(const launch_t *l, char *buf, size_t size, long *step)
         snprintf(etas, sizeof etas, "?");
     if (sync > 0)
         snprintf(syncs, sizeof syncs, "sync %.0f%% | ", sync);
-    snprintf(buf, size, "step %ld/%ld | %d node%s | %.0f tok/s | loss %.3f | %s | %sETA %s", lo,
-             total, live, live == 1 ? "" : "s", rate, loss, quality, syncs, etas);
+    if (live < l->n)
+        snprintf(nodes, sizeof nodes, "%d of %d nodes", live, l->n);
+    else
+        snprintf(nodes, sizeof nodes, "%d node%s", live, live == 1 ? "" : "s");
+    snprintf(buf, size, "step %ld/%ld | %s | %.0f tok/s | loss %.3f | %s | %sETA %s", lo, total,
+             nodes, rate, loss, quality, syncs, etas);
     *step = lo;
     return 1;
 }
@@ -175,7 +126,7 @@ merged_line(const launch_t *l, char *buf, size_t size, long *step)
 /* On a terminal the line is rewritten in place (at most 10 times a second unless
  * forced); otherwise a line is printed whenever the slowest node got further. */
 static void
-show_progress(launch_t *l, int force)
+show_progress(sl_sup_t *l, int force)
 {
     char line[256];
     long step;
@@ -200,7 +151,7 @@ show_progress(launch_t *l, int force)
 
 /* A node's output line, as "node R: ..." (its own "shoal: " dropped). */
 static void
-forward_line(launch_t *l, int rank, const char *line)
+forward_line(sl_sup_t *l, int rank, const char *line)
 {
     if (l->line_open)
         fputs("\r\033[K", l->out);
@@ -210,12 +161,30 @@ forward_line(launch_t *l, int rank, const char *line)
         show_progress(l, 1);
 }
 
-static void
-take_record(launch_t *l, int rank)
+void
+sl_sup_say(sl_sup_t *l, const char *fmt, ...)
 {
-    child_t *c = &l->c[rank];
+    va_list ap;
+
+    if (l->line_open)
+        fputs("\r\033[K", l->out);
+    fputs("shoal run: ", l->out);
+    va_start(ap, fmt);
+    vfprintf(l->out, fmt, ap);
+    va_end(ap);
+    fputc('\n', l->out);
+    fflush(l->out);
+    if (l->line_open)
+        show_progress(l, 1);
+}
+
+static void
+take_record(sl_sup_t *l, int rank)
+{
+    sl_sup_node_t *c = &l->c[rank];
     const sl_run_record_t *r = &c->rec;
 
+    sl_sup_node_alive(l, rank);
     switch (r->type) {
     case SL_RUN_REC_MASTER:
         if (rank == 0 && !l->has_master) {
@@ -226,6 +195,7 @@ take_record(launch_t *l, int rank)
     case SL_RUN_REC_REPORT:
         c->report = r->line;
         c->has_report = 1;
+        c->reported = 1;
         show_progress(l, 0);
         break;
     case SL_RUN_REC_END:
@@ -235,18 +205,19 @@ take_record(launch_t *l, int rank)
         c->has_train = r->has_train;
         c->train = r->train;
         if (r->outcome == SL_NODE_FAILED)
-            fail(l, rank, r->status, "node %d failed: %s", rank, r->text);
+            sl_sup_fail(l, rank, r->status, "node %d failed: %s", rank, r->text);
         else if (r->outcome == SL_NODE_INTERRUPTED && !l->stopping) /* not by us */
-            fail(l, rank, r->status, "node %d was interrupted from outside: %s", rank, r->text);
+            sl_sup_fail(l, rank, r->status, "node %d was interrupted from outside: %s", rank,
+                        r->text);
         break;
     }
 }
 
 /* Reads what is there on one of a node's pipes; closes it at end of file. */
 static void
-read_pipe(launch_t *l, int rank, int is_log)
+read_pipe(sl_sup_t *l, int rank, int is_log)
 {
-    child_t *c = &l->c[rank];
+    sl_sup_node_t *c = &l->c[rank];
     int *fd = is_log ? &c->log_fd : &c->rec_fd;
     char buf[4096];
     ssize_t got;
@@ -275,6 +246,7 @@ read_pipe(launch_t *l, int rank, int is_log)
         }
         return;
     }
+    sl_sup_node_alive(l, rank);
     for (ssize_t i = 0; i < got; i++) {
         if (buf[i] == '\n' || c->line_len + 1 >= sizeof c->line) {
             c->line[c->line_len] = '\0';
@@ -289,7 +261,7 @@ read_pipe(launch_t *l, int rank, int is_log)
 
 /* Waits up to ms for output of any node and reads it. */
 static void
-pump(launch_t *l, int ms)
+pump(sl_sup_t *l, int ms)
 {
     struct pollfd pfd[2 * 1024];
     int who[2 * 1024], np = 0;
@@ -320,10 +292,12 @@ pump(launch_t *l, int ms)
 
 /* Collects nodes that exited; judges a node once its pipes are drained too. */
 static void
-reap(launch_t *l)
+reap(sl_sup_t *l)
 {
+    char why[96];
+
     for (int i = 0; i < l->forked; i++) {
-        child_t *c = &l->c[i];
+        sl_sup_node_t *c = &l->c[i];
 
         if (!c->exited && waitpid(c->pid, &c->wstatus, WNOHANG) == c->pid)
             c->exited = 1;
@@ -338,109 +312,28 @@ reap(launch_t *l)
             int sig = WTERMSIG(c->wstatus);
             if (l->stopping && (sig == SIGTERM || sig == SIGINT || sig == SIGKILL))
                 continue;
-            if (l->tolerant && !l->stopping) {
-                if (c->straggler)
-                    continue; /* kill_stragglers said why */
-                if (l->lost < 0) {
-                    l->lost = i;
-                    snprintf(l->lost_msg, sizeof l->lost_msg, "node %d killed by signal %d", i,
-                             sig);
-                }
-                sl_log_warn("run", "node %d killed by signal %d; %s goes on without it", i, sig,
-                            sl_sync_algorithm_name(l->cfg->sync.algorithm));
-                continue;
-            }
-            fail(l, i, SL_ERR_INVALID, "node %d killed by signal %d", i, sig);
+            snprintf(why, sizeof why, "killed by signal %d", sig);
         } else {
-            fail(l, i, SL_ERR_INVALID, "node %d exited with status %d without saying why", i,
-                 WEXITSTATUS(c->wstatus));
+            snprintf(why, sizeof why, "exited with status %d without saying why",
+                     WEXITSTATUS(c->wstatus));
         }
+        sl_sup_node_died(l, i, why);
     }
 }
 
 static int
-all_judged(const launch_t *l)
+all_judged(const sl_sup_t *l)
 {
     for (int i = 0; i < l->forked; i++)
-        if (!l->c[i].judged)
+        if (!l->c[i].judged || l->c[i].restart_at > 0)
             return 0;
     return 1;
-}
-
-/* Whether process pid is stopped (SIGSTOP, SIGTSTP: state T in /proc/PID/stat; a
- * system without /proc never says so). */
-static int
-is_stopped(pid_t pid)
-{
-    char path[64], buf[256], *close_paren;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-    f = fopen(path, "r");
-    if (!f)
-        return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    close_paren = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    return close_paren && (close_paren[1] == ' ') &&
-           (close_paren[2] == 'T' || close_paren[2] == 't');
-}
-
-/* gossip-* and local-*: once a node has finished (its final model gathered and written
- * without the others' help), a node that is stopped (SIGSTOP) can no longer take part
- * in the run and would keep shoal run waiting for ever. Stopped for twice the sync
- * timeout since another node finished, it gets SIGKILL and is counted as lost. A node
- * that runs, however slowly (the writer evaluating the run's model), is waited for. */
-static void
-kill_stragglers(launch_t *l)
-{
-    const sl_config_t *cfg = l->cfg;
-    double now = sl_clock_now();
-    double grace_s =
-        2.0 * (cfg->sync.timeout_ms > 0 ? cfg->sync.timeout_ms : cfg->cluster.timeout_ms) / 1000.0;
-
-    if (!l->tolerant || l->stopping || l->forked < l->n)
-        return;
-    if (l->first_done == 0) {
-        for (int i = 0; i < l->forked; i++)
-            if (l->c[i].ended && l->c[i].outcome == SL_NODE_DONE)
-                l->first_done = now;
-        return;
-    }
-    for (int i = 0; i < l->forked; i++) {
-        child_t *c = &l->c[i];
-
-        if (c->ended || c->exited || c->straggler)
-            continue;
-        if (!is_stopped(c->pid)) {
-            c->stopped_since = 0;
-            continue;
-        }
-        if (c->stopped_since == 0)
-            c->stopped_since = now;
-        if (now - c->stopped_since < grace_s || now - l->first_done < grace_s)
-            continue;
-        c->straggler = 1;
-        sl_log_warn("run",
-                    "node %d has been stopped (SIGSTOP) for %.0f s since another node finished: "
-                    "killing it; %s goes on without it",
-                    i, grace_s, sl_sync_algorithm_name(cfg->sync.algorithm));
-        if (l->lost < 0) {
-            l->lost = i;
-            snprintf(l->lost_msg, sizeof l->lost_msg,
-                     "node %d killed, stopped (SIGSTOP) %.0f s after another node finished", i,
-                     grace_s);
-        }
-        kill(c->pid, SIGKILL);
-    }
 }
 
 /* Signals of shoal run itself: the first is passed on to every node (they checkpoint
  * and leave), a second kills them. */
 static void
-handle_interrupts(launch_t *l)
+handle_interrupts(sl_sup_t *l)
 {
     int now = l->o->interrupt ? (int)*l->o->interrupt : 0;
 
@@ -455,12 +348,32 @@ handle_interrupts(launch_t *l)
     l->interrupts = now;
 }
 
-static sl_status_t
-fork_node(launch_t *l, int rank, const char *master)
+/* The state of rank's new process; what its earlier ones left (restarts, the last
+ * report) stays. */
+static void
+reset_node(sl_sup_node_t *c, pid_t pid, int rec_fd, int log_fd)
+{
+    c->pid = pid;
+    c->rec_fd = rec_fd;
+    c->log_fd = log_fd;
+    c->rec_got = c->line_len = 0;
+    c->exited = c->wstatus = c->ended = c->judged = c->straggler = 0;
+    c->stopped_since = 0;
+    c->outcome = SL_NODE_LOST;
+    c->status = c->has_train = 0;
+    c->gone = 0;
+    c->sign_at = sl_clock_now();
+    c->cpu_at_sign_s = -1;
+    c->reported = 0;
+    c->watchdog_why[0] = '\0';
+}
+
+sl_status_t
+sl_sup_fork_node(sl_sup_t *l, int rank)
 {
     int rp[2], lp[2];
     pid_t pid, parent = getpid();
-    child_t *c = &l->c[rank];
+    const char *master = rank == 0 ? "127.0.0.1:0" : l->master; /* rank 0 picks a port */
 
     if (pipe(rp) != 0)
         return sl_err_set(SL_ERR_IO, "shoal run: pipe: %s", strerror(errno));
@@ -487,26 +400,26 @@ fork_node(launch_t *l, int rank, const char *master)
             if (l->c[i].log_fd >= 0)
                 close(l->c[i].log_fd);
         }
-        sl_run_child_main(l->cfg, l->o, parent, rank, master, l->ipc_dir[0] ? l->ipc_dir : NULL,
+        sl_run_child_main(l->cfg, l->c[rank].restarts > 0 ? &l->restart_opts : l->o, parent, rank,
+                          master, l->ipc_dir[0] ? l->ipc_dir : NULL,
                           l->has_secret ? &l->secret : NULL, rp[1], lp[1]);
     }
     close(rp[1]);
     close(lp[1]);
     setpgid(pid, pid); /* as the child does: whichever runs first */
-    c->pid = pid;
-    c->rec_fd = rp[0];
-    c->log_fd = lp[0];
-    l->forked = rank + 1;
+    reset_node(&l->c[rank], pid, rp[0], lp[0]);
+    if (l->forked < rank + 1)
+        l->forked = rank + 1;
     return SL_OK;
 }
 
 /* The private directory of the ipc:// endpoints. */
 static sl_status_t
-make_ipc_dir(launch_t *l)
+make_ipc_dir(sl_sup_t *l)
 {
     const char *tmp = getenv("TMPDIR");
 
-    if (!tmp || !*tmp || strlen(tmp) + 40 >= (size_t)IPC_PATH_MAX)
+    if (!tmp || !*tmp || strlen(tmp) + 40 >= (size_t)SL_SUP_IPC_PATH_MAX)
         tmp = "/tmp";
     snprintf(l->ipc_dir, sizeof l->ipc_dir, "%s/shoal-run-XXXXXX", tmp);
     if (!mkdtemp(l->ipc_dir)) {
@@ -520,11 +433,11 @@ make_ipc_dir(launch_t *l)
 
 /* Removes the ipc directory with the sockets nodes killed before closing them left. */
 static void
-remove_ipc_dir(launch_t *l)
+remove_ipc_dir(sl_sup_t *l)
 {
     DIR *d;
     struct dirent *e;
-    char path[IPC_PATH_MAX + 300];
+    char path[SL_SUP_IPC_PATH_MAX + 300];
 
     if (!l->ipc_dir[0])
         return;
@@ -545,24 +458,24 @@ remove_ipc_dir(launch_t *l)
 /* Starts rank 0, waits for its master address, starts the others, and watches them all
  * until every one has exited and been judged. */
 static void
-supervise(launch_t *l)
+supervise(sl_sup_t *l)
 {
     sl_status_t st;
-    char first[32];
 
-    snprintf(first, sizeof first, "127.0.0.1:0");
-    if ((st = fork_node(l, 0, first)) != SL_OK) {
-        fail(l, 0, st, "%s", sl_err_msg());
+    if ((st = sl_sup_fork_node(l, 0)) != SL_OK) {
+        sl_sup_fail(l, 0, st, "%s", sl_err_msg());
         return;
     }
-    while (l->n > 1 && !l->has_master && !l->c[0].exited && l->culprit < 0 && !l->stopping) {
+    /* rank 0 restarted before it listened listens again */
+    while (l->n > 1 && !l->has_master && !all_judged(l) && l->culprit < 0 && !l->stopping) {
         pump(l, 100);
         reap(l);
         handle_interrupts(l);
+        sl_sup_watch(l);
     }
     for (int i = 1; i < l->n && l->has_master && l->culprit < 0 && !l->stopping; i++) {
-        if ((st = fork_node(l, i, l->master)) != SL_OK) {
-            fail(l, i, st, "%s", sl_err_msg());
+        if ((st = sl_sup_fork_node(l, i)) != SL_OK) {
+            sl_sup_fail(l, i, st, "%s", sl_err_msg());
             break;
         }
     }
@@ -572,7 +485,7 @@ supervise(launch_t *l)
         handle_interrupts(l);
         if (l->culprit >= 0)
             stop_all(l, SIGTERM);
-        kill_stragglers(l);
+        sl_sup_watch(l);
         if (l->stopping && !l->killed && sl_clock_now() >= l->kill_at) {
             signal_all(l, SIGKILL);
             l->killed = 1;
@@ -583,7 +496,7 @@ supervise(launch_t *l)
 sl_status_t
 sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_result_t *res)
 {
-    launch_t l;
+    sl_sup_t l;
     sl_status_t st = SL_OK;
     int n = cfg->cluster.nodes;
 
@@ -598,6 +511,8 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     l.n = n;
     l.culprit = -1;
     l.lost = -1;
+    l.restart_opts = *o;
+    l.restart_opts.resume = 1;
     l.tolerant =
         n >= 2 &&
         (cfg->sync.algorithm == SL_SYNC_GOSSIP_MA || cfg->sync.algorithm == SL_SYNC_GOSSIP_BMUF ||

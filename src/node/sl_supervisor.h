@@ -4,7 +4,22 @@
  * prints one merged progress line and the nodes' log lines ("node R: ..."), and stops
  * every node when one fails (SIGTERM: they checkpoint and leave; SIGKILL after a grace
  * period). Nothing is left running on any way out; ipc endpoints live in a private
- * directory that is removed at the end. */
+ * directory that is removed at the end.
+ *
+ * A node process that dies without its last record (a signal, a crash) is started
+ * again, the same rank with the same arguments but resume on, cluster.restart.delay_ms
+ * later, up to cluster.restart.max times per rank; then the run goes on without it
+ * (gossip-*, local-*) or stops. A node that failed with an error is not restarted.
+ * The watchdog kills (SIGKILL) a node that for cluster.watchdog_timeouts sync timeouts
+ * sent no record, wrote no line and used almost no CPU (stopped, or hung in a system
+ * call); it then counts as dead. Each such membership change is one line on o->out
+ * ("shoal run: node 2 died (signal 9) at step 140; restarting it in 5.0 s (restart 1
+ * of 3); 3 of 4 nodes live") and one record appended to <run dir>/events.jsonl:
+ *   {"event":"membership","time":UNIX_S,"rank":2,"step":140,"why":"died (signal 9)",
+ *    "live":3,"nodes":4}
+ * (step: the node's last report, null before it; why: "died (signal N)", "exited
+ * (status N)", "killed by the watchdog", "restarted (restart K of M)", "stopped after
+ * another node finished"). The merged progress line counts the live nodes. */
 #ifndef SL_SUPERVISOR_H
 #define SL_SUPERVISOR_H
 

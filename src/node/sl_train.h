@@ -10,6 +10,9 @@
  *   model.bin       the final parameters (same format, read by sl_eval_run)
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
+ *   events.jsonl    written by shoal run's supervisor, not here (sl_supervisor.h): one
+ *                   {"event":"membership"} record per node that died, was killed by the
+ *                   watchdog or was started again; appended, never trimmed
  * With several nodes (opts->nranks > 1) each node keeps its files but config.yaml in
  * <run dir>/node-<rank>/; rank 0 also writes <run dir>/config.yaml and, at the run
  * directory's top, a copy of its summary.json (sync.algorithm none) or, with a sync

@@ -404,6 +404,29 @@ START_TEST(test_number_limits)
     ck_assert_str_eq(sl_err_msg(), "--set cluster.io_threads:1:20: 'cluster.io_threads' must be "
                                    "at least 0, got -1");
     ck_assert_int_eq(c.cluster.io_threads, 64);
+    /* shoal run's restarts and watchdog */
+    ck_assert_int_eq(c.cluster.restart.max, 0);
+    ck_assert_int_eq(c.cluster.restart.delay_ms, 5000);
+    ck_assert_int_eq(c.cluster.watchdog_timeouts, 10);
+    test_config_set_ok(&c, "cluster.restart={max: 3, delay_ms: 0}");
+    ck_assert_int_eq(c.cluster.restart.max, 3);
+    ck_assert_int_eq(c.cluster.restart.delay_ms, 0);
+    ck_assert_int_eq(sl_config_set(&c, "cluster.restart.max=-1"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.restart.max:1:21: 'cluster.restart.max' must "
+                                   "be at least 0, got -1");
+    ck_assert_int_eq(sl_config_set(&c, "cluster.restart.delay_ms=3600001"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.restart.delay_ms:1:26: "
+                                   "'cluster.restart.delay_ms' must be at most 3600000, got "
+                                   "3600001");
+    ck_assert_int_eq(sl_config_set(&c, "cluster.watchdog_timeouts=2.5"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.watchdog_timeouts:1:27: "
+                                   "'cluster.watchdog_timeouts' must be an integer, got '2.5'");
+    ck_assert_int_eq(
+        sl_config_load_string(&c, "cluster:\n  restart: {max: 2, delai_ms: 1}\n", "r.yaml"),
+        SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "r.yaml:2:21: unknown key 'delai_ms' in 'cluster.restart' "
+                                   "(did you mean 'delay_ms'?)");
+    ck_assert_int_eq(c.cluster.restart.max, 3);
     sl_config_fini(&c);
 }
 END_TEST

@@ -137,6 +137,16 @@ slurp(const char *path)
     return data;
 }
 
+/* The last 2000 bytes of a run's log: what a failed check shows (Check refuses longer
+ * messages, and the log holds the progress lines). */
+static const char *
+log_tail(const char *log)
+{
+    size_t n = strlen(log);
+
+    return n > 2000 ? log + n - 2000 : log;
+}
+
 /* First and last training loss of a node's metrics.jsonl. */
 static void
 loss_first_last(const char *run, int rank, double *first, double *last)
@@ -538,7 +548,8 @@ kill_run_steps(int nodes)
 }
 
 /* A run of algorithm on nodes nodes named run (2 epochs, kill_run_steps) whose node victim
- * is sent sig (SIGKILL, SIGSTOP) once it has logged a report; shoal run's exit status. The timeout
+ * is sent sig (SIGKILL, SIGSTOP) once it has logged a report; shoal run's exit status (its
+ * progress lines are in the log). The timeout
  * is long enough that a live node on a loaded machine does not miss 3 rounds in a row (2 s did, at
  * load 9 on 2 cores). The whole run takes about a second of CPU, so on a loaded machine this
  * process may get to the kill only after the victim's last step; then the run showed nothing (the
@@ -557,8 +568,8 @@ run_signalling(const char *run, const char *algorithm, int victim, int nodes, in
     snprintf(comm, sizeof comm, "shoal node %d", victim);
     snprintf(n, sizeof n, "%d", nodes);
     for (int attempt = 1;; attempt++) {
-        pid = start_shoal(run, (const char *[]){"run", conf, "-n", n, "--quiet", "--set",
-                                                "train.epochs=2", NULL});
+        pid = start_shoal(run,
+                          (const char *[]){"run", conf, "-n", n, "--set", "train.epochs=2", NULL});
         snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, victim);
         test_wait_file(path, 400, pid, HANG_S);
         v = test_child_named(pid, comm); /* it wrote the file: it has its name */
@@ -612,10 +623,25 @@ assert_killed_run(const char *run, int victim, int writer, int nodes)
                  "run's model, the average of %d nodes, was written by node %d: "
                  "%s/%s/model.bin\n",
                  victim, nodes - 1, writer, tmp_root, run);
-    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
     snprintf(want, sizeof want, "node %d missed 3 rounds in a row", victim);
-    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
+    /* the membership change: one line of shoal run's and one record */
+    snprintf(want, sizeof want, "shoal run: node %d died (signal 9) at step ", victim);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
+    snprintf(want, sizeof want, " goes on without it; %d of %d nodes live\n", nodes - 1, nodes);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
+    snprintf(want, sizeof want, " | %d of %d nodes | ", nodes - 1, nodes); /* progress */
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
     free(log);
+    snprintf(path, sizeof path, "%s/%s/events.jsonl", tmp_root, run);
+    text = slurp(path);
+    snprintf(want, sizeof want, ",\"rank\":%d,\"step\":", victim);
+    ck_assert_msg(strstr(text, want) != NULL, "%s", text);
+    snprintf(want, sizeof want, ",\"why\":\"died (signal 9)\",\"live\":%d,\"nodes\":%d}\n",
+             nodes - 1, nodes);
+    ck_assert_msg(strstr(text, want) != NULL && strchr(text, '\n')[1] == '\0', "%s", text);
+    free(text);
     snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
     text = slurp(path);
     ck_assert_int_eq((int)test_json_num(text, "models_averaged"), nodes - 1);
@@ -675,15 +701,17 @@ START_TEST(test_stopped_node_killed)
     ck_assert_int_eq(run_signalling(run, "gossip-bmuf", 2, 3, SIGSTOP), 1);
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
-    ck_assert_msg(strstr(log, "node 2 has been stopped (SIGSTOP) for 12 s since another node "
-                              "finished: killing it") != NULL,
-                  "%s", log);
+    ck_assert_msg(strstr(log, "shoal run: node 2 has been stopped (SIGSTOP) for 12 s since another "
+                              "node finished: killing it (at step ") != NULL,
+                  "...%s", log_tail(log));
+    ck_assert_msg(strstr(log, "); gossip-bmuf goes on without it; 2 of 3 nodes live\n") != NULL,
+                  "...%s", log_tail(log));
     snprintf(want, sizeof want,
              "shoal: node 2 killed, stopped (SIGSTOP) 12 s after another node finished (the "
              "other nodes finished without it); the run's model, the average of 2 nodes, was "
              "written by node 0: %s/%s/model.bin\n",
              tmp_root, run);
-    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
     free(log);
     models_load(&m, run, live, 2);
     ck_assert_msg(models_run_off_mean(&m) < 1e-5, "model.bin is %g off the live nodes' mean",
@@ -708,8 +736,8 @@ START_TEST(test_collective_stops_on_kill)
     snprintf(path, sizeof path, "%s/%s.log", tmp_root, run);
     log = slurp(path);
     snprintf(want, sizeof want, "shoal: node 2 killed by signal 9\n");
-    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in %s", want, log);
-    ck_assert_msg(strstr(log, "finished without it") == NULL, "%s", log);
+    ck_assert_msg(strstr(log, want) != NULL, "no \"%s\" in ...%s", want, log_tail(log));
+    ck_assert_msg(strstr(log, "finished without it") == NULL, "...%s", log_tail(log));
     free(log);
     snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
     ck_assert_int_eq(access(path, F_OK), -1);

@@ -1,0 +1,313 @@
+/* What `shoal run` does about a node process that died or hangs: restarts
+ * (cluster.restart), the watchdog (cluster.watchdog_timeouts), the stopped stragglers of
+ * a tolerant run, and the membership log, one line on shoal run's output and one
+ * {"event":"membership"} record in <run dir>/events.jsonl per change. Owns those
+ * decisions; forking, pipes and the outcome are sl_supervisor.c's. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/sl_clock.h"
+#include "common/sl_file.h"
+#include "common/sl_log.h"
+#include "node/sl_supervisor_int.h"
+
+/* A node that uses less than this share of one CPU over the watchdog's window, and says
+ * nothing, is hung; a node that computes (a long evaluation, a tokenization) uses far
+ * more, and one that waits for a peer waits at most a sync timeout. */
+#define WATCHDOG_CPU_SHARE 0.01
+
+int
+sl_sup_live(const sl_sup_t *l)
+{
+    int live = 0;
+
+    for (int i = 0; i < l->n; i++)
+        live += !l->c[i].gone;
+    return live;
+}
+
+static double
+sync_timeout_s(const sl_config_t *cfg)
+{
+    return (cfg->sync.timeout_ms > 0 ? cfg->sync.timeout_ms : cfg->cluster.timeout_ms) / 1000.0;
+}
+
+/* "at step 140", or "at start" before the node's first report. */
+static const char *
+at_step(const sl_sup_node_t *c, char *buf, size_t size)
+{
+    if (c->has_report)
+        snprintf(buf, size, "at step %ld", c->report.step);
+    else
+        snprintf(buf, size, "at start");
+    return buf;
+}
+
+/* Appends one record to <run dir>/events.jsonl; a failure is a warning, never the
+ * run's end (the line on the output says the same). */
+static void
+append_event(const sl_sup_t *l, int rank, const char *why)
+{
+    const sl_sup_node_t *c = &l->c[rank];
+    char path[SL_TRAIN_PATH_MAX + 16], step[32];
+    struct timespec ts;
+    FILE *f;
+
+    snprintf(path, sizeof path, "%s/events.jsonl", l->cfg->run.dir);
+    f = fopen(path, "a");
+    if (!f && errno == ENOENT && sl_file_mkdirs(l->cfg->run.dir) == SL_OK)
+        f = fopen(path, "a");
+    if (!f) {
+        sl_log_warn("run", "%s: %s: membership event not recorded", path, strerror(errno));
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (c->has_report)
+        snprintf(step, sizeof step, "%ld", c->report.step);
+    else
+        snprintf(step, sizeof step, "null");
+    fprintf(f,
+            "{\"event\":\"membership\",\"time\":%.3f,\"rank\":%d,\"step\":%s,\"why\":\"%s\","
+            "\"live\":%d,\"nodes\":%d}\n",
+            (double)ts.tv_sec + ts.tv_nsec / 1e9, rank, step, why, sl_sup_live(l), l->n);
+    if (fclose(f) != 0)
+        sl_log_warn("run", "%s: %s: membership event not recorded", path, strerror(errno));
+}
+
+static void membership(sl_sup_t *l, int rank, const char *why, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A membership change of rank: the record (why: a short reason without quotes or
+ * backslashes) and the line "node R <fmt>; L of N nodes live". */
+static void
+membership(sl_sup_t *l, int rank, const char *why, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    append_event(l, rank, why);
+    sl_sup_say(l, "node %d %s; %d of %d nodes live", rank, text, sl_sup_live(l), l->n);
+}
+
+void
+sl_sup_node_died(sl_sup_t *l, int rank, const char *why)
+{
+    sl_sup_node_t *c = &l->c[rank];
+    const sl_config_t *cfg = l->cfg;
+    int sig = WIFSIGNALED(c->wstatus) ? WTERMSIG(c->wstatus) : 0;
+    char what[256], tag[64], at[48];
+
+    c->gone = 1;
+    if (c->straggler)
+        return; /* kill_stragglers said why */
+    at_step(c, at, sizeof at);
+    if (c->watchdog_why[0]) {
+        snprintf(what, sizeof what, "made no progress for %s %s: the watchdog killed it",
+                 c->watchdog_why, at);
+        snprintf(tag, sizeof tag, "killed by the watchdog");
+    } else if (sig) {
+        snprintf(what, sizeof what, "died (signal %d) %s", sig, at);
+        snprintf(tag, sizeof tag, "died (signal %d)", sig);
+    } else {
+        snprintf(what, sizeof what, "exited with status %d without saying why %s",
+                 WEXITSTATUS(c->wstatus), at);
+        snprintf(tag, sizeof tag, "exited (status %d)", WEXITSTATUS(c->wstatus));
+    }
+    if (c->restarts < cfg->cluster.restart.max && !l->stopping && l->culprit < 0) {
+        c->restart_at = sl_clock_now() + cfg->cluster.restart.delay_ms / 1000.0;
+        membership(l, rank, tag, "%s; restarting it in %.1f s (restart %d of %d)", what,
+                   cfg->cluster.restart.delay_ms / 1000.0, c->restarts + 1,
+                   cfg->cluster.restart.max);
+        return;
+    }
+    /* a node that exits without a word is a bug, not a vanished peer: it stops the run */
+    if (l->tolerant && !l->stopping && sig) {
+        if (l->lost < 0) {
+            l->lost = rank;
+            if (c->watchdog_why[0])
+                snprintf(l->lost_msg, sizeof l->lost_msg,
+                         "node %d killed by the watchdog: no progress for %s", rank,
+                         c->watchdog_why);
+            else
+                snprintf(l->lost_msg, sizeof l->lost_msg, "node %d %s", rank, why);
+        }
+        membership(l, rank, tag, "%s; %s goes on without it", what,
+                   sl_sync_algorithm_name(cfg->sync.algorithm));
+        return;
+    }
+    if (!l->stopping && l->culprit < 0)
+        membership(l, rank, tag, "%s; the run stops", what);
+    if (c->watchdog_why[0])
+        sl_sup_fail(l, rank, SL_ERR_INVALID, "node %d killed by the watchdog: no progress for %s",
+                    rank, c->watchdog_why);
+    else
+        sl_sup_fail(l, rank, SL_ERR_INVALID, "node %d %s", rank, why);
+}
+
+void
+sl_sup_node_alive(sl_sup_t *l, int rank)
+{
+    sl_sup_node_t *c = &l->c[rank];
+
+    c->sign_at = sl_clock_now();
+    c->cpu_at_sign_s = -1; /* the next watchdog round reads it */
+}
+
+/* Process pid's CPU time (user and system, all threads) in seconds and whether it is
+ * stopped (SIGSTOP, SIGTSTP: state T), from /proc/PID/stat; -1 where that cannot be
+ * read (gone, or no /proc). */
+static double
+proc_cpu_s(pid_t pid, int *stopped)
+{
+    char path[64], buf[1024], *close_paren, state;
+    unsigned long utime, stime;
+    FILE *f;
+    size_t n;
+
+    *stopped = 0;
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    close_paren = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!close_paren ||
+        sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &state,
+               &utime, &stime) != 3)
+        return -1;
+    *stopped = state == 'T' || state == 't';
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The watchdog: a node that has neither sent anything nor used WATCHDOG_CPU_SHARE of a
+ * CPU for watchdog_timeouts sync timeouts (before its first report also the rendezvous
+ * timeout, which it may spend waiting for the others) is stopped or hung: SIGKILL, and
+ * sl_sup_node_died decides what next. */
+static void
+watchdog(sl_sup_t *l, int rank, double now)
+{
+    sl_sup_node_t *c = &l->c[rank];
+    const sl_config_t *cfg = l->cfg;
+    double window_s = cfg->cluster.watchdog_timeouts * sync_timeout_s(cfg), allowed_s, cpu;
+    int stopped;
+
+    if (window_s <= 0 || c->ended || c->exited || c->straggler || c->watchdog_why[0])
+        return;
+    if ((cpu = proc_cpu_s(c->pid, &stopped)) < 0)
+        return; /* without /proc nothing tells a hung node from a busy one */
+    if (c->cpu_at_sign_s < 0 ||
+        (!stopped && cpu - c->cpu_at_sign_s >= WATCHDOG_CPU_SHARE * window_s)) {
+        if (c->cpu_at_sign_s >= 0)
+            c->sign_at = now;
+        c->cpu_at_sign_s = cpu;
+        return;
+    }
+    allowed_s = window_s;
+    if (!c->reported && l->n > 1)
+        allowed_s += cfg->cluster.rendezvous_timeout_ms / 1000.0;
+    if (now - c->sign_at < allowed_s)
+        return;
+    snprintf(c->watchdog_why, sizeof c->watchdog_why, "%g s (%s)", allowed_s,
+             stopped ? "stopped by a signal" : "no output, no CPU time");
+    kill(c->pid, SIGKILL);
+}
+
+/* gossip-* and local-*: once a node has finished (its final model gathered and written
+ * without the others' help), a node that is stopped (SIGSTOP) can no longer take part
+ * in the run and would keep shoal run waiting for ever. Stopped for twice the sync
+ * timeout since another node finished, it gets SIGKILL and is counted as lost, never
+ * restarted (the others are done). A node that runs, however slowly (the writer
+ * evaluating the run's model), is waited for. */
+static void
+kill_stragglers(sl_sup_t *l, double now)
+{
+    const sl_config_t *cfg = l->cfg;
+    double grace_s = 2.0 * sync_timeout_s(cfg);
+    char at[48];
+
+    if (!l->tolerant || l->stopping || l->forked < l->n)
+        return;
+    if (l->first_done == 0) {
+        for (int i = 0; i < l->forked; i++)
+            if (l->c[i].ended && l->c[i].outcome == SL_NODE_DONE)
+                l->first_done = now;
+        return;
+    }
+    for (int i = 0; i < l->forked; i++) {
+        sl_sup_node_t *c = &l->c[i];
+        int stopped;
+
+        if (c->ended || c->exited || c->straggler || c->gone)
+            continue;
+        if (proc_cpu_s(c->pid, &stopped) < 0 || !stopped) {
+            c->stopped_since = 0;
+            continue;
+        }
+        if (c->stopped_since == 0)
+            c->stopped_since = now;
+        if (now - c->stopped_since < grace_s || now - l->first_done < grace_s)
+            continue;
+        c->straggler = 1;
+        c->gone = 1;
+        if (l->lost < 0) {
+            l->lost = i;
+            snprintf(l->lost_msg, sizeof l->lost_msg,
+                     "node %d killed, stopped (SIGSTOP) %.0f s after another node finished", i,
+                     grace_s);
+        }
+        kill(c->pid, SIGKILL);
+        membership(l, i, "stopped after another node finished",
+                   "has been stopped (SIGSTOP) for %.0f s since another node finished: killing "
+                   "it (%s); %s goes on without it",
+                   grace_s, at_step(c, at, sizeof at), sl_sync_algorithm_name(cfg->sync.algorithm));
+    }
+}
+
+/* Starts the nodes whose restart is due; a run that stops restarts nobody. */
+static void
+restart_due(sl_sup_t *l, double now)
+{
+    for (int i = 0; i < l->forked; i++) {
+        sl_sup_node_t *c = &l->c[i];
+        char why[64];
+        sl_status_t st;
+
+        if (c->restart_at == 0 || (now < c->restart_at && !l->stopping && l->culprit < 0))
+            continue;
+        c->restart_at = 0;
+        if (l->stopping || l->culprit >= 0)
+            continue;
+        c->restarts++;
+        if ((st = sl_sup_fork_node(l, i)) != SL_OK) {
+            sl_sup_fail(l, i, st, "%s", sl_err_msg());
+            continue;
+        }
+        snprintf(why, sizeof why, "restarted (restart %d of %d)", c->restarts,
+                 l->cfg->cluster.restart.max);
+        membership(l, i, why, "%s", why);
+    }
+}
+
+void
+sl_sup_watch(sl_sup_t *l)
+{
+    double now = sl_clock_now();
+
+    if (!l->stopping)
+        for (int i = 0; i < l->forked; i++)
+            watchdog(l, i, now);
+    kill_stragglers(l, now);
+    restart_due(l, now);
+}
