@@ -373,7 +373,8 @@ sl_sup_fork_node(sl_sup_t *l, int rank)
 {
     int rp[2], lp[2];
     pid_t pid, parent = getpid();
-    const char *master = rank == 0 ? "127.0.0.1:0" : l->master; /* rank 0 picks a port */
+    /* rank 0 picks a port; started again, it listens where the others look for it */
+    const char *master = rank == 0 && !l->has_master ? "127.0.0.1:0" : l->master;
 
     if (pipe(rp) != 0)
         return sl_err_set(SL_ERR_IO, "shoal run: pipe: %s", strerror(errno));

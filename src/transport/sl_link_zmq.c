@@ -640,6 +640,11 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
         zmq_close(z->peers[peer]);
         z->peers[peer] = NULL;
     }
+    /* the next DEALERs get another routing id: the new process's ROUTER may already hold
+     * the old DEALER's connection (it reconnected to the same endpoint) and would refuse
+     * a second one with the same id, silently */
+    for (int i = 5; i < ID_BYTES && ++z->id[i] == 0; i++)
+        ;
     if (endpoint && (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
         char *copy = strdup(endpoint);
         if (!copy)
