@@ -244,12 +244,14 @@ START_TEST(test_bmuf_rows_by_hand)
 }
 END_TEST
 
-/* gossip-bmuf by rows (exchange unique, eta 0.9) on node 0 alone (nodes 1 and 2 never
- * take part), on bmuf_comp from 0: block 1 moves row 0 to 3 and row 2 to 1 and touches
- * them; blocks 2 to 4 move row 0 by 1 more without touching it. No sync gets a copy, so
- * none changes anything: the rows end at their local values [6, 0, 1, 0] (one block
- * update on E_k alone would have moved them: theta = omega + 0.9 Delta), and E_k =
- * {0, 2} is never synced, so it stays for the next sync: 2 own rows in each of the 4. */
+/* gossip-bmuf by rows (exchange unique, eta 0.9, period 2) on node 0 alone (nodes 1
+ * and 2 never take part), on bmuf_comp from 0, synchronous or overlapped (tau 1): block
+ * 1 moves row 0 to 3 and row 2 to 1 and touches them; blocks 2 to 9 move row 0 by 1
+ * more without touching it. None of the 4 syncs (steps 2, 4, 6, 8) gets a copy, so none
+ * changes anything: the rows end at their local values [11, 0, 1, 0] (one block update
+ * on E_k alone would have moved them: theta = omega + 0.9 Delta), and E_k = {0, 2} is
+ * never synced, so it stays for the next sync: 2 own rows in each of the 4 (with
+ * overlap, the rows the worker kept join the next block handed to it). */
 static void
 alone_steps(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
 {
@@ -266,23 +268,27 @@ alone_steps(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
     ck_assert_int_eq(sl_sync_note_rows(s, 0, rows, 2), SL_OK);
 }
 
+static const char *const alone_overlap[] = {"sync.overlap_steps=0", "sync.overlap_steps=1"};
+
 START_TEST(test_rows_alone)
 {
     static test_trio_t tr;
-    const float want[4] = {6, 0, 1, 0};
+    const float want[4] = {11, 0, 1, 0};
 
     test_trio_init(&tr,
-                   "sync={algorithm: gossip-bmuf, period: 1, exchange: unique, timeout_ms: 300, "
+                   "sync={algorithm: gossip-bmuf, period: 2, exchange: unique, timeout_ms: 300, "
                    "block_momentum: 0.9, block_lr: 1, nesterov: true, block_reference: blockstart}",
                    test_trio_zero);
+    tr.conf2 = alone_overlap[_i];
     tr.comps = bmuf_comp;
     tr.ncomps = 1;
     tr.np = 4;
-    tr.blocks = 4;
+    tr.blocks = 9;
     tr.alive[1] = tr.alive[2] = 0;
     tr.step = alone_steps;
     test_trio_run(&tr);
     test_assert_floats(tr.p[0], want, 4);
+    ck_assert_uint_eq(tr.stat[0][0].rounds, 4);
     ck_assert_uint_eq(tr.stat[0][0].answered, 0);
     ck_assert_uint_eq(tr.stat[0][0].rows_own, 2 * 4);
     ck_assert_uint_eq(tr.stat[0][0].rows_merged, 0);
@@ -738,7 +744,8 @@ sync_rows_suite(void)
     tcase_add_test(core, test_sync_state_resume);
     tcase_add_test(limits, test_sync_state_limits);
     tcase_add_test(limits, test_bad_answers_refused);
-    tcase_add_test(limits, test_rows_alone);
+    tcase_add_loop_test(limits, test_rows_alone, 0,
+                        (int)(sizeof alone_overlap / sizeof alone_overlap[0]));
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);
