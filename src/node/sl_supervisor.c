@@ -78,7 +78,8 @@ typedef struct {
     sl_status_t culprit_st;
     char culprit_msg[1200];
     int tolerant; /* the sync algorithm goes on without a node that vanished (gossip-*,
-                     local-*): such a node does not stop the others */
+                     local-*; allreduce, ma, bmuf re-form their members): such a node does
+                     not stop the others */
     int lost;     /* first node that vanished while tolerated, -1 */
     char lost_msg[256];
     double first_done; /* when a node first finished (kill_stragglers), 0 before */
@@ -388,9 +389,9 @@ is_stopped(pid_t pid)
            (close_paren[2] == 'T' || close_paren[2] == 't');
 }
 
-/* gossip-* and local-*: once a node has finished (its final model gathered and written
- * without the others' help), a node that is stopped (SIGSTOP) can no longer take part
- * in the run and would keep shoal run waiting for ever. Stopped for twice the sync
+/* A tolerant run (gossip-*, local-*, allreduce, ma, bmuf): once a node has finished (its final
+ * model gathered and written without the others' help), a node that is stopped (SIGSTOP) can no
+ * longer take part in the run and would keep shoal run waiting for ever. Stopped for twice the sync
  * timeout since another node finished, it gets SIGKILL and is counted as lost. A node
  * that runs, however slowly (the writer evaluating the run's model), is waited for. */
 static void
@@ -601,7 +602,9 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     l.tolerant =
         n >= 2 &&
         (cfg->sync.algorithm == SL_SYNC_GOSSIP_MA || cfg->sync.algorithm == SL_SYNC_GOSSIP_BMUF ||
-         cfg->sync.algorithm == SL_SYNC_LOCAL_MA || cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF);
+         cfg->sync.algorithm == SL_SYNC_LOCAL_MA || cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF ||
+         cfg->sync.algorithm == SL_SYNC_ALLREDUCE || cfg->sync.algorithm == SL_SYNC_MA ||
+         cfg->sync.algorithm == SL_SYNC_BMUF);
     l.shown_step = -1;
     l.tty = isatty(fileno(l.out));
     l.c = calloc((size_t)n, sizeof *l.c);

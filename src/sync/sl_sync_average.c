@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/sl_alloc.h"
@@ -22,6 +23,7 @@ struct sl_sync_average {
     sl_sync_env_t env;
     sl_liveness_t *lv; /* borrowed */
     int is_bmuf;       /* bmuf, local-bmuf, gossip-bmuf */
+    int eta_auto;      /* block_momentum auto: bmuf's eta is 1 - 1/n for the members */
     int neighbour;     /* local-*, gossip-*: average over a neighbourhood, not everyone */
     sl_bmuf_opts_t bmuf;
     sl_schedule_t sched;
@@ -107,6 +109,7 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
     a->is_bmuf = sl_sync_is_bmuf(env->algo);
     a->neighbour = sl_sync_is_neighbourhood(env->algo);
     sl_bmuf_opts_from_config(&a->bmuf, cfg);
+    a->eta_auto = cfg->sync.block_momentum == SL_CONFIG_AUTO;
     a->top_pct = cfg->sync.exchange_top;
     a->random_pct = cfg->sync.exchange_random;
     a->seed = cfg->run.seed;
@@ -206,21 +209,47 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     return SL_OK;
 }
 
-/* The average of component c with all nodes (ring allreduce): bar. */
+/* One all-node average: component c at round, from theta (count floats). */
+typedef struct {
+    sl_sync_average_t *a;
+    int c;
+    uint64_t round;
+    const float *theta;
+    size_t count;
+} mean_job_t;
+
+/* bar := the mean of theta over group g (a ring allreduce); theta is left as it was, so
+ * an attempt that failed leaves nothing behind. */
 static sl_status_t
-all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count)
+mean_over(void *ctx, const sl_group_t *g)
+{
+    const mean_job_t *j = ctx;
+    const sl_sync_env_t *e = &j->a->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, g};
+    float inv = 1.0f / (float)g->n;
+
+    memcpy(j->a->bar, j->theta, j->count * sizeof *j->theta);
+    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->c, j->round, j->a->bar, j->count, &o));
+    for (size_t i = 0; i < j->count; i++)
+        j->a->bar[i] *= inv;
+    return SL_OK;
+}
+
+/* The average of component c with all members (sl_members.h: a member that stops
+ * answering is dropped and the average redone over the others): bar, over *nodes. */
+static sl_status_t
+all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count, int *nodes)
 {
     const sl_sync_env_t *e = &a->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec};
-    float inv = 1.0f / (float)e->size;
+    mean_job_t j = {a, c, round, theta, count};
+    char what[160];
     sl_status_t st;
 
-    memcpy(a->bar, theta, count * sizeof *theta);
-    st = sl_allreduce_sum(e->tr, (uint32_t)c, round, a->bar, count, &o);
+    snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
+             sl_sync_algorithm_name(e->algo), round);
+    st = sl_members_run(e->members, mean_over, &j, a->bar, count, nodes, what);
     if (st != SL_OK)
         return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)round);
-    for (size_t j = 0; j < count; j++)
-        a->bar[j] *= inv;
     return SL_OK;
 }
 
@@ -246,8 +275,11 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
 
     nsel = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), a->sel);
     sl_rowset_clear(touched);
-    sa = (sl_sparse_args_t){(uint32_t)c, round, theta,    cp->rows,     cp->row_len,
-                            a->sel,      nsel,  e->codec, e->timeout_ms};
+    sa = (sl_sparse_args_t){(uint32_t)c,   round,
+                            theta,         cp->rows,
+                            cp->row_len,   a->sel,
+                            nsel,          e->codec,
+                            e->timeout_ms, e->members ? sl_members_group(e->members) : NULL};
     if (a->neighbour) {
         size_t nc, ncw, np, npw;
         sl_sparse_peers_t p;
@@ -264,10 +296,11 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
         *expected = nc; /* each was sent our set */
         *got = p.nanswered;
     } else {
+        /* not re-formed: its result has no fixed size to hand over (sl_members_run) */
         st = sl_sparse_allmean(a->sparse, e->tr, &sa);
         if (st != SL_OK)
             return sl_sync_collective_failed(st, e->algo, cp->name, (long)round);
-        *expected = *got = (size_t)e->size - 1;
+        *expected = *got = (size_t)sa.group->n - 1;
     }
     nres = sl_sparse_result(a->sparse, &rows, &mean);
     for (size_t i = 0; i < nres; i++) {
@@ -301,8 +334,11 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
         if (a->neighbour) {
             SL_TRY(neighbourhood_mean(a, c, round, theta, count, &expected, &got));
         } else {
-            SL_TRY(all_mean(a, c, round, theta, count));
-            expected = got = (size_t)a->env.size - 1;
+            int nodes;
+            SL_TRY(all_mean(a, c, round, theta, count, &nodes));
+            expected = got = (size_t)nodes - 1;
+            if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
+                a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
         }
         stat->distance = sl_bmuf_distance(theta, a->bar, count);
         if (a->is_bmuf)

@@ -42,6 +42,25 @@ typedef struct {
  * segments of 1 MiB and more into about 8 frames of at least 256 KiB. */
 #define SL_COLLECTIVE_CHUNK_ELEMS 262144u
 
+/* The nodes a collective runs over when not every rank of the transport does (a run
+ * that dropped a node, src/sync/sl_members.h): ranks (n, increasing, this node among
+ * them) form the ring in that order, and "node k" below means ranks[k] (segments,
+ * allgather counts, the broadcast root are by position in ranks). epoch numbers the set:
+ * a hash of (epoch, ranks) goes into the top SL_COLLECTIVE_TAG_BITS bits of every
+ * frame's seq, so that frames of a collective begun under another set, or an attempt
+ * of the same round that failed, never match (they are purged with their round). The
+ * chunks of one collective must then be numbered below 2^(32 - SL_COLLECTIVE_TAG_BITS). */
+typedef struct {
+    const uint32_t *ranks; /* borrowed */
+    uint32_t n;
+    uint32_t epoch;
+} sl_group_t;
+
+#define SL_COLLECTIVE_TAG_BITS 12u
+
+/* The seq tag of group g (0 for NULL: every rank, untagged). */
+uint32_t sl_group_tag(const sl_group_t *g);
+
 typedef struct {
     size_t chunk_elems;      /* floats per frame (0: the default, see above) */
     unsigned window;         /* frames a node sends ahead of what it receives (0: 8) */
@@ -50,6 +69,7 @@ typedef struct {
                                 codec frames are encoded copies, and every node ends with
                                 the decoded values (its own included), so results stay
                                 identical on all nodes */
+    const sl_group_t *group; /* borrowed; NULL: every rank of the transport */
 } sl_collective_opts_t;
 
 /* The floats per frame of sl_allreduce_sum's default for count floats on n nodes:
@@ -77,7 +97,8 @@ sl_status_t sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, 
                          float *buf, size_t count, const sl_collective_opts_t *o);
 
 /* Returns once every node has entered the barrier of this round (ceil(log2 n) stages,
- * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. */
+ * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. Every
+ * rank of the transport (no group). */
 sl_status_t sl_barrier(sl_transport_t *t, uint64_t round, int timeout_ms);
 
 /* 1 when none of the n floats at x is NaN or infinite (x need not be aligned). */

@@ -101,6 +101,9 @@ struct sl_link_ops {
     /* Waits up to timeout_ms until every payload lent to the link (SL_SEND_LEND) is
      * given back: SL_ERR_TIMEOUT when some are still held. NULL: it never holds one. */
     sl_status_t (*wait_sent)(void *ctx, int timeout_ms);
+    /* Drops what is still queued to peer, giving its lent payloads back (a peer taken
+     * out of the run). NULL: the link queues nothing of its own. */
+    void (*forget)(void *ctx, uint32_t peer);
     /* Frames this link carried itself (not those it handed to its base). */
     void (*stats)(const void *ctx, uint64_t *sent, uint64_t *received);
 };

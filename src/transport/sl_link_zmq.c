@@ -340,6 +340,22 @@ fail:
     return st;
 }
 
+/* Closes the DEALER to peer with no linger: what is still queued to it is dropped and
+ * its lent payloads given back, so that a peer taken out of the run (sl_members.h)
+ * cannot hold sl_transport_wait_sent for ever. A later send connects again. */
+static void
+zmq_forget(void *ctx, uint32_t peer)
+{
+    zlink_t *z = ctx;
+    int zero = 0;
+
+    if (!z->peers || peer >= z->o->size || !z->peers[peer])
+        return;
+    zmq_setsockopt(z->peers[peer], ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(z->peers[peer]);
+    z->peers[peer] = NULL;
+}
+
 /* Waits up to timeout_ms for socket s to be ready for events (ZMQ_POLLIN/POLLOUT).
  * SL_ERR_TIMEOUT when it is not. */
 static sl_status_t
@@ -637,5 +653,6 @@ const sl_link_ops_t sl_link_zmq_ops = {
     .sleep = NULL,
     .wait = zmq_wait,
     .wait_sent = zmq_wait_sent,
+    .forget = zmq_forget,
     .stats = zmq_stats,
 };

@@ -414,6 +414,14 @@ sl_transport_wait_sent(sl_transport_t *t, int timeout_ms)
     return SL_OK;
 }
 
+void
+sl_transport_forget(sl_transport_t *t, uint32_t rank)
+{
+    for (size_t i = 0; i < NLINKS; i++)
+        if (t->links[i].ops && t->links[i].ops->forget && rank < t->o.size && rank != t->o.rank)
+            t->links[i].ops->forget(t->links[i].ctx, rank);
+}
+
 /* The next frame from any link, if one is waiting: the others first (a lane costs no
  * system call), the base last. *out is a frame for the mailbox or the caller, NULL
  * when it was dropped or was a link's own (handed to it); *got whether there was a
