@@ -40,9 +40,10 @@ void sl_sync_average_destroy(sl_sync_average_t **a);
  * c's row set U_k when c goes by rows (sl_sync_by_rows; it is emptied), else unused.
  * Adds to stat (c's): expected and answered peers, the rows of a by-rows exchange, and
  * sets its distance; rounds, bytes and times are the caller's. A neighbour that does not
- * answer is not an error (left out, told to the liveness table); a failed all-node
- * collective is (the message says a node did not take part), as are the transport's
- * fatal codes. */
+ * answer is not an error (left out, told to the liveness table), nor is a member of an
+ * all-node average that stops answering (dropped, the average redone over the others:
+ * sl_members.h); a collective that cannot be re-formed is, as are the transport's fatal
+ * codes and a death during the unique exchange of a row shard (not redone). */
 sl_status_t sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
                                       sl_rowset_t *touched, sl_sync_stat_t *stat);
 

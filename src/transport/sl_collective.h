@@ -1,13 +1,16 @@
 /* Collectives over the transport: ring allreduce (sum), ring allgather with per-node
  * sizes, chain broadcast, dissemination barrier, and the gossip push/collect of one
- * component. Every node of the run calls the same collective with the same component,
- * round, sizes and options; rounds of one (collective, component) must increase from
- * call to call (sl_transport.h: older rounds are stale).
+ * component. Every node of the run (or of the group, sl_group_t) calls the same
+ * collective with the same component, round, sizes and options; rounds of one
+ * (collective, component) must increase from call to call (sl_transport.h: older rounds
+ * are stale), except that a group of another epoch may redo a round.
  *
  * Buffers are lent to ZeroMQ while a collective runs and given back before it returns
  * SL_OK. After an error they may still be queued to a dead peer: the caller must then
- * leave them alone until sl_transport_destroy (a failed collective is fatal anyway,
- * except the gossip exchange, which copies its snapshot and so lends nothing). */
+ * leave them alone until sl_transport_destroy, or until sl_transport_forget of the dead
+ * peers and sl_transport_wait_sent have given them back (src/sync/sl_members.c does,
+ * before a collective is redone over the survivors). The gossip exchange copies its
+ * snapshot and so lends nothing. */
 #ifndef SL_COLLECTIVE_H
 #define SL_COLLECTIVE_H
 
