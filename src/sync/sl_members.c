@@ -20,7 +20,8 @@ struct sl_members {
     uint32_t *ranks;         /* (size) the members, increasing: the first group.n */
     sl_group_t group;        /* over ranks */
     unsigned char *in, *got; /* (size) scratch of an agreement: still in; answered */
-    unsigned char *view;     /* (size * 4) a proposal: u32 ranks, little-endian */
+    unsigned char *view;     /* ((size + 1) * 4) a proposal or ready word: u32 done, then
+                                u32 ranks, little-endian */
     sl_wire_key_t *keys;     /* (size) the proposals waited for */
     uint32_t *gone;          /* (size) the ranks an agreement dropped */
     uint32_t done;           /* collectives completed (sl_members_run) */
@@ -30,7 +31,6 @@ struct sl_members {
     int behind;              /* after an agreement: this node missed that end */
     float *last;             /* (last_cap) the last collective's result, for them */
     size_t last_count, last_cap;
-    int last_nodes;
     pthread_mutex_t lock; /* guards the events: read by the trainer's thread */
     sl_members_event_t *events;
     size_t nevents, taken, cap;
@@ -156,9 +156,10 @@ sl_members_next_event(sl_members_t *m, sl_members_event_t *ev)
     return any;
 }
 
-/* Sends this node's view to every other member as its proposal for epoch round. A send
- * that finds no room (a dead member's full queue) is skipped: that member is gone or
- * will miss this node's proposal and drop it, which the tag then keeps apart. */
+/* Sends this node's view to every other member as its proposal (or ready word) of
+ * component for epoch round. A send that finds no room (a dead member's full queue) is
+ * skipped: that member is gone, or will miss this node's word and drop it, which the
+ * ready words then show. */
 static sl_status_t
 propose(sl_members_t *m, uint32_t component, uint64_t round)
 {
@@ -190,9 +191,9 @@ static void
 take_proposal(sl_members_t *m, sl_transport_frame_t *f)
 {
     const unsigned char *p = (const unsigned char *)f->payload + 4;
-    size_t n = f->h.payload_bytes / 4 - 1;
+    size_t n = f->h.payload_bytes / 4;
 
-    if (f->h.payload_bytes % 4 != 0 || f->h.payload_bytes < 4 || n > m->size) {
+    if (f->h.payload_bytes % 4 != 0 || n < 1 || --n > m->size) {
         sl_transport_refuse(m->tr, &f, SL_DROP_BAD_SIZE, "membership proposal");
         return;
     }
@@ -244,9 +245,8 @@ collect(sl_members_t *m, uint32_t component, uint64_t round, int *split)
     size_t left = 0;
 
     for (uint32_t k = 0; k < m->group.n; k++)
-        if (m->ranks[k] != m->rank) {
+        if (m->ranks[k] != m->rank)
             m->keys[left++] = (sl_wire_key_t){round, component, 0, m->ranks[k], SL_WIRE_DATA};
-        }
     while (left > 0) {
         sl_transport_frame_t *f;
         size_t which;
@@ -390,7 +390,6 @@ complete(sl_members_t *m, const float *out, size_t count, int nodes)
     sl_put_u32((unsigned char *)m->last, (uint32_t)nodes);
     memcpy(m->last + 1, out, count * sizeof *out);
     m->last_count = count;
-    m->last_nodes = nodes;
     m->done++;
     return SL_OK;
 }

@@ -301,6 +301,8 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
         if (st != SL_OK)
             return sl_sync_collective_failed(st, e->algo, cp->name, (long)round);
         *expected = *got = (size_t)sa.group->n - 1;
+        if (a->eta_auto)
+            a->bmuf.eta = (float)(1.0 - 1.0 / (double)sa.group->n);
     }
     nres = sl_sparse_result(a->sparse, &rows, &mean);
     for (size_t i = 0; i < nres; i++) {
