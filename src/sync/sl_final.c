@@ -276,13 +276,14 @@ typedef struct {
 
 /* One attempt over group g: f->avg := the mean of the members' params. */
 static sl_status_t
-final_over(void *ctx, const sl_group_t *g)
+final_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const final_job_t *j = ctx;
     const sl_sync_env_t *e = &j->f->env;
     sl_collective_opts_t o = {0, 0, e->timeout_ms, NULL, g}; /* the model: fp32 */
     float inv = 1.0f / (float)g->n;
 
+    (void)count; /* all nparams */
     memcpy(j->f->avg, j->params, e->nparams * sizeof *j->params);
     SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)e->ncomps + 1, 0, j->f->avg, e->nparams, &o));
     for (size_t i = 0; i < e->nparams; i++)
@@ -306,9 +307,10 @@ sl_final_average(sl_final_t *f, const float *params, const float **avg, int *wri
             *avg = f->avg;
     } else {
         final_job_t j = {f, params};
+        size_t count = e->nparams;
         sl_status_t st;
 
-        st = sl_members_run(e->members, final_over, &j, f->avg, e->nparams, nmodels,
+        st = sl_members_run(e->members, final_over, &j, f->avg, &count, nmodels,
                             "the final average");
         if (st != SL_OK)
             return sl_sync_collective_failed(st, e->algo, "of the final model", 0);

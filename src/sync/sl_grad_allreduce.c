@@ -120,13 +120,14 @@ sum_by_rows(const mean_job_t *j, const sl_collective_opts_t *o)
 /* One attempt over group gr: the gradients as they were at the start of the step, summed
  * over the members and divided by their count. */
 static sl_status_t
-mean_over(void *ctx, const sl_group_t *gr)
+mean_over(void *ctx, const sl_group_t *gr, size_t *count)
 {
     const mean_job_t *j = ctx;
     const sl_sync_env_t *e = &j->g->env;
     sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, gr};
     float inv = 1.0f / (float)gr->n;
 
+    (void)count; /* all nparams */
     memcpy(j->grads, j->g->saved, e->nparams * sizeof *j->grads);
     if (e->exchange == SL_EXCHANGE_DENSE)
         SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)e->ncomps, (uint64_t)j->step, j->grads, e->nparams,
@@ -145,12 +146,13 @@ sl_grad_allreduce_mean(sl_grad_allreduce_t *g, float *grads, long step, sl_rowse
     const sl_sync_env_t *e = &g->env;
     mean_job_t j = {g, grads, step, touched, stat};
     char what[96];
+    size_t count = e->nparams;
     int nodes;
     sl_status_t st;
 
     memcpy(g->saved, grads, e->nparams * sizeof *grads);
     snprintf(what, sizeof what, "the gradient allreduce of step %ld", step);
-    st = sl_members_run(e->members, mean_over, &j, grads, e->nparams, &nodes, what);
+    st = sl_members_run(e->members, mean_over, &j, grads, &count, &nodes, what);
     if (st != SL_OK)
         return sl_sync_collective_failed(st, e->algo, "of the gradients", step);
     for (int c = 0; touched && c < e->ncomps; c++)

@@ -427,35 +427,39 @@ give_result(sl_members_t *m)
     return SL_OK;
 }
 
-/* A member one behind: the giver's result into out (count floats), *nodes the members
- * it is over. SL_ERR_TIMEOUT when it does not come (the giver died: agree again). */
+/* A member one behind: the giver's result into out (room for cap floats; *count = how
+ * many it holds), *nodes the members it is over. SL_ERR_TIMEOUT when it does not come
+ * (the giver died: agree again). */
 static sl_status_t
-take_result(sl_members_t *m, float *out, size_t count, int *nodes)
+take_result(sl_members_t *m, float *out, size_t cap, size_t *count, int *nodes)
 {
     sl_wire_key_t key = {m->group.epoch, SL_MEMBERS_COMPONENT + 1, 0, m->giver, SL_WIRE_DATA};
     sl_transport_frame_t *f;
     sl_status_t st;
 
     SL_TRY(sl_transport_recv_any(m->tr, &key, 1, m->timeout_ms, &f, NULL));
-    if (f->h.payload_bytes != 4 * ((uint64_t)count + 1)) {
+    if (f->h.payload_bytes % 4 != 0 || f->h.payload_bytes < 4 ||
+        f->h.payload_bytes > 4 * ((uint64_t)cap + 1)) {
         st = sl_err_set(SL_ERR_INVALID,
-                        "members: the last result from rank %u has %" PRIu64 " bytes, expected "
-                        "%zu: the members disagree on the collective",
-                        (unsigned)m->giver, (uint64_t)f->h.payload_bytes, 4 * (count + 1));
+                        "members: the last result from rank %u has %" PRIu64 " bytes, for at "
+                        "most %zu: the members disagree on the collective",
+                        (unsigned)m->giver, (uint64_t)f->h.payload_bytes, 4 * (cap + 1));
         sl_transport_frame_release(&f);
         return st;
     }
     *nodes = (int)sl_get_u32(f->payload);
-    memcpy(out, (const unsigned char *)f->payload + 4, count * sizeof *out);
+    *count = f->h.payload_bytes / 4 - 1;
+    memcpy(out, (const unsigned char *)f->payload + 4, *count * sizeof *out);
     sl_transport_frame_release(&f);
     return SL_OK;
 }
 
 sl_status_t
-sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t count, int *nodes,
+sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t *count, int *nodes,
                const char *what)
 {
-    sl_status_t st = fn(ctx, &m->group);
+    size_t cap = *count;
+    sl_status_t st = fn(ctx, &m->group, count);
     int calm = 0;
 
     *nodes = (int)m->group.n;
@@ -463,7 +467,7 @@ sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t 
         uint32_t before = m->group.n;
 
         if (st == SL_OK)
-            return complete(m, out, count, *nodes);
+            return complete(m, out, *count, *nodes);
         if (st != SL_ERR_TIMEOUT)
             return st;
         if (calm == SL_MEMBERS_CALM_TRIES)
@@ -475,12 +479,13 @@ sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t 
         SL_TRY(sl_members_agree(m, what));
         calm = m->group.n == before ? calm + 1 : 0;
         if (m->behind) {
-            st = take_result(m, out, count, nodes);
+            st = take_result(m, out, cap, count, nodes);
             continue;
         }
         if (m->giver == m->rank)
             SL_TRY(give_result(m));
-        st = fn(ctx, &m->group);
+        *count = cap;
+        st = fn(ctx, &m->group, count);
         *nodes = (int)m->group.n;
     }
 }

@@ -83,17 +83,19 @@ int sl_members_has(const sl_members_t *m, int r);
  * fatal codes. */
 sl_status_t sl_members_agree(sl_members_t *m, const char *what);
 
-/* A collective over the members whose result is count floats at out (a mean over the
- * group: fn divides by group->n): fn(ctx, group) is called until it returns anything but
- * SL_ERR_TIMEOUT; after a timeout the members agree (sl_members_agree) and fn runs again
- * over the new set, from its start: fn must restore its own inputs each time (a partial
- * reduce-scatter must not leak into the next attempt). *nodes = the members the result
- * is over. A member that missed the end of a collective the others completed (above)
+/* A collective over the members whose result is floats at out (room for *count; a
+ * mean over the group: fn divides by group->n): fn(ctx, group, count) is called, with
+ * *count the room, until it returns anything but SL_ERR_TIMEOUT; it sets *count to the
+ * floats of its result when they are fewer. After a timeout the members agree
+ * (sl_members_agree) and fn runs again over the new set, from its start: fn must
+ * restore its own inputs each time (a partial reduce-scatter must not leak into the
+ * next attempt). On SL_OK, *count floats at out are the result and *nodes the members
+ * it is over. A member that missed the end of a collective the others completed (above)
  * takes their result instead of running fn again. After SL_MEMBERS_CALM_TRIES
  * agreements in a row that dropped nobody, the timeout is returned. Every member calls
  * it for the same collectives in the same order. what as above. */
-typedef sl_status_t (*sl_members_fn)(void *ctx, const sl_group_t *group);
-sl_status_t sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t count,
+typedef sl_status_t (*sl_members_fn)(void *ctx, const sl_group_t *group, size_t *count);
+sl_status_t sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t *count,
                            int *nodes, const char *what);
 
 /* The membership change after the last one taken (thread-safe): 1 and *ev, or 0 when

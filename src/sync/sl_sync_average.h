@@ -43,7 +43,7 @@ void sl_sync_average_destroy(sl_sync_average_t **a);
  * answer is not an error (left out, told to the liveness table), nor is a member of an
  * all-node average that stops answering (dropped, the average redone over the others:
  * sl_members.h); a collective that cannot be re-formed is, as are the transport's fatal
- * codes and a death during the unique exchange of a row shard (not redone). */
+ * codes. */
 sl_status_t sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
                                       sl_rowset_t *touched, sl_sync_stat_t *stat);
 
