@@ -197,6 +197,8 @@ static const char *const confs[] = {
     "sync={algorithm: ma, period: 1, exchange: unique, timeout_ms: 300}",
     "sync={algorithm: allreduce, exchange: unique, timeout_ms: 300}",
     "sync={algorithm: allreduce, exchange: allgather, timeout_ms: 300}",
+    "sync={algorithm: bmuf, period: 2, overlap_steps: 1, overlap_dense: true, "
+    "block_momentum: auto, timeout_ms: 300}",
 };
 
 /* 3 nodes, node 2 stopping after step DROP, against 3 nodes to DROP then 2 resumed. */
