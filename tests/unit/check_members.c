@@ -18,7 +18,7 @@
 #include "test_util.h"
 #include "transport/sl_collective.h"
 
-enum { MAXN = 4, COUNT = 37, WAIT_MS = 300 };
+enum { MAXN = 4, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
 
 typedef struct net net_t;
 
@@ -35,6 +35,7 @@ struct net {
     int count[MAXN], epoch[MAXN], nodes[MAXN];
     uint32_t ranks[MAXN][MAXN];
     float out[MAXN][COUNT], first[MAXN][COUNT];
+    float *big[MAXN]; /* (BIG) for the lent frames case */
     sl_members_event_t ev[MAXN][MAXN];
     int nev[MAXN];
 };
@@ -289,6 +290,69 @@ START_TEST(test_behind_takes_result)
 }
 END_TEST
 
+/* The mean of BIG floats: segments of 256 KiB, lent to ZeroMQ (SL_SEND_LEND). */
+static sl_status_t
+big_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const mean_t *j = ctx;
+    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, g};
+    float *out = j->net->big[j->k];
+
+    (void)count;
+    for (size_t i = 0; i < BIG; i++)
+        out[i] = test_node_input((uint32_t)j->k, i);
+    SL_TRY(sl_allreduce_sum(j->net->t[j->k], 6, j->round, out, BIG, &o));
+    for (size_t i = 0; i < BIG; i++)
+        out[i] /= (float)g->n;
+    return SL_OK;
+}
+
+static void
+big_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    mean_t j = {net, k, 1};
+    size_t count = BIG;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    if (st == SL_OK)
+        st = sl_members_run(m, big_over, &j, net->big[k], &count, &net->nodes[k], "a big mean");
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* A node that is gone: its transport closed, as a killed process's. */
+static void
+gone_node(net_t *net, int k)
+{
+    sl_transport_destroy(&net->t[k]);
+}
+
+/* Of 3 nodes, 2 is gone (its sockets closed) while the others send it frames they lend
+ * to ZeroMQ: they stay queued for it until the agreement forgets it
+ * (sl_transport_forget); without that, every later collective would wait for them to
+ * come back and time out. The mean over nodes 0 and 1 then goes through. */
+START_TEST(test_lent_frames_to_the_dead)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[1] = big_node;
+    net.fn[2] = gone_node;
+    for (int k = 0; k < 2; k++)
+        ck_assert_ptr_nonnull(net.big[k] = malloc(BIG * sizeof(float)));
+    net_run(&net);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 2);
+        for (size_t i = 0; i < BIG; i++)
+            ck_assert(net.big[k][i] == (test_node_input(0, i) + test_node_input(1, i)) / 2.0f);
+        free(net.big[k]);
+    }
+}
+END_TEST
+
 /* Collectives over a group: the ranks must increase and hold this node; a group of one
  * is a no-op; a group of {0, 2} of 3 nodes sums only theirs, node 1 not taking part. */
 static void
@@ -342,6 +406,7 @@ members_suite(void)
     tcase_add_test(core, test_agree_drops_silent);
     tcase_add_test(limits, test_second_failure_while_reforming);
     tcase_add_test(limits, test_behind_takes_result);
+    tcase_add_test(limits, test_lent_frames_to_the_dead);
     tcase_set_timeout(core, 60);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);
