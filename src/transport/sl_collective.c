@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/sl_clock.h"
-#include "common/sl_hash.h"
 #include "common/sl_log.h"
+#include "common/sl_rng.h"
 
 #define DEFAULT_WINDOW 8u
 
@@ -67,6 +67,7 @@ sl_allreduce_chunk(size_t count, uint32_t n)
                                            : c;
 }
 
+/* Folded over the ranks as numbers, not their bytes: hosts of either byte order agree. */
 uint32_t
 sl_group_tag(const sl_group_t *g)
 {
@@ -74,7 +75,11 @@ sl_group_tag(const sl_group_t *g)
 
     if (!g)
         return 0;
-    h = sl_hash_bytes(g->ranks, g->n * sizeof *g->ranks, 0x6d656d62u ^ (uint64_t)g->epoch << 32);
+    h = g->epoch;
+    for (uint32_t k = 0; k < g->n; k++) {
+        uint64_t w[3] = {0x6d656d62u, h, g->ranks[k]};
+        h = sl_hash_u64s(w, 3);
+    }
     return (uint32_t)(h >> (64 - SL_COLLECTIVE_TAG_BITS));
 }
 
