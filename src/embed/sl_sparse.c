@@ -512,16 +512,23 @@ sl_status_t
 sl_sparse_allmean(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a)
 {
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
-    sl_collective_opts_t words = {0, 0, a->timeout_ms, NULL};
-    sl_collective_opts_t vals = {0, 0, a->timeout_ms, a->codec};
+    sl_collective_opts_t words = {0, 0, a->timeout_ms, NULL, a->group};
+    sl_collective_opts_t vals = {0, 0, a->timeout_ms, a->codec, a->group};
     size_t d = (size_t)a->row_len, at = 0, ng = 0;
-    float inv = 1.0f / (float)n;
+    float inv;
 
     sp->nout = 0;
     SL_TRY(check_args(sp, a, 0, 0));
-    if (n != (uint32_t)sp->nodes)
-        return sl_err_set(SL_ERR_INVALID, "sparse exchange: %u nodes, sized for %d", (unsigned)n,
-                          sp->nodes);
+    if (a->group) { /* "node k" is the group's k-th */
+        n = a->group->n;
+        for (uint32_t k = 0; k < n; k++)
+            if (a->group->ranks[k] == sl_transport_rank(t))
+                me = k;
+    }
+    if (n > (uint32_t)sp->nodes || me >= n)
+        return sl_err_set(SL_ERR_INVALID, "sparse exchange: node %u of %u, sized for %d",
+                          (unsigned)me, (unsigned)n, sp->nodes);
+    inv = 1.0f / (float)n;
     /* sizes, then the sets: 32-bit words in fp32 frames, copied bit for bit, never added */
     sp->words[me] = (int32_t)a->nmine;
     SL_TRY(sl_allgather(t, a->component, 2 * a->round, (const float *)(const void *)&sp->words[me],

@@ -77,6 +77,7 @@ typedef struct {
     size_t nmine;
     const sl_codec_t *codec; /* borrowed; NULL: fp32 */
     int timeout_ms;          /* the whole exchange (gossip) or each receive (allmean), > 0 */
+    const sl_group_t *group; /* allmean: the nodes taking part (borrowed); NULL: every rank */
 } sl_sparse_args_t;
 
 /* The peers of a neighbourhood exchange (distinct ranks, not this node's). Every chosen
@@ -115,10 +116,10 @@ void sl_sparse_destroy(sl_sparse_t **sp);
 sl_status_t sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
                              sl_sparse_peers_t *p);
 
-/* The all-node average of the file comment, every node of the transport taking part
- * with the same component and round (collective rounds used: allgather 2 round and
- * 2 round + 1, allreduce round, of a->component). Every node ends with the same rows
- * and bit-identical means. Errors as the collectives' (sl_collective.h), and
+/* The all-node average of the file comment, every node of the transport (or of
+ * a->group, sl_collective.h) taking part with the same component and round (collective rounds used:
+ * allgather 2 round and 2 round + 1, allreduce round, of a->component). Every node ends with the
+ * same rows and bit-identical means. Errors as the collectives' (sl_collective.h), and
  * SL_ERR_INVALID for a peer's bad set. */
 sl_status_t sl_sparse_allmean(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a);
 

@@ -26,9 +26,11 @@ typedef struct {
 } grow_t;
 
 struct sl_sparse_allreduce {
-    long row_begin, rows; /* the shard: vocabulary rows [row_begin, row_begin + rows) */
-    int row_len;          /* D */
-    int nodes;
+    long row_begin, rows;  /* the shard: vocabulary rows [row_begin, row_begin + rows) */
+    int row_len;           /* D */
+    int nodes;             /* the most taking part */
+    int n;                 /* taking part in this call: the group's, or every rank */
+    uint32_t me;           /* this node's place among them */
     int broken;            /* a call failed: buffers may be lent to ZeroMQ */
     float *count_words;    /* (nodes) U_k as bit patterns */
     size_t *ones;          /* (nodes) all 1: the counts allgather */
@@ -217,7 +219,7 @@ static sl_status_t
 gather_rows(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, uint64_t round,
             const sl_collective_opts_t *o, const int32_t *mine, size_t ui)
 {
-    uint32_t me = sl_transport_rank(tr);
+    uint32_t me = sa->me;
     size_t total = 0, at = 0;
     float *w;
 
@@ -225,7 +227,7 @@ gather_rows(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, u
     SL_TRY(failed(sl_allgather(tr, component, 3 * round + PHASE_COUNTS, sa->count_words + me,
                                sa->count_words, sa->ones, o),
                   component, round, "row counts"));
-    for (int k = 0; k < sa->nodes; k++) {
+    for (int k = 0; k < sa->n; k++) {
         uint32_t u = u32_of(sa->count_words + k);
         if (u > (uint32_t)sa->rows)
             return sl_err_set(SL_ERR_INVALID,
@@ -246,7 +248,7 @@ gather_rows(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, u
         w[at + j] = word_of((uint32_t)(mine[j] - sa->row_begin));
     SL_TRY(failed(sl_allgather(tr, component, 3 * round + PHASE_INDICES, w + at, w, sa->counts, o),
                   component, round, "row indices"));
-    for (int k = 0; k < sa->nodes; k++)
+    for (int k = 0; k < sa->n; k++)
         SL_TRY(check_block(sa, component, round, k, w + sa->off[k], sa->len[k],
                            (int32_t *)sa->list_a.p + sa->off[k]));
     return SL_OK;
@@ -282,7 +284,7 @@ static const int32_t *
 union_rows(sl_sparse_allreduce_t *sa, size_t *ug)
 {
     int32_t *a = sa->list_a.p, *b = sa->list_b.p, *swap;
-    int m = sa->nodes;
+    int m = sa->n;
 
     while (m > 1) {
         size_t at = 0;
@@ -347,7 +349,7 @@ exchange_allgather(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t compo
                    uint64_t round, const sl_collective_opts_t *raw, const sl_collective_opts_t *o,
                    const int32_t *mine, size_t ui, float *grad)
 {
-    uint32_t me = sl_transport_rank(tr);
+    uint32_t me = sa->me;
     size_t d = (size_t)sa->row_len, total;
     const int32_t *idx;
     float *v;
@@ -356,7 +358,7 @@ exchange_allgather(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t compo
     total = sa->last.gather_rows;
     SL_TRY(grow(&sa->vals, total * d, "sparse allreduce gathered rows"));
     v = sa->vals.p;
-    for (int k = 0; k < sa->nodes; k++)
+    for (int k = 0; k < sa->n; k++)
         sa->counts[k] *= d; /* floats per block now */
     for (size_t j = 0; j < ui; j++)
         memcpy(v + (sa->off[me] + j) * d, grad + (size_t)(mine[j] - sa->row_begin) * d,
@@ -413,16 +415,21 @@ sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t comp
                           "sl_sparse_allreduce: component %u: an earlier call "
                           "failed; the context is unusable",
                           (unsigned)component);
-    if (sl_transport_size(tr) != (uint32_t)sa->nodes || round > (UINT64_MAX - 2) / 3 ||
+    sa->n = o && o->group ? (int)o->group->n : (int)sl_transport_size(tr);
+    sa->me = sl_transport_rank(tr);
+    for (uint32_t k = 0; o && o->group && k < o->group->n; k++)
+        if (o->group->ranks[k] == sl_transport_rank(tr))
+            sa->me = k;
+    if ((o && o->group ? sa->n > sa->nodes : sa->n != sa->nodes) || sa->me >= (uint32_t)sa->n ||
+        round > (UINT64_MAX - 2) / 3 ||
         (mode != SL_EXCHANGE_UNIQUE && mode != SL_EXCHANGE_ALLGATHER && mode != SL_EXCHANGE_DENSE))
         return sl_err_set(SL_ERR_INVALID,
                           "sl_sparse_allreduce: component %u: %u nodes (context for %d), "
                           "round %" PRIu64 ", mode %d",
-                          (unsigned)component, (unsigned)sl_transport_size(tr), sa->nodes, round,
-                          (int)mode);
+                          (unsigned)component, (unsigned)sa->n, sa->nodes, round, (int)mode);
     SL_TRY(own_rows(sa, rows, nrows, &lo, &hi));
     sa->last.local_rows = (size_t)(hi - lo);
-    if (sa->nodes == 1) {
+    if (sa->n == 1) {
         sa->last.gather_rows = mode == SL_EXCHANGE_DENSE ? 0 : (size_t)(hi - lo);
         sa->last.union_rows = mode == SL_EXCHANGE_UNIQUE  ? (size_t)(hi - lo)
                               : mode == SL_EXCHANGE_DENSE ? (size_t)sa->rows
@@ -453,7 +460,9 @@ sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t comp
     tally(&sa->last, tr, component, 1);
     sa->last.buffer_bytes = held_bytes(sa);
     sa->last.time_s = sl_clock_now() - t0;
-    if (st != SL_OK)
+    /* a timeout over a group is its members' to handle (src/sync/sl_members.h: they
+     * give the lent payloads back before the next attempt) */
+    if (st != SL_OK && !(st == SL_ERR_TIMEOUT && o && o->group))
         sa->broken = 1;
     return st;
 }

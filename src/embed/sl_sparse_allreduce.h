@@ -75,7 +75,8 @@ void sl_sparse_allreduce_destroy(sl_sparse_allreduce_t **sa);
 
 /* shard_grad (rows x row_len floats, the component's gradient: grads + c->offset)
  * becomes the sum of that shard over all nodes of tr (sl_transport_size(tr) must be the
- * nodes given to new; 1 node: nothing is sent, shard_grad stays).
+ * nodes given to new), or over o->group's (at most that many; "node k" is then the
+ * group's k-th); 1 node: nothing is sent, shard_grad stays.
  * rows[0 .. nrows) are the node's touched vocabulary rows (absolute ids, e.g. from
  * sl_lm_touched_rows), strictly ascending; those outside [row_begin, row_begin + rows)
  * are skipped. shard_grad must be zero in every other row of the shard (the model
@@ -89,7 +90,9 @@ void sl_sparse_allreduce_destroy(sl_sparse_allreduce_t **sa);
  * phase); SL_ERR_INVALID for bad arguments (unsorted own rows, a node count other than
  * the context's, an unknown mode) or a bad frame from a peer; SL_ERR_NOMEM. After an
  * error other than bad arguments, shard_grad is undefined and the context refuses
- * further calls with SL_ERR_INVALID (the run is over: see destroy). */
+ * further calls with SL_ERR_INVALID (the run is over: see destroy), except after a
+ * timeout over a group: its members re-form (src/sync/sl_members.h), give the lent
+ * buffers back and call again. */
 sl_status_t sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component,
                                 uint64_t round, sl_exchange_t mode, const int32_t *rows, int nrows,
                                 float *shard_grad, const sl_collective_opts_t *o);

@@ -158,6 +158,18 @@ sl_metrics_eval(sl_metrics_t *m, const char *split, long step, double loss)
     return end_line(m);
 }
 
+sl_status_t
+sl_metrics_membership(sl_metrics_t *m, long step, int rank, int members, uint32_t epoch,
+                      const char *why)
+{
+    fprintf(m->fp,
+            "{\"event\":\"membership\",\"step\":%ld,\"rank\":%d,\"members\":%d,"
+            "\"epoch\":%" PRIu32 ",\"why\":",
+            step, rank, members, epoch);
+    sl_json_string(m->fp, why);
+    return end_line(m);
+}
+
 void
 sl_metrics_close(sl_metrics_t *m)
 {

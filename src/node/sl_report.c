@@ -234,6 +234,20 @@ sl_report_eval(sl_report_t *r, long step, const char *split, double loss, long t
 }
 
 sl_status_t
+sl_report_membership(sl_report_t *r, sl_sync_t *sync, long step)
+{
+    sl_members_event_t ev;
+
+    while (sl_sync_next_membership(sync, &ev)) {
+        sl_progress_break(&r->progress);
+        sl_log_warn("train", "step %ld: node %d left the run (%s): %d nodes go on", step, ev.rank,
+                    ev.why, ev.members);
+        SL_TRY(sl_metrics_membership(&r->metrics, step, ev.rank, ev.members, ev.epoch, ev.why));
+    }
+    return SL_OK;
+}
+
+sl_status_t
 sl_report_final_eval(sl_report_t *r, long step, int nmodels, const char *split, double loss)
 {
     char key[32];

@@ -77,6 +77,11 @@ sl_status_t sl_report_eval(sl_report_t *r, long step, const char *split, double 
 sl_status_t sl_report_final_eval(sl_report_t *r, long step, int nmodels, const char *split,
                                  double loss);
 
+/* The membership changes of sync not reported yet (sl_sync_next_membership), at step
+ * (steps done): each one log line (who, when, why, how many nodes go on) and one
+ * "membership" line of metrics.jsonl. SL_ERR_IO. */
+sl_status_t sl_report_membership(sl_report_t *r, sl_sync_t *sync, long step);
+
 /* Ends a progress line rewritten in place, so that what follows starts on its own. */
 void sl_report_break(sl_report_t *r);
 

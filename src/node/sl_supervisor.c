@@ -517,7 +517,9 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     l.tolerant =
         n >= 2 &&
         (cfg->sync.algorithm == SL_SYNC_GOSSIP_MA || cfg->sync.algorithm == SL_SYNC_GOSSIP_BMUF ||
-         cfg->sync.algorithm == SL_SYNC_LOCAL_MA || cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF);
+         cfg->sync.algorithm == SL_SYNC_LOCAL_MA || cfg->sync.algorithm == SL_SYNC_LOCAL_BMUF ||
+         cfg->sync.algorithm == SL_SYNC_ALLREDUCE || cfg->sync.algorithm == SL_SYNC_MA ||
+         cfg->sync.algorithm == SL_SYNC_BMUF);
     l.shown_step = -1;
     l.tty = isatty(fileno(l.out));
     l.c = calloc((size_t)n, sizeof *l.c);

@@ -69,7 +69,8 @@ typedef struct {
     sl_status_t culprit_st;
     char culprit_msg[1200];
     int tolerant; /* the sync algorithm goes on without a node that vanished (gossip-*,
-                     local-*): such a node does not stop the others */
+                     local-*; allreduce, ma, bmuf re-form their members): such a node does
+                     not stop the others */
     int lost;     /* first node that vanished while tolerated, -1 */
     char lost_msg[256];
     double first_done; /* when a node first finished (kill_stragglers), 0 before */

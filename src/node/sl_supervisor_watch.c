@@ -224,12 +224,12 @@ watchdog(sl_sup_t *l, int rank, double now)
     kill(c->pid, SIGKILL);
 }
 
-/* gossip-* and local-*: once a node has finished (its final model gathered and written
- * without the others' help), a node that is stopped (SIGSTOP) can no longer take part
- * in the run and would keep shoal run waiting for ever. Stopped for twice the sync
- * timeout since another node finished, it gets SIGKILL and is counted as lost, never
- * restarted (the others are done). A node that runs, however slowly (the writer
- * evaluating the run's model), is waited for. */
+/* A tolerant run (every sync algorithm): once a node has finished (its final model gathered and
+ * written without the others' help), a node that is stopped (SIGSTOP) can no longer take part in
+ * the run and would keep shoal run waiting for ever. Stopped for twice the sync timeout since
+ * another node finished, it gets SIGKILL and is counted as lost, never restarted (the others are
+ * done). A node that runs, however slowly (the writer evaluating the run's model), is waited for.
+ */
 static void
 kill_stragglers(sl_sup_t *l, double now)
 {

@@ -319,6 +319,8 @@ train_step(trainer_t *t, double *lr, double *loss)
 
     t0 = sl_clock_now();
     st = sync_after_step(t);
+    if (st == SL_OK)
+        st = sl_report_membership(&t->rep, t->sync, t->cur.step);
     dt = sl_clock_now() - t0;
     t->cur.train_time_s += dt;
     sl_report_sync_time(&t->rep, dt, sl_sync_time_s(t->sync) - s0);
@@ -465,6 +467,7 @@ finish(trainer_t *t, sl_train_result_t *res)
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
+    SL_TRY(sl_report_membership(&t->rep, t->sync, t->cur.step));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
         res->has_valid = 1;

@@ -268,6 +268,29 @@ out:
     return st;
 }
 
+/* The final model's inputs: this node's params. */
+typedef struct {
+    sl_final_t *f;
+    const float *params;
+} final_job_t;
+
+/* One attempt over group g: f->avg := the mean of the members' params. */
+static sl_status_t
+final_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const final_job_t *j = ctx;
+    const sl_sync_env_t *e = &j->f->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, NULL, g}; /* the model: fp32 */
+    float inv = 1.0f / (float)g->n;
+
+    (void)count; /* all nparams */
+    memcpy(j->f->avg, j->params, e->nparams * sizeof *j->params);
+    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)e->ncomps + 1, 0, j->f->avg, e->nparams, &o));
+    for (size_t i = 0; i < e->nparams; i++)
+        j->f->avg[i] *= inv;
+    return SL_OK;
+}
+
 sl_status_t
 sl_final_average(sl_final_t *f, const float *params, const float **avg, int *writer, int *nmodels)
 {
@@ -283,19 +306,17 @@ sl_final_average(sl_final_t *f, const float *params, const float **avg, int *wri
         if (*writer)
             *avg = f->avg;
     } else {
-        sl_collective_opts_t o = {0, 0, e->timeout_ms, NULL}; /* the model: fp32 */
-        float inv = 1.0f / (float)e->size;
+        final_job_t j = {f, params};
+        size_t count = e->nparams;
         sl_status_t st;
 
-        memcpy(f->avg, params, e->nparams * sizeof *params);
-        st = sl_allreduce_sum(e->tr, (uint32_t)e->ncomps + 1, 0, f->avg, e->nparams, &o);
+        st = sl_members_run(e->members, final_over, &j, f->avg, &count, nmodels,
+                            "the final average");
         if (st != SL_OK)
             return sl_sync_collective_failed(st, e->algo, "of the final model", 0);
-        for (size_t j = 0; j < e->nparams; j++)
-            f->avg[j] *= inv;
         *avg = f->avg;
-        *writer = e->rank == 0;
-        *nmodels = e->size;
+        /* the lowest-ranked member: rank 0 unless it was dropped */
+        *writer = (uint32_t)e->rank == sl_members_group(e->members)->ranks[0];
     }
     return SL_OK;
 }

@@ -4,6 +4,9 @@
  * parameters or the model-averaging state: gradients in, gradients out. */
 #include "sync/sl_grad_allreduce.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
 #include "embed/sl_sparse_allreduce.h"
@@ -11,9 +14,19 @@
 
 struct sl_grad_allreduce {
     sl_sync_env_t env;
+    float *saved;                /* (nparams) this step's gradients, for an attempt again */
     int32_t *sel;                /* (max_rows) the absolute touched rows of a shard */
     sl_sparse_allreduce_t **sar; /* (ncomps) for the components that go by rows */
 };
+
+/* One step's gradient mean: the attempt's inputs. */
+typedef struct {
+    sl_grad_allreduce_t *g;
+    float *grads;
+    long step;
+    sl_rowset_t *touched; /* emptied by the caller once the mean is done */
+    sl_sync_stat_t *stat;
+} mean_job_t;
 
 sl_status_t
 sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env)
@@ -28,6 +41,7 @@ sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env)
                           sl_sync_algorithm_name(env->algo), env->size);
     SL_TRY(SL_CALLOC(&g, 1, "gradient allreduce"));
     g->env = *env;
+    SL_TRY_GOTO(SL_ALLOC(&g->saved, env->nparams, "gradient allreduce"), st, fail);
     for (int c = 0; c < env->ncomps; c++)
         if (sl_sync_by_rows(&env->comps[c], env->exchange) && env->comps[c].rows > max_rows)
             max_rows = env->comps[c].rows;
@@ -57,6 +71,7 @@ sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
         sl_sparse_allreduce_destroy(&g->sar[c]);
     sl_free(g->sar);
     sl_free(g->sel);
+    sl_free(g->saved);
     sl_free(g);
     *gp = NULL;
 }
@@ -66,40 +81,61 @@ sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
  * round step): each (kind, component) advances by one round a step, as the mailbox's
  * window of rounds ahead wants. */
 static sl_status_t
-sum_by_rows(sl_grad_allreduce_t *g, float *grads, long step, sl_rowset_t *touched,
-            sl_sync_stat_t *stat, const sl_collective_opts_t *o)
+sum_by_rows(const mean_job_t *j, const sl_collective_opts_t *o)
 {
+    sl_grad_allreduce_t *g = j->g;
     const sl_sync_env_t *e = &g->env;
 
     for (int c = 0; c < e->ncomps; c++) {
         const sl_component_t *cp = &e->comps[c];
         double t0 = sl_clock_now();
+        sl_sync_stat_t *stat = &j->stat[c];
         sl_status_t st;
 
         if (!sl_sync_by_rows(cp, e->exchange)) {
-            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, c), (uint64_t)step,
-                                  grads + cp->offset, cp->count, o);
+            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, c), (uint64_t)j->step,
+                                  j->grads + cp->offset, cp->count, o);
         } else {
             sl_sparse_stats_t ss;
             size_t n = 0;
 
             for (long r = 0; r < cp->rows; r++)
-                if (sl_rowset_has(&touched[c], r))
+                if (sl_rowset_has(&j->touched[c], r))
                     g->sel[n++] = (int32_t)(cp->row_begin + r);
-            sl_rowset_clear(&touched[c]);
-            st = sl_sparse_allreduce(g->sar[c], e->tr, (uint32_t)c, (uint64_t)step, e->exchange,
-                                     g->sel, (int)n, grads + cp->offset, o);
+            st = sl_sparse_allreduce(g->sar[c], e->tr, (uint32_t)c, (uint64_t)j->step, e->exchange,
+                                     g->sel, (int)n, j->grads + cp->offset, o);
             sl_sparse_allreduce_stats(g->sar[c], &ss);
-            stat[c].rounds++;
-            stat[c].rows_own += ss.local_rows;
-            stat[c].rows_merged +=
-                e->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
-            sl_sync_fill_bytes(&stat[c], e->tr, (uint32_t)c);
-            stat[c].time_s += sl_clock_now() - t0;
+            stat->rounds++;
+            stat->rows_own += ss.local_rows;
+            stat->rows_merged += e->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
+            sl_sync_fill_bytes(stat, e->tr, (uint32_t)c);
+            stat->time_s += sl_clock_now() - t0;
         }
         if (st != SL_OK)
-            return sl_sync_collective_failed(st, e->algo, cp->name, step);
+            return st;
     }
+    return SL_OK;
+}
+
+/* One attempt over group gr: the gradients as they were at the start of the step, summed
+ * over the members and divided by their count. */
+static sl_status_t
+mean_over(void *ctx, const sl_group_t *gr, size_t *count)
+{
+    const mean_job_t *j = ctx;
+    const sl_sync_env_t *e = &j->g->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, gr};
+    float inv = 1.0f / (float)gr->n;
+
+    (void)count; /* all nparams */
+    memcpy(j->grads, j->g->saved, e->nparams * sizeof *j->grads);
+    if (e->exchange == SL_EXCHANGE_DENSE)
+        SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)e->ncomps, (uint64_t)j->step, j->grads, e->nparams,
+                                &o));
+    else
+        SL_TRY(sum_by_rows(j, &o));
+    for (size_t i = 0; i < e->nparams; i++)
+        j->grads[i] *= inv;
     return SL_OK;
 }
 
@@ -108,18 +144,19 @@ sl_grad_allreduce_mean(sl_grad_allreduce_t *g, float *grads, long step, sl_rowse
                        sl_sync_stat_t *stat)
 {
     const sl_sync_env_t *e = &g->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec};
-    float inv = 1.0f / (float)e->size;
+    mean_job_t j = {g, grads, step, touched, stat};
+    char what[96];
+    size_t count = e->nparams;
+    int nodes;
+    sl_status_t st;
 
-    if (e->exchange == SL_EXCHANGE_DENSE) {
-        sl_status_t st =
-            sl_allreduce_sum(e->tr, (uint32_t)e->ncomps, (uint64_t)step, grads, e->nparams, &o);
-        if (st != SL_OK)
-            return sl_sync_collective_failed(st, e->algo, "of the gradients", step);
-    } else {
-        SL_TRY(sum_by_rows(g, grads, step, touched, stat, &o));
-    }
-    for (size_t j = 0; j < e->nparams; j++)
-        grads[j] *= inv;
+    memcpy(g->saved, grads, e->nparams * sizeof *grads);
+    snprintf(what, sizeof what, "the gradient allreduce of step %ld", step);
+    st = sl_members_run(e->members, mean_over, &j, grads, &count, &nodes, what);
+    if (st != SL_OK)
+        return sl_sync_collective_failed(st, e->algo, "of the gradients", step);
+    for (int c = 0; touched && c < e->ncomps; c++)
+        if (sl_sync_by_rows(&e->comps[c], e->exchange))
+            sl_rowset_clear(&touched[c]);
     return SL_OK;
 }

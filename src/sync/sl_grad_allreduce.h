@@ -27,14 +27,15 @@ void sl_grad_allreduce_destroy(sl_grad_allreduce_t **g);
  * rows (ncomps + 1 is the final model's). */
 #define SL_GRAD_COMPONENT(ncomps, c) ((uint32_t)(ncomps) + 2u + (uint32_t)(c))
 
-/* grads (nparams) becomes the mean over all nodes; step (0-based, increasing from call to
+/* grads (nparams) becomes the mean over the members (sl_members.h: a member that stops
+ * answering is dropped and the whole step's sums redone from a copy of grads); step (0-based, increasing from call to
  * call) numbers the round: the dense sum is component ncomps, round step; by rows, row
  * shard c is component c, round step, and each other component c is component
  * SL_GRAD_COMPONENT(ncomps, c), round step. touched (ncomps, a set for each component that goes by
  * rows; unused, may be NULL, when env->exchange is dense) are the rows this node's step touched;
  * they are emptied. stat (ncomps): each row shard's rounds, rows, bytes and time are brought up to
- * date (sl_sync_gradients times the whole call). Errors are fatal: a failed collective says a node
- * did not take part. */
+ * date (sl_sync_gradients times the whole call). Errors are fatal: the members could not re-form,
+ * or the transport's fatal codes. */
 sl_status_t sl_grad_allreduce_mean(sl_grad_allreduce_t *g, float *grads, long step,
                                    sl_rowset_t *touched, sl_sync_stat_t *stat);
 

@@ -4,7 +4,8 @@
  *   sl_sync_average.h   one component's average (neighbourhood or all nodes, dense or by
  *                       rows) with MA or BMUF, and the BMUF state
  *   sl_grad_allreduce.h the gradient mean of allreduce
- *   sl_liveness.h       who missed, who is dead
+ *   sl_liveness.h       who missed, who is dead (gossip-*, local-*)
+ *   sl_members.h        the member set of allreduce, ma, bmuf, re-formed when one dies
  *   sl_final.h          the final model (allreduce, or the leaderless final walk)
  *   sl_sync_state.h     the checkpoint bytes
  *   sl_overlap.h        the worker thread of overlapped sync (sync.overlap_steps > 0)
@@ -34,6 +35,7 @@ struct sl_sync {
     int *period;           /* (ncomps) H_i */
     int neighbour;         /* local-*, gossip-*: liveness is tallied per step */
     sl_liveness_t *live;
+    sl_members_t *members;     /* allreduce, ma, bmuf (env.members) */
     sl_sync_average_t *avg;    /* ma, bmuf, local-*, gossip-* */
     sl_grad_allreduce_t *grad; /* allreduce */
     sl_final_t *final;         /* every algorithm but none */
@@ -311,6 +313,10 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     s->env.codec = sl_sync_codec_init(&s->codec, cfg);
     s->neighbour = sl_sync_is_neighbourhood(algo);
     SL_TRY_GOTO(sl_liveness_new(&s->live, tr, size, s->env.timeout_ms), st, fail);
+    if (algo != SL_SYNC_NONE && !s->neighbour) {
+        SL_TRY_GOTO(sl_members_new(&s->members, tr, rank, size, s->env.timeout_ms), st, fail);
+        s->env.members = s->members;
+    }
     if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(check_exchange(cfg, algo), st, fail);
     for (int c = 0; c < ncomps; c++) {
@@ -354,6 +360,7 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_grad_allreduce_destroy(&s->grad);
     sl_sync_average_destroy(&s->avg);
     sl_liveness_destroy(&s->live);
+    sl_members_destroy(&s->members);
     for (int c = 0; s->touched && c < s->env.ncomps; c++)
         sl_rowset_fini(&s->touched[c]);
     sl_free(s->touched);
@@ -411,17 +418,33 @@ sl_sync_time_s(const sl_sync_t *s)
     return s->time_s;
 }
 
+/* The peers this node holds for dead now: those the liveness table holds, or the ranks
+ * dropped from the members. Not to be read while the overlap worker runs. */
+static int
+dead_now(const sl_sync_t *s)
+{
+    return s->members ? s->env.size - sl_members_count(s->members) : sl_liveness_ndead(s->live);
+}
+
 int
 sl_sync_ndead(const sl_sync_t *s)
 {
-    /* with overlap the worker keeps the liveness table: its count as of the last update */
-    return s->ov ? s->ndead : sl_liveness_ndead(s->live);
+    /* with overlap the worker keeps the table: its count as of the last update */
+    return s->ov ? s->ndead : dead_now(s);
 }
 
 int
 sl_sync_is_dead(const sl_sync_t *s, int r)
 {
+    if (s->members)
+        return r >= 0 && r < s->env.size && !sl_members_has(s->members, r);
     return sl_liveness_is_dead(s->live, r);
+}
+
+int
+sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
+{
+    return s->members && sl_members_next_event(s->members, ev);
 }
 
 /* What the checkpoint state is made of (sl_sync_state.h): the BMUF arrays of the
@@ -608,7 +631,7 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
                             steps_done + s->tau, c == last, s->touched ? &s->touched[c] : NULL,
                             &s->stat[c]);
     if (sl_overlap_idle(s->ov))
-        s->ndead = sl_liveness_ndead(s->live);
+        s->ndead = dead_now(s);
     s->time_s += sl_clock_now() - t0;
     return st;
 }
@@ -625,7 +648,7 @@ sl_sync_flush(sl_sync_t *s, float *params)
         if (sl_overlap_due(s->ov, c) >= 0)
             st = sl_overlap_apply(s->ov, params, c, &s->stat[c]);
     sl_overlap_wait(s->ov); /* after a failure, the jobs queued behind it */
-    s->ndead = sl_liveness_ndead(s->live);
+    s->ndead = dead_now(s);
     s->time_s += sl_clock_now() - t0;
     return st;
 }
@@ -661,7 +684,7 @@ sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
         return SL_OK;
     if (s->ov) {
         sl_overlap_wait(s->ov); /* the transport is this thread's again */
-        s->ndead = sl_liveness_ndead(s->live);
+        s->ndead = dead_now(s);
     }
     SL_TRY(sl_final_average(s->final, params, avg, writer, nmodels));
     s->time_s += sl_clock_now() - t0;

@@ -16,10 +16,17 @@
  * of that average (logged once per rank); after SL_SYNC_DEAD_ROUNDS missed rounds in a
  * row in which nothing came from it (sl_transport_last_heard) it is taken for dead:
  * nobody waits for it or pushes to it any more, and it is left out of the final average
- * (sl_liveness.h). allreduce, ma, bmuf: a node that does not answer makes the collective
- * fail (SL_ERR_TIMEOUT or SL_ERR_SHUTDOWN) with a message that says so. The final model
- * of gossip and local runs is gathered by the lowest-ranked live node (sl_sync_final,
- * sl_final.h), so it is written even when rank 0 died.
+ * (sl_liveness.h). allreduce, ma, bmuf: every collective runs over the member set
+ * (sl_members.h: the live ranks and an epoch). A node that does not answer within
+ * sync.timeout_ms is dropped: the survivors agree on the new set in one round through
+ * the transport, the collective is redone from its start over it, and the average (the
+ * gradients of allreduce, the models of ma and bmuf) is over the n - 1 left; bmuf's
+ * block momentum auto follows the count (1 - 1/n). Each change is an event
+ * (sl_sync_next_membership) for the trainer's log line and metrics record. A peer's abort
+ * (SL_ERR_SHUTDOWN) still stops the collective. The final model of gossip and local runs
+ * is gathered by the lowest-ranked live node (sl_sync_final, sl_final.h), that of the
+ * collective algorithms by an allreduce of the members, written by the lowest-ranked
+ * one: it is written even when rank 0 died.
  *
  * Row-shard components (embedding and softmax shards) go as the whole shard
  * (sync.exchange dense) or, with sync.exchange unique, as only the rows some node touched
@@ -64,6 +71,7 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "model/sl_model.h"
+#include "sync/sl_members.h"
 #include "transport/sl_transport.h"
 
 #define SL_SYNC_DEAD_ROUNDS 3 /* missed rounds in a row after which a peer is dead */
@@ -120,8 +128,9 @@ sl_status_t sl_sync_note_rows(sl_sync_t *s, int output, const int32_t *rows, int
  * before sl_sync_gradients. */
 sl_status_t sl_sync_note_model(sl_sync_t *s, const sl_lm_t *lm);
 
-/* allreduce: grads (nparams) becomes the mean over all nodes; step (0-based, increasing
- * from call to call) numbers the round. Other algorithms: nothing. Errors are fatal. */
+/* allreduce: grads (nparams) becomes the mean over the members (all nodes until one is
+ * dropped); step (0-based, increasing from call to call) numbers the round. Other
+ * algorithms: nothing. Errors are fatal (a member that stops answering is not one). */
 sl_status_t sl_sync_gradients(sl_sync_t *s, float *grads, long step);
 
 /* After a step: syncs every component whose period divides steps_done (>= 1), in
@@ -132,8 +141,9 @@ sl_status_t sl_sync_gradients(sl_sync_t *s, float *grads, long step);
 sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
 
 /* End of the run, every node: the average of the live nodes' params (nparams) into the
- * buffer *avg (owned by s, valid until destroy). ma/bmuf/allreduce: allreduce, every
- * node gets it, rank 0 is the writer. gossip/local: the lowest-ranked live node gathers
+ * buffer *avg (owned by s, valid until destroy). ma/bmuf/allreduce: allreduce over the
+ * members, every member gets it, the lowest-ranked member (rank 0 unless it was
+ * dropped) is the writer. gossip/local: the lowest-ranked live node gathers
  * it: every node offers its params to rank 0, then, when no confirmation comes within
  * its window, to rank 1, and so on (skipping the ranks it holds for dead), and the node
  * whose turn it is averages its own params with those of the ranks above it that arrive
@@ -204,5 +214,9 @@ double sl_sync_time_s(const sl_sync_t *s);
  * whether rank r is one of them. */
 int sl_sync_ndead(const sl_sync_t *s);
 int sl_sync_is_dead(const sl_sync_t *s, int r);
+/* allreduce, ma, bmuf: the next membership change not taken yet (a rank dropped, the
+ * members left, why): 1 and *ev, or 0 (always 0 for the other algorithms). Thread-safe
+ * against the overlap worker; a change shows once the exchange that made it is done. */
+int sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev);
 
 #endif

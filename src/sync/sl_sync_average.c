@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/sl_alloc.h"
@@ -22,6 +23,7 @@ struct sl_sync_average {
     sl_sync_env_t env;
     sl_liveness_t *lv; /* borrowed */
     int is_bmuf;       /* bmuf, local-bmuf, gossip-bmuf */
+    int eta_auto;      /* block_momentum auto: bmuf's eta is 1 - 1/n for the members */
     int neighbour;     /* local-*, gossip-*: average over a neighbourhood, not everyone */
     sl_bmuf_opts_t bmuf;
     sl_schedule_t sched;
@@ -37,6 +39,8 @@ struct sl_sync_average {
     int32_t *sel;        /* (max_rows) E_k */
     sl_sparse_t *sparse; /* NULL when no component goes by rows */
     uint32_t *asked;     /* (links) pullers answered by a sparse exchange */
+    float *packed;       /* (1 + max_rows (1 + max_len)) all-node: an exchange's result,
+                            [n][n row ids][n x row_len means], ids as their bits */
 };
 
 /* The neighbourhood's schedule and lists, when the average is over one. */
@@ -86,6 +90,9 @@ setup_rows(sl_sync_average_t *a)
     SL_TRY(SL_ALLOC(&a->sel, (size_t)max_rows, "exchanged rows"));
     if (a->neighbour)
         SL_TRY(SL_ALLOC(&a->asked, (size_t)a->sched.links, "sync lists"));
+    else
+        SL_TRY(
+            SL_ALLOC(&a->packed, 1 + (size_t)max_rows * (1 + (size_t)max_len), "exchanged rows"));
     return sl_sparse_new(&a->sparse, max_rows, max_len, a->neighbour ? a->sched.picks : 0, e->size);
 }
 
@@ -107,6 +114,7 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
     a->is_bmuf = sl_sync_is_bmuf(env->algo);
     a->neighbour = sl_sync_is_neighbourhood(env->algo);
     sl_bmuf_opts_from_config(&a->bmuf, cfg);
+    a->eta_auto = cfg->sync.block_momentum == SL_CONFIG_AUTO;
     a->top_pct = cfg->sync.exchange_top;
     a->random_pct = cfg->sync.exchange_random;
     a->seed = cfg->run.seed;
@@ -152,6 +160,7 @@ sl_sync_average_destroy(sl_sync_average_t **ap)
     sl_free(a->order);
     sl_free(a->sel);
     sl_free(a->asked);
+    sl_free(a->packed);
     sl_sparse_destroy(&a->sparse);
     sl_free(a);
     *ap = NULL;
@@ -206,21 +215,109 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     return SL_OK;
 }
 
-/* The average of component c with all nodes (ring allreduce): bar. */
+/* One all-node average: component c at round, from theta (count floats). */
+typedef struct {
+    sl_sync_average_t *a;
+    int c;
+    uint64_t round;
+    const float *theta;
+    size_t count;
+} mean_job_t;
+
+/* bar := the mean of theta over group g (a ring allreduce); theta is left as it was, so
+ * an attempt that failed leaves nothing behind. */
 static sl_status_t
-all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count)
+mean_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const mean_job_t *j = ctx;
+    const sl_sync_env_t *e = &j->a->env;
+    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, g};
+    float inv = 1.0f / (float)g->n;
+
+    (void)count; /* all of the component */
+    memcpy(j->a->bar, j->theta, j->count * sizeof *j->theta);
+    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->c, j->round, j->a->bar, j->count, &o));
+    for (size_t i = 0; i < j->count; i++)
+        j->a->bar[i] *= inv;
+    return SL_OK;
+}
+
+/* The average of component c with all members (sl_members.h: a member that stops
+ * answering is dropped and the average redone over the others): bar, over *nodes. */
+static sl_status_t
+all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count, int *nodes)
 {
     const sl_sync_env_t *e = &a->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec};
-    float inv = 1.0f / (float)e->size;
+    mean_job_t j = {a, c, round, theta, count};
+    char what[160];
+    size_t n = count;
     sl_status_t st;
 
-    memcpy(a->bar, theta, count * sizeof *theta);
-    st = sl_allreduce_sum(e->tr, (uint32_t)c, round, a->bar, count, &o);
+    snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
+             sl_sync_algorithm_name(e->algo), round);
+    st = sl_members_run(e->members, mean_over, &j, a->bar, &n, nodes, what);
     if (st != SL_OK)
         return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)round);
-    for (size_t j = 0; j < count; j++)
-        a->bar[j] *= inv;
+    return SL_OK;
+}
+
+/* One all-node exchange of a row shard's rows: its arguments, the average's object. */
+typedef struct {
+    sl_sync_average_t *a;
+    sl_sparse_args_t sa;
+} rows_job_t;
+
+/* One attempt over group g: the all-node mean of the rows (sl_sparse_allmean), packed
+ * into a->packed (*count floats), so that a member that missed its end can be handed it
+ * whole (sl_members_run). */
+static sl_status_t
+rows_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    rows_job_t *j = ctx;
+    const int32_t *rows;
+    const float *mean;
+    size_t n, d = (size_t)j->sa.row_len;
+    uint32_t u;
+
+    j->sa.group = g;
+    SL_TRY(sl_sparse_allmean(j->a->sparse, j->a->env.tr, &j->sa));
+    n = sl_sparse_result(j->a->sparse, &rows, &mean);
+    u = (uint32_t)n;
+    memcpy(j->a->packed, &u, sizeof u);
+    memcpy(j->a->packed + 1, rows, n * sizeof *rows);
+    memcpy(j->a->packed + 1 + n, mean, n * d * sizeof *mean);
+    *count = 1 + n + n * d;
+    return SL_OK;
+}
+
+/* The all-node mean of row shard c's rows in sa, over the members (redone over the
+ * others when one stops answering): *rows (*n row ids, as bits in floats) and *mean (*n,
+ * row_len) point into a->packed; *nodes the members it is over. */
+static sl_status_t
+all_rows(sl_sync_average_t *a, int c, const sl_sparse_args_t *sa, const float **rows,
+         const float **mean, size_t *nres, int *nodes)
+{
+    const sl_sync_env_t *e = &a->env;
+    rows_job_t j = {a, *sa};
+    size_t count = 1 + (size_t)sa->rows * (1 + (size_t)sa->row_len);
+    char what[160];
+    uint32_t n;
+    sl_status_t st;
+
+    snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
+             sl_sync_algorithm_name(e->algo), sa->round);
+    st = sl_members_run(e->members, rows_over, &j, a->packed, &count, nodes, what);
+    if (st != SL_OK)
+        return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)sa->round);
+    memcpy(&n, a->packed, sizeof n);
+    if (count != 1 + n + (size_t)n * (size_t)sa->row_len)
+        return sl_err_set(SL_ERR_INVALID,
+                          "sync %s round %" PRIu64 ": a result of %zu floats "
+                          "for %u rows",
+                          e->comps[c].name, sa->round, count, (unsigned)n);
+    *rows = a->packed + 1;
+    *mean = a->packed + 1 + n;
+    *nres = n;
     return SL_OK;
 }
 
@@ -252,19 +349,22 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
     const sl_sync_env_t *e = &a->env;
     const sl_component_t *cp = &e->comps[c];
     float *theta = params + cp->offset;
-    size_t d = (size_t)cp->row_len, nsel, nres;
+    size_t d = (size_t)cp->row_len, nsel, nres = 0;
     uint64_t kw[4] = {a->seed, 'R', (uint64_t)c, round};
     long ntop = (long)ceil(a->top_pct / 100.0 * (double)cp->rows);
-    const int32_t *rows;
-    const float *mean;
+    const int32_t *rows = NULL;
+    const float *ids = NULL, *mean;
     double dist = 0;
     sl_sparse_args_t sa;
     sl_status_t st;
 
     nsel = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), a->sel);
     sl_rowset_clear(touched);
-    sa = (sl_sparse_args_t){(uint32_t)c, round, theta,    cp->rows,     cp->row_len,
-                            a->sel,      nsel,  e->codec, e->timeout_ms};
+    sa = (sl_sparse_args_t){(uint32_t)c,   round,
+                            theta,         cp->rows,
+                            cp->row_len,   a->sel,
+                            nsel,          e->codec,
+                            e->timeout_ms, e->members ? sl_members_group(e->members) : NULL};
     if (a->neighbour) {
         size_t nc, ncw, np, npw;
         sl_sparse_peers_t p;
@@ -280,11 +380,14 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
                           cp->name, round);
         *expected = nc; /* each was sent our set */
         *got = p.nanswered;
+        nres = sl_sparse_result(a->sparse, &rows, &mean);
     } else {
-        st = sl_sparse_allmean(a->sparse, e->tr, &sa);
-        if (st != SL_OK)
-            return sl_sync_collective_failed(st, e->algo, cp->name, (long)round);
-        *expected = *got = (size_t)e->size - 1;
+        int nodes;
+
+        SL_TRY(all_rows(a, c, &sa, &ids, &mean, &nres, &nodes));
+        *expected = *got = (size_t)nodes - 1;
+        if (a->eta_auto)
+            a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
     }
     stat->rows_own += nsel;
     if (no_copy_came(a, *got)) {
@@ -293,11 +396,20 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
         stat->distance = 0;
         return SL_OK;
     }
-    nres = sl_sparse_result(a->sparse, &rows, &mean);
     for (size_t i = 0; i < nres; i++) {
-        size_t at = (size_t)rows[i] * d;
-        double err = sl_bmuf_distance(theta + at, mean + i * d, d);
+        int32_t r;
+        size_t at;
+        double err;
 
+        if (rows)
+            r = rows[i];
+        else
+            memcpy(&r, ids + i, sizeof r);
+        if (r < 0 || r >= cp->rows)
+            return sl_err_set(SL_ERR_INVALID, "sync %s round %" PRIu64 ": row %d of %ld", cp->name,
+                              round, (int)r, cp->rows);
+        at = (size_t)r * d;
+        err = sl_bmuf_distance(theta + at, mean + i * d, d);
         dist += err * err;
         if (a->is_bmuf)
             sl_bmuf_update(&a->bmuf, theta + at, mean + i * d, a->omega + cp->offset + at,
@@ -324,8 +436,11 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
         if (a->neighbour) {
             SL_TRY(neighbourhood_mean(a, c, round, theta, count, &expected, &got));
         } else {
-            SL_TRY(all_mean(a, c, round, theta, count));
-            expected = got = (size_t)a->env.size - 1;
+            int nodes;
+            SL_TRY(all_mean(a, c, round, theta, count, &nodes));
+            expected = got = (size_t)nodes - 1;
+            if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
+                a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
         }
         stat->distance = sl_bmuf_distance(theta, a->bar, count);
         if (no_copy_came(a, got))

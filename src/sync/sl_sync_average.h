@@ -42,9 +42,10 @@ void sl_sync_average_destroy(sl_sync_average_t **a);
  * sets its distance; rounds, bytes and times are the caller's. A neighbour that does not
  * answer is not an error (left out, told to the liveness table); a neighbourhood sync
  * that gets no copy at all changes nothing (no BMUF block end: params and BMUF state
- * stay, and the rows of a by-rows sync go back into touched for the next one). A failed
- * all-node collective is an error (the message says a node did not take part), as are
- * the transport's fatal codes. */
+ * stay, and the rows of a by-rows sync go back into touched for the next one). Nor is a
+ * member of an all-node average that stops answering (dropped, the average redone over
+ * the others: sl_members.h); a collective that cannot be re-formed is, as are the
+ * transport's fatal codes. */
 sl_status_t sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
                                       sl_rowset_t *touched, sl_sync_stat_t *stat);
 

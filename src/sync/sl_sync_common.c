@@ -83,8 +83,5 @@ sl_sync_fill_bytes(sl_sync_stat_t *stat, const sl_transport_t *tr, uint32_t c)
 sl_status_t
 sl_sync_collective_failed(sl_status_t st, sl_sync_algorithm_t algo, const char *what, long round)
 {
-    return sl_err_prefix(st,
-                         "sync %s (%s, round %ld): a node did not take part (%s needs every "
-                         "node; the gossip-* and local-* algorithms go on without it)",
-                         what, sl_sync_algorithm_name(algo), round, sl_sync_algorithm_name(algo));
+    return sl_err_prefix(st, "sync %s (%s, round %ld)", what, sl_sync_algorithm_name(algo), round);
 }

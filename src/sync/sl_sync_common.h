@@ -12,6 +12,7 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "model/sl_model.h"
+#include "sync/sl_members.h"
 #include "sync/sl_sync.h"
 #include "transport/sl_collective.h"
 #include "transport/sl_transport.h"
@@ -28,6 +29,8 @@ typedef struct {
     sl_exchange_t exchange;   /* in force: dense for algorithm none */
     int timeout_ms;           /* sync.timeout_ms, else cluster.timeout_ms */
     const sl_codec_t *codec;  /* sync.compression (sl_sync_codec_init); NULL: fp32 */
+    sl_members_t *members;    /* allreduce, ma, bmuf: the member set every collective runs
+                                 over (borrowed, shared by the parts); NULL otherwise */
 } sl_sync_env_t;
 
 /* bmuf, local-bmuf, gossip-bmuf: the average goes through the block update (sl_bmuf.h). */
@@ -55,8 +58,9 @@ const sl_codec_t *sl_sync_codec_init(sl_sync_codec_t *k, const sl_config_t *cfg)
  * component c travels in: gossip snapshots, sparse sets and values, allgather, allreduce. */
 void sl_sync_fill_bytes(sl_sync_stat_t *stat, const sl_transport_t *tr, uint32_t c);
 
-/* st with "sync WHAT (ALGORITHM, round R): a node did not take part ..." in front, after
- * a collective of algo (allreduce, ma, bmuf: they need every node, by design) failed. */
+/* st with "sync WHAT (ALGORITHM, round R): ..." in front, after a collective of algo
+ * (allreduce, ma, bmuf) failed for good: the members could not re-form around a node
+ * that stopped answering (sl_members.h), or a fatal code. */
 sl_status_t sl_sync_collective_failed(sl_status_t st, sl_sync_algorithm_t algo, const char *what,
                                       long round);
 

@@ -20,6 +20,7 @@
 
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
+#include "common/sl_rng.h"
 
 #define DEFAULT_WINDOW 8u
 
@@ -28,7 +29,11 @@ typedef struct {
     uint64_t round;
     size_t chunk; /* floats per frame */
     uint32_t component;
-    uint32_t rank, n;
+    uint32_t rank, n;      /* this node's transport rank; the ring's nodes */
+    uint32_t pos;          /* this node's place in the ring */
+    const uint32_t *ranks; /* (n) the ring's ranks (a group); NULL: 0 .. n-1 */
+    uint32_t tag;          /* sl_group_tag, shifted into the top bits of seq */
+    uint32_t seq_max;      /* the largest chunk seq before the tag */
     unsigned window;
     int timeout_ms;
     uint8_t kind;
@@ -62,6 +67,62 @@ sl_allreduce_chunk(size_t count, uint32_t n)
                                            : c;
 }
 
+/* Folded over the ranks as numbers, not their bytes: hosts of either byte order agree. */
+uint32_t
+sl_group_tag(const sl_group_t *g)
+{
+    uint64_t h;
+
+    if (!g)
+        return 0;
+    h = g->epoch;
+    for (uint32_t k = 0; k < g->n; k++) {
+        uint64_t w[3] = {0x6d656d62u, h, g->ranks[k]};
+        h = sl_hash_u64s(w, 3);
+    }
+    return (uint32_t)(h >> (64 - SL_COLLECTIVE_TAG_BITS));
+}
+
+/* The transport rank of the ring's node at place k. */
+static uint32_t
+peer_at(const ring_t *r, uint32_t k)
+{
+    return r->ranks ? r->ranks[k] : k;
+}
+
+/* r's nodes from group g (NULL: every rank): SL_ERR_INVALID unless its ranks increase,
+ * are ranks of the transport and hold this node. */
+static sl_status_t
+ring_group(ring_t *r, const sl_group_t *g, uint8_t kind)
+{
+    uint32_t size = sl_transport_size(r->t);
+
+    r->ranks = NULL;
+    r->tag = 0;
+    r->seq_max = UINT32_MAX;
+    r->n = size;
+    r->pos = r->rank;
+    if (!g)
+        return SL_OK;
+    r->ranks = g->ranks;
+    r->n = g->n;
+    r->tag = sl_group_tag(g) << (32 - SL_COLLECTIVE_TAG_BITS);
+    r->seq_max = UINT32_MAX >> SL_COLLECTIVE_TAG_BITS;
+    r->pos = UINT32_MAX;
+    for (uint32_t k = 0; k < g->n; k++) {
+        if (!g->ranks || g->ranks[k] >= size || (k > 0 && g->ranks[k] <= g->ranks[k - 1]))
+            return sl_err_set(
+                SL_ERR_INVALID, "%s: rank %u: group of %u nodes is not increasing ranks below %u",
+                sl_wire_kind_name(kind), (unsigned)r->rank, (unsigned)g->n, (unsigned)size);
+        if (g->ranks[k] == r->rank)
+            r->pos = k;
+    }
+    if (r->pos == UINT32_MAX)
+        return sl_err_set(SL_ERR_INVALID, "%s: rank %u is not in the group of %u nodes",
+                          sl_wire_kind_name(kind), (unsigned)r->rank, (unsigned)g->n);
+    return SL_OK;
+}
+
 /* count: the allreduce's, for its default chunk; 0: the fixed default. */
 static sl_status_t
 ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64_t round,
@@ -72,7 +133,7 @@ ring_init(ring_t *r, sl_transport_t *t, uint8_t kind, uint32_t component, uint64
     r->component = component;
     r->round = round;
     r->rank = sl_transport_rank(t);
-    r->n = sl_transport_size(t);
+    SL_TRY(ring_group(r, o ? o->group : NULL, kind));
     r->chunk = o && o->chunk_elems ? o->chunk_elems
                : count             ? sl_allreduce_chunk(count, r->n)
                                    : SL_COLLECTIVE_CHUNK_ELEMS;
@@ -146,7 +207,7 @@ add_into(float *restrict dst, const unsigned char *restrict src, size_t n)
 static sl_status_t
 send_chunk(const ring_t *r, uint32_t to, uint32_t seq, float *p, size_t n, float scale, int own)
 {
-    sl_wire_key_t key = {r->round, r->component, seq, to, r->kind};
+    sl_wire_key_t key = {r->round, r->component, seq | r->tag, to, r->kind};
     const sl_codec_t *c = r->codec;
 
     if (!c)
@@ -167,7 +228,7 @@ static sl_status_t
 recv_chunk(const ring_t *r, uint32_t from, uint32_t seq, float *dst, size_t n, int add,
            float *scale)
 {
-    sl_wire_key_t key = {r->round, r->component, seq, from, r->kind};
+    sl_wire_key_t key = {r->round, r->component, seq | r->tag, from, r->kind};
     unsigned want = r->codec ? r->codec->encoding : SL_WIRE_FP32;
     sl_transport_frame_t *f;
     sl_status_t st = SL_OK;
@@ -230,7 +291,8 @@ static sl_status_t
 ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t start,
           uint32_t seq_base, uint32_t chunks_max, int add)
 {
-    uint32_t n = r->n, right = (r->rank + 1) % n, left = (r->rank + n - 1) % n;
+    uint32_t n = r->n, right = peer_at(r, (r->pos + 1) % n),
+             left = peer_at(r, (r->pos + n - 1) % n);
 
     if (r->codec && !add) {
         free(r->scales);
@@ -274,7 +336,7 @@ seq_space(const ring_t *r, const size_t *len, uint32_t steps, uint32_t *chunks_m
     for (uint32_t k = 0; k < r->n; k++)
         if (nchunks(r, len[k]) > most)
             most = nchunks(r, len[k]);
-    if (most > UINT32_MAX / (steps ? steps : 1))
+    if (most > r->seq_max / (steps ? steps : 1))
         return sl_err_set(SL_ERR_INVALID,
                           "%s: %zu chunks per segment over %u steps do not fit the 32-bit "
                           "sequence: use larger chunks",
@@ -309,11 +371,11 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
         off[k] = k ? off[k - 1] + len[k - 1] : 0;
     }
     SL_TRY_GOTO(seq_space(&r, len, 2 * (r.n - 1), &chunks_max), st, out);
-    SL_TRY_GOTO(ring_pass(&r, buf, off, len, r.rank, 0, chunks_max, 1), st, out);
+    SL_TRY_GOTO(ring_pass(&r, buf, off, len, r.pos, 0, chunks_max, 1), st, out);
     /* the allgather overwrites segments that reduce-scatter lent to ZeroMQ */
     SL_TRY_GOTO(sl_transport_wait_sent(t, r.timeout_ms), st, out);
     SL_TRY_GOTO(
-        ring_pass(&r, buf, off, len, (r.rank + 1) % r.n, (r.n - 1) * chunks_max, chunks_max, 0), st,
+        ring_pass(&r, buf, off, len, (r.pos + 1) % r.n, (r.n - 1) * chunks_max, chunks_max, 0), st,
         out);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 out:
@@ -339,10 +401,10 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     }
     for (uint32_t k = 0; k < r.n; k++)
         off[k] = k ? off[k - 1] + counts[k - 1] : 0;
-    if (out + off[r.rank] != mine)
-        memmove(out + off[r.rank], mine, counts[r.rank] * sizeof *out);
+    if (out + off[r.pos] != mine)
+        memmove(out + off[r.pos], mine, counts[r.pos] * sizeof *out);
     SL_TRY_GOTO(seq_space(&r, counts, r.n - 1, &chunks_max), st, done);
-    SL_TRY_GOTO(ring_pass(&r, out, off, counts, r.rank, 0, chunks_max, 0), st, done);
+    SL_TRY_GOTO(ring_pass(&r, out, off, counts, r.pos, 0, chunks_max, 0), st, done);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 done:
     free(off);
@@ -361,15 +423,15 @@ sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, uint32_t roo
 
     SL_TRY(ring_init(&r, t, SL_WIRE_BROADCAST, component, round, o, 0));
     nch = nchunks(&r, count);
-    if (root >= r.n || nch > UINT32_MAX) {
+    if (root >= r.n || nch > r.seq_max) {
         ring_fini(&r);
         return sl_err_set(SL_ERR_INVALID,
                           "sl_broadcast: root %u of %u nodes, %zu chunks (use larger ones)",
                           (unsigned)root, (unsigned)r.n, nch);
     }
-    pos = (r.rank + r.n - root) % r.n; /* place in the chain root -> root+1 -> ... */
-    left = (r.rank + r.n - 1) % r.n;
-    right = (r.rank + 1) % r.n;
+    pos = (r.pos + r.n - root) % r.n; /* place in the chain root -> root+1 -> ... */
+    left = peer_at(&r, (r.pos + r.n - 1) % r.n);
+    right = peer_at(&r, (r.pos + 1) % r.n);
     for (size_t j = 0; j < nch && st == SL_OK; j++) {
         size_t at = j * r.chunk, m = count - at < r.chunk ? count - at : r.chunk;
         float scale = 0.0f; /* the root encodes afresh (and keeps what it sent) */

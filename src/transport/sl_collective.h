@@ -1,13 +1,16 @@
 /* Collectives over the transport: ring allreduce (sum), ring allgather with per-node
  * sizes, chain broadcast, dissemination barrier, and the gossip push/collect of one
- * component. Every node of the run calls the same collective with the same component,
- * round, sizes and options; rounds of one (collective, component) must increase from
- * call to call (sl_transport.h: older rounds are stale).
+ * component. Every node of the run (or of the group, sl_group_t) calls the same
+ * collective with the same component, round, sizes and options; rounds of one
+ * (collective, component) must increase from call to call (sl_transport.h: older rounds
+ * are stale), except that a group of another epoch may redo a round.
  *
  * Buffers are lent to ZeroMQ while a collective runs and given back before it returns
  * SL_OK. After an error they may still be queued to a dead peer: the caller must then
- * leave them alone until sl_transport_destroy (a failed collective is fatal anyway,
- * except the gossip exchange, which copies its snapshot and so lends nothing). */
+ * leave them alone until sl_transport_destroy, or until sl_transport_forget of the dead
+ * peers and sl_transport_wait_sent have given them back (src/sync/sl_members.c does,
+ * before a collective is redone over the survivors). The gossip exchange copies its
+ * snapshot and so lends nothing. */
 #ifndef SL_COLLECTIVE_H
 #define SL_COLLECTIVE_H
 
@@ -42,6 +45,25 @@ typedef struct {
  * segments of 1 MiB and more into about 8 frames of at least 256 KiB. */
 #define SL_COLLECTIVE_CHUNK_ELEMS 262144u
 
+/* The nodes a collective runs over when not every rank of the transport does (a run
+ * that dropped a node, src/sync/sl_members.h): ranks (n, increasing, this node among
+ * them) form the ring in that order, and "node k" below means ranks[k] (segments,
+ * allgather counts, the broadcast root are by position in ranks). epoch numbers the set:
+ * a hash of (epoch, ranks) goes into the top SL_COLLECTIVE_TAG_BITS bits of every
+ * frame's seq, so that frames of a collective begun under another set, or an attempt
+ * of the same round that failed, never match (they are purged with their round). The
+ * chunks of one collective must then be numbered below 2^(32 - SL_COLLECTIVE_TAG_BITS). */
+typedef struct {
+    const uint32_t *ranks; /* borrowed */
+    uint32_t n;
+    uint32_t epoch;
+} sl_group_t;
+
+#define SL_COLLECTIVE_TAG_BITS 12u
+
+/* The seq tag of group g (0 for NULL: every rank, untagged). */
+uint32_t sl_group_tag(const sl_group_t *g);
+
 typedef struct {
     size_t chunk_elems;      /* floats per frame (0: the default, see above) */
     unsigned window;         /* frames a node sends ahead of what it receives (0: 8) */
@@ -50,6 +72,7 @@ typedef struct {
                                 codec frames are encoded copies, and every node ends with
                                 the decoded values (its own included), so results stay
                                 identical on all nodes */
+    const sl_group_t *group; /* borrowed; NULL: every rank of the transport */
 } sl_collective_opts_t;
 
 /* The floats per frame of sl_allreduce_sum's default for count floats on n nodes:
@@ -77,7 +100,8 @@ sl_status_t sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, 
                          float *buf, size_t count, const sl_collective_opts_t *o);
 
 /* Returns once every node has entered the barrier of this round (ceil(log2 n) stages,
- * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. */
+ * stage k talks to rank +/- 2^k). timeout_ms per stage; <= 0: the transport's. Every
+ * rank of the transport (no group). */
 sl_status_t sl_barrier(sl_transport_t *t, uint64_t round, int timeout_ms);
 
 /* 1 when none of the n floats at x is NaN or infinite (x need not be aligned). */

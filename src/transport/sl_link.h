@@ -103,10 +103,11 @@ struct sl_link_ops {
     sl_status_t (*wait_sent)(void *ctx, int timeout_ms);
     /* Frames this link carried itself (not those it handed to its base). */
     void (*stats)(const void *ctx, uint64_t *sent, uint64_t *received);
-    /* peer is a new process, come back to the run at endpoint (a hello frame; the
-     * endpoint checked printable): drop what was kept for the old one (its connection
-     * and the frames queued to it, its lanes), so that the next frames go to the new
-     * one. NULL: the link keeps nothing per peer. */
+    /* peer is taken out of the run (endpoint NULL: sl_transport_forget), or is a new
+     * process come back to the run at endpoint (a hello frame; the endpoint checked
+     * printable): drop what was kept for it (its connection and the frames queued to
+     * it, their lent payloads given back; its lanes), so that the next frames go to the
+     * new one. NULL: the link keeps nothing per peer. */
     void (*forget)(void *ctx, uint32_t peer, const char *endpoint);
 };
 

@@ -624,16 +624,18 @@ zmq_stats(const void *ctx, uint64_t *sent, uint64_t *received)
     *received = z->received;
 }
 
-/* A new process for peer: the DEALER to the old one goes, with the frames still queued
- * to it (no linger: they were for a process that is gone); the next send connects again,
- * to the new endpoint. */
+/* peer is taken out of the run, or is a new process: the DEALER to it goes with the
+ * frames still queued to it (no linger: they were for a process that is gone, or one the
+ * run no longer counts on; their lent payloads come back, so that they cannot hold
+ * sl_transport_wait_sent for ever); the next send connects again, to endpoint when it is
+ * given. */
 static void
 zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
 {
     zlink_t *z = ctx;
     int no_linger = 0;
 
-    if (peer >= z->o->size || !z->endpoints)
+    if (peer >= z->o->size || !z->peers)
         return;
     if (z->peers[peer]) {
         zmq_setsockopt(z->peers[peer], ZMQ_LINGER, &no_linger, sizeof no_linger);
@@ -645,7 +647,8 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
      * a second one with the same id, silently */
     for (int i = 5; i < ID_BYTES && ++z->id[i] == 0; i++)
         ;
-    if (endpoint && (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
+    if (endpoint && z->endpoints &&
+        (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
         char *copy = strdup(endpoint);
         if (!copy)
             return; /* out of memory: the old endpoint stays, the best there is */

@@ -396,6 +396,12 @@ sl_transport_wait_sent(sl_transport_t *t, int timeout_ms)
     return SL_OK;
 }
 
+void
+sl_transport_forget(sl_transport_t *t, uint32_t rank)
+{
+    sl_transport_learn_endpoint(t, rank, NULL);
+}
+
 /* The next frame from any link, if one is waiting: the others first (a lane costs no
  * system call), the base last. *out is a frame for the mailbox or the caller, NULL
  * when it was dropped or was a link's own (handed to it); *got whether there was a

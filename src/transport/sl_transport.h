@@ -193,6 +193,12 @@ sl_status_t sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const
  * SL_ERR_TIMEOUT when some are still held (e.g. queued to a dead peer). */
 sl_status_t sl_transport_wait_sent(sl_transport_t *t, int timeout_ms);
 
+/* Drops every frame still queued to rank (a node the run no longer counts on:
+ * src/sync/sl_members.h), giving back the payloads lent for it, so that
+ * sl_transport_wait_sent does not wait for them. Frames sent to it later go out again.
+ * (Frames held by an emulated link, cluster.emulate, are not dropped.) */
+void sl_transport_forget(sl_transport_t *t, uint32_t rank);
+
 /* Waits up to timeout_ms (>= 0; 0 only takes what has already arrived) for a frame
  * matching one of keys (exact kind, component, round, seq and sender). Frames for other
  * keys are filed in the mailbox meanwhile. On SL_OK *frame is the caller's and *which

@@ -690,7 +690,7 @@ START_TEST(test_bad_answers_refused)
     for (uint64_t round = 1; round <= 4; round++) {
         sl_wire_key_t ids = {round, 5, 1, 1, SL_WIRE_SPARSE_INDEX};
         sl_wire_key_t vals = {round, 5, 0, 1, SL_WIRE_SPARSE_VALUES};
-        sl_sparse_args_t a = {5, round, shard, 4, 2, mine, 2, NULL, TEST_WAIT_MS};
+        sl_sparse_args_t a = {5, round, shard, 4, 2, mine, 2, NULL, TEST_WAIT_MS, NULL};
         sl_sparse_peers_t p = {&chosen, 1, 1, NULL, 0, 0, answered, 0, asked, 0};
         const void *extra = round == 3 ? bad_id : round == 4 ? row2 : NULL;
 

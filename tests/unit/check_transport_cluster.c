@@ -88,7 +88,7 @@ node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     for (int s = 0; shapes[s].count; s++) {
         size_t count = shapes[s].count;
         float *buf = malloc(count * sizeof *buf);
-        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0, NULL};
+        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0, NULL, NULL};
         for (size_t i = 0; i < count; i++)
             buf[i] = test_node_input(me, i) * (float)(s + 1);
         if (shapes[s + 1].count == 0 && test_settle(t, 90, 0) != SL_OK)
@@ -186,7 +186,7 @@ node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
               *mine = malloc((counts[me] + 1) * sizeof *mine);
         for (size_t i = 0; i < counts[me]; i++)
             mine[i] = test_node_input(me, i);
-        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0, NULL};
+        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0, NULL, NULL};
         if (sl_allgather(t, 9, (uint64_t)pass, mine, out, counts, &o) != SL_OK)
             return 10 + pass;
         size_t at = 0;
@@ -228,7 +228,7 @@ node_broadcast(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
             float *buf = malloc(count * sizeof *buf);
             for (size_t i = 0; i < count; i++)
                 buf[i] = me == root ? test_node_input(root, i) : -99.0f;
-            sl_collective_opts_t o = {shapes[s].chunk, 0, 0, NULL};
+            sl_collective_opts_t o = {shapes[s].chunk, 0, 0, NULL, NULL};
             if (sl_broadcast(t, 1, round, root, buf, count, &o) != SL_OK)
                 return 10 + (int)s;
             for (size_t i = 0; i < count; i++)
@@ -493,7 +493,7 @@ node_after_injection(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     /* and a real collective still works */
     for (size_t i = 0; i < 1000; i++)
         buf[i] = test_node_input(me, i);
-    sl_collective_opts_t o = {64, 0, 0, NULL};
+    sl_collective_opts_t o = {64, 0, 0, NULL, NULL};
     if (sl_allreduce_sum(t, 0, 0, buf, 1000, &o) != SL_OK)
         return 16;
     for (size_t i = 0; i < 1000; i++)

@@ -1,0 +1,421 @@
+/* The member set of the collective algorithms (src/sync/sl_members.h), nodes as threads
+ * over loopback transports: the agreement drops a member that does not answer; a
+ * second failure during the re-forming (a node that sent its proposal to one survivor
+ * only, then stopped) leaves the survivors with different sets, whose collective times
+ * out rather than mixing frames, and the next agreement brings them together; a
+ * survivor that missed the end of a collective the other completed takes its result;
+ * collectives over a group use only its members. Timeouts are short (the silent nodes
+ * make every survivor wait them out); results are checked exactly. */
+#include <check.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/sl_endian.h"
+#include "common/sl_log.h"
+#include "sync/sl_members.h"
+#include "test_tool.h"
+#include "test_util.h"
+#include "transport/sl_collective.h"
+
+enum { MAXN = 4, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
+
+typedef struct net net_t;
+
+/* What node k does, on its own thread. */
+typedef void (*node_fn)(net_t *net, int k);
+
+struct net {
+    int n;
+    sl_transport_t *t[MAXN];
+    node_fn fn[MAXN]; /* NULL: the node is silent (dead) */
+    /* results */
+    sl_status_t st[MAXN];
+    char err[MAXN][256];
+    int count[MAXN], epoch[MAXN], nodes[MAXN];
+    uint32_t ranks[MAXN][MAXN];
+    float out[MAXN][COUNT], first[MAXN][COUNT];
+    float *big[MAXN]; /* (BIG) for the lent frames case */
+    sl_members_event_t ev[MAXN][MAXN];
+    int nev[MAXN];
+};
+
+typedef struct {
+    net_t *net;
+    int k;
+} node_arg_t;
+
+static void *
+node_main(void *arg)
+{
+    node_arg_t *a = arg;
+    a->net->fn[a->k](a->net, a->k);
+    return NULL;
+}
+
+/* Runs net's nodes (n transports on loopback, timeout WAIT_MS) to the end. */
+static void
+net_run(net_t *net)
+{
+    pthread_t th[MAXN];
+    node_arg_t args[MAXN];
+    const char *eps[MAXN];
+
+    sl_log_set_level(SL_LOG_ERROR);
+    for (int k = 0; k < net->n; k++) {
+        sl_transport_opts_t o;
+        sl_transport_opts_default(&o);
+        o.run_id = 16;
+        o.rank = (uint32_t)k;
+        o.size = (uint32_t)net->n;
+        o.linger_ms = 0;
+        o.timeout_ms = WAIT_MS;
+        ck_assert_int_eq(sl_transport_new(&net->t[k], &o), SL_OK);
+        eps[k] = sl_transport_endpoint(net->t[k]);
+    }
+    for (int k = 0; k < net->n; k++)
+        ck_assert_int_eq(sl_transport_connect(net->t[k], eps), SL_OK);
+    for (int k = 0; k < net->n; k++) {
+        args[k] = (node_arg_t){net, k};
+        if (net->fn[k])
+            ck_assert_int_eq(pthread_create(&th[k], NULL, node_main, &args[k]), 0);
+    }
+    for (int k = 0; k < net->n; k++)
+        if (net->fn[k])
+            pthread_join(th[k], NULL);
+    for (int k = 0; k < net->n; k++)
+        sl_transport_destroy(&net->t[k]);
+}
+
+/* Node k's results from m: status, set, events. */
+static void
+record(net_t *net, int k, sl_members_t *m, sl_status_t st)
+{
+    net->st[k] = st;
+    snprintf(net->err[k], sizeof net->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
+    if (!m)
+        return;
+    net->count[k] = sl_members_count(m);
+    net->epoch[k] = (int)sl_members_epoch(m);
+    memcpy(net->ranks[k], sl_members_group(m)->ranks, (size_t)net->count[k] * sizeof(uint32_t));
+    while (net->nev[k] < MAXN && sl_members_next_event(m, &net->ev[k][net->nev[k]]))
+        net->nev[k]++;
+}
+
+static void
+agree_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    if (st == SL_OK)
+        st = sl_members_agree(m, "a test collective");
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* Node 3 of 4 never answers: the three others agree on {0, 1, 2} at epoch 1, each with
+ * one event naming rank 3, and 3 members left. */
+START_TEST(test_agree_drops_silent)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 4;
+    net.fn[0] = net.fn[1] = net.fn[2] = agree_node;
+    net_run(&net);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 3);
+        ck_assert_int_eq(net.epoch[k], 1);
+        for (int i = 0; i < 3; i++)
+            ck_assert_uint_eq(net.ranks[k][i], (uint32_t)i);
+        ck_assert_int_eq(net.nev[k], 1);
+        ck_assert_int_eq(net.ev[k][0].rank, 3);
+        ck_assert_int_eq(net.ev[k][0].members, 3);
+        ck_assert_msg(strstr(net.ev[k][0].why, "a test collective timed out") != NULL, "%s",
+                      net.ev[k][0].why);
+    }
+}
+END_TEST
+
+/* The mean of COUNT floats over the group: the inputs test_node_input(rank, i), so that
+ * the sums are exact. */
+typedef struct {
+    net_t *net;
+    int k;
+    uint64_t round;
+} mean_t;
+
+static sl_status_t
+mean_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const mean_t *j = ctx;
+    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, g};
+    float *out = j->net->out[j->k];
+
+    (void)count; /* all COUNT */
+    for (int i = 0; i < COUNT; i++)
+        out[i] = test_node_input((uint32_t)j->k, (size_t)i);
+    SL_TRY(sl_allreduce_sum(j->net->t[j->k], 5, j->round, out, COUNT, &o));
+    for (int i = 0; i < COUNT; i++)
+        out[i] /= (float)g->n;
+    return SL_OK;
+}
+
+static void
+mean_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    mean_t j = {net, k, 1};
+    size_t count = COUNT;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    if (st == SL_OK)
+        st = sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "a mean");
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* Node 2's second failure: it sends its proposal for epoch 1 (it completed no
+ * collective; its view: all four) to node 0 only, then stops. */
+static void
+half_proposal_node(net_t *net, int k)
+{
+    unsigned char p[4 * (1 + MAXN)];
+    sl_wire_key_t key = {1, SL_MEMBERS_COMPONENT, 0, 0, SL_WIRE_DATA};
+
+    sl_put_u32(p, 0);
+    for (int r = 0; r < net->n; r++)
+        sl_put_u32(p + 4 * (r + 1), (uint32_t)r);
+    net->st[k] = sl_transport_send(net->t[k], &key, p, 4 * (uint32_t)(net->n + 1), SL_WIRE_BYTES,
+                                   1.0f, 0, WAIT_MS);
+}
+
+/* Of 4 nodes, 3 never answers and 2 fails during the re-forming, having reached node 0
+ * only: node 0 agrees on {0, 1, 2}, node 1 on {0, 1}; their means over these sets carry
+ * different tags and time out, and the second agreement (epoch 2) gives both {0, 1},
+ * over which the mean is done: exactly (x0 + x1) / 2 on both. */
+START_TEST(test_second_failure_while_reforming)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 4;
+    net.fn[0] = net.fn[1] = mean_node;
+    net.fn[2] = half_proposal_node;
+    net_run(&net);
+    ck_assert_int_eq(net.st[2], SL_OK);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 2);
+        ck_assert_int_eq(net.epoch[k], 2);
+        ck_assert_int_eq(net.nodes[k], 2);
+        ck_assert_uint_eq(net.ranks[k][0], 0);
+        ck_assert_uint_eq(net.ranks[k][1], 1);
+        for (int i = 0; i < COUNT; i++)
+            ck_assert_msg(net.out[k][i] ==
+                              (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i)) /
+                                  2.0f,
+                          "node %d, float %d: %g", k, i, (double)net.out[k][i]);
+    }
+    /* node 0 dropped 3, then 2; node 1 both at once */
+    ck_assert_int_eq(net.nev[0], 2);
+    ck_assert_int_eq(net.ev[0][0].rank, 3);
+    ck_assert_int_eq(net.ev[0][0].members, 3);
+    ck_assert_int_eq(net.ev[0][1].rank, 2);
+    ck_assert_int_eq(net.ev[0][1].members, 2);
+    ck_assert_int_eq(net.nev[1], 2);
+    ck_assert_int_eq(net.ev[1][1].members, 2);
+}
+END_TEST
+
+/* The first collective of the behind test: node 0 completes it (result 42 + i), node 1
+ * misses its end (a timeout, as when the dead node's last frames reached only node 0). */
+static sl_status_t
+first_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const mean_t *j = ctx;
+
+    (void)g;
+    (void)count;
+    if (j->k == 1)
+        return sl_err_set(SL_ERR_TIMEOUT, "the end of the first collective did not come");
+    for (int i = 0; i < COUNT; i++)
+        j->net->first[j->k][i] = 42.0f + (float)i;
+    return SL_OK;
+}
+
+static void
+behind_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    mean_t j = {net, k, 2};
+    size_t count = COUNT;
+    int nodes = 0;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    if (st == SL_OK)
+        st = sl_members_run(m, first_over, &j, net->first[k], &count, &nodes, "the first");
+    if (st == SL_OK && (nodes != 3 || count != COUNT))
+        st = sl_err_set(SL_ERR_INVALID, "the first collective's result: %zu floats over %d nodes",
+                        count, nodes);
+    if (st == SL_OK)
+        st = sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "the second");
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* Of 3 nodes, 2 is dead; node 0 completed the first collective, node 1 did not. At the
+ * agreement node 1 is one behind and takes node 0's result (over the 3 nodes it was
+ * done by); the second collective is then the mean of nodes 0 and 1. */
+START_TEST(test_behind_takes_result)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[1] = behind_node;
+    net_run(&net);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 2);
+        ck_assert_int_eq(net.nodes[k], 2);
+        for (int i = 0; i < COUNT; i++) {
+            ck_assert(net.first[k][i] == 42.0f + (float)i);
+            ck_assert(net.out[k][i] ==
+                      (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i)) / 2.0f);
+        }
+    }
+}
+END_TEST
+
+/* The mean of BIG floats: segments of 256 KiB, lent to ZeroMQ (SL_SEND_LEND). */
+static sl_status_t
+big_over(void *ctx, const sl_group_t *g, size_t *count)
+{
+    const mean_t *j = ctx;
+    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, g};
+    float *out = j->net->big[j->k];
+
+    (void)count;
+    for (size_t i = 0; i < BIG; i++)
+        out[i] = test_node_input((uint32_t)j->k, i);
+    SL_TRY(sl_allreduce_sum(j->net->t[j->k], 6, j->round, out, BIG, &o));
+    for (size_t i = 0; i < BIG; i++)
+        out[i] /= (float)g->n;
+    return SL_OK;
+}
+
+static void
+big_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    mean_t j = {net, k, 1};
+    size_t count = BIG;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    if (st == SL_OK)
+        st = sl_members_run(m, big_over, &j, net->big[k], &count, &net->nodes[k], "a big mean");
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* A node that is gone: its transport closed, as a killed process's. */
+static void
+gone_node(net_t *net, int k)
+{
+    sl_transport_destroy(&net->t[k]);
+}
+
+/* Of 3 nodes, 2 is gone (its sockets closed) while the others send it frames they lend
+ * to ZeroMQ: they stay queued for it until the agreement forgets it
+ * (sl_transport_forget); without that, every later collective would wait for them to
+ * come back and time out. The mean over nodes 0 and 1 then goes through. */
+START_TEST(test_lent_frames_to_the_dead)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[1] = big_node;
+    net.fn[2] = gone_node;
+    for (int k = 0; k < 2; k++)
+        ck_assert_ptr_nonnull(net.big[k] = malloc(BIG * sizeof(float)));
+    net_run(&net);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 2);
+        for (size_t i = 0; i < BIG; i++)
+            ck_assert(net.big[k][i] == (test_node_input(0, i) + test_node_input(1, i)) / 2.0f);
+        free(net.big[k]);
+    }
+}
+END_TEST
+
+/* Collectives over a group: the ranks must increase and hold this node; a group of one
+ * is a no-op; a group of {0, 2} of 3 nodes sums only theirs, node 1 not taking part. */
+static void
+group_node(net_t *net, int k)
+{
+    static const uint32_t pair[2] = {0, 2}, bad[2] = {2, 0};
+    sl_group_t g = {pair, 2, 7}, wrong = {bad, 2, 7}, alone = {pair + (k == 2), 1, 7};
+    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, &wrong};
+    float *out = net->out[k];
+    sl_status_t st;
+
+    for (int i = 0; i < COUNT; i++)
+        out[i] = test_node_input((uint32_t)k, (size_t)i);
+    st = sl_allreduce_sum(net->t[k], 1, 0, out, COUNT, &o) == SL_ERR_INVALID
+             ? SL_OK
+             : sl_err_set(SL_ERR_INVALID, "a group of decreasing ranks was taken");
+    o.group = &alone;
+    if (st == SL_OK)
+        st = sl_allreduce_sum(net->t[k], 1, 1, out, COUNT, &o);
+    o.group = &g;
+    if (st == SL_OK)
+        st = sl_allreduce_sum(net->t[k], 1, 2, out, COUNT, &o);
+    net->st[k] = st;
+    snprintf(net->err[k], sizeof net->err[k], "%s", st == SL_OK ? "" : sl_err_msg());
+}
+
+START_TEST(test_group_collective)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[2] = group_node;
+    net_run(&net);
+    for (int k = 0; k < 3; k += 2) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        for (int i = 0; i < COUNT; i++)
+            ck_assert(net.out[k][i] ==
+                      test_node_input(0, (size_t)i) + test_node_input(2, (size_t)i));
+    }
+}
+END_TEST
+
+static Suite *
+members_suite(void)
+{
+    Suite *s = suite_create("members");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_add_test(core, test_group_collective);
+    tcase_add_test(core, test_agree_drops_silent);
+    tcase_add_test(limits, test_second_failure_while_reforming);
+    tcase_add_test(limits, test_behind_takes_result);
+    tcase_add_test(limits, test_lent_frames_to_the_dead);
+    tcase_set_timeout(core, 60);
+    tcase_set_timeout(limits, 60);
+    suite_add_tcase(s, core);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_main(members_suite());
+}
