@@ -43,15 +43,18 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm)
     test_write_file(path, yaml, strlen(yaml));
 }
 
-/* `shoal node CONF --rank R --size 3 --master M`, output into <tmp>/<tag>.log. */
+/* `shoal ARGS...` (NULL-terminated), output into <tmp>/<tag>.log. */
 static pid_t
-start_node(const char *tag, const char *conf, int rank, const char *master)
+start_shoal(const char *tag, const char *const *args)
 {
-    char log[1100], r[8];
+    char log[1100];
+    const char *argv[32] = {shoal_bin};
+    int n = 1;
     pid_t pid;
 
     snprintf(log, sizeof log, "%s/%s.log", tmp_root, tag);
-    snprintf(r, sizeof r, "%d", rank);
+    while (*args && n < 31)
+        argv[n++] = *args++;
     fflush(NULL);
     pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -60,11 +63,21 @@ start_node(const char *tag, const char *conf, int rank, const char *master)
             _exit(99);
         setenv("SHOAL_LOG", "info", 1);
         setenv("TMPDIR", tmp_root, 1);
-        execl(shoal_bin, shoal_bin, "node", conf, "--rank", r, "--size", "3", "--master", master,
-              "--quiet", (char *)NULL);
+        execv(shoal_bin, (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+/* `shoal node CONF --rank R --size 3 --master M`, output into <tmp>/<tag>.log. */
+static pid_t
+start_node(const char *tag, const char *conf, int rank, const char *master)
+{
+    char r[8];
+
+    snprintf(r, sizeof r, "%d", rank);
+    return start_shoal(tag, (const char *[]){"node", conf, "--rank", r, "--size", "3", "--master",
+                                             master, "--quiet", NULL});
 }
 
 /* Waits for pid (killing it and failing after HANG_S) and returns its exit status. */
@@ -224,6 +237,40 @@ START_TEST(test_node_comes_back)
 }
 END_TEST
 
+/* shoal run with restarts: node victims[i] SIGKILLed, started again by shoal run (rank 0
+ * at the master address the others have), comes back; the run ends well with the model
+ * of all three nodes. */
+START_TEST(test_run_restart_comes_back)
+{
+    int v = victims[_i];
+    char conf[1100], run[32], metrics[1100], name[32], want[3][64], *log;
+    pid_t pid, victim;
+    int rc;
+
+    test_become_subreaper();
+    snprintf(run, sizeof run, "restart%d", v);
+    make_key(run);
+    write_conf(conf, sizeof conf, run, "gossip-bmuf");
+    pid =
+        start_shoal(run, (const char *[]){"run", conf, "--quiet", "--set", "cluster.restart.max=2",
+                                          "--set", "cluster.restart.delay_ms=500", NULL});
+    snprintf(metrics, sizeof metrics, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, v);
+    test_wait_file(metrics, 6000, pid, HANG_S);
+    snprintf(name, sizeof name, "shoal node %d", v);
+    victim = test_child_named(pid, name);
+    ck_assert_int_gt(victim, 0);
+    kill(victim, SIGKILL);
+    rc = wait_node(pid);
+    log = node_log(run);
+    snprintf(want[0], sizeof want[0], "shoal run: node %d restarted (restart 1 of 2)", v);
+    snprintf(want[1], sizeof want[1], "node %d: train: info: came back at step", v);
+    snprintf(want[2], sizeof want[2], "final model (average of 3 nodes)");
+    ck_assert_msg(rc == 0 && strstr(log, want[0]) && strstr(log, want[1]) && strstr(log, want[2]),
+                  "exit %d:\n%s", rc, log);
+    free(log);
+}
+END_TEST
+
 static Suite *
 rejoin_suite(void)
 {
@@ -232,6 +279,7 @@ rejoin_suite(void)
 
     tcase_set_timeout(tc, HANG_S * 2 + 60);
     tcase_add_loop_test(tc, test_node_comes_back, 0, sizeof victims / sizeof victims[0]);
+    tcase_add_loop_test(tc, test_run_restart_comes_back, 0, sizeof victims / sizeof victims[0]);
     suite_add_tcase(s, tc);
     return s;
 }
