@@ -57,21 +57,24 @@ cursor_at(trainer_t *t, long step)
 }
 
 /* Where a node that comes back with the state of step (a live node's) starts: at the
- * block boundary of the longest period one period past it, so that it is a round or
- * two ahead of the others rather than behind. Behind, it would wait for frames they
- * sent before it was back, and they would take its frames for stale; ahead, its frames
- * reach them as rounds to come (they count it alive again on the first) and it waits
- * only until they catch up. The batches it skips are lost, like those of the node that
- * died. Never past the run's end. */
+ * block boundary of the shortest period one period past it, so that it is a round or
+ * two of that period ahead of the others rather than behind (the longer periods' next
+ * boundaries are the others' too). Behind, it would wait for frames they sent before it
+ * was back, and they would take its frames for stale; ahead, its frames reach them as
+ * rounds to come (they count it alive again on the first) and it waits only until they
+ * catch up. The batches it skips are lost, like those of the node that died. Never past
+ * the run's end. */
 static long
 rejoin_step(const trainer_t *t, long step)
 {
-    long hmax = 1, at;
+    long hmin = 0, at;
 
     for (int c = 0; c < sl_lm_ncomponents(t->lm); c++)
-        if (sl_sync_period(t->sync, c) > hmax)
-            hmax = sl_sync_period(t->sync, c);
-    at = (step / hmax + 2) * hmax;
+        if (hmin == 0 || sl_sync_period(t->sync, c) < hmin)
+            hmin = sl_sync_period(t->sync, c);
+    if (hmin < 1)
+        hmin = 1;
+    at = (step / hmin + 2) * hmin;
     return at < t->total_steps ? at : t->total_steps;
 }
 

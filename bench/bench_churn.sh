@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# bench_churn.sh: goodput under churn (issue 16, item 4). For each number of nodes n and
+# each sync mode: the run without faults, then the same run with one random node
+# SIGKILLed every T seconds, which `shoal run` restarts DELAY_MS later (cluster.restart)
+# and which comes back to the running job, for each T. Per run: the wall time, the
+# tokens trained (every node's steps, less the steps a node skipped when it came back),
+# goodput = tokens per second against the fault-free runs' (their mean; each trial runs
+# the fault-free run and then the faulty ones, side by side), the seconds from a node's
+# restart to its first answered round (the others' "node R is back" line), the final
+# model's valid perplexity against the fault-free runs' mean, and hangs.
+#
+#   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
+#                        [--modes "gossip-bmuf bmuf allreduce"] [--steps S] [--trials K]
+#                        [--set KEY=VALUE]... [--out DIR] [--keep]
+#   bench/bench_churn.sh --report DIR
+#
+#   --nodes LIST    numbers of nodes, all on this machine (default "4 8")
+#   --every LIST    seconds between kills (default "60 20"); 0 is the fault-free run,
+#                   always made first
+#   --delay-ms D    cluster.restart.delay_ms (default 5000)
+#   --modes LIST    of gossip-bmuf, bmuf, allreduce (default all three)
+#   --steps S       steps per node (default 3000)
+#   --trials K      trials (default 1): each a fault-free run and a faulty run per T,
+#                   with other random victims
+#   --set KEY=VALUE passed to every run
+#   --out DIR       run folders, logs, table (default a temp dir, removed unless --keep)
+#   --report DIR    no runs: the table again from DIR, the --out of an earlier run
+#   -h, --help      this text
+#
+# The runs: a small word model (Brown, vocabulary 2000, embedding 64, one LSTM of 64,
+# full softmax, 32 x 20 tokens a step) so that 8 nodes fit on 2 cores, as --set
+# overrides of conf/brown-4nodes-<mode>.yaml; bmuf and gossip-bmuf sync every 16 steps
+# (embeddings every 128, by their rows), gossip with q = k; sync.timeout_ms 1000 (one
+# machine). A node that comes back starts from a live node's state a round or two
+# ahead of the others, so the batches of its share from its death to that step are
+# never trained: they are subtracted from the tokens (the step a node had reached when
+# it was killed is the last step in its metrics.jsonl then). A run that takes more than
+# 3 x the fault-free run's wall + 120 s is killed and counted as a hang; one that ends
+# without the run's model.bin is counted too.
+#
+# Environment: SHOAL (default <repo>/build/shoal), SHOAL_DATA (default ../shared/data).
+# Figures only: it never fails on speed; it exits non-zero when a fault-free run fails,
+# and stops its runs and removes its temp files pass or fail.
+set -euo pipefail
+
+me=bench_churn.sh
+top=$(cd "$(dirname "$0")/.." && pwd)
+shoal=${SHOAL:-$top/build/shoal}
+data=${SHOAL_DATA:-$top/../shared/data}
+nodes_list="4 8"
+every="60 20"
+delay_ms=5000
+modes="gossip-bmuf bmuf allreduce"
+steps=3000
+trials=1
+sets=()
+out=""
+keep=0
+report=""
+
+die() {
+    echo "$me: $*" >&2
+    exit 1
+}
+
+while [ $# -gt 0 ]; do
+    case $1 in
+    --nodes | --every | --delay-ms | --modes | --steps | --trials | --set | --out | --report)
+        [ $# -ge 2 ] || die "$1 needs a value (see --help)"
+        case $1 in
+        --nodes) nodes_list=$2 ;;
+        --every) every=$2 ;;
+        --delay-ms) delay_ms=$2 ;;
+        --modes) modes=$2 ;;
+        --steps) steps=$2 ;;
+        --trials) trials=$2 ;;
+        --set) sets+=(--set "$2") ;;
+        --out) out=$2 ;;
+        --report) report=$2 ;;
+        esac
+        shift 2
+        ;;
+    --keep) keep=1; shift ;;
+    -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+for n in $nodes_list; do
+    [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] || die "--nodes: '$n' is not 2..64"
+done
+for t in $every; do [[ $t =~ ^[0-9]+$ ]] || die "--every: '$t' is not a whole number of seconds"; done
+for m in $modes; do
+    case $m in gossip-bmuf | bmuf | allreduce) ;;
+    *) die "--modes: '$m' is not gossip-bmuf, bmuf or allreduce" ;;
+    esac
+done
+[[ $delay_ms =~ ^[0-9]+$ ]] || die "--delay-ms must be a whole number, not '$delay_ms'"
+[[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, not '$steps'"
+[[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
+if [ -n "$report" ]; then
+    [ -r "$report/settings" ] && [ -r "$report/table" ] ||
+        die "$report: no settings and table of a run of $me here"
+    # shellcheck disable=SC1091 # written by this script
+    . "$report/settings"
+    out=$report
+fi
+[ -x "$shoal" ] || die "no $shoal: build shoal first or set SHOAL"
+[ -r "$data/brown/train.txt" ] || die "no $data/brown/train.txt (set SHOAL_DATA)"
+
+if [ -z "$out" ]; then
+    out=$(mktemp -d /tmp/shoal-bench-churn-XXXXXX)
+    [ $keep = 1 ] || tmp_out=$out
+fi
+mkdir -p "$out"
+child="" killer=""
+# pass or fail: the run in progress and its killer stopped, then the temp folder
+cleanup() {
+    [ -z "$killer" ] || kill "$killer" 2>/dev/null || true
+    if [ -n "$child" ]; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+    [ -z "${tmp_out:-}" ] || rm -rf "$tmp_out"
+}
+trap cleanup EXIT
+trap 'echo "$me: interrupted" >&2; exit 130' INT
+trap 'echo "$me: terminated" >&2; exit 143' TERM
+
+cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+batch=32 bptt=20
+
+common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cache"
+    --set data.train="$data/brown/train.txt" --set data.valid="$data/brown/valid.txt"
+    --set data.test="$data/brown/test.txt" --set data.vocab_size=2000
+    --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch="$batch"
+    --set train.bptt="$bptt" --set train.epochs=1000 --set train.max_steps="$steps"
+    --set train.eval_every_epoch=false --set run.log_every=10 --set run.checkpoint_every=200
+    --set sync.timeout_ms=1000 --set cluster.timeout_ms=5000
+    --set cluster.restart.max=1000 --set cluster.restart.delay_ms="$delay_ms")
+
+# mode_args MODE N: sets conf and args[] for one mode on N nodes.
+mode_args() {
+    local q=$(($2 >= 8 ? 2 : 1))
+    conf=$top/conf/brown-4nodes-$1.yaml
+    case $1 in
+    allreduce) args=() ;;
+    bmuf) args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique) ;;
+    gossip-bmuf)
+        args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique
+            --set topology.degree="$q" --set sync.neighbours="$q")
+        ;;
+    esac
+}
+
+# num KEY FILE: a number of a JSON object written one key a line (summary.json)
+num() {
+    grep -o "\"$1\": *[0-9.e+-]*" "$2" 2>/dev/null | head -1 | sed 's/.*: *//'
+}
+
+# last_step FILE: the last "step" in a metrics.jsonl (0 when none)
+last_step() {
+    { grep -o '"step": *[0-9]*' "$1" 2>/dev/null || echo '"step": 0'; } | tail -1 | sed 's/.*: *//'
+}
+
+# kill_every T N DIR KILLS: every T seconds SIGKILLs a random node of the shoal run
+# $child and writes "time rank step" to KILLS (step: the node's last reported step)
+kill_every() {
+    local t=$1 n=$2 dir=$3 kills=$4 r pid
+    while sleep "$t"; do
+        r=$((RANDOM % n))
+        pid=$(pgrep -P "$child" -x "shoal node $r" | head -1) || continue
+        [ -n "$pid" ] || continue
+        echo "$EPOCHREALTIME $r $(last_step "$dir/node-$r/metrics.jsonl")" >>"$kills"
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# run_one NAME N T LIMIT_S: one run (T 0: no faults), its stderr timestamped into
+# NAME.log; prints "rc wall_s" (rc 124: killed after LIMIT_S, a hang)
+run_one() {
+    local name=$1 n=$2 t=$3 limit=$4 start rc=0
+    : >"$out/$name.kills"
+    start=$EPOCHREALTIME
+    SHOAL_LOG=info "$shoal" run "$conf" "${common[@]}" "${args[@]}" "${sets[@]}" \
+        --set cluster.nodes="$n" --set run.dir="$out/$name" -n "$n" \
+        2> >(while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done >"$out/$name.log") \
+        >/dev/null &
+    child=$!
+    [ "$t" = 0 ] || { kill_every "$t" "$n" "$out/$name" "$out/$name.kills" & killer=$!; }
+    while kill -0 "$child" 2>/dev/null; do
+        if awk -v s="$start" -v now="$EPOCHREALTIME" -v l="$limit" 'BEGIN { exit !(now - s > l) }'; then
+            kill -KILL "$child" 2>/dev/null || true
+            pkill -KILL -f "shoal node" -P "$child" 2>/dev/null || true
+            rc=124
+            break
+        fi
+        sleep 1
+    done
+    [ -z "$killer" ] || { kill "$killer" 2>/dev/null || true; wait "$killer" 2>/dev/null || true; killer=""; }
+    if [ $rc = 0 ]; then wait "$child" || rc=$?; else wait "$child" 2>/dev/null || true; fi
+    child=""
+    awk -v s="$start" -v e="$EPOCHREALTIME" -v rc="$rc" 'BEGIN { printf "%d %.1f\n", rc, e - s }'
+}
+
+# measure NAME N RC WALL: "kills comebacks tokens ppl model back_median back_max" of a run
+measure() {
+    local name=$1 n=$2 rc=$3 wall=$4 dir=$out/$1 model=yes
+    [ -s "$dir/model.bin" ] || model=no
+    # comebacks from the log: "came back at step S" per rank, in order, against the kills
+    awk -v n="$n" -v steps="$steps" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" \
+        -v ppl="$(num valid_ppl "$dir/summary.json")" -v model="$model" '
+        BEGIN { while ((getline line < kills) > 0) { split(line, k, " ")
+                    nk++; kr[nk] = k[2]; ks[nk] = k[3] } }
+        / node [0-9]+: train: info: came back at step / {
+            r = $3; sub(":", "", r); s = $0; sub(/.*came back at step /, "", s); s += 0
+            for (i = 1; i <= nk; i++) if (kr[i] == r && !used[i]) { used[i] = 1; skipped += s - ks[i]; break }
+            nb++ }
+        / shoal run: node [0-9]+ restarted/ { r = $5; restarted[r] = $1 }
+        / sync: info: node [0-9]+ is back \(it answered/ {
+            r = $7; if (restarted[r] != "" && !(r in first)) { first[r] = 1
+                d = $1 - restarted[r]; back[++m] = d; delete restarted[r]; delete first[r] } }
+        END { total = n * steps - skipped
+              for (i = 2; i <= m; i++) { x = back[i]; for (j = i - 1; j >= 1 && back[j] > x; j--)
+                      back[j + 1] = back[j]; back[j + 1] = x }  # sorted, for the median
+              med = m ? back[int((m + 1) / 2)] : 0; mx = m ? back[m] : 0
+              printf "%d %d %d %s %s %.1f %.1f\n", nk, nb, total * tok, ppl == "" ? "nan" : ppl,
+                  model, med, mx }' "$out/$name.log"
+}
+
+run_all() {
+    "$shoal" keygen "$out/key" >/dev/null || die "shoal keygen failed"
+    echo "# cpu: $cpu"
+    echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+    : >"$out/table"
+    declare -p nodes_list every delay_ms modes steps trials sets cpu >"$out/settings"
+    for n in $nodes_list; do
+        for mode in $modes; do
+            mode_args "$mode" "$n"
+            # trial k: the fault-free run, then each faulty one, side by side
+            for ((k = 1; k <= trials; k++)); do
+                name=n$n-$mode-free-$k
+                echo "n=$n $mode: fault-free, trial $k ..." >&2
+                read -r rc wall <<<"$(run_one "$name" "$n" 0 100000)"
+                [ "$rc" = 0 ] || { tail -n 5 "$out/$name.log" >&2; die "the fault-free run $name failed"; }
+                echo "$n $mode 0 $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
+                limit=$(awk -v w="$wall" 'BEGIN { printf "%d", 3 * w + 120 }')
+                for t in $every; do
+                    [ "$t" != 0 ] || continue
+                    name=n$n-$mode-every$t-$k
+                    echo "n=$n $mode: a kill every $t s, trial $k ..." >&2
+                    read -r rc wall <<<"$(run_one "$name" "$n" "$t" "$limit")"
+                    echo "$n $mode $t $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
+                done
+            done
+        done
+    done
+    echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+[ -n "$report" ] || run_all
+
+echo
+echo "## churn ($cpu; $steps steps a node, restart after $delay_ms ms)"
+echo
+echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | valid ppl | ppl vs fault-free | model.bin |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2; rate[k] += $9 / $6; sppl[k] += $10; nb[k]++ }
+        next }
+    { key = $1 " " $2; base = rate[key] / nb[key]; bppl = sppl[key] / nb[key]
+      g = ($9 / $6) / base; hang = $5 == 124 ? " (hang)" : ""
+      printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %+.2f%% | %s |\n",
+          $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, $10,
+          100 * ($10 / bppl - 1), $11 }' "$out/table" "$out/table"
+echo
+awk '$3 != 0 { runs++; if ($5 == 124) hangs++; if ($11 != "yes") nomodel++ }
+    END { printf "# %d faulty runs: %d hangs, %d without the run'"'"'s model.bin\n", runs, hangs, nomodel }' "$out/table"
