@@ -159,13 +159,13 @@ sl_metrics_eval(sl_metrics_t *m, const char *split, long step, double loss)
 }
 
 sl_status_t
-sl_metrics_membership(sl_metrics_t *m, long step, int rank, int members, uint32_t epoch,
+sl_metrics_membership(sl_metrics_t *m, long step, int rank, int members, uint32_t epoch, int joined,
                       const char *why)
 {
     fprintf(m->fp,
             "{\"event\":\"membership\",\"step\":%ld,\"rank\":%d,\"members\":%d,"
-            "\"epoch\":%" PRIu32 ",\"why\":",
-            step, rank, members, epoch);
+            "\"epoch\":%" PRIu32 ",\"change\":\"%s\",\"why\":",
+            step, rank, members, epoch, joined ? "joined" : "left");
     sl_json_string(m->fp, why);
     return end_line(m);
 }

@@ -34,10 +34,12 @@ sl_status_t sl_metrics_open(sl_metrics_t *m, const char *path, long keep_through
 sl_status_t sl_metrics_step(sl_metrics_t *m, const sl_metrics_step_t *r);
 /* {"event":"eval","split","step","loss","ppl","bpc"} */
 sl_status_t sl_metrics_eval(sl_metrics_t *m, const char *split, long step, double loss);
-/* {"event":"membership","step","rank","members","epoch","why"}: rank left the member set
- * of a collective algorithm at step (steps done), members are left. */
+/* {"event":"membership","step","rank","members","epoch","change","why"}: at step (steps
+ * done) rank left (change "left") or came back ("joined") as this node sees it: the
+ * member set of a collective algorithm, or the dead set of a gossip or local one (epoch
+ * 0); members nodes then. */
 sl_status_t sl_metrics_membership(sl_metrics_t *m, long step, int rank, int members, uint32_t epoch,
-                                  const char *why);
+                                  int joined, const char *why);
 void sl_metrics_close(sl_metrics_t *m);
 
 /* A JSON number (%.6g; null when not finite, which JSON cannot say). */

@@ -4,6 +4,9 @@
 #include "sync/sl_liveness.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
@@ -21,6 +24,12 @@ struct sl_liveness {
     uint32_t *hellos_at; /* (size) its hellos (sl_transport_comebacks) by then */
     int ndead;
     double step_end; /* sl_clock_now() when the last step's tally was made (end_step) */
+    /* (size) per rank, the change not taken yet: 'D' taken for dead, 'B' back, 0 none;
+     * and the live count then. Guarded: with overlap the worker makes them and the
+     * trainer takes them */
+    pthread_mutex_t lock;
+    unsigned char *change;
+    int *live_then;
 };
 
 sl_status_t
@@ -44,6 +53,9 @@ sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size, int tim
     SL_TRY_GOTO(SL_CALLOC(&lv->step_ok, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->dead_at, (size_t)size, "sync peers"), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&lv->hellos_at, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->change, (size_t)size, "sync peers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&lv->live_then, (size_t)size, "sync peers"), st, fail);
+    pthread_mutex_init(&lv->lock, NULL);
     /* a rank this node has no endpoint for (it came back and did not hear from it) is
      * dead until it is heard from */
     for (int r = 0; tr && r < size; r++)
@@ -72,6 +84,10 @@ sl_liveness_destroy(sl_liveness_t **lvp)
     sl_free(lv->step_ok);
     sl_free(lv->dead_at);
     sl_free(lv->hellos_at);
+    if (lv->change)
+        pthread_mutex_destroy(&lv->lock);
+    sl_free(lv->change);
+    sl_free(lv->live_then);
     sl_free(lv);
     *lvp = NULL;
 }
@@ -147,6 +163,43 @@ sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_t *pe
     }
 }
 
+/* Keeps rank r's change (what: 'D' or 'B') for sl_liveness_next_event. */
+static void
+note_change(sl_liveness_t *lv, int r, unsigned char what)
+{
+    pthread_mutex_lock(&lv->lock);
+    lv->change[r] = what;
+    lv->live_then[r] = lv->size - lv->ndead;
+    pthread_mutex_unlock(&lv->lock);
+}
+
+int
+sl_liveness_next_event(sl_liveness_t *lv, sl_members_event_t *ev)
+{
+    int found = 0;
+
+    pthread_mutex_lock(&lv->lock);
+    for (int r = 0; r < lv->size && !found; r++) {
+        if (!lv->change[r])
+            continue;
+        found = 1;
+        memset(ev, 0, sizeof *ev);
+        ev->rank = r;
+        ev->members = lv->live_then[r];
+        ev->joined = lv->change[r] == 'B';
+        if (ev->joined)
+            snprintf(ev->why, sizeof ev->why, "it answered a current round; averaged with again");
+        else
+            snprintf(ev->why, sizeof ev->why,
+                     "missed %d rounds in a row: taken for dead, left out from now on and from "
+                     "the final model",
+                     SL_SYNC_DEAD_ROUNDS);
+        lv->change[r] = 0;
+    }
+    pthread_mutex_unlock(&lv->lock);
+    return found;
+}
+
 /* Counted per step, not per component, so that a step with many components counts
  * once. Late is not dead: a peer that missed but was heard from during the step (its
  * frame of an earlier round came after the wait for it) is alive, and its count starts
@@ -162,10 +215,7 @@ sl_liveness_end_step(sl_liveness_t *lv)
             lv->dead[r] = 0;
             lv->ndead--;
             lv->missed[r] = lv->told[r] = 0;
-            sl_log_info("sync",
-                        "node %d is back (it answered a current round): averaged with "
-                        "again",
-                        r);
+            note_change(lv, r, 'B');
         }
         if (lv->step_ok[r] || (lv->step_miss[r] && heard > lv->step_end))
             lv->missed[r] = 0;
@@ -177,10 +227,7 @@ sl_liveness_end_step(sl_liveness_t *lv)
             lv->dead_at[r] = sl_clock_now();
             lv->hellos_at[r] = sl_transport_comebacks(lv->tr, (uint32_t)r);
             lv->ndead++;
-            sl_log_warn("sync",
-                        "node %d missed %d rounds in a row: taken for dead, left out from "
-                        "now on and from the final model",
-                        r, lv->missed[r]);
+            note_change(lv, r, 'D');
         }
     }
     lv->step_end = sl_clock_now();

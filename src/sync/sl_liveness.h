@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/sl_status.h"
+#include "sync/sl_members.h"
 #include "transport/sl_transport.h"
 
 typedef struct sl_liveness sl_liveness_t;
@@ -63,5 +64,11 @@ void sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_
  * not heard); otherwise its count starts again. SL_SYNC_DEAD_ROUNDS such steps in a row
  * make it dead (a warning). Needs the transport. */
 void sl_liveness_end_step(sl_liveness_t *lv);
+
+/* The next change of the dead set not taken yet (thread-safe: with overlap the worker
+ * makes them): a rank taken for dead (joined 0) or back (joined 1), the live count then
+ * (this node's view; epoch 0). 1 and *ev, or 0 when there is none. A rank that changed
+ * twice between two calls gives its last change. */
+int sl_liveness_next_event(sl_liveness_t *lv, sl_members_event_t *ev);
 
 #endif

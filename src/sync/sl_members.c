@@ -136,6 +136,7 @@ add_event(sl_members_t *m, uint32_t rank, const char *why)
     if (m->nevents < m->cap) { /* out of memory: the log line is all there is */
         sl_members_event_t *ev = &m->events[m->nevents++];
         ev->rank = (int)rank;
+        ev->joined = 0;
         ev->members = (int)m->group.n;
         ev->epoch = m->group.epoch;
         snprintf(ev->why, sizeof ev->why, "%s", why);

@@ -54,12 +54,15 @@
 
 typedef struct sl_members sl_members_t;
 
-/* One membership change: rank left, leaving members nodes, at epoch; why says what
- * failed (the collective, and that the rank did not answer the agreement). */
+/* One membership change: rank left (joined 0) or came back (joined 1), leaving members
+ * nodes, at epoch (0 in gossip and local runs, where each node keeps its own view:
+ * sl_liveness.h); why says what happened (the collective that failed, and that the rank
+ * did not answer the agreement; the rounds a neighbour missed). */
 typedef struct {
     int rank;
     int members;
     uint32_t epoch;
+    int joined;
     char why[200];
 } sl_members_event_t;
 

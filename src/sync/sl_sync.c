@@ -444,7 +444,9 @@ sl_sync_is_dead(const sl_sync_t *s, int r)
 int
 sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
 {
-    return s->members && sl_members_next_event(s->members, ev);
+    if (s->members)
+        return sl_members_next_event(s->members, ev);
+    return s->live && sl_liveness_next_event(s->live, ev);
 }
 
 /* What the checkpoint state is made of (sl_sync_state.h): the BMUF arrays of the

@@ -169,7 +169,7 @@ kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
     test_wait_file(metrics, 6000, pid[v], HANG_S);
     kill(pid[v], SIGKILL);
     waitpid(pid[v], NULL, 0);
-    snprintf(dead, sizeof dead, "node %d missed 3 rounds in a row", v);
+    snprintf(dead, sizeof dead, "node %d left the run (missed 3 rounds in a row", v);
     for (int r = 0; r < 3; r++)
         if (r != v)
             wait_log(run, r, dead, pid[r]);
