@@ -4,7 +4,9 @@
  * admitted by rank 0's rendezvous, takes a live node's parameters (the digests the donor and it log
  * are equal) and sync state, starts a round or two ahead of the others, is counted alive again by
  * both others, none of which waits for it between its hello and its first answer, and the run's
- * final model is the average of all three nodes. */
+ * final model is the average of all three nodes. And the same into a bmuf and an allreduce run,
+ * where the members drop node 2 and then admit it again at a block or step boundary
+ * (src/sync/sl_members.h "Admission"). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -24,7 +26,7 @@ enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures
 
 /* <tmp>/<run>.yaml: 3 nodes, a small model that trains for some 10 s, 1 s sync waits. */
 static void
-write_conf(char *path, size_t size, const char *run, const char *algorithm)
+write_conf(char *path, size_t size, const char *run, const char *algorithm, int timeout_ms)
 {
     char yaml[2048];
 
@@ -36,10 +38,11 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm)
              "model: {embedding: 32, layers: [{lstm: 64}]}\n"
              "train: {batch: 8, bptt: 10, epochs: 80, eval_every_epoch: false,\n"
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
-             "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: 5000,\n"
+             "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: %d,\n"
              "          key_file: %s/%s.key}\n"
              "sync: {algorithm: %s, period: 8, timeout_ms: 1000}\n",
-             run, tmp_root, run, data_dir, data_dir, tmp_root, tmp_root, run, algorithm);
+             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, tmp_root, run,
+             algorithm);
     test_write_file(path, yaml, strlen(yaml));
 }
 
@@ -141,11 +144,12 @@ wait_log(const char *run, int rank, const char *what, pid_t pid)
 }
 
 /* Starts three nodes of run, waits until node v has done some steps, kills it, waits
- * until the others took it for dead and starts it again; the pids in pid. */
+ * until the others logged dead (what they say when they take it for dead) and starts it
+ * again; the pids in pid. */
 static void
-kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
+kill_and_restart(const char *run, const char *conf, int v, const char *dead, pid_t pid[3])
 {
-    char master[64], metrics[1100], tag[64], dead[64];
+    char master[64], metrics[1100], tag[64];
 
     snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
     for (int r = 0; r < 3; r++) {
@@ -156,12 +160,27 @@ kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
     test_wait_file(metrics, 6000, pid[v], HANG_S);
     kill(pid[v], SIGKILL);
     waitpid(pid[v], NULL, 0);
-    snprintf(dead, sizeof dead, "node %d missed 3 rounds in a row", v);
     for (int r = 0; r < 3; r++)
         if (r != v)
             wait_log(run, r, dead, pid[r]);
     snprintf(tag, sizeof tag, "%s-%db", run, v);
     pid[v] = start_node(tag, conf, v, master);
+}
+
+/* Waits for every node of run (node v's new process logs into <run>-<v>b), failing with
+ * the log of one that does not exit 0. */
+static void
+wait_all(const char *run, int v, pid_t pid[3])
+{
+    char tag[64];
+
+    for (int r = 0; r < 3; r++) {
+        int rc = wait_node(pid[r]);
+        if (rc != 0) {
+            snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
+            ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
+        }
+    }
 }
 
 /* Node victims[i] killed and started again: rank 2, and rank 0 (the rendezvous' own,
@@ -179,15 +198,10 @@ START_TEST(test_node_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "gossip%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf");
-    kill_and_restart(run, conf, v, pid);
-    for (int r = 0; r < 3; r++) {
-        int rc = wait_node(pid[r]);
-        if (rc != 0) {
-            snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
-            ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
-        }
-    }
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000);
+    snprintf(what[0], sizeof what[0], "node %d missed 3 rounds in a row", v);
+    kill_and_restart(run, conf, v, what[0], pid);
+    wait_all(run, v, pid);
     snprintf(what[0], sizeof what[0], "rank %d is back, a new process", v);
     snprintf(what[1], sizeof what[1], "node %d is back (it answered", v);
     snprintf(what[2], sizeof what[2], "node %d did not answer", v);
@@ -224,6 +238,79 @@ START_TEST(test_node_comes_back)
 }
 END_TEST
 
+/* The last line of text that holds both what and also into buf ("" when none). */
+static void
+last_line(const char *text, const char *what, const char *also, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (const char *p = text; *p;) {
+        int len = (int)strcspn(p, "\n");
+        char line[512];
+
+        snprintf(line, sizeof line, "%.*s", len, p);
+        if (strstr(line, what) && strstr(line, also))
+            snprintf(buf, size, "%s", line + strcspn(line, ":") + 1); /* past "shoal node R" */
+        p += len + (p[len] != '\0');
+    }
+}
+
+/* The collective algorithms node 2 is admitted back into, with their block of steps
+ * (allreduce: any step). */
+static const struct {
+    const char *algorithm;
+    long block;
+} admits[] = {{"bmuf", 8}, {"allreduce", 1}};
+
+/* Node 2 killed, dropped by the others' agreement, started again: admitted by rank 0
+ * (the coordinator) at a block boundary, every member logs it joined, it gets rank 0's
+ * state of that step, and the final model averages all three. The nodes' models are
+ * equal after the final sync: with allreduce, node 2 took the optimizer state too. */
+START_TEST(test_node_admitted)
+{
+    char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3], *sum;
+    unsigned long long sent, got;
+    long at = -1;
+    const char *p;
+    pid_t pid[3];
+
+    test_become_subreaper();
+    snprintf(run, sizeof run, "%s2", admits[_i].algorithm);
+    make_key(run);
+    write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000);
+    kill_and_restart(run, conf, 2, "node 2 left the run", pid);
+    wait_all(run, 2, pid);
+    for (int r = 0; r < 3; r++) {
+        snprintf(tag, sizeof tag, r == 2 ? "%s-%db" : "%s-%d", run, r);
+        log[r] = node_log(tag);
+    }
+    p = strstr(log[0], "node 2 asks to come back: admitted at step ");
+    ck_assert_msg(p != NULL, "%s", log[0]);
+    ck_assert_int_eq(sscanf(p, "node 2 asks to come back: admitted at step %ld", &at), 1);
+    ck_assert_int_eq(at % admits[_i].block, 0);
+    snprintf(path, sizeof path, "step %ld: node 2 joined the run: 3 nodes", at);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(strstr(log[r], path), "node %d:\n%s", r, log[r]);
+    snprintf(path, sizeof path, "node 0 admits this node at step %ld", at);
+    ck_assert_msg(strstr(log[2], path), "%s", log[2]);
+    snprintf(path, sizeof path, "sent node 2 the state of step %ld", at);
+    sent = digest_after(log[0], path);
+    got = digest_after(log[2], "came back at step");
+    ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
+    for (int r = 0; r < 3; r++) {
+        last_line(log[r], ": valid ppl", " tokens)", line[r], sizeof line[r]);
+        ck_assert_msg(line[r][0] && strcmp(line[r], line[0]) == 0, "node %d: '%s', node 0: '%s'", r,
+                      line[r], line[0]);
+    }
+    ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
+    ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
+    free(sum);
+    for (int r = 0; r < 3; r++)
+        free(log[r]);
+}
+END_TEST
+
 static Suite *
 rejoin_suite(void)
 {
@@ -232,6 +319,10 @@ rejoin_suite(void)
 
     tcase_set_timeout(tc, HANG_S * 2 + 60);
     tcase_add_loop_test(tc, test_node_comes_back, 0, sizeof victims / sizeof victims[0]);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("admit");
+    tcase_set_timeout(tc, HANG_S * 2 + 60);
+    tcase_add_loop_test(tc, test_node_admitted, 0, sizeof admits / sizeof admits[0]);
     suite_add_tcase(s, tc);
     return s;
 }
