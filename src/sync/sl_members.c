@@ -539,7 +539,7 @@ send_notice(sl_members_t *m, uint32_t peer, uint32_t rank, long at)
 
 /* The coordinator: the requests of non-members that came, each answered with its step:
  * the first multiple of block at least two blocks and SL_MEMBERS_ADMIT_LEAD steps ahead,
- * never past end; 0 when this is already the end. */
+ * never past end; 0 when end is nearer than that. */
 static sl_status_t
 take_requests(sl_members_t *m, long step, long block, long end)
 {
@@ -555,11 +555,10 @@ take_requests(sl_members_t *m, long step, long block, long end)
         if (sl_transport_recv_any(m->tr, &key, 1, 0, &f, NULL) != SL_OK)
             continue; /* none came (a fatal code shows again in the next exchange) */
         sl_transport_frame_release(&f);
-        at = (step + lead + block - 1) / block * block;
-        if (at > end)
-            at = end;
-        if (at <= step)
-            at = 0;
+        at = m->admit_at[r] > step ? m->admit_at[r] /* asked again: the same answer */
+                                   : (step + lead + block - 1) / block * block;
+        if (at > end) /* the end, when the members still hear of it in time */
+            at = end - step >= SL_MEMBERS_ADMIT_LEAD ? end : 0;
         if (at > 0) {
             m->admit_at[r] = at;
             for (uint32_t k = 0; k < m->group.n; k++)
@@ -615,12 +614,14 @@ sl_status_t
 sl_members_poll(sl_members_t *m, long step, long block, long end, const uint32_t **give, int *ngive)
 {
     uint32_t nnew = 0;
+    int coordinator = m->ranks[0] == m->rank; /* before the set grows: a newcomer may be
+                                                 lower-ranked */
 
     *give = m->gone;
     *ngive = 0;
     if (m->size == 1)
         return SL_OK;
-    if (m->ranks[0] == m->rank)
+    if (coordinator)
         SL_TRY(take_requests(m, step, block, end));
     else
         take_notices(m, step);
@@ -647,10 +648,10 @@ sl_members_poll(sl_members_t *m, long step, long block, long end, const uint32_t
     for (uint32_t i = 0; i < nnew; i++) {
         sl_log_info("sync", "step %ld: node %u joined the run: %u nodes (epoch %" PRIu32 ")", step,
                     (unsigned)m->gone[i], (unsigned)m->group.n, m->group.epoch);
-        if (m->ranks[0] == m->rank)
+        if (coordinator)
             SL_TRY(send_set(m, m->gone[i]));
     }
-    *ngive = m->ranks[0] == m->rank ? (int)nnew : 0;
+    *ngive = coordinator ? (int)nnew : 0;
     return SL_OK;
 }
 

@@ -121,8 +121,8 @@ sl_status_t sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *
 
 /* Between steps, with the transport this thread's, never waiting: the coordinator takes
  * the requests to come back and answers them (admission at the first multiple of block
- * at least two blocks and SL_MEMBERS_ADMIT_LEAD steps past step, at most end), the other
- * members take the coordinator's notices; then the admissions due at step (steps done,
+ * at least two blocks and SL_MEMBERS_ADMIT_LEAD steps past step, at most end; refused
+ * when end is nearer), the other members take the coordinator's notices; then the admissions due at step (steps done,
  * after its sync) grow the set. On the coordinator *give (borrowed, valid until the next
  * call) lists the *ngive ranks admitted now, to be handed its state; they have their set
  * already. SL_OK, or the transport's fatal codes. */

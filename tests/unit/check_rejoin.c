@@ -4,9 +4,9 @@
  * admitted by rank 0's rendezvous, takes a live node's parameters (the digests the donor and it log
  * are equal) and sync state, starts a round or two ahead of the others, is counted alive again by
  * both others, none of which waits for it between its hello and its first answer, and the run's
- * final model is the average of all three nodes. And the same into a bmuf and an allreduce run,
- * where the members drop node 2 and then admit it again at a block or step boundary
- * (src/sync/sl_members.h "Admission"). */
+ * final model is the average of all three nodes. And the same into bmuf, allreduce and ma runs
+ * (node 2, node 2, node 0), where the members drop the node and then admit it again at a block
+ * or step boundary (src/sync/sl_members.h "Admission"). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -254,19 +254,23 @@ last_line(const char *text, const char *what, const char *also, char *buf, size_
     }
 }
 
-/* The collective algorithms node 2 is admitted back into, with their block of steps
- * (allreduce: any step). */
+/* The collective algorithms a node is admitted back into, with their block of steps
+ * (allreduce: any step), and the node killed: node 2, or node 0, the coordinator then
+ * being node 1. */
 static const struct {
     const char *algorithm;
     long block;
-} admits[] = {{"bmuf", 8}, {"allreduce", 1}};
+    int victim;
+} admits[] = {{"bmuf", 8, 2}, {"allreduce", 1, 2}, {"ma", 8, 0}};
 
-/* Node 2 killed, dropped by the others' agreement, started again: admitted by rank 0
- * (the coordinator) at a block boundary, every member logs it joined, it gets rank 0's
- * state of that step, and the final model averages all three. The nodes' models are
- * equal after the final sync: with allreduce, node 2 took the optimizer state too. */
+/* A node killed, dropped by the others' agreement, started again: admitted by the
+ * coordinator (the lowest live rank) at a block boundary, every member logs it joined,
+ * it gets the coordinator's state of that step, and the final model averages all three.
+ * The nodes' models are equal after the final sync: with allreduce, the node took the
+ * optimizer state too. */
 START_TEST(test_node_admitted)
 {
+    int v = admits[_i].victim, c = v == 0 ? 1 : 0;
     char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3], *sum;
     unsigned long long sent, got;
     long at = -1;
@@ -274,27 +278,29 @@ START_TEST(test_node_admitted)
     pid_t pid[3];
 
     test_become_subreaper();
-    snprintf(run, sizeof run, "%s2", admits[_i].algorithm);
+    snprintf(run, sizeof run, "%s%d", admits[_i].algorithm, v);
     make_key(run);
     write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000);
-    kill_and_restart(run, conf, 2, "node 2 left the run", pid);
-    wait_all(run, 2, pid);
+    snprintf(path, sizeof path, "node %d left the run", v);
+    kill_and_restart(run, conf, v, path, pid);
+    wait_all(run, v, pid);
     for (int r = 0; r < 3; r++) {
-        snprintf(tag, sizeof tag, r == 2 ? "%s-%db" : "%s-%d", run, r);
+        snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
         log[r] = node_log(tag);
     }
-    p = strstr(log[0], "node 2 asks to come back: admitted at step ");
-    ck_assert_msg(p != NULL, "%s", log[0]);
-    ck_assert_int_eq(sscanf(p, "node 2 asks to come back: admitted at step %ld", &at), 1);
+    snprintf(path, sizeof path, "node %d asks to come back: admitted at step ", v);
+    p = strstr(log[c], path);
+    ck_assert_msg(p != NULL, "%s", log[c]);
+    ck_assert_int_eq(sscanf(p + strlen(path), "%ld", &at), 1);
     ck_assert_int_eq(at % admits[_i].block, 0);
-    snprintf(path, sizeof path, "step %ld: node 2 joined the run: 3 nodes", at);
-    for (int r = 0; r < 2; r++)
-        ck_assert_msg(strstr(log[r], path), "node %d:\n%s", r, log[r]);
-    snprintf(path, sizeof path, "node 0 admits this node at step %ld", at);
-    ck_assert_msg(strstr(log[2], path), "%s", log[2]);
-    snprintf(path, sizeof path, "sent node 2 the state of step %ld", at);
-    sent = digest_after(log[0], path);
-    got = digest_after(log[2], "came back at step");
+    snprintf(path, sizeof path, "step %ld: node %d joined the run: 3 nodes", at, v);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(r == v || strstr(log[r], path), "node %d:\n%s", r, log[r]);
+    snprintf(path, sizeof path, "node %d admits this node at step %ld", c, at);
+    ck_assert_msg(strstr(log[v], path), "%s", log[v]);
+    snprintf(path, sizeof path, "sent node %d the state of step %ld", v, at);
+    sent = digest_after(log[c], path);
+    got = digest_after(log[v], "came back at step");
     ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
     for (int r = 0; r < 3; r++) {
         last_line(log[r], ": valid ppl", " tokens)", line[r], sizeof line[r]);
