@@ -241,8 +241,8 @@ sl_report_membership(sl_report_t *r, sl_sync_t *sync, long step)
     while (sl_sync_next_membership(sync, &ev)) {
         sl_progress_break(&r->progress);
         if (ev.joined)
-            sl_log_info("train", "step %ld: node %d is back (%s): %d nodes", step, ev.rank, ev.why,
-                        ev.members);
+            sl_log_info("train", "step %ld: node %d joined the run (%s): %d nodes", step, ev.rank,
+                        ev.why, ev.members);
         else
             sl_log_warn("train", "step %ld: node %d left the run (%s): %d nodes go on", step,
                         ev.rank, ev.why, ev.members);

@@ -343,15 +343,30 @@ poll_hook(const trainer_t *t, char *msg, size_t size)
     return st;
 }
 
-/* Answers the state requests of nodes that come back, with the transport free. */
+/* Answers the state requests of nodes that come back, with the transport free; with
+ * allreduce, ma and bmuf, their admission (sl_sync_admissions), and the coordinator's
+ * state to each admitted now (with allreduce its optimizer state too: the same on every
+ * member). */
 static sl_status_t
 serve_comebacks(trainer_t *t)
 {
     const float *params = sl_lm_params(t->lm);
+    const uint32_t *give;
+    int ngive, allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
 
     if (!t->opts->transport || sl_sync_algorithm(t->sync) == SL_SYNC_NONE ||
         !sl_sync_transport_free(t->sync))
         return SL_OK;
+    if (sl_sync_admits(t->sync)) {
+        SL_TRY(sl_sync_admissions(t->sync, t->cur.step, t->total_steps, &give, &ngive));
+        for (int i = 0; i < ngive; i++) {
+            if (t->stage)
+                SL_TRY(sl_staging_pull(t->stage, params, &params));
+            SL_TRY(sl_rejoin_push(t->opts->transport, (int)give[i], t->cur.step, params,
+                                  sl_lm_nparams(t->lm), t->sync, allreduce ? t->opt : NULL));
+        }
+        return SL_OK;
+    }
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     return sl_rejoin_serve(&t->rejoin_srv, t->opts->transport, t->cur.step, params,

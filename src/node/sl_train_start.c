@@ -78,9 +78,31 @@ rejoin_step(const trainer_t *t, long step)
     return at < t->total_steps ? at : t->total_steps;
 }
 
+/* allreduce, ma, bmuf: the live state of a node that comes back, at its admission
+ * (sl_members.h "Admission"): asks for it, then waits for the coordinator's state (with
+ * allreduce its optimizer's) and member set after the sync of the admission step (up to
+ * cluster.rendezvous_timeout_ms: the members train two blocks meanwhile). */
+static sl_status_t
+admitted_state(trainer_t *t, float *params, long *step, int *donor)
+{
+    int wait_ms = t->cfg->cluster.rendezvous_timeout_ms;
+    long at;
+
+    SL_TRY(sl_sync_join(t->sync, wait_ms, &at, donor));
+    sl_log_info("train", "node %d admits this node at step %ld: waiting for it", *donor, at);
+    SL_TRY(sl_rejoin_take(t->opts->transport, *donor, wait_ms, sl_lm_nparams(t->lm), t->sync,
+                          sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE ? t->opt : NULL, params,
+                          step));
+    if (*step != at)
+        return sl_err_set(SL_ERR_FORMAT, "rejoin: node %d sent the state of step %ld, not %ld",
+                          *donor, *step, at);
+    return sl_sync_enter(t->sync, *donor, sl_transport_timeout_ms(t->opts->transport));
+}
+
 /* A node that comes back (sl_train_opts_t.rejoin): its own newest sound checkpoint
- * for the optimizer and loss scale, then the live step, parameters and sync state; the
- * hidden state starts again at zero. */
+ * for the optimizer and loss scale, then the live step, parameters and sync state (with
+ * allreduce, ma and bmuf at its admission into the members; allreduce takes the live
+ * optimizer state too); the hidden state starts again at zero. */
 static sl_status_t
 come_back(trainer_t *t, const sl_train_result_t *res)
 {
@@ -89,7 +111,8 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     float *params = NULL;
     long step, from;
     uint64_t digest;
-    int donor;
+    sl_sync_algorithm_t algo = sl_sync_algorithm(t->sync);
+    int donor, admit = algo == SL_SYNC_ALLREDUCE || algo == SL_SYNC_MA || algo == SL_SYNC_BMUF;
     sl_status_t st;
 
     memset(&offer, 0, sizeof offer);
@@ -101,7 +124,10 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     if (t->ls.enabled && t->cur.loss_scale > 0.0f)
         t->ls.scale = t->cur.loss_scale;
     SL_TRY(SL_ALLOC(&params, n, "parameters"));
-    st = sl_rejoin_fetch(t->opts->transport, n, t->sync, params, &step, &donor);
+    if (admit)
+        st = admitted_state(t, params, &step, &donor);
+    else
+        st = sl_rejoin_fetch(t->opts->transport, n, t->sync, params, &step, &donor);
     if (st == SL_OK)
         st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
     digest = sl_rejoin_digest(params, n);
@@ -110,13 +136,16 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm))); /* the donor's overlapped updates */
     sl_lm_state_reset(t->st);
     from = step;
-    step = rejoin_step(t, step);
+    if (!admit)
+        step = rejoin_step(t, step);
     cursor_at(t, step);
     sl_log_info("train",
                 "came back at step %ld of %ld with node %d's model (parameters %016" PRIx64
                 ") and sync state of step %ld%s",
                 step, t->total_steps, donor, digest, from,
-                offer.steps.count > 0 ? " and this node's optimizer state" : "");
+                algo == SL_SYNC_ALLREDUCE ? " and optimizer state"
+                : offer.steps.count > 0   ? " and this node's optimizer state"
+                                          : "");
     return SL_OK;
 }
 
@@ -135,13 +164,6 @@ sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
         switch (sl_sync_algorithm(t->sync)) {
         case SL_SYNC_NONE: /* the nodes train alone: its own checkpoint is all it needs */
             break;
-        case SL_SYNC_ALLREDUCE:
-        case SL_SYNC_MA:
-        case SL_SYNC_BMUF:
-            return sl_err_set(SL_ERR_UNSUPPORTED,
-                              "rejoin: a node cannot come back to a %s run under way; only "
-                              "to gossip-* and local-* runs",
-                              sl_sync_algorithm_name(sl_sync_algorithm(t->sync)));
         default:
             return come_back(t, res);
         }

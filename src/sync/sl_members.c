@@ -20,8 +20,8 @@ struct sl_members {
     uint32_t *ranks;         /* (size) the members, increasing: the first group.n */
     sl_group_t group;        /* over ranks */
     unsigned char *in, *got; /* (size) scratch of an agreement: still in; answered */
-    unsigned char *view;     /* ((size + 1) * 4) a proposal or ready word: u32 done, then
-                                u32 ranks, little-endian */
+    unsigned char *view;     /* ((size + 2) * 4) a proposal or ready word: u32 done, then
+                                u32 ranks, little-endian; or the set a newcomer enters */
     sl_wire_key_t *keys;     /* (size) the proposals waited for */
     uint32_t *gone;          /* (size) the ranks an agreement dropped */
     uint32_t done;           /* collectives completed (sl_members_run) */
@@ -31,6 +31,8 @@ struct sl_members {
     int behind;              /* after an agreement: this node missed that end */
     float *last;             /* (last_cap) the last collective's result, for them */
     size_t last_count, last_cap;
+    long *admit_at;       /* (size) the step each rank is to be admitted at, -1 none */
+    int joined;           /* this node came back and was admitted (sl_members_join) */
     pthread_mutex_t lock; /* guards the events: read by the trainer's thread */
     sl_members_event_t *events;
     size_t nevents, taken, cap;
@@ -55,12 +57,15 @@ sl_members_new(sl_members_t **out, sl_transport_t *tr, int rank, int size, int t
     SL_TRY_GOTO(SL_ALLOC(&m->ranks, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->in, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->got, (size_t)size, "member set"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&m->view, 4 * ((size_t)size + 1), "member set"), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&m->view, 4 * ((size_t)size + 2), "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->keys, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->gone, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->their, (size_t)size, "member set"), st, fail);
-    for (int r = 0; r < size; r++)
+    SL_TRY_GOTO(SL_ALLOC(&m->admit_at, (size_t)size, "member set"), st, fail);
+    for (int r = 0; r < size; r++) {
         m->ranks[r] = (uint32_t)r;
+        m->admit_at[r] = -1;
+    }
     m->group = (sl_group_t){m->ranks, (uint32_t)size, 0};
     *out = m;
     return SL_OK;
@@ -84,6 +89,7 @@ sl_members_destroy(sl_members_t **mp)
     sl_free(m->keys);
     sl_free(m->gone);
     sl_free(m->their);
+    sl_free(m->admit_at);
     sl_free(m->last);
     sl_free(m->events);
     sl_free(m);
@@ -117,9 +123,9 @@ sl_members_has(const sl_members_t *m, int r)
     return 0;
 }
 
-/* Records that rank left (the set is already the new one). */
+/* Records that rank left or joined (the set is already the new one). */
 static void
-add_event(sl_members_t *m, uint32_t rank, const char *why)
+add_event(sl_members_t *m, uint32_t rank, int joined, const char *why)
 {
     pthread_mutex_lock(&m->lock);
     if (m->nevents == m->cap) {
@@ -136,7 +142,7 @@ add_event(sl_members_t *m, uint32_t rank, const char *why)
     if (m->nevents < m->cap) { /* out of memory: the log line is all there is */
         sl_members_event_t *ev = &m->events[m->nevents++];
         ev->rank = (int)rank;
-        ev->joined = 0;
+        ev->joined = joined;
         ev->members = (int)m->group.n;
         ev->epoch = m->group.epoch;
         snprintf(ev->why, sizeof ev->why, "%s", why);
@@ -346,7 +352,7 @@ agree_round(sl_members_t *m, const char *what, int *split)
                      what, 2 * m->timeout_ms);
         sl_log_debug("sync", "epoch %" PRIu64 ": rank %u dropped (%s), %u members", round,
                      (unsigned)r, why, (unsigned)n);
-        add_event(m, r, why);
+        add_event(m, r, 0, why);
     }
     if (nleft == 0)
         sl_log_info("sync",
@@ -478,6 +484,11 @@ sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t 
                                  what, calm);
         sl_log_debug("sync", "%s: %s", what, sl_err_msg());
         SL_TRY(sl_members_agree(m, what));
+        if (m->joined && m->group.n == 1)
+            return sl_err_set(SL_ERR_TIMEOUT,
+                              "this node came back and was admitted, but no member answers it "
+                              "any more (they dropped it again at epoch %" PRIu32 ")",
+                              m->group.epoch);
         calm = m->group.n == before ? calm + 1 : 0;
         if (m->behind) {
             st = take_result(m, out, cap, count, nodes);
@@ -489,4 +500,235 @@ sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t 
         st = fn(ctx, &m->group, count);
         *nodes = (int)m->group.n;
     }
+}
+
+/* Admission of a rank that comes back (sl_members.h): the frames, all SL_WIRE_DATA of
+ * round 0, seq 0. */
+enum {
+    ADMIT_REQUEST = SL_MEMBERS_COMPONENT + 3, /* newcomer -> coordinator, no payload */
+    ADMIT_NOTICE = SL_MEMBERS_COMPONENT + 4,  /* coordinator -> all: u32 rank, u64 step */
+    ADMIT_SET = SL_MEMBERS_COMPONENT + 5      /* coordinator -> newcomer, at the step: u32
+                                                 done, u32 epoch, u32 ranks */
+};
+#define NOTICE_BYTES 12
+
+static sl_wire_key_t
+admit_key(uint32_t component, uint32_t peer)
+{
+    return (sl_wire_key_t){0, component, 0, peer, SL_WIRE_DATA};
+}
+
+/* The coordinator's notice that rank is admitted at step at (0: it comes too late) to
+ * peer. A member it cannot reach in time misses it (sl_members.h: then the agreement). */
+static sl_status_t
+send_notice(sl_members_t *m, uint32_t peer, uint32_t rank, long at)
+{
+    unsigned char buf[NOTICE_BYTES];
+    sl_wire_key_t key = admit_key(ADMIT_NOTICE, peer);
+    sl_status_t st;
+
+    sl_put_u32(buf, rank);
+    sl_put_u64(buf + 4, (uint64_t)at);
+    st = sl_transport_send(m->tr, &key, buf, NOTICE_BYTES, SL_WIRE_BYTES, 1.0f, 0, m->timeout_ms);
+    if (st == SL_ERR_TIMEOUT) {
+        sl_log_warn("sync", "the admission of node %u could not be told to node %u: %s",
+                    (unsigned)rank, (unsigned)peer, sl_err_msg());
+        return SL_OK;
+    }
+    return st;
+}
+
+/* The coordinator: the requests of non-members that came, each answered with its step:
+ * the first multiple of block at least two blocks and SL_MEMBERS_ADMIT_LEAD steps ahead,
+ * never past end; 0 when end is nearer than that. */
+static sl_status_t
+take_requests(sl_members_t *m, long step, long block, long end)
+{
+    long lead = 2 * block > SL_MEMBERS_ADMIT_LEAD ? 2 * block : SL_MEMBERS_ADMIT_LEAD;
+
+    for (uint32_t r = 0; r < m->size; r++) {
+        sl_wire_key_t key = admit_key(ADMIT_REQUEST, r);
+        sl_transport_frame_t *f;
+        long at;
+
+        if (sl_members_has(m, (int)r) || !sl_transport_knows(m->tr, r))
+            continue;
+        if (sl_transport_recv_any(m->tr, &key, 1, 0, &f, NULL) != SL_OK)
+            continue; /* none came (a fatal code shows again in the next exchange) */
+        sl_transport_frame_release(&f);
+        at = m->admit_at[r] > step ? m->admit_at[r] /* asked again: the same answer */
+                                   : (step + lead + block - 1) / block * block;
+        if (at > end) /* the end, when the members still hear of it in time */
+            at = end - step >= SL_MEMBERS_ADMIT_LEAD ? end : 0;
+        if (at > 0) {
+            m->admit_at[r] = at;
+            for (uint32_t k = 0; k < m->group.n; k++)
+                if (m->ranks[k] != m->rank)
+                    SL_TRY(send_notice(m, m->ranks[k], r, at));
+        }
+        SL_TRY(send_notice(m, r, r, at));
+        sl_log_info("sync", "node %u asks to come back: %s%ld", (unsigned)r,
+                    at ? "admitted at step " : "too late, the run ends at step ", at ? at : end);
+    }
+    return SL_OK;
+}
+
+/* A member: the coordinator's notices that came. */
+static void
+take_notices(sl_members_t *m, long step)
+{
+    sl_wire_key_t key = admit_key(ADMIT_NOTICE, m->ranks[0]);
+    sl_transport_frame_t *f;
+
+    while (sl_transport_recv_any(m->tr, &key, 1, 0, &f, NULL) == SL_OK) {
+        uint32_t r = f->h.payload_bytes == NOTICE_BYTES ? sl_get_u32(f->payload) : m->size;
+        long at = r < m->size ? (long)sl_get_u64((const unsigned char *)f->payload + 4) : 0;
+
+        if (r >= m->size || sl_members_has(m, (int)r)) {
+            sl_transport_refuse(m->tr, &f, SL_DROP_BAD_SIZE, "admission notice");
+            continue;
+        }
+        sl_transport_frame_release(&f);
+        if (at <= step) /* the members that have it go on with the node: the agreement */
+            sl_log_warn("sync", "the admission of node %u at step %ld came at step %ld: too late",
+                        (unsigned)r, at, step);
+        else
+            m->admit_at[r] = at;
+    }
+}
+
+/* The coordinator hands newcomer r the set it enters (with the count of collectives). */
+static sl_status_t
+send_set(sl_members_t *m, uint32_t r)
+{
+    sl_wire_key_t key = admit_key(ADMIT_SET, r);
+
+    sl_put_u32(m->view, m->done);
+    sl_put_u32(m->view + 4, m->group.epoch);
+    for (uint32_t k = 0; k < m->group.n; k++)
+        sl_put_u32(m->view + 8 + 4 * k, m->ranks[k]);
+    return sl_transport_send(m->tr, &key, m->view, 4 * (m->group.n + 2), SL_WIRE_BYTES, 1.0f, 0,
+                             m->timeout_ms);
+}
+
+sl_status_t
+sl_members_poll(sl_members_t *m, long step, long block, long end, const uint32_t **give, int *ngive)
+{
+    uint32_t nnew = 0;
+    int coordinator = m->ranks[0] == m->rank; /* before the set grows: a newcomer may be
+                                                 lower-ranked */
+
+    *give = m->gone;
+    *ngive = 0;
+    if (m->size == 1)
+        return SL_OK;
+    if (coordinator)
+        SL_TRY(take_requests(m, step, block, end));
+    else
+        take_notices(m, step);
+    for (uint32_t r = 0; r < m->size; r++) {
+        if (m->admit_at[r] != step)
+            continue;
+        m->admit_at[r] = -1;
+        if (!sl_members_has(m, (int)r))
+            m->gone[nnew++] = r;
+    }
+    if (nnew == 0)
+        return SL_OK;
+    for (uint32_t i = 0; i < nnew; i++) {
+        uint32_t k = m->group.n++;
+        while (k > 0 && m->ranks[k - 1] > m->gone[i]) {
+            m->ranks[k] = m->ranks[k - 1];
+            k--;
+        }
+        m->ranks[k] = m->gone[i];
+    }
+    /* the epoch stays: the frames' tag changes with the set (sl_group_tag), and a member
+     * that missed the notice must still meet the others in the agreement (round: the
+     * epoch + 1) */
+    for (uint32_t i = 0; i < nnew; i++) {
+        char why[64];
+
+        snprintf(why, sizeof why, "admitted at step %ld, epoch %" PRIu32, step, m->group.epoch);
+        add_event(m, m->gone[i], 1, why); /* the trainer's line and record */
+        if (coordinator)
+            SL_TRY(send_set(m, m->gone[i]));
+    }
+    *ngive = coordinator ? (int)nnew : 0;
+    return SL_OK;
+}
+
+sl_status_t
+sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
+{
+    char asked[256] = "";
+    size_t used = 0;
+
+    for (uint32_t r = 0; r < m->size; r++) {
+        sl_wire_key_t req = admit_key(ADMIT_REQUEST, r), key = admit_key(ADMIT_NOTICE, r);
+        unsigned char buf[NOTICE_BYTES];
+        size_t got;
+        sl_status_t st;
+
+        if (r == m->rank || !sl_transport_knows(m->tr, r))
+            continue;
+        if (used < sizeof asked)
+            used += (size_t)snprintf(asked + used, sizeof asked - used, "%s%u", used ? ", " : "",
+                                     (unsigned)r);
+        SL_TRY(sl_transport_send(m->tr, &req, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1));
+        st = sl_transport_recv(m->tr, &key, buf, sizeof buf, &got, wait_ms);
+        if (st == SL_ERR_TIMEOUT) {
+            sl_log_info("sync", "node %u did not answer the request to come back: asking the next",
+                        (unsigned)r);
+            continue;
+        }
+        SL_TRY(st);
+        if (got != NOTICE_BYTES || sl_get_u32(buf) != m->rank)
+            return sl_err_set(SL_ERR_FORMAT, "rejoin: node %u sent an admission of %zu bytes",
+                              (unsigned)r, got);
+        *at = (long)sl_get_u64(buf + 4);
+        *coordinator = (int)r;
+        if (*at == 0)
+            return sl_err_set(SL_ERR_UNSUPPORTED,
+                              "rejoin: node %u says the run is at its end: too late to come back",
+                              (unsigned)r);
+        return SL_OK;
+    }
+    return sl_err_set(SL_ERR_TIMEOUT,
+                      "rejoin: no member answered the request to come back within %d ms each: "
+                      "asked %s",
+                      wait_ms, asked);
+}
+
+sl_status_t
+sl_members_enter(sl_members_t *m, int coordinator, int wait_ms)
+{
+    sl_wire_key_t key = admit_key(ADMIT_SET, (uint32_t)coordinator);
+    sl_transport_frame_t *f;
+    const unsigned char *p;
+    uint32_t n;
+    int self = 0;
+
+    SL_TRY(sl_transport_recv_any(m->tr, &key, 1, wait_ms, &f, NULL));
+    p = f->payload;
+    n = f->h.payload_bytes >= 8 ? (uint32_t)(f->h.payload_bytes / 4 - 2) : 0;
+    for (uint32_t k = 0; k < n && f->h.payload_bytes % 4 == 0 && n <= m->size; k++) {
+        uint32_t r = sl_get_u32(p + 8 + 4 * k);
+        if (r >= m->size || (k > 0 && r <= m->ranks[k - 1]))
+            break;
+        m->ranks[k] = r;
+        self += r == m->rank;
+        if (k + 1 == n && self) {
+            m->done = sl_get_u32(p);
+            m->group.n = n;
+            m->group.epoch = sl_get_u32(p + 4);
+            m->joined = 1;
+            sl_transport_frame_release(&f);
+            return SL_OK;
+        }
+    }
+    sl_transport_frame_release(&f);
+    return sl_err_set(SL_ERR_FORMAT,
+                      "rejoin: node %d sent a member set that does not hold this node",
+                      coordinator);
 }

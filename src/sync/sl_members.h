@@ -29,9 +29,27 @@
  * + 1, round the new epoch), and every member holds the same results.
  *
  * Limits: a node that was only slow and was dropped does not learn it; it goes on with
- * the members that still answer it, or alone. Nothing joins here: a rank that comes back
- * (rejoin) is to be admitted by a call beside sl_members_agree that grows the set at a
- * block boundary and opens a new epoch the same way; not by this agreement.
+ * the members that still answer it, or alone. Nothing joins by this agreement.
+ *
+ * Admission of a rank that comes back (a new process for a dropped rank; src/node/
+ * sl_rejoin.h), at a block boundary (allreduce: a step boundary): the newcomer asks the
+ * coordinator, the lowest-ranked member (sl_members_join: each rank in turn, lowest
+ * first), with one frame (component SL_MEMBERS_COMPONENT + 3). The coordinator, between
+ * steps (sl_members_poll), picks the admission step K: the first multiple of the block
+ * (the steps after which every component has synced; allreduce: 1) at least two blocks
+ * and SL_MEMBERS_ADMIT_LEAD steps ahead, so that the others hear of it in time, never
+ * past the run's end; it tells every member and the newcomer (+ 4: rank, K). Every
+ * member keeps the admissions it was told of and, between steps at K, after the sync of
+ * K (allreduce: after step K), grows its set by the rank (logged: "node R joined the
+ * run"). The epoch stays: the set is in the frames' tag already, and a member whose
+ * epoch had moved on alone could not meet the others in an agreement (its round is the
+ * epoch + 1). The coordinator then hands the newcomer that set with its epoch and count
+ * of collectives (+ 5; sl_members_enter), and its state (after the sync of K, the same
+ * on every member): the newcomer takes part from the first collective after K on. A
+ * member that missed the notice runs that collective over its old set: the sets differ
+ * in the frames' tag, it times out, and the agreement decides; should it drop the
+ * newcomer (a member's view lacks it), the newcomer's next collective fails with one
+ * line ("no member answers it any more") instead of going on alone.
  *
  * Membership changes are kept as events (sl_members_event_t) for the trainer's log line
  * and metrics record; reading them is thread-safe (with overlapped sync the changes
@@ -48,6 +66,9 @@
 
 /* The SL_WIRE_DATA component of the agreement's proposals. */
 #define SL_MEMBERS_COMPONENT 0xfffffff0u
+/* The fewest steps between an admission's notice and its step: the members, a step apart
+ * at most, hear of it in time. */
+#define SL_MEMBERS_ADMIT_LEAD 4
 /* Agreements in a row that drop nobody after which a collective's timeout is an error:
  * every member answers, but the collective still does not go through. */
 #define SL_MEMBERS_CALM_TRIES 3
@@ -100,6 +121,24 @@ sl_status_t sl_members_agree(sl_members_t *m, const char *what);
 typedef sl_status_t (*sl_members_fn)(void *ctx, const sl_group_t *group, size_t *count);
 sl_status_t sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t *count,
                            int *nodes, const char *what);
+
+/* Between steps, with the transport this thread's, never waiting: the coordinator takes
+ * the requests to come back and answers them (admission at the first multiple of block
+ * at least two blocks and SL_MEMBERS_ADMIT_LEAD steps past step, at most end; refused
+ * when end is nearer), the other members take the coordinator's notices; then the admissions due at step (steps done,
+ * after its sync) grow the set. On the coordinator *give (borrowed, valid until the next
+ * call) lists the *ngive ranks admitted now, to be handed its state; they have their set
+ * already. SL_OK, or the transport's fatal codes. */
+sl_status_t sl_members_poll(sl_members_t *m, long step, long block, long end,
+                            const uint32_t **give, int *ngive);
+/* The newcomer: asks the members for admission in rank order (those the transport knows),
+ * waiting up to wait_ms for each answer: *at the step it is admitted at, *coordinator who
+ * admitted it (and sends the state). SL_ERR_TIMEOUT when nobody answered,
+ * SL_ERR_UNSUPPORTED when the run is at its end, SL_ERR_FORMAT for a bad answer. */
+sl_status_t sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator);
+/* The newcomer at its admission step: the set the coordinator sends (up to wait_ms)
+ * becomes this node's. SL_ERR_TIMEOUT, SL_ERR_FORMAT (a set without this node). */
+sl_status_t sl_members_enter(sl_members_t *m, int coordinator, int wait_ms);
 
 /* The membership change after the last one taken (thread-safe): 1 and *ev, or 0 when
  * there is none. */

@@ -449,6 +449,59 @@ sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
     return s->live && sl_liveness_next_event(s->live, ev);
 }
 
+/* The steps after which every component has synced: the lcm of the periods (allreduce:
+ * every step). */
+static long
+block_steps(const sl_sync_t *s)
+{
+    long block = 1;
+
+    if (s->env.algo == SL_SYNC_ALLREDUCE)
+        return 1;
+    for (int c = 0; c < s->env.ncomps; c++) {
+        long a = block, b = s->period[c];
+        while (b) {
+            long t = a % b;
+            a = b;
+            b = t;
+        }
+        block = block / a * s->period[c];
+    }
+    return block;
+}
+
+int
+sl_sync_admits(const sl_sync_t *s)
+{
+    return s->members && !s->ov;
+}
+
+sl_status_t
+sl_sync_admissions(sl_sync_t *s, long steps_done, long end, const uint32_t **give, int *ngive)
+{
+    *give = NULL;
+    *ngive = 0;
+    if (!sl_sync_admits(s))
+        return SL_OK;
+    return sl_members_poll(s->members, steps_done, block_steps(s), end, give, ngive);
+}
+
+sl_status_t
+sl_sync_join(sl_sync_t *s, int wait_ms, long *at, int *coordinator)
+{
+    if (!sl_sync_admits(s))
+        return sl_err_set(SL_ERR_UNSUPPORTED, "rejoin: a node cannot come back to a %s run%s",
+                          sl_sync_algorithm_name(s->env.algo),
+                          s->ov ? " with sync.overlap_steps" : "");
+    return sl_members_join(s->members, wait_ms, at, coordinator);
+}
+
+sl_status_t
+sl_sync_enter(sl_sync_t *s, int coordinator, int wait_ms)
+{
+    return sl_members_enter(s->members, coordinator, wait_ms);
+}
+
 /* What the checkpoint state is made of (sl_sync_state.h): the BMUF arrays of the
  * average, and the touched-row sets the model-averaging algorithms keep between syncs
  * (allreduce empties them within the step). */

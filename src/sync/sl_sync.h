@@ -214,6 +214,21 @@ double sl_sync_time_s(const sl_sync_t *s);
  * whether rank r is one of them. */
 int sl_sync_ndead(const sl_sync_t *s);
 int sl_sync_is_dead(const sl_sync_t *s, int r);
+/* allreduce, ma and bmuf without overlap: whether a node that comes back can be admitted
+ * (the member set grows at a step or block boundary: sl_members.h "Admission"). */
+int sl_sync_admits(const sl_sync_t *s);
+/* Between steps, with the transport free, on every node (nothing without admission):
+ * the requests and notices of admission, and the admissions due after steps_done (its
+ * sync done) with the run ending at end; *give the *ngive ranks this node (the
+ * coordinator) is to hand its state to now (borrowed: sl_members_poll). */
+sl_status_t sl_sync_admissions(sl_sync_t *s, long steps_done, long end, const uint32_t **give,
+                               int *ngive);
+/* A node that comes back: its admission (sl_members_join); SL_ERR_UNSUPPORTED for an
+ * algorithm or setting without it. Then, at *at, the member set from the coordinator
+ * (sl_members_enter). */
+sl_status_t sl_sync_join(sl_sync_t *s, int wait_ms, long *at, int *coordinator);
+sl_status_t sl_sync_enter(sl_sync_t *s, int coordinator, int wait_ms);
+
 /* allreduce, ma, bmuf: the next membership change not taken yet (a rank dropped, the
  * members left, why): 1 and *ev, or 0 (always 0 for the other algorithms). Thread-safe
  * against the overlap worker; a change shows once the exchange that made it is done. */

@@ -1,11 +1,12 @@
 /* The member set of the collective algorithms (src/sync/sl_members.h), nodes as threads
- * over loopback transports: the agreement drops a member that does not answer; a
- * second failure during the re-forming (a node that sent its proposal to one survivor
- * only, then stopped) leaves the survivors with different sets, whose collective times
- * out rather than mixing frames, and the next agreement brings them together; a
- * survivor that missed the end of a collective the other completed takes its result;
- * collectives over a group use only its members. Timeouts are short (the silent nodes
- * make every survivor wait them out); results are checked exactly. */
+ * over loopback transports: the agreement drops a member that does not answer; a second
+ * failure during the re-forming (a node that sent its proposal to one survivor only,
+ * then stopped) leaves the survivors with different sets, whose collective times out
+ * rather than mixing frames, and the next agreement brings them together; a survivor
+ * that missed the end of a collective the other completed takes its result; collectives
+ * over a group use only its members; a rank dropped and started again is admitted at a
+ * block boundary and takes part from the next collective. Timeouts are short (the silent
+ * nodes make every survivor wait them out); results are checked exactly. */
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -396,6 +397,175 @@ START_TEST(test_group_collective)
 }
 END_TEST
 
+/* Admission: nodes 0 and 1 drop the silent node 2, then step on with a mean per step
+ * (round = step), polling for admissions between steps (blocks of ADMIT_BLOCK steps);
+ * node 2 then asks to come back, enters at the step it is given and takes part in the
+ * means after it. Every node stops ADMIT_AFTER steps past its admission step. */
+enum { ADMIT_BLOCK = 4, ADMIT_AFTER = 3, ADMIT_END = 100000 };
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int dropped; /* nodes 0 and 1 that have dropped node 2 */
+    int deaf;    /* node 1 misses the admission */
+    long at[MAXN];
+} admit_t;
+
+static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}};
+
+
+/* Means at rounds from + 1 to ADMIT_AFTER past the admission (polling between them
+ * until it comes, when at is -1). */
+static sl_status_t
+admit_steps(net_t *net, int k, sl_members_t *m, long from, long *at)
+{
+    mean_t j = {net, k, 0};
+    const uint32_t *give;
+    int ngive;
+
+    for (long step = from + 1; *at < 0 || step <= *at + ADMIT_AFTER; step++) {
+        size_t count = COUNT;
+
+        if (step == ADMIT_END)
+            return sl_err_set(SL_ERR_TIMEOUT, "node 2 was never admitted");
+        j.round = (uint64_t)step;
+        SL_TRY(sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "a mean"));
+        SL_TRY(sl_members_poll(m, step, ADMIT_BLOCK, ADMIT_END, &give, &ngive));
+        if (*at < 0 && sl_members_count(m) == 3) {
+            pthread_mutex_lock(&adm.lock);
+            *at = step;
+            pthread_mutex_unlock(&adm.lock);
+        }
+        if (ngive != (k == 0 && *at == step))
+            return sl_err_set(SL_ERR_INVALID, "node %d has %d ranks to give the state at step %ld",
+                              k, ngive, step);
+    }
+    return SL_OK;
+}
+
+/* Node 1 of the missed-notice case: never polls, so it never hears of the admission;
+ * it stops ADMIT_AFTER steps after the one node 0 admitted node 2 at. */
+static sl_status_t
+deaf_steps(net_t *net, int k, sl_members_t *m)
+{
+    mean_t j = {net, k, 0};
+
+    for (long step = 1;; step++) {
+        size_t count = COUNT;
+        long at;
+
+        pthread_mutex_lock(&adm.lock);
+        at = adm.at[0];
+        pthread_mutex_unlock(&adm.lock);
+        if (at >= 0 && step > at + ADMIT_AFTER)
+            return SL_OK;
+        if (step == ADMIT_END)
+            return sl_err_set(SL_ERR_TIMEOUT, "node 2 was never admitted");
+        j.round = (uint64_t)step;
+        SL_TRY(sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "a mean"));
+    }
+}
+
+static void
+member_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+
+    adm.at[k] = -1;
+    if (st == SL_OK)
+        st = sl_members_agree(m, "a test collective");
+    pthread_mutex_lock(&adm.lock);
+    adm.dropped++;
+    pthread_cond_broadcast(&adm.cond);
+    pthread_mutex_unlock(&adm.lock);
+    if (st == SL_OK && k == 1 && adm.deaf)
+        st = deaf_steps(net, k, m);
+    else if (st == SL_OK)
+        st = admit_steps(net, k, m, 0, &adm.at[k]);
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+static void
+newcomer_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    int coordinator = -1;
+
+    pthread_mutex_lock(&adm.lock);
+    while (adm.dropped < 2)
+        pthread_cond_wait(&adm.cond, &adm.lock);
+    pthread_mutex_unlock(&adm.lock);
+    if (st == SL_OK)
+        st = sl_members_join(m, 20 * WAIT_MS, &adm.at[k], &coordinator);
+    if (st == SL_OK && coordinator != 0)
+        st = sl_err_set(SL_ERR_INVALID, "admitted by node %d", coordinator);
+    if (st == SL_OK)
+        st = sl_members_enter(m, coordinator, 20 * WAIT_MS);
+    if (st == SL_OK)
+        st = admit_steps(net, k, m, adm.at[k], &adm.at[k]);
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+/* Nodes 0 and 1 agree on {0, 1} (epoch 1) without node 2; node 2 asks node 0 to come
+ * back and is admitted at a multiple of ADMIT_BLOCK: all three then hold {0, 1, 2} at
+ * epoch 1 and the last means are over the three. */
+START_TEST(test_admit_comeback)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[1] = member_node;
+    net.fn[2] = newcomer_node;
+    net_run(&net);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(adm.at[k], adm.at[0]);
+        ck_assert_int_eq(adm.at[k] % ADMIT_BLOCK, 0);
+        ck_assert_int_eq(net.count[k], 3);
+        ck_assert_int_eq(net.epoch[k], 1);
+        ck_assert_int_eq(net.nodes[k], 3);
+        for (int i = 0; i < COUNT; i++)
+            ck_assert_msg(net.out[k][i] ==
+                              (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i) +
+                               test_node_input(2, (size_t)i)) /
+                                  3.0f,
+                          "node %d, float %d: %g", k, i, (double)net.out[k][i]);
+    }
+}
+END_TEST
+
+/* As above, but node 1 misses the notice: it averages over {0, 1} after the admission
+ * step, nodes 0 and 2 over {0, 1, 2}; that times out, the agreement drops node 2 (node
+ * 1's view lacks it), nodes 0 and 1 go on together, and node 2, left alone, fails with
+ * one line instead of going on by itself. */
+START_TEST(test_admit_missed)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    adm.deaf = 1;
+    net.n = 3;
+    net.fn[0] = net.fn[1] = member_node;
+    net.fn[2] = newcomer_node;
+    net_run(&net);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 2);
+        ck_assert_int_eq(net.nodes[k], 2);
+        for (int i = 0; i < COUNT; i++)
+            ck_assert(net.out[k][i] ==
+                      (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i)) / 2.0f);
+    }
+    ck_assert_int_eq(net.st[2], SL_ERR_TIMEOUT);
+    ck_assert_msg(strstr(net.err[2], "no member answers it any more"), "%s", net.err[2]);
+}
+END_TEST
+
 static Suite *
 members_suite(void)
 {
@@ -407,6 +577,8 @@ members_suite(void)
     tcase_add_test(limits, test_second_failure_while_reforming);
     tcase_add_test(limits, test_behind_takes_result);
     tcase_add_test(limits, test_lent_frames_to_the_dead);
+    tcase_add_test(limits, test_admit_comeback);
+    tcase_add_test(limits, test_admit_missed);
     tcase_set_timeout(core, 60);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);

@@ -4,7 +4,9 @@
  * admitted by rank 0's rendezvous, takes a live node's parameters (the digests the donor and it log
  * are equal) and sync state, starts a round or two ahead of the others, is counted alive again by
  * both others, none of which waits for it between its hello and its first answer, and the run's
- * final model is the average of all three nodes. */
+ * final model is the average of all three nodes. And the same into bmuf, allreduce and ma runs
+ * (node 2, node 2, node 0), where the members drop the node and then admit it again at a block
+ * or step boundary (src/sync/sl_members.h "Admission"). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -24,7 +26,7 @@ enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures
 
 /* <tmp>/<run>.yaml: 3 nodes, a small model that trains for some 10 s, 1 s sync waits. */
 static void
-write_conf(char *path, size_t size, const char *run, const char *algorithm)
+write_conf(char *path, size_t size, const char *run, const char *algorithm, int timeout_ms)
 {
     char yaml[2048];
 
@@ -36,10 +38,11 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm)
              "model: {embedding: 32, layers: [{lstm: 64}]}\n"
              "train: {batch: 8, bptt: 10, epochs: 80, eval_every_epoch: false,\n"
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
-             "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: 5000,\n"
+             "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: %d,\n"
              "          key_file: %s/%s.key}\n"
              "sync: {algorithm: %s, period: 8, timeout_ms: 1000}\n",
-             run, tmp_root, run, data_dir, data_dir, tmp_root, tmp_root, run, algorithm);
+             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, tmp_root, run,
+             algorithm);
     test_write_file(path, yaml, strlen(yaml));
 }
 
@@ -154,11 +157,12 @@ wait_log(const char *run, int rank, const char *what, pid_t pid)
 }
 
 /* Starts three nodes of run, waits until node v has done some steps, kills it, waits
- * until the others took it for dead and starts it again; the pids in pid. */
+ * until the others logged dead (what they say when they take it for dead) and starts it
+ * again; the pids in pid. */
 static void
-kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
+kill_and_restart(const char *run, const char *conf, int v, const char *dead, pid_t pid[3])
 {
-    char master[64], metrics[1100], tag[64], dead[64];
+    char master[64], metrics[1100], tag[64];
 
     snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
     for (int r = 0; r < 3; r++) {
@@ -169,12 +173,27 @@ kill_and_restart(const char *run, const char *conf, int v, pid_t pid[3])
     test_wait_file(metrics, 6000, pid[v], HANG_S);
     kill(pid[v], SIGKILL);
     waitpid(pid[v], NULL, 0);
-    snprintf(dead, sizeof dead, "node %d left the run (missed 3 rounds in a row", v);
     for (int r = 0; r < 3; r++)
         if (r != v)
             wait_log(run, r, dead, pid[r]);
     snprintf(tag, sizeof tag, "%s-%db", run, v);
     pid[v] = start_node(tag, conf, v, master);
+}
+
+/* Waits for every node of run (node v's new process logs into <run>-<v>b), failing with
+ * the log of one that does not exit 0. */
+static void
+wait_all(const char *run, int v, pid_t pid[3])
+{
+    char tag[64];
+
+    for (int r = 0; r < 3; r++) {
+        int rc = wait_node(pid[r]);
+        if (rc != 0) {
+            snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
+            ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
+        }
+    }
 }
 
 /* Node victims[i] killed and started again: rank 2, and rank 0 (the rendezvous' own,
@@ -192,17 +211,12 @@ START_TEST(test_node_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "gossip%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf");
-    kill_and_restart(run, conf, v, pid);
-    for (int r = 0; r < 3; r++) {
-        int rc = wait_node(pid[r]);
-        if (rc != 0) {
-            snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
-            ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
-        }
-    }
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000);
+    snprintf(what[0], sizeof what[0], "node %d left the run (missed 3 rounds in a row", v);
+    kill_and_restart(run, conf, v, what[0], pid);
+    wait_all(run, v, pid);
     snprintf(what[0], sizeof what[0], "rank %d is back, a new process", v);
-    snprintf(what[1], sizeof what[1], "node %d is back (it answered", v);
+    snprintf(what[1], sizeof what[1], "node %d joined the run (it answered", v);
     snprintf(what[2], sizeof what[2], "node %d did not answer", v);
     for (int r = 0; r < 3; r++) {
         const char *hello, *heard, *waited;
@@ -237,6 +251,85 @@ START_TEST(test_node_comes_back)
 }
 END_TEST
 
+/* The last line of text that holds both what and also into buf ("" when none). */
+static void
+last_line(const char *text, const char *what, const char *also, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (const char *p = text; *p;) {
+        int len = (int)strcspn(p, "\n");
+        char line[512];
+
+        snprintf(line, sizeof line, "%.*s", len, p);
+        if (strstr(line, what) && strstr(line, also))
+            snprintf(buf, size, "%s", line + strcspn(line, ":") + 1); /* past "shoal node R" */
+        p += len + (p[len] != '\0');
+    }
+}
+
+/* The collective algorithms a node is admitted back into, with their block of steps
+ * (allreduce: any step), and the node killed: node 2, or node 0, the coordinator then
+ * being node 1. */
+static const struct {
+    const char *algorithm;
+    long block;
+    int victim;
+} admits[] = {{"bmuf", 8, 2}, {"allreduce", 1, 2}, {"ma", 8, 0}};
+
+/* A node killed, dropped by the others' agreement, started again: admitted by the
+ * coordinator (the lowest live rank) at a block boundary, every member logs it joined,
+ * it gets the coordinator's state of that step, and the final model averages all three.
+ * The nodes' models are equal after the final sync: with allreduce, the node took the
+ * optimizer state too. */
+START_TEST(test_node_admitted)
+{
+    int v = admits[_i].victim, c = v == 0 ? 1 : 0;
+    char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3], *sum;
+    unsigned long long sent, got;
+    long at = -1;
+    const char *p;
+    pid_t pid[3];
+
+    test_become_subreaper();
+    snprintf(run, sizeof run, "%s%d", admits[_i].algorithm, v);
+    make_key(run);
+    write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000);
+    snprintf(path, sizeof path, "node %d left the run", v);
+    kill_and_restart(run, conf, v, path, pid);
+    wait_all(run, v, pid);
+    for (int r = 0; r < 3; r++) {
+        snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
+        log[r] = node_log(tag);
+    }
+    snprintf(path, sizeof path, "node %d asks to come back: admitted at step ", v);
+    p = strstr(log[c], path);
+    ck_assert_msg(p != NULL, "%s", log[c]);
+    ck_assert_int_eq(sscanf(p + strlen(path), "%ld", &at), 1);
+    ck_assert_int_eq(at % admits[_i].block, 0);
+    snprintf(path, sizeof path, "node %d joined the run (admitted at step %ld, epoch ", v, at);
+    for (int r = 0; r < 3; r++)
+        ck_assert_msg(r == v || strstr(log[r], path), "node %d:\n%s", r, log[r]);
+    snprintf(path, sizeof path, "node %d admits this node at step %ld", c, at);
+    ck_assert_msg(strstr(log[v], path), "%s", log[v]);
+    snprintf(path, sizeof path, "sent node %d the state of step %ld", v, at);
+    sent = digest_after(log[c], path);
+    got = digest_after(log[v], "came back at step");
+    ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
+    for (int r = 0; r < 3; r++) {
+        last_line(log[r], ": valid ppl", " tokens)", line[r], sizeof line[r]);
+        ck_assert_msg(line[r][0] && strcmp(line[r], line[0]) == 0, "node %d: '%s', node 0: '%s'", r,
+                      line[r], line[0]);
+    }
+    ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
+    ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
+    free(sum);
+    for (int r = 0; r < 3; r++)
+        free(log[r]);
+}
+END_TEST
+
 /* shoal run with restarts: node victims[i] SIGKILLed, started again by shoal run (rank 0
  * at the master address the others have), comes back; the run ends well with the model
  * of all three nodes. */
@@ -250,7 +343,7 @@ START_TEST(test_run_restart_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "restart%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf");
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000);
     pid =
         start_shoal(run, (const char *[]){"run", conf, "--quiet", "--set", "cluster.restart.max=2",
                                           "--set", "cluster.restart.delay_ms=500", NULL});
@@ -280,6 +373,10 @@ rejoin_suite(void)
     tcase_set_timeout(tc, HANG_S * 2 + 60);
     tcase_add_loop_test(tc, test_node_comes_back, 0, sizeof victims / sizeof victims[0]);
     tcase_add_loop_test(tc, test_run_restart_comes_back, 0, sizeof victims / sizeof victims[0]);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("admit");
+    tcase_set_timeout(tc, HANG_S * 2 + 60);
+    tcase_add_loop_test(tc, test_node_admitted, 0, sizeof admits / sizeof admits[0]);
     suite_add_tcase(s, tc);
     return s;
 }
