@@ -4,10 +4,10 @@
 # SIGKILLed every T seconds, which `shoal run` restarts DELAY_MS later (cluster.restart)
 # and which comes back to the running job, for each T. Per run: the wall time, the
 # tokens trained (every node's steps, less the steps a node skipped when it came back),
-# goodput = tokens per second against the fault-free runs' (their mean; each trial runs
-# the fault-free run and then the faulty ones, side by side), the seconds from a node's
+# goodput = tokens per second against the fault-free run's of the same trial (each trial
+# runs the fault-free run and then the faulty ones, side by side), the seconds from a node's
 # restart to its first answered round (the others' "node R is back" line), the final
-# model's valid perplexity against the fault-free runs' mean, and hangs.
+# model's valid perplexity against the fault-free run's, and hangs.
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
 #                        [--modes "gossip-bmuf bmuf allreduce"] [--steps S] [--trials K]
@@ -263,9 +263,9 @@ echo "## churn ($cpu; $steps steps a node, restart after $delay_ms ms)"
 echo
 echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | valid ppl | ppl vs fault-free | model.bin |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2; rate[k] += $9 / $6; sppl[k] += $10; nb[k]++ }
+awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2 " " $4; rate[k] = $9 / $6; ppl[k] = $10 }
         next }
-    { key = $1 " " $2; base = rate[key] / nb[key]; bppl = sppl[key] / nb[key]
+    { key = $1 " " $2 " " $4; base = rate[key]; bppl = ppl[key]
       g = ($9 / $6) / base; hang = $5 == 124 ? " (hang)" : ""
       printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %+.2f%% | %s |\n",
           $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, $10,
