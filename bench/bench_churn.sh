@@ -6,7 +6,8 @@
 # tokens trained (every node's steps, less the steps a node skipped when it came back),
 # goodput = tokens per second against the fault-free run's of the same trial (each trial
 # runs the fault-free run and then the faulty ones, side by side), the seconds from a node's
-# restart to its first answered round (the others' "node R is back" line), the final
+# restart to its first answered round or its admission (the first of the others' "node
+# R joined the run" lines), the final
 # model's valid perplexity against the fault-free run's, and hangs.
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
@@ -216,8 +217,8 @@ measure() {
             for (i = 1; i <= nk; i++) if (kr[i] == r && !used[i]) { used[i] = 1; skipped += s - ks[i]; break }
             nb++ }
         / shoal run: node [0-9]+ restarted/ { r = $5; restarted[r] = $1 }
-        / sync: info: node [0-9]+ is back \(it answered/ {
-            r = $7; if (restarted[r] != "" && !(r in first)) { first[r] = 1
+        / train: info: step [0-9]+: node [0-9]+ joined the run / {
+            r = $9; if (restarted[r] != "" && !(r in first)) { first[r] = 1
                 d = $1 - restarted[r]; back[++m] = d; delete restarted[r]; delete first[r] } }
         END { total = n * steps - skipped
               for (i = 2; i <= m; i++) { x = back[i]; for (j = i - 1; j >= 1 && back[j] > x; j--)

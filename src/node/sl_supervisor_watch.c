@@ -275,7 +275,19 @@ kill_stragglers(sl_sup_t *l, double now)
     }
 }
 
-/* Starts the nodes whose restart is due; a run that stops restarts nobody. */
+/* Whether a node has finished the run (its final model gathered and written). */
+static int
+any_finished(const sl_sup_t *l)
+{
+    for (int i = 0; i < l->forked; i++)
+        if (l->c[i].ended && l->c[i].outcome == SL_NODE_DONE)
+            return 1;
+    return 0;
+}
+
+/* Starts the nodes whose restart is due; a run that stops restarts nobody, and nor does
+ * one whose nodes have begun to finish: a node started then would find nobody to come
+ * back to, and the final model is gathered without it. */
 static void
 restart_due(sl_sup_t *l, double now)
 {
@@ -289,6 +301,18 @@ restart_due(sl_sup_t *l, double now)
         c->restart_at = 0;
         if (l->stopping || l->culprit >= 0)
             continue;
+        if (l->tolerant && any_finished(l)) {
+            if (l->lost < 0) {
+                l->lost = i;
+                snprintf(l->lost_msg, sizeof l->lost_msg,
+                         "node %d died and was not started again: the others had finished", i);
+            }
+            membership(l, i, "not restarted",
+                       "not restarted: the others have finished; %s "
+                       "goes on without it",
+                       sl_sync_algorithm_name(l->cfg->sync.algorithm));
+            continue;
+        }
         c->restarts++;
         if ((st = sl_sup_fork_node(l, i)) != SL_OK) {
             sl_sup_fail(l, i, st, "%s", sl_err_msg());

@@ -38,32 +38,44 @@ sl_transport_abort_reason(const sl_transport_t *t)
     return t->aborted ? t->abort_msg : NULL;
 }
 
-sl_status_t
-sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
+/* Sends (kind, payload of len bytes) to every node with a known endpoint, waiting at
+ * most timeout_ms in all; SL_ERR_TIMEOUT naming how many could not be told (what: the
+ * caller's name, for the message). */
+static sl_status_t
+tell_known(sl_transport_t *t, unsigned kind, const void *payload, size_t len, int timeout_ms,
+           const char *what)
 {
-    size_t len = strlen(reason);
-    uint32_t n = t->o.size, untold = 0;
-    sl_wire_key_t key = {0, 0, 0, 0, SL_WIRE_ABORT};
+    uint32_t untold = 0;
+    sl_wire_key_t key = {0, 0, 0, 0, (uint8_t)kind};
     double deadline = sl_clock_now() + timeout_ms / 1000.0;
 
-    if (len > SL_WIRE_MAX_ABORT)
-        len = SL_WIRE_MAX_ABORT;
-    for (uint32_t p = 0; p < n; p++) {
+    for (uint32_t p = 0; p < t->o.size; p++) {
+        double left = deadline - sl_clock_now();
+        sl_status_t st;
+
         if (p == t->o.rank || !sl_link_zmq_known(t->links[SL_TRANSPORT_BASE].ctx, p))
             continue;
-        double left = deadline - sl_clock_now();
         key.peer = p;
-        sl_status_t st = sl_transport_send(t, &key, reason, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
-                                           left > 0 ? (int)(left * 1000.0) : 0);
+        st = sl_transport_send(t, &key, payload, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
+                               left > 0 ? (int)(left * 1000.0) : 0);
         if (st == SL_ERR_TIMEOUT)
             untold++;
         else if (st != SL_OK)
             return st;
     }
     if (untold)
-        return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_abort: rank %u: %u peers not told",
+        return sl_err_set(SL_ERR_TIMEOUT, "%s: rank %u: %u peers not told", what,
                           (unsigned)t->o.rank, (unsigned)untold);
     return SL_OK;
+}
+
+sl_status_t
+sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
+{
+    size_t len = strlen(reason);
+
+    return tell_known(t, SL_WIRE_ABORT, reason, len < SL_WIRE_MAX_ABORT ? len : SL_WIRE_MAX_ABORT,
+                      timeout_ms, "sl_transport_abort");
 }
 
 /* An endpoint as sl_transport_new binds them: tcp:// or ipc://, printable, no more than
@@ -108,9 +120,6 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
 {
     const char *ep = sl_transport_endpoint(t);
     size_t len = strlen(ep);
-    uint32_t untold = 0;
-    sl_wire_key_t key = {0, 0, 0, 0, SL_WIRE_HELLO};
-    double deadline = sl_clock_now() + timeout_ms / 1000.0;
 
     if (t->o.frame_mac)
         return sl_err_set(SL_ERR_UNSUPPORTED,
@@ -120,24 +129,7 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
                           (unsigned)t->o.rank);
     if (len >= SL_WIRE_MAX_HELLO)
         return sl_err_set(SL_ERR_INVALID, "sl_transport_announce: endpoint %s too long", ep);
-    for (uint32_t p = 0; p < t->o.size; p++) {
-        double left = deadline - sl_clock_now();
-        sl_status_t st;
-
-        if (p == t->o.rank || !sl_link_zmq_known(t->links[SL_TRANSPORT_BASE].ctx, p))
-            continue;
-        key.peer = p;
-        st = sl_transport_send(t, &key, ep, (uint32_t)len, SL_WIRE_BYTES, 1.0f, 0,
-                               left > 0 ? (int)(left * 1000.0) : 0);
-        if (st == SL_ERR_TIMEOUT)
-            untold++;
-        else if (st != SL_OK)
-            return st;
-    }
-    if (untold)
-        return sl_err_set(SL_ERR_TIMEOUT, "sl_transport_announce: rank %u: %u peers not told",
-                          (unsigned)t->o.rank, (unsigned)untold);
-    return SL_OK;
+    return tell_known(t, SL_WIRE_HELLO, ep, len, timeout_ms, "sl_transport_announce");
 }
 
 void

@@ -196,6 +196,22 @@ wait_all(const char *run, int v, pid_t pid[3])
     }
 }
 
+/* The run's model averages all three nodes (node 0 said so, and summary.json); frees the
+ * nodes' logs. */
+static void
+assert_three_models(const char *run, char *log[3])
+{
+    char path[1100], *sum;
+
+    ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
+    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
+    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
+    ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
+    free(sum);
+    for (int r = 0; r < 3; r++)
+        free(log[r]);
+}
+
 /* Node victims[i] killed and started again: rank 2, and rank 0 (the rendezvous' own,
  * which finds the others through their presence messages). */
 static const int victims[] = {2, 0};
@@ -203,7 +219,7 @@ static const int victims[] = {2, 0};
 START_TEST(test_node_comes_back)
 {
     int v = victims[_i];
-    char conf[1100], run[32], tag[64], path[1100], what[3][64], *log[3], *sum;
+    char conf[1100], run[32], tag[64], path[1100], what[3][64], *log[3];
     const char *donor = NULL;
     unsigned long long sent, got;
     pid_t pid[3];
@@ -241,13 +257,7 @@ START_TEST(test_node_comes_back)
     ck_assert_msg(donor != NULL, "no node sent node %d the state", v);
     sent = digest_after(donor, path);
     ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
-    ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
-    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
-    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
-    ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
-    free(sum);
-    for (int r = 0; r < 3; r++)
-        free(log[r]);
+    assert_three_models(run, log);
 }
 END_TEST
 
@@ -284,7 +294,7 @@ static const struct {
 START_TEST(test_node_admitted)
 {
     int v = admits[_i].victim, c = v == 0 ? 1 : 0;
-    char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3], *sum;
+    char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3];
     unsigned long long sent, got;
     long at = -1;
     const char *p;
@@ -320,13 +330,7 @@ START_TEST(test_node_admitted)
         ck_assert_msg(line[r][0] && strcmp(line[r], line[0]) == 0, "node %d: '%s', node 0: '%s'", r,
                       line[r], line[0]);
     }
-    ck_assert_msg(strstr(log[0], "final model (average of 3 nodes)"), "%s", log[0]);
-    snprintf(path, sizeof path, "%s/%s/summary.json", tmp_root, run);
-    ck_assert_ptr_nonnull(sum = test_read_file(path, NULL));
-    ck_assert_double_eq(test_json_num(sum, "models_averaged"), 3);
-    free(sum);
-    for (int r = 0; r < 3; r++)
-        free(log[r]);
+    assert_three_models(run, log);
 }
 END_TEST
 
