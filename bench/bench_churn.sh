@@ -12,6 +12,7 @@
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
 #                        [--modes "gossip-bmuf bmuf allreduce"] [--steps S] [--trials K]
+#                        [--signal KILL|STOP]
 #                        [--set KEY=VALUE]... [--out DIR] [--keep]
 #   bench/bench_churn.sh --report DIR
 #
@@ -23,6 +24,9 @@
 #   --steps S       steps per node (default 3000)
 #   --trials K      trials (default 1): each a fault-free run and a faulty run per T,
 #                   with other random victims
+#   --signal SIG    KILL (default) or STOP: a stopped node is killed by shoal run's
+#                   watchdog (cluster.watchdog_timeouts sync timeouts later), then
+#                   restarted like a dead one
 #   --set KEY=VALUE passed to every run
 #   --out DIR       run folders, logs, table (default a temp dir, removed unless --keep)
 #   --report DIR    no runs: the table again from DIR, the --out of an earlier run
@@ -54,6 +58,7 @@ delay_ms=5000
 modes="gossip-bmuf bmuf allreduce"
 steps=3000
 trials=1
+signal=KILL
 sets=()
 out=""
 keep=0
@@ -66,7 +71,7 @@ die() {
 
 while [ $# -gt 0 ]; do
     case $1 in
-    --nodes | --every | --delay-ms | --modes | --steps | --trials | --set | --out | --report)
+    --nodes | --every | --delay-ms | --modes | --steps | --trials | --signal | --set | --out | --report)
         [ $# -ge 2 ] || die "$1 needs a value (see --help)"
         case $1 in
         --nodes) nodes_list=$2 ;;
@@ -75,6 +80,7 @@ while [ $# -gt 0 ]; do
         --modes) modes=$2 ;;
         --steps) steps=$2 ;;
         --trials) trials=$2 ;;
+        --signal) signal=$2 ;;
         --set) sets+=(--set "$2") ;;
         --out) out=$2 ;;
         --report) report=$2 ;;
@@ -98,6 +104,7 @@ done
 [[ $delay_ms =~ ^[0-9]+$ ]] || die "--delay-ms must be a whole number, not '$delay_ms'"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, not '$steps'"
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
+case $signal in KILL | STOP) ;; *) die "--signal must be KILL or STOP, not '$signal'" ;; esac
 if [ -n "$report" ]; then
     [ -r "$report/settings" ] && [ -r "$report/table" ] ||
         die "$report: no settings and table of a run of $me here"
@@ -163,7 +170,7 @@ last_step() {
     { grep -o '"step": *[0-9]*' "$1" 2>/dev/null || echo '"step": 0'; } | tail -1 | sed 's/.*: *//'
 }
 
-# kill_every T N DIR KILLS: every T seconds SIGKILLs a random node of the shoal run
+# kill_every T N DIR KILLS: every T seconds sends SIG$signal to a random node of the shoal run
 # $child and writes "time rank step" to KILLS (step: the node's last reported step)
 kill_every() {
     local t=$1 n=$2 dir=$3 kills=$4 r pid
@@ -172,7 +179,7 @@ kill_every() {
         pid=$(pgrep -P "$child" -x "shoal node $r" | head -1) || continue
         [ -n "$pid" ] || continue
         echo "$EPOCHREALTIME $r $(last_step "$dir/node-$r/metrics.jsonl")" >>"$kills"
-        kill -KILL "$pid" 2>/dev/null || true
+        kill -"$signal" "$pid" 2>/dev/null || true
     done
 }
 
@@ -233,7 +240,7 @@ run_all() {
     echo "# cpu: $cpu"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     : >"$out/table"
-    declare -p nodes_list every delay_ms modes steps trials sets cpu >"$out/settings"
+    declare -p nodes_list every delay_ms modes steps trials signal sets cpu >"$out/settings"
     for n in $nodes_list; do
         for mode in $modes; do
             mode_args "$mode" "$n"
@@ -260,7 +267,7 @@ run_all() {
 [ -n "$report" ] || run_all
 
 echo
-echo "## churn ($cpu; $steps steps a node, restart after $delay_ms ms)"
+echo "## churn ($cpu; $steps steps a node, SIG$signal, restart after $delay_ms ms)"
 echo
 echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | valid ppl | ppl vs fault-free | model.bin |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
