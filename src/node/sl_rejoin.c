@@ -78,6 +78,15 @@ send_state(sl_transport_t *tr, uint32_t peer, long step, const float *params, si
     return st;
 }
 
+int
+sl_rejoin_requested(const sl_rejoin_server_t *srv, const sl_transport_t *tr)
+{
+    sl_transport_stat_t stat;
+
+    sl_transport_stat(tr, SL_WIRE_STATE_REQUEST, 0, &stat);
+    return stat.recv_msgs != srv->answered;
+}
+
 sl_status_t
 sl_rejoin_serve(sl_rejoin_server_t *srv, sl_transport_t *tr, long step, const float *params,
                 size_t nparams, const sl_sync_t *sync)
@@ -87,9 +96,9 @@ sl_rejoin_serve(sl_rejoin_server_t *srv, sl_transport_t *tr, long step, const fl
     sl_wire_key_t *keys;
     sl_status_t st = SL_OK;
 
-    sl_transport_stat(tr, SL_WIRE_STATE_REQUEST, 0, &stat);
-    if (stat.recv_msgs == srv->answered)
+    if (!sl_rejoin_requested(srv, tr))
         return SL_OK;
+    sl_transport_stat(tr, SL_WIRE_STATE_REQUEST, 0, &stat);
     srv->answered = stat.recv_msgs;
     SL_TRY(SL_ALLOC(&keys, n, "state requests"));
     for (uint32_t p = 0; p < n; p++)

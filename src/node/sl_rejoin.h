@@ -32,6 +32,10 @@ typedef struct {
     uint64_t answered; /* requests seen so far (the transport's count of them) */
 } sl_rejoin_server_t;
 
+/* Whether state requests came since the last sl_rejoin_serve: a counter's look, for the
+ * caller to fetch the parameters (a device's through the host mirror) only then. */
+int sl_rejoin_requested(const sl_rejoin_server_t *srv, const sl_transport_t *tr);
+
 /* Between steps, with the transport free (sl_sync_transport_free): answers every state
  * request that has come (never waiting for one), with step (the steps this node has
  * done), params (nparams, host memory) and sync's state. Costs nothing when none came.

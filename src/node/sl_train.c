@@ -367,6 +367,8 @@ serve_comebacks(trainer_t *t)
         }
         return SL_OK;
     }
+    if (!sl_rejoin_requested(&t->rejoin_srv, t->opts->transport))
+        return SL_OK; /* the common case: no copy of the parameters */
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     return sl_rejoin_serve(&t->rejoin_srv, t->opts->transport, t->cur.step, params,

@@ -44,6 +44,20 @@ choose_generation(trainer_t *t, const sl_train_result_t *res, long *step, char *
     return SL_OK;
 }
 
+/* fp16: the loss scale and its counters from the checkpoint loaded into t->cur; 0 when
+ * it holds none (or the run is not in fp16). */
+static int
+restore_loss_scale(trainer_t *t)
+{
+    if (!t->ls.enabled || t->cur.loss_scale <= 0.0f)
+        return 0;
+    t->ls.scale = t->cur.loss_scale;
+    t->ls.good = t->cur.loss_scale_good;
+    t->ls.overflows = t->cur.loss_scale_overflows;
+    t->ls.skipped = t->cur.loss_scale_skipped;
+    return 1;
+}
+
 /* The cursor of this node's data at step (a pure function of it). */
 static void
 cursor_at(trainer_t *t, long step)
@@ -121,8 +135,7 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     if (offer.steps.count > 0)
         SL_TRY(sl_checkpoint_load(offer.path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
                                   &t->cur));
-    if (t->ls.enabled && t->cur.loss_scale > 0.0f)
-        t->ls.scale = t->cur.loss_scale;
+    restore_loss_scale(t);
     SL_TRY(SL_ALLOC(&params, n, "parameters"));
     if (admit)
         st = admitted_state(t, params, &step, &donor);
@@ -160,14 +173,9 @@ sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
     long bpe = t->train_bt.batches_per_epoch, step;
     char from[SL_CKPT_PATH_MAX];
 
-    if (t->opts->rejoin) {
-        switch (sl_sync_algorithm(t->sync)) {
-        case SL_SYNC_NONE: /* the nodes train alone: its own checkpoint is all it needs */
-            break;
-        default:
-            return come_back(t, res);
-        }
-    }
+    /* with no sync the nodes train alone: its own checkpoint is all it needs */
+    if (t->opts->rejoin && sl_sync_algorithm(t->sync) != SL_SYNC_NONE)
+        return come_back(t, res);
     SL_TRY(choose_generation(t, res, &step, from, sizeof from));
     if (step < 0)
         return SL_OK;
@@ -181,12 +189,7 @@ sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
         sl_sync_destroy(&t->sync);
         SL_TRY(sl_train_start_sync(t));
     }
-    if (t->ls.enabled && t->cur.loss_scale > 0.0f) {
-        t->ls.scale = t->cur.loss_scale;
-        t->ls.good = t->cur.loss_scale_good;
-        t->ls.overflows = t->cur.loss_scale_overflows;
-        t->ls.skipped = t->cur.loss_scale_skipped;
-    } else if (t->ls.enabled) {
+    if (!restore_loss_scale(t) && t->ls.enabled) {
         sl_log_warn("train",
                     "%s: the checkpoint holds no loss scale (written by an older shoal or "
                     "not in fp16): it starts again at %g",
