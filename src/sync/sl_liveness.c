@@ -1,6 +1,6 @@
 /* The liveness table (sl_liveness.h): who missed and who answered in this step, missed
  * rounds in a row, who is dead, and the warnings about it. Must not send, receive or
- * wait: it reads the transport's last-heard times only. */
+ * wait: it reads the transport's last-heard times and lost connections only. */
 #include "sync/sl_liveness.h"
 
 #include <inttypes.h>
@@ -14,7 +14,7 @@
 #include "sync/sl_sync.h"
 
 struct sl_liveness {
-    const sl_transport_t *tr; /* borrowed */
+    sl_transport_t *tr; /* borrowed */
     int size;
     int timeout_ms;
     int *missed;                        /* (size) sync steps missed in a row, per rank */
@@ -24,7 +24,8 @@ struct sl_liveness {
     uint32_t *hellos_at; /* (size) its hellos (sl_transport_comebacks) by then */
     int ndead;
     double step_end; /* sl_clock_now() when the last step's tally was made (end_step) */
-    /* (size) per rank, the change not taken yet: 'D' taken for dead, 'B' back, 0 none;
+    /* (size) per rank, the change not taken yet: 'D' taken for dead after missed rounds,
+     * 'C' taken for dead when its connection went, 'B' back, 0 none;
      * and the live count then. Guarded: with overlap the worker makes them and the
      * trainer takes them */
     pthread_mutex_t lock;
@@ -33,7 +34,7 @@ struct sl_liveness {
 };
 
 sl_status_t
-sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size, int timeout_ms)
+sl_liveness_new(sl_liveness_t **out, sl_transport_t *tr, int size, int timeout_ms)
 {
     sl_liveness_t *lv;
     sl_status_t st;
@@ -163,7 +164,7 @@ sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_t *pe
     }
 }
 
-/* Keeps rank r's change (what: 'D' or 'B') for sl_liveness_next_event. */
+/* Keeps rank r's change (what: 'D', 'C' or 'B') for sl_liveness_next_event. */
 static void
 note_change(sl_liveness_t *lv, int r, unsigned char what)
 {
@@ -189,6 +190,10 @@ sl_liveness_next_event(sl_liveness_t *lv, sl_members_event_t *ev)
         ev->joined = lv->change[r] == 'B';
         if (ev->joined)
             snprintf(ev->why, sizeof ev->why, "it answered a current round; averaged with again");
+        else if (lv->change[r] == 'C')
+            snprintf(ev->why, sizeof ev->why,
+                     "its connection closed (the process is gone): taken for dead, left out "
+                     "from now on and from the final model");
         else
             snprintf(ev->why, sizeof ev->why,
                      "missed %d rounds in a row: taken for dead, left out from now on and from "
@@ -200,14 +205,28 @@ sl_liveness_next_event(sl_liveness_t *lv, sl_members_event_t *ev)
     return found;
 }
 
+/* Takes rank r for dead now; what says why ('D' or 'C'). */
+static void
+take_dead(sl_liveness_t *lv, int r, unsigned char what)
+{
+    lv->dead[r] = 1;
+    lv->dead_at[r] = sl_clock_now();
+    lv->hellos_at[r] = sl_transport_comebacks(lv->tr, (uint32_t)r);
+    lv->ndead++;
+    note_change(lv, r, what);
+}
+
 /* Counted per step, not per component, so that a step with many components counts
  * once. Late is not dead: a peer that missed but was heard from during the step (its
  * frame of an earlier round came after the wait for it) is alive, and its count starts
  * again. Without that, a node delayed by its own wait for a dead neighbour looks dead
- * to the nodes waiting for it, and they to theirs. */
+ * to the nodes waiting for it, and they to theirs. A peer whose connection went since
+ * it was last heard is dead at once, before anyone waits for it: a killed process
+ * costs its neighbours no timeout (a stopped one still costs SL_SYNC_DEAD_ROUNDS). */
 void
 sl_liveness_end_step(sl_liveness_t *lv)
 {
+    sl_transport_watch(lv->tr);
     for (int r = 0; r < lv->size; r++) {
         double heard = sl_transport_last_heard(lv->tr, (uint32_t)r);
 
@@ -222,13 +241,10 @@ sl_liveness_end_step(sl_liveness_t *lv)
         else if (lv->step_miss[r])
             lv->missed[r]++;
         lv->step_ok[r] = lv->step_miss[r] = 0;
-        if (lv->missed[r] >= SL_SYNC_DEAD_ROUNDS && !lv->dead[r]) {
-            lv->dead[r] = 1;
-            lv->dead_at[r] = sl_clock_now();
-            lv->hellos_at[r] = sl_transport_comebacks(lv->tr, (uint32_t)r);
-            lv->ndead++;
-            note_change(lv, r, 'D');
-        }
+        if (!lv->dead[r] && lv->missed[r] >= SL_SYNC_DEAD_ROUNDS)
+            take_dead(lv, r, 'D');
+        else if (!lv->dead[r] && sl_transport_gone(lv->tr, (uint32_t)r))
+            take_dead(lv, r, 'C');
     }
     lv->step_end = sl_clock_now();
 }

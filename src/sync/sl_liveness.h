@@ -29,7 +29,7 @@ typedef enum {
 /* Every one of size ranks alive. tr (borrowed, may be NULL until sl_liveness_end_step
  * is called) tells when a peer was last heard from; timeout_ms is the exchanges' wait,
  * for the warnings. SL_ERR_INVALID for size < 1, SL_ERR_NOMEM. */
-sl_status_t sl_liveness_new(sl_liveness_t **out, const sl_transport_t *tr, int size,
+sl_status_t sl_liveness_new(sl_liveness_t **out, sl_transport_t *tr, int size,
                             int timeout_ms);
 /* Frees; accepts NULL, NULLs *lv. */
 void sl_liveness_destroy(sl_liveness_t **lv);
@@ -62,7 +62,9 @@ void sl_liveness_tally(sl_liveness_t *lv, sl_liveness_role_t role, const uint32_
  * (sl_transport_last_heard: a frame of a current or later round, or its answer come
  * late: late is not dead; a peer that only sends stale, far-off or refused frames is
  * not heard); otherwise its count starts again. SL_SYNC_DEAD_ROUNDS such steps in a row
- * make it dead (a warning). Needs the transport. */
+ * make it dead (a warning); so does its connection going since it was last heard
+ * (sl_transport_gone: its process closed it), at once. Needs the transport, and calls
+ * its sl_transport_watch: the caller's thread must be the one that uses it. */
 void sl_liveness_end_step(sl_liveness_t *lv);
 
 /* The next change of the dead set not taken yet (thread-safe: with overlap the worker

@@ -52,6 +52,9 @@ typedef struct {
     /* Counts a dropped frame (reason: a sl_wire_reason_t or SL_DROP_*) and logs the
      * first of each reason with detail (may be NULL). */
     void (*drop)(void *host, unsigned reason, const char *detail);
+    /* The link's connection to peer went (down 1: its process is most likely gone) or
+     * came (again, down 0); called from the link's watch only. */
+    void (*link_down)(void *host, uint32_t peer, int down);
     void *host;
 } sl_link_env_t;
 
@@ -109,6 +112,9 @@ struct sl_link_ops {
      * it, their lent payloads given back; its lanes), so that the next frames go to the
      * new one. NULL: the link keeps nothing per peer. */
     void (*forget)(void *ctx, uint32_t peer, const char *endpoint);
+    /* Tells env->link_down what the link learnt about its connections since the last
+     * call, never waiting. NULL: it has no connections of its own. */
+    void (*watch)(void *ctx);
 };
 
 #endif

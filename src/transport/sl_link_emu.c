@@ -357,4 +357,5 @@ const sl_link_ops_t sl_link_emu_ops = {
     .wait = NULL,
     .wait_sent = emu_wait_sent,
     .stats = emu_stats,
+    .watch = NULL,
 };

@@ -425,4 +425,5 @@ const sl_link_ops_t sl_link_shm_ops = {
     .wait_sent = NULL,
     .stats = shm_stats,
     .forget = shm_forget,
+    .watch = NULL,
 };

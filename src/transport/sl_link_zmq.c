@@ -30,6 +30,7 @@
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_lent.h"
 #include "transport/sl_zmq_status.h"
+#include "transport/sl_zmq_watch.h"
 
 #define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 #define ENDPOINT_MAX 1024
@@ -44,6 +45,8 @@ typedef struct {
     sl_frame_mac_t *mac; /* NULL unless frame MACs */
     void *router;
     void **peers;               /* (size) DEALER per peer, NULL until the first send */
+    void **watches;             /* (size) the watch of each DEALER (sl_zmq_watch.h) */
+    unsigned nwatches;          /* watches started: their unique names */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
     unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
     uint64_t send_mask;         /* their ZMQ_AFFINITY (affinity_masks) */
@@ -146,7 +149,8 @@ zmq_open(void **out, const sl_link_env_t *env)
         z->id[5 + i] = (unsigned char)(nonce >> (8 * i));
     }
     z->peers = calloc(o->size, sizeof *z->peers);
-    if (!z->peers) {
+    z->watches = calloc(o->size, sizeof *z->watches);
+    if (!z->peers || !z->watches) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -206,6 +210,7 @@ zmq_close_link(void **ctx)
         zmq_close(z->router);
     for (uint32_t p = 0; z->peers && p < z->o->size; p++)
         if (z->peers[p]) {
+            sl_zmq_watch_stop(z->peers[p], &z->watches[p]);
             zmq_setsockopt(z->peers[p], ZMQ_LINGER, &z->o->linger_ms, sizeof z->o->linger_ms);
             zmq_close(z->peers[p]);
         }
@@ -218,6 +223,7 @@ zmq_close_link(void **ctx)
         free(z->endpoints[p]);
     free(z->endpoints);
     free(z->peers);
+    free(z->watches);
     sl_lent_fini(&z->lent);
     free(z);
     *ctx = NULL;
@@ -295,13 +301,15 @@ zmq_serves(void *ctx, uint32_t peer)
 
 /* The DEALER to peer, connected on first use. It queues frames before the connection
  * is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a send blocks
- * only when that queue is full. */
+ * only when that queue is full. Watched for the loss of its connection (zmq_watch); a
+ * DEALER that cannot be watched still works, its peer's death found by timeouts. */
 static sl_status_t
 peer_socket(zlink_t *z, uint32_t peer, void **out)
 {
     void *s;
     sl_status_t st;
     int hb = z->o->heartbeat_ms;
+    char tag[32];
 
     if (z->peers[peer]) {
         *out = z->peers[peer];
@@ -327,7 +335,11 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
     }
+    snprintf(tag, sizeof tag, "%u-%u", (unsigned)peer, z->nwatches++);
+    if (sl_zmq_watch_start(z->ctx, s, tag, &z->watches[peer]) != SL_OK)
+        z->watches[peer] = NULL;
     if (zmq_connect(s, z->endpoints[peer]) != 0) {
+        sl_zmq_watch_stop(s, &z->watches[peer]);
         st = sl_zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
                          (unsigned)peer, z->endpoints[peer]);
         goto fail;
@@ -638,6 +650,7 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
     if (peer >= z->o->size || !z->peers)
         return;
     if (z->peers[peer]) {
+        sl_zmq_watch_stop(z->peers[peer], &z->watches[peer]);
         zmq_setsockopt(z->peers[peer], ZMQ_LINGER, &no_linger, sizeof no_linger);
         zmq_close(z->peers[peer]);
         z->peers[peer] = NULL;
@@ -657,6 +670,19 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
     }
 }
 
+static void
+zmq_watch(void *ctx)
+{
+    zlink_t *z = ctx;
+
+    for (uint32_t p = 0; p < z->o->size; p++) {
+        sl_zmq_watch_news_t news =
+            z->watches[p] ? sl_zmq_watch_read(z->watches[p]) : SL_ZMQ_WATCH_QUIET;
+        if (news != SL_ZMQ_WATCH_QUIET && z->env.link_down)
+            z->env.link_down(z->env.host, p, news == SL_ZMQ_WATCH_LOST);
+    }
+}
+
 const sl_link_ops_t sl_link_zmq_ops = {
     .name = "zmq",
     .kinds = 0,
@@ -672,4 +698,5 @@ const sl_link_ops_t sl_link_zmq_ops = {
     .wait_sent = zmq_wait_sent,
     .stats = zmq_stats,
     .forget = zmq_forget,
+    .watch = zmq_watch,
 };

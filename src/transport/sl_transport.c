@@ -117,6 +117,16 @@ link_drop(void *host, unsigned reason, const char *detail)
     sl_transport_note_drop(host, reason, 1, detail);
 }
 
+/* sl_link_env_t.link_down */
+static void
+link_down(void *host, uint32_t peer, int down)
+{
+    sl_transport_t *t = host;
+
+    if (peer < t->o.size)
+        t->down_at[peer] = down ? sl_clock_now() : 0.0;
+}
+
 sl_status_t
 sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
 {
@@ -166,8 +176,9 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->heard_key = calloc(o->size, sizeof *t->heard_key);
     t->missed = calloc(o->size, sizeof *t->missed);
     t->comebacks = calloc(o->size, sizeof *t->comebacks);
+    t->down_at = calloc(o->size, sizeof *t->down_at);
     if (!t->route || !t->heard || !t->heard_before || !t->heard_key || !t->missed ||
-        !t->comebacks) {
+        !t->comebacks || !t->down_at) {
         st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
         goto fail;
     }
@@ -175,7 +186,7 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                                release_frame),
                 st, fail);
     for (size_t i = 0; i < NLINKS; i++) {
-        sl_link_env_t env = {&t->o, {NULL, NULL}, link_drop, t};
+        sl_link_env_t env = {&t->o, {NULL, NULL}, link_drop, link_down, t};
         if (i != BASE)
             env.base = t->links[BASE];
         t->links[i].ops = media[i];
@@ -212,6 +223,7 @@ sl_transport_destroy(sl_transport_t **tp)
     free(t->heard_key);
     free(t->missed);
     free(t->comebacks);
+    free(t->down_at);
     free(t->route);
     free(t->stats);
     free(t);
@@ -351,6 +363,20 @@ double
 sl_transport_last_heard(const sl_transport_t *t, uint32_t rank)
 {
     return rank < t->o.size ? t->heard[rank] : 0.0;
+}
+
+void
+sl_transport_watch(sl_transport_t *t)
+{
+    for (size_t i = 0; i < NLINKS; i++)
+        if (t->links[i].ops->watch)
+            t->links[i].ops->watch(t->links[i].ctx);
+}
+
+int
+sl_transport_gone(const sl_transport_t *t, uint32_t rank)
+{
+    return rank < t->o.size && t->down_at[rank] > 0 && t->down_at[rank] >= t->heard[rank];
 }
 
 void

@@ -273,6 +273,13 @@ size_t sl_transport_pending(const sl_transport_t *t);
  * frames, frames too far ahead, frames of a (kind, component) not asked for yet and refused frames
  * do not count: a peer that talks but does not answer is not heard. */
 double sl_transport_last_heard(const sl_transport_t *t, uint32_t rank);
+/* Takes what the links learnt about their connections (a peer's went, or came again)
+ * without waiting; call it between exchanges, from the thread that uses the transport. */
+void sl_transport_watch(sl_transport_t *t);
+/* Whether this node's connection to rank went (its process closed it: most likely
+ * dead) after rank was last heard (sl_transport_last_heard) and has not come again,
+ * as of the last sl_transport_watch. Forgotten with a hello from rank's new process. */
+int sl_transport_gone(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */
 void sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received);

@@ -137,6 +137,7 @@ sl_transport_learn_endpoint(sl_transport_t *t, uint32_t rank, const char *endpoi
 {
     if (rank >= t->o.size || rank == t->o.rank)
         return;
+    t->down_at[rank] = 0.0; /* the new connection, when there is one, is not known lost */
     for (size_t i = 0; i < SL_TRANSPORT_NLINKS; i++)
         if (t->links[i].ops && t->links[i].ops->forget)
             t->links[i].ops->forget(t->links[i].ctx, rank, endpoint);

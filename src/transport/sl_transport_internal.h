@@ -33,6 +33,8 @@ struct sl_transport {
     sl_wire_key_t *missed; /* (size) per rank: the last key waited for in vain (kind 0:
                               none); the frame, coming late, proves it alive */
     uint32_t *comebacks;   /* (size) per rank: hellos taken (sl_transport_comebacks) */
+    double *down_at;       /* (size) per rank: sl_clock_now() when the connection to it
+                              went, 0 while it is up (sl_transport_gone) */
 };
 
 /* Counts one frame of (kind, component) sent (sent = 1) or received. SL_ERR_NOMEM. */

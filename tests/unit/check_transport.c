@@ -157,6 +157,42 @@ START_TEST(test_pair_send_recv)
 }
 END_TEST
 
+/* The DEALER to a peer is watched: while the peer's process lives its connection is not
+ * gone; once it closes (the process died) sl_transport_watch finds it gone, unless the
+ * peer was heard from since; a hello from its new process forgets that. */
+START_TEST(test_pair_gone)
+{
+    sl_transport_t *t[2];
+    sl_wire_key_t k = {1, 2, 0, 1, SL_WIRE_DATA}, back = k;
+    float v = 1.0f, got_v;
+    size_t got;
+    char ep1[256];
+    double deadline;
+
+    pair_new(t, NULL);
+    snprintf(ep1, sizeof ep1, "%s", sl_transport_endpoint(t[1]));
+    ck_assert_int_eq(sl_transport_send(t[0], &k, &v, 1, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
+    back.peer = 0;
+    ck_assert_int_eq(sl_transport_recv(t[1], &back, &got_v, sizeof got_v, &got, TEST_WAIT_MS),
+                     SL_OK);
+    sl_transport_watch(t[0]);
+    ck_assert(!sl_transport_gone(t[0], 1));
+    ck_assert(!sl_transport_gone(t[0], 7)); /* out of range: never */
+    sl_transport_destroy(&t[1]);
+    deadline = sl_clock_now() + TEST_WAIT_MS / 1000.0;
+    while (!sl_transport_gone(t[0], 1) && sl_clock_now() < deadline) {
+        usleep(1000);
+        sl_transport_watch(t[0]);
+    }
+    ck_assert_msg(sl_transport_gone(t[0], 1), "the closed connection was not seen");
+    ck_assert(!sl_transport_gone(t[0], 0)); /* itself: never */
+    /* its new process said hello: not gone any more */
+    sl_transport_learn_endpoint(t[0], 1, ep1);
+    ck_assert(!sl_transport_gone(t[0], 1));
+    sl_transport_destroy(&t[0]);
+}
+END_TEST
+
 /* With the run's secret the pair talks as before, each frame's
  * sender the rank of the key that proved itself; a process with another secret that
  * claims rank 1 is refused at the handshake and gets no frame into rank 0's mailbox. */
@@ -708,6 +744,7 @@ transport_suite(void)
     tcase_add_test(core, test_frame_mac);
     tcase_add_test(core, test_pair_mac);
     tcase_add_test(core, test_pair_heard_and_refused);
+    tcase_add_test(core, test_pair_gone);
     tcase_add_test(core, test_pair_io_threads);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
