@@ -60,6 +60,7 @@ sl_status_str(sl_status_t st)
     case SL_ERR_TRANSPORT: return "transport error";
     case SL_ERR_DEVICE: return "device error";
     case SL_ERR_UNSUPPORTED: return "unsupported";
+    case SL_ERR_DROPPED: return "dropped";
     }
     return "unknown error";
 }

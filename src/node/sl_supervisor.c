@@ -204,7 +204,11 @@ take_record(sl_sup_t *l, int rank)
         c->status = r->status;
         c->has_train = r->has_train;
         c->train = r->train;
-        if (r->outcome == SL_NODE_FAILED)
+        if (r->outcome == SL_NODE_FAILED && r->status == SL_ERR_DROPPED &&
+            sl_sup_may_restart(l, rank)) {
+            c->dropped = 1; /* it comes back like a dead node once reaped */
+            snprintf(c->dropped_why, sizeof c->dropped_why, "%s", r->text);
+        } else if (r->outcome == SL_NODE_FAILED)
             sl_sup_fail(l, rank, r->status, "node %d failed: %s", rank, r->text);
         else if (r->outcome == SL_NODE_INTERRUPTED && !l->stopping) /* not by us */
             sl_sup_fail(l, rank, r->status, "node %d was interrupted from outside: %s", rank,
@@ -294,7 +298,7 @@ pump(sl_sup_t *l, int ms)
 static void
 reap(sl_sup_t *l)
 {
-    char why[96];
+    char why[256];
 
     for (int i = 0; i < l->forked; i++) {
         sl_sup_node_t *c = &l->c[i];
@@ -304,11 +308,14 @@ reap(sl_sup_t *l)
         if (c->judged || !c->exited || c->rec_fd >= 0 || c->log_fd >= 0)
             continue;
         c->judged = 1;
-        if (c->ended)
+        if (c->ended && !c->dropped)
             continue;
-        /* it said nothing: a crash or a kill. Ours (while stopping) do not count. */
+        /* it said nothing (a crash or a kill; ours, while stopping, do not count), or the
+         * others dropped it and it is to come back */
         c->outcome = SL_NODE_LOST;
-        if (WIFSIGNALED(c->wstatus)) {
+        if (c->dropped) {
+            snprintf(why, sizeof why, "was dropped by the others (%s)", c->dropped_why);
+        } else if (WIFSIGNALED(c->wstatus)) {
             int sig = WTERMSIG(c->wstatus);
             if (l->stopping && (sig == SIGTERM || sig == SIGINT || sig == SIGKILL))
                 continue;
@@ -357,7 +364,7 @@ reset_node(sl_sup_node_t *c, pid_t pid, int rec_fd, int log_fd)
     c->rec_fd = rec_fd;
     c->log_fd = log_fd;
     c->rec_got = c->line_len = 0;
-    c->exited = c->wstatus = c->ended = c->judged = c->straggler = 0;
+    c->exited = c->wstatus = c->ended = c->judged = c->straggler = c->dropped = 0;
     c->stopped_since = 0;
     c->outcome = SL_NODE_LOST;
     c->status = c->has_train = 0;

@@ -28,7 +28,8 @@ typedef struct {
     char line[2048]; /* a log line being reassembled */
     size_t line_len;
     int exited, wstatus;
-    int ended; /* its REC_END arrived */
+    int ended;   /* its REC_END arrived */
+    int dropped; /* it ended because the members dropped it (SL_ERR_DROPPED): restart it */
     int judged;
     int straggler;        /* killed by the stragglers rule (kill_stragglers) */
     double stopped_since; /* kill_stragglers: when it was first seen stopped, 0 */
@@ -44,6 +45,7 @@ typedef struct {
     double cpu_at_sign_s;  /* its CPU time then */
     int reported;          /* a report came since it was forked */
     char watchdog_why[96]; /* killed by the watchdog: why; "" otherwise */
+    char dropped_why[160]; /* dropped: the node's own words */
 } sl_sup_node_t;
 
 typedef struct {
@@ -99,6 +101,8 @@ int sl_sup_live(const sl_sup_t *l);
  * membership line and record either way. why: "killed by signal 9", "exited with
  * status 3 without saying why". */
 void sl_sup_node_died(sl_sup_t *l, int rank, const char *why);
+/* Whether rank's process, should it end now, would be started again (cluster.restart). */
+int sl_sup_may_restart(const sl_sup_t *l, int rank);
 /* A sign of progress from rank (a record or a log line): the watchdog starts over. */
 void sl_sup_node_alive(sl_sup_t *l, int rank);
 /* One round of watching, between reads of the pipes: the watchdog, the stragglers of a

@@ -99,6 +99,15 @@ membership(sl_sup_t *l, int rank, const char *why, const char *fmt, ...)
     sl_sup_say(l, "node %d %s; %d of %d nodes live", rank, text, sl_sup_live(l), l->n);
 }
 
+int
+sl_sup_may_restart(const sl_sup_t *l, int rank)
+{
+    return l->c[rank].restarts < l->cfg->cluster.restart.max && !l->stopping && l->culprit < 0;
+}
+
+/* A node that died, was killed by the watchdog, or was dropped by the others (a
+ * comeback admitted by some members and not by others after a second failure: it ends
+ * with SL_ERR_DROPPED and is started again to come back once more). */
 void
 sl_sup_node_died(sl_sup_t *l, int rank, const char *why)
 {
@@ -115,6 +124,9 @@ sl_sup_node_died(sl_sup_t *l, int rank, const char *why)
         snprintf(what, sizeof what, "made no progress for %s %s: the watchdog killed it",
                  c->watchdog_why, at);
         snprintf(tag, sizeof tag, "killed by the watchdog");
+    } else if (c->dropped) {
+        snprintf(what, sizeof what, "was dropped by the others %s (%s)", at, c->dropped_why);
+        snprintf(tag, sizeof tag, "dropped");
     } else if (sig) {
         snprintf(what, sizeof what, "died (signal %d) %s", sig, at);
         snprintf(tag, sizeof tag, "died (signal %d)", sig);
@@ -123,7 +135,7 @@ sl_sup_node_died(sl_sup_t *l, int rank, const char *why)
                  WEXITSTATUS(c->wstatus), at);
         snprintf(tag, sizeof tag, "exited (status %d)", WEXITSTATUS(c->wstatus));
     }
-    if (c->restarts < cfg->cluster.restart.max && !l->stopping && l->culprit < 0) {
+    if (sl_sup_may_restart(l, rank)) {
         c->restart_at = sl_clock_now() + cfg->cluster.restart.delay_ms / 1000.0;
         membership(l, rank, tag, "%s; restarting it in %.1f s (restart %d of %d)", what,
                    cfg->cluster.restart.delay_ms / 1000.0, c->restarts + 1,
@@ -305,7 +317,8 @@ restart_due(sl_sup_t *l, double now)
             if (l->lost < 0) {
                 l->lost = i;
                 snprintf(l->lost_msg, sizeof l->lost_msg,
-                         "node %d died and was not started again: the others had finished", i);
+                         "node %d %s and was not started again: the others had finished", i,
+                         c->dropped ? "was dropped" : "died");
             }
             membership(l, i, "not restarted",
                        "not restarted: the others have finished; %s "

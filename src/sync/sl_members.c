@@ -485,7 +485,7 @@ sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *out, size_t 
         sl_log_debug("sync", "%s: %s", what, sl_err_msg());
         SL_TRY(sl_members_agree(m, what));
         if (m->joined && m->group.n == 1)
-            return sl_err_set(SL_ERR_TIMEOUT,
+            return sl_err_set(SL_ERR_DROPPED,
                               "this node came back and was admitted, but no member answers it "
                               "any more (they dropped it again at epoch %" PRIu32 ")",
                               m->group.epoch);

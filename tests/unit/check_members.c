@@ -561,7 +561,7 @@ START_TEST(test_admit_missed)
             ck_assert(net.out[k][i] ==
                       (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i)) / 2.0f);
     }
-    ck_assert_int_eq(net.st[2], SL_ERR_TIMEOUT);
+    ck_assert_int_eq(net.st[2], SL_ERR_DROPPED);
     ck_assert_msg(strstr(net.err[2], "no member answers it any more"), "%s", net.err[2]);
 }
 END_TEST
