@@ -175,6 +175,10 @@ setup_model(trainer_t *t)
     SL_TRY(SL_ALLOC(&t->x, (size_t)most * bptt, "batch inputs"));
     SL_TRY(SL_ALLOC(&t->y, (size_t)most * bptt, "batch targets"));
     sl_ckpt_ident_init(&t->id, cfg, vocab, t->corpus.hash, t->opts->rank, t->opts->nranks);
+    sl_model_meta_init(&t->meta, cfg, t->corpus.vocab);
+    t->meta.data_hash = t->corpus.hash;
+    memcpy(t->meta.train_sha256, t->corpus.train_sha256, sizeof t->meta.train_sha256);
+    t->id.meta = &t->meta;
 
     t->total_steps = (long)cfg->train.epochs * t->train_bt.batches_per_epoch;
     if (cfg->train.max_steps > 0 && cfg->train.max_steps < t->total_steps)
@@ -261,6 +265,12 @@ eval_split(trainer_t *t, const sl_batcher_t *bt, const char *split, double *loss
     long tokens;
 
     SL_TRY(evaluate(t->lm, t->est, bt, t->x, t->y, t->opts, loss, &tokens));
+    if (bt == &t->test_bt) {
+        t->meta.test_loss = *loss;
+    } else {
+        t->meta.valid_loss = *loss;
+        t->meta.valid_step = t->cur.step;
+    }
     return sl_report_eval(&t->rep, t->cur.step, split, *loss, tokens);
 }
 
@@ -459,6 +469,10 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     res->final_models = nmodels;
     res->final_valid_loss = run.valid_loss;
     res->final_test_loss = run.test_loss;
+    t->meta.models_averaged = nmodels;
+    t->meta.valid_loss = t->has_valid ? run.valid_loss : NAN;
+    t->meta.valid_step = t->has_valid ? t->cur.step : -1;
+    t->meta.test_loss = t->has_test ? run.test_loss : NAN;
     SL_TRY(join_path(path, res->run_dir, "model.bin"));
     SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     sl_log_info("train", "final model: %s", path);

@@ -55,7 +55,7 @@ void test_write_file(const char *path, const void *data, size_t len);
  * NAN for null. A key that is not there fails the test. */
 double test_json_num(const char *text, const char *key);
 
-/* The parameters of a model or checkpoint file (version 3, the format shoal writes):
+/* The parameters of a model or checkpoint file (versions 3 and 4; 4 is the format shoal writes):
  * nparams floats after the header, malloc'd; their count in *n. Fails the test when
  * the file is missing or short. */
 float *test_model_params(const char *path, size_t *n);
@@ -93,7 +93,7 @@ size_t test_ckpt_float_bytes(const unsigned char *data);
 /* Sets the checksum (the last 8 bytes) of a checkpoint held in data (len bytes). */
 void test_ckpt_rehash(unsigned char *data, size_t len);
 
-/* The version 1 file of a version 3 checkpoint (data, len), as shoal 1 wrote it: the
+/* The version 1 file of a version 3 or 4 checkpoint (data, len), as shoal 1 wrote it: the
  * header's first 192 bytes with version 1, the floats, no sync section, its checksum.
  * Returns it malloc'd, its length in *out_len. */
 unsigned char *test_ckpt_to_version1(const unsigned char *data, size_t len, size_t *out_len);
