@@ -13,6 +13,7 @@
 
 #include "common/sl_cli.h"
 #include "common/sl_file.h"
+#include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "node/sl_generate.h"
 #include "node/sl_help.h"
@@ -258,14 +259,16 @@ sl_cmd_score(int argc, char **argv)
         free(files);
         return runtime_error();
     }
-    sl_model_file_describe_vocab(&m, vocab, sizeof vocab);
-    fprintf(stderr, "shoal: score: %s: vocabulary %s\n", model, vocab);
     if (per_line)
         printf("file\tline\ttokens\tloss\t%s\n", m.level == SL_LEVEL_CHAR ? "bpc" : "ppl");
     for (int i = 0; i < nfiles && ex == EXIT_OK; i++)
         if (score_file(&m, files[i], per_line) != SL_OK)
             ex = runtime_error();
     fflush(stdout);
+    /* after the results, so that an error stays the only line */
+    sl_model_file_describe_vocab(&m, vocab, sizeof vocab);
+    if (ex == EXIT_OK)
+        sl_log_info("score", "%s: text read with the vocabulary %s", model, vocab);
     sl_model_file_close(&m);
     free(files);
     return ex;

@@ -123,17 +123,16 @@ eval_with_corpus(const sl_config_t *cfg, const char *path, const char *split,
     vocab = sl_vocab_size(corpus.vocab);
     snprintf(res->vocab, sizeof res->vocab, "built from data.train %s (%d entries; %s has none)",
              cfg->data.train, vocab, path);
-    sl_ckpt_ident_init(&id, cfg, vocab, corpus.hash, 0, 1);
-    if (info->id.corpus_hash != corpus.hash) {
+    /* the file's data hash: another valid or test file is no reason to refuse it */
+    sl_ckpt_ident_init(&id, cfg, vocab, info->id.corpus_hash, 0, 1);
+    SL_TRY_GOTO(sl_lm_new(&lm, cfg, vocab, 1, SL_MODEL_FILE_STREAMS, be), rc, out);
+    SL_TRY_GOTO(sl_checkpoint_load(path, &id, be, lm, NULL, NULL, NULL, NULL), rc, out);
+    if (info->id.corpus_hash != corpus.hash)
         sl_log_warn("eval",
                     "%s: its data hash differs from the configuration's (another training, "
                     "valid or test file, or other data settings); the vocabulary built from "
                     "%s is right only if that is the file it was trained on",
                     path, cfg->data.train);
-        id.corpus_hash = info->id.corpus_hash;
-    }
-    SL_TRY_GOTO(sl_lm_new(&lm, cfg, vocab, 1, SL_MODEL_FILE_STREAMS, be), rc, out);
-    SL_TRY_GOTO(sl_checkpoint_load(path, &id, be, lm, NULL, NULL, NULL, NULL), rc, out);
     SL_TRY_GOTO(sl_score_tokens(lm, tok, sl_vocab_unk(corpus.vocab), cfg->train.bptt,
                                 SL_MODEL_FILE_STREAMS, split, &sc),
                 rc, out);
