@@ -477,7 +477,7 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
         /* the metadata section's length, after the sync section, then the section */
         hd->meta_off = expected - 8;
         hd->meta_bytes = sl_get_u64(data + hd->meta_off - 8);
-        if (hd->meta_bytes > len - expected)
+        if (hd->meta_bytes > len)
             return sl_err_set(SL_ERR_FORMAT,
                               "%s: truncated: %zu bytes, but its model metadata alone is %" PRIu64,
                               path, len, hd->meta_bytes);

@@ -704,7 +704,7 @@ START_TEST(test_bad_model_files)
                           (const char *[]){bad, "checksum mismatch (file corrupt)", NULL});
     d[meta_at + meta_len / 2] ^= 0x10;
     /* lengths that lie, the checksum made right: the section's, a vocabulary entry's */
-    sl_put_u64(d + meta_at - 8, (uint64_t)len);
+    sl_put_u64(d + meta_at - 8, (uint64_t)len + 1);
     test_ckpt_rehash(d, len);
     test_write_file(bad, d, len);
     assert_one_line_error(run_shoal((const char *[]){"score", bad, test, NULL}), 1,

@@ -368,6 +368,14 @@ test_ckpt_float_bytes(const unsigned char *data)
     return 4 * (size_t)(sl_get_u64(data + 120) + sl_get_u64(data + 128) + sl_get_u64(data + 136));
 }
 
+size_t
+test_ckpt_meta_at(const unsigned char *data)
+{
+    size_t sync_at = SL_CKPT_HEADER_BYTES + test_ckpt_float_bytes(data);
+
+    return sync_at + 8 + (size_t)sl_get_u64(data + sync_at);
+}
+
 #define CKPT_HASH_SEED 0x53484f414c434b50ull /* sl_checkpoint.c's */
 
 void

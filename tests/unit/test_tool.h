@@ -90,6 +90,11 @@ long test_ckpt_i64(const char *path, size_t off);
  * held in data. */
 size_t test_ckpt_float_bytes(const unsigned char *data);
 
+/* Where the metadata section's 8-byte length sits in a version 4 checkpoint held in
+ * data: after the floats and the sync section. What comes before it is the training
+ * state; the metadata after it (vocabulary, provenance) names the run too. */
+size_t test_ckpt_meta_at(const unsigned char *data);
+
 /* Sets the checksum (the last 8 bytes) of a checkpoint held in data (len bytes). */
 void test_ckpt_rehash(unsigned char *data, size_t len);
 
