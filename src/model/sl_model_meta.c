@@ -12,7 +12,8 @@
 
 #include "common/sl_endian.h"
 
-#define TAG(a, b, c, d) ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+#define TAG(a, b, c, d)                                                                            \
+    ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
 #define TAG_DATA TAG('D', 'A', 'T', 'A')
 #define TAG_VOCB TAG('V', 'O', 'C', 'B')
 #define TAG_MODL TAG('M', 'O', 'D', 'L')
@@ -311,8 +312,8 @@ read_vocab(sl_model_meta_t *m, const char *name, rbuf_t *r)
         const unsigned char *w = len <= META_MAX_WORD ? rb_take(r, len) : NULL;
         if (!w || len == 0) {
             char what[96];
-            snprintf(what, sizeof what, "entry %" PRIu32 " of %" PRIu32 " (%" PRIu32 " bytes) is bad",
-                     i, n, len);
+            snprintf(what, sizeof what,
+                     "entry %" PRIu32 " of %" PRIu32 " (%" PRIu32 " bytes) is bad", i, n, len);
             return bad(name, what, "VOCB");
         }
         if ((st = sl_vocab_append(m->owned, (const char *)w, len)) != SL_OK)

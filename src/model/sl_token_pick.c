@@ -21,8 +21,7 @@ sl_pick_opts_check(const sl_pick_opts_t *o)
         return sl_err_set(SL_ERR_INVALID, "--temperature must be 0 or more, not %g",
                           o->temperature);
     if (o->top_k < 0)
-        return sl_err_set(SL_ERR_INVALID, "--top-k must be 0 (no limit) or more, not %d",
-                          o->top_k);
+        return sl_err_set(SL_ERR_INVALID, "--top-k must be 0 (no limit) or more, not %d", o->top_k);
     if (!(o->top_p > 0 && o->top_p <= 1))
         return sl_err_set(SL_ERR_INVALID, "--top-p must be in (0, 1], not %g", o->top_p);
     return SL_OK;
@@ -82,8 +81,8 @@ sort_by_logit(int *order, float *logit, int n)
         id = order[root], l = logit[root];
         for (int child; (child = 2 * root + 1) < end; root = child) {
             /* a min-heap by `before`, so that the sorted array ends up most likely first */
-            if (child + 1 < end && before(logit[child], order[child], logit[child + 1],
-                                          order[child + 1]))
+            if (child + 1 < end &&
+                before(logit[child], order[child], logit[child + 1], order[child + 1]))
                 child++;
             if (!before(l, id, logit[child], order[child]))
                 break;

@@ -60,7 +60,7 @@ typedef struct {
     uint64_t nparams, opt_floats, state_floats;
     long opt_steps;
     sl_ckpt_cursor_t cur;
-    uint64_t sync_bytes; /* version 2: the sync section's length (read from the body) */
+    uint64_t sync_bytes;           /* version 2: the sync section's length (read from the body) */
     uint64_t meta_off, meta_bytes; /* version 4: where the metadata section is, its length */
 } header_t;
 

@@ -112,8 +112,9 @@ device_option(const char *command, int argc, char **argv, int *i, device_opts_t 
     }
     if ((v = sl_cli_option_value(argc, argv, i, "--threads", &m)) || m) {
         if (!v || !parse_long(v, 0, 4096, &d->threads))
-            return *ex = usage(command, "--threads must be a number from 0 (every core) to "
-                                        "4096, not '%s'",
+            return *ex = usage(command,
+                               "--threads must be a number from 0 (every core) to "
+                               "4096, not '%s'",
                                v ? v : ""),
                    -1;
         return 1;
@@ -322,8 +323,7 @@ parse_sample(int argc, char **argv, const char **model, sl_generate_opts_t *o, d
                              v ? v : "");
             o->pick.top_k = (int)k;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--top-p", &m)) || m) {
-            if (!v || !parse_double(v, &o->pick.top_p) || !(o->pick.top_p > 0) ||
-                o->pick.top_p > 1)
+            if (!v || !parse_double(v, &o->pick.top_p) || !(o->pick.top_p > 0) || o->pick.top_p > 1)
                 return usage("sample", "--top-p must be a number in (0, 1], not '%s'", v ? v : "");
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--seed", &m)) || m) {
             if (!v || !parse_u64(v, &o->seed))

@@ -11,8 +11,7 @@
 /* The text of id as written after the text so far: a word gets a space before it
  * unless a line starts there; <eos> is a newline. */
 static sl_status_t
-emit(const sl_vocab_t *v, sl_level_t level, int id, int *line_start, sl_generate_fn fn,
-     void *ctx)
+emit(const sl_vocab_t *v, sl_level_t level, int id, int *line_start, sl_generate_fn fn, void *ctx)
 {
     const char *w = sl_vocab_word(v, id);
     char buf[1024];

@@ -321,8 +321,8 @@ sl_help_text(const char *command)
 {
     static const struct {
         const char *command, *text;
-    } helps[] = {{"train", train_help},   {"eval", eval_help},     {"score", score_help},
-                 {"sample", sample_help}, {"run", run_help},       {"node", node_help},
+    } helps[] = {{"train", train_help},   {"eval", eval_help}, {"score", score_help},
+                 {"sample", sample_help}, {"run", run_help},   {"node", node_help},
                  {"keygen", keygen_help}, {"help", help_help}};
 
     if (!command)

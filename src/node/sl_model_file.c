@@ -53,8 +53,7 @@ open_model(sl_model_file_t *m, const char *device, int threads, int bptt)
 }
 
 sl_status_t
-sl_model_file_open(sl_model_file_t *m, const char *path, const char *device, int threads,
-                   int bptt)
+sl_model_file_open(sl_model_file_t *m, const char *path, const char *device, int threads, int bptt)
 {
     sl_status_t st;
 

@@ -15,14 +15,14 @@
 #define SL_MODEL_FILE_STREAMS 10
 
 typedef struct {
-    const char *path;     /* borrowed */
-    sl_ckpt_info_t info;  /* header and metadata (info.has_meta is 1) */
-    sl_config_t cfg;      /* defaults with the file's data and model settings */
+    const char *path;        /* borrowed */
+    sl_ckpt_info_t info;     /* header and metadata (info.has_meta is 1) */
+    sl_config_t cfg;         /* defaults with the file's data and model settings */
     const sl_vocab_t *vocab; /* the file's, id order (info.meta's) */
     sl_level_t level;
     sl_backend_t *be;
-    sl_lm_t *lm;          /* parameters loaded; up to SL_MODEL_FILE_STREAMS streams
-                             of up to cfg.train.bptt steps */
+    sl_lm_t *lm; /* parameters loaded; up to SL_MODEL_FILE_STREAMS streams
+                    of up to cfg.train.bptt steps */
 } sl_model_file_t;
 
 /* Opens the model or checkpoint file at path (borrowed; must outlive m) on device

@@ -27,8 +27,8 @@ sl_score_tokens(sl_lm_t *lm, const sl_tokens_t *tokens, int unk, int bptt, int m
     for (size_t i = 0; i < tokens->len; i++)
         out->unk += tokens->ids[i] == unk;
     if (tokens->len < 2)
-        return sl_err_set(SL_ERR_INVALID, "%s: too short to score (%zu token%s)", name,
-                          tokens->len, tokens->len == 1 ? "" : "s");
+        return sl_err_set(SL_ERR_INVALID, "%s: too short to score (%zu token%s)", name, tokens->len,
+                          tokens->len == 1 ? "" : "s");
     while (B > 1 && tokens->len < (size_t)B * ((size_t)T + 1))
         B--;
     if (tokens->len < (size_t)T + 1)
@@ -65,8 +65,8 @@ sl_score_line_start(const sl_vocab_t *v, sl_level_t level)
 /* The summed loss of tokens read after the start token, from a fresh state, in windows
  * of up to bptt (x and y hold bptt ids). */
 static sl_status_t
-score_line(sl_lm_t *lm, sl_lm_state_t *st, const sl_tokens_t *tok, int start, int bptt,
-           int32_t *x, int32_t *y, double *sum)
+score_line(sl_lm_t *lm, sl_lm_state_t *st, const sl_tokens_t *tok, int start, int bptt, int32_t *x,
+           int32_t *y, double *sum)
 {
     size_t done = 0;
 

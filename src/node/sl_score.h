@@ -20,10 +20,10 @@
 #include "model/sl_model.h"
 
 typedef struct {
-    double loss;     /* nats per scored token, full softmax */
-    long scored;     /* tokens predicted */
-    long tokens;     /* tokens of the text */
-    long unk;        /* of them <unk> */
+    double loss;       /* nats per scored token, full softmax */
+    long scored;       /* tokens predicted */
+    long tokens;       /* tokens of the text */
+    long unk;          /* of them <unk> */
     int streams, bptt; /* the windows used */
 } sl_score_t;
 
@@ -45,7 +45,6 @@ typedef sl_status_t (*sl_score_line_fn)(void *ctx, long line, long tokens, doubl
  * line without a newline is a line; nothing after a final newline is. fn's status
  * other than SL_OK stops it and is returned. */
 sl_status_t sl_score_lines(sl_lm_t *lm, const sl_vocab_t *v, sl_level_t level, const char *name,
-                           const char *text, size_t len, int bptt, sl_score_line_fn fn,
-                           void *ctx);
+                           const char *text, size_t len, int bptt, sl_score_line_fn fn, void *ctx);
 
 #endif

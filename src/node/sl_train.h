@@ -100,8 +100,8 @@ sl_status_t sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts,
 
 typedef struct {
     sl_level_t level;
-    double loss; /* nats per token */
-    long tokens; /* tokens evaluated */
+    double loss;     /* nats per token */
+    long tokens;     /* tokens evaluated */
     char vocab[192]; /* which vocabulary the split was read with, for the user */
 } sl_eval_result_t;
 

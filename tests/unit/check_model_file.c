@@ -466,8 +466,8 @@ START_TEST(test_score_without_corpus)
                                      SL_MODEL_FILE_STREAMS, "t.txt", &sc),
                      SL_OK);
     free(tok.ids);
-    ck_assert_msg(memcmp(&sc.loss, &res.test_loss, sizeof sc.loss) == 0, "%.17g vs %.17g",
-                  sc.loss, res.test_loss);
+    ck_assert_msg(memcmp(&sc.loss, &res.test_loss, sizeof sc.loss) == 0, "%.17g vs %.17g", sc.loss,
+                  res.test_loss);
     ck_assert(m.info.meta.test_loss == res.test_loss);
     ck_assert(m.info.meta.valid_loss == res.valid_loss);
     ck_assert_int_eq(m.info.meta.valid_step, 30);
@@ -488,10 +488,9 @@ START_TEST(test_score_without_corpus)
     copy_lines("brown/valid.txt", "other.txt", 400);
     test_config_set_ok(&cfg, "data.test=other.txt");
     write_config(&cfg, "eval.yaml");
-    ck_assert_int_eq(
-        run_shoal((const char *[]){"eval", "eval.yaml", "--checkpoint", "m.bin", "--split", "test",
-                                   NULL}),
-        0);
+    ck_assert_int_eq(run_shoal((const char *[]){"eval", "eval.yaml", "--checkpoint", "m.bin",
+                                                "--split", "test", NULL}),
+                     0);
     ck_assert_msg(strncmp(out, "test ppl ", 9) == 0, "stdout: %s stderr: %s", out, err);
     ck_assert_ptr_nonnull(strstr(out, "\nvocabulary: the model's own (502 entries, word level)\n"));
     {
@@ -613,10 +612,10 @@ START_TEST(test_sample)
                                                 "--prompt", "ROMEO:", NULL}),
                      0);
     ck_assert_str_eq(out, expect);
-    ck_assert_int_eq(run_shoal((const char *[]){"sample", res.model, "--tokens", "30", "--top-p",
-                                                "1e-9", "--seed", "12", "--prompt", "ROMEO:",
-                                                NULL}),
-                     0);
+    ck_assert_int_eq(
+        run_shoal((const char *[]){"sample", res.model, "--tokens", "30", "--top-p", "1e-9",
+                                   "--seed", "12", "--prompt", "ROMEO:", NULL}),
+        0);
     ck_assert_str_eq(out, expect);
 
     /* top-k and top-p on the model's own logits: every draw in the set worked out here */
@@ -687,7 +686,7 @@ START_TEST(test_bad_model_files)
 
     /* truncated anywhere */
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0] + 3; i++) {
-        size_t cut = i < sizeof cuts / sizeof cuts[0] ? cuts[i]
+        size_t cut = i < sizeof cuts / sizeof cuts[0]    ? cuts[i]
                      : i == sizeof cuts / sizeof cuts[0] ? len / 2
                                                          : len - 1 - (i % 2) * 40;
         test_write_file(bad, d, cut);
@@ -721,12 +720,11 @@ START_TEST(test_bad_model_files)
     d = (unsigned char *)test_read_file(model, &len);
     v3 = to_version3(d, len, &v3len);
     test_write_file(bad, v3, v3len);
-    assert_one_line_error(run_shoal((const char *[]){"score", bad, test, NULL}), 1,
-                          (const char *[]){bad, "no vocabulary in this model file (format version 3",
-                                           NULL});
-    ck_assert_int_eq(run_shoal((const char *[]){"eval", conf, "--checkpoint", bad, "--split",
-                                                "test", NULL}),
-                     0);
+    assert_one_line_error(
+        run_shoal((const char *[]){"score", bad, test, NULL}), 1,
+        (const char *[]){bad, "no vocabulary in this model file (format version 3", NULL});
+    ck_assert_int_eq(
+        run_shoal((const char *[]){"eval", conf, "--checkpoint", bad, "--split", "test", NULL}), 0);
     ck_assert_msg(strncmp(out, "test ppl ", 9) == 0, "%s %s", out, err);
     ck_assert_ptr_nonnull(strstr(out, "\nvocabulary: built from data.train "));
     /* ... evaluated on another test file: a warning, not a refusal */
@@ -735,9 +733,8 @@ START_TEST(test_bad_model_files)
     snprintf(other, sizeof other, "data.test=%s", test);
     test_config_set_ok(&cfg, other);
     write_config(&cfg, conf);
-    ck_assert_int_eq(run_shoal((const char *[]){"eval", conf, "--checkpoint", bad, "--split",
-                                                "test", NULL}),
-                     0);
+    ck_assert_int_eq(
+        run_shoal((const char *[]){"eval", conf, "--checkpoint", bad, "--split", "test", NULL}), 0);
     ck_assert_msg(strncmp(out, "test ppl ", 9) == 0, "%s %s", out, err);
     ck_assert_msg(strstr(err, "its data hash differs") && count_lines(err) == 1, "%s", err);
     /* ... of another vocabulary */
@@ -754,17 +751,17 @@ START_TEST(test_bad_model_files)
     path_in(cconf, sizeof cconf, "c.yaml");
     write_config(&ccfg, cconf);
     assert_one_line_error(run_shoal((const char *[]){"eval", cconf, "--checkpoint", model, NULL}),
-                          2, (const char *[]){model, "a word-level model", "data.level char", NULL});
-    assert_one_line_error(run_shoal((const char *[]){"eval", conf, "--checkpoint", cres.model,
-                                                     NULL}),
-                          2, (const char *[]){"a char-level model", "data.level word", NULL});
+                          2,
+                          (const char *[]){model, "a word-level model", "data.level char", NULL});
+    assert_one_line_error(
+        run_shoal((const char *[]){"eval", conf, "--checkpoint", cres.model, NULL}), 2,
+        (const char *[]){"a char-level model", "data.level word", NULL});
 
     /* bad options and inputs */
     assert_one_line_error(run_shoal((const char *[]){"sample", model, "--top-p", "0", NULL}), 2,
                           (const char *[]){"--top-p must be", NULL});
-    assert_one_line_error(
-        run_shoal((const char *[]){"sample", model, "--temperature", "-1", NULL}), 2,
-        (const char *[]){"--temperature must be", NULL});
+    assert_one_line_error(run_shoal((const char *[]){"sample", model, "--temperature", "-1", NULL}),
+                          2, (const char *[]){"--temperature must be", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, NULL}), 2,
                           (const char *[]){"missing FILE", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, "/nonexistent.txt", NULL}), 1,

@@ -421,8 +421,8 @@ START_TEST(test_checkpoint_sync_state)
     data = (unsigned char *)test_read_file(good, &len);
     sync_at = SL_CKPT_HEADER_BYTES + test_ckpt_float_bytes(data);
     ck_assert_uint_eq(len, sync_at + 8 + nstate + 8 + 8); /* + empty metadata */
-    ck_assert_uint_eq(sl_get_u32(data + 192), 2); /* nodes */
-    ck_assert_uint_eq(sl_get_u32(data + 196), 0); /* rank */
+    ck_assert_uint_eq(sl_get_u32(data + 192), 2);         /* nodes */
+    ck_assert_uint_eq(sl_get_u32(data + 196), 0);         /* rank */
     ck_assert_uint_eq(sl_get_u32(data + 200), SL_SYNC_BMUF);
     ck_assert_uint_eq(sl_get_u64(data + sync_at), nstate);
     ck_assert(memcmp(data + sync_at + 8, state, nstate) == 0);
