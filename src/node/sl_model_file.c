@@ -23,6 +23,34 @@ set_string(char **field, const char *value)
     return SL_OK;
 }
 
+/* The metadata's architecture against the header's, and the parameter count it lays
+ * out against the file's, before anything is allocated from it. */
+static sl_status_t
+check_arch(const sl_model_file_t *m, const sl_ckpt_ident_t *id)
+{
+    sl_component_t comp[SL_LM_MAX_COMPONENTS(1)];
+    char have[256], want[256];
+    size_t nparams;
+    int ncomp;
+    sl_status_t st;
+
+    if (sl_ckpt_arch_hash(id) != sl_ckpt_arch_hash(&m->info.id)) {
+        sl_ckpt_describe_arch(id, have, sizeof have);
+        sl_ckpt_describe_arch(&m->info.id, want, sizeof want);
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: model metadata: a model of %s, but the header says %s", m->path,
+                          have, want);
+    }
+    st = sl_lm_layout(&m->cfg, id->vocab, 1, comp, (int)SL_LM_MAX_COMPONENTS(1), &ncomp, &nparams);
+    if (st != SL_OK)
+        return sl_err_prefix(st, "%s: model metadata", m->path);
+    if (nparams != m->info.nparams)
+        return sl_err_set(SL_ERR_FORMAT,
+                          "%s: model metadata: a model of %zu parameters, the file holds %llu",
+                          m->path, nparams, (unsigned long long)m->info.nparams);
+    return SL_OK;
+}
+
 static sl_status_t
 open_model(sl_model_file_t *m, const char *device, int threads, int bptt)
 {
@@ -44,11 +72,11 @@ open_model(sl_model_file_t *m, const char *device, int threads, int bptt)
     m->cfg.run.threads = threads;
     if (device)
         SL_TRY(set_string(&m->cfg.device, device));
+    /* the file's own identity, with the architecture of its metadata */
+    sl_ckpt_ident_init(&id, &m->cfg, vocab, m->info.id.corpus_hash, 0, 1);
+    SL_TRY(check_arch(m, &id));
     SL_TRY(sl_node_backend_open(&m->cfg, 0, &m->be));
     SL_TRY(sl_lm_new(&m->lm, &m->cfg, vocab, 1, SL_MODEL_FILE_STREAMS, m->be));
-    /* the file's own identity, with the architecture of its metadata: a header and
-     * metadata that disagree are refused like a model of another architecture */
-    sl_ckpt_ident_init(&id, &m->cfg, vocab, m->info.id.corpus_hash, 0, 1);
     return sl_checkpoint_load(m->path, &id, m->be, m->lm, NULL, NULL, NULL, NULL);
 }
 

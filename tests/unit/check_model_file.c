@@ -709,6 +709,18 @@ START_TEST(test_bad_model_files)
     assert_one_line_error(run_shoal((const char *[]){"score", bad, test, NULL}), 1,
                           (const char *[]){bad, "but its model metadata alone is", NULL});
     sl_put_u64(d + meta_at - 8, (uint64_t)meta_len);
+    /* a configuration that is not the header's architecture: refused before anything is
+     * built from it */
+    sl_put_u32(d + find_record(d, meta_at, "MODL") + 12 + 8, 0x7fffffffu); /* hidden */
+    test_ckpt_rehash(d, len);
+    test_write_file(bad, d, len);
+    assert_one_line_error(run_shoal((const char *[]){"score", bad, test, NULL}), 1,
+                          (const char *[]){bad,
+                                           ": model metadata: a model of vocab 502, embedding 16, "
+                                           "1 layer of 2147483647, but the header says vocab "
+                                           "502, embedding 16, 1 layer of 16",
+                                           NULL});
+    sl_put_u32(d + find_record(d, meta_at, "MODL") + 12 + 8, 16);
     sl_put_u32(d + find_record(d, meta_at, "VOCB") + 12 + 4 + 4 * 0, 0x7fffffffu);
     test_ckpt_rehash(d, len);
     test_write_file(bad, d, len);
