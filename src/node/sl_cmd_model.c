@@ -96,30 +96,28 @@ typedef struct {
     long threads;
 } device_opts_t;
 
-/* 1 when argv[*i] was --device or --threads (consumed), 0 when it is another
- * argument, -1 after a usage error (printed; *ex holds the status). */
+/* argv[*i] as --device or --threads (consumed with its value): -1 when it is neither,
+ * 0 when taken, else the exit status of a usage error (printed). */
 static int
-device_option(const char *command, int argc, char **argv, int *i, device_opts_t *d, int *ex)
+device_option(const char *command, int argc, char **argv, int *i, device_opts_t *d)
 {
     const char *v;
     int m;
 
     if ((v = sl_cli_option_value(argc, argv, i, "--device", &m)) || m) {
         if (!v || !*v)
-            return *ex = usage(command, "option '--device' needs cpu, cuda or cuda:N"), -1;
+            return usage(command, "option '--device' needs cpu, cuda or cuda:N");
         d->device = v;
-        return 1;
+        return 0;
     }
     if ((v = sl_cli_option_value(argc, argv, i, "--threads", &m)) || m) {
         if (!v || !parse_long(v, 0, 4096, &d->threads))
-            return *ex = usage(command,
-                               "--threads must be a number from 0 (every core) to "
-                               "4096, not '%s'",
-                               v ? v : ""),
-                   -1;
-        return 1;
+            return usage(command,
+                         "--threads must be a number from 0 (every core) to 4096, not '%s'",
+                         v ? v : "");
+        return 0;
     }
-    return 0;
+    return -1;
 }
 
 static int
@@ -230,12 +228,12 @@ sl_cmd_score(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     for (int i = 0; i < argc; i++) {
-        int r = device_option("score", argc, argv, &i, &d, &ex);
-        if (r < 0) {
+        int r = device_option("score", argc, argv, &i, &d);
+        if (r > 0) {
             free(files);
-            return ex;
+            return r;
         }
-        if (r > 0)
+        if (r == 0)
             continue;
         if (wants_help(argv[i])) {
             free(files);
@@ -295,11 +293,11 @@ parse_sample(int argc, char **argv, const char **model, sl_generate_opts_t *o, d
 {
     for (int i = 0; i < argc; i++) {
         const char *v, *arg = argv[i];
-        int m, ex, r = device_option("sample", argc, argv, &i, d, &ex);
+        int m, r = device_option("sample", argc, argv, &i, d);
 
-        if (r < 0)
-            return ex;
         if (r > 0)
+            return r;
+        if (r == 0)
             continue;
         if (wants_help(arg)) {
             fputs(sl_help_text("sample"), stdout);
