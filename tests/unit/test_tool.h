@@ -5,7 +5,8 @@
  * tiny training configuration, checkpoints taken apart, and shoal run staged;
  * configuration text that must load; a free port, adopting orphans, a rank's batches
  * per epoch; a pause; random inputs and a tolerance check for
- * the kernel tests; the tiny model configuration of the model tests. */
+ * the kernel tests; the tiny model configuration of the model tests; a model file's
+ * metadata records and the token sets generation may draw from. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
@@ -94,6 +95,16 @@ size_t test_ckpt_float_bytes(const unsigned char *data);
  * data: after the floats and the sync section. What comes before it is the training
  * state; the metadata after it (vocabulary, provenance) names the run too. */
 size_t test_ckpt_meta_at(const unsigned char *data);
+
+/* Offset of the record tagged tag (four letters) in the metadata section that starts
+ * at d + at (model/sl_model_meta.h); fails the test when there is none. */
+size_t test_meta_record(const unsigned char *d, size_t at, const char *tag);
+
+/* The tokens sl_picker_allowed may return, worked out independently: ids by decreasing
+ * logit (ties: the lower id) into ids (V of them), the first k (0: all), then the
+ * fewest whose probabilities at temperature t (renormalised over the k) reach p.
+ * Returns their count (V up to 256). */
+int test_pick_allowed(const float *logit, int V, int k, double p, double t, int *ids);
 
 /* Sets the checksum (the last 8 bytes) of a checkpoint held in data (len bytes). */
 void test_ckpt_rehash(unsigned char *data, size_t len);
