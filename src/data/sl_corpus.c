@@ -1,6 +1,7 @@
 /* Corpus loading: read the files, hash their bytes with the settings, reuse the token
  * cache or tokenize (words or code points), build the count-ordered vocabulary, map
  * every token to its id and split off validation and max_tokens. */
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,27 +141,37 @@ entry_cmp(const void *pa, const void *pb)
     return (a->len > b->len) - (a->len < b->len);
 }
 
-/* Tokenizes a valid/test file against the finished vocabulary (unknown -> <unk>). */
-static sl_status_t
-tokenize_lookup(const source_t *src, const sl_vocab_t *v, sl_level_t level, sl_tokens_t *out)
+sl_status_t
+sl_tokenize(const sl_vocab_t *v, sl_level_t level, const char *name, const char *text, size_t len,
+            int line_end, sl_tokens_t *out)
 {
-    tok_iter_t it = {src->data, src->len, 0, level, 0};
+    tok_iter_t it = {text, len, 0, level, !line_end};
     idbuf_t b = {0};
     const char *tok = NULL;
-    size_t n;
+    size_t n, bad = sl_utf8_invalid_at((const unsigned char *)text, len);
 
-    SL_TRY(check_utf8(src));
+    memset(out, 0, sizeof *out);
+    if (bad < len)
+        return sl_err_set(SL_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", name, bad);
     while (next_token(&it, &tok, &n)) {
         int32_t id = n == 0 ? v->eos : sl_vocab_find(v, tok, n);
-        sl_status_t st = idbuf_push(&b, id >= 0 ? id : v->unk, src->path);
+        sl_status_t st = idbuf_push(&b, id >= 0 ? id : v->unk, name);
         if (st != SL_OK) {
             free(b.ids);
             return st;
         }
     }
-    if (b.len == 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
     idbuf_take(&b, b.len, out);
+    return SL_OK;
+}
+
+/* Tokenizes a valid/test file against the finished vocabulary (unknown -> <unk>). */
+static sl_status_t
+tokenize_lookup(const source_t *src, const sl_vocab_t *v, sl_level_t level, sl_tokens_t *out)
+{
+    SL_TRY(sl_tokenize(v, level, src->path, src->data, src->len, 1, out));
+    if (out->len == 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
     return SL_OK;
 }
 
@@ -401,6 +412,8 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
             SL_TRY_GOTO(sl_file_read_all(src[k].path, &src[k].data, &src[k].len), st, out);
     }
     hash = corpus_hash(src, cfg);
+    crypto_hash_sha256(corpus->train_sha256, (const unsigned char *)src[SRC_TRAIN].data,
+                       src[SRC_TRAIN].len);
     dir = cache_dir(cfg);
     if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
         path = NULL;

@@ -40,6 +40,8 @@ typedef struct {
     sl_vocab_t *vocab;
     sl_tokens_t train, valid, test; /* valid/test len 0 when absent */
     uint64_t hash;                  /* of corpus bytes + settings: identifies the data */
+    unsigned char train_sha256[32]; /* SHA-256 of the training file's bytes (provenance:
+                                       sha256sum(1) of the file gives the same) */
     int from_cache;                 /* 1 if loaded from the token cache */
 } sl_corpus_t;
 
@@ -60,6 +62,25 @@ int sl_vocab_id(const sl_vocab_t *v, const char *word, size_t len); /* <unk> if 
 int sl_vocab_unk(const sl_vocab_t *v);
 int sl_vocab_eos(const sl_vocab_t *v);            /* -1 at char level */
 long sl_vocab_count(const sl_vocab_t *v, int id); /* training count */
+/* Frees a vocabulary (NULL allowed) and sets *v to NULL. */
+void sl_vocab_destroy(sl_vocab_t **v);
+
+/* A vocabulary rebuilt in id order (a model file's): sl_vocab_begin makes an empty one
+ * with room for about n words; sl_vocab_append gives word (len bytes) the next id,
+ * SL_ERR_FORMAT "duplicate word" when it is there already; sl_vocab_end names <unk>
+ * and, at word level, <eos>: SL_ERR_FORMAT when one is missing. Counts are 0. */
+sl_status_t sl_vocab_begin(sl_vocab_t **v, int n);
+sl_status_t sl_vocab_append(sl_vocab_t *v, const char *word, size_t len);
+sl_status_t sl_vocab_end(sl_vocab_t *v, sl_level_t level);
+
+/* The ids of text (len bytes; name is used in messages) with vocabulary v at level, as
+ * the corpus reads a valid or test file: word level, runs of non-space with <eos> at
+ * every line end; character level, UTF-8 code points; a token outside v is <unk>.
+ * line_end 0 leaves out the <eos> a last line without a newline would get (a prompt
+ * that goes on). out->ids is malloc'd (NULL, len 0 for no tokens). SL_ERR_FORMAT
+ * "name: invalid UTF-8 at byte N", SL_ERR_NOMEM. */
+sl_status_t sl_tokenize(const sl_vocab_t *v, sl_level_t level, const char *name, const char *text,
+                        size_t len, int line_end, sl_tokens_t *out);
 
 /* B parallel streams x BPTT length T over a contiguous share of a token array.
  * The share of rank k of n is [k*len/n, (k+1)*len/n); it is cut into B streams of

@@ -45,7 +45,6 @@ struct sl_vocab {
 
 /* An empty table with room for about cap_hint words; unk = eos = -1. */
 sl_status_t sl_vocab_new(sl_vocab_t **v, int cap_hint);
-void sl_vocab_destroy(sl_vocab_t **v);
 /* Id of word (len bytes, need not be NUL-terminated), adding it with count 0 when new. */
 sl_status_t sl_vocab_intern(sl_vocab_t *v, const char *word, size_t len, int32_t *id);
 /* Id of word, or -1 when it is not in the table. */

@@ -194,3 +194,34 @@ sl_vocab_count(const sl_vocab_t *v, int id)
         return -1;
     return v->count[id];
 }
+
+sl_status_t
+sl_vocab_begin(sl_vocab_t **v, int n)
+{
+    return sl_vocab_new(v, n);
+}
+
+sl_status_t
+sl_vocab_append(sl_vocab_t *v, const char *word, size_t len)
+{
+    int before = v->size;
+    int32_t id;
+
+    SL_TRY(sl_vocab_intern(v, word, len, &id));
+    if (v->size == before)
+        return sl_err_set(SL_ERR_FORMAT, "duplicate word at id %d (the same as id %d)", before,
+                          (int)id);
+    return SL_OK;
+}
+
+sl_status_t
+sl_vocab_end(sl_vocab_t *v, sl_level_t level)
+{
+    v->unk = sl_vocab_find(v, "<unk>", 5);
+    v->eos = level == SL_LEVEL_WORD ? sl_vocab_find(v, "<eos>", 5) : -1;
+    if (v->unk < 0)
+        return sl_err_set(SL_ERR_FORMAT, "no <unk> in the vocabulary");
+    if (level == SL_LEVEL_WORD && v->eos < 0)
+        return sl_err_set(SL_ERR_FORMAT, "no <eos> in the vocabulary of a word-level model");
+    return SL_OK;
+}

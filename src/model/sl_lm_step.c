@@ -379,6 +379,27 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     return SL_OK;
 }
 
+sl_status_t
+sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logits)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int B = st->batch, V = lm->V, R = lm->layer[lm->L - 1].r;
+
+    SL_TRY(check_step(lm, st, x, x, 1, "sl_lm_next_logits"));
+    SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)B * sizeof(int32_t)));
+    forward(lm, st, 1, 0, 0);
+    for (int r0 = 0; r0 < B; r0 += lm->chunk) {
+        int n = B - r0 < lm->chunk ? B - r0 : lm->chunk;
+        o->gemm(ctx, 0, 1, n, V, R, 1.0f, lm->top + (size_t)r0 * (size_t)R, R, lm->params + lm->out,
+                R, 0.0f, lm->logits, V);
+        o->add_bias(ctx, n, V, lm->params + lm->out_b, lm->logits);
+        SL_TRY(o->to_host(ctx, logits + (size_t)r0 * (size_t)V, lm->logits,
+                          (size_t)n * (size_t)V * sizeof(float)));
+    }
+    return SL_OK;
+}
+
 void
 sl_lm_set_loss_scale(sl_lm_t *lm, float scale)
 {

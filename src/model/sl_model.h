@@ -110,6 +110,12 @@ sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
 sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
                              const int32_t *y, int bptt, double *loss_sum);
 
+/* Forward one step, no dropout: feeds x (B ids, B = the state's batch, host memory),
+ * advances the state and writes the output layer's logits (B, V) to host memory
+ * (caller's): log-probabilities of the next token up to a constant. SL_ERR_INVALID as
+ * sl_lm_eval_batch for an id outside [0, V); SL_ERR_DEVICE when a copy fails. */
+sl_status_t sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logits);
+
 /* Mixed precision: the gradient of the loss is multiplied by scale before backward, so
  * every parameter gradient comes out multiplied by it (the caller divides and checks for
  * overflow). 1 = off, the default. The loss returned by sl_lm_train_step stays unscaled.

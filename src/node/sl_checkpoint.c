@@ -60,7 +60,8 @@ typedef struct {
     uint64_t nparams, opt_floats, state_floats;
     long opt_steps;
     sl_ckpt_cursor_t cur;
-    uint64_t sync_bytes; /* version 2: the sync section's length (read from the body) */
+    uint64_t sync_bytes;           /* version 2: the sync section's length (read from the body) */
+    uint64_t meta_off, meta_bytes; /* version 4: where the metadata section is, its length */
 } header_t;
 
 static int
@@ -173,7 +174,7 @@ header_bytes(uint32_t version)
 {
     return version == 1   ? SL_CKPT_V1_HEADER_BYTES
            : version == 2 ? SL_CKPT_V2_HEADER_BYTES
-                          : SL_CKPT_HEADER_BYTES;
+                          : SL_CKPT_HEADER_BYTES; /* versions 3 and 4 */
 }
 
 static void
@@ -269,6 +270,26 @@ decode_header(const unsigned char *h, header_t *hd)
     hd->cur.loss_scale_skipped = (long)(int64_t)sl_get_u64(h + OFF_LS_SKIPPED);
 }
 
+/* The metadata section for id->meta (none when NULL), with the steps, tokens, nodes and
+ * sync algorithm of this save. */
+static sl_status_t
+encode_meta(const sl_ckpt_ident_t *id, const sl_ckpt_cursor_t *cur, unsigned char **out,
+            size_t *len)
+{
+    sl_model_meta_t m;
+
+    *out = NULL;
+    *len = 0;
+    if (!id->meta)
+        return SL_OK;
+    m = *id->meta;
+    m.steps = cur->step;
+    m.tokens = cur->tokens;
+    m.nodes = id->nodes > 0 ? id->nodes : 1;
+    m.sync = id->sync;
+    return sl_model_meta_encode(&m, out, len);
+}
+
 /* Writes n floats (host order) as little-endian and feeds them to the checksum. */
 static sl_status_t
 write_floats(sl_atomic_file_t *f, sl_hash_t *hs, float *host, size_t n)
@@ -284,15 +305,16 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
                    const sl_sync_t *sync)
 {
     unsigned char head[SL_CKPT_HEADER_BYTES], len8[8], tail[8];
-    unsigned char *sync_state = NULL;
+    unsigned char *sync_state = NULL, *meta = NULL;
     sl_atomic_file_t f;
     sl_hash_t hs;
     header_t hd;
     float *host = NULL;
-    size_t most, sync_bytes = 0;
+    size_t most, sync_bytes = 0, meta_bytes = 0;
     sl_status_t rc;
 
     SL_ASSERT((opt == NULL) == (st == NULL));
+    SL_TRY(encode_meta(id, cur, &meta, &meta_bytes));
     memset(&hd, 0, sizeof hd);
     hd.id = *id;
     hd.arch_hash = sl_ckpt_arch_hash(id);
@@ -312,19 +334,16 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
         most = hd.opt_floats;
     if (hd.state_floats > most)
         most = hd.state_floats;
-    SL_TRY(SL_ALLOC(&host, most ? most : 1, "checkpoint staging buffer"));
-    if (sync_bytes > 0) {
+    rc = SL_ALLOC(&host, most ? most : 1, "checkpoint staging buffer");
+    if (rc == SL_OK && sync_bytes > 0) {
         rc = SL_ALLOC(&sync_state, sync_bytes, "checkpoint sync state");
         if (rc == SL_OK)
             rc = sl_sync_state_save(sync, sync_state, sync_bytes);
-        if (rc != SL_OK) {
-            sl_free(sync_state);
-            sl_free(host);
-            return rc;
-        }
     }
-    rc = sl_atomic_open(&f, path);
+    if (rc == SL_OK)
+        rc = sl_atomic_open(&f, path);
     if (rc != SL_OK) {
+        free(meta);
         sl_free(sync_state);
         sl_free(host);
         return rc;
@@ -350,8 +369,16 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
         sl_hash_update(&hs, sync_state, sync_bytes);
         SL_TRY_GOTO(sl_atomic_write(&f, sync_state, sync_bytes), rc, fail);
     }
+    sl_put_u64(len8, meta_bytes);
+    sl_hash_update(&hs, len8, sizeof len8);
+    SL_TRY_GOTO(sl_atomic_write(&f, len8, sizeof len8), rc, fail);
+    if (meta_bytes > 0) {
+        sl_hash_update(&hs, meta, meta_bytes);
+        SL_TRY_GOTO(sl_atomic_write(&f, meta, meta_bytes), rc, fail);
+    }
     sl_put_u64(tail, sl_hash_final(&hs));
     SL_TRY_GOTO(sl_atomic_write(&f, tail, sizeof tail), rc, fail);
+    free(meta);
     sl_free(sync_state);
     sl_free(host);
     if (!opt)
@@ -363,16 +390,18 @@ sl_checkpoint_save(const char *path, const sl_ckpt_ident_t *id, const sl_ckpt_cu
     }
 fail:
     sl_atomic_abort(&f);
+    free(meta);
     sl_free(sync_state);
     sl_free(host);
     return rc;
 }
 
-/* The smallest file of a version: header, sync length (version 2 on), checksum. */
+/* The smallest file of a version: header, sync length (version 2 on), metadata length
+ * (version 4 on), checksum. */
 static size_t
 min_file_bytes(uint32_t version)
 {
-    return header_bytes(version) + (version == 1 ? 0 : 8) + 8;
+    return header_bytes(version) + (version == 1 ? 0 : 8) + (version >= 4 ? 8 : 0) + 8;
 }
 
 /* The cursor's counters as the file holds them (i64), before anything uses them: none
@@ -443,6 +472,16 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
                               "%s: truncated: %zu bytes, but its sync state alone is %" PRIu64,
                               path, len, hd->sync_bytes);
         expected += hd->sync_bytes;
+    }
+    if (version >= 4 && len >= expected) {
+        /* the metadata section's length, after the sync section, then the section */
+        hd->meta_off = expected - 8;
+        hd->meta_bytes = sl_get_u64(data + hd->meta_off - 8);
+        if (hd->meta_bytes > len)
+            return sl_err_set(SL_ERR_FORMAT,
+                              "%s: truncated: %zu bytes, but its model metadata alone is %" PRIu64,
+                              path, len, hd->meta_bytes);
+        expected += hd->meta_bytes;
     }
     if (len < expected)
         return sl_err_set(SL_ERR_FORMAT, "%s: truncated: %zu bytes, expected %" PRIu64, path, len,
@@ -653,4 +692,47 @@ sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_backend_t *be
 out:
     free(data);
     return rc;
+}
+
+sl_status_t
+sl_checkpoint_inspect(const char *path, sl_ckpt_info_t *info)
+{
+    char *data;
+    size_t len;
+    header_t hd;
+    sl_status_t rc;
+
+    memset(info, 0, sizeof *info);
+    SL_TRY(sl_file_read_all(path, &data, &len));
+    rc = check_container(path, (const unsigned char *)data, len, &hd);
+    if (rc == SL_OK && hd.meta_bytes > 0) {
+        rc = sl_model_meta_decode(&info->meta, path, (const unsigned char *)data + hd.meta_off,
+                                  (size_t)hd.meta_bytes);
+        info->has_meta = rc == SL_OK;
+    }
+    if (rc == SL_OK && info->has_meta && info->meta.vocab &&
+        sl_vocab_size(info->meta.vocab) != hd.id.vocab) {
+        rc = sl_err_set(SL_ERR_FORMAT,
+                        "%s: model metadata: a vocabulary of %d entries for a model of %d", path,
+                        sl_vocab_size(info->meta.vocab), hd.id.vocab);
+        sl_model_meta_fini(&info->meta);
+        info->has_meta = 0;
+    }
+    if (rc == SL_OK) {
+        info->version = (int)hd.version;
+        info->train_state = (hd.flags & SL_CKPT_TRAIN_STATE) != 0;
+        info->id = hd.id;
+        info->cur = hd.cur;
+        info->nparams = hd.nparams;
+    }
+    free(data);
+    return rc;
+}
+
+void
+sl_checkpoint_info_fini(sl_ckpt_info_t *info)
+{
+    if (info->has_meta)
+        sl_model_meta_fini(&info->meta);
+    memset(info, 0, sizeof *info);
 }

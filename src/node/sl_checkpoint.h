@@ -1,7 +1,7 @@
 /* Checkpoints and model files: one little-endian binary file, written atomically and
  * validated completely before anything in memory changes.
  *
- * Layout (version 3):
+ * Layout (version 4):
  *   header (240 bytes)  magic "SHOALCKP", u32 version, u32 flags, u64 corpus hash,
  *                       u64 architecture hash, u32 vocab, embedding, layers, optimizer,
  *                       u32 hidden[8], projection[8], batch, bptt,
@@ -15,7 +15,12 @@
  *   f32 params[nparams], f32 optimizer state[], f32 hidden state[]
  *   u64 sync bytes, sync state[sync bytes]   sl_sync_state_save's bytes; 0 of them in a
  *                       model file and when the algorithm keeps nothing (sl_sync.h)
+ *   u64 meta bytes, metadata[meta bytes]   what the model says about itself
+ *                       (model/sl_model_meta.h: vocabulary, data settings, model
+ *                       configuration, provenance); 0 bytes when the writer gave none
  *   u64 checksum        sl_hash of every byte before it
+ * Version 3 (still read): the same without the metadata section; such a file is used
+ * with its training corpus, as before (shoal eval).
  * Version 2 (still read): a 208-byte header that ends after the sync algorithm and a
  * u32 0, so no loss-scale state; a run resumed from it in fp16 starts the scale again.
  * Version 1 (still read): a 192-byte header that ends after the train time, and no sync
@@ -38,12 +43,13 @@
 #include "config/sl_config.h"
 #include "kernels/sl_backend.h"
 #include "model/sl_model.h"
+#include "model/sl_model_meta.h"
 #include "model/sl_optim.h"
 #include "sync/sl_sync.h"
 
 #define SL_CKPT_MAGIC "SHOALCKP"
-#define SL_CKPT_VERSION 3
-#define SL_CKPT_HEADER_BYTES 240    /* version 3 */
+#define SL_CKPT_VERSION 4
+#define SL_CKPT_HEADER_BYTES 240    /* versions 3 and 4 */
 #define SL_CKPT_V2_HEADER_BYTES 208 /* version 2 */
 #define SL_CKPT_V1_HEADER_BYTES 192 /* version 1 */
 #define SL_CKPT_TRAIN_STATE 1u      /* flags: optimizer and hidden state present */
@@ -67,6 +73,10 @@ typedef struct {
      * whose cursor does not fit the epoch, is refused. 0 (sl_ckpt_ident_init's):
      * not checked. */
     long total_steps, batches_per_epoch;
+    /* What the file says about itself (saving only; NULL: an empty metadata section).
+     * Its steps, tokens, nodes and sync algorithm are taken from the cursor and the
+     * fields above when saved. Borrowed. */
+    const sl_model_meta_t *meta;
 } sl_ckpt_ident_t;
 
 /* Where training stands. */
@@ -85,7 +95,7 @@ typedef struct {
 } sl_ckpt_cursor_t;
 
 /* id for node rank of nodes (1 and 0 outside a multi-node run); total_steps and
- * batches_per_epoch 0. */
+ * batches_per_epoch 0, no metadata. */
 void sl_ckpt_ident_init(sl_ckpt_ident_t *id, const sl_config_t *cfg, int vocab,
                         uint64_t corpus_hash, int rank, int nodes);
 /* Hash of vocab, embedding and the layer sizes: equal iff the parameters fit. */
@@ -132,6 +142,25 @@ sl_status_t sl_checkpoint_load(const char *path, const sl_ckpt_ident_t *id, sl_b
 sl_status_t sl_checkpoint_check(const char *path, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
                                 const sl_optim_t *opt, const sl_lm_state_t *st,
                                 const sl_sync_t *sync, sl_ckpt_cursor_t *cur, int *damaged);
+
+/* A file taken apart, for using the model it holds (sl_checkpoint_inspect). */
+typedef struct {
+    int version;        /* format version */
+    int train_state;    /* 1: a checkpoint (optimizer and hidden state), 0: a model file */
+    sl_ckpt_ident_t id; /* as the header says: corpus hash, architecture, optimizer, batch
+                           shape, nodes, rank, sync (total_steps 0, meta NULL) */
+    sl_ckpt_cursor_t cur;
+    uint64_t nparams;
+    int has_meta;         /* 0: a file of version 3 or older, or one saved without */
+    sl_model_meta_t meta; /* when has_meta; sl_checkpoint_info_fini frees it */
+} sl_ckpt_info_t;
+
+/* Checks the file's structure as sl_checkpoint_load does (magic, version, sizes,
+ * checksum, counters) and decodes its header and metadata section into *info, loading
+ * no parameters. Errors are one line starting with the path: those of
+ * sl_checkpoint_load for the file itself, and sl_model_meta_decode's. */
+sl_status_t sl_checkpoint_inspect(const char *path, sl_ckpt_info_t *info);
+void sl_checkpoint_info_fini(sl_ckpt_info_t *info);
 
 /* <path>.prev into out (size bytes); SL_ERR_INVALID when it does not fit. */
 sl_status_t sl_checkpoint_prev_path(const char *path, char *out, size_t size);

@@ -10,12 +10,16 @@ static const char main_help[] =
     "Usage: shoal COMMAND [ARGS]...\n"
     "       shoal --help | --version | --help-config\n"
     "\n"
-    "Train LSTM language models (word or character level) and evaluate them.\n"
+    "Train LSTM language models (word or character level), evaluate them, score text\n"
+    "and generate text with them.\n"
     "\n"
     "Commands:\n"
     "  train CONF.yaml   train the model CONF.yaml describes; continues from the run\n"
     "                    directory's checkpoint when there is one\n"
     "  eval CONF.yaml    evaluate a checkpoint or model file on the valid or test split\n"
+    "  score MODEL FILE...  perplexity (word) or bits per character (char) of text\n"
+    "                    files, with the model file alone (no corpus needed)\n"
+    "  sample MODEL      generate text with a model file\n"
     "  run CONF.yaml     start a run of several nodes (processes) on this machine\n"
     "                    (cluster.nodes, or -n N), each training on its share of the data\n"
     "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
@@ -33,6 +37,8 @@ static const char main_help[] =
     "  shoal train conf/brown-word.yaml\n"
     "  shoal train conf/brown-word.yaml --set train.epochs=3 --set run.name=brown3\n"
     "  shoal eval conf/brown-word.yaml --checkpoint runs/brown-word/model.bin --split test\n"
+    "  shoal score runs/brown-word/model.bin my-text.txt\n"
+    "  shoal sample runs/brown-word/model.bin --prompt 'the jury' --tokens 30 --seed 7\n"
     "  shoal run conf/brown-word.yaml -n 4\n"
     "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=FILE\n"
     "                                    (see conf/slurm-brown.sh and shoal keygen)\n"
@@ -42,7 +48,9 @@ static const char main_help[] =
     "  checkpoint.bin   latest checkpoint: parameters, optimizer and hidden state,\n"
     "                   data position; written atomically\n"
     "  checkpoint.bin.prev  the one before it, resumed from when the latest is damaged\n"
-    "  model.bin        the final model (same format; shoal eval --checkpoint reads both)\n"
+    "  model.bin        the final model (same format; shoal eval --checkpoint reads both);\n"
+    "                   both carry the vocabulary, data settings, model configuration\n"
+    "                   and provenance, so shoal score and sample need nothing else\n"
     "  metrics.jsonl    one JSON object per report and per evaluation\n"
     "  summary.json     final figures: steps, tokens/s, losses, perplexities, memory\n"
     "  events.jsonl     shoal run: nodes that died, were killed by the watchdog or\n"
@@ -214,11 +222,15 @@ static const char train_help[] =
 static const char eval_help[] =
     "Usage: shoal eval CONF.yaml --checkpoint FILE [--split valid|test] [--set KEY=VALUE]...\n"
     "\n"
-    "Evaluate the parameters in FILE (a checkpoint.bin or model.bin of a run with the\n"
-    "same model and data settings) on a split of the corpus CONF.yaml names, with the\n"
-    "full softmax, and print e.g.\n"
+    "Evaluate the parameters in FILE (a checkpoint.bin or model.bin) on the valid or\n"
+    "test split CONF.yaml names, with the full softmax, and print e.g.\n"
     "  valid ppl 245.31 (loss 5.5025, 57576 tokens)\n"
-    "(bits per character, bpc, for character-level models).\n"
+    "  vocabulary: the model's own (10002 entries, word level)\n"
+    "(bits per character, bpc, for character-level models). The split may be any text\n"
+    "file: FILE's own vocabulary reads it (tokens it does not know are <unk>), and\n"
+    "its model configuration is used, whatever CONF.yaml's model section says. A file\n"
+    "of shoal before format version 4 has no vocabulary: the one built from\n"
+    "data.train is used, with a warning when the data differs from its training run's.\n"
     "\n"
     "Options:\n"
     "  --checkpoint FILE  the checkpoint or model file to evaluate (required)\n"
@@ -228,6 +240,59 @@ static const char eval_help[] =
     "\n"
     "Example:\n"
     "  shoal eval runs/brown-word/config.yaml --checkpoint runs/brown-word/model.bin\n";
+
+static const char score_help[] =
+    "Usage: shoal score MODEL FILE... [--per-line] [--device DEV] [--threads N]\n"
+    "\n"
+    "Score text files with the model file MODEL (a model.bin or checkpoint.bin) alone:\n"
+    "its own vocabulary reads them (tokens it does not know are <unk>) and no training\n"
+    "corpus or configuration is needed. FILE - reads stdin. One line per file:\n"
+    "  test.txt: ppl 108.03 (loss 4.682409, 82350 of 82430 tokens scored, 1203 <unk>)\n"
+    "  input.txt: bpc 1.5230 (loss 1.055678 nats, ...)     (character-level models)\n"
+    "A file is scored as training evaluates its test split: 10 parallel streams read\n"
+    "train.bptt tokens at a time, the tail that fills no window left out, so the\n"
+    "training run's test file gives its test perplexity exactly.\n"
+    "\n"
+    "Options:\n"
+    "  --per-line      score each line on its own instead (from a fresh state that\n"
+    "                  has read a line start: <eos> or a newline), as TSV on stdout:\n"
+    "                  file, line (from 1), tokens (the line's <eos> or newline\n"
+    "                  included), loss (nats per token), ppl or bpc; a header first\n"
+    "  --device DEV    cpu (default), cuda or cuda:N\n"
+    "  --threads N     compute threads (default 1; 0: every core)\n"
+    "  -h, --help      show this help and exit\n"
+    "\n"
+    "Examples:\n"
+    "  shoal score runs/brown-word/model.bin ../shared/data/brown/test.txt\n"
+    "  echo 'the jury said' | shoal score runs/brown-word/model.bin - --per-line\n";
+
+static const char sample_help[] =
+    "Usage: shoal sample MODEL [--prompt TEXT] [--tokens N] [--temperature T]\n"
+    "                    [--top-k K] [--top-p P] [--seed S] [--device DEV] [--threads N]\n"
+    "\n"
+    "Generate text with the model file MODEL alone. The model reads a line start (<eos>,\n"
+    "or a newline for character models), then the prompt, then picks each next token\n"
+    "from its distribution and reads it in turn. Word models write words separated by\n"
+    "spaces and <eos> as a line break; character models write characters. The prompt\n"
+    "is printed first. The same model, options and seed give the same text.\n"
+    "\n"
+    "Options:\n"
+    "  --prompt TEXT       text to continue (default: none, a new line)\n"
+    "  --tokens N          tokens to generate (default 100)\n"
+    "  --temperature T     divides the logits (default 1); 0: always the most likely\n"
+    "                      token (greedy; ties go to the lower id)\n"
+    "  --top-k K           draw only among the K most likely tokens (default 0: all)\n"
+    "  --top-p P           then only among the fewest most likely whose probability\n"
+    "                      reaches P, 0 < P <= 1 (default 1: all)\n"
+    "  --seed S            the draws' seed (default 1)\n"
+    "  --device DEV        cpu (default), cuda or cuda:N\n"
+    "  --threads N         compute threads (default 1; 0: every core)\n"
+    "  -h, --help          show this help and exit\n"
+    "\n"
+    "Examples:\n"
+    "  shoal sample runs/brown-word/model.bin --prompt 'the jury' --tokens 40\n"
+    "  shoal sample runs/shakespeare-char/model.bin --tokens 500 --temperature 0.8 \\\n"
+    "      --top-k 20 --seed 3\n";
 
 static const char keygen_help[] =
     "Usage: shoal keygen FILE\n"
@@ -248,15 +313,17 @@ static const char keygen_help[] =
 static const char help_help[] =
     "Usage: shoal help [COMMAND]\n"
     "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, run, node, keygen, help).\n";
+    "Show the help of shoal, or of COMMAND (train, eval, score, sample, run, node, keygen,\n"
+    "help).\n";
 
 const char *
 sl_help_text(const char *command)
 {
     static const struct {
         const char *command, *text;
-    } helps[] = {{"train", train_help}, {"eval", eval_help},     {"run", run_help},
-                 {"node", node_help},   {"keygen", keygen_help}, {"help", help_help}};
+    } helps[] = {{"train", train_help},   {"eval", eval_help}, {"score", score_help},
+                 {"sample", sample_help}, {"run", run_help},   {"node", node_help},
+                 {"keygen", keygen_help}, {"help", help_help}};
 
     if (!command)
         return main_help;

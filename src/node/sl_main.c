@@ -18,6 +18,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "node/sl_cmd_model.h"
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
@@ -322,6 +323,7 @@ cmd_eval(int argc, char **argv)
         else
             printf("%s ppl %.2f (loss %.4f, %ld tokens)\n", a.split, exp(res.loss), res.loss,
                    res.tokens);
+        printf("vocabulary: %s\n", res.vocab);
     } else {
         fprintf(stderr, "shoal: %s\n", sl_err_msg());
     }
@@ -679,6 +681,10 @@ main(int argc, char **argv)
         return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0)
         return cmd_eval(argc - 2, argv + 2);
+    if (strcmp(cmd, "score") == 0)
+        return sl_cmd_score(argc - 2, argv + 2);
+    if (strcmp(cmd, "sample") == 0)
+        return sl_cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0)
         return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "node") == 0)

@@ -175,6 +175,10 @@ setup_model(trainer_t *t)
     SL_TRY(SL_ALLOC(&t->x, (size_t)most * bptt, "batch inputs"));
     SL_TRY(SL_ALLOC(&t->y, (size_t)most * bptt, "batch targets"));
     sl_ckpt_ident_init(&t->id, cfg, vocab, t->corpus.hash, t->opts->rank, t->opts->nranks);
+    sl_model_meta_init(&t->meta, cfg, t->corpus.vocab);
+    t->meta.data_hash = t->corpus.hash;
+    memcpy(t->meta.train_sha256, t->corpus.train_sha256, sizeof t->meta.train_sha256);
+    t->id.meta = &t->meta;
 
     t->total_steps = (long)cfg->train.epochs * t->train_bt.batches_per_epoch;
     if (cfg->train.max_steps > 0 && cfg->train.max_steps < t->total_steps)
@@ -261,6 +265,12 @@ eval_split(trainer_t *t, const sl_batcher_t *bt, const char *split, double *loss
     long tokens;
 
     SL_TRY(evaluate(t->lm, t->est, bt, t->x, t->y, t->opts, loss, &tokens));
+    if (bt == &t->test_bt) {
+        t->meta.test_loss = *loss;
+    } else {
+        t->meta.valid_loss = *loss;
+        t->meta.valid_step = t->cur.step;
+    }
     return sl_report_eval(&t->rep, t->cur.step, split, *loss, tokens);
 }
 
@@ -459,6 +469,10 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     res->final_models = nmodels;
     res->final_valid_loss = run.valid_loss;
     res->final_test_loss = run.test_loss;
+    t->meta.models_averaged = nmodels;
+    t->meta.valid_loss = t->has_valid ? run.valid_loss : NAN;
+    t->meta.valid_step = t->has_valid ? t->cur.step : -1;
+    t->meta.test_loss = t->has_test ? run.test_loss : NAN;
     SL_TRY(join_path(path, res->run_dir, "model.bin"));
     SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     sl_log_info("train", "final model: %s", path);
@@ -585,46 +599,6 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
 out:
     if (t.lm)
         fill_result(&t, res);
-    trainer_fini(&t);
-    return rc;
-}
-
-sl_status_t
-sl_eval_run(const sl_config_t *cfg, const char *path, const char *split, sl_eval_result_t *res)
-{
-    trainer_t t;
-    sl_tokens_t *tokens;
-    sl_batcher_t bt;
-    sl_status_t rc;
-    int has;
-
-    memset(&t, 0, sizeof t);
-    memset(res, 0, sizeof *res);
-    res->level = cfg->data.level;
-    res->loss = NAN;
-    SL_TRY_GOTO(sl_node_backend_open(cfg, 0, &t.be), rc, out);
-    SL_TRY_GOTO(sl_corpus_load(&t.corpus, cfg), rc, out);
-    t.corpus_loaded = 1;
-    tokens = strcmp(split, "test") == 0 ? &t.corpus.test : &t.corpus.valid;
-    SL_TRY_GOTO(eval_batcher(&bt, tokens, split, cfg->train.bptt, &has), rc, out);
-    if (!has) {
-        rc =
-            strcmp(split, "test") == 0
-                ? sl_err_set(SL_ERR_CONFIG, "%s: no test split (data.test is not set)", cfg->source)
-                : sl_err_set(SL_ERR_CONFIG,
-                             "%s: no valid split (data.valid is not set and "
-                             "data.valid_fraction is 0)",
-                             cfg->source);
-        goto out;
-    }
-    SL_TRY_GOTO(sl_lm_new(&t.lm, cfg, sl_vocab_size(t.corpus.vocab), 1, EVAL_BATCH, t.be), rc, out);
-    SL_TRY_GOTO(sl_lm_state_new(t.lm, EVAL_BATCH, &t.est), rc, out);
-    SL_TRY_GOTO(SL_ALLOC(&t.x, (size_t)EVAL_BATCH * cfg->train.bptt, "batch inputs"), rc, out);
-    SL_TRY_GOTO(SL_ALLOC(&t.y, (size_t)EVAL_BATCH * cfg->train.bptt, "batch targets"), rc, out);
-    sl_ckpt_ident_init(&t.id, cfg, sl_vocab_size(t.corpus.vocab), t.corpus.hash, 0, 1);
-    SL_TRY_GOTO(sl_checkpoint_load(path, &t.id, t.be, t.lm, NULL, NULL, NULL, NULL), rc, out);
-    SL_TRY_GOTO(evaluate(t.lm, t.est, &bt, t.x, t.y, NULL, &res->loss, &res->tokens), rc, out);
-out:
     trainer_fini(&t);
     return rc;
 }

@@ -100,13 +100,19 @@ sl_status_t sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts,
 
 typedef struct {
     sl_level_t level;
-    double loss; /* nats per token */
-    long tokens; /* tokens evaluated */
+    double loss;     /* nats per token */
+    long tokens;     /* tokens evaluated */
+    char vocab[192]; /* which vocabulary the split was read with, for the user */
 } sl_eval_result_t;
 
 /* Evaluates the checkpoint or model file at path on split ("valid" or "test") of the
- * corpus cfg names, full softmax. SL_ERR_CONFIG when the split is absent; checkpoint
- * errors as sl_checkpoint_load. */
+ * data cfg names, full softmax, in cfg's windows (sl_score.h). A file with metadata
+ * (sl_model_meta.h) reads the split's file with its own vocabulary and configuration,
+ * whatever file it is, without the training file (unless the valid split is a
+ * fraction of it); an older file is evaluated with the vocabulary of cfg's training
+ * data, with a warning when that data is not the data it was trained on (its corpus
+ * hash differs). SL_ERR_CONFIG when the split is absent; the file's errors (sl_checkpoint.h,
+ * sl_model_file.h). Implemented in sl_eval.c. */
 sl_status_t sl_eval_run(const sl_config_t *cfg, const char *path, const char *split,
                         sl_eval_result_t *res);
 

@@ -8,6 +8,7 @@
 #include "kernels/sl_backend.h"
 #include "model/sl_loss_scale.h"
 #include "model/sl_model.h"
+#include "model/sl_model_meta.h"
 #include "model/sl_optim.h"
 #include "node/sl_checkpoint.h"
 #include "node/sl_rejoin.h"
@@ -33,6 +34,7 @@ typedef struct {
     sl_lm_state_t *est; /* evaluation streams */
     int32_t *x, *y;     /* (T, max(B, EVAL_BATCH)) time-major */
     sl_ckpt_ident_t id;
+    sl_model_meta_t meta; /* what the files say about the model (id.meta points here) */
     sl_ckpt_cursor_t cur;
     long total_steps;
     long saved_step;       /* step of the last checkpoint written or loaded; -1: none */

@@ -40,22 +40,26 @@ path_in(char *out, size_t size, const char *name)
     snprintf(out, size, "%s/%s", tmp_root, name);
 }
 
-/* The version 2 file of a version 3 checkpoint, as the shoal of the second format wrote
+/* The version 2 file of a version 4 checkpoint, as the shoal of the second format wrote
  * it: the header's first 204 bytes with version 2 and a u32 0 (no loss scale), the rest
- * as it is. Returns it malloc'd, its length in *out_len. */
+ * as it is but for the empty metadata section. Returns it malloc'd, its length in
+ * *out_len. */
 static unsigned char *
 to_version2(const unsigned char *data, size_t len, size_t *out_len)
 {
     unsigned char *v2;
     size_t cut = SL_CKPT_HEADER_BYTES - SL_CKPT_V2_HEADER_BYTES;
 
-    *out_len = len - cut;
+    /* version 4 ends with an (empty) metadata section: its 8-byte length goes too */
+    ck_assert_uint_eq(sl_get_u64(data + len - 16), 0);
+    *out_len = len - cut - 8;
     v2 = malloc(*out_len);
     ck_assert_ptr_nonnull(v2);
     memcpy(v2, data, SL_CKPT_V2_HEADER_BYTES - 4);
     sl_put_u32(v2 + 8, 2);
     sl_put_u32(v2 + SL_CKPT_V2_HEADER_BYTES - 4, 0);
-    memcpy(v2 + SL_CKPT_V2_HEADER_BYTES, data + SL_CKPT_HEADER_BYTES, len - SL_CKPT_HEADER_BYTES);
+    memcpy(v2 + SL_CKPT_V2_HEADER_BYTES, data + SL_CKPT_HEADER_BYTES,
+           len - SL_CKPT_HEADER_BYTES - 16);
     test_ckpt_rehash(v2, *out_len);
     return v2;
 }
@@ -248,7 +252,7 @@ START_TEST(test_bad_checkpoints)
     expected =
         SL_CKPT_HEADER_BYTES +
         4 * (sl_lm_nparams(src.lm) + sl_optim_state_size(src.opt) + sl_lm_state_size(src.st)) + 8 +
-        8; /* no sync state: its length 0, then the checksum */
+        8 + 8; /* no sync state and no metadata: their lengths 0, then the checksum */
     ck_assert_uint_eq(len, expected);
     ck_assert(memcmp(data, "SHOALCKP", 8) == 0);
 
@@ -262,14 +266,14 @@ START_TEST(test_bad_checkpoints)
     data[8] = 9;
     test_write_file(bad, data, len);
     snprintf(msg, sizeof msg,
-             "%s: checkpoint format version 9 is not supported (this shoal reads 1 to 3)", bad);
+             "%s: checkpoint format version 9 is not supported (this shoal reads 1 to 4)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     data[8] = 0;
     test_write_file(bad, data, len);
     snprintf(msg, sizeof msg,
-             "%s: checkpoint format version 0 is not supported (this shoal reads 1 to 3)", bad);
+             "%s: checkpoint format version 0 is not supported (this shoal reads 1 to 4)", bad);
     assert_refused(&dst, &dst.id, bad, msg, 0);
-    data[8] = 3;
+    data[8] = 4;
     /* a loss scale that is no scale (the checksum made good again) */
     for (int k = 0; k < 2; k++) {
         unsigned char keep[4];
@@ -287,7 +291,7 @@ START_TEST(test_bad_checkpoints)
     snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len / 2, len);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     test_write_file(bad, data, 0);
-    snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 256", bad);
+    snprintf(msg, sizeof msg, "%s: truncated: 0 bytes, expected at least 264", bad);
     assert_refused(&dst, &dst.id, bad, msg, 1);
     /* one flipped payload bit */
     data[SL_CKPT_HEADER_BYTES + 101] ^= 0x10;
@@ -346,7 +350,7 @@ START_TEST(test_bad_checkpoints)
     ck_assert_int_eq(got.batch_index, 42);
     ck_assert_uint_eq(got.tokens, 3840);
     ck_assert(got.train_time_s == 1.5);
-    ck_assert_int_eq(got.version, 3);
+    ck_assert_int_eq(got.version, 4);
     ck_assert(got.loss_scale == 512.0f);
     ck_assert_int_eq(got.loss_scale_good, 7);
     ck_assert_int_eq(got.loss_scale_overflows, 1);
@@ -416,9 +420,9 @@ START_TEST(test_checkpoint_sync_state)
         sl_checkpoint_save(good, &src.id, &cur, src.be, src.lm, src.opt, src.st, src.sync), SL_OK);
     data = (unsigned char *)test_read_file(good, &len);
     sync_at = SL_CKPT_HEADER_BYTES + test_ckpt_float_bytes(data);
-    ck_assert_uint_eq(len, sync_at + 8 + nstate + 8);
-    ck_assert_uint_eq(sl_get_u32(data + 192), 2); /* nodes */
-    ck_assert_uint_eq(sl_get_u32(data + 196), 0); /* rank */
+    ck_assert_uint_eq(len, sync_at + 8 + nstate + 8 + 8); /* + empty metadata */
+    ck_assert_uint_eq(sl_get_u32(data + 192), 2);         /* nodes */
+    ck_assert_uint_eq(sl_get_u32(data + 196), 0);         /* rank */
     ck_assert_uint_eq(sl_get_u32(data + 200), SL_SYNC_BMUF);
     ck_assert_uint_eq(sl_get_u64(data + sync_at), nstate);
     ck_assert(memcmp(data + sync_at + 8, state, nstate) == 0);
@@ -461,14 +465,14 @@ START_TEST(test_checkpoint_sync_state)
     sl_put_u64(data + sync_at, (uint64_t)len);
     test_write_file(bad, data, len);
     snprintf(msg, sizeof msg, "%s: truncated: %zu bytes, expected %zu", bad, len,
-             sync_at + 8 + len + 8);
+             sync_at + 8 + len + 8 + 8);
     assert_refused(&dst, &dst.id, bad, msg, 0);
     sl_put_u64(data + sync_at, nstate);
 
     /* the good file: everything, sync state included */
     ck_assert_int_eq(
         sl_checkpoint_load(good, &dst.id, dst.be, dst.lm, dst.opt, dst.st, dst.sync, &got), SL_OK);
-    ck_assert_int_eq(got.version, 3);
+    ck_assert_int_eq(got.version, 4);
     ck_assert_int_eq(got.step, 12);
     snapshot(&src, &saved);
     snapshot(&dst, &loaded);

@@ -2,7 +2,8 @@
  * command-line tool, files, JSON numbers, model files, children by name, the node
  * tests' tiny configuration, checkpoints and staged shoal runs, configuration that must
  * load, a free port, adopting orphans, a rank's batches per epoch, a pause, random
- * kernel inputs, the model tests' tiny configuration. Test support only: nothing here
+ * kernel inputs, the model tests' tiny configuration, records of a model file's
+ * metadata and the token sets generation may draw from. Test support only: nothing here
  * may be linked into shoal itself. */
 #define _POSIX_C_SOURCE 200809L
 #include "test_tool.h"
@@ -368,6 +369,14 @@ test_ckpt_float_bytes(const unsigned char *data)
     return 4 * (size_t)(sl_get_u64(data + 120) + sl_get_u64(data + 128) + sl_get_u64(data + 136));
 }
 
+size_t
+test_ckpt_meta_at(const unsigned char *data)
+{
+    size_t sync_at = SL_CKPT_HEADER_BYTES + test_ckpt_float_bytes(data);
+
+    return sync_at + 8 + (size_t)sl_get_u64(data + sync_at);
+}
+
 #define CKPT_HASH_SEED 0x53484f414c434b50ull /* sl_checkpoint.c's */
 
 void
@@ -538,4 +547,49 @@ test_lm_config(sl_config_t *c, int nlayers, int proj, sl_output_kind_t out, doub
     c->train.optimizer.beta1 = 0.9;
     c->train.optimizer.beta2 = 0.999;
     c->train.optimizer.eps = 1e-8;
+}
+
+size_t
+test_meta_record(const unsigned char *d, size_t at, const char *tag)
+{
+    uint32_t n = sl_get_u32(d + at + 4);
+    size_t p = at + 8;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (memcmp(d + p, tag, 4) == 0)
+            return p;
+        p += 12 + (size_t)sl_get_u64(d + p + 4);
+    }
+    ck_abort_msg("no %s record", tag);
+    return 0;
+}
+
+/* Sorted by insertion, summed in the picker's order: the same doubles, so the same
+ * boundary for top-p. */
+int
+test_pick_allowed(const float *logit, int V, int k, double p, double t, int *ids)
+{
+    double prob[256], sum = 0, cum = 0;
+    int n;
+
+    ck_assert_int_le(V, 256);
+    for (int i = 0; i < V; i++)
+        ids[i] = i;
+    for (int i = 1; i < V; i++) /* insertion sort */
+        for (int j = i; j > 0; j--) {
+            int a = ids[j - 1], b = ids[j];
+            if (logit[b] > logit[a] || (logit[b] == logit[a] && b < a))
+                ids[j - 1] = b, ids[j] = a;
+            else
+                break;
+        }
+    n = k > 0 && k < V ? k : V;
+    for (int i = 0; i < n; i++)
+        sum += prob[i] = exp((logit[ids[i]] - logit[ids[0]]) / t);
+    for (int i = 0; i < n; i++) {
+        cum += prob[i] / sum;
+        if (cum >= p)
+            return i + 1;
+    }
+    return n;
 }

@@ -5,7 +5,8 @@
  * tiny training configuration, checkpoints taken apart, and shoal run staged;
  * configuration text that must load; a free port, adopting orphans, a rank's batches
  * per epoch; a pause; random inputs and a tolerance check for
- * the kernel tests; the tiny model configuration of the model tests. */
+ * the kernel tests; the tiny model configuration of the model tests; a model file's
+ * metadata records and the token sets generation may draw from. */
 #ifndef SL_TEST_TOOL_H
 #define SL_TEST_TOOL_H
 
@@ -55,7 +56,7 @@ void test_write_file(const char *path, const void *data, size_t len);
  * NAN for null. A key that is not there fails the test. */
 double test_json_num(const char *text, const char *key);
 
-/* The parameters of a model or checkpoint file (version 3, the format shoal writes):
+/* The parameters of a model or checkpoint file (versions 3 and 4; 4 is the format shoal writes):
  * nparams floats after the header, malloc'd; their count in *n. Fails the test when
  * the file is missing or short. */
 float *test_model_params(const char *path, size_t *n);
@@ -90,10 +91,25 @@ long test_ckpt_i64(const char *path, size_t off);
  * held in data. */
 size_t test_ckpt_float_bytes(const unsigned char *data);
 
+/* Where the metadata section's 8-byte length sits in a version 4 checkpoint held in
+ * data: after the floats and the sync section. What comes before it is the training
+ * state; the metadata after it (vocabulary, provenance) names the run too. */
+size_t test_ckpt_meta_at(const unsigned char *data);
+
+/* Offset of the record tagged tag (four letters) in the metadata section that starts
+ * at d + at (model/sl_model_meta.h); fails the test when there is none. */
+size_t test_meta_record(const unsigned char *d, size_t at, const char *tag);
+
+/* The tokens sl_picker_allowed may return, worked out independently: ids by decreasing
+ * logit (ties: the lower id) into ids (V of them), the first k (0: all), then the
+ * fewest whose probabilities at temperature t (renormalised over the k) reach p.
+ * Returns their count (V up to 256). */
+int test_pick_allowed(const float *logit, int V, int k, double p, double t, int *ids);
+
 /* Sets the checksum (the last 8 bytes) of a checkpoint held in data (len bytes). */
 void test_ckpt_rehash(unsigned char *data, size_t len);
 
-/* The version 1 file of a version 3 checkpoint (data, len), as shoal 1 wrote it: the
+/* The version 1 file of a version 3 or 4 checkpoint (data, len), as shoal 1 wrote it: the
  * header's first 192 bytes with version 1, the floats, no sync section, its checksum.
  * Returns it malloc'd, its length in *out_len. */
 unsigned char *test_ckpt_to_version1(const unsigned char *data, size_t len, size_t *out_len);
