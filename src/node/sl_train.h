@@ -2,12 +2,16 @@
  * evaluation, resume, final model and summary; and evaluation of a saved model.
  *
  * Files in the run directory (cfg->run.dir, or "runs/<run.name>" when empty):
- *   config.yaml     the resolved configuration (rewritten at every start)
+ *   config.yaml     the resolved configuration, paths absolute (rewritten at every start)
  *   checkpoint.bin  parameters, optimizer and hidden state, data cursor
  *   checkpoint.bin.prev  the checkpoint before it (sl_checkpoint.h); a resume takes the
  *                   newest sound one, with several nodes and a sync algorithm the
  *                   newest step all nodes have (sl_resume.h)
  *   model.bin       the final parameters (same format, read by sl_eval_run)
+ *   best.bin, best.json  run.keep_best: the model of the best validation so far
+ *   checkpoint-<step>.bin  run.keep_checkpoints K: the last K checkpoints
+ *   previous/       a previous run's results, set aside when a run starts over
+ *                   (resume off; sl_run_files.h)
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
  *   events.jsonl    written by shoal run's supervisor, not here (sl_supervisor.h): one
