@@ -37,9 +37,9 @@ kept_step(const char *name)
 static int
 is_run_result(const char *name)
 {
-    static const char *const names[] = {"model.bin",           "summary.json",  SL_RUN_BEST_MODEL,
-                                        SL_RUN_BEST_JSON,      "checkpoint.bin",
-                                        "checkpoint.bin.prev", "metrics.jsonl"};
+    static const char *const names[] = {"model.bin",      "summary.json",   SL_RUN_BEST_MODEL,
+                                        SL_RUN_BEST_JSON, "checkpoint.bin", "checkpoint.bin.prev",
+                                        "metrics.jsonl"};
 
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(name, names[i]) == 0)
@@ -56,8 +56,9 @@ empty_previous(const char *prev)
     DIR *d = opendir(prev);
 
     if (!d)
-        return errno == ENOENT ? SL_OK
-                               : sl_err_set(SL_ERR_IO, "%s: cannot open: %s", prev, strerror(errno));
+        return errno == ENOENT
+                   ? SL_OK
+                   : sl_err_set(SL_ERR_IO, "%s: cannot open: %s", prev, strerror(errno));
     while ((e = readdir(d)) != NULL) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;

@@ -46,6 +46,7 @@ sl_train_opts_init(sl_train_opts_t *o)
     o->nranks = 1;
     o->resume = 1;
     o->quiet = 0;
+    o->init = NULL;
     o->rejoin = 0;
     o->interrupt = NULL;
     o->poll = NULL;

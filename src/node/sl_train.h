@@ -46,6 +46,10 @@ typedef struct {
     int resume;       /* continue from <dir>/checkpoint.bin (or .prev) when it exists;
                          with a sync algorithm on several nodes, all or none */
     int quiet;        /* no progress lines */
+    /* A safetensors file (sl_export.h) whose weights a run that starts at step 0 takes
+     * instead of its random initialisation (shoal train --init); NULL: none. Not used
+     * when the run resumes from a checkpoint. Borrowed. */
+    const char *init;
     /* This process comes back for a rank the run lost (the run is under way: the
      * rendezvous said so, sl_rendezvous.h): instead of the start-up agreement on a
      * checkpoint, it takes its optimizer and loss scale from its own checkpoint when
