@@ -176,72 +176,69 @@ hex4(const char *s, unsigned *v)
     return 1;
 }
 
-/* A JSON string into out (cap bytes, NUL-terminated), escapes decoded to UTF-8. */
-static sl_status_t
-parse_string(parser_t *p, char *out, size_t cap)
+/* Code point cp (below 0x10000) as UTF-8 at out + *n, within cap bytes. */
+static int
+put_utf8(char *out, size_t *n, size_t cap, unsigned cp)
 {
+    int len = cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+
+    if (*n + (size_t)len >= cap)
+        return 0;
+    if (len == 1) {
+        out[(*n)++] = (char)cp;
+    } else if (len == 2) {
+        out[(*n)++] = (char)(0xc0 | cp >> 6);
+        out[(*n)++] = (char)(0x80 | (cp & 0x3f));
+    } else {
+        out[(*n)++] = (char)(0xe0 | cp >> 12);
+        out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[(*n)++] = (char)(0x80 | (cp & 0x3f));
+    }
+    return 1;
+}
+
+/* A JSON string into out (cap bytes, NUL-terminated), escapes decoded to UTF-8. A
+ * name (ctrl_ok 0) may not decode to control characters: it goes into one-line
+ * messages. */
+static sl_status_t
+parse_string(parser_t *p, char *out, size_t cap, int ctrl_ok)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
     size_t n = 0;
 
     SL_TRY(expect(p, '"'));
     for (;;) {
-        unsigned char c;
         unsigned cp;
+        const char *e;
+
         if (p->pos >= p->len)
             return bad(p, "unterminated string");
-        c = (unsigned char)p->s[p->pos++];
-        if (c == '"')
+        cp = (unsigned char)p->s[p->pos++];
+        if (cp == '"')
             break;
-        if (c < 0x20)
+        if (cp < 0x20)
             return bad(p, "control character in a string");
-        if (c == '\\') {
-            if (p->pos >= p->len)
-                return bad(p, "unterminated string");
-            c = (unsigned char)p->s[p->pos++];
-            switch (c) {
-            case '"':
-            case '\\':
-            case '/':
-                break;
-            case 'b':
-                c = '\b';
-                break;
-            case 'f':
-                c = '\f';
-                break;
-            case 'n':
-                c = '\n';
-                break;
-            case 'r':
-                c = '\r';
-                break;
-            case 't':
-                c = '\t';
-                break;
-            case 'u':
+        if (cp == '\\') {
+            cp = p->pos < p->len ? (unsigned char)p->s[p->pos++] : 0;
+            if (cp == 'u') {
                 if (p->pos + 4 > p->len || !hex4(p->s + p->pos, &cp) || cp == 0 ||
                     (cp >= 0xd800 && cp <= 0xdfff))
                     return bad(p, "bad \\u escape (surrogates and NUL are not accepted)");
                 p->pos += 4;
-                if (n + 4 >= cap)
-                    return bad(p, "string too long");
-                if (cp < 0x80) {
-                    out[n++] = (char)cp;
-                } else if (cp < 0x800) {
-                    out[n++] = (char)(0xc0 | cp >> 6);
-                    out[n++] = (char)(0x80 | (cp & 0x3f));
-                } else {
-                    out[n++] = (char)(0xe0 | cp >> 12);
-                    out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-                    out[n++] = (char)(0x80 | (cp & 0x3f));
-                }
-                continue;
-            default:
+            } else if (cp && (e = strchr(from, (int)cp)) != NULL) {
+                cp = (unsigned char)to[e - from];
+            } else {
                 return bad(p, "bad escape in a string");
             }
+            if (cp < 0x20 && !ctrl_ok)
+                return bad(p, "control character in a name");
+            if (!put_utf8(out, &n, cap, cp))
+                return bad(p, "string too long");
+            continue;
         }
-        if (n + 1 >= cap)
+        if (n + 1 >= cap) /* a byte as it is: the header is UTF-8 already */
             return bad(p, "string too long");
-        out[n++] = (char)c;
+        out[n++] = (char)cp;
     }
     out[n] = '\0';
     return SL_OK;
@@ -306,11 +303,11 @@ skip_metadata(parser_t *p)
         return SL_OK;
     }
     for (;;) {
-        SL_TRY(parse_string(p, s, sizeof s));
+        SL_TRY(parse_string(p, s, sizeof s, 0));
         SL_TRY(expect(p, ':'));
         if (peek(p) != '"')
             return bad(p, "__metadata__ values must be strings");
-        SL_TRY(parse_string(p, s, sizeof s));
+        SL_TRY(parse_string(p, s, sizeof s, 1));
         if (peek(p) == '}') {
             p->pos++;
             return SL_OK;
@@ -344,10 +341,10 @@ parse_tensor(parser_t *p, sl_st_tensor_t *t)
 
     SL_TRY(expect(p, '{'));
     for (;;) {
-        SL_TRY(parse_string(p, key, sizeof key));
+        SL_TRY(parse_string(p, key, sizeof key, 0));
         SL_TRY(expect(p, ':'));
         if (strcmp(key, "dtype") == 0 && !have_dtype) {
-            SL_TRY(parse_string(p, t->dtype, sizeof t->dtype));
+            SL_TRY(parse_string(p, t->dtype, sizeof t->dtype, 0));
             have_dtype = 1;
         } else if (strcmp(key, "shape") == 0 && !have_shape) {
             SL_TRY(parse_uints(p, t->shape, SL_ST_MAX_DIMS, &t->ndim, "shape"));
@@ -392,7 +389,7 @@ parse_header(parser_t *p, sl_st_file_t *f)
     } else {
         for (;;) {
             char name[SL_ST_NAME_MAX];
-            SL_TRY(parse_string(p, name, sizeof name));
+            SL_TRY(parse_string(p, name, sizeof name, 0));
             SL_TRY(expect(p, ':'));
             if (strcmp(name, "__metadata__") == 0) {
                 SL_TRY(skip_metadata(p));

@@ -356,6 +356,10 @@ START_TEST(test_bad_files)
     assert_refused(&cfg, bad, len, "unknown dtype 'X32'");
     free(bad);
 
+    bad = mutated(good, len, "\"decoder.bias\"", "\"decode\\nbias\"");
+    assert_refused(&cfg, bad, len, "control character in a name");
+    free(bad);
+
     /* sound files that do not fit the model */
     bad = mutated(good, len, "\"dtype\":\"F32\"", "\"dtype\":\"I32\"");
     assert_refused(&cfg, bad, len, "tensor 'encoder.weight' is I32; shoal imports F32 only");
@@ -369,6 +373,54 @@ START_TEST(test_bad_files)
                    "tensor 'encoder.weight' has shape [502, 16]; the config's model needs "
                    "[502, 32]");
     sl_config_fini(&other);
+    free(good);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* Whatever a file holds, the reader says no in one line that names it, or takes a file
+ * that checks out: cut at every length, bytes of the header set at random. */
+START_TEST(test_damaged_files)
+{
+    sl_config_t cfg;
+    sl_train_result_t res;
+    sl_st_file_t f;
+    char out[PATH_MAX], path[PATH_MAX], *good, *bad;
+    size_t len;
+    uint64_t hlen;
+    int taken = 0;
+
+    trained(&cfg, "damaged", &res);
+    snprintf(out, sizeof out, "%s/damaged.safetensors", tmp_root);
+    export_cli(&res, out);
+    good = test_read_file(out, &len);
+    ck_assert_ptr_nonnull(good);
+    hlen = sl_get_u64((const unsigned char *)good);
+    snprintf(path, sizeof path, "%s/damaged-copy.safetensors", tmp_root);
+    for (size_t cut = 0; cut < len; cut += cut < 8 + hlen ? 1 : 997) {
+        test_write_file(path, good, cut);
+        ck_assert_msg(sl_st_read(path, &f) != SL_OK, "a file cut at %zu bytes taken", cut);
+        ck_assert_msg(strchr(sl_err_msg(), '\n') == NULL && strstr(sl_err_msg(), path),
+                      "cut at %zu: %s", cut, sl_err_msg());
+    }
+    bad = malloc(len);
+    srand(7);
+    for (int i = 0; i < 3000; i++) {
+        memcpy(bad, good, len);
+        for (int k = 1 + rand() % 3; k > 0; k--)
+            bad[8 + (size_t)rand() % hlen] = (char)(rand() % 256);
+        test_write_file(path, bad, len);
+        if (sl_st_read(path, &f) == SL_OK) {
+            taken++; /* e.g. a digit of a value for another, or padding */
+            sl_st_fini(&f);
+            continue;
+        }
+        ck_assert_msg(strchr(sl_err_msg(), '\n') == NULL &&
+                          strncmp(sl_err_msg(), path, strlen(path)) == 0,
+                      "not one line naming the file: %s", sl_err_msg());
+    }
+    ck_assert_int_lt(taken, 3000);
+    free(bad);
     free(good);
     sl_config_fini(&cfg);
 }
@@ -428,6 +480,7 @@ export_suite(void)
     tcase_add_test(core, test_init_round_trip);
     tcase_add_test(limits, test_bad_files);
     tcase_add_test(limits, test_bad_files_cli);
+    tcase_add_test(limits, test_damaged_files);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
