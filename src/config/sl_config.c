@@ -281,6 +281,10 @@ static const entry_t schema[] = {
      .doc = "steps between checkpoints (0 = only at the end)"},
     {K("run.resume", T_BOOL, run.resume), .def = "true",
      .doc = "continue from the run directory's checkpoint when there is one"},
+    {K("run.keep_best", T_BOOL, run.keep_best), .def = "false",
+     .doc = "keep the model of the best validation perplexity as best.bin (and best.json)"},
+    {K("run.keep_checkpoints", T_INT, run.keep_checkpoints), .def = "0", AT_LEAST(0),
+     .doc = "keep the last K checkpoints as checkpoint-<step>.bin (0 = none)"},
 
     {K("data.train", T_STR, data.train), .def = "",
      .doc = "training text (required)"},
@@ -1512,6 +1516,14 @@ config_copy(sl_config_t *dst, const sl_config_t *src)
 fail:
     sl_config_fini(dst);
     return SL_ERR_NOMEM;
+}
+
+sl_status_t
+sl_config_copy(sl_config_t *dst, const sl_config_t *src)
+{
+    if (config_copy(dst, src) != SL_OK)
+        return sl_err_set(SL_ERR_NOMEM, "config: out of memory");
+    return SL_OK;
 }
 
 /* Moves derived keys along: each one this layer did not set, and that still held the

@@ -74,6 +74,9 @@ typedef struct {
         int log_every;    /* steps between progress/metrics lines, default 20 */
         int checkpoint_every; /* steps between checkpoints, default 500 (0 = end only) */
         int resume;       /* continue from the run dir's checkpoint if present, default 1 */
+        int keep_best;    /* keep the best-validation model as best.bin, default 0 */
+        int keep_checkpoints; /* keep the last K checkpoints as checkpoint-<step>.bin,
+                                 default 0 (none) */
     } run;
 
     struct {
@@ -201,6 +204,15 @@ typedef struct {
 /* Fills every field with its default. Call sl_config_fini to free strings. */
 void sl_config_init(sl_config_t *cfg);
 void sl_config_fini(sl_config_t *cfg);
+
+/* A deep copy of src into dst (dst need not be initialised; sl_config_fini it).
+ * SL_ERR_NOMEM, dst then holding nothing to free. */
+sl_status_t sl_config_copy(sl_config_t *dst, const sl_config_t *src);
+/* Makes every file and directory path of cfg absolute against the current directory
+ * (run.dir, data.train, valid, test, cache_dir, cluster.key_file; "" stays ""), so that
+ * the config works from any directory (sl_config_paths.c). SL_ERR_IO when the current
+ * directory cannot be read, SL_ERR_NOMEM. */
+sl_status_t sl_config_absolute_paths(sl_config_t *cfg);
 
 /* Loads a YAML file over the current values. SL_ERR_CONFIG / SL_ERR_IO with
  * "FILE:LINE:COL: message": syntax errors, unknown keys (with "did you mean 'x'?"),

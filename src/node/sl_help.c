@@ -24,6 +24,8 @@ static const char main_help[] =
     "                    (cluster.nodes, or -n N), each training on its share of the data\n"
     "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
     "  keygen FILE       make a run's secret for shoal node (cluster.key_file)\n"
+    "  export MODEL      write a model's weights as safetensors, its vocabulary and\n"
+    "                    configuration as JSON (for PyTorch: tools/shoal_torch.py)\n"
     "  help [COMMAND]    show this help, or the help of COMMAND\n"
     "\n"
     "Options:\n"
@@ -51,6 +53,9 @@ static const char main_help[] =
     "  model.bin        the final model (same format; shoal eval --checkpoint reads both);\n"
     "                   both carry the vocabulary, data settings, model configuration\n"
     "                   and provenance, so shoal score and sample need nothing else\n"
+    "  best.bin         run.keep_best: the model of the best validation (best.json)\n"
+    "  checkpoint-STEP.bin  run.keep_checkpoints K: the last K checkpoints\n"
+    "  previous/        a previous run's results, moved aside by --no-resume\n"
     "  metrics.jsonl    one JSON object per report and per evaluation\n"
     "  summary.json     final figures: steps, tokens/s, losses, perplexities, memory\n"
     "  events.jsonl     shoal run: nodes that died, were killed by the watchdog or\n"
@@ -193,7 +198,8 @@ static const char node_help[] =
     "      --master 127.0.0.1:29500 --set cluster.key_file=$HOME/.shoal/brown.key\n";
 
 static const char train_help[] =
-    "Usage: shoal train CONF.yaml [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
+    "Usage: shoal train CONF.yaml [--set KEY=VALUE]... [--no-resume] [--init FILE]\n"
+    "                   [--quiet]\n"
     "\n"
     "Train the model CONF.yaml describes on this machine. The run directory (run.dir,\n"
     "default runs/<run.name>) receives config.yaml, checkpoint.bin, model.bin,\n"
@@ -204,8 +210,11 @@ static const char train_help[] =
     "  --set KEY=VALUE   override a configuration key (repeatable, applied in order\n"
     "                    after the file); VALUE is YAML: --set train.batch=64,\n"
     "                    --set 'model.layers=[{lstm: 512}]'\n"
-    "  --no-resume       start from step 0 even if a checkpoint exists (it is\n"
-    "                    replaced at the next checkpoint)\n"
+    "  --no-resume       start from step 0 even if a checkpoint exists (what the\n"
+    "                    previous run left is first moved to previous/)\n"
+    "  --init FILE       start from the weights of FILE, a safetensors file as\n"
+    "                    shoal export writes (shapes checked against the config),\n"
+    "                    instead of a random initialisation; a resume ignores it\n"
     "  --quiet           no progress line on stderr\n"
     "  -h, --help        show this help and exit\n"
     "\n"
@@ -294,6 +303,28 @@ static const char sample_help[] =
     "  shoal sample runs/shakespeare-char/model.bin --tokens 500 --temperature 0.8 \\\n"
     "      --top-k 20 --seed 3\n";
 
+static const char export_help[] =
+    "Usage: shoal export MODEL --format safetensors OUT [--config CONF.yaml]\n"
+    "                    [--set KEY=VALUE]...\n"
+    "\n"
+    "Write the parameters of MODEL (a model.bin, best.bin or checkpoint) to OUT in the\n"
+    "safetensors format (tensor names and shapes: doc/export.md), and beside it\n"
+    "OUT.json (OUT less .safetensors, plus .json): the vocabulary in id order, the data\n"
+    "and model settings and how shoal evaluates. The vocabulary comes from the run's\n"
+    "corpus, as shoal eval takes it. tools/shoal_torch.py loads the export into\n"
+    "PyTorch; shoal train --init OUT starts a run from it.\n"
+    "\n"
+    "Options:\n"
+    "  --format safetensors  the format (required; the only one)\n"
+    "  --config CONF.yaml    the run's configuration (default: config.yaml beside\n"
+    "                        MODEL, or one folder up)\n"
+    "  --set KEY=VALUE       override a configuration key (repeatable)\n"
+    "  -h, --help            show this help and exit\n"
+    "\n"
+    "Example:\n"
+    "  shoal export runs/brown-word/model.bin --format safetensors brown.safetensors\n"
+    "  python3 tools/shoal_torch.py brown.safetensors ../shared/data/brown/test.txt\n";
+
 static const char keygen_help[] =
     "Usage: shoal keygen FILE\n"
     "\n"
@@ -313,17 +344,17 @@ static const char keygen_help[] =
 static const char help_help[] =
     "Usage: shoal help [COMMAND]\n"
     "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, score, sample, run, node, keygen,\n"
-    "help).\n";
+    "Show the help of shoal, or of COMMAND (train, eval, score, sample, export, run, node,\n"
+    "keygen, help).\n";
 
 const char *
 sl_help_text(const char *command)
 {
     static const struct {
         const char *command, *text;
-    } helps[] = {{"train", train_help},   {"eval", eval_help}, {"score", score_help},
-                 {"sample", sample_help}, {"run", run_help},   {"node", node_help},
-                 {"keygen", keygen_help}, {"help", help_help}};
+    } helps[] = {{"train", train_help},   {"eval", eval_help},     {"score", score_help},
+                 {"sample", sample_help}, {"export", export_help}, {"run", run_help},
+                 {"node", node_help},     {"keygen", keygen_help}, {"help", help_help}};
 
     if (!command)
         return main_help;

@@ -19,6 +19,7 @@
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 #include "node/sl_cmd_model.h"
+#include "node/sl_cmd_export.h"
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
@@ -44,12 +45,13 @@ on_run_signal(int sig)
 }
 
 /* Which options a command takes. */
-enum { OPT_TRAIN = 1, OPT_EVAL = 2, OPT_NODE = 4, OPT_RUN = 8 };
+enum { OPT_TRAIN = 1, OPT_EVAL = 2, OPT_NODE = 4, OPT_RUN = 8, OPT_INIT = 16 };
 
 typedef struct {
     const char *conf;
     const char *checkpoint;
     const char *split;
+    const char *init; /* shoal train --init */
     const char **sets;
     int nsets;
     int no_resume;
@@ -139,6 +141,11 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
             if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
                 return usage_error(command, "--transport must be ipc or tcp, not '%s'", v);
             a->transport = v;
+        } else if ((accept & OPT_INIT) &&
+                   ((v = sl_cli_option_value(argc, argv, &i, "--init", &m)) || m)) {
+            if (!v)
+                return usage_error(command, "option '--init' needs a FILE");
+            a->init = v;
         } else if (accept_train && strcmp(arg, "--no-resume") == 0) {
             a->no_resume = 1;
         } else if (accept_train && strcmp(arg, "--quiet") == 0) {
@@ -255,7 +262,7 @@ cmd_train(int argc, char **argv)
     sl_train_opts_t opts;
     sl_train_result_t res;
     sl_status_t rc;
-    int ex = parse_args("train", argc, argv, &a, OPT_TRAIN);
+    int ex = parse_args("train", argc, argv, &a, OPT_TRAIN | OPT_INIT);
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("train"), stdout);
@@ -273,6 +280,7 @@ cmd_train(int argc, char **argv)
     sl_train_opts_init(&opts);
     opts.resume = cfg.run.resume && !a.no_resume;
     opts.quiet = a.quiet;
+    opts.init = a.init;
     opts.interrupt = &stop_requested;
     install_stop_handlers();
 
@@ -691,6 +699,8 @@ main(int argc, char **argv)
         return cmd_node(argc - 2, argv + 2);
     if (strcmp(cmd, "keygen") == 0)
         return cmd_keygen(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0)
+        return sl_cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0) {
         if (argc > 3) {
             fprintf(stderr, "shoal: help: unexpected argument '%s' (see shoal help --help)\n",

@@ -34,6 +34,7 @@
 #include "node/sl_node_backend.h"
 #include "node/sl_report.h"
 #include "node/sl_rejoin.h"
+#include "node/sl_run_files.h"
 #include "node/sl_train_internal.h"
 #include "node/sl_staging.h"
 #include "sync/sl_sync.h"
@@ -45,6 +46,7 @@ sl_train_opts_init(sl_train_opts_t *o)
     o->nranks = 1;
     o->resume = 1;
     o->quiet = 0;
+    o->init = NULL;
     o->rejoin = 0;
     o->interrupt = NULL;
     o->poll = NULL;
@@ -68,22 +70,29 @@ join_path(char *out, const char *dir, const char *name)
     return SL_OK;
 }
 
+/* The resolved config with absolute paths, so that it works from any directory. */
 static sl_status_t
 write_config(const sl_config_t *cfg, const char *path)
 {
+    sl_config_t abs;
     sl_atomic_file_t f;
     sl_status_t rc;
 
-    SL_TRY(sl_atomic_open(&f, path));
-    rc = sl_config_write_yaml(cfg, f.fp);
-    if (rc != SL_OK) {
-        sl_atomic_abort(&f);
-        return rc;
+    SL_TRY(sl_config_copy(&abs, cfg));
+    rc = sl_config_absolute_paths(&abs);
+    if (rc == SL_OK && (rc = sl_atomic_open(&f, path)) == SL_OK) {
+        rc = sl_config_write_yaml(&abs, f.fp);
+        if (rc != SL_OK)
+            sl_atomic_abort(&f);
+        else
+            rc = sl_atomic_commit(&f);
     }
-    return sl_atomic_commit(&f);
+    sl_config_fini(&abs);
+    return rc;
 }
 
-/* The run directory, this node's directory and the paths inside; writes config.yaml
+/* The run directory, this node's directory and the paths inside; a run that starts
+ * over sets the previous run's files aside (sl_run_files.h); writes config.yaml
  * (rank 0). */
 static sl_status_t
 setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res)
@@ -107,6 +116,11 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
     SL_TRY(sl_file_mkdirs(res->dir));
     /* the temp file of a save that a crash interrupted, maybe as large as the model */
     SL_TRY(sl_file_remove_stale_temps(res->checkpoint, NULL));
+    if (!opts->resume && !opts->rejoin) {
+        SL_TRY(sl_run_set_aside(res->dir));
+        if (opts->nranks > 1 && opts->rank == 0)
+            SL_TRY(sl_run_set_aside(res->run_dir));
+    }
     if (opts->rank != 0)
         return SL_OK;
     SL_TRY(join_path(path, res->run_dir, "config.yaml"));
@@ -255,8 +269,26 @@ save_checkpoint(trainer_t *t, const sl_train_result_t *res)
     SL_TRY(
         sl_checkpoint_save(res->checkpoint, &t->id, &t->cur, t->be, t->lm, t->opt, t->st, t->sync));
     t->saved_step = t->cur.step;
+    if (t->cfg->run.keep_checkpoints > 0)
+        SL_TRY(sl_run_keep_checkpoint(res->checkpoint, t->cur.step, t->cfg->run.keep_checkpoints));
     sl_log_debug("train", "checkpoint at step %ld: %s", t->cur.step, res->checkpoint);
     return SL_OK;
+}
+
+/* run.keep_best: a validation loss below the best so far makes this model best.bin. */
+static sl_status_t
+note_valid(trainer_t *t, const sl_train_result_t *res, double loss)
+{
+    char path[SL_TRAIN_PATH_MAX];
+
+    if (!t->cfg->run.keep_best || !(loss < t->best.loss))
+        return SL_OK;
+    SL_TRY(join_path(path, res->dir, SL_RUN_BEST_MODEL));
+    SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
+    t->best.loss = loss;
+    t->best.step = t->cur.step;
+    sl_log_debug("train", "step %ld: best validation so far: %s", t->cur.step, path);
+    return sl_run_best_write(res->dir, &t->best, t->cfg->data.level);
 }
 
 static sl_status_t
@@ -436,6 +468,7 @@ train_loop(trainer_t *t, sl_train_result_t *res)
             t->valid_step = t->cur.step;
             res->has_valid = 1;
             res->valid_loss = vloss;
+            SL_TRY(note_valid(t, res, vloss));
         }
     }
     return SL_OK;
@@ -503,6 +536,7 @@ finish(trainer_t *t, sl_train_result_t *res)
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
         res->has_valid = 1;
         res->valid_loss = loss;
+        SL_TRY(note_valid(t, res, loss));
     }
     if (t->has_test) {
         SL_TRY(eval_split(t, &t->test_bt, "test", &loss));
@@ -575,6 +609,9 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     res->nparams = sl_lm_nparams(t.lm);
     SL_TRY_GOTO(setup_sync(&t), rc, out);
     SL_TRY_GOTO(sl_train_start_at(&t, res), rc, out);
+    sl_run_best_read(res->dir, t.cur.step, &t.best);
+    if (cfg->run.keep_best && !t.has_valid)
+        sl_log_warn("train", "run.keep_best: there is no validation split, so no best model");
     SL_TRY_GOTO(join_path(path, res->dir, "metrics.jsonl"), rc, out);
     run.be = t.be;
     run.ls = &t.ls;

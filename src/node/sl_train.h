@@ -2,12 +2,16 @@
  * evaluation, resume, final model and summary; and evaluation of a saved model.
  *
  * Files in the run directory (cfg->run.dir, or "runs/<run.name>" when empty):
- *   config.yaml     the resolved configuration (rewritten at every start)
+ *   config.yaml     the resolved configuration, paths absolute (rewritten at every start)
  *   checkpoint.bin  parameters, optimizer and hidden state, data cursor
  *   checkpoint.bin.prev  the checkpoint before it (sl_checkpoint.h); a resume takes the
  *                   newest sound one, with several nodes and a sync algorithm the
  *                   newest step all nodes have (sl_resume.h)
  *   model.bin       the final parameters (same format, read by sl_eval_run)
+ *   best.bin, best.json  run.keep_best: the model of the best validation so far
+ *   checkpoint-<step>.bin  run.keep_checkpoints K: the last K checkpoints
+ *   previous/       a previous run's results, set aside when a run starts over
+ *                   (resume off; sl_run_files.h)
  *   metrics.jsonl   one JSON object per report and per evaluation
  *   summary.json    final figures (steps, throughput, losses, peak memory, ...)
  *   events.jsonl    written by shoal run's supervisor, not here (sl_supervisor.h): one
@@ -42,6 +46,10 @@ typedef struct {
     int resume;       /* continue from <dir>/checkpoint.bin (or .prev) when it exists;
                          with a sync algorithm on several nodes, all or none */
     int quiet;        /* no progress lines */
+    /* A safetensors file (sl_export.h) whose weights a run that starts at step 0 takes
+     * instead of its random initialisation (shoal train --init); NULL: none. Not used
+     * when the run resumes from a checkpoint. Borrowed. */
+    const char *init;
     /* This process comes back for a rank the run lost (the run is under way: the
      * rendezvous said so, sl_rendezvous.h): instead of the start-up agreement on a
      * checkpoint, it takes its optimizer and loss scale from its own checkpoint when

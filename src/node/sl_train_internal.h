@@ -13,6 +13,7 @@
 #include "node/sl_checkpoint.h"
 #include "node/sl_rejoin.h"
 #include "node/sl_report.h"
+#include "node/sl_run_files.h"
 #include "node/sl_staging.h"
 #include "node/sl_train.h"
 #include "sync/sl_sync.h"
@@ -52,6 +53,7 @@ typedef struct {
      * keeping it as the previous generation, so the one resumed from stays */
     int drop_newest;
     sl_rejoin_server_t rejoin_srv; /* state requests of nodes that come back, answered */
+    sl_run_best_t best;            /* run.keep_best: the best validation so far */
 } trainer_t;
 
 /* The sync object over the model's components from the current parameters. */

@@ -8,6 +8,7 @@
 
 #include "common/sl_alloc.h"
 #include "common/sl_log.h"
+#include "node/sl_export.h"
 #include "node/sl_resume.h"
 #include "node/sl_train_internal.h"
 
@@ -162,6 +163,21 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     return SL_OK;
 }
 
+/* A fresh start: the weights of opts->init when given (the sync state then starts
+ * from them, as from a random initialisation). */
+static sl_status_t
+init_weights(trainer_t *t)
+{
+    if (!t->opts->init)
+        return SL_OK;
+    SL_TRY(sl_import_safetensors(t->opts->init, t->cfg, t->id.vocab, t->be, t->lm));
+    sl_sync_destroy(&t->sync);
+    SL_TRY(sl_train_start_sync(t));
+    sl_log_info("train", "weights from %s (%zu parameters)", t->opts->init,
+                sl_lm_nparams(t->lm));
+    return SL_OK;
+}
+
 /* Training state, sync and loss-scale state included, from this node's checkpoint (the
  * generation choose_generation picks) when there is one and resume is on. A version 1
  * checkpoint has no sync state: the sync object starts again from the resumed
@@ -178,7 +194,9 @@ sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
         return come_back(t, res);
     SL_TRY(choose_generation(t, res, &step, from, sizeof from));
     if (step < 0)
-        return SL_OK;
+        return init_weights(t);
+    if (t->opts->init)
+        sl_log_info("train", "resuming from a checkpoint: --init %s is not used", t->opts->init);
     SL_TRY(sl_checkpoint_load(from, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
     t->drop_newest = strcmp(from, res->checkpoint) != 0;
     if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {

@@ -497,7 +497,7 @@ START_TEST(test_control_characters)
     ck_assert_int_eq(sl_config_set(&c, "run.\x7f.\x01=1"), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "--set run.\\x7f.\\x01:1:5: unknown key '\\x7f' in 'run' "
                                    "(expected one of: name, seed, dir, threads, log_every, "
-                                   "checkpoint_every, resume)");
+                                   "checkpoint_every, resume, keep_best, keep_checkpoints)");
     ck_assert_int_eq(sl_config_set(&c, "run..\x02=1"), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "--set run..\\x02:1:5: empty key name in 'run..\\x02'");
     /* escapes count in the 60 bytes shown and are never cut; nor is a UTF-8 character */

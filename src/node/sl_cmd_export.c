@@ -1,0 +1,132 @@
+/* shoal export MODEL --format safetensors OUT [--config CONF.yaml] [--set KEY=VALUE]...
+ * The configuration (for the vocabulary, which the corpus gives, and the model's
+ * shape) is the run's own config.yaml beside MODEL (or one folder up, for a node's
+ * node-R/model.bin) unless --config names one. */
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include "node/sl_cmd_export.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/sl_cli.h"
+#include "config/sl_config.h"
+#include "node/sl_export.h"
+#include "node/sl_help.h"
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int
+usage(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "shoal: export: %s (see shoal export --help)\n", msg);
+    return EXIT_USAGE;
+}
+
+/* The run's config.yaml for model: beside it, else one folder up; 0 when neither is. */
+static int
+find_run_config(const char *model, char *buf, size_t size)
+{
+    const char *slash = strrchr(model, '/');
+    int dir = slash ? (int)(slash - model) : 0;
+    const char *fmts[] = {"%.*s%sconfig.yaml", "%.*s%s../config.yaml"};
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(buf, size, fmts[i], dir, model, slash ? "/" : "");
+        if (access(buf, R_OK) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int
+sl_cmd_export(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *format = NULL, *conf = NULL;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    char found[4096];
+    sl_config_t cfg;
+    sl_export_result_t res;
+    sl_status_t rc;
+    int nsets = 0, ex = -1;
+
+    if (!sets) {
+        fprintf(stderr, "shoal: out of memory\n");
+        return EXIT_RUNTIME;
+    }
+    for (int i = 0; i < argc && ex < 0; i++) {
+        const char *v;
+        int m;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(sl_help_text("export"), stdout);
+            ex = EXIT_OK;
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--format", &m)) || m) {
+            if (!v || strcmp(v, "safetensors") != 0)
+                ex = usage("--format must be safetensors%s%s", v ? ", not " : "", v ? v : "");
+            format = v;
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--config", &m)) || m) {
+            if (!v)
+                ex = usage("option '--config' needs a FILE");
+            conf = v;
+        } else if ((v = sl_cli_option_value(argc, argv, &i, "--set", &m)) || m) {
+            if (!v)
+                ex = usage("option '--set' needs KEY=VALUE");
+            sets[nsets++] = v;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            ex = usage("unknown option '%s'", argv[i]);
+        } else if (!model) {
+            model = argv[i];
+        } else if (!out) {
+            out = argv[i];
+        } else {
+            ex = usage("unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (ex < 0 && (!model || !out))
+        ex = usage(!model ? "missing MODEL" : "missing OUT");
+    if (ex < 0 && !format)
+        ex = usage("missing --format safetensors");
+    if (ex < 0 && !conf) {
+        if (!find_run_config(model, found, sizeof found))
+            ex = usage("no config.yaml beside %s or one folder up: give --config CONF.yaml", model);
+        conf = found;
+    }
+    if (ex >= 0) {
+        free(sets);
+        return ex;
+    }
+
+    sl_config_init(&cfg);
+    rc = sl_config_load_file(&cfg, conf);
+    for (int i = 0; rc == SL_OK && i < nsets; i++)
+        rc = sl_config_set(&cfg, sets[i]);
+    if (rc == SL_OK)
+        rc = sl_config_validate(&cfg);
+    if (rc != SL_OK) {
+        fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
+        ex = EXIT_USAGE;
+    } else if ((rc = sl_export_safetensors(&cfg, model, out, PACKAGE_VERSION, &res)) != SL_OK) {
+        fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
+        ex = rc == SL_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
+    } else {
+        printf("shoal: export: %s (step %ld): %d tensors, %zu parameters to %s; vocabulary of "
+               "%d and configuration to %s\n",
+               model, res.step, res.tensors, res.nparams, out, res.vocab, res.json);
+        ex = EXIT_OK;
+    }
+    sl_config_fini(&cfg);
+    free(sets);
+    return ex;
+}

@@ -1,0 +1,237 @@
+/* Run-directory housekeeping: set aside a previous run's files, keep the last K
+ * checkpoints, record the best validation model (sl_run_files.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "node/sl_run_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/sl_file.h"
+#include "common/sl_log.h"
+
+#define RUN_PATH_MAX 4096
+#define KEPT_PREFIX "checkpoint-"
+#define KEPT_SUFFIX ".bin"
+
+/* The step of a kept checkpoint's name "checkpoint-<digits>.bin", else -1. */
+static long
+kept_step(const char *name)
+{
+    size_t np = strlen(KEPT_PREFIX), ns = strlen(KEPT_SUFFIX), len = strlen(name), digits;
+
+    if (len <= np + ns || strncmp(name, KEPT_PREFIX, np) != 0 ||
+        strcmp(name + len - ns, KEPT_SUFFIX) != 0)
+        return -1;
+    digits = strspn(name + np, "0123456789");
+    if (digits != len - np - ns || digits > 15)
+        return -1;
+    return strtol(name + np, NULL, 10);
+}
+
+static int
+is_run_result(const char *name)
+{
+    static const char *const names[] = {"model.bin",      "summary.json",   SL_RUN_BEST_MODEL,
+                                        SL_RUN_BEST_JSON, "checkpoint.bin", "checkpoint.bin.prev",
+                                        "metrics.jsonl"};
+
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return kept_step(name) >= 0;
+}
+
+/* rm -r of what an earlier start over left in prev (files only: it holds no folders). */
+static sl_status_t
+empty_previous(const char *prev)
+{
+    char path[RUN_PATH_MAX];
+    struct dirent *e;
+    DIR *d = opendir(prev);
+
+    if (!d)
+        return errno == ENOENT
+                   ? SL_OK
+                   : sl_err_set(SL_ERR_IO, "%s: cannot open: %s", prev, strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", prev, e->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            sl_status_t st = sl_err_set(SL_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+            closedir(d);
+            return st;
+        }
+    }
+    closedir(d);
+    return SL_OK;
+}
+
+sl_status_t
+sl_run_set_aside(const char *dir)
+{
+    char prev[RUN_PATH_MAX], from[RUN_PATH_MAX], to[RUN_PATH_MAX], moved[1024] = "";
+    struct dirent *e;
+    DIR *d = opendir(dir);
+    int n = 0;
+    sl_status_t st = SL_OK;
+
+    if (!d)
+        return errno == ENOENT ? SL_OK
+                               : sl_err_set(SL_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    if (snprintf(prev, sizeof prev, "%s/%s", dir, SL_RUN_PREVIOUS_DIR) >= (int)sizeof prev) {
+        closedir(d);
+        return sl_err_set(SL_ERR_IO, "%s: path too long", dir);
+    }
+    while (st == SL_OK && (e = readdir(d)) != NULL) {
+        size_t used = strlen(moved);
+        if (!is_run_result(e->d_name))
+            continue;
+        if (n == 0) {
+            st = empty_previous(prev);
+            if (st == SL_OK)
+                st = sl_file_mkdirs(prev);
+            if (st != SL_OK)
+                break;
+        }
+        snprintf(from, sizeof from, "%s/%s", dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", prev, e->d_name);
+        if (rename(from, to) != 0) {
+            st = sl_err_set(SL_ERR_IO, "%s: cannot move it to %s: %s", from, prev, strerror(errno));
+            break;
+        }
+        snprintf(moved + used, sizeof moved - used, "%s%s", n ? ", " : "", e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (st == SL_OK && n > 0)
+        sl_log_info("train", "%s: starting over: moved the previous run's %s to %s/", dir, moved,
+                    prev);
+    return st;
+}
+
+/* A copy of from as to, through an atomic write (where a hard link is refused). */
+static sl_status_t
+copy_file(const char *from, const char *to)
+{
+    sl_atomic_file_t f;
+    char *data;
+    size_t len;
+    sl_status_t st;
+
+    SL_TRY(sl_file_read_all(from, &data, &len));
+    st = sl_atomic_open(&f, to);
+    if (st == SL_OK && (st = sl_atomic_write(&f, data, len)) != SL_OK)
+        sl_atomic_abort(&f);
+    else if (st == SL_OK)
+        st = sl_atomic_commit(&f);
+    free(data);
+    return st;
+}
+
+static int
+cmp_long_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+sl_status_t
+sl_run_keep_checkpoint(const char *checkpoint, long step, int keep)
+{
+    char dir[RUN_PATH_MAX], kept[RUN_PATH_MAX], path[RUN_PATH_MAX];
+    const char *slash = strrchr(checkpoint, '/');
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    DIR *d;
+    sl_status_t st = SL_OK;
+
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - checkpoint) : 1,
+             slash ? checkpoint : ".");
+    if (snprintf(kept, sizeof kept, "%s/" KEPT_PREFIX "%ld" KEPT_SUFFIX, dir, step) >=
+        (int)sizeof kept)
+        return sl_err_set(SL_ERR_IO, "%s: path too long", dir);
+    if (unlink(kept) != 0 && errno != ENOENT) /* one of an earlier pass over this step */
+        return sl_err_set(SL_ERR_IO, "%s: cannot remove: %s", kept, strerror(errno));
+    if (link(checkpoint, kept) != 0)
+        SL_TRY(copy_file(checkpoint, kept));
+
+    /* only once the newer one is in place do the older ones go */
+    if (!(d = opendir(dir)))
+        return sl_err_set(SL_ERR_IO, "%s: cannot open: %s", dir, strerror(errno));
+    while ((e = readdir(d)) != NULL) {
+        long s = kept_step(e->d_name);
+        if (s < 0)
+            continue;
+        if (n == cap) {
+            long *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!grown) {
+                st = sl_err_set(SL_ERR_NOMEM, "out of memory listing %s", dir);
+                break;
+            }
+            steps = grown;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    if (st == SL_OK)
+        qsort(steps, n, sizeof *steps, cmp_long_desc);
+    for (size_t i = (size_t)keep; st == SL_OK && i < n; i++) {
+        snprintf(path, sizeof path, "%s/" KEPT_PREFIX "%ld" KEPT_SUFFIX, dir, steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT)
+            st = sl_err_set(SL_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    free(steps);
+    return st;
+}
+
+void
+sl_run_best_read(const char *dir, long upto, sl_run_best_t *best)
+{
+    char path[RUN_PATH_MAX], *text = NULL, *p;
+    size_t len;
+    double loss;
+    long step;
+
+    best->loss = INFINITY;
+    best->step = -1;
+    snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_BEST_JSON);
+    if (sl_file_read_all(path, &text, &len) != SL_OK)
+        return;
+    if ((p = strstr(text, "\"step\":")) && sscanf(p + 7, "%ld", &step) == 1 &&
+        (p = strstr(text, "\"valid_loss\":")) && sscanf(p + 13, "%lf", &loss) == 1 &&
+        isfinite(loss) && step >= 0 && step <= upto) {
+        best->loss = loss;
+        best->step = step;
+    }
+    free(text);
+}
+
+sl_status_t
+sl_run_best_write(const char *dir, const sl_run_best_t *best, sl_level_t level)
+{
+    char path[RUN_PATH_MAX];
+    sl_atomic_file_t f;
+
+    snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_BEST_JSON);
+    SL_TRY(sl_atomic_open(&f, path));
+    /* %.17g: the loss read back is the one compared with, bit for bit */
+    fprintf(f.fp, "{\"step\": %ld, \"valid_loss\": %.17g, ", best->step, best->loss);
+    if (level == SL_LEVEL_CHAR)
+        fprintf(f.fp, "\"valid_bpc\": %.6f", best->loss / log(2.0));
+    else
+        fprintf(f.fp, "\"valid_ppl\": %.6f", exp(best->loss));
+    fprintf(f.fp, ", \"model\": \"%s\"}\n", SL_RUN_BEST_MODEL);
+    if (ferror(f.fp)) {
+        sl_atomic_abort(&f);
+        return sl_err_set(SL_ERR_IO, "%s: cannot write", path);
+    }
+    return sl_atomic_commit(&f);
+}
