@@ -115,8 +115,11 @@ tiny_yaml(char *path, size_t size, const char *run, int nodes, const char *train
 }
 
 static const char *const launcher_vars[] = {
-    "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",     "PMI_SIZE",     "SHOAL_MASTER_ADDR",    "SHOAL_MASTER_PORT"};
+    "SLURM_PROCID",         "SLURM_NTASKS",        "SLURM_LOCALID",       "SLURM_JOB_ID",
+    "SLURM_STEP_ID",        "SLURM_JOB_NODELIST",  "SLURM_STEP_NODELIST", "SLURM_NODELIST",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",           "PMI_SIZE",
+    "RANK",                 "WORLD_SIZE",          "LOCAL_RANK",          "MASTER_ADDR",
+    "MASTER_PORT",          "SHOAL_MASTER_ADDR",   "SHOAL_MASTER_PORT"};
 
 /* The parent pid of process pid from /proc (-1 when gone), and its name into comm. */
 static int
@@ -582,29 +585,53 @@ END_TEST
 START_TEST(test_node_usage_errors)
 {
     static const struct {
-        const char *env[3];
+        const char *env[6];
         const char *args[8];
         const char *message;
     } cases[] = {
         {{NULL},
          {"--rank", "0", "--size", "2", NULL},
          "shoal: node: --size 2 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=2\n"},
+         "cluster.nodes=2 (or auto)\n"},
         {{"SLURM_PROCID=0", "SLURM_NTASKS=4", NULL},
          {NULL},
          "shoal: node: SLURM_NTASKS 4 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=4\n"},
+         "cluster.nodes=4 (or auto)\n"},
         {{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=3", NULL},
          {NULL},
          "shoal: node: OMPI_COMM_WORLD_RANK '5' is not a rank of 3 nodes (0 to 2)\n"},
         {{NULL},
          {"--size", "3", NULL},
-         "shoal: node: no rank: give --rank R --size N, or start shoal node with srun or mpirun "
-         "(SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) (see shoal node --help)\n"},
+         "shoal: node: no rank: give --rank R --size N, or start shoal node with srun, mpirun or "
+         "torchrun (SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or RANK) (see shoal node "
+         "--help)\n"},
         {{"PMI_RANK=1", "PMI_SIZE=3", NULL},
          {NULL},
          "shoal: node: no master address: give --master HOST:PORT, set SHOAL_MASTER_ADDR and "
-         "SHOAL_MASTER_PORT, or cluster.master (see shoal node --help)\n"},
+         "SHOAL_MASTER_PORT, or cluster.master (srun and torchrun give one) (see shoal node "
+         "--help)\n"},
+        {{"SLURM_PROCID=0", "SLURM_NTASKS=x", NULL},
+         {NULL},
+         "shoal: node: SLURM_NTASKS 'x' is not a number of nodes (1 to 65536)\n"},
+        {{NULL},
+         {"--rank", "0", "--set", "cluster.nodes=auto", NULL},
+         "shoal: node: cluster.nodes is auto, but no launcher gives the number of nodes: give "
+         "--size N, or start shoal node with srun, mpirun or torchrun (see shoal node --help)\n"},
+        /* auto takes 2 from WORLD_SIZE (else: disagrees with 3); then the master */
+        {{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=gpu01", NULL},
+         {"--set", "cluster.nodes=auto", NULL},
+         "shoal: node: MASTER_ADDR is set but MASTER_PORT is not; torchrun sets both\n"},
+        {{"SLURM_PROCID=1", "SLURM_NTASKS=3", "SLURM_JOB_ID=77", "SLURM_JOB_NODELIST=n[1-",
+          NULL},
+         {NULL},
+         "shoal: node: SLURM_JOB_NODELIST 'n[1-' is not a Slurm host list: '[' at byte 2 is not "
+         "closed\n"},
+        /* explicit flags win over a launcher's malformed values */
+        {{"SLURM_PROCID=x", "SLURM_NTASKS=3", "SLURM_JOB_ID=77", "SLURM_JOB_NODELIST=n[1-",
+          NULL},
+         {"--rank", "1", "--size", "3", "--master", "node001:x", NULL},
+         "shoal: node: --master 'node001:x' is not HOST:PORT (a host name or IPv4 address, port 1 "
+         "to 65535)\n"},
         {{"SHOAL_MASTER_ADDR=node001", NULL},
          {"--rank", "1", NULL},
          "shoal: node: SHOAL_MASTER_ADDR is set but SHOAL_MASTER_PORT is not; set both\n"},
