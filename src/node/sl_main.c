@@ -504,12 +504,21 @@ cmd_node(int argc, char **argv)
     opts.master = master;
     opts.resume = cfg.run.resume && !a.no_resume;
     opts.quiet = a.quiet || rank != 0;
+    opts.run_rate = 1;
     opts.interrupt = &stop_requested;
     install_stop_handlers();
 
     rc = sl_node_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
         print_done(who, &res.train);
+        if (rank == 0 && size > 1) {
+            printf("shoal: %srun: %d nodes, %.0f tokens/s in all", who, size,
+                   res.run_tokens_per_s);
+            if (res.run_reported < size)
+                printf(" (the %d that told theirs)", res.run_reported);
+            printf("\n");
+            fflush(stdout);
+        }
         ex = EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN && !res.peer_stopped && res.trained &&
                access(res.train.checkpoint, F_OK) == 0) {
