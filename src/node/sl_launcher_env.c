@@ -93,12 +93,16 @@ sl_launcher_env_parse(const char *const *env, sl_launcher_env_t *out)
     return SL_OK;
 }
 
-/* torchrun's MASTER_ADDR and MASTER_PORT, both or neither. */
+/* torchrun's MASTER_ADDR and MASTER_PORT, both or neither. Why the port after
+ * MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE is True: torchrun's agent then listens
+ * at MASTER_PORT itself (its TCPStore, which PyTorch workers join as clients). */
 static sl_status_t
 torchrun_master(const char *const *env, int *found, char *host, size_t size, int *port,
                 char *from, size_t from_size)
 {
     const char *a = lookup(env, "MASTER_ADDR"), *p = lookup(env, "MASTER_PORT");
+    const char *agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");
+    int next = agent && strcmp(agent, "True") == 0;
     long v;
 
     if (!a && !p)
@@ -108,11 +112,12 @@ torchrun_master(const char *const *env, int *found, char *host, size_t size, int
                           a ? "MASTER_ADDR" : "MASTER_PORT", a ? "MASTER_PORT" : "MASTER_ADDR");
     if (!*a || strlen(a) >= size)
         return sl_err_set(SL_ERR_CONFIG, "MASTER_ADDR '%s' is not a host name", a);
-    if (!decimal(p, 1, 65535, &v))
-        return sl_err_set(SL_ERR_CONFIG, "MASTER_PORT '%s' is not a port (1 to 65535)", p);
+    if (!decimal(p, 1, next ? 65534 : 65535, &v))
+        return sl_err_set(SL_ERR_CONFIG, "MASTER_PORT '%s' is not a port (1 to %d)", p,
+                          next ? 65534 : 65535);
     snprintf(host, size, "%s", a);
-    *port = (int)v;
-    snprintf(from, from_size, "MASTER_ADDR:MASTER_PORT");
+    *port = (int)v + next;
+    snprintf(from, from_size, "MASTER_ADDR:MASTER_PORT%s", next ? " + 1" : "");
     *found = 1;
     return SL_OK;
 }

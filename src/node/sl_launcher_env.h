@@ -14,7 +14,9 @@
  * a Slurm job) inherits the outer one's variables, which then describe its daemons,
  * not this process.
  *
- * Rendezvous: torchrun's MASTER_ADDR and MASTER_PORT; else, in a Slurm job, the first
+ * Rendezvous: torchrun's MASTER_ADDR and MASTER_PORT (MASTER_PORT + 1 when
+ * TORCHELASTIC_USE_AGENT_STORE is True: torchrun's agent holds MASTER_PORT); else, in a
+ * Slurm job, the first
  * host of the job's host list (SLURM_STEP_NODELIST when srun started this process,
  * else SLURM_JOB_NODELIST or SLURM_NODELIST: rank 0 runs there) at port
  * SL_LAUNCHER_SLURM_PORT_BASE + (SLURM_JOB_ID + SLURM_STEP_ID) mod
