@@ -168,15 +168,23 @@ sl_launcher_env_master(const char *const *env, sl_launcher_t launcher, int *foun
                         from_size);
 }
 
+/* Why not sl_launcher_env_parse: the GPU choice needs only the rank and local rank of
+ * one row, and must not fail where the size is missing or the node's rank came from a
+ * flag (shoal run in an allocation: then no row's rank is this node's). */
 int
 sl_launcher_local_rank(int rank, const char **from)
 {
-    sl_launcher_env_t env;
+    const char *const *env = (const char *const *)environ;
 
-    if (sl_launcher_env_parse((const char *const *)environ, &env) == SL_OK &&
-        env.local_rank >= 0 && env.rank == rank) {
-        *from = env.local_var;
-        return env.local_rank;
+    for (size_t i = 0; i < NLAUNCHERS; i++) {
+        const char *l = lookup(env, launchers[i].local), *g = lookup(env, launchers[i].rank);
+        long lv, gv;
+
+        if (!l || !g || !decimal(l, 0, SL_LAUNCHER_MAX_SIZE - 1, &lv) ||
+            !decimal(g, 0, SL_LAUNCHER_MAX_SIZE - 1, &gv) || gv != rank)
+            continue;
+        *from = launchers[i].local;
+        return (int)lv;
     }
     *from = "node rank";
     return rank;

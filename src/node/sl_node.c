@@ -254,7 +254,7 @@ take_census(node_t *n)
     sl_status_t st;
 
     sl_node_backend_device(n->cfg, n->o->rank, device, sizeof device);
-    st = sl_census_map(n->tr, n->cfg, device, n->cfg->cluster.timeout_ms);
+    st = sl_census_map(n->tr, n->cfg, device, n->cfg->cluster.timeout_ms, n->o->interrupt);
     if (st == SL_ERR_SHUTDOWN && sl_transport_abort_reason(n->tr)) {
         n->peer_stopped = 1;
         return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", sl_transport_abort_reason(n->tr));

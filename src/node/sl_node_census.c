@@ -77,6 +77,21 @@ left_ms(double deadline)
     return ms > 0 ? (int)ms : 0;
 }
 
+/* sl_transport_recv until deadline, in slices that look at *interrupt (may be NULL)
+ * between them: SL_ERR_TIMEOUT also when interrupted. */
+static sl_status_t
+recv_until(sl_transport_t *tr, const sl_wire_key_t *key, void *buf, size_t cap, size_t *got,
+           double deadline, volatile sig_atomic_t *interrupt)
+{
+    sl_status_t st;
+
+    do {
+        int ms = left_ms(deadline);
+        st = sl_transport_recv(tr, key, buf, cap, got, ms < 100 ? ms : 100);
+    } while (st == SL_ERR_TIMEOUT && left_ms(deadline) > 0 && !(interrupt && *interrupt));
+    return st;
+}
+
 /* Whether rank r's frames to the peers of its machine go through shared-memory lanes,
  * as the transport decides it (sl_link_shm.c): "on", or "off (why)". */
 static const char *
@@ -119,21 +134,26 @@ log_map(const sl_config_t *cfg, const record_t *all, int n, int timeout_ms)
 }
 
 sl_status_t
-sl_census_map(sl_transport_t *tr, const sl_config_t *cfg, const char *device, int timeout_ms)
+sl_census_map(sl_transport_t *tr, const sl_config_t *cfg, const char *device, int timeout_ms,
+              volatile sig_atomic_t *interrupt)
 {
     int n = (int)sl_transport_size(tr), rank = (int)sl_transport_rank(tr);
     double deadline = sl_clock_now() + timeout_ms / 1000.0;
     unsigned char buf[SL_CENSUS_MAP_BYTES];
     record_t *all;
+    size_t got = 0;
     sl_status_t st = SL_OK;
 
     if (rank != 0) {
         sl_wire_key_t to = key_of(SL_CENSUS_COMPONENT, 0);
+        sl_wire_key_t answer = key_of(SL_CENSUS_COMPONENT + 1, 0);
         record_t me;
         this_node(device, &me);
         encode(&me, buf);
         st = sl_transport_send(tr, &to, buf, SL_CENSUS_MAP_BYTES, SL_WIRE_BYTES, 1.0f, 0,
                                timeout_ms);
+        if (st == SL_OK)
+            st = recv_until(tr, &answer, buf, sizeof buf, &got, deadline, interrupt);
         return st == SL_ERR_TIMEOUT ? SL_OK : st; /* rank 0 is slow: it says so */
     }
     all = calloc((size_t)n, sizeof *all);
@@ -142,12 +162,17 @@ sl_census_map(sl_transport_t *tr, const sl_config_t *cfg, const char *device, in
     this_node(device, &all[0]);
     for (int r = 1; r < n && st == SL_OK; r++) {
         sl_wire_key_t from = key_of(SL_CENSUS_COMPONENT, (uint32_t)r);
-        size_t got = 0;
-        st = sl_transport_recv(tr, &from, buf, sizeof buf, &got, left_ms(deadline));
+        st = recv_until(tr, &from, buf, sizeof buf, &got, deadline, interrupt);
         if (st == SL_OK && got == SL_CENSUS_MAP_BYTES)
             decode(buf, &all[r]);
         if (st == SL_ERR_TIMEOUT || st == SL_ERR_INVALID) /* not come, or not a record */
             st = SL_OK;
+    }
+    for (int r = 1; r < n && st == SL_OK; r++) {
+        sl_wire_key_t to = key_of(SL_CENSUS_COMPONENT + 1, (uint32_t)r);
+        if (all[r].came && sl_transport_send(tr, &to, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, 0) ==
+                               SL_ERR_SHUTDOWN)
+            st = SL_ERR_SHUTDOWN;
     }
     if (st == SL_OK)
         log_map(cfg, all, n, timeout_ms);
@@ -167,14 +192,14 @@ sl_census_rate(sl_transport_t *tr, double tokens_per_s, int timeout_ms, double *
     *total = tokens_per_s;
     *reported = 1;
     if (rank != 0) {
-        sl_wire_key_t to = key_of(SL_CENSUS_COMPONENT + 1, 0);
+        sl_wire_key_t to = key_of(SL_CENSUS_COMPONENT + 2, 0);
         st = sl_transport_send(tr, &to, &rate, 1, SL_WIRE_FP32, 1.0f, 0, timeout_ms);
         if (st == SL_OK)
             st = sl_transport_wait_sent(tr, left_ms(deadline));
         return st == SL_ERR_TIMEOUT ? SL_OK : st;
     }
     for (int r = 1; r < n && st == SL_OK; r++) {
-        sl_wire_key_t from = key_of(SL_CENSUS_COMPONENT + 1, (uint32_t)r);
+        sl_wire_key_t from = key_of(SL_CENSUS_COMPONENT + 2, (uint32_t)r);
         size_t got = 0;
         st = sl_transport_recv(tr, &from, &rate, sizeof rate, &got, left_ms(deadline));
         if (st == SL_OK && got == sizeof rate && rate >= 0) {
