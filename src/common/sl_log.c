@@ -47,6 +47,7 @@ sl_log_init(void)
     l = env_choice("SHOAL_LOG", levels, 5, "info");
     if (l >= 0)
         log_level = (sl_log_level_t)l;
+    sl_log_host(); /* read once here, before any thread logs */
 }
 
 void

@@ -130,7 +130,8 @@ slurm_master(const char *const *env, int under_srun, int *found, char *host, siz
     static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
                                         "SLURM_NODELIST"};
     const char *job = lookup(env, "SLURM_JOB_ID"), *step = NULL, *list = NULL, *list_var = NULL;
-    long id, step_id = 0;
+    long id;
+    unsigned long long step_id = 0; /* Slurm's special steps are near 2^32 */
 
     for (size_t i = under_srun ? 0 : 1; i < 3 && !list; i++)
         if ((list = lookup(env, lists[i])) != NULL)
@@ -143,11 +144,15 @@ slurm_master(const char *const *env, int under_srun, int *found, char *host, siz
                           job ? "SLURM_JOB_NODELIST" : "SLURM_JOB_ID");
     if (!decimal(job, 0, 999999999, &id))
         return sl_err_set(SL_ERR_CONFIG, "SLURM_JOB_ID '%s' is not a job id", job);
-    if (under_srun && (step = lookup(env, "SLURM_STEP_ID")) != NULL &&
-        !decimal(step, 0, 999999999, &step_id))
-        return sl_err_set(SL_ERR_CONFIG, "SLURM_STEP_ID '%s' is not a step id", step);
+    if (under_srun && (step = lookup(env, "SLURM_STEP_ID")) != NULL) {
+        size_t n = strspn(step, "0123456789");
+        if (n == 0 || n > 10 || step[n] != '\0')
+            return sl_err_set(SL_ERR_CONFIG, "SLURM_STEP_ID '%s' is not a step id", step);
+        step_id = strtoull(step, NULL, 10);
+    }
     SL_TRY(sl_hostlist_host(list, list_var, 0, host, size, NULL));
-    *port = SL_LAUNCHER_SLURM_PORT_BASE + (int)((id + step_id) % SL_LAUNCHER_SLURM_PORTS);
+    *port = SL_LAUNCHER_SLURM_PORT_BASE +
+            (int)(((unsigned long long)id + step_id) % SL_LAUNCHER_SLURM_PORTS);
     snprintf(from, from_size, "%s and SLURM_JOB_ID%s", list_var,
              step ? " + SLURM_STEP_ID" : "");
     *found = 1;
