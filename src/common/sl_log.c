@@ -28,8 +28,7 @@ env_choice(const char *var, const char *const *names, int n, const char *dflt)
         if (strcmp(env, names[i]) == 0)
             return i;
     for (int i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                 names[i]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
     sl_log_warn("log", "%s '%s' is not one of %s; using %s", var, env, list, dflt);
     return -1;
 }

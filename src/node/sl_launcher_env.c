@@ -84,8 +84,7 @@ sl_launcher_env_parse(const char *const *env, sl_launcher_env_t *out)
     out->size = (int)size;
     if ((l = lookup(env, launchers[i].local)) != NULL) {
         if (!decimal(l, 0, size - 1, &local))
-            return sl_err_set(SL_ERR_CONFIG,
-                              "%s '%s' is not a local rank of %ld nodes (0 to %ld)",
+            return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a local rank of %ld nodes (0 to %ld)",
                               launchers[i].local, l, size, size - 1);
         out->local_rank = (int)local;
         out->local_var = launchers[i].local;
@@ -97,8 +96,8 @@ sl_launcher_env_parse(const char *const *env, sl_launcher_env_t *out)
  * MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE is True: torchrun's agent then listens
  * at MASTER_PORT itself (its TCPStore, which PyTorch workers join as clients). */
 static sl_status_t
-torchrun_master(const char *const *env, int *found, char *host, size_t size, int *port,
-                char *from, size_t from_size)
+torchrun_master(const char *const *env, int *found, char *host, size_t size, int *port, char *from,
+                size_t from_size)
 {
     const char *a = lookup(env, "MASTER_ADDR"), *p = lookup(env, "MASTER_PORT");
     const char *agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");
@@ -124,8 +123,8 @@ torchrun_master(const char *const *env, int *found, char *host, size_t size, int
 
 /* The Slurm job's first host and the port of its id (sl_launcher_env.h). */
 static sl_status_t
-slurm_master(const char *const *env, int under_srun, int *found, char *host, size_t size,
-             int *port, char *from, size_t from_size)
+slurm_master(const char *const *env, int under_srun, int *found, char *host, size_t size, int *port,
+             char *from, size_t from_size)
 {
     static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
                                         "SLURM_NODELIST"};
@@ -153,8 +152,7 @@ slurm_master(const char *const *env, int under_srun, int *found, char *host, siz
     SL_TRY(sl_hostlist_host(list, list_var, 0, host, size, NULL));
     *port = SL_LAUNCHER_SLURM_PORT_BASE +
             (int)(((unsigned long long)id + step_id) % SL_LAUNCHER_SLURM_PORTS);
-    snprintf(from, from_size, "%s and SLURM_JOB_ID%s", list_var,
-             step ? " + SLURM_STEP_ID" : "");
+    snprintf(from, from_size, "%s and SLURM_JOB_ID%s", list_var, step ? " + SLURM_STEP_ID" : "");
     *found = 1;
     return SL_OK;
 }

@@ -48,9 +48,9 @@ typedef enum {
 
 typedef struct {
     sl_launcher_t launcher;
-    const char *name;              /* "Slurm", "Open MPI", ...; "" with none (static) */
-    int rank, size;                /* -1 with SL_LAUNCHER_NONE */
-    int local_rank;                /* -1 when the launcher does not say */
+    const char *name; /* "Slurm", "Open MPI", ...; "" with none (static) */
+    int rank, size;   /* -1 with SL_LAUNCHER_NONE */
+    int local_rank;   /* -1 when the launcher does not say */
     const char *rank_var, *size_var, *local_var; /* the variables' names (static), or NULL */
 } sl_launcher_env_t;
 

@@ -356,8 +356,8 @@ parse_count(const char *s, long lo, long hi, int *out)
  * cluster.nodes; cluster.nodes auto becomes the size. Returns -1 when fine, else the
  * exit status (error printed). */
 static int
-node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env,
-               sl_status_t env_st, int *rank, int *size)
+node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, sl_status_t env_st,
+               int *rank, int *size)
 {
     const char *rank_s = a->rank, *size_s = a->size;
     const char *rank_from = "--rank", *size_from = "--size";
@@ -512,8 +512,7 @@ cmd_node(int argc, char **argv)
     if (rc == SL_OK) {
         print_done(who, &res.train);
         if (rank == 0 && size > 1) {
-            printf("shoal: %srun: %d nodes, %.0f tokens/s in all", who, size,
-                   res.run_tokens_per_s);
+            printf("shoal: %srun: %d nodes, %.0f tokens/s in all", who, size, res.run_tokens_per_s);
             if (res.run_reported < size)
                 printf(" (the %d that told theirs)", res.run_reported);
             printf("\n");

@@ -269,8 +269,8 @@ take_census(node_t *n)
 static void
 run_rate(node_t *n, sl_node_result_t *res)
 {
-    int wait = n->cfg->cluster.timeout_ms < RATE_WAIT_MS ? n->cfg->cluster.timeout_ms
-                                                          : RATE_WAIT_MS;
+    int wait =
+        n->cfg->cluster.timeout_ms < RATE_WAIT_MS ? n->cfg->cluster.timeout_ms : RATE_WAIT_MS;
 
     if (sl_census_rate(n->tr, res->train.tokens_per_s, wait, &res->run_tokens_per_s,
                        &res->run_reported) != SL_OK) {

@@ -32,8 +32,8 @@ typedef struct {
     /* The run's secret when cluster.security is curve (shoal run makes one and hands it
      * to the nodes it forks); NULL: read cluster.key_file. Borrowed. */
     const sl_secret_t *secret;
-    int resume;                       /* continue from this node's checkpoint when there is one */
-    int quiet;                        /* no progress lines of its own */
+    int resume; /* continue from this node's checkpoint when there is one */
+    int quiet;  /* no progress lines of its own */
     /* At the end rank 0 gathers every node's tokens/s (shoal node: nobody else sees all
      * nodes) into res->run_tokens_per_s and <run dir>/summary.json. */
     int run_rate;

@@ -29,8 +29,7 @@ encode(const record_t *r, unsigned char *out)
     sl_put_u64(out + 4, r->boot_id);
     sl_put_u32(out + 12, r->netns);
     memcpy(out + 16, r->host, strnlen(r->host, SL_CENSUS_HOST_BYTES));
-    memcpy(out + 16 + SL_CENSUS_HOST_BYTES, r->device,
-           strnlen(r->device, SL_CENSUS_DEVICE_BYTES));
+    memcpy(out + 16 + SL_CENSUS_HOST_BYTES, r->device, strnlen(r->device, SL_CENSUS_DEVICE_BYTES));
 }
 
 /* A peer's record; host and device keep printable bytes only (they go into the log). */
@@ -127,8 +126,7 @@ log_map(const sl_config_t *cfg, const record_t *all, int n, int timeout_ms)
     for (int r = 0; r < n; r++)
         if (all[r].came)
             sl_log_info("node", "map: rank %d: host %s, pid %u, device %s, lanes %s", r,
-                        all[r].host, (unsigned)all[r].pid, all[r].device,
-                        lanes(cfg, all, n, r));
+                        all[r].host, (unsigned)all[r].pid, all[r].device, lanes(cfg, all, n, r));
         else
             sl_log_info("node", "map: rank %d: no answer in %.1f s", r, timeout_ms / 1000.0);
 }
@@ -170,8 +168,8 @@ sl_census_map(sl_transport_t *tr, const sl_config_t *cfg, const char *device, in
     }
     for (int r = 1; r < n && st == SL_OK; r++) {
         sl_wire_key_t to = key_of(SL_CENSUS_COMPONENT + 1, (uint32_t)r);
-        if (all[r].came && sl_transport_send(tr, &to, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, 0) ==
-                               SL_ERR_SHUTDOWN)
+        if (all[r].came &&
+            sl_transport_send(tr, &to, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, 0) == SL_ERR_SHUTDOWN)
             st = SL_ERR_SHUTDOWN;
     }
     if (st == SL_OK)
