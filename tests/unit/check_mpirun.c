@@ -2,7 +2,8 @@
  * rank and size from OMPI_COMM_WORLD_*, cluster.nodes auto, the rendezvous from
  * SHOAL_MASTER_ADDR/PORT passed on with -x (mpirun names no master itself). Both nodes
  * train and finish, rank 0 logs the map and adds up the run's tokens/s. Exits 77 (skip)
- * when mpirun is not on PATH: MPI is not a dependency of shoal. */
+ * when mpirun is not on PATH, or not Open MPI's (its options are): MPI is not a
+ * dependency of shoal. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -22,20 +23,29 @@ enum { HANG_S = 120 }; /* a guard that kills mpirun and fails, never a timing */
 static char tmp_root[] = "/tmp/shoal-check-mpirun-XXXXXX";
 static char data_dir[1024], shoal_bin[1100], mpirun_bin[1100];
 
-/* The first executable "mpirun" on PATH into mpirun_bin; 0 when there is none. */
-static int
+/* The first executable "mpirun" on PATH into mpirun_bin; NULL when there is one and it
+ * is Open MPI's, else why the test is skipped. */
+static const char *
 find_mpirun(void)
 {
     const char *path = getenv("PATH");
-    char dirs[4096], *save = NULL;
+    char dirs[4096], cmd[1200], version[256] = "", *save = NULL;
+    FILE *p;
 
     snprintf(dirs, sizeof dirs, "%s", path ? path : "/usr/bin:/bin");
     for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
         snprintf(mpirun_bin, sizeof mpirun_bin, "%s/mpirun", *d ? d : ".");
-        if (access(mpirun_bin, X_OK) == 0)
-            return 1;
+        if (access(mpirun_bin, X_OK) != 0)
+            continue;
+        snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", mpirun_bin);
+        if ((p = popen(cmd, "r")) != NULL) {
+            if (!fgets(version, sizeof version, p))
+                version[0] = '\0';
+            pclose(p);
+        }
+        return strstr(version, "Open MPI") ? NULL : "mpirun is not Open MPI's";
     }
-    return 0;
+    return "no mpirun on PATH";
 }
 
 static double
@@ -198,8 +208,10 @@ mpirun_suite(void)
 int
 main(void)
 {
-    if (!find_mpirun()) {
-        printf("check_mpirun: SKIP: no mpirun on PATH (Open MPI is not needed to build shoal)\n");
+    const char *skip = find_mpirun();
+
+    if (skip) {
+        printf("check_mpirun: SKIP: %s (Open MPI is not needed to build shoal)\n", skip);
         return 77;
     }
     if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
