@@ -28,10 +28,9 @@
 
 set -eu
 
-# Rank 0 runs on the first host of the allocation, and its rendezvous listens there.
-SHOAL_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-export SHOAL_MASTER_ADDR
-export SHOAL_MASTER_PORT=29500    # pick another when two jobs may share a first host
+# Nothing to export: rank 0 runs on the first host of the step, and every node finds
+# its rendezvous there by itself, at port 20000 + (SLURM_JOB_ID + SLURM_STEP_ID) mod
+# 10000 (export SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT to choose another place).
 
 # The run's secret: only processes that hold it can join the run or read its frames
 # (cluster.security: curve). Made once, mode 0600, in your home directory, which every
@@ -59,9 +58,8 @@ fi
 exit "$status"
 
 # The same with Open MPI instead of srun (mpirun sets OMPI_COMM_WORLD_RANK and
-# OMPI_COMM_WORLD_SIZE; this script then runs on the first host):
+# OMPI_COMM_WORLD_SIZE; rank 0 runs on the job's first host, where this script runs,
+# and the nodes find it there from SLURM_JOB_NODELIST and SLURM_JOB_ID):
 #
-#   export SHOAL_MASTER_ADDR=$(hostname)
-#   export SHOAL_MASTER_PORT=29500
-#   mpirun -np 4 --map-by node -x SHOAL_MASTER_ADDR -x SHOAL_MASTER_PORT \
-#       shoal node conf/brown-4nodes.yaml --set cluster.key_file="$KEY"
+#   mpirun -np 4 --map-by node shoal node conf/brown-4nodes.yaml \
+#       --set cluster.key_file="$KEY"

@@ -251,6 +251,10 @@ apply_config(args_t *a)
     }
     if (!a->has_seed)
         a->seed = cfg.run.seed;
+    if (!a->has_nodes && cfg.cluster.nodes == SL_CONFIG_AUTO_INT) {
+        sl_config_fini(&cfg);
+        return usage_error("%s: cluster.nodes is auto (the launcher's): give --nodes N", a->config);
+    }
     if (!a->has_nodes) {
         a->nodes = cfg.cluster.nodes;
         a->has_nodes = 1;

@@ -169,7 +169,8 @@ typedef struct {
     int (*valid)(const char *s); /* T_STR: extra syntax check, described by expect */
     const char *expect;
     const char *shape;         /* T_STR with valid: the type column, e.g. "cpu|cuda|cuda:N" */
-    int auto_ok;               /* T_DOUBLE: "auto" is allowed, stored as SL_CONFIG_AUTO */
+    int auto_ok;               /* "auto" is allowed: SL_CONFIG_AUTO (T_DOUBLE) or
+                                  SL_CONFIG_AUTO_INT (T_INT) */
     const char *doc;
 } entry_t;
 
@@ -354,8 +355,8 @@ static const entry_t schema[] = {
     {K("train.schedule.warmup_steps", T_LONG, train.schedule.warmup_steps), .def = "0",
      AT_LEAST(0), .doc = "linear warm-up from 0 over the first N steps"},
 
-    {K("cluster.nodes", T_INT, cluster.nodes), .def = "1", AT_LEAST(1),
-     .doc = "number of nodes n (processes) of the run"},
+    {K("cluster.nodes", T_INT, cluster.nodes), .def = "1", AT_LEAST(1), .auto_ok = 1,
+     .doc = "number of nodes n (processes) of the run (auto = the launcher's)"},
     {K("cluster.transport", T_ENUM, cluster.transport), .def = "ipc", .names = transport_names,
      .doc = "how nodes talk: ipc (Unix sockets, one machine) or tcp"},
     {K("cluster.master", T_STR, cluster.master), .def = "", .valid = valid_master,
@@ -666,7 +667,10 @@ format_value(const entry_t *e, const value_t *v, char *buf, size_t n)
         break;
     case T_INT:
     case T_LONG:
-        snprintf(buf, n, "%lld", v->i);
+        if (e->auto_ok && v->i == SL_CONFIG_AUTO_INT)
+            snprintf(buf, n, "auto");
+        else
+            snprintf(buf, n, "%lld", v->i);
         break;
     case T_U64:
         snprintf(buf, n, "%" PRIu64, v->u);
@@ -767,6 +771,8 @@ bad_value(const entry_t *e, const value_t *v, int overflow, const char *shown, c
             lo = (long long)e->lo;
         if (e->hi_kind != NO_BOUND)
             hi = (long long)e->hi;
+        if (e->auto_ok && !overflow && v->i == SL_CONFIG_AUTO_INT)
+            return 0;
         if (overflow < 0 || v->i < lo) {
             snprintf(why, n, "must be at least %lld, got %s", lo, shown);
             return 1;
@@ -943,7 +949,7 @@ type_phrase(const entry_t *e)
     switch (e->type) {
     case T_STR: return "a string";
     case T_INT:
-    case T_LONG: return "an integer";
+    case T_LONG: return e->auto_ok ? "an integer or auto" : "an integer";
     case T_U64: return "a non-negative integer";
     case T_DOUBLE: return e->auto_ok ? "a number or auto" : "a number";
     case T_BOOL: return "true or false";
@@ -1129,7 +1135,11 @@ convert(const load_t *ld, const entry_t *e, const char *path, const yaml_node_t 
         break;
     case T_INT:
     case T_LONG:
-        ok = parse_integer(s, 0, v, &overflow);
+        if (e->auto_ok && strcmp(s, "auto") == 0)
+            v->i = SL_CONFIG_AUTO_INT;
+        else if ((ok = parse_integer(s, 0, v, &overflow)) && e->auto_ok &&
+                 v->i == SL_CONFIG_AUTO_INT)
+            overflow = -1; /* the number itself is below the bound, not auto */
         break;
     case T_U64:
         ok = parse_integer(s, 1, v, &overflow);

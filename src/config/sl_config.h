@@ -16,6 +16,8 @@
 #define SL_MAX_PERIOD_RULES 32 /* entries of sync.periods */
 /* A number key's value when the file says "auto": the key's documented rule decides. */
 #define SL_CONFIG_AUTO (-1.0)
+/* An integer key's (cluster.nodes) when the file says "auto". */
+#define SL_CONFIG_AUTO_INT (-1)
 
 typedef enum { SL_LEVEL_WORD, SL_LEVEL_CHAR } sl_level_t;
 typedef enum { SL_OUTPUT_FULL, SL_OUTPUT_SAMPLED } sl_output_kind_t;
@@ -129,7 +131,7 @@ typedef struct {
     } train;
 
     struct {
-        int nodes;                        /* n, default 1 */
+        int nodes; /* n, default 1; SL_CONFIG_AUTO_INT: the launcher's (shoal node sets it) */
         sl_cluster_transport_t transport; /* ipc | tcp, default ipc */
         char *master;    /* "host:port" of rank 0's rendezvous; "" = none (shoal run picks
                             one; shoal node then needs SHOAL_MASTER_ADDR/PORT), default "" */

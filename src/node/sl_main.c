@@ -28,6 +28,8 @@
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
+extern char **environ;
+
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t stop_count; /* shoal run: every signal counts */
 
@@ -272,6 +274,8 @@ cmd_train(int argc, char **argv)
         free(a.sets);
         return ex;
     }
+    if (cfg.cluster.nodes == SL_CONFIG_AUTO_INT)
+        cfg.cluster.nodes = 1; /* no launcher here: one node */
     if (cfg.cluster.nodes > 1)
         sl_log_warn("train",
                     "cluster.nodes is %d, but shoal train trains one node on all the "
@@ -358,60 +362,77 @@ parse_count(const char *s, long lo, long hi, int *out)
     return 1;
 }
 
-/* Rank and size of this node: the flags, else a launcher's environment, else (size
- * only) cluster.nodes. Returns -1 when fine, else the exit status (error printed). */
+/* Rank and size of this node: the flags, else the launcher's (env), else (size only)
+ * cluster.nodes; cluster.nodes auto becomes the size. Returns -1 when fine, else the
+ * exit status (error printed). */
 static int
-node_rank_size(const args_t *a, const sl_config_t *cfg, int *rank, int *size)
+node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, sl_status_t env_st,
+               int *rank, int *size)
 {
     const char *rank_s = a->rank, *size_s = a->size;
     const char *rank_from = "--rank", *size_from = "--size";
-    sl_launcher_env_t env;
+    char num[32];
 
-    if (sl_launcher_env_read(&env) != SL_LAUNCHER_NONE) {
+    if ((!rank_s || !size_s) && env_st != SL_OK) {
+        fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
+        return EXIT_USAGE;
+    }
+    if (env->launcher != SL_LAUNCHER_NONE) {
         if (!rank_s) {
-            rank_s = env.rank;
-            rank_from = env.rank_var;
+            snprintf(num, sizeof num, "%d", env->rank);
+            rank_s = num;
+            rank_from = env->rank_var;
         }
         if (!size_s) {
-            size_s = env.size;
-            size_from = env.size_var;
+            *size = env->size;
+            size_from = env->size_var;
         }
     }
     if (!rank_s)
         return usage_error("node", "no rank: give --rank R --size N, or start shoal node with "
-                                   "srun or mpirun (SLURM_PROCID, OMPI_COMM_WORLD_RANK or "
-                                   "PMI_RANK)");
-    if (!size_s) {
+                                   "srun, mpirun or torchrun (SLURM_PROCID, "
+                                   "OMPI_COMM_WORLD_RANK, PMI_RANK or RANK)");
+    if (!size_s && env->launcher == SL_LAUNCHER_NONE) {
+        if (cfg->cluster.nodes == SL_CONFIG_AUTO_INT)
+            return usage_error("node", "cluster.nodes is auto, but no launcher gives the number "
+                                       "of nodes: give --size N, or start shoal node with srun, "
+                                       "mpirun or torchrun");
         *size = cfg->cluster.nodes;
-    } else if (!parse_count(size_s, 1, 65536, size)) {
-        fprintf(stderr, "shoal: node: %s '%s' is not a number of nodes (1 to 65536)\n", size_from,
-                size_s);
+        size_from = "cluster.nodes";
+    } else if (size_s && !parse_count(size_s, 1, SL_LAUNCHER_MAX_SIZE, size)) {
+        fprintf(stderr, "shoal: node: %s '%s' is not a number of nodes (1 to %d)\n", size_from,
+                size_s, SL_LAUNCHER_MAX_SIZE);
         return EXIT_USAGE;
     }
-    if (!parse_count(rank_s, 0, 65535, rank) || *rank >= *size) {
+    if (!parse_count(rank_s, 0, SL_LAUNCHER_MAX_SIZE - 1, rank) || *rank >= *size) {
         fprintf(stderr, "shoal: node: %s '%s' is not a rank of %d nodes (0 to %d)\n", rank_from,
                 rank_s, *size, *size - 1);
         return EXIT_USAGE;
     }
+    if (cfg->cluster.nodes == SL_CONFIG_AUTO_INT) {
+        cfg->cluster.nodes = *size; /* before the run id hashes the configuration */
+        sl_log_debug("node", "cluster.nodes auto: %d nodes (%s)", *size, size_from);
+    }
     if (*size != cfg->cluster.nodes) {
         fprintf(stderr,
                 "shoal: node: %s %d disagrees with cluster.nodes %d; start %d nodes or add "
-                "--set cluster.nodes=%d\n",
+                "--set cluster.nodes=%d (or auto)\n",
                 size_from, *size, cfg->cluster.nodes, cfg->cluster.nodes, *size);
         return EXIT_USAGE;
     }
     return -1;
 }
 
-/* Rank 0's rendezvous address: --master, SHOAL_MASTER_ADDR/PORT, cluster.master.
+/* Rank 0's rendezvous address: --master, SHOAL_MASTER_ADDR/PORT, cluster.master, else
+ * the launcher's (torchrun's MASTER_ADDR/PORT, a Slurm job's first host).
  * Returns -1 when fine (buf filled), else the exit status (error printed). */
 static int
-node_master(const args_t *a, const sl_config_t *cfg, char *buf, size_t size)
+node_master(const args_t *a, const sl_config_t *cfg, const sl_launcher_env_t *env, char *buf,
+            size_t size)
 {
     const char *addr = getenv("SHOAL_MASTER_ADDR"), *port = getenv("SHOAL_MASTER_PORT");
-    const char *what = "--master";
-    char host[256];
-    int p;
+    char what[96] = "--master", host[256];
+    int p, found = 0;
 
     if (a->master) {
         snprintf(buf, size, "%s", a->master);
@@ -423,13 +444,22 @@ node_master(const args_t *a, const sl_config_t *cfg, char *buf, size_t size)
             return EXIT_USAGE;
         }
         snprintf(buf, size, "%s:%s", addr, port);
-        what = "SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT";
+        snprintf(what, sizeof what, "SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT");
     } else if (cfg->cluster.master[0]) {
         snprintf(buf, size, "%s", cfg->cluster.master);
-        what = "cluster.master";
+        snprintf(what, sizeof what, "cluster.master");
     } else {
-        return usage_error("node", "no master address: give --master HOST:PORT, set "
-                                   "SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT, or cluster.master");
+        if (sl_launcher_env_master((const char *const *)environ, env->launcher, &found, host,
+                                   sizeof host, &p, what, sizeof what) != SL_OK) {
+            fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
+            return EXIT_USAGE;
+        }
+        if (!found)
+            return usage_error("node", "no master address: give --master HOST:PORT, set "
+                                       "SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT, or "
+                                       "cluster.master (srun and torchrun give one)");
+        snprintf(buf, size, "%s:%d", host, p);
+        sl_log_debug("node", "rendezvous at %s (%s)", buf, what);
     }
     if (sl_parse_host_port(buf, what, 0, host, sizeof host, &p) != SL_OK) {
         fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
@@ -454,6 +484,8 @@ cmd_node(int argc, char **argv)
     sl_node_opts_t opts;
     sl_node_result_t res;
     sl_status_t rc;
+    sl_launcher_env_t env;
+    sl_status_t env_st;
     char master[320] = "", who[32];
     int rank = 0, size = 1;
     int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE);
@@ -466,8 +498,9 @@ cmd_node(int argc, char **argv)
         free(a.sets);
         return ex;
     }
-    if ((ex = node_rank_size(&a, &cfg, &rank, &size)) >= 0 ||
-        (size > 1 && (ex = node_master(&a, &cfg, master, sizeof master)) >= 0)) {
+    env_st = sl_launcher_env_parse((const char *const *)environ, &env);
+    if ((ex = node_rank_size(&a, &cfg, &env, env_st, &rank, &size)) >= 0 ||
+        (size > 1 && (ex = node_master(&a, &cfg, &env, master, sizeof master)) >= 0)) {
         sl_config_fini(&cfg);
         free(a.sets);
         return ex;
@@ -481,12 +514,20 @@ cmd_node(int argc, char **argv)
     opts.master = master;
     opts.resume = cfg.run.resume && !a.no_resume;
     opts.quiet = a.quiet || rank != 0;
+    opts.run_rate = 1;
     opts.interrupt = &stop_requested;
     install_stop_handlers();
 
     rc = sl_node_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
         print_done(who, &res.train);
+        if (rank == 0 && size > 1) {
+            printf("shoal: %srun: %d nodes, %.0f tokens/s in all", who, size, res.run_tokens_per_s);
+            if (res.run_reported < size)
+                printf(" (the %d that told theirs)", res.run_reported);
+            printf("\n");
+            fflush(stdout);
+        }
         ex = EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN && !res.peer_stopped && res.trained &&
                access(res.train.checkpoint, F_OK) == 0) {
@@ -515,6 +556,9 @@ run_overrides(const args_t *a, sl_config_t *cfg)
     sl_status_t rc = SL_OK;
     int n;
 
+    if (!a->nodes && cfg->cluster.nodes == SL_CONFIG_AUTO_INT)
+        return usage_error("run", "cluster.nodes is auto (the launcher's, for shoal node): give "
+                                  "-n N");
     if (a->nodes) {
         if (!parse_count(a->nodes, 1, 1024, &n))
             return usage_error("run", "-n must be a number of nodes, 1 to 1024, not '%s'",

@@ -1,5 +1,7 @@
 /* metrics.jsonl writing and trimming on resume; JSON scalars. */
 #define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
 #include "node/sl_metrics.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/sl_file.h"
+#include "common/sl_log.h"
 
 void
 sl_json_number(FILE *out, double v)
@@ -115,9 +118,20 @@ sl_metrics_open(sl_metrics_t *m, const char *path, long keep_through_step)
     return SL_OK;
 }
 
+/* Why: the records of nodes on different hosts line up by it, and a resumed run's gap
+ * shows. */
+void
+sl_json_wall_time(FILE *out)
+{
+    char now[32];
+
+    fprintf(out, ",\"wall_time\":\"%s\"", sl_log_utc_now(now, sizeof now));
+}
+
 static sl_status_t
 end_line(sl_metrics_t *m)
 {
+    sl_json_wall_time(m->fp);
     fputs("}\n", m->fp);
     if (fflush(m->fp) != 0 || ferror(m->fp))
         return sl_err_set(SL_ERR_IO, "%s: write failed: %s", m->path, strerror(errno));
@@ -141,6 +155,8 @@ sl_metrics_step(sl_metrics_t *m, const sl_metrics_step_t *r)
     sl_json_number(m->fp, r->grad_norm);
     fputs(",\"time_s\":", m->fp);
     sl_json_number(m->fp, r->time_s);
+    fputs(",\"version\":", m->fp);
+    sl_json_string(m->fp, PACKAGE_VERSION);
     return end_line(m);
 }
 

@@ -30,7 +30,9 @@ typedef struct {
  * the checkpoint a run resumes from, or by a run started over) and a partial last line
  * are dropped first, by an atomic rewrite; so a fresh run passes 0. SL_ERR_IO. */
 sl_status_t sl_metrics_open(sl_metrics_t *m, const char *path, long keep_through_step);
-/* {"step","epoch","epoch_frac","tokens","tokens_per_s","loss","ppl","lr","grad_norm","time_s"} */
+/* {"step","epoch","epoch_frac","tokens","tokens_per_s","loss","ppl","lr","grad_norm","time_s",
+ *  "version","wall_time"}; every record of the file ends with "wall_time" (ISO 8601, UTC,
+ *  when it was written) */
 sl_status_t sl_metrics_step(sl_metrics_t *m, const sl_metrics_step_t *r);
 /* {"event":"eval","split","step","loss","ppl","bpc"} */
 sl_status_t sl_metrics_eval(sl_metrics_t *m, const char *split, long step, double loss);
@@ -46,5 +48,7 @@ void sl_metrics_close(sl_metrics_t *m);
 void sl_json_number(FILE *out, double v);
 /* A JSON string with quotes and escapes; NULL as null. */
 void sl_json_string(FILE *out, const char *s);
+/* ,"wall_time":"2026-11-27T10:15:07.123Z" (now, UTC): the last field of every record. */
+void sl_json_wall_time(FILE *out);
 
 #endif

@@ -17,11 +17,15 @@
 
 #include "common/sl_log.h"
 #include "node/sl_ipc_dir.h"
+#include "node/sl_node_backend.h"
+#include "node/sl_node_census.h"
 #include "node/sl_rendezvous.h"
+#include "node/sl_report.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_transport.h"
 
 #define ABORT_WAIT_MS 2000 /* a failing node waits at most this long to tell its peers */
+#define RATE_WAIT_MS 10000 /* rank 0 waits at most this long for the others' tokens/s */
 #define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
 #define IPC_PATH_MAX ((int)sizeof(((struct sockaddr_un *)0)->sun_path))
 
@@ -241,6 +245,48 @@ announce(node_t *n)
     return st;
 }
 
+/* The map of the run on rank 0's log (sl_node_census.h). A peer's abort meanwhile stops
+ * this node as it would between steps. */
+static sl_status_t
+take_census(node_t *n)
+{
+    char device[64];
+    sl_status_t st;
+
+    sl_node_backend_device(n->cfg, n->o->rank, device, sizeof device);
+    st = sl_census_map(n->tr, n->cfg, device, n->cfg->cluster.timeout_ms, n->o->interrupt);
+    if (st == SL_ERR_SHUTDOWN && sl_transport_abort_reason(n->tr)) {
+        n->peer_stopped = 1;
+        return sl_err_set(SL_ERR_SHUTDOWN, "stopped: %s", sl_transport_abort_reason(n->tr));
+    }
+    if (st != SL_OK)
+        tell_peers(n, st);
+    return st;
+}
+
+/* After a run that ended well: rank 0 adds up every node's tokens/s, says so and puts it
+ * into the run's summary.json. Nothing here fails the run: it has ended. */
+static void
+run_rate(node_t *n, sl_node_result_t *res)
+{
+    int wait =
+        n->cfg->cluster.timeout_ms < RATE_WAIT_MS ? n->cfg->cluster.timeout_ms : RATE_WAIT_MS;
+
+    if (sl_census_rate(n->tr, res->train.tokens_per_s, wait, &res->run_tokens_per_s,
+                       &res->run_reported) != SL_OK) {
+        sl_log_warn("node", "the run's tokens/s: %s", sl_err_msg());
+        return;
+    }
+    if (n->o->rank != 0)
+        return;
+    if (res->run_reported < n->o->size)
+        sl_log_warn("node", "the run's tokens/s: %d of %d nodes told theirs in %.1f s",
+                    res->run_reported, n->o->size, wait / 1000.0);
+    if (sl_report_summary_run_rate(res->train.run_dir, n->o->size, res->run_reported,
+                                   res->run_tokens_per_s) != SL_OK)
+        sl_log_warn("node", "the run's tokens/s: %s", sl_err_msg());
+}
+
 /* Rendezvous and transport for a run of several nodes. */
 static sl_status_t
 meet_peers(node_t *n)
@@ -340,6 +386,8 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
                           o->rank, o->size, cfg->cluster.nodes);
     if (o->size > 1)
         SL_TRY_GOTO(meet_peers(&n), st, out);
+    if (n.tr && !n.rejoin)
+        SL_TRY_GOTO(take_census(&n), st, out);
     sl_train_opts_init(&to);
     to.rank = o->rank;
     to.nranks = o->size;
@@ -365,6 +413,8 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     res->peer_stopped = n.peer_stopped;
     if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
         tell_peers(&n, st);
+    if (st == SL_OK && n.tr && o->run_rate)
+        run_rate(&n, res);
 out:
     if (n.tr)
         report_outsiders(&n);

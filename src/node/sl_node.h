@@ -32,8 +32,11 @@ typedef struct {
     /* The run's secret when cluster.security is curve (shoal run makes one and hands it
      * to the nodes it forks); NULL: read cluster.key_file. Borrowed. */
     const sl_secret_t *secret;
-    int resume;                       /* continue from this node's checkpoint when there is one */
-    int quiet;                        /* no progress lines of its own */
+    int resume; /* continue from this node's checkpoint when there is one */
+    int quiet;  /* no progress lines of its own */
+    /* At the end rank 0 gathers every node's tokens/s (shoal node: nobody else sees all
+     * nodes) into res->run_tokens_per_s and <run dir>/summary.json. */
+    int run_rate;
     volatile sig_atomic_t *interrupt; /* set by a signal handler: stop; may be NULL */
     /* Optional (may be NULL), with hook_ctx: on rank 0, the master address once it
      * listens ("127.0.0.1:41234"), before it waits for anyone; and every progress
@@ -50,6 +53,10 @@ typedef struct {
     sl_train_result_t train; /* as far as training got (see sl_train_run) */
     int trained;             /* training was started (train.* are meaningful) */
     int peer_stopped;        /* the run stopped because a peer gave up */
+    /* with opts.run_rate, on rank 0 after SL_OK: the sum of the tokens/s of the
+     * run_reported nodes (itself included) whose figure came in time */
+    double run_tokens_per_s;
+    int run_reported;
 } sl_node_result_t;
 
 /* One node (cfg validated; borrowed). Returns SL_OK, SL_ERR_SHUTDOWN when interrupted

@@ -40,8 +40,8 @@ visible_gpus(void)
 /* The backend name for cfg->device: "cuda" is the GPU of the node's local rank, modulo
  * the visible GPUs (so nodes share GPUs round robin, and a launcher that gives each
  * task one GPU of its own, CUDA_VISIBLE_DEVICES=<one>, gets cuda:0 everywhere). */
-static void
-device_name(const sl_config_t *cfg, int rank, char *out, size_t size)
+void
+sl_node_backend_device(const sl_config_t *cfg, int rank, char *out, size_t size)
 {
     const char *from;
     int local, ngpus, index;
@@ -74,7 +74,7 @@ sl_node_backend_open(const sl_config_t *cfg, int rank, sl_backend_t **be)
 {
     char name[64];
 
-    device_name(cfg, rank, name, sizeof name);
+    sl_node_backend_device(cfg, rank, name, sizeof name);
     SL_TRY(sl_backend_new(be, name, cfg->run.threads));
     return (*be)->ops->set_precision((*be)->ctx, precision_of(cfg->precision));
 }

@@ -11,5 +11,8 @@
 /* The backend of cfg->device for node rank, set to cfg->precision (the backend's
  * message when it cannot: cpu is fp32 only). */
 sl_status_t sl_node_backend_open(const sl_config_t *cfg, int rank, sl_backend_t **be);
+/* The backend name sl_node_backend_open opens for node rank ("cpu", "cuda:1") into out
+ * (size bytes): for the map of the run (sl_node_census.h). */
+void sl_node_backend_device(const sl_config_t *cfg, int rank, char *out, size_t size);
 
 #endif

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_log.h"
 
 const char *
 sl_progress_format(const sl_progress_line_t *l, char *buf, size_t size)
@@ -50,7 +51,9 @@ sl_progress_show(sl_progress_t *p, const sl_progress_line_t *l)
         fprintf(p->out, "\r%s\033[K", line); /* clear what a longer line left */
         p->line_open = 1;
     } else {
-        fprintf(p->out, "%s\n", line);
+        char stamp[320];
+
+        fprintf(p->out, "%s%s\n", sl_log_stamp(stamp, sizeof stamp), line); /* a log file */
     }
     fflush(p->out);
 }

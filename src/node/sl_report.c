@@ -3,15 +3,19 @@
  * reports. Owns what those lines and files say; must not change the run (parameters,
  * sync, cursor, loss scale are only read) nor decide when to report (sl_train.c does). */
 #define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
 #include "node/sl_report.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/sl_clock.h"
 #include "common/sl_file.h"
 #include "common/sl_log.h"
 #include "sync/sl_grad_allreduce.h"
@@ -24,6 +28,8 @@ sl_report_init(sl_report_t *r, const sl_config_t *cfg, const sl_train_opts_t *op
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     r->opts = opts;
+    sl_log_utc_now(r->started_at, sizeof r->started_at);
+    r->started_s = sl_clock_now();
     sl_progress_init(&r->progress, stderr, opts->quiet);
 }
 
@@ -138,7 +144,9 @@ report_sync(sl_report_t *r, long step)
                 st->rows_own, st->rows_merged, st->sent_enc_bytes[SL_WIRE_FP32],
                 st->sent_enc_bytes[SL_WIRE_FP16], st->sent_enc_bytes[SL_WIRE_BF16],
                 st->sent_enc_bytes[SL_WIRE_BYTES]);
-        fprintf(f, ",\"dead_peers\":%d}\n", sl_sync_ndead(sync));
+        fprintf(f, ",\"dead_peers\":%d", sl_sync_ndead(sync));
+        sl_json_wall_time(f);
+        fputs("}\n", f);
     }
     return flush_metrics(r);
 }
@@ -162,7 +170,9 @@ report_loss_scale(sl_report_t *r, long step)
     }
     fprintf(f, "{\"event\":\"loss_scale\",\"step\":%ld,\"scale\":", step);
     sl_json_number(f, ls->scale);
-    fprintf(f, ",\"skipped\":%ld}\n", r->acc_skipped);
+    fprintf(f, ",\"skipped\":%ld", r->acc_skipped);
+    sl_json_wall_time(f);
+    fputs("}\n", f);
     return flush_metrics(r);
 }
 
@@ -306,6 +316,7 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     long threads = cfg->run.threads > 0 ? cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
     int n = snprintf(path, sizeof path, "%s/summary.json", dir);
     sl_atomic_file_t f;
+    char now[32];
     FILE *o;
 
     if (n < 0 || n >= (int)sizeof path)
@@ -354,6 +365,47 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     sl_json_number(o, sl_sync_time_s(r->run.sync));
     json_key(o, "models_averaged", 0);
     fprintf(o, "%d", nmodels);
+    json_key(o, "version", 0);
+    sl_json_string(o, PACKAGE_VERSION);
+    json_key(o, "started_at", 0);
+    sl_json_string(o, r->started_at);
+    json_key(o, "finished_at", 0);
+    sl_json_string(o, sl_log_utc_now(now, sizeof now));
+    json_key(o, "wall_time_s", 0);
+    sl_json_number(o, sl_clock_now() - r->started_s);
     fputs("\n}\n", o);
+    return sl_atomic_commit(&f);
+}
+
+sl_status_t
+sl_report_summary_run_rate(const char *dir, int nodes, int reported, double tokens_per_s)
+{
+    char path[SL_TRAIN_PATH_MAX], *text, *end;
+    size_t len;
+    sl_atomic_file_t f;
+    int n = snprintf(path, sizeof path, "%s/summary.json", dir);
+
+    if (n < 0 || n >= (int)sizeof path)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s/summary.json)", dir);
+    SL_TRY(sl_file_read_all(path, &text, &len));
+    end = len >= 3 ? text + len - 3 : NULL;
+    if (!end || strcmp(end, "\n}\n") != 0) {
+        free(text);
+        return sl_err_set(SL_ERR_FORMAT, "%s: not a summary written by this shoal", path);
+    }
+    *end = '\0';
+    if (sl_atomic_open(&f, path) != SL_OK) {
+        free(text);
+        return SL_ERR_IO;
+    }
+    fputs(text, f.fp);
+    free(text);
+    json_key(f.fp, "run_tokens_per_s", 0);
+    sl_json_number(f.fp, tokens_per_s);
+    json_key(f.fp, "run_nodes", 0);
+    fprintf(f.fp, "%d", nodes);
+    json_key(f.fp, "run_nodes_reported", 0);
+    fprintf(f.fp, "%d", reported);
+    fputs("\n}\n", f.fp);
     return sl_atomic_commit(&f);
 }

@@ -45,6 +45,9 @@ typedef struct {
     /* this process only, for the ETA */
     double session_time;
     long session_steps;
+    /* when this process started reporting (summary.json): wall clock and sl_clock_now */
+    char started_at[32];
+    double started_s;
 } sl_report_t;
 
 /* The progress line on stderr (nothing when opts->quiet); no metrics file yet. */
@@ -86,9 +89,17 @@ sl_status_t sl_report_membership(sl_report_t *r, sl_sync_t *sync, long step);
 void sl_report_break(sl_report_t *r);
 
 /* <dir>/summary.json, written atomically: one object the benchmark scripts parse, with
- * res's figures and the run's (backend, precision, loss scale, sync); absent values are
- * null. nmodels: how many nodes' models the evaluated one averages (1: this node's). */
+ * res's figures and the run's (backend, precision, loss scale, sync), shoal's version,
+ * when this process started and finished (ISO 8601, UTC) and the wall time between;
+ * absent values are null. nmodels: how many nodes' models the evaluated one averages (1:
+ * this node's). */
 sl_status_t sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char *dir,
                               int nmodels);
+/* Adds the run-wide figures rank 0 gathered at the end of a shoal node run
+ * (sl_node_census.h) to <dir>/summary.json as written by sl_report_summary:
+ * "run_tokens_per_s" (the sum over the reported nodes), "run_nodes", "run_nodes_reported".
+ * SL_ERR_IO, SL_ERR_FORMAT for a file that ends otherwise. */
+sl_status_t sl_report_summary_run_rate(const char *dir, int nodes, int reported,
+                                       double tokens_per_s);
 
 #endif

@@ -106,6 +106,7 @@ sl_run_child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t pare
     close(log_fd);
     setvbuf(stdout, NULL, _IOLBF, 0);
     sl_log_set_tag(NULL);
+    sl_log_set_format(SL_LOG_TERSE); /* shoal run puts the time and host before each line */
 
     io.fd = rec_fd;
     sl_node_opts_init(&no);

@@ -140,22 +140,28 @@ show_progress(sl_sup_t *l, int force)
         fprintf(l->out, "\r%s\033[K", line);
         l->line_open = 1;
     } else {
+        char stamp[320];
+
         if (step <= l->shown_step)
             return;
-        fprintf(l->out, "%s\n", line);
+        fprintf(l->out, "%s%s\n", sl_log_stamp(stamp, sizeof stamp), line); /* a log file */
     }
     l->shown_step = step;
     l->shown_at = now;
     fflush(l->out);
 }
 
-/* A node's output line, as "node R: ..." (its own "shoal: " dropped). */
+/* A node's output line, as "node R: ..." (its own "shoal: " dropped), after the time
+ * and host of a full log line (the nodes write terse lines: sl_run_child.c). */
 static void
 forward_line(sl_sup_t *l, int rank, const char *line)
 {
+    char stamp[320];
+
     if (l->line_open)
         fputs("\r\033[K", l->out);
-    fprintf(l->out, "node %d: %s\n", rank, strncmp(line, "shoal: ", 7) == 0 ? line + 7 : line);
+    fprintf(l->out, "%snode %d: %s\n", sl_log_stamp(stamp, sizeof stamp), rank,
+            strncmp(line, "shoal: ", 7) == 0 ? line + 7 : line);
     fflush(l->out);
     if (l->line_open)
         show_progress(l, 1);
@@ -165,10 +171,11 @@ void
 sl_sup_say(sl_sup_t *l, const char *fmt, ...)
 {
     va_list ap;
+    char stamp[320];
 
     if (l->line_open)
         fputs("\r\033[K", l->out);
-    fputs("shoal run: ", l->out);
+    fprintf(l->out, "%sshoal run: ", sl_log_stamp(stamp, sizeof stamp));
     va_start(ap, fmt);
     vfprintf(l->out, fmt, ap);
     va_end(ap);

@@ -1,5 +1,6 @@
 /* Unit tests of src/common: errors, RNG determinism, hashing, atomic files (the previous
- * file kept, a link at the temp path not followed, stale temp files removed). */
+ * file kept, a link at the temp path not followed, stale temp files removed), log lines
+ * (time and host, the terse format, SHOAL_LOG values that are no level). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <errno.h>
@@ -7,15 +8,19 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <regex.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/sl_alloc.h"
 #include "common/sl_file.h"
 #include "common/sl_half.h"
 #include "common/sl_hash.h"
+#include "common/sl_log.h"
 #include "common/sl_rng.h"
 #include "common/sl_sort.h"
 #include "common/sl_status.h"
@@ -355,6 +360,99 @@ START_TEST(test_sort_compare)
 }
 END_TEST
 
+/* Runs sl_log_init, as at a process's start, with SHOAL_LOG=level and SHOAL_LOG_FORMAT=
+ * format (NULL: unset), then one debug and one info line tagged "node 3"; returns what went to stderr
+ * (malloc'd). */
+static char *
+log_lines(const char *level, const char *format)
+{
+    char path[] = "/tmp/shoal-check-log-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    char *text;
+
+    ck_assert(fd >= 0 && saved >= 0);
+    sl_log_set_tag(NULL); /* as a fresh process has them */
+    sl_log_set_level(SL_LOG_INFO);
+    sl_log_set_format(SL_LOG_FULL);
+    fflush(stderr);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    close(fd);
+    if (level)
+        setenv("SHOAL_LOG", level, 1);
+    else
+        unsetenv("SHOAL_LOG");
+    if (format)
+        setenv("SHOAL_LOG_FORMAT", format, 1);
+    else
+        unsetenv("SHOAL_LOG_FORMAT");
+    sl_log_init();
+    sl_log_set_tag("node 3");
+    sl_log_debug("train", "hidden unless debug");
+    sl_log_info("train", "step %d", 50);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    text = test_read_file(path, NULL);
+    unlink(path);
+    ck_assert_ptr_nonnull(text);
+    return text;
+}
+
+/* The default line: ISO 8601 time in UTC (now, to the millisecond) and this host. */
+START_TEST(test_log_full_lines)
+{
+    char pattern[512], host[256] = "";
+    regex_t re;
+    regmatch_t m[2];
+    char *text = log_lines(NULL, NULL);
+    struct tm tm;
+    time_t then;
+
+    gethostname(host, sizeof host - 1);
+    snprintf(pattern, sizeof pattern,
+             "^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})\\.[0-9]{3}Z %s shoal "
+             "node 3: train: info: step 50\n$",
+             host);
+    ck_assert_int_eq(regcomp(&re, pattern, REG_EXTENDED), 0);
+    ck_assert_msg(regexec(&re, text, 2, m, 0) == 0, "log line: '%s'", text);
+    regfree(&re);
+    memset(&tm, 0, sizeof tm);
+    ck_assert_ptr_nonnull(strptime(text, "%Y-%m-%dT%H:%M:%S", &tm));
+    then = timegm(&tm);
+    ck_assert_msg(labs((long)(time(NULL) - then)) < 600, "not now in UTC: %s", text);
+    ck_assert_str_eq(sl_log_host(), host);
+    free(text);
+
+    text = log_lines("debug", "full");
+    ck_assert_ptr_nonnull(strstr(text, " shoal node 3: train: debug: hidden unless debug\n"));
+    free(text);
+}
+END_TEST
+
+START_TEST(test_log_terse_and_bad_values)
+{
+    char *text = log_lines("info", "terse");
+
+    ck_assert_str_eq(text, "shoal node 3: train: info: step 50\n");
+    free(text);
+    text = log_lines("warn", "terse");
+    ck_assert_str_eq(text, "");
+    free(text);
+    /* a value that is no level: one warning, and the default level (info) */
+    text = log_lines("verbose", "terse");
+    ck_assert_str_eq(text, "shoal: log: warning: SHOAL_LOG 'verbose' is not one of debug, info, "
+                           "warn, error, quiet; using info\n"
+                           "shoal node 3: train: info: step 50\n");
+    free(text);
+    text = log_lines("INFO", "brief");
+    ck_assert_msg(strstr(text, " shoal: log: warning: SHOAL_LOG_FORMAT 'brief' is not one of full, "
+                               "terse; using full\n") != NULL,
+                  "%s", text);
+    ck_assert_ptr_nonnull(strstr(text, "shoal: log: warning: SHOAL_LOG 'INFO' is not one of"));
+    free(text);
+}
+END_TEST
+
 static Suite *
 common_suite(void)
 {
@@ -367,12 +465,14 @@ common_suite(void)
     tcase_add_test(core, test_atomic_file);
     tcase_add_test(core, test_atomic_keep_and_links);
     tcase_add_test(core, test_half_conversions);
+    tcase_add_test(core, test_log_full_lines);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
     tcase_add_test(limits, test_alloc_keep_large_blocks);
     tcase_add_test(limits, test_sort_compare);
     tcase_add_test(limits, test_remove_stale_temps);
+    tcase_add_test(limits, test_log_terse_and_bad_values);
     suite_add_tcase(s, limits);
     return s;
 }

@@ -62,6 +62,26 @@ START_TEST(test_cluster_defaults_and_values)
     ck_assert_int_eq(sl_config_set(&c, "cluster.bind=eth0"), SL_OK);
     ck_assert_int_eq(sl_config_set(&c, "cluster.master="), SL_OK);
     ck_assert_str_eq(c.cluster.master, "");
+    /* auto: the launcher's number of nodes (shoal node); written back as auto */
+    ck_assert_int_eq(sl_config_set(&c, "cluster.nodes=auto"), SL_OK);
+    ck_assert_int_eq(c.cluster.nodes, SL_CONFIG_AUTO_INT);
+    sl_config_validate(&c); /* data.train is missing here, and nothing else */
+    ck_assert_str_eq(sl_err_msg(), "c.yaml: 'data.train' is required");
+    {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        sl_config_t back;
+
+        ck_assert_int_eq(sl_config_write_yaml(&c, f), SL_OK);
+        fclose(f);
+        ck_assert_ptr_nonnull(strstr(text, "nodes: auto"));
+        sl_config_init(&back);
+        ck_assert_int_eq(sl_config_load_string(&back, text, "back.yaml"), SL_OK);
+        ck_assert_int_eq(back.cluster.nodes, SL_CONFIG_AUTO_INT);
+        sl_config_fini(&back);
+        free(text);
+    }
     sl_config_fini(&c);
 }
 END_TEST
@@ -73,6 +93,9 @@ typedef struct {
 
 static const bad_set_t bad_sets[] = {
     {"cluster.nodes=0", "--set cluster.nodes:1:15: 'cluster.nodes' must be at least 1, got 0"},
+    {"cluster.nodes=-1", "--set cluster.nodes:1:15: 'cluster.nodes' must be at least 1, got -1"},
+    {"cluster.nodes=many",
+     "--set cluster.nodes:1:15: 'cluster.nodes' must be an integer or auto, got 'many'"},
     {"cluster.transport=udp",
      "--set cluster.transport:1:19: 'cluster.transport' must be one of: ipc, tcp (got 'udp')"},
     {"cluster.master=node001",

@@ -1,11 +1,15 @@
 /* Unit tests of the built shoal binary's `run` and `node` commands on a 20000-token
  * slice of Brown (vocab 500, E 16, one layer of 16, B 4 x T 8): shares, checkpoints,
- * failures, interrupts, resume, a node's abort reaching its peer, usage errors, and no
+ * failures, interrupts, resume, a node's abort reaching its peer, usage errors, a run
+ * started as torchrun starts one (its map, full log lines, the run's tokens/s), and no
  * process left behind. The cluster keys and the rendezvous are in check_launch.c. */
 #define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
 #include <check.h>
 #include <errno.h>
 #include <dirent.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,8 +119,11 @@ tiny_yaml(char *path, size_t size, const char *run, int nodes, const char *train
 }
 
 static const char *const launcher_vars[] = {
-    "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "PMI_RANK",     "PMI_SIZE",     "SHOAL_MASTER_ADDR",    "SHOAL_MASTER_PORT"};
+    "SLURM_PROCID",         "SLURM_NTASKS",        "SLURM_LOCALID",       "SLURM_JOB_ID",
+    "SLURM_STEP_ID",        "SLURM_JOB_NODELIST",  "SLURM_STEP_NODELIST", "SLURM_NODELIST",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",           "PMI_SIZE",
+    "RANK",                 "WORLD_SIZE",          "LOCAL_RANK",          "MASTER_ADDR",
+    "MASTER_PORT",          "SHOAL_MASTER_ADDR",   "SHOAL_MASTER_PORT"};
 
 /* The parent pid of process pid from /proc (-1 when gone), and its name into comm. */
 static int
@@ -578,33 +585,149 @@ START_TEST(test_node_abort_reaches_peer)
 }
 END_TEST
 
+/* Does the line starting at p (up to its newline) match the extended regex pattern? */
+static int
+line_matches(const char *p, const char *pattern)
+{
+    char line[1024];
+    regex_t re;
+    int ok;
+
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(p, "\n"), p);
+    ck_assert_int_eq(regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB), 0);
+    ok = regexec(&re, line, 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
+/* Two `shoal node` processes as torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK,
+ * MASTER_ADDR, MASTER_PORT and cluster.nodes auto, no SHOAL_* variable, no flag. Rank 0
+ * logs full lines (time, host) with the map (both pids, cpu, lanes), says the run's
+ * tokens/s, and its files carry the version and the wall-clock times. */
+START_TEST(test_node_torchrun_env)
+{
+    static char port[64];
+    char conf[1100], key_set[1200], path[1200], pattern[512], *out, *err, *text, *p;
+    const char *args[] = {"node", conf, "--set", "cluster.nodes=auto", "--set", key_set, NULL};
+    pid_t p0, p1;
+    int steps = 0;
+
+    if (!have_shoal())
+        return;
+    test_become_subreaper();
+    tiny_yaml(conf, sizeof conf, "torchrun", 3, ", max_steps: 20");
+    make_key_file("torchrun", key_set, sizeof key_set);
+    snprintf(port, sizeof port, "MASTER_PORT=%d", test_free_port());
+    p1 = start_shoal("torch1",
+                     (const char *[]){"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1",
+                                      "MASTER_ADDR=127.0.0.1", port, NULL},
+                     args);
+    p0 = start_shoal("torch0",
+                     (const char *[]){"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0",
+                                      "MASTER_ADDR=127.0.0.1", port, "SHOAL_LOG=info",
+                                      "SHOAL_LOG_FORMAT=full", NULL},
+                     args);
+    ck_assert_int_eq(wait_shoal(p1, "torch1", &out, &err), 0);
+    free(out);
+    free(err);
+    ck_assert_int_eq(wait_shoal(p0, "torch0", &out, &err), 0);
+    assert_nothing_left();
+    ck_assert_msg(strstr(out, "shoal: node 0: run: 2 nodes, ") != NULL, "%s", out);
+    p = strstr(err, " shoal node 0: node: info: map: 2 nodes on 1 host");
+    ck_assert_msg(p != NULL, "%s", err);
+    for (int r = 0; r < 2; r++) {
+        snprintf(pattern, sizeof pattern,
+                 "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z %s shoal "
+                 "node 0: node: info: map: rank %d: host %s, pid %d, device cpu, lanes on$",
+                 sl_log_host(), r, sl_log_host(), (int)(r ? p1 : p0));
+        p = strchr(p, '\n') + 1;
+        ck_assert_msg(line_matches(p, pattern), "line '%.*s' is not /%s/", (int)strcspn(p, "\n"),
+                      p, pattern);
+    }
+    free(out);
+    free(err);
+
+    snprintf(path, sizeof path, "%s/torchrun/summary.json", tmp_root);
+    text = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_int_eq((int)test_json_num(text, "nodes"), 2);
+    ck_assert_int_eq((int)test_json_num(text, "run_nodes_reported"), 2);
+    ck_assert(test_json_num(text, "run_tokens_per_s") > test_json_num(text, "tokens_per_s"));
+    ck_assert(test_json_num(text, "wall_time_s") >= test_json_num(text, "train_time_s"));
+    ck_assert_msg(strstr(text, "\"version\": \"" PACKAGE_VERSION "\"") != NULL, "%s", text);
+    ck_assert(line_matches(strstr(text, "\"started_at\": "),
+                           "^\"started_at\": \"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\\.[0-9]{3}Z\",$"));
+    ck_assert(line_matches(strstr(text, "\"finished_at\": "),
+                           "^\"finished_at\": \"[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z\",$"));
+    free(text);
+    snprintf(path, sizeof path, "%s/torchrun/node-1/metrics.jsonl", tmp_root);
+    text = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    for (p = text; *p; p += strcspn(p, "\n") + 1) {
+        ck_assert_msg(line_matches(p, ",\"wall_time\":\"[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z\"}$"),
+                      "%.*s", (int)strcspn(p, "\n"), p);
+        if (strncmp(p, "{\"step\":", 8) == 0) {
+            ck_assert_msg(line_matches(p, ",\"version\":\"" PACKAGE_VERSION "\",\"wall_time\""),
+                          "%.*s", (int)strcspn(p, "\n"), p);
+            steps++;
+        }
+    }
+    ck_assert_int_eq(steps, 2); /* log_every 10 of 20 steps */
+    free(text);
+}
+END_TEST
+
 /* shoal node checks rank, size and master before it starts anything: exit 2, one line. */
 START_TEST(test_node_usage_errors)
 {
     static const struct {
-        const char *env[3];
+        const char *env[6];
         const char *args[8];
         const char *message;
     } cases[] = {
         {{NULL},
          {"--rank", "0", "--size", "2", NULL},
          "shoal: node: --size 2 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=2\n"},
+         "cluster.nodes=2 (or auto)\n"},
         {{"SLURM_PROCID=0", "SLURM_NTASKS=4", NULL},
          {NULL},
          "shoal: node: SLURM_NTASKS 4 disagrees with cluster.nodes 3; start 3 nodes or add --set "
-         "cluster.nodes=4\n"},
+         "cluster.nodes=4 (or auto)\n"},
         {{"OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=3", NULL},
          {NULL},
          "shoal: node: OMPI_COMM_WORLD_RANK '5' is not a rank of 3 nodes (0 to 2)\n"},
         {{NULL},
          {"--size", "3", NULL},
-         "shoal: node: no rank: give --rank R --size N, or start shoal node with srun or mpirun "
-         "(SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK) (see shoal node --help)\n"},
+         "shoal: node: no rank: give --rank R --size N, or start shoal node with srun, mpirun or "
+         "torchrun (SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or RANK) (see shoal node "
+         "--help)\n"},
         {{"PMI_RANK=1", "PMI_SIZE=3", NULL},
          {NULL},
          "shoal: node: no master address: give --master HOST:PORT, set SHOAL_MASTER_ADDR and "
-         "SHOAL_MASTER_PORT, or cluster.master (see shoal node --help)\n"},
+         "SHOAL_MASTER_PORT, or cluster.master (srun and torchrun give one) (see shoal node "
+         "--help)\n"},
+        {{"SLURM_PROCID=0", "SLURM_NTASKS=x", NULL},
+         {NULL},
+         "shoal: node: SLURM_NTASKS 'x' is not a number of nodes (1 to 65536)\n"},
+        {{NULL},
+         {"--rank", "0", "--set", "cluster.nodes=auto", NULL},
+         "shoal: node: cluster.nodes is auto, but no launcher gives the number of nodes: give "
+         "--size N, or start shoal node with srun, mpirun or torchrun (see shoal node --help)\n"},
+        /* auto takes 2 from WORLD_SIZE (else: disagrees with 3); then the master */
+        {{"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=gpu01", NULL},
+         {"--set", "cluster.nodes=auto", NULL},
+         "shoal: node: MASTER_ADDR is set but MASTER_PORT is not; torchrun sets both\n"},
+        {{"SLURM_PROCID=1", "SLURM_NTASKS=3", "SLURM_JOB_ID=77", "SLURM_JOB_NODELIST=n[1-",
+          NULL},
+         {NULL},
+         "shoal: node: SLURM_JOB_NODELIST 'n[1-' is not a Slurm host list: '[' at byte 2 is not "
+         "closed\n"},
+        /* explicit flags win over a launcher's malformed values */
+        {{"SLURM_PROCID=x", "SLURM_NTASKS=3", "SLURM_JOB_ID=77", "SLURM_JOB_NODELIST=n[1-",
+          NULL},
+         {"--rank", "1", "--size", "3", "--master", "node001:x", NULL},
+         "shoal: node: --master 'node001:x' is not HOST:PORT (a host name or IPv4 address, port 1 "
+         "to 65535)\n"},
         {{"SHOAL_MASTER_ADDR=node001", NULL},
          {"--rank", "1", NULL},
          "shoal: node: SHOAL_MASTER_ADDR is set but SHOAL_MASTER_PORT is not; set both\n"},
@@ -1004,6 +1127,7 @@ launch_run_suite(void)
     tcase_add_test(core, test_run_interrupt_resume);
     tcase_add_test(limits, test_run_node_killed);
     tcase_add_test(limits, test_run_node_fails);
+    tcase_add_test(core, test_node_torchrun_env);
     tcase_add_test(limits, test_node_abort_reaches_peer);
     tcase_add_test(limits, test_node_key_file);
     tcase_add_test(limits, test_node_usage_errors);

@@ -214,11 +214,15 @@ START_TEST(test_metrics_trim_on_resume)
     ck_assert_int_eq(sl_metrics_eval(&m, "test", 20, log(2.0)), SL_OK);
     sl_metrics_close(&m);
     got = test_read_file(path, NULL);
+    /* the new line ends with its wall-clock time, "2026-11-27T10:15:07.123Z" */
+    ck_assert_int_eq(strlen(got), 207);
+    ck_assert_str_eq(got + 203, "Z\"}\n");
+    got[180] = '\0';
     ck_assert_str_eq(got, "{\"step\":10,\"loss\":5}\n"
                           "{\"event\":\"eval\",\"split\":\"valid\",\"step\":10,\"loss\":5}\n"
                           "{\"step\":20,\"loss\":4}\n"
                           "{\"event\":\"eval\",\"split\":\"test\",\"step\":20,\"loss\":0.693147,"
-                          "\"ppl\":2,\"bpc\":1}\n");
+                          "\"ppl\":2,\"bpc\":1,\"wall_time\":\"");
     free(got);
     /* a fresh run (keep through step 0) starts empty */
     ck_assert_int_eq(sl_metrics_open(&m, path, 0), SL_OK);
