@@ -18,6 +18,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "config/sl_config_paths.h"
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
@@ -159,14 +160,21 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
     return -1;
 }
 
-/* Defaults, the file, the --set overrides in order, then the cross-field checks. */
+/* Defaults, the file (here, else an installed example), the --set overrides in order,
+ * then the cross-field checks. */
 static int
 load_config(sl_config_t *cfg, const args_t *a)
 {
     sl_status_t rc;
+    char *path = NULL;
 
     sl_config_init(cfg);
-    rc = sl_config_load_file(cfg, a->conf);
+    rc = sl_config_find_file(a->conf, &path);
+    if (rc == SL_OK && strcmp(path, a->conf) != 0)
+        sl_log_info("config", "%s is not here: using the installed example %s", a->conf, path);
+    if (rc == SL_OK)
+        rc = sl_config_load_file(cfg, path);
+    free(path);
     for (int i = 0; rc == SL_OK && i < a->nsets; i++)
         rc = sl_config_set(cfg, a->sets[i]);
     if (rc == SL_OK)
