@@ -20,6 +20,7 @@ static const char main_help[] =
     "                    (cluster.nodes, or -n N), each training on its share of the data\n"
     "  node CONF.yaml    one node of a run on a cluster, started by srun or mpirun\n"
     "  keygen FILE       make a run's secret for shoal node (cluster.key_file)\n"
+    "  plot RUN_DIR...   draw the runs' training and validation perplexity (gnuplot)\n"
     "  help [COMMAND]    show this help, or the help of COMMAND\n"
     "\n"
     "Options:\n"
@@ -245,10 +246,31 @@ static const char keygen_help[] =
     "  shoal keygen ~/.shoal/brown.key\n"
     "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=$HOME/.shoal/brown.key\n";
 
+static const char plot_help[] =
+    "Usage: shoal plot RUN_DIR... [-o FILE] [--script]\n"
+    "\n"
+    "Draw the training and validation perplexity of one or more runs into one PNG: against\n"
+    "steps on the left, against training time (evaluations excluded) on the right. Each\n"
+    "run has its own colour: training is a line, validation dashed with points. A run\n"
+    "is read from RUN_DIR/metrics.jsonl, or for a run of several nodes from\n"
+    "RUN_DIR/node-0/metrics.jsonl (node 0's view); RUN_DIR may also be a metrics.jsonl.\n"
+    "gnuplot draws it (Debian: gnuplot-nox; RHEL/Rocky: gnuplot); without it shoal plot\n"
+    "says so and exits 1.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output FILE  the PNG to write (default perplexity.png)\n"
+    "  --script           print the gnuplot script (with the data) instead of running it\n"
+    "  -h, --help         show this help and exit\n"
+    "\n"
+    "Examples:\n"
+    "  shoal plot runs/brown-word\n"
+    "  shoal plot runs/brown-4nodes-gossip-bmuf runs/brown-4nodes-bmuf runs/brown-4nodes-ma \\\n"
+    "      -o sync.png\n";
+
 static const char help_help[] =
     "Usage: shoal help [COMMAND]\n"
     "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, run, node, keygen, help).\n";
+    "Show the help of shoal, or of COMMAND (train, eval, run, node, keygen, plot, help).\n";
 
 const char *
 sl_help_text(const char *command)
@@ -256,7 +278,8 @@ sl_help_text(const char *command)
     static const struct {
         const char *command, *text;
     } helps[] = {{"train", train_help}, {"eval", eval_help},     {"run", run_help},
-                 {"node", node_help},   {"keygen", keygen_help}, {"help", help_help}};
+                 {"node", node_help},   {"keygen", keygen_help}, {"plot", plot_help},
+                 {"help", help_help}};
 
     if (!command)
         return main_help;
