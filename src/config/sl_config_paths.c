@@ -20,11 +20,12 @@ exists(const char *path)
     return access(path, F_OK) == 0;
 }
 
-/* <dir of the running program>/../share/shoal/conf into buf; 0 when unknown. */
+/* <dir of the running program>/../share/shoal/conf into buf (without the "..", when
+ * it exists); 0 when unknown. */
 static int
 confdir_beside_program(char *buf, size_t size)
 {
-    char exe[PATH_MAX];
+    char exe[PATH_MAX], real[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     char *slash;
 
@@ -34,7 +35,11 @@ confdir_beside_program(char *buf, size_t size)
     if (!(slash = strrchr(exe, '/')))
         return 0;
     *slash = '\0';
-    return snprintf(buf, size, "%s/../share/shoal/conf", exe) < (int)size;
+    if (snprintf(buf, size, "%s/../share/shoal/conf", exe) >= (int)size)
+        return 0;
+    if (realpath(buf, real) && strlen(real) < size)
+        strcpy(buf, real);
+    return 1;
 }
 
 /* dir/name or dir/name.yaml when one exists: malloc'd into *found, 1; else 0. */
