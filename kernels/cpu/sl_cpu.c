@@ -214,7 +214,7 @@ sl_backend_cpu_new(sl_backend_t **out, int threads)
     *out = NULL;
     if (threads < 0)
         return sl_err_set(SL_ERR_INVALID,
-                          "device 'cpu': threads must be >= 0 (0: all cores), got %d", threads);
+                          "device 'cpu': run.threads must be >= 0 (0: all cores), got %d", threads);
     SL_TRY(SL_CALLOC(&b, 1, "cpu backend"));
     if (SL_CALLOC(&cpu, 1, "cpu backend context") != SL_OK) {
         sl_free(b);

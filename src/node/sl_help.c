@@ -192,6 +192,8 @@ static const char train_help[] =
     "default runs/<run.name>) receives config.yaml, checkpoint.bin, model.bin,\n"
     "metrics.jsonl and summary.json. When it already holds a checkpoint.bin of the same\n"
     "model and data, training continues from it, exactly as if never stopped.\n"
+    "CONF.yaml may name an installed example (shoal train brown-word.yaml) when there is\n"
+    "no such file here; relative data paths in it are read beside it (else from here).\n"
     "\n"
     "Options:\n"
     "  --set KEY=VALUE   override a configuration key (repeatable, applied in order\n"

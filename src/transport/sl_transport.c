@@ -137,7 +137,7 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                           o->linger_ms);
     if (o->io_threads > SL_TRANSPORT_MAX_IO_THREADS)
         return sl_err_set(SL_ERR_INVALID,
-                          "transport: %u ZeroMQ I/O threads: need 0 (from the cores) "
+                          "transport: cluster.io_threads %u: need 0 (from the cores) "
                           "to %u",
                           o->io_threads, SL_TRANSPORT_MAX_IO_THREADS);
     if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 && o->emulate_jitter_ms >= 0 &&
