@@ -690,7 +690,8 @@ cmd_plot(int argc, char **argv)
         ex = EXIT_RUNTIME;
     } else if (ex == EXIT_OK) {
         static const char *const gnuplot[] = {"gnuplot", NULL};
-        if (sl_tool_pipe("shoal: plot", gnuplot, png, plot_writer, &(plot_job_t){runs, n, png}) != 0)
+        plot_job_t job = {runs, n, png};
+        if (sl_tool_pipe("shoal: plot", gnuplot, png, plot_writer, &job) != 0)
             ex = EXIT_RUNTIME;
         else
             printf("shoal: plot: wrote %s (%d run%s)\n", png, n, n == 1 ? "" : "s");

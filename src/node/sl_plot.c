@@ -97,8 +97,9 @@ sl_plot_read(sl_plot_run_t *run, const char *dir)
 
     memset(run, 0, sizeof *run);
     if (!path)
-        return sl_err_set(SL_ERR_IO, "%s: neither %s/metrics.jsonl nor %s/node-0/metrics.jsonl: "
-                                     "not a run directory",
+        return sl_err_set(SL_ERR_IO,
+                          "%s: neither %s/metrics.jsonl nor %s/node-0/metrics.jsonl: "
+                          "not a run directory",
                           dir, dir, dir);
     if (!(f = fopen(path, "r"))) {
         st = sl_err_set(SL_ERR_IO, "%s: cannot open", path);

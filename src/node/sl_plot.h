@@ -10,7 +10,7 @@
 
 /* One run's points, read by sl_plot_read. */
 typedef struct {
-    char *label;  /* the run directory's name, for the key; owned */
+    char *label;   /* the run directory's name, for the key; owned */
     double *train; /* (ntrain, 3): step, perplexity, training time in s; owned */
     double *valid; /* (nvalid, 3): the same for each evaluation on the valid split; owned */
     size_t ntrain, nvalid;
