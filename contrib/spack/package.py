@@ -24,6 +24,10 @@ class Shoal(AutotoolsPackage, CudaPackage):
 
     depends_on("c", type="build")
     depends_on("pkgconfig", type="build")
+    # a source tree from git (spack develop) has no configure script yet; a tarball does
+    depends_on("autoconf", type="build")
+    depends_on("automake", type="build")
+    depends_on("m4", type="build")
     depends_on("libzmq@4.3:+libsodium")  # CURVE, the default cluster.security
     depends_on("libsodium@1.0.12:")
     depends_on("libyaml")
@@ -35,6 +39,10 @@ class Shoal(AutotoolsPackage, CudaPackage):
         when="+cuda",
         msg="shoal+cuda needs the GPU architectures: cuda_arch=80 (A100), 90 (H100), ...",
     )
+
+    def autoreconf(self, spec, prefix):
+        if not os.path.exists(self.configure_abs_path):
+            which("autoreconf", required=True)("-fi")
 
     def blas_args(self):
         """--with-blas and the flags of the BLAS that Spack chose, for configure's
