@@ -16,9 +16,10 @@ usage() {
     sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-# Debian/Ubuntu packages the build and the tests need.
+# Debian/Ubuntu packages the build and the tests need (gnuplot-nox: shoal plot draws its
+# PNG in the tests too, not only its script).
 packages=(build-essential autoconf automake pkg-config libzmq3-dev libsodium-dev libyaml-dev check
-          libsubunit-dev libopenblas-dev iproute2)
+          libsubunit-dev libopenblas-dev iproute2 gnuplot-nox)
 
 install_packages() {
     local missing=() p

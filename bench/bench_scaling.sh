@@ -328,6 +328,8 @@ awk '$4 != "none" { m++; e = $6 / $5 - 1; if (e < 0) e = -e; if (e <= 0.15) ok++
 
 # The plot: tokens/s against the link, one line per algorithm, measured (points) and
 # predicted (dashed), a panel per n.
+colours=("#1f77b4" "#d62728" "#2ca02c" "#ff7f0e" "#9467bd" "#8c564b" "#e377c2" "#17becf"
+         "#7f7f7f" "#bcbd22" "#000000" "#aec7e8")
 if ! command -v gnuplot >/dev/null 2>&1; then
     echo "# no gnuplot (apt-get install -y gnuplot-nox): no PNG, the tables above are all"
     exit 0
@@ -342,9 +344,11 @@ fi
     for n in $nodes_list; do
         echo "set title '$n nodes (points: measured, dashed: shoal-scale)'"
         plot="plot"
-        c=1
+        c=0
         for algo in $algos; do
-            plot+=" '-' using 1:2 with linespoints lc $c pt 7 title '$algo', '-' using 1:2 with lines lc $c dt 2 notitle,"
+            # a colour of its own per algorithm: gnuplot's default cycle repeats after 8
+            rgb=${colours[c % ${#colours[@]}]}
+            plot+=" '-' using 1:2 with linespoints lc rgb '$rgb' pt 7 title '$algo', '-' using 1:2 with lines lc rgb '$rgb' dt 2 notitle,"
             c=$((c + 1))
         done
         echo "${plot%,}"

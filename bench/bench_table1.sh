@@ -193,7 +193,11 @@ set xlabel "training tokens, all nodes"
 set ylabel "validation perplexity"
 set key outside right
 set grid
-plot for [i=0:$((n - 1))] "$out/ppl.dat" index i using 1:2 with linespoints title columnheader(1)
+# one colour per series (gnuplot's default cycle has 8, fewer than the rows of table 1),
+# and a point shape of its own, so that print in grey tells them apart too
+colours = "#1f77b4 #d62728 #2ca02c #ff7f0e #9467bd #8c564b #e377c2 #17becf #7f7f7f #bcbd22 #000000 #aec7e8"
+plot for [i=0:$((n - 1))] "$out/ppl.dat" index i using 1:2 with linespoints \
+    lc rgb word(colours, i % 12 + 1) pt (i % 13 + 1) title columnheader(1)
 EOF
     echo "bench_table1.sh: plot in $out/table1.png"
 else

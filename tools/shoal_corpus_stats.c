@@ -21,7 +21,7 @@
 #include "config/sl_config.h"
 #include "data/sl_data.h"
 #include "embed/sl_zipf.h"
-#include "tools/sl_tool_pipe.h"
+#include "common/sl_tool_pipe.h"
 #include "tools/sl_tool_args.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };

@@ -7,17 +7,18 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/sl_cli.h"
 #include "common/sl_status.h"
+#include "common/sl_tool_pipe.h"
 #include "config/sl_config.h"
 #include "topology/sl_mixing.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
-#include "tools/sl_tool_pipe.h"
 #include "tools/sl_tool_args.h"
 
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -449,7 +450,9 @@ print_json(FILE *out, topo_t *t)
 }
 
 /* Ring links undirected and grey; this round's snapshot pushes as blue arrows
- * j -> i (i pulls from j). circo lays the ring out as a circle. */
+ * j -> i (i pulls from j). Every node is pinned on a circle in ring order, clockwise
+ * from the top (neato keeps pinned positions; circo would reorder the nodes to shorten
+ * the gossip arrows, and the ring would no longer read as one). */
 static void
 print_dot(FILE *out, topo_t *t)
 {
@@ -460,9 +463,12 @@ print_dot(FILE *out, topo_t *t)
             "    label = \"%d nodes, %d-symmetric ring, q = %d, seed %" PRIu64
             ": pushes of round %" PRIu64 ", component %d\";\n",
             s->nodes, s->degree, s->neighbours, s->seed, t->round, t->component);
-    fprintf(out, "    layout = circo;\n    node [shape = circle];\n");
-    for (int i = 0; i < s->nodes; i++)
-        fprintf(out, "    %d;\n", i);
+    fprintf(out, "    layout = neato;\n    node [shape = circle];\n");
+    for (int i = 0; i < s->nodes; i++) {
+        double radius = s->nodes < 6 ? 90.0 : 15.0 * s->nodes, a = 2 * M_PI * i / s->nodes;
+        fprintf(out, "    %d [pos = \"%.1f,%.1f!\"];\n", i, radius * sin(a) + 0.0,
+                radius * cos(a) + 0.0); /* + 0.0: no "-0.0" */
+    }
     fprintf(out, "    edge [dir = none, color = gray70];\n");
     for (int i = 0; i < s->nodes; i++) {
         int c = list(t, LIST_NEIGHBOURS, i);

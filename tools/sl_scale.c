@@ -254,7 +254,7 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
 static sl_status_t
 check_params(const sl_scale_params_t *p)
 {
-    const char *w = "sl_scale_run";
+    const char *w = "scaling model";
 
     if (p->nodes < 1 || p->nodes > MAX_NODES)
         return sl_err_set(SL_ERR_INVALID, "%s: %d nodes, need 1..%d", w, p->nodes, MAX_NODES);
@@ -358,7 +358,7 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     s->max_frames = max_frames(s);
     if ((double)s->max_frames * n > 1e8)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_scale_run: %ld frames a ring step on %d nodes: "
+                          "scaling model: %ld frames a ring step on %d nodes: "
                           "too many, raise the values a frame",
                           s->max_frames, n);
     SL_TRY(SL_CALLOC(&s->recv, un * (size_t)s->max_frames, "scale frames"));

@@ -15,7 +15,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* the CBLAS that configure chose (--with-blas): OpenBLAS, oneMKL, BLIS or AOCL */
+#ifdef SL_BLAS_MKL
+#include <mkl_cblas.h>
+#include <mkl_service.h>
+#else
 #include <cblas.h>
+#endif
+#ifdef SL_BLAS_BLIS
+#include <blis.h>
+#endif
 
 #include "common/sl_alloc.h"
 #include "kernels/cpu/sl_cpu_pool.h"
@@ -112,13 +121,13 @@ loop_isa(void)
 #endif
 }
 
-/* threads <= 0: all cores. Sets OpenBLAS's pool and our own workers. If the workers
+/* threads <= 0: all cores. Sets the BLAS's threads and our own workers. If the workers
  * cannot be started the loops stay on the calling thread (slower, still correct). */
 static void
 cpu_set_threads(void *ctx, int threads)
 {
     sl_cpu_t *cpu = ctx;
-    const char *blas = "CBLAS";
+    const char *blas = SL_BLAS_NAME;
 
     if (threads <= 0)
         threads = cores();
@@ -127,6 +136,10 @@ cpu_set_threads(void *ctx, int threads)
     cpu->threads = threads;
 #if defined(HAVE_OPENBLAS) && defined(HAVE_OPENBLAS_SET_NUM_THREADS)
     openblas_set_num_threads(threads);
+#elif defined(SL_BLAS_MKL) && defined(HAVE_MKL_SET_NUM_THREADS)
+    MKL_Set_Num_Threads(threads);
+#elif defined(SL_BLAS_BLIS) && defined(HAVE_BLI_THREAD_SET_NUM_THREADS)
+    bli_thread_set_num_threads(threads);
 #endif
     if (!cpu->pool || sl_cpu_pool_threads(cpu->pool) != threads) {
         sl_cpu_pool_destroy(&cpu->pool);
@@ -201,7 +214,7 @@ sl_backend_cpu_new(sl_backend_t **out, int threads)
     *out = NULL;
     if (threads < 0)
         return sl_err_set(SL_ERR_INVALID,
-                          "device 'cpu': threads must be >= 0 (0: all cores), got %d", threads);
+                          "device 'cpu': run.threads must be >= 0 (0: all cores), got %d", threads);
     SL_TRY(SL_CALLOC(&b, 1, "cpu backend"));
     if (SL_CALLOC(&cpu, 1, "cpu backend context") != SL_OK) {
         sl_free(b);

@@ -531,7 +531,7 @@ sl_status_t
 sl_cuda_rng_floats(sl_backend_t *b, uint64_t key, size_t n, float *out)
 {
     if (b == NULL || b->ops != &cuda_ops)
-        return sl_err_set(SL_ERR_INVALID, "sl_cuda_rng_floats: not a CUDA backend");
+        return sl_err_set(SL_ERR_INVALID, "CUDA random numbers: not a CUDA backend");
     sl_cuda_rng_fill((sl_cuda_t *)b->ctx, key, n, out);
     return cuda_sync(b->ctx);
 }

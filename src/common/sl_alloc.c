@@ -2,6 +2,7 @@
 #include "common/sl_alloc.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __GLIBC__
@@ -16,13 +17,17 @@ sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
 
     *out = NULL;
     if (size && count > SIZE_MAX / size)
-        return sl_err_set(SL_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
+        return sl_err_set(SL_ERR_NOMEM, "%s: %zu x %zu bytes is more than this machine can address",
+                          what, count, size);
     bytes = count * size;
     if (bytes == 0)
         bytes = SL_ALIGN;
     bytes = (bytes + SL_ALIGN - 1) / SL_ALIGN * SL_ALIGN;
-    if (posix_memalign(&p, SL_ALIGN, bytes) != 0)
-        return sl_err_set(SL_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, bytes);
+    if (posix_memalign(&p, SL_ALIGN, bytes) != 0) {
+        char human[32];
+        return sl_err_set(SL_ERR_NOMEM, "%s: cannot allocate %s of memory", what,
+                          sl_format_bytes((double)bytes, human, sizeof human));
+    }
     if (zero)
         memset(p, 0, bytes);
     *out = p;
@@ -33,6 +38,24 @@ void
 sl_free(void *p)
 {
     free(p);
+}
+
+char *
+sl_format_bytes(double bytes, char *buf, size_t size)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = -1;
+
+    if (bytes < 1024) {
+        snprintf(buf, size, "%.0f bytes", bytes);
+        return buf;
+    }
+    while (bytes >= 1024 && u < 5) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, size, "%.*f %s", bytes < 10 ? 2 : bytes < 100 ? 1 : 0, bytes, units[u]);
+    return buf;
 }
 
 int

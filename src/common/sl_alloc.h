@@ -9,9 +9,15 @@
 #define SL_ALIGN 64
 
 /* Allocates count*size bytes aligned to SL_ALIGN into *out (zeroed when zero != 0).
- * SL_ERR_NOMEM (with message naming what) on overflow or failure. Free with sl_free. */
+ * SL_ERR_NOMEM on overflow or failure, the message naming what (say there which keys
+ * size it: "parameters (data.vocab_size, model.embedding, model.layers)") and the bytes
+ * in human units. Free with sl_free. */
 sl_status_t sl_alloc(void **out, size_t count, size_t size, int zero, const char *what);
 void sl_free(void *p);
+
+/* bytes in human units into buf: "512 bytes", "3.2 KiB", "1.50 GiB" (powers of 1024,
+ * three significant digits). Returns buf. */
+char *sl_format_bytes(double bytes, char *buf, size_t size);
 
 /* Blocks up to this size come from the heap, and the heap keeps up to
  * SL_ALLOC_KEEP_BYTES freed at its top (sl_alloc_keep_large_blocks). */

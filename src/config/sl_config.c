@@ -16,6 +16,8 @@
 #include <yaml.h>
 
 #include "common/sl_file.h"
+#include "config/sl_config_paths.h"
+#include "config/sl_config_where.h"
 
 /* ---- enum names: the one place where strings and enum values meet ---- */
 
@@ -827,6 +829,7 @@ typedef struct {
     size_t col_offset;         /* added to columns on line 1 (--set: "KEY=") */
     yaml_document_t *doc;
     unsigned char given[NKEYS]; /* keys this file or --set assigned */
+    int note_where;            /* record where keys are set (not for the defaults) */
 } load_t;
 
 static sl_status_t
@@ -1326,6 +1329,17 @@ apply_periods(load_t *ld, const entry_t *e, const yaml_node_t *n)
 
 /* Applies node n at key path ("" = top level): a leaf key takes a value, a section a
  * mapping of its keys (or nothing). */
+/* Records "NAME:LINE:COL" of the value just stored for key, as err_at would write it. */
+static sl_status_t
+note_where(const load_t *ld, const char *key, yaml_mark_t m)
+{
+    char at[320];
+
+    snprintf(at, sizeof at, "%s:%zu:%zu", ld->name, m.line + 1,
+             m.column + 1 + (m.line == 0 ? ld->col_offset : 0));
+    return sl_config_where_note(&ld->cfg->where, key, at);
+}
+
 static sl_status_t
 apply_node(load_t *ld, const char *path, const yaml_node_t *n)
 {
@@ -1343,7 +1357,7 @@ apply_node(load_t *ld, const char *path, const yaml_node_t *n)
             store(ld->cfg, e, &v);
         }
         ld->given[e - schema] = 1;
-        return SL_OK;
+        return ld->note_where ? note_where(ld, e->key, n->start_mark) : SL_OK;
     }
     if (*path && is_null(n))
         return SL_OK;
@@ -1502,12 +1516,14 @@ config_copy(sl_config_t *dst, const sl_config_t *src)
 {
     *dst = *src;
     dst->source = NULL;
+    dst->where = NULL;
     for (size_t i = 0; i < NKEYS; i++)
         if (schema[i].type == T_STR)
             *(char **)slot(dst, &schema[i]) = NULL;
     for (int i = 0; i < SL_MAX_PERIOD_RULES; i++)
         dst->sync.period_rule[i].match = NULL;
-    if (replace_string(&dst->source, src->source ? src->source : "<defaults>") != SL_OK)
+    if (replace_string(&dst->source, src->source ? src->source : "<defaults>") != SL_OK ||
+        sl_config_where_copy(&dst->where, src->where) != SL_OK)
         goto fail;
     for (size_t i = 0; i < NKEYS; i++) {
         const char *s;
@@ -1568,6 +1584,7 @@ layer_begin(load_t *ld, sl_config_t *work, const sl_config_t *cfg, const char *n
     memset(ld, 0, sizeof *ld);
     ld->cfg = work;
     ld->name = name;
+    ld->note_where = 1;
     return config_copy(work, cfg);
 }
 
@@ -1617,6 +1634,7 @@ sl_config_fini(sl_config_t *cfg)
 {
     free(cfg->source);
     cfg->source = NULL;
+    sl_config_where_destroy(&cfg->where);
     for (size_t i = 0; i < NKEYS; i++) {
         if (schema[i].type == T_STR) {
             char **sp = slot(cfg, &schema[i]);
@@ -1658,7 +1676,7 @@ sl_config_load_file(sl_config_t *cfg, const char *path)
     SL_TRY(sl_file_read_all(path, &text, &len));
     st = sl_config_load_buffer(cfg, text, len, path);
     free(text);
-    return st;
+    return st == SL_OK ? sl_config_resolve_data_paths(cfg, path) : st;
 }
 
 /* Checks each component of a --set key path, pointing at the first bad one. */
@@ -2025,41 +2043,63 @@ default_text(const entry_t *e, char *buf, size_t n)
     }
 }
 
+/* --help-config fits a terminal of this many columns. */
+#define SCHEMA_COLUMNS 100
+
+/* text at an indent of `indent` columns, broken at spaces (or after '|' in a list of
+ * names) so that no line is longer than SCHEMA_COLUMNS; the first line continues a line
+ * already `col` columns long. */
+static void
+print_wrapped(FILE *out, const char *text, int col, int indent)
+{
+    while (*text) {
+        size_t room = (size_t)(SCHEMA_COLUMNS - col), len = strlen(text), cut = len;
+
+        if (len > room) {
+            cut = 0;
+            for (size_t i = 1; i <= room; i++)
+                if (text[i] == ' ' || text[i - 1] == '|')
+                    cut = i;
+            if (cut == 0) /* one word longer than a line: leave it whole */
+                cut = strcspn(text, " ");
+        }
+        fprintf(out, "%.*s\n", (int)cut, text);
+        text += cut;
+        while (*text == ' ')
+            text++;
+        if (*text)
+            fprintf(out, "%*s", indent, "");
+        col = indent;
+    }
+}
+
 void
 sl_config_print_schema(FILE *out)
 {
-    int wk = 3, wt = 4, wd = 7;
-    char t[64], d[96];
+    char t[256], d[128], head[512];
 
-    for (size_t i = 0; i < NKEYS; i++) {
-        type_text(&schema[i], t, sizeof t);
-        default_text(&schema[i], d, sizeof d);
-        if ((int)strlen(schema[i].key) > wk)
-            wk = (int)strlen(schema[i].key);
-        if ((int)strlen(t) > wt)
-            wt = (int)strlen(t);
-        if ((int)strlen(d) > wd && strlen(d) <= 24)
-            wd = (int)strlen(d);
-    }
     fputs("Configuration keys: defaults, then the YAML file, then --set KEY=VALUE.\n"
           "Sections nest in YAML (train: {optimizer: {lr: 0.5}}); --set uses dotted keys.\n\n",
           out);
-    fprintf(out, "%-*s  %-*s  %-*s  %s\n", wk, "KEY", wt, "TYPE", wd, "DEFAULT", "MEANING");
+    fputs("KEY (TYPE; default DEFAULT)\n    MEANING\n", out);
     for (size_t i = 0; i < NKEYS; i++) {
         type_text(&schema[i], t, sizeof t);
         default_text(&schema[i], d, sizeof d);
-        if ((int)strlen(d) > wd)
-            fprintf(out, "%-*s  %-*s  %s\n%*s  %s\n", wk, schema[i].key, wt, t, d,
-                    wk + wt + wd + 4, "", schema[i].doc);
-        else
-            fprintf(out, "%-*s  %-*s  %-*s  %s\n", wk, schema[i].key, wt, t, wd, d,
-                    schema[i].doc);
+        snprintf(head, sizeof head, "%s (%s; default %s)", schema[i].key, t, d);
+        print_wrapped(out, head, 0, 4);
+        fputs("    ", out);
+        print_wrapped(out, schema[i].doc, 4, 4);
     }
-    fputs("\nmodel.layers entries: {lstm: H (integer >= 1, the LSTM cell size), "
-          "projection: P (integer >= 0, LSTMP output size; 0 = none)}\n", out);
-    fprintf(out, "sync.periods entries (at most %d): {match: GLOB (fnmatch(3) on component "
-            "names:\n  embedding.S, lstm.L, proj.L, softmax.S, softmax_bias), period: H "
-            "(integer >= 1)}; the first rule\n  that matches a component gives its H; the "
-            "others keep sync.embedding_period (row shards)\n  or sync.period. allreduce has "
-            "no periods\n", SL_MAX_PERIOD_RULES);
+    fputs("\n", out);
+    print_wrapped(out,
+                  "model.layers entries: {lstm: H (integer >= 1, the LSTM cell size), "
+                  "projection: P (integer >= 0, LSTMP output size; 0 = none)}",
+                  0, 2);
+    snprintf(head, sizeof head,
+             "sync.periods entries (at most %d): {match: GLOB (fnmatch(3) on component names: "
+             "embedding.S, lstm.L, proj.L, softmax.S, softmax_bias), period: H (integer >= 1)}; "
+             "the first rule that matches a component gives its H; the others keep "
+             "sync.embedding_period (row shards) or sync.period. allreduce has no periods",
+             SL_MAX_PERIOD_RULES);
+    print_wrapped(out, head, 0, 2);
 }

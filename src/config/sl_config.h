@@ -67,6 +67,8 @@ typedef struct {
 
 typedef struct {
     char *source; /* file the config came from ("<defaults>" if none); owned */
+    struct sl_config_where *where; /* where each key that is not its default was set
+                                      (sl_config_key_where); owned */
 
     struct {
         char *name;       /* run name, default "shoal" */
@@ -210,11 +212,6 @@ void sl_config_fini(sl_config_t *cfg);
 /* A deep copy of src into dst (dst need not be initialised; sl_config_fini it).
  * SL_ERR_NOMEM, dst then holding nothing to free. */
 sl_status_t sl_config_copy(sl_config_t *dst, const sl_config_t *src);
-/* Makes every file and directory path of cfg absolute against the current directory
- * (run.dir, data.train, valid, test, cache_dir, cluster.key_file; "" stays ""), so that
- * the config works from any directory (sl_config_paths.c). SL_ERR_IO when the current
- * directory cannot be read, SL_ERR_NOMEM. */
-sl_status_t sl_config_absolute_paths(sl_config_t *cfg);
 
 /* Loads a YAML file over the current values. SL_ERR_CONFIG / SL_ERR_IO with
  * "FILE:LINE:COL: message": syntax errors, unknown keys (with "did you mean 'x'?"),
@@ -233,6 +230,11 @@ sl_status_t sl_config_set(sl_config_t *cfg, const char *assignment);
  * mbit, gbit or tbit (powers of 1000, as tc writes them: "1gbit", "2.5gbit",
  * "100mbit"), or "0" for no limit; -1 when s is none of these. */
 double sl_config_bits_per_s(const char *s);
+
+/* Where key (a dotted path, "data.train") got its value: "FILE:LINE:COL" of the file or
+ * the --set that set it last, for messages about it after loading; NULL while it holds
+ * its default. Borrowed from cfg. (sl_config_where.c) */
+const char *sl_config_key_where(const sl_config_t *cfg, const char *key);
 
 /* Cross-field checks after all overrides (required keys, sizes that must agree). */
 sl_status_t sl_config_validate(const sl_config_t *cfg);

@@ -21,7 +21,7 @@ sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nrank
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return sl_err_set(SL_ERR_INVALID, "batcher: rank %d of %d is out of range", rank, nranks);
     if (batch < 1 || bptt < 1)
-        return sl_err_set(SL_ERR_INVALID, "batcher: batch %d and bptt %d must be positive", batch,
+        return sl_err_set(SL_ERR_INVALID, "batcher: train.batch %d and train.bptt %d must be positive", batch,
                           bptt);
     lo = share_start(tokens->len, rank, nranks);
     hi = share_start(tokens->len, rank + 1, nranks);
@@ -29,7 +29,7 @@ sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nrank
     if (hi - lo < need)
         return sl_err_set(SL_ERR_INVALID,
                           "rank %d of %d: a share of %zu tokens (of %zu) "
-                          "does not fit batch %d x bptt %d, which needs at least %zu "
+                          "does not fit train.batch %d x train.bptt %d, which needs at least %zu "
                           "(%d x %d)",
                           rank, nranks, hi - lo, tokens->len, batch, bptt, need, batch, bptt + 1);
     bt->share = tokens->ids + lo;

@@ -2,17 +2,20 @@
  * cache or tokenize (words or code points), build the count-ordered vocabulary, map
  * every token to its id and split off validation and max_tokens. */
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/sl_file.h"
 #include "common/sl_hash.h"
 #include "common/sl_log.h"
+#include "config/sl_config.h"
 #include "data/sl_data_internal.h"
 
 #define CORPUS_HASH_SEED 0x636f72707573ULL /* "corpus" */
 
 enum { SRC_TRAIN, SRC_VALID, SRC_TEST, NSRC };
+static const char *const src_key[NSRC] = {"data.train", "data.valid", "data.test"};
 
 typedef struct {
     const char *path; /* borrowed from the config; NULL when the split has no file */
@@ -204,16 +207,20 @@ tokenize_types(const source_t *src, sl_level_t level, sl_vocab_t *types, int32_t
 
 /* The vocabulary from the training counts: the top vocab_size distinct tokens (all of
  * them when 0) plus <unk> (counting the tokens left out) and, for words, <eos>; then
- * everything ordered by entry_cmp. map[type] receives the final id of each type. */
+ * everything ordered by entry_cmp. map[type] receives the final id of each type.
+ * vocab_where says where data.vocab_size was set (NULL: its default, which a small or
+ * character corpus may not reach: then every distinct token is kept, with a line). */
 static sl_status_t
 build_vocab(const char *path, const sl_vocab_t *types, int32_t eos_type, int32_t unk_type,
-            sl_level_t level, int vocab_size, sl_vocab_t **out, int32_t *map)
+            sl_level_t level, int vocab_size, const char *vocab_where, sl_vocab_t **out,
+            int32_t *map)
 {
     sl_status_t st = SL_OK;
     entry_t *e = malloc(((size_t)types->size + 2) * sizeof *e);
     sl_vocab_t *v = NULL;
     int ncand = 0, keep;
     long unk_count = unk_type >= 0 ? types->count[unk_type] : 0;
+    const char *what = level == SL_LEVEL_WORD ? "words" : "characters";
 
     if (!e)
         return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
@@ -221,11 +228,16 @@ build_vocab(const char *path, const sl_vocab_t *types, int32_t eos_type, int32_t
         if (t != eos_type && t != unk_type && types->count[t] > 0)
             e[ncand++] = (entry_t){types->count[t], types->text + types->off[t], types->len[t], t};
     keep = vocab_size ? vocab_size : ncand;
-    if (keep > ncand) {
+    if (keep > ncand && !vocab_where) {
+        sl_log_info("data", "%s has %d distinct %s, fewer than the default data.vocab_size %d: "
+                            "the vocabulary keeps them all",
+                    path, ncand, what, vocab_size);
+        keep = ncand;
+    } else if (keep > ncand) {
         st = sl_err_set(SL_ERR_INVALID,
-                        "%s: vocab_size %d is larger than the %d distinct %s "
-                        "of the corpus",
-                        path, vocab_size, ncand, level == SL_LEVEL_WORD ? "words" : "characters");
+                        "%s: data.vocab_size %d is larger than the %d distinct %s of %s "
+                        "(set at most %d, or leave the key out to keep them all)",
+                        vocab_where, vocab_size, ncand, what, path, ncand);
         goto out;
     }
     qsort(e, (size_t)ncand, sizeof *e, entry_cmp);
@@ -280,7 +292,7 @@ build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg)
         n_train = (size_t)((double)n_all * (1.0 - cfg->data.valid_fraction));
         if (n_train == 0) {
             st = sl_err_set(SL_ERR_INVALID,
-                            "%s: valid_fraction %g leaves none of its %zu "
+                            "%s: data.valid_fraction %g leaves none of its %zu "
                             "tokens for training",
                             path, cfg->data.valid_fraction, n_all);
             goto out;
@@ -294,7 +306,8 @@ build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg)
         goto out;
     }
     SL_TRY_GOTO(
-        build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size, &c->vocab, map),
+        build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size,
+                    sl_config_key_where(cfg, "data.vocab_size"), &c->vocab, map),
         st, out);
     for (size_t i = 0; i < n_all; i++)
         raw.ids[i] = map[raw.ids[i]];
@@ -377,15 +390,56 @@ check_settings(const sl_config_t *cfg)
     if (cfg->data.level != SL_LEVEL_WORD && cfg->data.level != SL_LEVEL_CHAR)
         return sl_err_set(SL_ERR_INVALID, "%s: unknown data.level %d", path, (int)cfg->data.level);
     if (cfg->data.vocab_size < 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: vocab_size %d is negative", path,
+        return sl_err_set(SL_ERR_INVALID, "%s: data.vocab_size %d is negative", path,
                           cfg->data.vocab_size);
     if (!(cfg->data.valid_fraction >= 0 && cfg->data.valid_fraction < 1))
-        return sl_err_set(SL_ERR_INVALID, "%s: valid_fraction %g is not in [0, 1)", path,
+        return sl_err_set(SL_ERR_INVALID, "%s: data.valid_fraction %g is not in [0, 1)", path,
                           cfg->data.valid_fraction);
     if (cfg->data.max_tokens < 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: max_tokens %ld is negative", path,
+        return sl_err_set(SL_ERR_INVALID, "%s: data.max_tokens %ld is negative", path,
                           cfg->data.max_tokens);
     return SL_OK;
+}
+
+/* Reads one split's file; a failure names the key and where the configuration set it
+ * ("conf/x.yaml:21:10: data.train: ...: No such file or directory"). */
+static sl_status_t
+read_source(const sl_config_t *cfg, int k, source_t *src)
+{
+    const char *at = sl_config_key_where(cfg, src_key[k]);
+    sl_status_t st = sl_file_read_all(src->path, &src->data, &src->len);
+
+    if (st == SL_OK)
+        return SL_OK;
+    if (!at)
+        return sl_err_prefix(st, "%s", src_key[k]);
+    if (src->path[0] != '/' && strncmp(at, "--set", 5) != 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", sl_err_msg());
+        return sl_err_set(st, "%s: %s: %s (a relative path is read beside the configuration "
+                              "file, else from the working directory)",
+                          at, src_key[k], why);
+    }
+    return sl_err_prefix(st, "%s: %s", at, src_key[k]);
+}
+
+/* A cached vocabulary was built from the same data.vocab_size, but perhaps as a default
+ * capped at the corpus's distinct tokens: one that a file or --set asked for must be
+ * all there (build_vocab's error). */
+static sl_status_t
+check_cached_vocab(const sl_corpus_t *c, const sl_config_t *cfg, const char *path)
+{
+    const char *at = sl_config_key_where(cfg, "data.vocab_size");
+    int specials = cfg->data.level == SL_LEVEL_WORD ? 2 : 1, n = cfg->data.vocab_size;
+    int have = c->vocab->size - specials;
+
+    if (!at || n == 0 || have >= n)
+        return SL_OK;
+    return sl_err_set(SL_ERR_INVALID,
+                      "%s: data.vocab_size %d is larger than the %d distinct %s of %s (set at "
+                      "most %d, or leave the key out to keep them all)",
+                      at, n, have, cfg->data.level == SL_LEVEL_WORD ? "words" : "characters", path,
+                      have);
 }
 
 /* A cache that is absent or unreadable is silently rebuilt, a corrupt one with a
@@ -409,7 +463,7 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
         if (src[k].path && !*src[k].path)
             src[k].path = NULL;
         if (src[k].path)
-            SL_TRY_GOTO(sl_file_read_all(src[k].path, &src[k].data, &src[k].len), st, out);
+            SL_TRY_GOTO(read_source(cfg, k, &src[k]), st, out);
     }
     hash = corpus_hash(src, cfg);
     crypto_hash_sha256(corpus->train_sha256, (const unsigned char *)src[SRC_TRAIN].data,
@@ -419,6 +473,8 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
         path = NULL;
     if (path) {
         st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts);
+        if (st == SL_OK)
+            st = check_cached_vocab(corpus, cfg, src[SRC_TRAIN].path);
         if (st == SL_OK) {
             corpus->hash = hash;
             corpus->from_cache = 1;

@@ -113,19 +113,19 @@ sl_compress_decode(sl_compress_t enc, float scale, const void *src, size_t bytes
     size_t eb = sl_compress_element_bytes(enc), want = eb * n;
 
     if (eb == 0)
-        return sl_err_set(SL_ERR_FORMAT, "sl_compress_decode: unknown encoding %d", (int)enc);
+        return sl_err_set(SL_ERR_FORMAT, "compressed values: unknown encoding %d", (int)enc);
     if (n > SIZE_MAX / eb)
-        return sl_err_set(SL_ERR_FORMAT, "sl_compress_decode: %zu values overflow", n);
+        return sl_err_set(SL_ERR_FORMAT, "compressed values: %zu values overflow", n);
     if (bytes != want)
         return sl_err_set(SL_ERR_FORMAT,
-                          "sl_compress_decode: %s payload of %zu bytes for %zu values "
+                          "compressed values: %s payload of %zu bytes for %zu values "
                           "(want %zu)",
                           sl_compress_name(enc), bytes, n, want);
     if (!isfinite(scale) || !(scale > 0.0f))
-        return sl_err_set(SL_ERR_FORMAT, "sl_compress_decode: %s scale %g is not finite and > 0",
+        return sl_err_set(SL_ERR_FORMAT, "compressed values: %s scale %g is not finite and > 0",
                           sl_compress_name(enc), (double)scale);
     if (enc == SL_COMPRESS_FP32 && scale != 1.0f)
-        return sl_err_set(SL_ERR_FORMAT, "sl_compress_decode: fp32 scale %g, must be 1",
+        return sl_err_set(SL_ERR_FORMAT, "compressed values: fp32 scale %g, must be 1",
                           (double)scale);
     switch (enc) {
     case SL_COMPRESS_FP32:
@@ -173,7 +173,7 @@ sl_compress_from_wire(unsigned wire_encoding, sl_compress_t *enc)
         return SL_OK;
     }
     return sl_err_set(SL_ERR_FORMAT,
-                      "sl_compress_from_wire: encoding %u is not fp32, fp16 "
+                      "compressed values: encoding %u is not fp32, fp16 "
                       "or bf16",
                       wire_encoding);
 }

@@ -24,9 +24,9 @@ sl_status_t
 sl_seed_groups_count(const char *mode, int nodes, int *groups)
 {
     if (nodes < 1)
-        return sl_err_set(SL_ERR_INVALID, "sl_seed_groups_count: %d nodes", nodes);
+        return sl_err_set(SL_ERR_INVALID, "embedding.seed_groups: %d nodes", nodes);
     if (mode == NULL || *mode == '\0')
-        return sl_err_set(SL_ERR_INVALID, "sl_seed_groups_count: empty mode");
+        return sl_err_set(SL_ERR_INVALID, "embedding.seed_groups: empty mode");
     if (strcmp(mode, "per-node") == 0) {
         *groups = nodes;
     } else if (strcmp(mode, "one") == 0) {
@@ -47,7 +47,7 @@ sl_seed_groups_count(const char *mode, int nodes, int *groups)
         v = strspn(mode, "0123456789") == strlen(mode) ? strtol(mode, &end, 10) : -1;
         if (v < 1 || errno == ERANGE)
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_seed_groups_count: seed_groups '%s': expected per-node, "
+                              "embedding.seed_groups: '%s': expected per-node, "
                               "one, zipf, log2 or a count N >= 1",
                               mode);
         *groups = v < nodes ? (int)v : nodes;

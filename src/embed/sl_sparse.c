@@ -43,7 +43,7 @@ sl_rowset_init(sl_rowset_t *rs, long rows)
     rs->bits = NULL;
     rs->rows = 0;
     if (rows < 1)
-        return sl_err_set(SL_ERR_INVALID, "sl_rowset_init: %ld rows", rows);
+        return sl_err_set(SL_ERR_INVALID, "row set: %ld rows", rows);
     SL_TRY(SL_CALLOC(&rs->bits, (size_t)(rows + 63) / 64, "row set"));
     rs->rows = rows;
     return SL_OK;
@@ -88,7 +88,7 @@ sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers, in
     if (max_rows < 1 || max_row_len < 1 || answers < 0 || answers > MAX_LINKS || nodes < 1 ||
         max_rows > INT32_MAX || (uint64_t)max_rows * (uint64_t)max_row_len > UINT32_MAX)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_sparse_new: %ld rows of %d, %d answers, %d nodes: need sizes >= 1, "
+                          "sparse exchange: %ld rows of %d, %d answers, %d nodes: need sizes >= 1, "
                           "at most %d answers and 2^32 values per shard",
                           max_rows, max_row_len, answers, nodes, MAX_LINKS);
     SL_TRY(SL_CALLOC(&sp, 1, "sparse exchange"));

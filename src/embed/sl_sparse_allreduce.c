@@ -86,14 +86,14 @@ sl_sparse_allreduce_new(sl_sparse_allreduce_t **out, const sl_component_t *c, in
     if (!c->sparse || c->rows < 1 || c->row_len < 1 || c->row_begin < 0 || nodes < 1 ||
         c->rows > INT32_MAX || c->row_begin > INT32_MAX - c->rows)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_sparse_allreduce_new: component %s: sparse %d, rows %ld from %ld, "
+                          "sparse allreduce: component %s: sparse %d, rows %ld from %ld, "
                           "row_len %d, nodes %d: not a row shard",
                           c->name, c->sparse, c->rows, c->row_begin, c->row_len, nodes);
     n = (size_t)nodes;
     /* worst cases: every node touches every row */
     if ((size_t)c->rows > SIZE_MAX / n / ((size_t)c->row_len + 1) / sizeof(float))
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_sparse_allreduce_new: component %s: %d nodes x %ld rows x %d "
+                          "sparse allreduce: component %s: %d nodes x %ld rows x %d "
                           "floats overflow",
                           c->name, nodes, c->rows, c->row_len);
     SL_TRY(SL_CALLOC(&sa, 1, "sparse allreduce"));
@@ -167,11 +167,11 @@ own_rows(const sl_sparse_allreduce_t *sa, const int32_t *rows, int nrows, int *l
     long end = sa->row_begin + sa->rows;
 
     if (nrows < 0 || (nrows > 0 && !rows))
-        return sl_err_set(SL_ERR_INVALID, "sl_sparse_allreduce: %d rows", nrows);
+        return sl_err_set(SL_ERR_INVALID, "sparse allreduce: %d rows", nrows);
     for (int i = 1; i < nrows; i++)
         if (rows[i] <= rows[i - 1])
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_sparse_allreduce: own rows not strictly ascending: row %d "
+                              "sparse allreduce: own rows not strictly ascending: row %d "
                               "after %d at %d",
                               (int)rows[i], (int)rows[i - 1], i);
     *lo = 0;
@@ -189,7 +189,7 @@ failed(sl_status_t st, uint32_t component, uint64_t round, const char *what)
 {
     if (st == SL_OK)
         return SL_OK;
-    return sl_err_prefix(st, "sl_sparse_allreduce: component %u, round %" PRIu64 ", %s",
+    return sl_err_prefix(st, "sparse allreduce: component %u, round %" PRIu64 ", %s",
                          (unsigned)component, round, what);
 }
 
@@ -203,7 +203,7 @@ check_block(const sl_sparse_allreduce_t *sa, uint32_t component, uint64_t round,
         uint32_t u = u32_of(w + i);
         if (u >= (uint32_t)sa->rows || (i > 0 && (int32_t)u <= out[i - 1]))
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_sparse_allreduce: component %u, round %" PRIu64
+                              "sparse allreduce: component %u, round %" PRIu64
                               ": rank %d sent row %" PRIu32 " at %zu (shard of %ld rows, "
                               "strictly ascending rows expected)",
                               (unsigned)component, round, k, u, i, sa->rows);
@@ -231,7 +231,7 @@ gather_rows(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, u
         uint32_t u = u32_of(sa->count_words + k);
         if (u > (uint32_t)sa->rows)
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_sparse_allreduce: component %u, round %" PRIu64
+                              "sparse allreduce: component %u, round %" PRIu64
                               ": rank %d claims %" PRIu32 " rows of a shard of %ld",
                               (unsigned)component, round, k, u, sa->rows);
         sa->counts[k] = u;
@@ -412,7 +412,7 @@ sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t comp
     memset(&sa->last, 0, sizeof sa->last);
     if (sa->broken)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_sparse_allreduce: component %u: an earlier call "
+                          "sparse allreduce: component %u: an earlier call "
                           "failed; the context is unusable",
                           (unsigned)component);
     sa->n = o && o->group ? (int)o->group->n : (int)sl_transport_size(tr);
@@ -424,7 +424,7 @@ sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t comp
         round > (UINT64_MAX - 2) / 3 ||
         (mode != SL_EXCHANGE_UNIQUE && mode != SL_EXCHANGE_ALLGATHER && mode != SL_EXCHANGE_DENSE))
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_sparse_allreduce: component %u: %u nodes (context for %d), "
+                          "sparse allreduce: component %u: %u nodes (context for %d), "
                           "round %" PRIu64 ", mode %d",
                           (unsigned)component, (unsigned)sa->n, sa->nodes, round, (int)mode);
     SL_TRY(own_rows(sa, rows, nrows, &lo, &hi));

@@ -43,17 +43,17 @@ sl_zipf_unique_windows(const int32_t *ids, size_t len, int32_t range, size_t win
 
     if (window == 0 || window > len || max_windows < 1 || range < 1)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_zipf_unique_windows: window %zu of %zu tokens, %ld windows, "
+                          "Zipf windows: window %zu of %zu tokens, %ld windows, "
                           "range %d",
                           window, len, max_windows, (int)range);
     for (size_t i = 0; i < len; i++)
         if (ids[i] < 0 || ids[i] >= range)
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_zipf_unique_windows: token %zu has id %d outside 0..%d", i,
+                              "Zipf windows: token %zu has id %d outside 0..%d", i,
                               (int)ids[i], (int)range - 1);
     span = len - window;
     nw = (size_t)max_windows - 1 > span ? (long)span + 1 : max_windows;
-    SL_TRY(SL_CALLOC(&w.counts, (size_t)range, "sl_zipf_unique_windows: counts"));
+    SL_TRY(SL_CALLOC(&w.counts, (size_t)range, "Zipf windows: counts"));
     out->window = window;
     out->windows = nw;
     out->u_min = (long)window;
@@ -95,7 +95,7 @@ sl_zipf_fit(const double *n, const double *u, int count, sl_zipf_fit_t *fit)
 
         if (!isfinite(n[i]) || !(n[i] > 0.0) || !isfinite(u[i]) || !(u[i] > 0.0))
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_zipf_fit: point %d (N %g, U %g) is not "
+                              "Zipf fit: point %d (N %g, U %g) is not "
                               "finite and > 0",
                               i, n[i], u[i]);
         for (int j = 0; j < i && !seen; j++)
@@ -105,7 +105,7 @@ sl_zipf_fit(const double *n, const double *u, int count, sl_zipf_fit_t *fit)
         my += log(u[i]);
     }
     if (distinct < 2)
-        return sl_err_set(SL_ERR_INVALID, "sl_zipf_fit: %d distinct N, need at least 2", distinct);
+        return sl_err_set(SL_ERR_INVALID, "Zipf fit: %d distinct N, need at least 2", distinct);
     mx /= count;
     my /= count;
     for (int i = 0; i < count; i++) {

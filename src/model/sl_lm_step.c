@@ -345,12 +345,12 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     int N, drop = lm->dropout > 0.0f;
     sl_status_t rc;
 
-    SL_TRY(check_step(lm, st, x, y, bptt, "sl_lm_train_step"));
+    SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
     N = bptt * st->batch;
     lm->stepped = 0;
     rc = prepare_ids(lm, x, y, N, keys->sample_key);
     if (rc != SL_OK)
-        return sl_err_prefix(rc, "sl_lm_train_step");
+        return sl_err_prefix(rc, "training step");
     o->zero(lm->be->ctx, lm->nparams, lm->grads);
     forward(lm, st, bptt, drop, keys->dropout_key);
     if (lm->sampled)
@@ -370,7 +370,7 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     void *ctx = lm->be->ctx;
     int N;
 
-    SL_TRY(check_step(lm, st, x, y, bptt, "sl_lm_eval_batch"));
+    SL_TRY(check_step(lm, st, x, y, bptt, "evaluation batch"));
     N = bptt * st->batch;
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * sizeof(int32_t)));
     SL_TRY(o->to_device(ctx, lm->d_out, y, (size_t)N * sizeof(int32_t)));
@@ -386,7 +386,7 @@ sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logit
     void *ctx = lm->be->ctx;
     int B = st->batch, V = lm->V, R = lm->layer[lm->L - 1].r;
 
-    SL_TRY(check_step(lm, st, x, x, 1, "sl_lm_next_logits"));
+    SL_TRY(check_step(lm, st, x, x, 1, "next-token step"));
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)B * sizeof(int32_t)));
     forward(lm, st, 1, 0, 0);
     for (int r0 = 0; r0 < B; r0 += lm->chunk) {

@@ -28,10 +28,14 @@ dev_alloc(sl_lm_t *lm, void **p, size_t count, size_t size, const char *what)
     *p = NULL;
     SL_ASSERT(lm->ndev < SL_LM_MAX_DEV_ALLOCS);
     if (count > SIZE_MAX / size)
-        return sl_err_set(SL_ERR_NOMEM, "sl_model: %s: size overflow", what);
+        return sl_err_set(SL_ERR_NOMEM, "model: %s: size overflow", what);
     st = lm->be->ops->alloc(lm->be->ctx, p, count * size);
-    if (st != SL_OK)
-        return sl_err_prefix(st, "sl_model: %s", what);
+    if (st != SL_OK) /* say which keys make it that large */
+        return sl_err_prefix(st, "model %s (sized by %s)", what,
+                             strcmp(what, "parameters") == 0
+                                 ? "data.vocab_size, model.embedding, model.layers"
+                                 : "train.batch x train.bptt, model.embedding, model.layers, "
+                                   "data.vocab_size");
     lm->dev[lm->ndev++] = *p;
     return SL_OK;
 }
@@ -126,7 +130,7 @@ layout(sl_lm_t *lm)
 static sl_status_t
 check_config(const sl_config_t *cfg, int vocab_size, int shards, int max_batch)
 {
-    const char *w = "sl_lm_new";
+    const char *w = "model";
 
     if (vocab_size < 2)
         return sl_err_set(SL_ERR_INVALID, "%s: vocabulary size %d must be at least 2", w,
@@ -155,15 +159,15 @@ check_config(const sl_config_t *cfg, int vocab_size, int shards, int max_batch)
     if (cfg->model.output == SL_OUTPUT_SAMPLED &&
         (cfg->model.samples < 1 || cfg->model.samples >= vocab_size))
         return sl_err_set(SL_ERR_INVALID,
-                          "%s: model.samples %d must be in [1, %d) (the "
-                          "vocabulary size)",
+                          "%s: model.output.samples %d must be in [1, %d) (the "
+                          "vocabulary size: data.vocab_size and the special tokens)",
                           w, cfg->model.samples, vocab_size);
     if (shards < 1 || shards > vocab_size)
-        return sl_err_set(SL_ERR_INVALID, "%s: %d embedding shards for %d rows", w, shards,
+        return sl_err_set(SL_ERR_INVALID, "%s: sync.embedding_shards %d for %d rows", w, shards,
                           vocab_size);
     if (max_batch < 1 || cfg->train.bptt < 1 ||
         !fits_int((size_t)max_batch, (size_t)cfg->train.bptt))
-        return sl_err_set(SL_ERR_INVALID, "%s: batch %d x bptt %d out of range", w, max_batch,
+        return sl_err_set(SL_ERR_INVALID, "%s: train.batch %d x train.bptt %d out of range", w, max_batch,
                           cfg->train.bptt);
     return SL_OK;
 }
@@ -182,7 +186,7 @@ alloc_workspace(sl_lm_t *lm)
         size_t h = (size_t)ly->h, r = (size_t)ly->r;
 
         if (!fits_int(n, 4 * h) || !fits_int(n, r))
-            return sl_err_set(SL_ERR_INVALID, "sl_lm_new: layer %d too large for %zu rows", l, n);
+            return sl_err_set(SL_ERR_INVALID, "model: layer %d too large for %zu rows", l, n);
         hmax = h > hmax ? h : hmax;
         dmax = r > dmax ? r : dmax;
         SL_TRY(DEV_ALLOC(lm, &ly->gates, n * 4 * h, "gates"));
@@ -198,7 +202,7 @@ alloc_workspace(sl_lm_t *lm)
         SL_TRY(DEV_ALLOC(lm, &ly->c0, mb * h, "initial c"));
     }
     if (!fits_int(n, (size_t)lm->E) || !fits_int(n, dmax) || ns > INT_MAX)
-        return sl_err_set(SL_ERR_INVALID, "sl_lm_new: %zu rows too many for these sizes", n);
+        return sl_err_set(SL_ERR_INVALID, "model: %zu rows too many for these sizes", n);
     SL_TRY(DEV_ALLOC(lm, &lm->x0, n * (size_t)lm->E, "embedded input"));
     SL_TRY(DEV_ALLOC(lm, &lm->dgates, n * 4 * hmax, "gate gradients"));
     SL_TRY(DEV_ALLOC(lm, &lm->dbuf[0], n * dmax, "output gradients"));
@@ -214,7 +218,7 @@ alloc_workspace(sl_lm_t *lm)
     logit_floats = (size_t)lm->chunk * (size_t)lm->V;
     if (lm->sampled) {
         if (!fits_int(n, (size_t)lm->S + 1) || !fits_int(ns, (size_t)rl))
-            return sl_err_set(SL_ERR_INVALID, "sl_lm_new: %d samples too many for %zu rows", lm->S,
+            return sl_err_set(SL_ERR_INVALID, "model: model.output.samples %d too many for %zu rows", lm->S,
                               n);
         if (n * ((size_t)lm->S + 1) > logit_floats)
             logit_floats = n * ((size_t)lm->S + 1);
@@ -286,7 +290,7 @@ sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_shards, sl_co
     *nparams = 0;
     SL_TRY(check_config(cfg, vocab_size, embedding_shards, cfg->train.batch));
     if (cap < 0 || (size_t)cap < SL_LM_MAX_COMPONENTS(embedding_shards))
-        return sl_err_set(SL_ERR_INVALID, "sl_lm_layout: room for %d components, need %zu", cap,
+        return sl_err_set(SL_ERR_INVALID, "model: room for %d components, need %zu", cap,
                           SL_LM_MAX_COMPONENTS(embedding_shards));
     memset(&lm, 0, sizeof lm);
     set_shape(&lm, cfg, vocab_size, embedding_shards);
@@ -438,7 +442,7 @@ sl_lm_state_new(sl_lm_t *lm, int batch, sl_lm_state_t **out)
 
     *out = NULL;
     if (batch < 1 || batch > lm->max_batch)
-        return sl_err_set(SL_ERR_INVALID, "sl_lm_state_new: batch %d outside [1, %d]", batch,
+        return sl_err_set(SL_ERR_INVALID, "model state: batch %d outside [1, %d]", batch,
                           lm->max_batch);
     SL_TRY(SL_CALLOC(&st, 1, "model state"));
     st->lm = lm;
@@ -449,7 +453,7 @@ sl_lm_state_new(sl_lm_t *lm, int batch, sl_lm_state_t **out)
     rc = lm->be->ops->alloc(lm->be->ctx, (void **)&st->buf, st->count * sizeof(float));
     if (rc != SL_OK) {
         sl_free(st);
-        return sl_err_prefix(rc, "sl_lm_state_new");
+        return sl_err_prefix(rc, "model state");
     }
     for (int l = 0; l < lm->L; l++) {
         st->h[l] = st->buf + off;

@@ -62,19 +62,19 @@ sl_optim_new(sl_optim_t **out, const sl_config_t *cfg, size_t nparams, sl_backen
     case SL_OPT_ADAGRAD:
         if (!(acc0 >= 0.0 && eps >= 0.0))
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_optim_new: adagrad needs "
+                              "optimizer: adagrad needs "
                               "initial_accumulator >= 0 and eps >= 0 (got %g, %g)",
                               acc0, eps);
         break;
     case SL_OPT_ADAM:
         if (!(b1 >= 0.0 && b1 < 1.0 && b2 >= 0.0 && b2 < 1.0 && eps >= 0.0))
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_optim_new: adam needs beta1, beta2 in "
+                              "optimizer: adam needs beta1, beta2 in "
                               "[0, 1) and eps >= 0 (got %g, %g, %g)",
                               b1, b2, eps);
         break;
     default:
-        return sl_err_set(SL_ERR_INVALID, "sl_optim_new: unknown optimizer %d",
+        return sl_err_set(SL_ERR_INVALID, "optimizer: unknown optimizer %d",
                           (int)cfg->train.optimizer.type);
     }
     SL_TRY(SL_CALLOC(&o, 1, "optimizer"));
@@ -88,14 +88,18 @@ sl_optim_new(sl_optim_t **out, const sl_config_t *cfg, size_t nparams, sl_backen
     if (o->nstate > 0) {
         if (o->type == SL_OPT_ADAM && nparams > SIZE_MAX / 2 / sizeof(float)) {
             sl_free(o);
-            return sl_err_set(SL_ERR_NOMEM, "sl_optim_new: %zu parameters", nparams);
+            return sl_err_set(SL_ERR_NOMEM, "optimizer: %zu parameters", nparams);
         }
         st = be->ops->alloc(be->ctx, (void **)&o->state, o->nstate * sizeof(float));
         if (st == SL_OK && o->type == SL_OPT_ADAGRAD)
             st = fill(be, o->state, nparams, (float)acc0);
         if (st != SL_OK) {
+            int adam = o->type == SL_OPT_ADAM;
             sl_optim_destroy(&o);
-            return sl_err_prefix(st, "sl_optim_new");
+            return sl_err_prefix(st, "optimizer state of train.optimizer.type %s (%d value%s "
+                                     "per parameter; see data.vocab_size, model.embedding, "
+                                     "model.layers)",
+                                 adam ? "adam" : "adagrad", adam ? 2 : 1, adam ? "s" : "");
         }
     }
     *out = o;
@@ -199,7 +203,7 @@ sl_status_t
 sl_optim_state_load(sl_optim_t *o, const float *host, long steps)
 {
     if (steps < 0)
-        return sl_err_set(SL_ERR_INVALID, "sl_optim_state_load: negative step count %ld", steps);
+        return sl_err_set(SL_ERR_INVALID, "optimizer state: negative step count %ld", steps);
     if (o->nstate > 0)
         SL_TRY(o->be->ops->to_device(o->be->ctx, o->state, host, o->nstate * sizeof(float)));
     o->steps = steps;

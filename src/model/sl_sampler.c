@@ -13,7 +13,7 @@ sl_sampler_init(sl_sampler_t *s, int range)
 
     memset(s, 0, sizeof *s);
     if (range < 1)
-        return sl_err_set(SL_ERR_INVALID, "sl_sampler: range %d must be at least 1", range);
+        return sl_err_set(SL_ERR_INVALID, "sampler: range %d must be at least 1", range);
     s->range = range;
     s->log_range = log((double)range + 1.0);
     SL_TRY_GOTO(SL_ALLOC(&s->log1m_p, (size_t)range, "sampler log(1-P)"), st, fail);
@@ -60,7 +60,7 @@ sl_sampler_draw_unique(sl_sampler_t *s, sl_rng_t *rng, int n, int32_t *out, long
     long t = 0;
 
     if (n < 0 || n > s->range)
-        return sl_err_set(SL_ERR_INVALID, "sl_sampler: cannot draw %d distinct ids out of %d", n,
+        return sl_err_set(SL_ERR_INVALID, "sampler: cannot draw %d distinct ids out of %d", n,
                           s->range);
     if (++s->gen == 0) { /* generation counter wrapped: forget every old mark */
         memset(s->stamp, 0, (size_t)s->range * sizeof *s->stamp);

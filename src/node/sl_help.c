@@ -26,6 +26,7 @@ static const char main_help[] =
     "  keygen FILE       make a run's secret for shoal node (cluster.key_file)\n"
     "  export MODEL      write a model's weights as safetensors, its vocabulary and\n"
     "                    configuration as JSON (for PyTorch: tools/shoal_torch.py)\n"
+    "  plot RUN_DIR...   draw the runs' training and validation perplexity (gnuplot)\n"
     "  help [COMMAND]    show this help, or the help of COMMAND\n"
     "\n"
     "Options:\n"
@@ -220,6 +221,8 @@ static const char train_help[] =
     "default runs/<run.name>) receives config.yaml, checkpoint.bin, model.bin,\n"
     "metrics.jsonl and summary.json. When it already holds a checkpoint.bin of the same\n"
     "model and data, training continues from it, exactly as if never stopped.\n"
+    "CONF.yaml may name an installed example (shoal train brown-word.yaml) when there is\n"
+    "no such file here; relative data paths in it are read beside it (else from here).\n"
     "\n"
     "Options:\n"
     "  --set KEY=VALUE   override a configuration key (repeatable, applied in order\n"
@@ -356,11 +359,32 @@ static const char keygen_help[] =
     "  shoal keygen ~/.shoal/brown.key\n"
     "  srun shoal node conf/brown-4nodes.yaml --set cluster.key_file=$HOME/.shoal/brown.key\n";
 
+static const char plot_help[] =
+    "Usage: shoal plot RUN_DIR... [-o FILE] [--script]\n"
+    "\n"
+    "Draw the training and validation perplexity of one or more runs into one PNG: against\n"
+    "steps on the left, against training time (evaluations excluded) on the right. Each\n"
+    "run has its own colour: training is a line, validation dashed with points. A run\n"
+    "is read from RUN_DIR/metrics.jsonl, or for a run of several nodes from\n"
+    "RUN_DIR/node-0/metrics.jsonl (node 0's view); RUN_DIR may also be a metrics.jsonl.\n"
+    "gnuplot draws it (Debian: gnuplot-nox; RHEL/Rocky: gnuplot); without it shoal plot\n"
+    "says so and exits 1.\n"
+    "\n"
+    "Options:\n"
+    "  -o, --output FILE  the PNG to write (default perplexity.png)\n"
+    "  --script           print the gnuplot script (with the data) instead of running it\n"
+    "  -h, --help         show this help and exit\n"
+    "\n"
+    "Examples:\n"
+    "  shoal plot runs/brown-word\n"
+    "  shoal plot runs/brown-4nodes-gossip-bmuf runs/brown-4nodes-bmuf runs/brown-4nodes-ma \\\n"
+    "      -o sync.png\n";
+
 static const char help_help[] =
     "Usage: shoal help [COMMAND]\n"
     "\n"
-    "Show the help of shoal, or of COMMAND (train, eval, score, sample, export, run, node,\n"
-    "keygen, help).\n";
+    "Show the help of shoal, or of COMMAND (train, eval, score, sample, export, plot, run,\n"
+    "node, keygen, help).\n";
 
 const char *
 sl_help_text(const char *command)
@@ -368,8 +392,9 @@ sl_help_text(const char *command)
     static const struct {
         const char *command, *text;
     } helps[] = {{"train", train_help},   {"eval", eval_help},     {"score", score_help},
-                 {"sample", sample_help}, {"export", export_help}, {"run", run_help},
-                 {"node", node_help},     {"keygen", keygen_help}, {"help", help_help}};
+                 {"sample", sample_help}, {"export", export_help}, {"plot", plot_help},
+                 {"run", run_help},       {"node", node_help},     {"keygen", keygen_help},
+                 {"help", help_help}};
 
     if (!command)
         return main_help;

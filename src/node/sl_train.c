@@ -24,6 +24,7 @@
 #include "common/sl_file.h"
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
+#include "config/sl_config_paths.h"
 #include "data/sl_data.h"
 #include "embed/sl_seed_groups.h"
 #include "kernels/sl_backend.h"

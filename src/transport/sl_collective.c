@@ -361,7 +361,7 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
     }
     off = malloc(2 * (size_t)r.n * sizeof *off);
     if (!off) {
-        st = sl_err_set(SL_ERR_NOMEM, "sl_allreduce_sum: out of memory");
+        st = sl_err_set(SL_ERR_NOMEM, "allreduce: out of memory");
         goto out;
     }
     len = off + r.n;
@@ -397,7 +397,7 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     off = malloc(r.n * sizeof *off);
     if (!off) {
         ring_fini(&r);
-        return sl_err_set(SL_ERR_NOMEM, "sl_allgather: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "allgather: out of memory");
     }
     for (uint32_t k = 0; k < r.n; k++)
         off[k] = k ? off[k - 1] + counts[k - 1] : 0;
@@ -426,7 +426,7 @@ sl_broadcast(sl_transport_t *t, uint32_t component, uint64_t round, uint32_t roo
     if (root >= r.n || nch > r.seq_max) {
         ring_fini(&r);
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_broadcast: root %u of %u nodes, %zu chunks (use larger ones)",
+                          "broadcast: root %u of %u nodes, %zu chunks (use larger ones)",
                           (unsigned)root, (unsigned)r.n, nch);
     }
     pos = (r.pos + r.n - root) % r.n; /* place in the chain root -> root+1 -> ... */
@@ -469,12 +469,12 @@ check_ranks(const uint32_t *list, size_t len, uint32_t me, uint32_t n, const cha
 {
     for (size_t i = 0; i < len; i++) {
         if (list[i] >= n || list[i] == me)
-            return sl_err_set(SL_ERR_INVALID, "sl_gossip_exchange: rank %u: %s[%zu] = %u",
+            return sl_err_set(SL_ERR_INVALID, "gossip exchange: rank %u: %s[%zu] = %u",
                               (unsigned)me, what, i, (unsigned)list[i]);
         for (size_t j = 0; j < i; j++)
             if (list[j] == list[i])
                 return sl_err_set(SL_ERR_INVALID,
-                                  "sl_gossip_exchange: rank %u: rank %u twice in %s", (unsigned)me,
+                                  "gossip exchange: rank %u: rank %u twice in %s", (unsigned)me,
                                   (unsigned)list[i], what);
     }
     return SL_OK;
@@ -599,14 +599,14 @@ sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, 
     if (count > SL_WIRE_MAX_PAYLOAD / sizeof(float) || timeout_ms < 0 || elem == 0 ||
         (codec && (!codec->scale || !codec->encode || !codec->decode)))
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_gossip_exchange: %zu floats (max %" PRIu64 " per frame), "
+                          "gossip exchange: %zu floats (max %" PRIu64 " per frame), "
                           "timeout %d ms, encoding %u",
                           count, SL_WIRE_MAX_PAYLOAD / sizeof(float), timeout_ms, enc);
     SL_TRY(check_ranks(pullers, npullers, me, n, "pullers"));
     SL_TRY(check_ranks(chosen, nchosen, me, n, "chosen"));
     if (codec && npullers > 0) {
         if (!(coded = malloc(count * elem + 1)))
-            return sl_err_set(SL_ERR_NOMEM, "sl_gossip_exchange: out of memory");
+            return sl_err_set(SL_ERR_NOMEM, "gossip exchange: out of memory");
         scale = codec->scale(codec->ctx, mine, count);
         codec->encode(codec->ctx, scale, mine, count, coded);
         payload = coded;
@@ -626,7 +626,7 @@ sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, 
         goto out;
     keys = malloc(nchosen * sizeof *keys);
     if (!keys) {
-        st = sl_err_set(SL_ERR_NOMEM, "sl_gossip_exchange: out of memory");
+        st = sl_err_set(SL_ERR_NOMEM, "gossip exchange: out of memory");
         goto out;
     }
     for (size_t i = 0; i < nchosen; i++)
@@ -657,7 +657,7 @@ sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, 
     st = *got == nchosen
              ? SL_OK
              : sl_err_set(SL_ERR_TIMEOUT,
-                          "sl_gossip_exchange: rank %u, component %u, round %" PRIu64
+                          "gossip exchange: rank %u, component %u, round %" PRIu64
                           ": %zu of %zu chosen peers answered within %d ms",
                           (unsigned)me, (unsigned)component, round, *got, nchosen, timeout_ms);
 out:

@@ -92,7 +92,7 @@ emu_open(void **out, const sl_link_env_t *env)
     *out = NULL;
     e = calloc(1, sizeof *e);
     if (!e)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     e->env = *env;
     e->o = o;
     e->base = env->base;
@@ -112,7 +112,7 @@ emu_open(void **out, const sl_link_env_t *env)
     e->queues = calloc(o->size, sizeof *e->queues);
     if (!e->queues) {
         emu_close(out);
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     }
     for (uint32_t p = 0; p < o->size; p++) {
         uint64_t words[3] = {o->run_id, o->rank, p};
@@ -120,7 +120,7 @@ emu_open(void **out, const sl_link_env_t *env)
     }
     if (pthread_create(&e->thread, NULL, run_links, e) != 0) {
         emu_close(out);
-        return sl_err_set(SL_ERR_TRANSPORT, "sl_transport_new: cannot start the link thread");
+        return sl_err_set(SL_ERR_TRANSPORT, "transport: cannot start the link thread");
     }
     e->thread_live = 1;
     return SL_OK;
@@ -268,12 +268,12 @@ emu_send(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, i
 
     SL_TRY(sl_wire_encode_head(h, hb));
     if (!sl_link_zmq_known(e->base.ctx, peer))
-        return sl_err_set(SL_ERR_INVALID, "sl_transport: rank %u: no endpoint for rank %u",
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no endpoint for rank %u",
                           (unsigned)e->o->rank, (unsigned)peer);
     f = calloc(1, sizeof *f);
     if (!f || (!lend && h->payload_bytes && !(f->copy = malloc(h->payload_bytes)))) {
         free(f);
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_send: %" PRIu64 " bytes", h->payload_bytes);
+        return sl_err_set(SL_ERR_NOMEM, "transport: %" PRIu64 " bytes", h->payload_bytes);
     }
     f->h = *h;
     f->flags = lend ? SL_SEND_LEND : 0;
@@ -288,7 +288,7 @@ emu_send(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, i
         free(f->copy);
         free(f);
         return sl_err_set(SL_ERR_TIMEOUT,
-                          "sl_transport_send: rank %u: no room to send %s to rank %u within "
+                          "transport: rank %u: no room to send %s to rank %u within "
                           "%d ms",
                           (unsigned)e->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
                           wait_ms);
@@ -328,7 +328,7 @@ emu_wait_sent(void *ctx, int timeout_ms)
     held = sl_lent_wait(&e->lent, timeout_ms);
     if (held)
         return sl_err_set(SL_ERR_TIMEOUT,
-                          "sl_transport_wait_sent: rank %u: %" PRIu64
+                          "transport: rank %u: %" PRIu64
                           " lent payloads still on emulated links after %d ms",
                           (unsigned)e->o->rank, held, timeout_ms);
     left = end - sl_clock_now();

@@ -70,7 +70,7 @@ shm_open(void **out, const sl_link_env_t *env)
 
     *out = NULL;
     if (!s)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     s->env = *env;
     s->o = env->o;
     s->base = env->base;
@@ -80,7 +80,7 @@ shm_open(void **out, const sl_link_env_t *env)
     s->lane_seen = calloc(n, sizeof *s->lane_seen);
     if (!s->out_lanes || !s->in_lanes || !s->lane_state || !s->lane_seen) {
         shm_close((void **)&s);
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     }
     *out = s;
     return SL_OK;

@@ -91,7 +91,7 @@ static sl_status_t
 set_int(void *s, int opt, int v, const char *what)
 {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
-        return sl_zmq_fail("sl_transport: setting %s", what);
+        return sl_zmq_fail("transport: setting %s", what);
     return SL_OK;
 }
 
@@ -99,7 +99,7 @@ static sl_status_t
 set_u64(void *s, int opt, uint64_t v, const char *what)
 {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
-        return sl_zmq_fail("sl_transport: setting %s", what);
+        return sl_zmq_fail("transport: setting %s", what);
     return SL_OK;
 }
 
@@ -135,7 +135,7 @@ zmq_open(void **out, const sl_link_env_t *env)
     *out = NULL;
     z = calloc(1, sizeof *z);
     if (!z)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     z->env = *env;
     z->o = o;
     z->rcvtimeo_ms = -1; /* ZeroMQ's default: block */
@@ -151,22 +151,22 @@ zmq_open(void **out, const sl_link_env_t *env)
     z->peers = calloc(o->size, sizeof *z->peers);
     z->watches = calloc(o->size, sizeof *z->watches);
     if (!z->peers || !z->watches) {
-        st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        st = sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
         goto fail;
     }
     z->ctx = zmq_ctx_new();
     if (!z->ctx) {
-        st = sl_zmq_fail("sl_transport_new: zmq_ctx_new");
+        st = sl_zmq_fail("transport: creating the ZeroMQ context");
         goto fail;
     }
     if (zmq_ctx_set(z->ctx, ZMQ_IO_THREADS, (int)o->io_threads) != 0) {
-        st = sl_zmq_fail("sl_transport_new: %u ZeroMQ I/O threads", o->io_threads);
+        st = sl_zmq_fail("transport: %u ZeroMQ I/O threads", o->io_threads);
         goto fail;
     }
     affinity_masks(o->io_threads, &recv_mask, &z->send_mask);
     z->router = zmq_socket(z->ctx, ZMQ_ROUTER);
     if (!z->router) {
-        st = sl_zmq_fail("sl_transport_new: zmq_socket");
+        st = sl_zmq_fail("transport: creating a ZeroMQ socket");
         goto fail;
     }
     SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
@@ -178,16 +178,16 @@ zmq_open(void **out, const sl_link_env_t *env)
         SL_TRY_GOTO(sl_curve_server(z->curve, z->router), st, fail);
     }
     if (zmq_setsockopt(z->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0) {
-        st = sl_zmq_fail("sl_transport_new: setting ZMQ_MAXMSGSIZE");
+        st = sl_zmq_fail("transport: setting ZMQ_MAXMSGSIZE");
         goto fail;
     }
     if (zmq_bind(z->router, z->bind) != 0) {
-        st = sl_zmq_fail("sl_transport_new: rank %u: binding %s", (unsigned)o->rank, z->bind);
+        st = sl_zmq_fail("transport: rank %u: binding %s", (unsigned)o->rank, z->bind);
         goto fail;
     }
     len = sizeof z->endpoint;
     if (zmq_getsockopt(z->router, ZMQ_LAST_ENDPOINT, z->endpoint, &len) != 0) {
-        st = sl_zmq_fail("sl_transport_new: reading the bound endpoint");
+        st = sl_zmq_fail("transport: reading the bound endpoint");
         goto fail;
     }
     *out = z;
@@ -243,17 +243,17 @@ sl_link_zmq_connect(void *ctx, const char *const *endpoints)
     zlink_t *z = ctx;
 
     if (z->endpoints)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_connect: rank %u: called twice",
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: called twice",
                           (unsigned)z->o->rank);
     z->endpoints = calloc(z->o->size, sizeof *z->endpoints);
     if (!z->endpoints)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     for (uint32_t p = 0; p < z->o->size; p++) {
         if (p == z->o->rank || !endpoints[p])
             continue;
         z->endpoints[p] = strdup(endpoints[p]);
         if (!z->endpoints[p])
-            return sl_err_set(SL_ERR_NOMEM, "sl_transport_connect: out of memory");
+            return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     }
     return SL_OK;
 }
@@ -316,14 +316,14 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         return SL_OK;
     }
     if (!z->endpoints || !z->endpoints[peer])
-        return sl_err_set(SL_ERR_INVALID, "sl_transport: rank %u: no endpoint for rank %u",
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no endpoint for rank %u",
                           (unsigned)z->o->rank, (unsigned)peer);
     s = zmq_socket(z->ctx, ZMQ_DEALER);
     if (!s)
-        return sl_zmq_fail("sl_transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
+        return sl_zmq_fail("transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
                            (unsigned)peer);
     if (zmq_setsockopt(s, ZMQ_ROUTING_ID, z->id, sizeof z->id) != 0) {
-        st = sl_zmq_fail("sl_transport: setting ZMQ_ROUTING_ID");
+        st = sl_zmq_fail("transport: setting ZMQ_ROUTING_ID");
         goto fail;
     }
     SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
@@ -340,7 +340,7 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         z->watches[peer] = NULL;
     if (zmq_connect(s, z->endpoints[peer]) != 0) {
         sl_zmq_watch_stop(s, &z->watches[peer]);
-        st = sl_zmq_fail("sl_transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
+        st = sl_zmq_fail("transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
                          (unsigned)peer, z->endpoints[peer]);
         goto fail;
     }
@@ -375,7 +375,7 @@ room_to_send(void *s, int wait_ms)
 
     if (zmq_getsockopt(s, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLOUT))
         return SL_OK;
-    return wait_ready(s, ZMQ_POLLOUT, wait_ms, "sl_transport_send: polling");
+    return wait_ready(s, ZMQ_POLLOUT, wait_ms, "transport: polling");
 }
 
 /* Queues the frame (h, payload) on the DEALER to h->receiver, lending the payload
@@ -397,12 +397,12 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
      * header only (sl_wire.h: a local frame) */
     SL_TRY(z->mac ? sl_wire_encode_head(h, hb) : sl_wire_encode(h, payload, hb));
     if (z->mac && !sl_frame_mac_ready(z->mac))
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: no session keys yet",
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
     SL_TRY(peer_socket(z, peer, &s));
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
-        return sl_zmq_fail("sl_transport_send: %" PRIu64 " bytes", payload_bytes);
+        return sl_zmq_fail("transport: %" PRIu64 " bytes", payload_bytes);
     memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
     if (!lend && payload_bytes)
         memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
@@ -413,7 +413,7 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
             0) {
             give_back(NULL, z);
             zmq_msg_close(&head);
-            return sl_zmq_fail("sl_transport_send: lending %" PRIu64 " bytes", payload_bytes);
+            return sl_zmq_fail("transport: lending %" PRIu64 " bytes", payload_bytes);
         }
         body_live = 1;
     }
@@ -422,25 +422,25 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
         sl_frame_mac_seal(z->mac, peer, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes, trailer);
     if (st == SL_OK &&
         zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend || z->mac ? ZMQ_SNDMORE : 0)) < 0)
-        st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+        st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
                          (unsigned)peer);
     /* once the first part is queued the rest of the message always is */
     if (st == SL_OK && lend) {
         if (zmq_msg_send(&body, s, ZMQ_DONTWAIT | (z->mac ? ZMQ_SNDMORE : 0)) < 0)
-            st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+            st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
                              (unsigned)peer);
         else
             body_live = 0;
     }
     if (st == SL_OK && z->mac && zmq_send(s, trailer, sizeof trailer, ZMQ_DONTWAIT) < 0)
-        st = sl_zmq_fail("sl_transport_send: rank %u to rank %u", (unsigned)z->o->rank,
+        st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
                          (unsigned)peer);
     zmq_msg_close(&head); /* empty after a successful send */
     if (body_live)
         zmq_msg_close(&body); /* gives the payload back */
     if (st == SL_ERR_TIMEOUT)
         return sl_err_set(st,
-                          "sl_transport_send: rank %u: no room to send %s to rank %u within "
+                          "transport: rank %u: no room to send %s to rank %u within "
                           "%d ms",
                           (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
                           wait_ms);
@@ -509,7 +509,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     } else if (zmq_msg_recv(&id, z->router, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&id);
         return zmq_errno() == EAGAIN ? SL_OK
-                                     : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)o->rank);
+                                     : sl_zmq_fail("transport: rank %u", (unsigned)o->rank);
     }
     *got = 1;
     more = zmq_msg_more(&id);
@@ -520,7 +520,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     while (more) {
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, z->router, 0) < 0) {
-            sl_status_t st = sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)o->rank);
+            sl_status_t st = sl_zmq_fail("transport: rank %u", (unsigned)o->rank);
             zmq_msg_close(&m);
             zmq_msg_close(&id);
             if (f)
@@ -550,7 +550,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     }
     zmq_msg_close(&id);
     if (!f)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_recv: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     if (extra || f->nparts == 0) {
         snprintf(detail, sizeof detail, "%s parts", extra ? "too many" : "no");
         z->env.drop(z->env.host, SL_DROP_FRAMING, detail);
@@ -610,7 +610,7 @@ zmq_wait(void *ctx, int timeout_ms)
     }
     zmq_msg_close(&z->first);
     return zmq_errno() == EAGAIN ? SL_OK
-                                 : sl_zmq_fail("sl_transport_recv: rank %u", (unsigned)z->o->rank);
+                                 : sl_zmq_fail("transport: rank %u", (unsigned)z->o->rank);
 }
 
 static sl_status_t
@@ -621,7 +621,7 @@ zmq_wait_sent(void *ctx, int timeout_ms)
 
     if (left)
         return sl_err_set(SL_ERR_TIMEOUT,
-                          "sl_transport_wait_sent: rank %u: %" PRIu64
+                          "transport: rank %u: %" PRIu64
                           " lent payloads still queued after %d ms",
                           (unsigned)z->o->rank, left, timeout_ms);
     return SL_OK;

@@ -61,11 +61,11 @@ sl_mailbox_new(sl_mailbox_t **out, size_t max_frames, uint64_t max_bytes, uint64
     *out = NULL;
     if (max_frames == 0 || max_bytes == 0 || max_frames > ((size_t)1 << 28) || !release ||
         ahead_rounds == 0)
-        return sl_err_set(SL_ERR_INVALID, "sl_mailbox_new: caps and window must be > 0 (frames"
+        return sl_err_set(SL_ERR_INVALID, "mailbox: caps and window must be > 0 (frames"
                                           " <= 2^28) and a release function given");
     mb = calloc(1, sizeof *mb);
     if (!mb)
-        return sl_err_set(SL_ERR_NOMEM, "sl_mailbox_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "mailbox: out of memory");
     mb->max_frames = max_frames;
     mb->max_bytes = max_bytes;
     mb->ahead = ahead_rounds;
@@ -245,7 +245,7 @@ sl_mailbox_advance(sl_mailbox_t *mb, uint8_t kind, uint32_t component, uint64_t 
             size_t ncap = mb->marks_cap ? mb->marks_cap * 2 : 16;
             mark_t *nm = realloc(mb->marks, ncap * sizeof *nm);
             if (!nm)
-                return sl_err_set(SL_ERR_NOMEM, "sl_mailbox_advance: out of memory");
+                return sl_err_set(SL_ERR_NOMEM, "mailbox: out of memory");
             mb->marks = nm;
             mb->marks_cap = ncap;
         }

@@ -140,28 +140,28 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
          (o->shm_slots == 0 || o->shm_slots > SL_SHM_MAX_SLOTS ||
           o->shm_slot_bytes <= SL_WIRE_HEADER_BYTES || o->shm_slot_bytes > SL_SHM_MAX_SLOT_BYTES)))
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_transport_new: rank %u of %u, timeout %d ms, heartbeat %d ms, "
+                          "transport: rank %u of %u, timeout %d ms, heartbeat %d ms, "
                           "linger %d ms: need rank < size, timeout > 0, others >= 0, "
                           "mailbox caps > 0, shared-memory slots and sizes in range",
                           (unsigned)o->rank, (unsigned)o->size, o->timeout_ms, o->heartbeat_ms,
                           o->linger_ms);
     if (o->io_threads > SL_TRANSPORT_MAX_IO_THREADS)
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_transport_new: %u ZeroMQ I/O threads: need 0 (from the cores) "
+                          "transport: cluster.io_threads %u: need 0 (from the cores) "
                           "to %u",
                           o->io_threads, SL_TRANSPORT_MAX_IO_THREADS);
     if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 && o->emulate_jitter_ms >= 0 &&
           isfinite(o->emulate_bits_per_s) && isfinite(o->emulate_latency_ms) &&
           isfinite(o->emulate_jitter_ms)))
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_transport_new: link emulation of %g bit/s, latency %g ms, jitter "
+                          "transport: link emulation of %g bit/s, latency %g ms, jitter "
                           "%g ms: each must be finite and >= 0",
                           o->emulate_bits_per_s, o->emulate_latency_ms, o->emulate_jitter_ms);
     if (o->bind_endpoint && strlen(o->bind_endpoint) >= SL_TRANSPORT_ENDPOINT_MAX)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_new: bind endpoint too long");
+        return sl_err_set(SL_ERR_INVALID, "transport: bind endpoint too long");
     t = calloc(1, sizeof *t);
     if (!t)
-        return sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     t->o = *o;
     snprintf(t->bind, sizeof t->bind, "%s",
              o->bind_endpoint ? o->bind_endpoint : "tcp://127.0.0.1:*");
@@ -179,7 +179,7 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->down_at = calloc(o->size, sizeof *t->down_at);
     if (!t->route || !t->heard || !t->heard_before || !t->heard_key || !t->missed ||
         !t->comebacks || !t->down_at) {
-        st = sl_err_set(SL_ERR_NOMEM, "sl_transport_new: out of memory");
+        st = sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
         goto fail;
     }
     SL_TRY_GOTO(sl_mailbox_new(&t->mb, o->mailbox_frames, o->mailbox_bytes, SL_MAILBOX_AHEAD_ROUNDS,
@@ -304,7 +304,7 @@ sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, uns
             size_t ncap = t->stats_cap ? 2 * t->stats_cap : 16;
             sl_transport_stat_t *ns = realloc(t->stats, ncap * sizeof *ns);
             if (!ns)
-                return sl_err_set(SL_ERR_NOMEM, "sl_transport: out of memory for counters");
+                return sl_err_set(SL_ERR_NOMEM, "transport: out of memory for counters");
             t->stats = ns;
             t->stats_cap = ncap;
         }
@@ -397,11 +397,11 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
     int wait_ms = timeout_ms < 0 ? t->o.timeout_ms : timeout_ms;
 
     if (key->peer >= t->o.size || key->peer == t->o.rank)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: rank %u: bad destination %u",
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: bad destination %u",
                           (unsigned)t->o.rank, (unsigned)key->peer);
     h = sl_wire_header_for(t->o.run_id, t->o.rank, key, count, encoding, scale);
     if (h.payload_bytes && !payload)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_send: no payload for %u elements",
+        return sl_err_set(SL_ERR_INVALID, "transport: no payload for %u elements",
                           (unsigned)count);
     l = t->route[key->peer];
     SL_TRY(l->ops->send(l->ctx, &h, payload, flags, wait_ms));
@@ -598,13 +598,13 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 
     *frame = NULL;
     if (nkeys == 0 || timeout_ms < 0)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_recv: %zu keys, timeout %d ms", nkeys,
+        return sl_err_set(SL_ERR_INVALID, "transport: %zu keys, timeout %d ms", nkeys,
                           timeout_ms);
     for (size_t i = 0; i < nkeys; i++) {
         if (keys[i].peer >= t->o.size || keys[i].peer == t->o.rank || keys[i].kind == 0 ||
             keys[i].kind >= SL_WIRE_NKINDS)
             return sl_err_set(SL_ERR_INVALID,
-                              "sl_transport_recv: rank %u: bad key (kind %u, "
+                              "transport: rank %u: bad key (kind %u, "
                               "sender %u)",
                               (unsigned)t->o.rank, (unsigned)keys[i].kind, (unsigned)keys[i].peer);
         SL_TRY(sl_mailbox_advance(t->mb, keys[i].kind, keys[i].component, keys[i].round, &purged));
@@ -713,7 +713,7 @@ sl_transport_recv(sl_transport_t *t, const sl_wire_key_t *key, void *buf, size_t
     if (n > cap) {
         sl_transport_frame_release(&f);
         return sl_err_set(SL_ERR_INVALID,
-                          "sl_transport_recv: rank %u: %zu bytes of %s from rank %u do not fit "
+                          "transport: rank %u: %zu bytes of %s from rank %u do not fit "
                           "in %zu",
                           (unsigned)t->o.rank, n, sl_wire_kind_name(key->kind), (unsigned)key->peer,
                           cap);

@@ -75,7 +75,7 @@ sl_transport_abort(sl_transport_t *t, const char *reason, int timeout_ms)
     size_t len = strlen(reason);
 
     return tell_known(t, SL_WIRE_ABORT, reason, len < SL_WIRE_MAX_ABORT ? len : SL_WIRE_MAX_ABORT,
-                      timeout_ms, "sl_transport_abort");
+                      timeout_ms, "transport: abort");
 }
 
 /* An endpoint as sl_transport_new binds them: tcp:// or ipc://, printable, no more than
@@ -128,8 +128,8 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
                           "use cluster.security curve",
                           (unsigned)t->o.rank);
     if (len >= SL_WIRE_MAX_HELLO)
-        return sl_err_set(SL_ERR_INVALID, "sl_transport_announce: endpoint %s too long", ep);
-    return tell_known(t, SL_WIRE_HELLO, ep, len, timeout_ms, "sl_transport_announce");
+        return sl_err_set(SL_ERR_INVALID, "transport: endpoint %s too long", ep);
+    return tell_known(t, SL_WIRE_HELLO, ep, len, timeout_ms, "transport: hello");
 }
 
 void

@@ -186,7 +186,7 @@ encode_fields(const sl_wire_header_t *h, unsigned char out[SL_WIRE_HEADER_BYTES]
     sl_wire_reason_t why = check_fields(h);
 
     if (why != SL_WIRE_OK)
-        return sl_err_set(SL_ERR_INVALID, "sl_wire_encode: %s frame to rank %u: %s",
+        return sl_err_set(SL_ERR_INVALID, "frame encoding: %s frame to rank %u: %s",
                           sl_wire_kind_name(h->kind), (unsigned)h->receiver,
                           sl_wire_reason_name(why));
     sl_put_u32(out + 0, SL_WIRE_MAGIC);

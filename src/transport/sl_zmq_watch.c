@@ -19,11 +19,11 @@ sl_zmq_watch_start(void *ctx, void *s, const char *tag, void **pair)
     *pair = NULL;
     snprintf(name, sizeof name, "inproc://shoal-watch-%s", tag);
     if (zmq_socket_monitor(s, name, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
-        return sl_zmq_fail("sl_transport: watching the connection %s", tag);
+        return sl_zmq_fail("transport: watching the connection %s", tag);
     p = zmq_socket(ctx, ZMQ_PAIR);
     if (!p || zmq_setsockopt(p, ZMQ_LINGER, &no_linger, sizeof no_linger) != 0 ||
         zmq_connect(p, name) != 0) {
-        sl_status_t st = sl_zmq_fail("sl_transport: reading the watch of %s", tag);
+        sl_status_t st = sl_zmq_fail("transport: reading the watch of %s", tag);
         if (p)
             zmq_close(p);
         zmq_socket_monitor(s, NULL, 0);

@@ -573,7 +573,7 @@ START_TEST(test_input_errors)
     char want[600];
 
     cfg_make(&cfg, missing, NULL, NULL, SL_LEVEL_WORD, 10);
-    snprintf(want, sizeof want, "%s: No such file or directory", missing);
+    snprintf(want, sizeof want, "data.train: %s: No such file or directory", missing);
     ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_ERR_IO);
     ck_assert_str_eq(sl_err_msg(), want);
     sl_config_fini(&cfg);
@@ -582,16 +582,27 @@ START_TEST(test_input_errors)
     char good[512]; /* tmp_path's buffers get reused below */
     snprintf(good, sizeof good, "%s", write_file("good.txt", small_text, sizeof small_text - 1));
     cfg_make(&cfg, good, NULL, missing, SL_LEVEL_WORD, 2);
+    snprintf(want, sizeof want, "data.test: %s: No such file or directory", missing);
     ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_ERR_IO);
     ck_assert_str_eq(sl_err_msg(), want);
     sl_config_fini(&cfg);
 
     expect_error("", 0, SL_LEVEL_WORD, 0, SL_ERR_INVALID, "%s: corpus is empty");
     expect_error("", 0, SL_LEVEL_CHAR, 0, SL_ERR_INVALID, "%s: corpus is empty");
-    expect_error(small_text, sizeof small_text - 1, SL_LEVEL_WORD, 20000, SL_ERR_INVALID,
-                 "%s: vocab_size 20000 is larger than the 7 distinct words of the corpus");
-    expect_error("abcab", 5, SL_LEVEL_CHAR, 4, SL_ERR_INVALID,
-                 "%s: vocab_size 4 is larger than the 3 distinct characters of the corpus");
+    /* a vocabulary size that nobody set (its default) is capped at what the corpus
+       has; one that a file or --set gave is an error naming the key and its place */
+    cfg_make(&cfg, good, NULL, NULL, SL_LEVEL_WORD, 20000);
+    ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_OK);
+    ck_assert_int_eq(sl_vocab_size(c.vocab), 9);
+    sl_corpus_fini(&c);
+    ck_assert_int_eq(sl_config_set(&cfg, "data.vocab_size=20000"), SL_OK);
+    snprintf(want, sizeof want,
+             "--set data.vocab_size:1:17: data.vocab_size 20000 is larger than the 7 distinct "
+             "words of %s (set at most 7, or leave the key out to keep them all)",
+             good);
+    ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_ERR_INVALID);
+    ck_assert_str_eq(sl_err_msg(), want);
+    sl_config_fini(&cfg);
     /* exactly as many words as asked for is fine: 7 + <unk> (count 0) + <eos> */
     cfg_make(&cfg, good, NULL, NULL, SL_LEVEL_WORD, 7);
     ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_OK);
@@ -684,7 +695,8 @@ START_TEST(test_batcher_too_short)
     sl_batcher_t bt;
     ck_assert_int_eq(sl_batcher_init(&bt, &tok, 0, 4, 32, 35), SL_ERR_INVALID);
     ck_assert_str_eq(sl_err_msg(), "rank 0 of 4: a share of 250 tokens (of 1000) does not fit "
-                                   "batch 32 x bptt 35, which needs at least 1152 (32 x 36)");
+                                   "train.batch 32 x train.bptt 35, which needs at least 1152 "
+                                   "(32 x 36)");
     /* 1152 a rank is exactly enough for one batch; one token less is not */
     tok.len = 4608;
     ck_assert_int_eq(sl_batcher_init(&bt, &tok, 3, 4, 32, 35), SL_OK);

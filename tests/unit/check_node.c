@@ -128,7 +128,9 @@ START_TEST(test_failed_run_keeps_files)
     test_tiny_config(&missing, tmp_root, data_dir, "keep", "train.max_steps=10", set, NULL);
     rc = test_train(&missing, 1, &r);
     ck_assert_int_eq(rc, SL_ERR_IO);
-    snprintf(set, sizeof set, "%s/no-such-corpus.txt: No such file or directory", tmp_root);
+    snprintf(set, sizeof set,
+             "--set data.train:1:12: data.train: %s/no-such-corpus.txt: No such file or directory",
+             tmp_root);
     ck_assert_str_eq(sl_err_msg(), set);
     c1 = test_read_file(ckpt, &cl1);
     m1 = test_read_file(metrics, &ml1);

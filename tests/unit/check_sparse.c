@@ -438,7 +438,7 @@ node_silent(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
         sl_status_t st = sl_sparse_allreduce(keep[m], t, COMP, (uint64_t)m, modes[m], rows, nrows,
                                              grad, WAIT(SHORT_MS));
         double dt = sl_clock_now() - t0;
-        if (st != SL_ERR_TIMEOUT || !strstr(sl_err_msg(), "sl_sparse_allreduce: component 3")) {
+        if (st != SL_ERR_TIMEOUT || !strstr(sl_err_msg(), "sparse allreduce: component 3")) {
             fprintf(stderr, "mode %d: status %d: %s\n", m, st, sl_err_msg());
             return 10 + m;
         }

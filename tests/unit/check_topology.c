@@ -606,6 +606,41 @@ START_TEST(test_topo_png)
 }
 END_TEST
 
+/* The DOT graph pins every node on a circle in ring order, clockwise from the top, so
+ * that the picture of the ring is the ring whatever the gossip arrows are. */
+START_TEST(test_topo_ring_order)
+{
+    static char out[1 << 16], err[4096];
+    const int n = 12;
+    const char *p;
+    int seen = 0;
+
+    if (!test_tool_find("shoal-topo", topo_bin, sizeof topo_bin))
+        return;
+    ck_assert_int_eq(test_tool_run(topo_bin, out, sizeof out, err, sizeof err, NULL,
+                                   (const char *const[]){"--nodes", "12", "--format", "dot", NULL}),
+                     0);
+    ck_assert_ptr_nonnull(strstr(out, "layout = neato;"));
+    for (p = out; (p = strstr(p, " [pos = \"")) != NULL; p++) {
+        const char *line = p;
+        double x, y, want = 2 * M_PI * seen / n, got;
+        int node;
+
+        while (line > out && line[-1] != '\n')
+            line--;
+        ck_assert_int_eq(sscanf(line, " %d [pos = \"%lf,%lf!\"];", &node, &x, &y), 3);
+        ck_assert_int_eq(node, seen);
+        got = atan2(x, y); /* clockwise from the top */
+        if (got < -1e-9)
+            got += 2 * M_PI;
+        ck_assert_msg(fabs(got - want) < 1e-3, "node %d at %g rad, want %g", node, got, want);
+        ck_assert(fabs(hypot(x, y) - 180.0) < 0.2);
+        seen++;
+    }
+    ck_assert_int_eq(seen, n);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ limits */
 
 START_TEST(test_bad_arguments)
@@ -701,6 +736,7 @@ topology_suite(void)
     tcase_add_test(core, test_topo_cli);
     tcase_add_test(core, test_topo_config);
     tcase_add_test(core, test_topo_png);
+    tcase_add_test(core, test_topo_ring_order);
     suite_add_tcase(s, core);
     tcase_add_test(limits, test_bad_arguments);
     tcase_add_test(limits, test_degenerate);

@@ -1,7 +1,6 @@
-/* tools/sl_tool_pipe.c: running gnuplot or dot with the tools' text on their standard
- * input (sl_tool_pipe.h). */
+/* Running gnuplot or dot with generated text on their standard input (sl_tool_pipe.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "tools/sl_tool_pipe.h"
+#include "common/sl_tool_pipe.h"
 
 #include <errno.h>
 #include <signal.h>

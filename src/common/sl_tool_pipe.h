@@ -1,7 +1,6 @@
-/* tools/sl_tool_pipe.h: what the command-line tools share to hand their output to an
- * external program (gnuplot, Graphviz dot): finding it on PATH, and running it with
- * generated text on its standard input. Built into the tools only, not into libshoal;
- * it knows nothing of what the tools compute and must not exit the process. */
+/* Handing generated text to an external program (gnuplot, Graphviz dot), for the tools
+ * and shoal plot: finding it on PATH, and running it with the text on its standard
+ * input. It knows nothing of what its callers compute and does not exit the process. */
 #ifndef SL_TOOL_PIPE_H
 #define SL_TOOL_PIPE_H
 
