@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/sl_alloc.h"
+#include "common/sl_clock.h"
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 #include "common/sl_log.h"
@@ -148,14 +149,37 @@ sl_rejoin_push(sl_transport_t *tr, int peer, long step, const float *params, siz
     return SL_OK;
 }
 
-/* One part of donor's answer into buf: exactly want bytes, waiting up to wait_ms. */
+/* One part of donor's answer into buf: exactly want bytes, waiting up to wait_ms, a
+ * second at a time: a donor whose process died (its connection closed) is given up at
+ * once, SL_ERR_DROPPED, rather than waited for up to the rendezvous timeout (an
+ * admission's coordinator dies while its newcomer waits two blocks for the state; the
+ * newcomer then comes back again, through shoal run's restart, to another one). */
 static sl_status_t
 recv_part(sl_transport_t *tr, uint32_t donor, unsigned seq, void *buf, size_t want, int wait_ms)
 {
     sl_wire_key_t key = {0, 0, seq, donor, SL_WIRE_STATE};
+    double deadline = sl_clock_now() + wait_ms / 1000.0;
     size_t got;
+    sl_status_t st;
 
-    SL_TRY(sl_transport_recv(tr, &key, buf, want, &got, wait_ms));
+    for (;;) {
+        double left_ms = (deadline - sl_clock_now()) * 1000.0;
+        int slice = left_ms < 1000.0 ? (left_ms > 0 ? (int)left_ms : 0) : 1000;
+
+        st = sl_transport_recv(tr, &key, buf, want, &got, slice);
+        if (st != SL_ERR_TIMEOUT || slice < 1000)
+            break;
+        sl_transport_watch(tr);
+        if (sl_transport_gone(tr, donor))
+            return sl_err_set(SL_ERR_DROPPED,
+                              "rejoin: node %u, which was to hand this node the state, is gone "
+                              "(its connection closed)",
+                              (unsigned)donor);
+    }
+    if (st == SL_ERR_TIMEOUT)
+        return sl_err_set(st, "rejoin: node %u sent no state (part %u) within %d ms",
+                          (unsigned)donor, seq, wait_ms);
+    SL_TRY(st);
     if (got != want)
         return sl_err_set(SL_ERR_FORMAT, "rejoin: node %u sent %zu bytes of state part %u, not %zu",
                           (unsigned)donor, got, seq, want);

@@ -312,11 +312,6 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     };
     s->env.codec = sl_sync_codec_init(&s->codec, cfg);
     s->neighbour = sl_sync_is_neighbourhood(algo);
-    SL_TRY_GOTO(sl_liveness_new(&s->live, tr, size, s->env.timeout_ms), st, fail);
-    if (algo != SL_SYNC_NONE && !s->neighbour) {
-        SL_TRY_GOTO(sl_members_new(&s->members, tr, rank, size, s->env.timeout_ms), st, fail);
-        s->env.members = s->members;
-    }
     if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(check_exchange(cfg, algo), st, fail);
     for (int c = 0; c < ncomps; c++) {
@@ -328,6 +323,12 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     }
     SL_TRY_GOTO(resolve_periods(s, cfg), st, fail);
     SL_TRY_GOTO(check_overlap(s, cfg), st, fail);
+    /* the parts that use the transport, once the settings are known to be sound */
+    SL_TRY_GOTO(sl_liveness_new(&s->live, tr, size, s->env.timeout_ms), st, fail);
+    if (algo != SL_SYNC_NONE && !s->neighbour) {
+        SL_TRY_GOTO(sl_members_new(&s->members, tr, rank, size, s->env.timeout_ms), st, fail);
+        s->env.members = s->members;
+    }
     SL_TRY_GOTO(log_periods(s, cfg), st, fail);
     SL_TRY_GOTO(SL_CALLOC(&s->stat, (size_t)ncomps, "sync stats"), st, fail);
     if (s->env.exchange != SL_EXCHANGE_DENSE)
