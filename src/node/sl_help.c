@@ -24,7 +24,7 @@ static const char main_help[] =
     "\n"
     "Options:\n"
     "  -h, --help        show this help and exit\n"
-    "      --version     show the version and exit\n"
+    "      --version     show the version and the CUDA module, and exit\n"
     "      --help-config list every configuration key: type, default, meaning\n"
     "\n"
     "Run 'shoal help COMMAND' or 'shoal COMMAND --help' for a command's options.\n"
