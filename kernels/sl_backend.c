@@ -1,18 +1,19 @@
-/* The backend registry: turns a device name ("cpu", "cuda", "cuda:N") into a backend.
- * The only file that knows which backends exist, and the only one that asks
- * #ifdef HAVE_CUDA. */
+/* The backend registry: turns a device name ("cpu", "cuda", "cuda:N") into a backend,
+ * CUDA's from the module that kernels/sl_cuda_loader.c loads. The only file that knows
+ * which backends exist, and the only one that asks #ifdef HAVE_CUDA. */
 #include "config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/sl_alloc.h"
 #include "kernels/sl_backend.h"
 #ifdef HAVE_CUDA
-#include "kernels/cuda/sl_cuda.h"
+#include "kernels/sl_cuda_loader.h"
 #endif
 
 /* "cuda" or "cuda:N" with N a decimal device index; *index gets N (0 for "cuda"). */
@@ -48,7 +49,7 @@ sl_backend_new(sl_backend_t **out, const char *name, int threads)
 #ifdef HAVE_CUDA
         if (index > INT_MAX)
             return sl_err_set(SL_ERR_INVALID, "device '%s': device index out of range", name);
-        return sl_backend_cuda_new(out, (int)index);
+        return sl_cuda_loader_backend_new(out, (int)index);
 #else
         return sl_err_set(SL_ERR_UNSUPPORTED,
                           "device 'cuda:%ld': this shoal was built without CUDA "
@@ -57,6 +58,16 @@ sl_backend_new(sl_backend_t **out, const char *name, int threads)
 #endif
     }
     return sl_err_set(SL_ERR_INVALID, "device '%s': unknown (accepted: cpu, cuda, cuda:N)", name);
+}
+
+void
+sl_backend_cuda_describe(char *buf, size_t size)
+{
+#ifdef HAVE_CUDA
+    sl_cuda_loader_describe(buf, size);
+#else
+    snprintf(buf, size, "none: this shoal was built without CUDA (configure --with-cuda)");
+#endif
 }
 
 /* Objects come from sl_alloc in each backend's constructor; the context is the

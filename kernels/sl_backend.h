@@ -144,11 +144,17 @@ struct sl_backend_ops {
                         const float *g, float *m, float *v, float *w);
 };
 
-/* Creates a backend by name: "cpu" (always), "cuda", "cuda:N" (when built with CUDA).
- * SL_ERR_UNSUPPORTED with a message saying how to get it otherwise. Destroy with
- * sl_backend_destroy, which accepts NULL and NULLs the pointer. */
+/* Creates a backend by name: "cpu" (always), "cuda", "cuda:N" (when built with CUDA,
+ * from the CUDA module, loaded then: kernels/sl_cuda_loader.h). SL_ERR_UNSUPPORTED with
+ * a message saying how to get it otherwise; SL_ERR_DEVICE when the module or the GPU
+ * is missing. Destroy with sl_backend_destroy, which accepts NULL and NULLs the
+ * pointer. */
 sl_status_t sl_backend_new(sl_backend_t **out, const char *name, int threads);
 void sl_backend_destroy(sl_backend_t **b);
+
+/* One line on the CUDA backend for shoal --version into buf: the module's path and GPU
+ * code, or why there is none. Needs no GPU. */
+void sl_backend_cuda_describe(char *buf, size_t size);
 
 /* be's host_alloc / host_free (above): *ptr gets zeroed staging memory of bytes; free
  * with sl_backend_host_free, which accepts a NULL *ptr and sets *ptr to NULL. */

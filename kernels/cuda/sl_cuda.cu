@@ -479,19 +479,6 @@ cuda_init(sl_cuda_t *cu)
 }
 
 sl_status_t
-sl_cuda_device_count(int *count)
-{
-    cudaError_t e = cudaGetDeviceCount(count);
-
-    if (e == cudaSuccess)
-        return SL_OK;
-    *count = 0;
-    cudaGetLastError();
-    return sl_err_set(SL_ERR_DEVICE, "CUDA: no usable device: %s (%s)", cudaGetErrorString(e),
-                      cudaGetErrorName(e));
-}
-
-sl_status_t
 sl_backend_cuda_new(sl_backend_t **out, int device)
 {
     sl_backend_t *b;
@@ -503,6 +490,9 @@ sl_backend_cuda_new(sl_backend_t **out, int device)
     st = sl_cuda_device_count(&count);
     if (st != SL_OK)
         return sl_err_prefix(st, "device 'cuda:%d'", device);
+    if (count == 0)
+        return sl_err_set(SL_ERR_DEVICE, "device 'cuda:%d': no GPU: no CUDA device visible",
+                          device);
     if (device < 0 || device >= count)
         return sl_err_set(SL_ERR_DEVICE, "device 'cuda:%d': %d CUDA device%s visible", device,
                           count, count == 1 ? "" : "s");
