@@ -267,6 +267,14 @@ sl_report_final_eval(sl_report_t *r, long step, int nmodels, const char *split, 
     return sl_metrics_eval(&r->metrics, key, step, loss);
 }
 
+sl_wire_report_t
+sl_report_wire(const sl_report_t *r, size_t nparams)
+{
+    sl_wire_report_t w = {r->opts->transport, sl_sync_algorithm(r->run.sync), r->run.comps,
+                          r->run.ncomps, nparams, r->opts->nranks, r->session_steps};
+    return w;
+}
+
 static long
 peak_rss_kb(void)
 {
@@ -305,6 +313,7 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     char path[SL_TRAIN_PATH_MAX];
     long threads = cfg->run.threads > 0 ? cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
     int n = snprintf(path, sizeof path, "%s/summary.json", dir);
+    sl_wire_report_t wire;
     sl_atomic_file_t f;
     FILE *o;
 
@@ -354,6 +363,8 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     sl_json_number(o, sl_sync_time_s(r->run.sync));
     json_key(o, "models_averaged", 0);
     fprintf(o, "%d", nmodels);
+    wire = sl_report_wire(r, res->nparams);
+    sl_wire_report_json(o, &wire);
     fputs("\n}\n", o);
     return sl_atomic_commit(&f);
 }

@@ -262,6 +262,12 @@ START_TEST(test_quant_topk)
     ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, 1, b, sizeof b, &nb), SL_OK);
     ck_assert_int_eq(sl_wire_quant_parse(SL_WIRE_INT8, b, nb, N, &h, NULL), SL_OK);
     ck_assert_uint_eq(h.entries, N);
+    /* all magnitudes equal: the first k indices, whatever the signs */
+    for (size_t i = 0; i < N; i++)
+        y[i] = i % 3 ? 0.5f : -0.5f;
+    sl_quant_topk(y, N, 7, keys, idx);
+    for (uint32_t j = 0; j < 7; j++)
+        ck_assert_uint_eq(idx[j], j);
     sl_quant_destroy(&q);
 }
 END_TEST

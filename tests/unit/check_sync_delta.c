@@ -1,0 +1,223 @@
+/* Unit tests of the delta exchange (src/sync/sl_sync_delta.c, sl_bmuf_mean_delta and the
+ * bmuf all-node path of sl_sync_average.c): the mean rebuilt from a reference plus the
+ * deltas is the mean of the weights bit for bit where that is exact in fp32, and within
+ * one rounding otherwise; three nodes (threads, loopback transports) with int8 / int4
+ * deltas end where fp32 ends up to the quantization of one message, not more after
+ * many blocks (the error feedback keeps each link's copies in step); bmuf with bf16
+ * sends deltas, whose rounding is that of the small changes, not of the weights. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/sl_rng.h"
+#include "sync/sl_bmuf.h"
+#include "sync/sl_sync.h"
+#include "transport/sl_wire.h"
+
+#include "test_tool.h"
+#include "test_util.h"
+
+enum { M = 4096 };
+
+/* ulps between two finite floats of one sign */
+static int64_t
+ulps(float a, float b)
+{
+    int32_t x, y;
+
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x > y ? (int64_t)x - y : (int64_t)y - x;
+}
+
+static double
+wmax(const float *w, int n, size_t j)
+{
+    double m = 0;
+
+    for (int k = 0; k < n; k++)
+        m = fmax(m, fabs(w[(size_t)k * M + j]));
+    return m;
+}
+
+/* n nodes' weights w (n, M) around a reference ref: bar of the weights against
+ * ref + mean(w - ref). Sterbenz data (every w within [ref / 2, 2 ref], so each w - ref
+ * is exact) on 2, 4 and 8 nodes: the same bits, mathematically exact (the double sums
+ * of a few floats are exact, dividing by a power of two is, and both round the same real
+ * number once). 3 and 5 nodes: within one ulp (the division rounds in double first).
+ * Weights far from the reference (w - ref rounded): within the rounding of the deltas,
+ * half an ulp of the largest |w| each, and of bar. */
+START_TEST(test_delta_mean_bits)
+{
+    static float ref[M], w[8 * M], d[8 * M], a[M], b[M];
+    sl_rng_t r;
+
+    sl_rng_init(&r, 3);
+    for (int n = 2; n <= 8; n++) {
+        int exact = (n & (n - 1)) == 0;
+        for (int far = 0; far < 2; far++) {
+            for (size_t j = 0; j < M; j++)
+                ref[j] = (float)((sl_rng_u64(&r) & 1 ? -1 : 1) * (0.5 + sl_rng_double(&r)));
+            for (int k = 0; k < n; k++)
+                for (size_t j = 0; j < M; j++) {
+                    double u = sl_rng_double(&r);
+                    w[k * M + j] = far ? (float)((u - 0.5) * 1e3 * ref[j])
+                                       : (float)(ref[j] * (0.5 + 1.5 * u)); /* [ref/2, 2ref) */
+                    d[k * M + j] = w[k * M + j] - ref[j];
+                }
+            sl_bmuf_mean(a, w, w + M, (size_t)n - 1, M);
+            sl_bmuf_mean_delta(b, ref, d, d + M, (size_t)n - 1, M);
+            for (size_t j = 0; j < M; j++) {
+                if (!far && exact)
+                    ck_assert_msg(a[j] == b[j], "n %d, %zu: weights %.9g, deltas %.9g", n, j,
+                                  (double)a[j], (double)b[j]);
+                else if (!far)
+                    ck_assert_msg(ulps(a[j], b[j]) <= 1 || fabsf(a[j] - b[j]) <= 1e-7f,
+                                  "n %d, %zu: weights %.9g, deltas %.9g", n, j, (double)a[j],
+                                  (double)b[j]);
+                else
+                    ck_assert_msg(fabs((double)a[j] - b[j]) <= 2 * wmax(w, n, j) * 0x1p-24,
+                                  "n %d, %zu (far): weights %.9g, deltas %.9g", n, j,
+                                  (double)a[j], (double)b[j]);
+            }
+        }
+    }
+}
+END_TEST
+
+/* Node k's parameters before block b: += a change of size ~0.02 that differs by node,
+ * block and parameter (the nodes' local steps). */
+static void
+drift(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)s;
+    for (int i = 0; i < tr->np; i++)
+        p[i] += 0.02f * (float)sin(1.3 * i + 0.7 * b + 2.1 * k) * (float)(k + 1);
+}
+
+/* Node k's start: different on every node (the mirrors must not assume a common one). */
+static float
+spread_start(int k, int i)
+{
+    return (float)(k + 1) * 0.5f + 0.01f * (float)i;
+}
+
+/* The trio with conf for blocks blocks from the start value: the final parameters. */
+static void
+run_trio(test_trio_t *tr, const char *conf, float (*start)(int, int), int blocks)
+{
+    test_trio_init(tr, conf, start);
+    tr->blocks = blocks;
+    tr->step = drift;
+    test_trio_run(tr);
+}
+
+static double
+max_diff(const test_trio_t *a, const test_trio_t *b)
+{
+    double worst = 0;
+
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        for (int i = 0; i < TEST_TRIO_NP; i++)
+            worst = fmax(worst, fabs((double)a->p[k][i] - b->p[k][i]));
+    return worst;
+}
+
+/* local-ma (every node averages with both others) over 30 blocks: with int8 deltas in
+ * blocks of 4 the nodes end within one quantization step of the largest value (about
+ * 2.5 / 127) of where fp32 weights take them, not 30 of them: what one message drops
+ * the next one carries. int4 likewise within 2.5 / 7. Every value travels as int8 /
+ * int4 (no fp32 bytes), and the result is not fp32's (the quantized path ran). Then
+ * gossip-ma, where only the pullers get a push each round, and top-k. */
+START_TEST(test_delta_trio_quantized)
+{
+    static test_trio_t exact, q;
+    static const struct {
+        const char *conf;
+        unsigned enc;
+        double tol;
+    } runs[] = {
+        {"sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4}", SL_WIRE_INT8,
+         2.5 / 127},
+        {"sync={period: 1, algorithm: local-ma, compression: int4, quant_block: 4}", SL_WIRE_INT4, 2.5 / 7},
+        {"sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, rounding: stochastic}",
+         SL_WIRE_INT8, 2 * 2.5 / 127},
+    };
+
+    run_trio(&exact, "sync={period: 1, algorithm: local-ma}", spread_start, 30);
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        double d;
+
+        run_trio(&q, runs[r].conf, spread_start, 30);
+        d = max_diff(&exact, &q);
+        ck_assert_msg(d > 0 && d < runs[r].tol, "%s: %g from fp32", runs[r].conf, d);
+        for (int k = 0; k < TEST_TRIO_N; k++)
+            for (int c = 0; c < TEST_TRIO_NC; c++) {
+                ck_assert_uint_gt(q.stat[k][c].sent_enc_bytes[runs[r].enc], 0);
+                ck_assert_uint_eq(q.stat[k][c].sent_enc_bytes[SL_WIRE_FP32], 0);
+                ck_assert_uint_eq(q.stat[k][c].answered, q.stat[k][c].expected);
+            }
+    }
+    /* gossip-ma (q = 1 of 2 links): a node's copy of a neighbour lags by the rounds that
+     * neighbour pushed elsewhere, yet stays in step with it (no delta left out) */
+    run_trio(&exact, "sync={period: 1, algorithm: gossip-ma}", spread_start, 30);
+    run_trio(&q, "sync={period: 1, algorithm: gossip-ma, compression: int8, quant_block: 4}",
+             spread_start, 30);
+    ck_assert_msg(max_diff(&exact, &q) < 2.5 / 127, "gossip-ma int8: %g from fp32",
+                  max_diff(&exact, &q));
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        ck_assert_uint_eq(q.stat[k][1].answered, q.stat[k][1].expected);
+    /* top-k 50%: the other half waits in the feedback; still near fp32 */
+    run_trio(&q, "sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, topk: 0.5}",
+             spread_start, 30);
+    ck_assert_msg(max_diff(&exact, &q) < 1.0, "top-k: %g", max_diff(&exact, &q));
+}
+END_TEST
+
+/* A start common to every node (as a run's, from run.seed), weights about 4. */
+static float
+common_start(int k, int i)
+{
+    (void)k;
+    return 4.0f + 0.01f * (float)i;
+}
+
+/* bmuf (all-node mean) with bf16 from a common start: the deltas travel, so the result
+ * is fp32's up to bf16's rounding of block changes of about 0.1 (2^-9 of them, a few
+ * 1e-4 after 12 blocks of momentum), far below the 2^-9 x 4 = 8e-3 that each exchange
+ * of bf16 weights of about 4 would cost. */
+START_TEST(test_delta_bmuf_bf16)
+{
+    static test_trio_t exact, h;
+
+    run_trio(&exact, "sync={period: 1, algorithm: bmuf, block_momentum: 0.5}", common_start, 12);
+    run_trio(&h, "sync={period: 1, algorithm: bmuf, block_momentum: 0.5, compression: bf16}",
+             common_start, 12);
+    ck_assert_msg(max_diff(&exact, &h) < 1e-3, "bmuf bf16: %g from fp32",
+                  max_diff(&exact, &h));
+    for (int k = 1; k < TEST_TRIO_N; k++) /* every node ends with the same bits */
+        test_assert_floats(h.p[k], h.p[0], TEST_TRIO_NP);
+}
+END_TEST
+
+static Suite *
+sync_delta_suite(void)
+{
+    Suite *s = suite_create("sync_delta");
+    TCase *core = tcase_create("core");
+
+    tcase_set_timeout(core, 120);
+    tcase_add_test(core, test_delta_mean_bits);
+    tcase_add_test(core, test_delta_trio_quantized);
+    tcase_add_test(core, test_delta_bmuf_bf16);
+    suite_add_tcase(s, core);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_main(sync_delta_suite());
+}
