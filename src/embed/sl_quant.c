@@ -16,20 +16,20 @@
 
 struct sl_quant {
     sl_quant_opts_t o;
-    unsigned wire;   /* SL_WIRE_INT8 / INT4 */
-    int qmax;        /* 127 / 7 */
+    unsigned wire; /* SL_WIRE_INT8 / INT4 */
+    int qmax;      /* 127 / 7 */
     size_t max_n;
-    float *v;        /* (max_n) the values encoded: x + resid */
-    float *deq;      /* (max_n) what the receiver decodes, for the feedback */
-    uint64_t *keys;  /* (max_n) top-k work */
-    uint32_t *idx;   /* (max_n) the entries sent (top-k) or received (sparse) */
+    float *v;       /* (max_n) the values encoded: x + resid */
+    float *deq;     /* (max_n) what the receiver decodes, for the feedback */
+    uint64_t *keys; /* (max_n) top-k work */
+    uint32_t *idx;  /* (max_n) the entries sent (top-k) or received (sparse) */
 };
 
 sl_quant_opts_t
 sl_quant_opts_from_config(const sl_config_t *cfg)
 {
-    sl_quant_opts_t o = {cfg->sync.compression, (uint32_t)cfg->sync.quant_block,
-                         cfg->sync.rounding, cfg->sync.topk};
+    sl_quant_opts_t o = {cfg->sync.compression, (uint32_t)cfg->sync.quant_block, cfg->sync.rounding,
+                         cfg->sync.topk};
     return o;
 }
 
@@ -200,8 +200,8 @@ block_scale(const sl_quant_t *q, float m)
 }
 
 sl_status_t
-sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t base,
-                uint64_t key, int all, void *out, size_t cap, size_t *bytes)
+sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t base, uint64_t key,
+                int all, void *out, size_t cap, size_t *bytes)
 {
     unsigned char *p = out, *scales, *values;
     size_t k, ib = 0, nblocks, total;
@@ -209,8 +209,9 @@ sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t 
     sl_wire_quant_t h;
 
     if (n > q->max_n || cap < sl_quant_max_bytes(q, n))
-        return sl_err_set(SL_ERR_INVALID, "sl_quant_encode: %zu values (max %zu), %zu bytes of room",
-                          n, q->max_n, cap);
+        return sl_err_set(SL_ERR_INVALID,
+                          "sl_quant_encode: %zu values (max %zu), %zu bytes of room", n, q->max_n,
+                          cap);
     for (size_t i = 0; i < n; i++) {
         q->v[i] = resid ? x[i] + resid[i] : x[i];
         if (!isfinite(q->v[i]))

@@ -22,16 +22,16 @@ struct sl_sync_delta {
     uint64_t seed;
     sl_quant_t *q;
     int links;
-    int *nb;                 /* (links) the ring neighbours, ascending */
-    float *out, *in;         /* (links, nparams) the mirrors */
-    uint64_t *out_round;     /* (links, ncomps) round of the last push on the link */
-    uint64_t *out_pushes;    /* (links, ncomps) pushes on the link since its keyframe */
-    uint64_t *in_round;      /* (links, ncomps) round of the last message taken */
-    float *diff;             /* (max_count) theta - out[j] */
-    unsigned char *payload;  /* (max_bytes) one message */
+    int *nb;                /* (links) the ring neighbours, ascending */
+    float *out, *in;        /* (links, nparams) the mirrors */
+    uint64_t *out_round;    /* (links, ncomps) round of the last push on the link */
+    uint64_t *out_pushes;   /* (links, ncomps) pushes on the link since its keyframe */
+    uint64_t *in_round;     /* (links, ncomps) round of the last message taken */
+    float *diff;            /* (max_count) theta - out[j] */
+    unsigned char *payload; /* (max_bytes) one message */
     size_t max_bytes;
-    sl_wire_key_t *keys;     /* (links) the chosen ones' messages still awaited */
-    int warned_base;         /* the base warning is logged once */
+    sl_wire_key_t *keys; /* (links) the chosen ones' messages still awaited */
+    int warned_base;     /* the base warning is logged once */
 };
 
 sl_status_t
@@ -119,9 +119,9 @@ push(sl_sync_delta_t *d, int c, uint64_t round, const float *theta, uint32_t p, 
 
     for (size_t i = 0; i < n; i++)
         d->diff[i] = key_frame ? theta[i] : theta[i] - mirror[i];
-    st = sl_quant_encode(d->q, d->diff, NULL, n, key_frame ? SL_WIRE_QUANT_ABSOLUTE
-                                                            : d->out_round[at],
-                         sl_hash_u64s(kw, 5), key_frame, d->payload, d->max_bytes, &bytes);
+    st = sl_quant_encode(d->q, d->diff, NULL, n,
+                         key_frame ? SL_WIRE_QUANT_ABSOLUTE : d->out_round[at], sl_hash_u64s(kw, 5),
+                         key_frame, d->payload, d->max_bytes, &bytes);
     if (st != SL_OK) {
         sl_log_warn("gossip", "rank %d: %s round %" PRIu64 ": push to rank %u skipped: %s",
                     d->env.rank, cp->name, round, (unsigned)p, sl_err_msg());
@@ -155,12 +155,12 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
     sl_status_t st;
 
     if (f->h.encoding != sl_quant_wire_encoding(d->q) ||
-        sl_wire_quant_parse(f->h.encoding, f->payload, f->h.payload_bytes, (uint32_t)n, &h,
-                            NULL) != SL_OK) {
+        sl_wire_quant_parse(f->h.encoding, f->payload, f->h.payload_bytes, (uint32_t)n, &h, NULL) !=
+            SL_OK) {
         char what[160];
         snprintf(what, sizeof what, "%s delta of %s: %s", sl_wire_encoding_name(f->h.encoding),
-                 cp->name, f->h.encoding == sl_quant_wire_encoding(d->q) ? sl_err_msg()
-                                                                         : "not this run's");
+                 cp->name,
+                 f->h.encoding == sl_quant_wire_encoding(d->q) ? sl_err_msg() : "not this run's");
         sl_transport_refuse(d->env.tr, &f, SL_DROP_BAD_SIZE, what);
         return SL_ERR_INVALID;
     }

@@ -52,8 +52,7 @@ void sl_sync_delta_destroy(sl_sync_delta_t **d);
  * holds, is left out (the sender is not blamed for the last). Every rank in the lists
  * must be a ring neighbour (SL_ERR_INVALID). */
 sl_status_t sl_sync_delta_exchange(sl_sync_delta_t *d, int c, uint64_t round, const float *theta,
-                                   const uint32_t *pullers, size_t npullers,
-                                   const uint32_t *chosen, size_t nchosen, float *recv,
-                                   uint32_t *from, size_t *got);
+                                   const uint32_t *pullers, size_t npullers, const uint32_t *chosen,
+                                   size_t nchosen, float *recv, uint32_t *from, size_t *got);
 
 #endif

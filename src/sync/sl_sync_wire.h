@@ -16,8 +16,8 @@
 #include "transport/sl_wire.h"
 
 typedef struct {
-    uint64_t frames;        /* frames sent */
-    uint64_t payload_bytes; /* their payloads */
+    uint64_t frames;                        /* frames sent */
+    uint64_t payload_bytes;                 /* their payloads */
     uint64_t enc_bytes[SL_WIRE_NENCODINGS]; /* payload bytes by sl_wire_encoding_t */
 } sl_sync_wire_count_t;
 

@@ -85,8 +85,7 @@ parse_index(const char *what, const sl_wire_quant_t *q, uint32_t *idx)
         }
         if (next + gap >= q->n)
             return sl_err_set(SL_ERR_FORMAT, "%s payload: index %llu of entry %u is not below %u",
-                              what, (unsigned long long)(next + gap), (unsigned)j,
-                              (unsigned)q->n);
+                              what, (unsigned long long)(next + gap), (unsigned)j, (unsigned)q->n);
         if (idx)
             idx[j] = (uint32_t)(next + gap);
         next += gap + 1;
@@ -147,8 +146,8 @@ sl_wire_quant_parse(unsigned encoding, const void *payload, size_t bytes, uint32
     q->index_bytes = sl_get_u32(p + 12);
     q->base = sl_get_u64(p + 16);
     if (q->n != n)
-        return sl_err_set(SL_ERR_FORMAT, "%s payload: %u values, expected %u", what,
-                          (unsigned)q->n, (unsigned)n);
+        return sl_err_set(SL_ERR_FORMAT, "%s payload: %u values, expected %u", what, (unsigned)q->n,
+                          (unsigned)n);
     if (q->block < 1 || q->block > SL_WIRE_QUANT_MAX_BLOCK)
         return sl_err_set(SL_ERR_FORMAT, "%s payload: block of %u values, not in 1..%u", what,
                           (unsigned)q->block, SL_WIRE_QUANT_MAX_BLOCK);

@@ -46,8 +46,7 @@ int sl_wire_quant_max(unsigned encoding);
 /* Bytes of the values of entries quantized values; 0 for other encodings. */
 size_t sl_wire_quant_value_bytes(unsigned encoding, size_t entries);
 /* Bytes of a payload with these fields (head, index stream, scales, values). */
-size_t sl_wire_quant_bytes(unsigned encoding, uint32_t block, uint32_t entries,
-                           size_t index_bytes);
+size_t sl_wire_quant_bytes(unsigned encoding, uint32_t block, uint32_t entries, size_t index_bytes);
 
 /* Writes q's first five fields as the payload's head (SL_WIRE_QUANT_HEAD_BYTES at p). */
 void sl_wire_quant_put_head(unsigned char *p, const sl_wire_quant_t *q);

@@ -86,15 +86,14 @@ END_TEST
 START_TEST(test_quant_ranges)
 {
     static const char *const bad[] = {"sync.quant_block=0", "sync.quant_block=65537",
-                                      "sync.topk=1.5", "sync.topk=-0.1", "sync.rounding=up",
-                                      "sync.compression=int2"};
+                                      "sync.topk=1.5",      "sync.topk=-0.1",
+                                      "sync.rounding=up",   "sync.compression=int2"};
     sl_config_t c;
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sl_config_init(&c);
         ck_assert_msg(sl_config_set(&c, bad[i]) != SL_OK, "%s accepted", bad[i]);
-        ck_assert_msg(strstr(sl_err_msg(), "sync.") != NULL,
-                      "%s: %s", bad[i], sl_err_msg());
+        ck_assert_msg(strstr(sl_err_msg(), "sync.") != NULL, "%s: %s", bad[i], sl_err_msg());
         sl_config_fini(&c);
     }
 }

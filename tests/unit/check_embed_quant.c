@@ -70,9 +70,8 @@ check_round_trip(sl_compress_t enc, uint32_t block, sl_rounding_t r)
             m = fmax(m, fabs(x[j]));
         bound = half * m / qmax * (1 + 1e-6) + m * FLT_EPSILON;
         for (size_t j = j0; j < j1; j++)
-            ck_assert_msg(fabs((double)y[j] - x[j]) <= bound,
-                          "%s block %u: |%g - %g| > %g", sl_compress_name(enc), block,
-                          (double)y[j], (double)x[j], bound);
+            ck_assert_msg(fabs((double)y[j] - x[j]) <= bound, "%s block %u: |%g - %g| > %g",
+                          sl_compress_name(enc), block, (double)y[j], (double)x[j], bound);
     }
     sl_quant_destroy(&q);
     ck_assert_ptr_null(q);
@@ -113,20 +112,19 @@ check_feedback(sl_compress_t enc, sl_rounding_t r, double topk)
     sl_rng_init(&rng, 5);
     for (int t = 0; t < ROUNDS; t++) {
         for (size_t i = 0; i < N; i++) {
-            x[i] = i % BLOCK == 0 ? 1.0f
-                                  : (float)(step * (0.3 + 0.1 * (sl_rng_double(&rng) - 0.5)));
+            x[i] =
+                i % BLOCK == 0 ? 1.0f : (float)(step * (0.3 + 0.1 * (sl_rng_double(&rng) - 0.5)));
             truth[i] += x[i];
         }
-        ck_assert_int_eq(
-            sl_quant_encode(q, x, resid, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0, buf,
-                            sizeof buf, &bytes),
-            SL_OK);
+        ck_assert_int_eq(sl_quant_encode(q, x, resid, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0,
+                                         buf, sizeof buf, &bytes),
+                         SL_OK);
         ck_assert_int_eq(sl_quant_decode(q, sl_quant_wire_encoding(q), buf, bytes, N, y, 0, NULL),
                          SL_OK);
         for (size_t i = 0; i < N; i++)
             sent[i] += y[i];
-        ck_assert_int_eq(sl_quant_encode(p, x, NULL, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0,
-                                         buf, sizeof buf, &bytes),
+        ck_assert_int_eq(sl_quant_encode(p, x, NULL, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0, buf,
+                                         sizeof buf, &bytes),
                          SL_OK);
         ck_assert_int_eq(
             sl_quant_decode(p, sl_quant_wire_encoding(p), buf, bytes, N, plain, 0, NULL), SL_OK);
@@ -140,8 +138,8 @@ check_feedback(sl_compress_t enc, sl_rounding_t r, double topk)
                       "entry %zu: true %g, sent %g, residual %g", i, truth[i], sent[i],
                       (double)resid[i]);
         /* dense: within one message's rounding; top-k: a few rounds' worth at most */
-        ck_assert_msg(fabs(gap) <= (topk > 0 ? 8 : 1) * step * 1.01, "entry %zu: %g behind",
-                      i, gap);
+        ck_assert_msg(fabs(gap) <= (topk > 0 ? 8 : 1) * step * 1.01, "entry %zu: %g behind", i,
+                      gap);
     }
     /* without feedback the small values (dense, nearest) never arrive */
     if (topk == 0 && r == SL_ROUNDING_NEAREST)
@@ -182,9 +180,8 @@ START_TEST(test_quant_stochastic_unbiased)
         size_t na, nb;
 
         for (int d = 0; d < DRAWS; d++) {
-            ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 1000 + (uint64_t)d, 0, a, sizeof a,
-                                             &na),
-                             SL_OK);
+            ck_assert_int_eq(
+                sl_quant_encode(s, x, NULL, M, 0, 1000 + (uint64_t)d, 0, a, sizeof a, &na), SL_OK);
             ck_assert_int_eq(sl_quant_decode(s, sl_quant_wire_encoding(s), a, na, M, y, 0, NULL),
                              SL_OK);
             for (int i = 0; i < M; i++)
@@ -236,8 +233,7 @@ START_TEST(test_quant_topk)
         if (j)
             ck_assert_uint_gt(idx[j], idx[j - 1]);
         for (size_t i = 0; i < N; i++) /* entries ranked before idx[j] */
-            if (fabsf(x[i]) > fabsf(x[idx[j]]) ||
-                (fabsf(x[i]) == fabsf(x[idx[j]]) && i < idx[j]))
+            if (fabsf(x[i]) > fabsf(x[idx[j]]) || (fabsf(x[i]) == fabsf(x[idx[j]]) && i < idx[j]))
                 better++;
         ck_assert_msg(better < k, "entry %u ranks %zu", (unsigned)idx[j], better);
     }
@@ -299,8 +295,7 @@ refused(unsigned enc, const unsigned char *p, size_t bytes, uint32_t n, const ch
     uint32_t idx[16];
 
     ck_assert_int_eq(sl_wire_quant_parse(enc, p, bytes, n, &h, idx), SL_ERR_FORMAT);
-    ck_assert_msg(strstr(sl_err_msg(), what) != NULL, "'%s' does not say '%s'", sl_err_msg(),
-                  what);
+    ck_assert_msg(strstr(sl_err_msg(), what) != NULL, "'%s' does not say '%s'", sl_err_msg(), what);
 }
 
 START_TEST(test_quant_bad_payloads)
@@ -401,12 +396,10 @@ START_TEST(test_quant_bad_payloads)
         for (int i = 0; i < 10; i++)
             x[i] = 3.0f;
         ck_assert_int_eq(sl_quant_new(&q, &o, 10), SL_OK);
-        ck_assert_int_eq(sl_quant_decode(q, SL_WIRE_INT4, p, bytes, 10, x, 0, NULL),
-                         SL_ERR_FORMAT);
+        ck_assert_int_eq(sl_quant_decode(q, SL_WIRE_INT4, p, bytes, 10, x, 0, NULL), SL_ERR_FORMAT);
         bytes = payload(p, SL_WIRE_INT8, 0);
         p[SL_WIRE_QUANT_HEAD_BYTES + 3] = 0xff; /* scale NaN */
-        ck_assert_int_eq(sl_quant_decode(q, SL_WIRE_INT8, p, bytes, 10, x, 1, NULL),
-                         SL_ERR_FORMAT);
+        ck_assert_int_eq(sl_quant_decode(q, SL_WIRE_INT8, p, bytes, 10, x, 1, NULL), SL_ERR_FORMAT);
         for (int i = 0; i < 10; i++)
             ck_assert_float_eq(x[i], 3.0f);
         /* the encoder: a NaN is refused, not sent */

@@ -79,8 +79,8 @@ START_TEST(test_delta_mean_bits)
                                   (double)b[j]);
                 else
                     ck_assert_msg(fabs((double)a[j] - b[j]) <= 2 * wmax(w, n, j) * 0x1p-24,
-                                  "n %d, %zu (far): weights %.9g, deltas %.9g", n, j,
-                                  (double)a[j], (double)b[j]);
+                                  "n %d, %zu (far): weights %.9g, deltas %.9g", n, j, (double)a[j],
+                                  (double)b[j]);
             }
         }
     }
@@ -141,8 +141,10 @@ START_TEST(test_delta_trio_quantized)
     } runs[] = {
         {"sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4}", SL_WIRE_INT8,
          2.5 / 127},
-        {"sync={period: 1, algorithm: local-ma, compression: int4, quant_block: 4}", SL_WIRE_INT4, 2.5 / 7},
-        {"sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, rounding: stochastic}",
+        {"sync={period: 1, algorithm: local-ma, compression: int4, quant_block: 4}", SL_WIRE_INT4,
+         2.5 / 7},
+        {"sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, rounding: "
+         "stochastic}",
          SL_WIRE_INT8, 2 * 2.5 / 127},
     };
 
@@ -170,7 +172,8 @@ START_TEST(test_delta_trio_quantized)
     for (int k = 0; k < TEST_TRIO_N; k++)
         ck_assert_uint_eq(q.stat[k][1].answered, q.stat[k][1].expected);
     /* top-k 50%: the other half waits in the feedback; still near fp32 */
-    run_trio(&q, "sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, topk: 0.5}",
+    run_trio(&q,
+             "sync={period: 1, algorithm: local-ma, compression: int8, quant_block: 4, topk: 0.5}",
              spread_start, 30);
     ck_assert_msg(max_diff(&exact, &q) < 1.0, "top-k: %g", max_diff(&exact, &q));
 }
@@ -195,8 +198,7 @@ START_TEST(test_delta_bmuf_bf16)
     run_trio(&exact, "sync={period: 1, algorithm: bmuf, block_momentum: 0.5}", common_start, 12);
     run_trio(&h, "sync={period: 1, algorithm: bmuf, block_momentum: 0.5, compression: bf16}",
              common_start, 12);
-    ck_assert_msg(max_diff(&exact, &h) < 1e-3, "bmuf bf16: %g from fp32",
-                  max_diff(&exact, &h));
+    ck_assert_msg(max_diff(&exact, &h) < 1e-3, "bmuf bf16: %g from fp32", max_diff(&exact, &h));
     for (int k = 1; k < TEST_TRIO_N; k++) /* every node ends with the same bits */
         test_assert_floats(h.p[k], h.p[0], TEST_TRIO_NP);
 }
