@@ -27,6 +27,7 @@ struct sl_sync_delta {
     uint64_t *out_round;    /* (links, ncomps) round of the last push on the link */
     uint64_t *out_pushes;   /* (links, ncomps) pushes on the link since its keyframe */
     uint64_t *in_round;     /* (links, ncomps) round of the last message taken */
+    uint32_t *comebacks;    /* (links) the neighbour's new processes seen (hellos) */
     float *diff;            /* (max_count) theta - out[j] */
     unsigned char *payload; /* (max_bytes) one message */
     size_t max_bytes;
@@ -65,6 +66,9 @@ sl_sync_delta_new(sl_sync_delta_t **out, const sl_sync_env_t *env, const sl_conf
     d->max_bytes = sl_quant_max_bytes(d->q, max_count);
     SL_TRY_GOTO(SL_ALLOC(&d->payload, d->max_bytes, "delta exchange"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&d->keys, (size_t)d->links, "delta exchange"), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&d->comebacks, (size_t)d->links, "delta exchange"), st, fail);
+    for (int j = 0; j < d->links; j++)
+        d->comebacks[j] = sl_transport_comebacks(env->tr, (uint32_t)d->nb[j]);
     *out = d;
     return SL_OK;
 fail:
@@ -89,6 +93,7 @@ sl_sync_delta_destroy(sl_sync_delta_t **dp)
     sl_free(d->diff);
     sl_free(d->payload);
     sl_free(d->keys);
+    sl_free(d->comebacks);
     sl_free(d);
     *dp = NULL;
 }
@@ -112,10 +117,18 @@ push(sl_sync_delta_t *d, int c, uint64_t round, const float *theta, uint32_t p, 
     const sl_component_t *cp = &d->env.comps[c];
     size_t n = cp->count, at = (size_t)j * (size_t)d->env.ncomps + (size_t)c, bytes;
     float *mirror = d->out + (size_t)j * d->env.nparams + cp->offset;
-    int key_frame = d->out_pushes[at] % SL_SYNC_DELTA_KEYFRAME_PUSHES == 0;
+    int key_frame;
     uint64_t kw[5] = {d->seed, 'Q', (uint64_t)c, round, (uint64_t)d->env.rank << 32 | p};
     sl_wire_key_t key = {round, (uint32_t)c, 0, p, SL_WIRE_GOSSIP_SNAPSHOT};
+    uint32_t back = sl_transport_comebacks(d->env.tr, p);
     sl_status_t st;
+
+    if (back != d->comebacks[j]) { /* a new process for p holds nothing of ours: keyframes */
+        d->comebacks[j] = back;
+        for (int k = 0; k < d->env.ncomps; k++)
+            d->out_pushes[(size_t)j * (size_t)d->env.ncomps + (size_t)k] = 0;
+    }
+    key_frame = d->out_pushes[at] % SL_SYNC_DELTA_KEYFRAME_PUSHES == 0;
 
     for (size_t i = 0; i < n; i++)
         d->diff[i] = key_frame ? theta[i] : theta[i] - mirror[i];

@@ -16,8 +16,9 @@
  * change against (its base); a receiver whose mirror is of another round (a push it
  * missed, a restart) leaves the message out of its average, and every
  * SL_SYNC_DELTA_KEYFRAME_PUSHES-th push on a link (the first one included, so also after
- * a resume or a rejoin) carries the quantized weights themselves, after which both
- * mirrors agree again. The mirrors are not checkpointed for that reason.
+ * a resume or a rejoin, and the first to a neighbour's new process, known by its hello)
+ * carries the quantized weights themselves, after which both mirrors agree again. The
+ * mirrors are not checkpointed for that reason.
  *
  * Memory: two copies of the model per link (2 x min(2k, n-1) x nparams floats).
  * One per node, owned by the averaging (sl_sync_average.c); not thread-safe. */

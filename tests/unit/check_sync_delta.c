@@ -13,7 +13,9 @@
 
 #include "common/sl_rng.h"
 #include "sync/sl_bmuf.h"
+#include "common/sl_log.h"
 #include "sync/sl_sync.h"
+#include "sync/sl_sync_delta.h"
 #include "transport/sl_wire.h"
 
 #include "test_tool.h"
@@ -204,6 +206,78 @@ START_TEST(test_delta_bmuf_bf16)
 }
 END_TEST
 
+/* Two nodes on loopback transports in this thread, node 0 pushing to node 1 (a push is
+ * queued at once, so one thread can play both). Node 1 misses round 3's push (it never
+ * collects it): round 4's delta is against round 3, which node 1's copy is not of, so
+ * it is left out (got 0; a short timeout, since that is what is tested) and so is every
+ * delta up to the link's next keyframe, the 16th push, which node 1 takes again, and from
+ * then on node 1 rebuilds node 0's weights within one int8 step once more. */
+START_TEST(test_delta_missed_push)
+{
+    enum { C = 64 };
+    static const sl_component_t comp[1] = {{"lstm.0", 0, C, 0, 0, 0, 0}};
+    sl_transport_t *t[2];
+    const char *eps[2];
+    sl_sync_delta_t *d[2];
+    sl_config_t cfg;
+    float theta[C], recv[C];
+    uint32_t from[1], one = 1, zero = 0;
+
+    sl_log_set_level(SL_LOG_ERROR);
+    for (int k = 0; k < 2; k++) {
+        sl_transport_opts_t o;
+        sl_transport_opts_default(&o);
+        o.run_id = 78;
+        o.rank = (uint32_t)k;
+        o.size = 2;
+        o.linger_ms = 100;
+        o.timeout_ms = 5000;
+        ck_assert_int_eq(sl_transport_new(&t[k], &o), SL_OK);
+        eps[k] = sl_transport_endpoint(t[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
+    sl_config_init(&cfg);
+    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
+    for (int k = 0; k < 2; k++) {
+        sl_sync_env_t e = {t[k], k, 2, comp, 1, C, SL_SYNC_GOSSIP_MA, SL_EXCHANGE_DENSE,
+                           k ? 300 : 5000, NULL, NULL};
+        ck_assert_int_eq(sl_sync_delta_new(&d[k], &e, &cfg, 1, C), SL_OK);
+    }
+    for (uint64_t round = 1; round <= 20; round++) {
+        size_t got = 9;
+        sl_status_t st;
+
+        for (int i = 0; i < C; i++)
+            theta[i] = (float)sin(0.1 * (double)(i * (int)round)) + (float)round;
+        ck_assert_int_eq(sl_sync_delta_exchange(d[0], 0, round, theta, &one, 1, NULL, 0, NULL,
+                                                NULL, &got),
+                         SL_OK);
+        if (round == 3)
+            continue; /* missed */
+        st = sl_sync_delta_exchange(d[1], 0, round, theta, NULL, 0, &zero, 1, recv, from, &got);
+        /* pushes 0 and 16 (rounds 1 and 17) are keyframes; rounds 4 to 16 go against the
+         * push of round 3 or later, which node 1 does not hold */
+        if (round >= 4 && round <= 16) {
+            ck_assert_int_eq(st, SL_ERR_TIMEOUT);
+            ck_assert_uint_eq(got, 0);
+            continue;
+        }
+        ck_assert_msg(st == SL_OK && got == 1, "round %d: %s", (int)round, sl_err_msg());
+        ck_assert_uint_eq(from[0], 0);
+        for (int i = 0; i < C; i++)
+            ck_assert_msg(fabsf(recv[i] - theta[i]) <= (round + 1.0f) / 127 * 0.5f * 1.01f,
+                          "round %d, %d: %g for %g", (int)round, i, (double)recv[i],
+                          (double)theta[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        sl_sync_delta_destroy(&d[k]);
+        sl_transport_destroy(&t[k]);
+    }
+    sl_config_fini(&cfg);
+}
+END_TEST
+
 static Suite *
 sync_delta_suite(void)
 {
@@ -214,6 +288,7 @@ sync_delta_suite(void)
     tcase_add_test(core, test_delta_mean_bits);
     tcase_add_test(core, test_delta_trio_quantized);
     tcase_add_test(core, test_delta_bmuf_bf16);
+    tcase_add_test(core, test_delta_missed_push);
     suite_add_tcase(s, core);
     return s;
 }
