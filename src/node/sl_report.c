@@ -134,10 +134,12 @@ report_sync(sl_report_t *r, long step)
         sl_json_number(f, st->distance);
         fprintf(f,
                 ",\"rows_own\":%" PRIu64 ",\"rows_merged\":%" PRIu64 ",\"sent_fp32\":%" PRIu64
-                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64,
+                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64
+                ",\"sent_int8\":%" PRIu64 ",\"sent_int4\":%" PRIu64,
                 st->rows_own, st->rows_merged, st->sent_enc_bytes[SL_WIRE_FP32],
                 st->sent_enc_bytes[SL_WIRE_FP16], st->sent_enc_bytes[SL_WIRE_BF16],
-                st->sent_enc_bytes[SL_WIRE_BYTES]);
+                st->sent_enc_bytes[SL_WIRE_BYTES], st->sent_enc_bytes[SL_WIRE_INT8],
+                st->sent_enc_bytes[SL_WIRE_INT4]);
         fprintf(f, ",\"dead_peers\":%d}\n", sl_sync_ndead(sync));
     }
     return flush_metrics(r);

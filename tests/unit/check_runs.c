@@ -487,6 +487,13 @@ sync_sum_at(const char *run, int rank, long step, const char *key)
     return sum;
 }
 
+/* sent_bytes summed over a node's sync lines at step 120. */
+static double
+sent_of(const char *run, int rank)
+{
+    return sync_sum_at(run, rank, 120, "sent_bytes");
+}
+
 /* gossip-bmuf with int8 deltas (error feedback through each link's mirrors) on 4 nodes:
  * the loss falls on every node, and the bytes counters add up: each node's summary.json
  * "wire" (frames as they left, through ZeroMQ or a lane) says int8 only, its payload
@@ -494,7 +501,8 @@ sync_sum_at(const char *run, int rank, long step, const char *key)
  * rest of bytes_per_step, and its ratio is bytes per step over allreduce fp32's
  * 2 (n - 1) / n x 4 x params; over the 4 nodes, the bytes sent are the bytes received
  * (every frame counted leaving was counted arriving). About 1/40 of allreduce fp32 with
- * a sync every 4 steps (seen: 0.019 to 0.031). */
+ * a sync every 4 steps (seen: 0.019 to 0.031). And allreduce itself, in fp32, comes out
+ * at 1 (1.003 seen: the headers). */
 START_TEST(test_run_int8)
 {
     const char *run = "q-int8";
@@ -542,6 +550,23 @@ START_TEST(test_run_int8)
         recv += sync_sum_at(run, r, 120, "recv_bytes");
     }
     ck_assert_msg(sent == recv, "%g bytes sent, %g received", sent, recv);
+    ck_assert_msg(sync_sum_at(run, 0, 120, "sent_int8") == sent_of(run, 0),
+                  "node 0: the sync lines' int8 bytes are not all it sent");
+
+    /* the reference itself: allreduce in fp32 sends 2 (n - 1) / n x the model's bytes a
+     * step, plus its frames' headers (6 per step here: 3 reduce-scatter, 3 allgather) */
+    tiny_yaml(conf, sizeof conf, "q-allreduce", "sync: {algorithm: allreduce}\n");
+    ck_assert_int_eq(wait_shoal(start_shoal("q-allreduce",
+                                            (const char *[]){"run", conf, "-n", "4", "--quiet",
+                                                             "--set", "train.max_steps=40",
+                                                             NULL})),
+                     0);
+    snprintf(path, sizeof path, "%s/q-allreduce/node-2/summary.json", tmp_root);
+    text = slurp(path);
+    ck_assert_msg(test_json_num(text, "ratio_to_allreduce_fp32") >= 1.0 &&
+                      test_json_num(text, "ratio_to_allreduce_fp32") < 1.01,
+                  "allreduce: %g of itself", test_json_num(text, "ratio_to_allreduce_fp32"));
+    free(text);
 }
 END_TEST
 
