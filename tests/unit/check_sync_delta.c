@@ -206,6 +206,37 @@ START_TEST(test_delta_bmuf_bf16)
 }
 END_TEST
 
+/* Rank k of a pair of loopback transports, not yet connected. */
+static sl_transport_t *
+pair_transport(int k)
+{
+    sl_transport_opts_t o;
+    sl_transport_t *t;
+
+    sl_transport_opts_default(&o);
+    o.run_id = 78;
+    o.rank = (uint32_t)k;
+    o.size = 2;
+    o.linger_ms = 100;
+    o.timeout_ms = 5000;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    return t;
+}
+
+/* Rank k's delta exchange of comp over t: node 1 waits 300 ms for a push, node 0 pushes
+ * only. */
+static sl_sync_delta_t *
+pair_delta(sl_transport_t *t, int k, const sl_component_t *comp, const sl_config_t *cfg)
+{
+    sl_sync_env_t e = {
+        t,    k,   2, comp, 1, comp->count, SL_SYNC_GOSSIP_MA, SL_EXCHANGE_DENSE, k ? 300 : 5000,
+        NULL, NULL};
+    sl_sync_delta_t *d;
+
+    ck_assert_int_eq(sl_sync_delta_new(&d, &e, cfg, 1, comp->count), SL_OK);
+    return d;
+}
+
 /* Two nodes on loopback transports in this thread, node 0 pushing to node 1 (a push is
  * queued at once, so one thread can play both). Node 1 misses round 3's push (it never
  * collects it): round 4's delta is against round 3, which node 1's copy is not of, so
@@ -225,34 +256,24 @@ START_TEST(test_delta_missed_push)
 
     sl_log_set_level(SL_LOG_ERROR);
     for (int k = 0; k < 2; k++) {
-        sl_transport_opts_t o;
-        sl_transport_opts_default(&o);
-        o.run_id = 78;
-        o.rank = (uint32_t)k;
-        o.size = 2;
-        o.linger_ms = 100;
-        o.timeout_ms = 5000;
-        ck_assert_int_eq(sl_transport_new(&t[k], &o), SL_OK);
+        t[k] = pair_transport(k);
         eps[k] = sl_transport_endpoint(t[k]);
     }
     for (int k = 0; k < 2; k++)
         ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
     sl_config_init(&cfg);
     ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
-    for (int k = 0; k < 2; k++) {
-        sl_sync_env_t e = {t[k], k, 2, comp, 1, C, SL_SYNC_GOSSIP_MA, SL_EXCHANGE_DENSE,
-                           k ? 300 : 5000, NULL, NULL};
-        ck_assert_int_eq(sl_sync_delta_new(&d[k], &e, &cfg, 1, C), SL_OK);
-    }
+    for (int k = 0; k < 2; k++)
+        d[k] = pair_delta(t[k], k, comp, &cfg);
     for (uint64_t round = 1; round <= 20; round++) {
         size_t got = 9;
         sl_status_t st;
 
         for (int i = 0; i < C; i++)
             theta[i] = (float)sin(0.1 * (double)(i * (int)round)) + (float)round;
-        ck_assert_int_eq(sl_sync_delta_exchange(d[0], 0, round, theta, &one, 1, NULL, 0, NULL,
-                                                NULL, &got),
-                         SL_OK);
+        ck_assert_int_eq(
+            sl_sync_delta_exchange(d[0], 0, round, theta, &one, 1, NULL, 0, NULL, NULL, &got),
+            SL_OK);
         if (round == 3)
             continue; /* missed */
         st = sl_sync_delta_exchange(d[1], 0, round, theta, NULL, 0, &zero, 1, recv, from, &got);
@@ -278,6 +299,70 @@ START_TEST(test_delta_missed_push)
 }
 END_TEST
 
+/* Node 1 of a pair comes back as a new process (a new transport and delta object, its
+ * hello to node 0): node 0's next push to it is a keyframe, which the new node, holding
+ * nothing of node 0, takes; a delta would be left out until the 16th push. */
+START_TEST(test_delta_comeback)
+{
+    enum { C = 64 };
+    static const sl_component_t comp[1] = {{"lstm.0", 0, C, 0, 0, 0, 0}};
+    sl_transport_t *t[2];
+    const char *eps[2];
+    sl_sync_delta_t *d[2];
+    sl_config_t cfg;
+    float theta[C], recv[C];
+    uint32_t from[1], one = 1, zero = 0;
+    double dl;
+
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_config_init(&cfg);
+    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
+    for (int k = 0; k < 2; k++)
+        t[k] = pair_transport(k);
+    for (int k = 0; k < 2; k++)
+        eps[k] = sl_transport_endpoint(t[k]);
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
+    for (int k = 0; k < 2; k++)
+        d[k] = pair_delta(t[k], k, comp, &cfg);
+    for (uint64_t round = 1; round <= 6; round++) {
+        size_t got = 0;
+
+        for (int i = 0; i < C; i++)
+            theta[i] = (float)sin(0.1 * (double)(i * (int)round)) + (float)round;
+        ck_assert_int_eq(
+            sl_sync_delta_exchange(d[0], 0, round, theta, &one, 1, NULL, 0, NULL, NULL, &got),
+            SL_OK);
+        ck_assert_msg(sl_sync_delta_exchange(d[1], 0, round, theta, NULL, 0, &zero, 1, recv, from,
+                                             &got) == SL_OK &&
+                          got == 1,
+                      "round %d: %s", (int)round, sl_err_msg());
+        for (int i = 0; i < C; i++)
+            ck_assert_float_eq_tol(recv[i], theta[i], (round + 1.0f) / 127);
+        if (round != 3)
+            continue;
+        /* node 1 comes back: a new process, a new endpoint, its hello */
+        sl_sync_delta_destroy(&d[1]);
+        sl_transport_destroy(&t[1]);
+        t[1] = pair_transport(1);
+        eps[1] = sl_transport_endpoint(t[1]);
+        ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
+        ck_assert_int_eq(sl_transport_announce(t[1], 5000), SL_OK);
+        dl = test_deadline();
+        while (sl_transport_comebacks(t[0], 1) == 0) {
+            ck_assert_int_eq(sl_transport_poll(t[0]), SL_OK);
+            ck_assert_msg(test_wait_more(dl), "no hello in %g s", TEST_HANG_S);
+        }
+        d[1] = pair_delta(t[1], 1, comp, &cfg);
+    }
+    for (int k = 0; k < 2; k++) {
+        sl_sync_delta_destroy(&d[k]);
+        sl_transport_destroy(&t[k]);
+    }
+    sl_config_fini(&cfg);
+}
+END_TEST
+
 static Suite *
 sync_delta_suite(void)
 {
@@ -289,6 +374,7 @@ sync_delta_suite(void)
     tcase_add_test(core, test_delta_trio_quantized);
     tcase_add_test(core, test_delta_bmuf_bf16);
     tcase_add_test(core, test_delta_missed_push);
+    tcase_add_test(core, test_delta_comeback);
     suite_add_tcase(s, core);
     return s;
 }
