@@ -17,6 +17,7 @@
 
 #include "common/sl_file.h"
 #include "config/sl_config_paths.h"
+#include "config/sl_config_quant.h"
 #include "config/sl_config_where.h"
 
 /* ---- enum names: the one place where strings and enum values meet ---- */
@@ -33,7 +34,8 @@ static const char *const sync_names[] = {"none",       "allreduce",  "ma",      
                                          NULL};
 static const char *const block_ref_names[] = {"blockstart", "omega", NULL};
 static const char *const exchange_names[] = {"dense", "unique", "allgather", NULL};
-static const char *const compress_names[] = {"fp32", "fp16", "bf16", NULL};
+static const char *const compress_names[] = {"fp32", "fp16", "bf16", "int8", "int4", NULL};
+static const char *const rounding_names[] = {"nearest", "stochastic", NULL};
 
 /* Defaults that depend on train.optimizer.type, indexed by sl_opt_kind_t: SGD's lr is
  * the PyTorch word_language_model one, Adagrad's and Adam's lr and eps are PyTorch's. */
@@ -44,7 +46,8 @@ _Static_assert(sizeof(sl_level_t) == sizeof(int) && sizeof(sl_output_kind_t) == 
                    sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int) &&
                    sizeof(sl_cluster_transport_t) == sizeof(int) &&
                    sizeof(sl_security_t) == sizeof(int) &&
-                   sizeof(sl_exchange_t) == sizeof(int) && sizeof(sl_compress_t) == sizeof(int),
+                   sizeof(sl_exchange_t) == sizeof(int) && sizeof(sl_compress_t) == sizeof(int) &&
+                   sizeof(sl_rounding_t) == sizeof(int),
                "enum fields are stored as int");
 
 static int
@@ -121,6 +124,12 @@ const char *
 sl_compress_name(sl_compress_t v)
 {
     return enum_name(compress_names, (int)v);
+}
+
+const char *
+sl_rounding_name(sl_rounding_t v)
+{
+    return enum_name(rounding_names, (int)v);
 }
 
 /* Index of s (len bytes) in names, -1 if absent. */
@@ -445,9 +454,17 @@ static const entry_t schema[] = {
     {K("sync.exchange_random", T_DOUBLE, sync.exchange_random), .def = "0", AT_LEAST(0),
      AT_MOST(100), .doc = "unique: also send a random q% of the rows"},
     {K("sync.compression", T_ENUM, sync.compression), .def = "fp32", .names = compress_names,
-     .doc = "encoding of exchanged values: fp32, fp16 or bf16"},
+     .doc = "encoding of exchanged values: fp32, fp16, bf16, or int8 / int4 deltas "
+            "(gossip-*, local-* only)"},
     {K("sync.compression_scale", T_DOUBLE, sync.compression_scale), .def = "0", AT_LEAST(0),
      .doc = "F: values times F before the down-cast (0 = automatic, no overflow)"},
+    {K("sync.quant_block", T_INT, sync.quant_block), .def = "256", AT_LEAST(1),
+     AT_MOST(65536), .doc = "int8 / int4: values per fp32 scale"},
+    {K("sync.rounding", T_ENUM, sync.rounding), .def = "nearest", .names = rounding_names,
+     .doc = "int8 / int4: nearest or stochastic rounding (from run.seed)"},
+    {K("sync.topk", T_DOUBLE, sync.topk), .def = "0", AT_LEAST(0), AT_MOST(1),
+     .doc = "int8 / int4: send only this fraction of a delta's entries, the largest "
+            "(0 = all); the rest waits in the error feedback"},
 
     {K("embedding.seed_groups", T_STR, embedding.seed_groups), .def = "zipf", .nonempty = 1,
      .valid = valid_seed_groups, .expect = "per-node, one, zipf, log2 or a count N >= 1",
@@ -1838,6 +1855,7 @@ sl_config_validate(const sl_config_t *cfg)
                               "got %d", src, i, r->period);
     }
     SL_TRY(check_overlap(cfg, src));
+    SL_TRY(sl_config_check_quant(cfg, src));
     if (!cfg->data.train[0])
         return sl_err_set(SL_ERR_CONFIG, "%s: 'data.train' is required", src);
     if (cfg->data.valid[0] && cfg->data.valid_fraction > 0)

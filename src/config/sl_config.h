@@ -49,8 +49,17 @@ typedef enum {
     SL_EXCHANGE_UNIQUE,   /* only the rows touched since the last sync (Zipf-unique) */
     SL_EXCHANGE_ALLGATHER /* allreduce mode: every node's K x D touched rows, gathered */
 } sl_exchange_t;
-/* Encoding of exchanged values on the wire. */
-typedef enum { SL_COMPRESS_FP32, SL_COMPRESS_FP16, SL_COMPRESS_BF16 } sl_compress_t;
+/* Encoding of exchanged values on the wire. int8 and int4 are block-quantized deltas
+ * (src/embed/sl_quant.h), for the neighbourhood algorithms only. */
+typedef enum {
+    SL_COMPRESS_FP32,
+    SL_COMPRESS_FP16,
+    SL_COMPRESS_BF16,
+    SL_COMPRESS_INT8,
+    SL_COMPRESS_INT4
+} sl_compress_t;
+/* Rounding of the int8 / int4 quantizers. */
+typedef enum { SL_ROUNDING_NEAREST, SL_ROUNDING_STOCHASTIC } sl_rounding_t;
 
 typedef struct {
     int hidden;     /* LSTM cell size H */
@@ -191,9 +200,13 @@ typedef struct {
                                     default dense */
         double exchange_top;     /* unique: also send the top p% most frequent rows, default 0 */
         double exchange_random;  /* unique: and a random q% of the rows, default 0 */
-        sl_compress_t compression;  /* fp32 | fp16 | bf16, default fp32 */
+        sl_compress_t compression;  /* fp32 | fp16 | bf16 | int8 | int4, default fp32 */
         double compression_scale;   /* F, values * F before the down-cast; 0 = chosen
                                        automatically to avoid overflow, default 0 */
+        int quant_block;            /* int8 / int4: values per fp32 scale, default 256 */
+        sl_rounding_t rounding;     /* int8 / int4: nearest | stochastic, default nearest */
+        double topk;                /* int8 / int4: fraction of a delta's entries sent
+                                       (largest magnitude first); 0 or 1 = all, default 0 */
     } sync;
 
     struct {
@@ -255,5 +268,6 @@ const char *sl_sync_algorithm_name(sl_sync_algorithm_t v);
 const char *sl_block_ref_name(sl_block_ref_t v);
 const char *sl_exchange_name(sl_exchange_t v);
 const char *sl_compress_name(sl_compress_t v);
+const char *sl_rounding_name(sl_rounding_t v);
 
 #endif

@@ -24,6 +24,9 @@ sl_compress_element_bytes(sl_compress_t enc)
     case SL_COMPRESS_FP16:
     case SL_COMPRESS_BF16:
         return 2;
+    case SL_COMPRESS_INT8: /* blocks with scales: src/embed/sl_quant.h */
+    case SL_COMPRESS_INT4:
+        return 0;
     }
     return 0;
 }
@@ -102,6 +105,9 @@ sl_compress_encode(sl_compress_t enc, float scale, const float *x, size_t n, voi
         for (size_t i = 0; i < n; i++)
             sl_put_u16(p + 2 * i, sl_fp32_to_bf16(x[i] * scale));
         break;
+    case SL_COMPRESS_INT8: /* no element encoding: sl_quant.h */
+    case SL_COMPRESS_INT4:
+        break;
     }
 }
 
@@ -140,6 +146,9 @@ sl_compress_decode(sl_compress_t enc, float scale, const void *src, size_t bytes
         for (size_t i = 0; i < n; i++)
             x[i] = sl_bf16_to_fp32(sl_get_u16(p + 2 * i)) / scale;
         break;
+    case SL_COMPRESS_INT8: /* refused above: element bytes 0 */
+    case SL_COMPRESS_INT4:
+        break;
     }
     return SL_OK;
 }
@@ -154,6 +163,10 @@ sl_compress_wire_encoding(sl_compress_t enc)
         return SL_WIRE_FP16;
     case SL_COMPRESS_BF16:
         return SL_WIRE_BF16;
+    case SL_COMPRESS_INT8:
+        return SL_WIRE_INT8;
+    case SL_COMPRESS_INT4:
+        return SL_WIRE_INT4;
     }
     return 0;
 }

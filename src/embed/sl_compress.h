@@ -14,7 +14,8 @@
  * value (65504), headroom for sums of a few scaled values. */
 #define SL_COMPRESS_FP16_HEADROOM 32752.0f
 
-/* Bytes per value of an encoding (4, 2, 2); 0 for an unknown encoding. */
+/* Bytes per value of an encoding (4, 2, 2); 0 for int8 / int4 (blocks with scales,
+ * sl_quant.h) and an unknown encoding. */
 size_t sl_compress_element_bytes(sl_compress_t enc);
 
 /* Payload bytes of n values; 0 for an unknown encoding. */
@@ -48,7 +49,7 @@ void sl_compress_encode(sl_compress_t enc, float scale, const float *x, size_t n
 sl_status_t sl_compress_decode(sl_compress_t enc, float scale, const void *src, size_t bytes,
                                float *x, size_t n);
 
-/* The wire header's encoding (sl_wire_encoding_t: SL_WIRE_FP32/FP16/BF16) for enc;
+/* The wire header's encoding (sl_wire_encoding_t: SL_WIRE_FP32/FP16/BF16/INT8/INT4) for enc;
  * 0 for an unknown encoding. */
 int sl_compress_wire_encoding(sl_compress_t enc);
 

@@ -140,10 +140,12 @@ report_sync(sl_report_t *r, long step)
         sl_json_number(f, st->distance);
         fprintf(f,
                 ",\"rows_own\":%" PRIu64 ",\"rows_merged\":%" PRIu64 ",\"sent_fp32\":%" PRIu64
-                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64,
+                ",\"sent_fp16\":%" PRIu64 ",\"sent_bf16\":%" PRIu64 ",\"sent_ids\":%" PRIu64
+                ",\"sent_int8\":%" PRIu64 ",\"sent_int4\":%" PRIu64,
                 st->rows_own, st->rows_merged, st->sent_enc_bytes[SL_WIRE_FP32],
                 st->sent_enc_bytes[SL_WIRE_FP16], st->sent_enc_bytes[SL_WIRE_BF16],
-                st->sent_enc_bytes[SL_WIRE_BYTES]);
+                st->sent_enc_bytes[SL_WIRE_BYTES], st->sent_enc_bytes[SL_WIRE_INT8],
+                st->sent_enc_bytes[SL_WIRE_INT4]);
         fprintf(f, ",\"dead_peers\":%d", sl_sync_ndead(sync));
         sl_json_wall_time(f);
         fputs("}\n", f);
@@ -277,6 +279,14 @@ sl_report_final_eval(sl_report_t *r, long step, int nmodels, const char *split, 
     return sl_metrics_eval(&r->metrics, key, step, loss);
 }
 
+sl_wire_report_t
+sl_report_wire(const sl_report_t *r, size_t nparams)
+{
+    sl_wire_report_t w = {r->opts->transport, sl_sync_algorithm(r->run.sync), r->run.comps,
+                          r->run.ncomps, nparams, r->opts->nranks, r->session_steps};
+    return w;
+}
+
 static long
 peak_rss_kb(void)
 {
@@ -315,6 +325,7 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     char path[SL_TRAIN_PATH_MAX];
     long threads = cfg->run.threads > 0 ? cfg->run.threads : sysconf(_SC_NPROCESSORS_ONLN);
     int n = snprintf(path, sizeof path, "%s/summary.json", dir);
+    sl_wire_report_t wire;
     sl_atomic_file_t f;
     char now[32];
     FILE *o;
@@ -373,6 +384,8 @@ sl_report_summary(const sl_report_t *r, const sl_train_result_t *res, const char
     sl_json_string(o, sl_log_utc_now(now, sizeof now));
     json_key(o, "wall_time_s", 0);
     sl_json_number(o, sl_clock_now() - r->started_s);
+    wire = sl_report_wire(r, res->nparams);
+    sl_wire_report_json(o, &wire);
     fputs("\n}\n", o);
     return sl_atomic_commit(&f);
 }

@@ -18,6 +18,7 @@
 #include "node/sl_metrics.h"
 #include "node/sl_progress.h"
 #include "node/sl_train.h"
+#include "node/sl_wire_report.h"
 #include "sync/sl_sync.h"
 
 /* What reports read of the run, from sl_report_open on; every pointer borrowed and
@@ -87,6 +88,10 @@ sl_status_t sl_report_membership(sl_report_t *r, sl_sync_t *sync, long step);
 
 /* Ends a progress line rewritten in place, so that what follows starts on its own. */
 void sl_report_break(sl_report_t *r);
+
+/* What the wire report (node/sl_wire_report.h) reads of r: this process's transport,
+ * algorithm, components and steps, for a model of nparams floats. */
+sl_wire_report_t sl_report_wire(const sl_report_t *r, size_t nparams);
 
 /* <dir>/summary.json, written atomically: one object the benchmark scripts parse, with
  * res's figures and the run's (backend, precision, loss scale, sync), shoal's version,

@@ -547,6 +547,10 @@ finish(trainer_t *t, sl_train_result_t *res)
     if (t->cfg->sync.keep_node_models || sl_sync_algorithm(t->sync) == SL_SYNC_NONE)
         SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
     SL_TRY(sl_report_summary(&t->rep, res, res->dir, 1));
+    {
+        sl_wire_report_t w = sl_report_wire(&t->rep, sl_lm_nparams(t->lm));
+        sl_wire_report_log(&w);
+    }
     if (writer && avg)
         return finish_run_model(t, res, avg, nmodels);
     if (t->opts->nranks > 1 && t->opts->rank == 0)

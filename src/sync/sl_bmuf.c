@@ -44,6 +44,27 @@ sl_bmuf_mean_ordered(float *bar, const float *self, const float *rows, const siz
     mean(bar, self, rows, order, nrows, count);
 }
 
+void
+sl_bmuf_rebuild(float *bar, const float *ref, const float *sum, double inv, size_t count)
+{
+    for (size_t j = 0; j < count; j++)
+        bar[j] = (float)((double)ref[j] + (double)sum[j] * inv);
+}
+
+void
+sl_bmuf_mean_delta(float *bar, const float *ref, const float *dself, const float *rows,
+                   size_t nrows, size_t count)
+{
+    double inv = 1.0 / (double)(nrows + 1);
+
+    for (size_t j = 0; j < count; j++) {
+        double s = dself[j];
+        for (size_t i = 0; i < nrows; i++)
+            s += rows[i * count + j];
+        bar[j] = (float)((double)ref[j] + s * inv);
+    }
+}
+
 double
 sl_bmuf_distance(const float *a, const float *b, size_t count)
 {

@@ -30,6 +30,17 @@ void sl_bmuf_mean(float *bar, const float *self, const float *rows, size_t nrows
 void sl_bmuf_mean_ordered(float *bar, const float *self, const float *rows, const size_t *order,
                           size_t nrows, size_t count);
 
+/* The mean rebuilt from deltas against a reference every node holds (the block start
+ * after an all-node sync): bar = ref + sum * inv, in double, rounded once. bar may be
+ * sum. */
+void sl_bmuf_rebuild(float *bar, const float *ref, const float *sum, double inv, size_t count);
+/* bar = ref + (dself + rows[0] + ... + rows[nrows-1]) / (nrows + 1), the deltas summed
+ * in double in that order: the same bits as sl_bmuf_mean of the weights ref + d when
+ * every weight minus ref is exact in fp32 (w within [ref / 2, 2 ref], Sterbenz) and
+ * nrows + 1 is a power of two; otherwise within one fp32 rounding of it. */
+void sl_bmuf_mean_delta(float *bar, const float *ref, const float *dself, const float *rows,
+                        size_t nrows, size_t count);
+
 /* Euclidean distance ||a - b||, in double. */
 double sl_bmuf_distance(const float *a, const float *b, size_t count);
 

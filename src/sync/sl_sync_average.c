@@ -14,7 +14,9 @@
 #include "common/sl_alloc.h"
 #include "common/sl_rng.h"
 #include "common/sl_sort.h"
+#include "config/sl_config_quant.h"
 #include "sync/sl_bmuf.h"
+#include "sync/sl_sync_delta.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "transport/sl_collective.h"
@@ -27,6 +29,7 @@ struct sl_sync_average {
     int neighbour;     /* local-*, gossip-*: average over a neighbourhood, not everyone */
     sl_bmuf_opts_t bmuf;
     sl_schedule_t sched;
+    sl_sync_delta_t *dx;               /* int8 / int4 neighbourhood: deltas per link */
     float *omega, *delta, *start;      /* (nparams) each, *bmuf only */
     float *bar;                        /* (max_count) the average of one component */
     float *recv;                       /* (picks, max_count) snapshots received */
@@ -66,6 +69,8 @@ setup_neighbourhood(sl_sync_average_t *a, const sl_config_t *cfg, size_t max_cou
     SL_TRY(SL_ALLOC(&a->pullers, (size_t)links, "sync lists"));
     SL_TRY(SL_ALLOC(&a->from, (size_t)links, "sync lists"));
     SL_TRY(SL_ALLOC(&a->order, (size_t)links, "sync lists"));
+    if (sl_compress_is_quant(cfg->sync.compression))
+        SL_TRY(sl_sync_delta_new(&a->dx, e, cfg, k, max_count));
     return SL_OK;
 }
 
@@ -162,6 +167,7 @@ sl_sync_average_destroy(sl_sync_average_t **ap)
     sl_free(a->asked);
     sl_free(a->packed);
     sl_sparse_destroy(&a->sparse);
+    sl_sync_delta_destroy(&a->dx);
     sl_free(a);
     *ap = NULL;
 }
@@ -201,8 +207,13 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     SL_TRY(pick_peers(a, c, round, &nc, &ncw, &np, &npw));
     *got = 0;
     /* pushes need no request: wait for the first ncw chosen only, push to every puller */
-    st = sl_gossip_exchange_coded(e->tr, (uint32_t)c, round, theta, count, e->codec, a->pullers, np,
-                                  a->chosen, ncw, a->recv, a->from, got, e->timeout_ms);
+    if (a->dx) /* int8 / int4: deltas against what each puller holds of us */
+        st = sl_sync_delta_exchange(a->dx, c, round, theta, a->pullers, np, a->chosen, ncw, a->recv,
+                                    a->from, got);
+    else
+        st = sl_gossip_exchange_coded(e->tr, (uint32_t)c, round, theta, count, e->codec,
+                                      a->pullers, np, a->chosen, ncw, a->recv, a->from, got,
+                                      e->timeout_ms);
     if (st != SL_OK && st != SL_ERR_TIMEOUT)
         return sl_err_prefix(st, "sync %s round %" PRIu64, e->comps[c].name, round);
     sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, ncw, ncw, a->from, *got,
@@ -225,20 +236,35 @@ typedef struct {
 } mean_job_t;
 
 /* bar := the mean of theta over group g (a ring allreduce); theta is left as it was, so
- * an attempt that failed leaves nothing behind. */
+ * an attempt that failed leaves nothing behind. bmuf with fp16 / bf16: what travels is
+ * the change since the block start, which every member holds (the same bits after each
+ * all-node block update, and a rejoined node takes them), so the down-cast rounds a
+ * small delta, not the weights; bar = start + the mean delta. fp32 sends the weights:
+ * the same bytes, and the mean of the weights needs no reference. MA keeps no block
+ * start that survives a resume on every node alike, so it sends weights too. */
 static sl_status_t
 mean_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const mean_job_t *j = ctx;
-    const sl_sync_env_t *e = &j->a->env;
+    sl_sync_average_t *a = j->a;
+    const sl_sync_env_t *e = &a->env;
     sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, g};
+    const float *start = a->is_bmuf && e->codec ? a->start + e->comps[j->c].offset : NULL;
     float inv = 1.0f / (float)g->n;
 
     (void)count; /* all of the component */
-    memcpy(j->a->bar, j->theta, j->count * sizeof *j->theta);
-    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->c, j->round, j->a->bar, j->count, &o));
+    if (start)
+        for (size_t i = 0; i < j->count; i++)
+            a->bar[i] = j->theta[i] - start[i];
+    else
+        memcpy(a->bar, j->theta, j->count * sizeof *j->theta);
+    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->c, j->round, a->bar, j->count, &o));
+    if (start) {
+        sl_bmuf_rebuild(a->bar, start, a->bar, 1.0 / (double)g->n, j->count);
+        return SL_OK;
+    }
     for (size_t i = 0; i < j->count; i++)
-        j->a->bar[i] *= inv;
+        a->bar[i] *= inv;
     return SL_OK;
 }
 

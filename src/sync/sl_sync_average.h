@@ -2,7 +2,9 @@
  * gossip-*; sl_sync.h): one component at one round becomes the mean of this node's copy
  * and the copies of its neighbourhood (the gossip schedule's picks, or every ring
  * neighbour) or of all nodes (ring allreduce), whole or by its touched rows
- * (src/embed/sl_sparse.h), encoded as sync.compression says; then MA takes the mean and
+ * (src/embed/sl_sparse.h), encoded as sync.compression says (int8 / int4: a neighbourhood
+ * exchanges per-link deltas, sl_sync_delta.h; bmuf with fp16 / bf16: changes since the
+ * common block start); then MA takes the mean and
  * BMUF applies the block update to it (sl_bmuf.h: theta_bar, G, Delta, omega). The
  * buffers of the exchanges and the BMUF state (omega, Delta, block start) live here.
  * Which components sync when is the caller's (sl_sync.c); so are the touched-row sets,

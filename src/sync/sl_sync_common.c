@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "config/sl_config_quant.h"
 #include "embed/sl_compress.h"
 
 int
@@ -52,7 +53,9 @@ sl_sync_codec_init(sl_sync_codec_t *k, const sl_config_t *cfg)
 {
     k->compress = cfg->sync.compression;
     k->scale = cfg->sync.compression_scale;
-    if (k->compress == SL_COMPRESS_FP32)
+    /* int8 / int4 travel only as the deltas of sl_sync_delta.h, never through a
+     * collective's codec: the final average and the rest stay fp32 */
+    if (k->compress == SL_COMPRESS_FP32 || sl_compress_is_quant(k->compress))
         return NULL;
     k->codec = (sl_codec_t){(unsigned)sl_compress_wire_encoding(k->compress), codec_scale,
                             codec_encode, codec_decode, k};

@@ -51,7 +51,8 @@ typedef struct {
 } sl_sync_codec_t;
 
 /* Fills k from cfg->sync and returns the codec the exchanges take: NULL for fp32 (frames
- * lent as they are), else &k->codec. */
+ * lent as they are) and for int8 / int4 (those travel only as sl_sync_delta.h's deltas;
+ * every other exchange, the final average included, stays fp32), else &k->codec. */
 const sl_codec_t *sl_sync_codec_init(sl_sync_codec_t *k, const sl_config_t *cfg);
 
 /* stat's byte counters (sent, received, by encoding) := the transport's for every kind

@@ -15,6 +15,7 @@
 
 #define ENC_BIT(e) (1u << (e))
 #define FLOAT_ENCS (ENC_BIT(SL_WIRE_FP32) | ENC_BIT(SL_WIRE_FP16) | ENC_BIT(SL_WIRE_BF16))
+#define QUANT_ENCS (ENC_BIT(SL_WIRE_INT8) | ENC_BIT(SL_WIRE_INT4))
 
 /* What each kind may carry: a payload cap and the encodings allowed. */
 static const struct {
@@ -23,7 +24,7 @@ static const struct {
     unsigned encodings; /* bit per sl_wire_encoding_t */
 } kinds[SL_WIRE_NKINDS] = {
     [SL_WIRE_DATA] = {"data", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS | ENC_BIT(SL_WIRE_BYTES)},
-    [SL_WIRE_GOSSIP_SNAPSHOT] = {"gossip snapshot", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
+    [SL_WIRE_GOSSIP_SNAPSHOT] = {"gossip snapshot", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS | QUANT_ENCS},
     [SL_WIRE_GOSSIP_REQUEST] = {"gossip request", 0, ENC_BIT(SL_WIRE_BYTES)},
     [SL_WIRE_ALLREDUCE] = {"allreduce", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
     [SL_WIRE_ALLGATHER] = {"allgather", SL_WIRE_MAX_PAYLOAD, FLOAT_ENCS},
@@ -81,6 +82,8 @@ sl_wire_element_bytes(unsigned encoding)
     case SL_WIRE_BF16:
         return 2;
     case SL_WIRE_BYTES:
+    case SL_WIRE_INT8: /* counted in bytes: the layout is sl_wire_quant.h's */
+    case SL_WIRE_INT4:
         return 1;
     default:
         return 0;
@@ -105,6 +108,10 @@ sl_wire_encoding_name(unsigned encoding)
         return "bf16";
     case SL_WIRE_BYTES:
         return "bytes";
+    case SL_WIRE_INT8:
+        return "int8";
+    case SL_WIRE_INT4:
+        return "int4";
     default:
         return "unknown encoding";
     }
@@ -166,7 +173,8 @@ check_fields(const sl_wire_header_t *h)
     elem = sl_wire_element_bytes(h->encoding);
     if (elem == 0 || !(kinds[h->kind].encodings & ENC_BIT(h->encoding)))
         return SL_WIRE_BAD_ENCODING;
-    if (h->encoding == SL_WIRE_FP32 || h->encoding == SL_WIRE_BYTES) {
+    if (h->encoding == SL_WIRE_FP32 || h->encoding == SL_WIRE_BYTES ||
+        h->encoding == SL_WIRE_INT8 || h->encoding == SL_WIRE_INT4) {
         if (h->scale != 1.0f)
             return SL_WIRE_BAD_SCALE;
     } else if (!(isfinite(h->scale) && h->scale > 0.0f)) {

@@ -60,14 +60,18 @@ typedef enum {
 #define SL_WIRE_MAX_HELLO 256u
 
 /* How payload elements are stored. fp16/bf16 carry values multiplied by scale before
- * the down-cast (compression scaling); fp32 and bytes use scale 1. */
+ * the down-cast (compression scaling); fp32 and bytes use scale 1. int8 and int4 are
+ * block-quantized values with their own layout (transport/sl_wire_quant.h): count is
+ * the payload's bytes, scale 1, gossip snapshots only. */
 typedef enum {
     SL_WIRE_FP32 = 1,
     SL_WIRE_FP16 = 2,
     SL_WIRE_BF16 = 3,
-    SL_WIRE_BYTES = 4
+    SL_WIRE_BYTES = 4,
+    SL_WIRE_INT8 = 5,
+    SL_WIRE_INT4 = 6
 } sl_wire_encoding_t;
-#define SL_WIRE_NENCODINGS 5 /* encodings are 1 .. SL_WIRE_NENCODINGS - 1 */
+#define SL_WIRE_NENCODINGS 7 /* encodings are 1 .. SL_WIRE_NENCODINGS - 1 */
 
 /* Why sl_wire_decode refused a frame; one code per check, in the order checked. */
 typedef enum {

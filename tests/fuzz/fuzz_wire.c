@@ -1,5 +1,6 @@
-/* libFuzzer target: sl_wire_decode (or sl_wire_decode_local) on arbitrary bytes, then
- * every frame that passes is filed into a mailbox whose verdicts and takes are checked
+/* libFuzzer target: sl_wire_decode (or sl_wire_decode_local) on arbitrary bytes, an
+ * int8 / int4 frame's payload through sl_wire_quant_parse, then every frame that passes
+ * is filed into a mailbox whose verdicts and takes are checked
  * against a plain list. Input: records of [flags u8][length u16 le][frame bytes]. Flag
  * bit 0 reseals the frame's checksum first (so the field checks behind it are
  * reached), bit 1 advances the frame's (kind, component) to its round, bit 2 takes its
@@ -10,6 +11,7 @@
 
 #include "transport/sl_mailbox.h"
 #include "transport/sl_wire.h"
+#include "transport/sl_wire_quant.h"
 
 #define RUN_ID 0x5eed5eed12345678ULL
 #define ME 1
@@ -43,6 +45,25 @@ same_key(const sl_wire_key_t *a, const sl_wire_key_t *b)
 {
     return a->round == b->round && a->component == b->component && a->seq == b->seq &&
            a->peer == b->peer && a->kind == b->kind;
+}
+
+/* An int8 / int4 payload as the vector it says it is (up to MAX_BYTES values): when the
+ * parser takes it, what it promised (indices in range, strictly increasing). */
+static void
+check_quant(unsigned enc, const unsigned char *p, size_t bytes)
+{
+    static uint32_t idx[MAX_BYTES];
+    uint32_t n = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    sl_wire_quant_t q;
+
+    if (n > MAX_BYTES || sl_wire_quant_parse(enc, p, bytes, n, &q, idx) != SL_OK)
+        return;
+    if (q.n != n || q.entries > n || q.block < 1 ||
+        bytes != sl_wire_quant_bytes(enc, q.block, q.entries, q.index_bytes))
+        abort();
+    for (uint32_t j = 0; q.entries < n && j < q.entries; j++)
+        if (idx[j] >= n || (j && idx[j] <= idx[j - 1]))
+            abort();
 }
 
 int
@@ -91,6 +112,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (uint64_t)h.count * sl_wire_element_bytes(h.encoding) != h.payload_bytes ||
             payload != buf + SL_WIRE_HEADER_BYTES)
             abort();
+        if ((h.encoding == SL_WIRE_INT8 || h.encoding == SL_WIRE_INT4) && h.payload_bytes >= 4)
+            check_quant(h.encoding, payload, (size_t)h.payload_bytes);
         unsigned char again[SL_WIRE_HEADER_BYTES];
         if (sl_wire_encode(&h, payload, again) != SL_OK ||
             memcmp(again, buf, local ? SL_WIRE_CHECKSUM_OFFSET : sizeof again))
