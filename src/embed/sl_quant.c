@@ -42,7 +42,7 @@ sl_quant_new(sl_quant_t **out, const sl_quant_opts_t *o, size_t max_n)
     *out = NULL;
     if ((o->enc != SL_COMPRESS_INT8 && o->enc != SL_COMPRESS_INT4) || o->block < 1 ||
         o->block > SL_WIRE_QUANT_MAX_BLOCK || max_n > UINT32_MAX || !(o->topk >= 0))
-        return sl_err_set(SL_ERR_INVALID, "sl_quant_new: encoding %s, block %u, %zu values",
+        return sl_err_set(SL_ERR_INVALID, "quantizer: encoding %s, block %u, %zu values",
                           sl_compress_name(o->enc), (unsigned)o->block, max_n);
     SL_TRY(SL_CALLOC(&q, 1, "quantizer"));
     q->o = *o;
@@ -209,14 +209,12 @@ sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t 
     sl_wire_quant_t h;
 
     if (n > q->max_n || cap < sl_quant_max_bytes(q, n))
-        return sl_err_set(SL_ERR_INVALID,
-                          "sl_quant_encode: %zu values (max %zu), %zu bytes of room", n, q->max_n,
-                          cap);
+        return sl_err_set(SL_ERR_INVALID, "quantizer: %zu values (max %zu), %zu bytes of room", n,
+                          q->max_n, cap);
     for (size_t i = 0; i < n; i++) {
         q->v[i] = resid ? x[i] + resid[i] : x[i];
         if (!isfinite(q->v[i]))
-            return sl_err_set(SL_ERR_INVALID, "sl_quant_encode: value %zu is %g", i,
-                              (double)q->v[i]);
+            return sl_err_set(SL_ERR_INVALID, "quantizer: value %zu is %g", i, (double)q->v[i]);
     }
     k = all ? n : sl_quant_entries(q, n);
     sparse = k < n;
