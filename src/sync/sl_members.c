@@ -4,6 +4,7 @@
 #include "sync/sl_members.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,9 @@
 #include "common/sl_endian.h"
 #include "common/sl_log.h"
 
+/* Bytes of a view or of the set a newcomer enters, for size ranks (send_set). */
+#define VIEW_BYTES(size) (12 + 16 * (size))
+
 struct sl_members {
     sl_transport_t *tr; /* borrowed */
     uint32_t rank, size;
@@ -20,8 +24,9 @@ struct sl_members {
     uint32_t *ranks;         /* (size) the members, increasing: the first group.n */
     sl_group_t group;        /* over ranks */
     unsigned char *in, *got; /* (size) scratch of an agreement: still in; answered */
-    unsigned char *view;     /* ((size + 2) * 4) a proposal or ready word: u32 done, then
-                                u32 ranks, little-endian; or the set a newcomer enters */
+    unsigned char *view;     /* (VIEW_BYTES(size)) a proposal or ready word: u32 done,
+                                then u32 ranks, little-endian; or the set a newcomer
+                                enters (send_set) */
     sl_wire_key_t *keys;     /* (size) the proposals waited for */
     uint32_t *gone;          /* (size) the ranks an agreement dropped */
     uint32_t done;           /* collectives completed (sl_members_run) */
@@ -57,7 +62,7 @@ sl_members_new(sl_members_t **out, sl_transport_t *tr, int rank, int size, int t
     SL_TRY_GOTO(SL_ALLOC(&m->ranks, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->in, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->got, (size_t)size, "member set"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&m->view, 4 * ((size_t)size + 2), "member set"), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&m->view, VIEW_BYTES((size_t)size), "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->keys, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->gone, (size_t)size, "member set"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&m->their, (size_t)size, "member set"), st, fail);
@@ -597,18 +602,29 @@ take_notices(sl_members_t *m, long step)
     }
 }
 
-/* The coordinator hands newcomer r the set it enters (with the count of collectives). */
+/* The coordinator hands newcomer r the set it enters: u32 collectives done, u32 epoch,
+ * u32 n, the n ranks, then (u32 rank, u64 step) for each admission still ahead, so that
+ * the newcomer grows its set with the others at that step (one it did not hear of would
+ * leave it holding another set than the members: the agreement would then drop the
+ * node admitted). */
 static sl_status_t
 send_set(sl_members_t *m, uint32_t r)
 {
     sl_wire_key_t key = admit_key(ADMIT_SET, r);
+    size_t len = 12 + 4 * (size_t)m->group.n;
 
     sl_put_u32(m->view, m->done);
     sl_put_u32(m->view + 4, m->group.epoch);
+    sl_put_u32(m->view + 8, m->group.n);
     for (uint32_t k = 0; k < m->group.n; k++)
-        sl_put_u32(m->view + 8 + 4 * k, m->ranks[k]);
-    return sl_transport_send(m->tr, &key, m->view, 4 * (m->group.n + 2), SL_WIRE_BYTES, 1.0f, 0,
-                             m->timeout_ms);
+        sl_put_u32(m->view + 12 + 4 * k, m->ranks[k]);
+    for (uint32_t a = 0; a < m->size; a++)
+        if (m->admit_at[a] > 0) {
+            sl_put_u32(m->view + len, a);
+            sl_put_u64(m->view + len + 4, (uint64_t)m->admit_at[a]);
+            len += 12;
+        }
+    return sl_transport_send(m->tr, &key, m->view, len, SL_WIRE_BYTES, 1.0f, 0, m->timeout_ms);
 }
 
 sl_status_t
@@ -700,35 +716,65 @@ sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
                       wait_ms, asked);
 }
 
+/* Whether the set frame p (bytes) that a coordinator sent is sound for this node: n
+ * ranks (1 to size), increasing, this one among them, then whole (rank, step)
+ * admissions of ranks outside the set at steps > 0. */
+static int
+set_sound(const sl_members_t *m, const unsigned char *p, size_t bytes)
+{
+    uint32_t n = bytes >= 12 ? sl_get_u32(p + 8) : 0, prev = 0;
+    int self = 0;
+
+    if (n < 1 || n > m->size || bytes < 12 + 4 * (size_t)n ||
+        (bytes - 12 - 4 * (size_t)n) % 12 != 0)
+        return 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t r = sl_get_u32(p + 12 + 4 * k);
+        if (r >= m->size || (k > 0 && r <= prev))
+            return 0;
+        self |= r == m->rank;
+        prev = r;
+    }
+    for (size_t off = 12 + 4 * (size_t)n; off < bytes; off += 12) {
+        uint32_t r = sl_get_u32(p + off);
+        uint64_t at = sl_get_u64(p + off + 4);
+        if (r >= m->size || at == 0 || at > (uint64_t)LONG_MAX)
+            return 0;
+        for (uint32_t k = 0; k < n; k++)
+            if (sl_get_u32(p + 12 + 4 * k) == r)
+                return 0;
+    }
+    return self;
+}
+
 sl_status_t
 sl_members_enter(sl_members_t *m, int coordinator, int wait_ms)
 {
     sl_wire_key_t key = admit_key(ADMIT_SET, (uint32_t)coordinator);
     sl_transport_frame_t *f;
     const unsigned char *p;
+    size_t bytes;
     uint32_t n;
-    int self = 0;
 
     SL_TRY(sl_transport_recv_any(m->tr, &key, 1, wait_ms, &f, NULL));
     p = f->payload;
-    n = f->h.payload_bytes >= 8 ? (uint32_t)(f->h.payload_bytes / 4 - 2) : 0;
-    for (uint32_t k = 0; k < n && f->h.payload_bytes % 4 == 0 && n <= m->size; k++) {
-        uint32_t r = sl_get_u32(p + 8 + 4 * k);
-        if (r >= m->size || (k > 0 && r <= m->ranks[k - 1]))
-            break;
-        m->ranks[k] = r;
-        self += r == m->rank;
-        if (k + 1 == n && self) {
-            m->done = sl_get_u32(p);
-            m->group.n = n;
-            m->group.epoch = sl_get_u32(p + 4);
-            m->joined = 1;
-            sl_transport_frame_release(&f);
-            return SL_OK;
-        }
+    bytes = f->h.payload_bytes;
+    if (!set_sound(m, p, bytes)) {
+        sl_transport_frame_release(&f);
+        return sl_err_set(SL_ERR_FORMAT,
+                          "rejoin: node %d sent a member set that does not hold this node, or "
+                          "admissions that do not fit it",
+                          coordinator);
     }
+    n = sl_get_u32(p + 8);
+    for (uint32_t k = 0; k < n; k++)
+        m->ranks[k] = sl_get_u32(p + 12 + 4 * k);
+    for (size_t off = 12 + 4 * (size_t)n; off < bytes; off += 12)
+        m->admit_at[sl_get_u32(p + off)] = (long)sl_get_u64(p + off + 4);
+    m->done = sl_get_u32(p);
+    m->group.n = n;
+    m->group.epoch = sl_get_u32(p + 4);
+    m->joined = 1;
     sl_transport_frame_release(&f);
-    return sl_err_set(SL_ERR_FORMAT,
-                      "rejoin: node %d sent a member set that does not hold this node",
-                      coordinator);
+    return SL_OK;
 }

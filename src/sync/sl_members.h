@@ -43,8 +43,9 @@
  * K (allreduce: after step K), grows its set by the rank (logged: "node R joined the
  * run"). The epoch stays: the set is in the frames' tag already, and a member whose
  * epoch had moved on alone could not meet the others in an agreement (its round is the
- * epoch + 1). The coordinator then hands the newcomer that set with its epoch and count
- * of collectives (+ 5; sl_members_enter), and its state (after the sync of K, the same
+ * epoch + 1). The coordinator then hands the newcomer that set with its epoch, count of
+ * collectives and the admissions still ahead (+ 5; sl_members_enter: a notice that went
+ * out before K never reached the newcomer), and its state (after the sync of K, the same
  * on every member): the newcomer takes part from the first collective after K on. A
  * member that missed the notice runs that collective over its old set: the sets differ
  * in the frames' tag, it times out, and the agreement decides; should it drop the

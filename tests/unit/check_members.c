@@ -413,7 +413,6 @@ typedef struct {
 
 static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}};
 
-
 /* Means at rounds from + 1 to ADMIT_AFTER past the admission (polling between them
  * until it comes, when at is -1). */
 static sl_status_t
@@ -566,6 +565,141 @@ START_TEST(test_admit_missed)
 }
 END_TEST
 
+/* Two comebacks, the second admitted while the first waits for its step: nodes 0 and 1
+ * drop the silent nodes 2 and 3; node 2 is admitted at K2; node 3 asks once the members
+ * are at K2 - 1 and is admitted at a K3 past K2. Node 2 enters at K2, so it never gets
+ * the notice of node 3, which went out before: the set it is handed carries that
+ * admission, and all four then hold {0, 1, 2, 3} and average over them. The members step
+ * only as far as the test allows (two.allowed), node 0 taking requests meanwhile. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int dropped;
+    long allowed, at[MAXN], done[MAXN];
+} two = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}, {0}};
+
+static long
+two_get(const long *v)
+{
+    long x;
+
+    pthread_mutex_lock(&two.lock);
+    x = *v;
+    pthread_mutex_unlock(&two.lock);
+    return x;
+}
+
+static void
+two_set(long *v, long x)
+{
+    pthread_mutex_lock(&two.lock);
+    *v = x;
+    pthread_cond_broadcast(&two.cond);
+    pthread_mutex_unlock(&two.lock);
+}
+
+/* Waits until *v >= x (the other threads move it), failing after a while. */
+static void
+two_wait(const long *v, long x)
+{
+    double deadline = test_deadline();
+
+    while (two_get(v) < x)
+        ck_assert_msg(test_wait_more(deadline), "waited in vain for %ld", x);
+}
+
+/* Means from step from + 1, polling between steps, each step once the test allows it;
+ * ends ADMIT_AFTER steps after the set holds all four. */
+static sl_status_t
+two_steps(net_t *net, int k, sl_members_t *m, long from)
+{
+    mean_t j = {net, k, 0};
+    const uint32_t *give;
+    int ngive;
+    long all = sl_members_count(m) == 4 ? from : -1; /* node 3 enters with all four */
+
+    for (long step = from + 1; all < 0 || step <= all + ADMIT_AFTER; step++) {
+        size_t count = COUNT;
+
+        if (step == ADMIT_END)
+            return sl_err_set(SL_ERR_TIMEOUT, "node 3 was never admitted");
+        while (two_get(&two.allowed) < step) /* node 0 takes requests meanwhile */
+            SL_TRY(sl_members_poll(m, step - 1, ADMIT_BLOCK, ADMIT_END, &give, &ngive));
+        j.round = (uint64_t)step;
+        SL_TRY(sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "a mean"));
+        SL_TRY(sl_members_poll(m, step, ADMIT_BLOCK, ADMIT_END, &give, &ngive));
+        two_set(&two.done[k], step);
+        if (all < 0 && sl_members_count(m) == 4)
+            all = step;
+    }
+    return SL_OK;
+}
+
+static void
+two_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    int coordinator = -1;
+    long at = 0;
+
+    if (k < 2) {
+        if (st == SL_OK)
+            st = sl_members_agree(m, "a test collective");
+        pthread_mutex_lock(&two.lock);
+        two.dropped++;
+        pthread_cond_broadcast(&two.cond);
+        pthread_mutex_unlock(&two.lock);
+    } else {
+        pthread_mutex_lock(&two.lock);
+        while (two.dropped < 2)
+            pthread_cond_wait(&two.cond, &two.lock);
+        pthread_mutex_unlock(&two.lock);
+        if (k == 3) { /* the members at K2 - 1, waiting */
+            two_wait(&two.at[2], 1);
+            two_set(&two.allowed, two_get(&two.at[2]) - 1);
+            two_wait(&two.done[0], two_get(&two.at[2]) - 1);
+            two_wait(&two.done[1], two_get(&two.at[2]) - 1);
+        }
+        if (st == SL_OK)
+            st = sl_members_join(m, 20 * WAIT_MS, &at, &coordinator);
+        two_set(&two.at[k], at);
+        if (k == 3)
+            two_set(&two.allowed, ADMIT_END);
+        if (st == SL_OK)
+            st = sl_members_enter(m, coordinator, 40 * WAIT_MS);
+    }
+    if (st == SL_OK)
+        st = two_steps(net, k, m, at);
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+START_TEST(test_admit_two_comebacks)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 4;
+    for (int k = 0; k < 4; k++)
+        net.fn[k] = two_node;
+    net_run(&net);
+    ck_assert_msg(two.at[3] > two.at[2] && two.at[2] > 0, "K2 %ld, K3 %ld", two.at[2], two.at[3]);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 4);
+        ck_assert_int_eq(net.nodes[k], 4);
+        ck_assert_int_eq(net.epoch[k], net.epoch[0]);
+        for (int i = 0; i < COUNT; i++)
+            ck_assert_msg(net.out[k][i] ==
+                              (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i) +
+                               test_node_input(2, (size_t)i) + test_node_input(3, (size_t)i)) /
+                                  4.0f,
+                          "node %d, float %d: %g", k, i, (double)net.out[k][i]);
+    }
+}
+END_TEST
+
 static Suite *
 members_suite(void)
 {
@@ -579,6 +713,7 @@ members_suite(void)
     tcase_add_test(limits, test_lent_frames_to_the_dead);
     tcase_add_test(limits, test_admit_comeback);
     tcase_add_test(limits, test_admit_missed);
+    tcase_add_test(limits, test_admit_two_comebacks);
     tcase_set_timeout(core, 60);
     tcase_set_timeout(limits, 60);
     suite_add_tcase(s, core);
