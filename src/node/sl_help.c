@@ -92,7 +92,7 @@ static const char main_help[] =
 
 static const char run_help[] =
     "Usage: shoal run CONF.yaml [-n N] [--transport ipc|tcp] [--set KEY=VALUE]...\n"
-    "                 [--no-resume] [--quiet]\n"
+    "                 [--no-resume] [--init FILE] [--quiet]\n"
     "\n"
     "Train with N nodes on this machine: N processes (default cluster.nodes), node R\n"
     "training on its share of the data, the R-th of N contiguous slices of the training\n"
@@ -143,6 +143,8 @@ static const char run_help[] =
     "  --transport KIND   ipc or tcp (default cluster.transport)\n"
     "  --set KEY=VALUE    override a configuration key (repeatable)\n"
     "  --no-resume        every node starts from step 0\n"
+    "  --init FILE        every node that starts from step 0 takes the weights of\n"
+    "                     FILE (as shoal train --init); a resume ignores it\n"
     "  --quiet            no progress line\n"
     "  -h, --help         show this help and exit\n"
     "\n"
@@ -152,7 +154,7 @@ static const char run_help[] =
 
 static const char node_help[] =
     "Usage: shoal node CONF.yaml [--rank R --size N] [--master HOST:PORT]\n"
-    "                  [--set KEY=VALUE]... [--no-resume] [--quiet]\n"
+    "                  [--set KEY=VALUE]... [--no-resume] [--init FILE] [--quiet]\n"
     "\n"
     "Run one node of a run on several machines. A cluster's launcher starts one per\n"
     "GPU or host, e.g. 'srun shoal node conf/brown-4nodes.yaml' (conf/slurm-brown.sh\n"
@@ -197,6 +199,9 @@ static const char node_help[] =
     "  --set KEY=VALUE    override a configuration key (repeatable; give every node\n"
     "                     the same, or rank 0 refuses it)\n"
     "  --no-resume        start from step 0\n"
+    "  --init FILE        starting from step 0, take the weights of FILE (as shoal\n"
+    "                     train --init; give every node the same); a resume\n"
+    "                     ignores it\n"
     "  --quiet            no progress line (only rank 0 shows one anyway)\n"
     "  -h, --help         show this help and exit\n"
     "\n"
@@ -331,8 +336,8 @@ static const char export_help[] =
     "and model settings and how shoal evaluates, all from MODEL itself: no\n"
     "configuration or corpus is read. A file of format versions 1 to 3 has no\n"
     "vocabulary: it comes from the run's corpus, as shoal eval takes it, through the\n"
-    "configuration. tools/shoal_torch.py loads the export into PyTorch; shoal train\n"
-    "--init OUT starts a run from it.\n"
+    "configuration. tools/shoal_torch.py loads the export into PyTorch; shoal train,\n"
+    "run or node --init OUT starts a run from it.\n"
     "\n"
     "Options:\n"
     "  --format safetensors  the format (required; the only one)\n"

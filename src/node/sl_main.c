@@ -56,7 +56,7 @@ typedef struct {
     const char *conf;
     const char *checkpoint;
     const char *split;
-    const char *init; /* shoal train --init */
+    const char *init; /* --init of shoal train, run and node */
     const char **sets;
     int nsets;
     int no_resume;
@@ -498,7 +498,7 @@ cmd_node(int argc, char **argv)
     sl_status_t env_st;
     char master[320] = "", who[32];
     int rank = 0, size = 1;
-    int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE);
+    int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE | OPT_INIT);
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("node"), stdout);
@@ -523,6 +523,7 @@ cmd_node(int argc, char **argv)
     opts.size = size;
     opts.master = master;
     opts.resume = cfg.run.resume && !a.no_resume;
+    opts.init = a.init;
     opts.quiet = a.quiet || rank != 0;
     opts.run_rate = 1;
     opts.interrupt = &stop_requested;
@@ -620,7 +621,7 @@ cmd_run(int argc, char **argv)
     sl_launch_opts_t opts;
     sl_launch_result_t res;
     sl_status_t rc;
-    int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN);
+    int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN | OPT_INIT);
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("run"), stdout);
@@ -637,6 +638,7 @@ cmd_run(int argc, char **argv)
     }
     sl_launch_opts_init(&opts);
     opts.resume = cfg.run.resume && !a.no_resume;
+    opts.init = a.init;
     opts.quiet = a.quiet;
     opts.interrupt = &stop_count;
     opts.out = stderr;
