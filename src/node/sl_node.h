@@ -36,7 +36,7 @@ typedef struct {
     /* A safetensors file whose weights the node takes when it starts fresh (step 0),
      * as sl_train_opts_t.init; NULL: a random initialisation. Borrowed. */
     const char *init;
-    int quiet;  /* no progress lines of its own */
+    int quiet; /* no progress lines of its own */
     /* At the end rank 0 gathers every node's tokens/s (shoal node: nobody else sees all
      * nodes) into res->run_tokens_per_s and <run dir>/summary.json. */
     int run_rate;
