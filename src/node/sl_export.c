@@ -1,6 +1,7 @@
 /* safetensors export (weights plus a JSON file of vocabulary and configuration) and
  * import (sl_export.h). The export builds the model on the CPU backend, loads the
- * model file as shoal eval does, and writes the views sl_lm_tensors names. */
+ * model file (with its own metadata, or with the corpus of a configuration for an
+ * older file, as shoal eval does), and writes the views sl_lm_tensors names. */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_export.h"
 
@@ -15,6 +16,7 @@
 #include "model/sl_model_tensors.h"
 #include "node/sl_checkpoint.h"
 #include "node/sl_metrics.h"
+#include "node/sl_model_file.h"
 #include "node/sl_train_internal.h"
 
 sl_status_t
@@ -41,21 +43,30 @@ base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
+/* What the JSON file says besides the model and data settings of cfg. */
+typedef struct {
+    const sl_vocab_t *vocab; /* id order */
+    const char *run;         /* the training run's name */
+    const char *model;       /* the model file, as given */
+    long step;
+    const char *version; /* shoal's */
+} json_src_t;
+
 static void
-write_json_body(FILE *fp, const sl_config_t *cfg, const sl_vocab_t *vocab, const char *weights,
-                const char *model, long step, const char *version)
+write_json_body(FILE *fp, const sl_config_t *cfg, const json_src_t *src, const char *weights)
 {
+    const sl_vocab_t *vocab = src->vocab;
     int v = sl_vocab_size(vocab), eos = sl_vocab_eos(vocab);
 
     fputs("{\n  \"format\": \"shoal-export\",\n  \"format_version\": 1,\n  \"shoal_version\": ",
           fp);
-    sl_json_string(fp, version);
+    sl_json_string(fp, src->version);
     fputs(",\n  \"weights\": ", fp);
     sl_json_string(fp, weights);
     fputs(",\n  \"source\": {\"model\": ", fp);
-    sl_json_string(fp, model);
-    fprintf(fp, ", \"step\": %ld, \"run\": ", step);
-    sl_json_string(fp, cfg->run.name);
+    sl_json_string(fp, src->model);
+    fprintf(fp, ", \"step\": %ld, \"run\": ", src->step);
+    sl_json_string(fp, src->run);
     fprintf(fp, "},\n  \"model\": {\"vocab\": %d, \"embedding\": %d, \"layers\": [", v,
             cfg->model.embedding);
     for (int l = 0; l < cfg->model.nlayers; l++)
@@ -84,13 +95,12 @@ write_json_body(FILE *fp, const sl_config_t *cfg, const sl_vocab_t *vocab, const
 }
 
 static sl_status_t
-write_json(const char *path, const sl_config_t *cfg, const sl_vocab_t *vocab, const char *weights,
-           const char *model, long step, const char *version)
+write_json(const char *path, const sl_config_t *cfg, const json_src_t *src, const char *weights)
 {
     sl_atomic_file_t f;
 
     SL_TRY(sl_atomic_open(&f, path));
-    write_json_body(f.fp, cfg, vocab, weights, model, step, version);
+    write_json_body(f.fp, cfg, src, weights);
     if (ferror(f.fp)) {
         sl_atomic_abort(&f);
         return sl_err_set(SL_ERR_IO, "%s: cannot write", path);
@@ -98,11 +108,12 @@ write_json(const char *path, const sl_config_t *cfg, const sl_vocab_t *vocab, co
     return sl_atomic_commit(&f);
 }
 
-/* The model file's parameters into host (nparams floats): the model built on the CPU
- * backend for the corpus's vocabulary, loaded as shoal eval loads it. */
+/* The model file's parameters into *host (malloc'd by sl_alloc, their count in
+ * *nparams): the model built on the CPU backend for the corpus's vocabulary, loaded as
+ * shoal eval loads it. */
 static sl_status_t
-read_params(const sl_config_t *cfg, const sl_corpus_t *corpus, const char *model, float *host,
-            size_t nparams, long *step)
+read_params(const sl_config_t *cfg, const sl_corpus_t *corpus, const char *model, float **host,
+            size_t *nparams, long *step)
 {
     sl_backend_t *be = NULL;
     sl_lm_t *lm = NULL;
@@ -114,10 +125,12 @@ read_params(const sl_config_t *cfg, const sl_corpus_t *corpus, const char *model
     sl_ckpt_ident_init(&id, cfg, vocab, corpus->hash, 0, 1);
     SL_TRY(sl_backend_cpu_new(&be, cfg->run.threads));
     SL_TRY_GOTO(sl_lm_new(&lm, cfg, vocab, 1, 1, be), st, out);
-    SL_ASSERT(sl_lm_nparams(lm) == nparams);
     SL_TRY_GOTO(sl_checkpoint_check(model, &id, lm, NULL, NULL, NULL, &cur, &damaged), st, out);
     SL_TRY_GOTO(sl_checkpoint_load(model, &id, be, lm, NULL, NULL, NULL, NULL), st, out);
-    SL_TRY_GOTO(be->ops->to_host(be->ctx, host, sl_lm_params(lm), nparams * sizeof *host), st, out);
+    *nparams = sl_lm_nparams(lm);
+    SL_TRY_GOTO(SL_ALLOC(host, *nparams, "parameters"), st, out);
+    SL_TRY_GOTO(be->ops->to_host(be->ctx, *host, sl_lm_params(lm), *nparams * sizeof **host), st,
+                out);
     *step = cur.step;
 out:
     sl_lm_destroy(&lm);
@@ -125,30 +138,28 @@ out:
     return st;
 }
 
-sl_status_t
-sl_export_safetensors(const sl_config_t *cfg, const char *model, const char *out,
-                      const char *version, sl_export_result_t *res)
+/* The weights file out from host (the count parameters of a model of cfg with src's
+ * vocabulary, as loaded), then the JSON file; fills res. */
+static sl_status_t
+write_export(const sl_config_t *cfg, const json_src_t *src, const float *host, size_t count,
+             const char *out, sl_export_result_t *res)
 {
     static const char *meta[] = {"format", "pt", "producer", "shoal", NULL};
     sl_lm_tensor_t t[SL_LM_MAX_TENSORS];
     sl_st_out_t w[SL_LM_MAX_TENSORS];
-    sl_corpus_t corpus;
-    float *host = NULL, *zeros = NULL;
+    float *zeros = NULL;
     size_t nparams, most = 0;
     int n;
     sl_status_t st;
 
-    memset(res, 0, sizeof *res);
-    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
-    SL_TRY(sl_corpus_load(&corpus, cfg));
-    res->vocab = sl_vocab_size(corpus.vocab);
-    SL_TRY_GOTO(sl_lm_tensors(cfg, res->vocab, t, &n, &nparams), st, done);
+    res->vocab = sl_vocab_size(src->vocab);
+    res->step = src->step;
+    SL_TRY(sl_lm_tensors(cfg, res->vocab, t, &n, &nparams));
+    SL_ASSERT(nparams == count);
     for (int i = 0; i < n; i++)
         if (t[i].zeros && t[i].count > most)
             most = t[i].count;
-    SL_TRY_GOTO(SL_ALLOC(&host, nparams, "parameters"), st, done);
-    SL_TRY_GOTO(SL_CALLOC(&zeros, most ? most : 1, "zero biases"), st, done);
-    SL_TRY_GOTO(read_params(cfg, &corpus, model, host, nparams, &res->step), st, done);
+    SL_TRY(SL_CALLOC(&zeros, most ? most : 1, "zero biases"));
     for (int i = 0; i < n; i++) {
         memset(&w[i], 0, sizeof w[i]);
         w[i].name = t[i].name;
@@ -158,14 +169,59 @@ sl_export_safetensors(const sl_config_t *cfg, const char *model, const char *out
         w[i].data = t[i].zeros ? zeros : host + t[i].offset;
     }
     SL_TRY_GOTO(sl_st_write(out, w, n, meta), st, done);
-    SL_TRY_GOTO(write_json(res->json, cfg, corpus.vocab, base_name(out), model, res->step, version),
-                st, done);
+    SL_TRY_GOTO(write_json(res->json, cfg, src, base_name(out)), st, done);
     res->tensors = n;
     res->nparams = nparams;
 done:
     sl_free(zeros);
+    return st;
+}
+
+sl_status_t
+sl_export_safetensors(const sl_config_t *cfg, const char *model, const char *out,
+                      const char *version, sl_export_result_t *res)
+{
+    json_src_t src = {NULL, cfg->run.name, model, 0, version};
+    sl_corpus_t corpus;
+    float *host = NULL;
+    size_t nparams;
+    sl_status_t st;
+
+    memset(res, 0, sizeof *res);
+    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
+    SL_TRY(sl_corpus_load(&corpus, cfg));
+    src.vocab = corpus.vocab;
+    SL_TRY_GOTO(read_params(cfg, &corpus, model, &host, &nparams, &src.step), st, done);
+    st = write_export(cfg, &src, host, nparams, out, res);
+done:
     sl_free(host);
     sl_corpus_fini(&corpus);
+    return st;
+}
+
+sl_status_t
+sl_export_self_contained(const char *model, const char *out, const char *version,
+                         sl_export_result_t *res)
+{
+    sl_model_file_t m;
+    json_src_t src;
+    float *host = NULL;
+    size_t nparams;
+    sl_status_t st;
+
+    memset(res, 0, sizeof *res);
+    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
+    /* one thread: the export computes nothing */
+    SL_TRY(sl_model_file_open(&m, model, "cpu", 1, 0));
+    src = (json_src_t){m.vocab, m.info.meta.run_name, model, m.info.cur.step, version};
+    nparams = sl_lm_nparams(m.lm);
+    SL_TRY_GOTO(SL_ALLOC(&host, nparams, "parameters"), st, done);
+    SL_TRY_GOTO(m.be->ops->to_host(m.be->ctx, host, sl_lm_params(m.lm), nparams * sizeof *host), st,
+                done);
+    st = write_export(&m.cfg, &src, host, nparams, out, res);
+done:
+    sl_free(host);
+    sl_model_file_close(&m);
     return st;
 }
 

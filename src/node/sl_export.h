@@ -26,13 +26,21 @@ typedef struct {
     char json[SL_EXPORT_PATH_MAX];
 } sl_export_result_t;
 
-/* Writes the parameters of model (a model or checkpoint file of a run of cfg; cfg
- * borrowed, validated) to out as safetensors, and the JSON file (sl_export_json_path):
- * the vocabulary in id order, the data and model settings, the evaluation's streams
- * and bptt, the step; version is shoal's, written into both. The vocabulary is the
- * corpus's that cfg names, as shoal eval takes it; the model file must fit it. Both
- * files are written atomically. Errors: the corpus's (SL_ERR_IO, ...), the model
- * file's (sl_checkpoint_load's SL_ERR_FORMAT), SL_ERR_IO writing. */
+/* Writes the parameters of model (a model or checkpoint file of format version 4 with
+ * its metadata) to out as safetensors, and the JSON file (sl_export_json_path): the
+ * vocabulary in id order, the data and model settings, the evaluation's streams and
+ * bptt, the step, the run's name, all from the file itself (no configuration, no
+ * corpus); version is shoal's, written into both. Both files are written atomically.
+ * Errors: the model file's (sl_model_file_open's, SL_ERR_FORMAT also for a file without
+ * metadata), SL_ERR_IO writing. */
+sl_status_t sl_export_self_contained(const char *model, const char *out, const char *version,
+                                     sl_export_result_t *res);
+
+/* The same for a file without metadata (format versions 1 to 3), with the vocabulary of
+ * the corpus that cfg (borrowed, validated) names, as shoal eval takes it, and cfg's
+ * settings; the model file must fit them. For a version 4 file of the run of cfg both
+ * give the same two files. Errors: the corpus's (SL_ERR_IO, ...), the model file's
+ * (sl_checkpoint_load's SL_ERR_FORMAT), SL_ERR_IO writing. */
 sl_status_t sl_export_safetensors(const sl_config_t *cfg, const char *model, const char *out,
                                   const char *version, sl_export_result_t *res);
 

@@ -17,7 +17,6 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "common/sl_status.h"
-#include "common/sl_tool_pipe.h"
 #include "config/sl_config.h"
 #include "node/sl_cmd_model.h"
 #include "node/sl_cmd_export.h"
@@ -26,7 +25,7 @@
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
-#include "node/sl_plot.h"
+#include "node/sl_cmd_plot.h"
 #include "node/sl_supervisor.h"
 #include "node/sl_train.h"
 
@@ -57,7 +56,7 @@ typedef struct {
     const char *conf;
     const char *checkpoint;
     const char *split;
-    const char *init; /* shoal train --init */
+    const char *init; /* --init of shoal train, run and node */
     const char **sets;
     int nsets;
     int no_resume;
@@ -499,7 +498,7 @@ cmd_node(int argc, char **argv)
     sl_status_t env_st;
     char master[320] = "", who[32];
     int rank = 0, size = 1;
-    int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE);
+    int ex = parse_args("node", argc, argv, &a, OPT_TRAIN | OPT_NODE | OPT_INIT);
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("node"), stdout);
@@ -524,6 +523,7 @@ cmd_node(int argc, char **argv)
     opts.size = size;
     opts.master = master;
     opts.resume = cfg.run.resume && !a.no_resume;
+    opts.init = a.init;
     opts.quiet = a.quiet || rank != 0;
     opts.run_rate = 1;
     opts.interrupt = &stop_requested;
@@ -621,7 +621,7 @@ cmd_run(int argc, char **argv)
     sl_launch_opts_t opts;
     sl_launch_result_t res;
     sl_status_t rc;
-    int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN);
+    int ex = parse_args("run", argc, argv, &a, OPT_TRAIN | OPT_RUN | OPT_INIT);
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("run"), stdout);
@@ -638,6 +638,7 @@ cmd_run(int argc, char **argv)
     }
     sl_launch_opts_init(&opts);
     opts.resume = cfg.run.resume && !a.no_resume;
+    opts.init = a.init;
     opts.quiet = a.quiet;
     opts.interrupt = &stop_count;
     opts.out = stderr;
@@ -681,81 +682,6 @@ cmd_run(int argc, char **argv)
 }
 
 static int cmd_help(const char *command);
-
-typedef struct {
-    const sl_plot_run_t *runs;
-    int n;
-    const char *png;
-} plot_job_t;
-
-static void
-plot_writer(FILE *to, void *ctx)
-{
-    const plot_job_t *job = ctx;
-
-    sl_plot_script(to, job->runs, job->n, job->png);
-}
-
-/* shoal plot RUN_DIR... [-o FILE] [--script]: perplexity curves through gnuplot. */
-static int
-cmd_plot(int argc, char **argv)
-{
-    const char *png = "perplexity.png";
-    sl_plot_run_t *runs = calloc((size_t)argc + 1, sizeof *runs);
-    int n = 0, script = 0, ex = EXIT_OK;
-
-    if (!runs) {
-        fprintf(stderr, "shoal: out of memory\n");
-        return EXIT_RUNTIME;
-    }
-    for (int i = 0; i < argc && ex == EXIT_OK; i++) {
-        const char *v;
-        int m;
-
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            free(runs);
-            return cmd_help("plot");
-        }
-        if (((v = sl_cli_option_value(argc, argv, &i, "-o", &m)) || m) ||
-            ((v = sl_cli_option_value(argc, argv, &i, "--output", &m)) || m)) {
-            if (!v || !*v)
-                ex = usage_error("plot", "option '%s' needs a FILE", argv[i]);
-            else
-                png = v;
-        } else if (strcmp(argv[i], "--script") == 0) {
-            script = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            ex = usage_error("plot", "unknown option '%s'", argv[i]);
-        } else if (sl_plot_read(&runs[n], argv[i]) != SL_OK) {
-            fprintf(stderr, "shoal: plot: %s\n", sl_err_msg());
-            ex = EXIT_RUNTIME;
-        } else {
-            n++;
-        }
-    }
-    if (ex == EXIT_OK && n == 0)
-        ex = usage_error("plot", "missing RUN_DIR");
-    if (ex == EXIT_OK && script) {
-        sl_plot_script(stdout, runs, n, png);
-    } else if (ex == EXIT_OK && !sl_tool_on_path("gnuplot")) {
-        fprintf(stderr,
-                "shoal: plot: gnuplot is not on PATH: install it (Debian: gnuplot-nox, "
-                "RHEL/Rocky: gnuplot) to draw %s, or write its script with --script\n",
-                png);
-        ex = EXIT_RUNTIME;
-    } else if (ex == EXIT_OK) {
-        static const char *const gnuplot[] = {"gnuplot", NULL};
-        plot_job_t job = {runs, n, png};
-        if (sl_tool_pipe("shoal: plot", gnuplot, png, plot_writer, &job) != 0)
-            ex = EXIT_RUNTIME;
-        else
-            printf("shoal: plot: wrote %s (%d run%s)\n", png, n, n == 1 ? "" : "s");
-    }
-    for (int i = 0; i < n; i++)
-        sl_plot_run_fini(&runs[i]);
-    free(runs);
-    return ex;
-}
 
 /* shoal keygen FILE: a new run secret, mode 0600. */
 static int
@@ -835,7 +761,7 @@ main(int argc, char **argv)
     if (strcmp(cmd, "export") == 0)
         return sl_cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0)
-        return cmd_plot(argc - 2, argv + 2);
+        return sl_cmd_plot(argc - 2, argv + 2);
     if (strcmp(cmd, "help") == 0) {
         if (argc > 3) {
             fprintf(stderr, "shoal: help: unexpected argument '%s' (see shoal help --help)\n",

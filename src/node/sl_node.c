@@ -392,6 +392,7 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
     to.rank = o->rank;
     to.nranks = o->size;
     to.resume = o->resume;
+    to.init = o->init;
     to.quiet = o->quiet;
     to.rejoin = n.rejoin;
     to.interrupt = o->interrupt;

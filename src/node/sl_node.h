@@ -33,7 +33,10 @@ typedef struct {
      * to the nodes it forks); NULL: read cluster.key_file. Borrowed. */
     const sl_secret_t *secret;
     int resume; /* continue from this node's checkpoint when there is one */
-    int quiet;  /* no progress lines of its own */
+    /* A safetensors file whose weights the node takes when it starts fresh (step 0),
+     * as sl_train_opts_t.init; NULL: a random initialisation. Borrowed. */
+    const char *init;
+    int quiet; /* no progress lines of its own */
     /* At the end rank 0 gathers every node's tokens/s (shoal node: nobody else sees all
      * nodes) into res->run_tokens_per_s and <run dir>/summary.json. */
     int run_rate;

@@ -34,6 +34,7 @@
 
 typedef struct {
     int resume, quiet;                /* quiet: no merged progress line */
+    const char *init;                 /* every node's sl_node_opts_t.init; borrowed */
     volatile sig_atomic_t *interrupt; /* SIGINT/SIGTERM count of this process; may be NULL */
     int grace_ms;                     /* SIGTERM to SIGKILL; default SL_LAUNCH_GRACE_MS */
     FILE *out;                        /* progress and forwarded lines (stderr); borrowed */

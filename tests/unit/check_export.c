@@ -3,15 +3,21 @@
  * taken apart here, without the library's reader (header length, names, dtypes, shapes,
  * offsets tiling the data, the values the model file holds), and its JSON file; export
  * then --init gives the same parameters, bit for bit, through the library and through
- * the command line; bad and truncated files are refused with one line that names them.
+ * the command line; a version 4 model file is exported from its own metadata, from
+ * another directory with the corpus and run gone, into the same two files as through
+ * its configuration and corpus, and an older one through its configuration; bad and
+ * truncated files are refused with one line that names them.
  * A tiny LSTMP model on a slice of Brown. */
 #define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
 #include <check.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/sl_endian.h"
@@ -63,15 +69,24 @@ trained(sl_config_t *cfg, const char *run, sl_train_result_t *res)
     test_train_ok(cfg, 0, res);
 }
 
-/* shoal ARGS..., its stdout and stderr; returns the exit status. */
+/* shoal ARGS..., its stdout and stderr, log lines from level (SHOAL_LOG) on; returns
+ * the exit status. */
 static int
-shoal(char *out, size_t out_cap, char *err, size_t err_cap, const char *const *args)
+shoal_log(const char *level, char *out, size_t out_cap, char *err, size_t err_cap,
+          const char *const *args)
 {
     char bin[PATH_MAX];
 
     ck_assert_msg(test_shoal_find(bin, sizeof bin), "shoal is not built");
-    setenv("SHOAL_LOG", "warn", 1);
+    setenv("SHOAL_LOG", level, 1);
     return test_tool_run(bin, out, out_cap, err, err_cap, NULL, args);
+}
+
+/* shoal ARGS... with warnings and errors only. */
+static int
+shoal(char *out, size_t out_cap, char *err, size_t err_cap, const char *const *args)
+{
+    return shoal_log("warn", out, out_cap, err, err_cap, args);
 }
 
 /* The export of res's model by the command line, config found beside the model. */
@@ -266,6 +281,164 @@ START_TEST(test_init_round_trip)
     free(again);
     free(got);
     free(orig);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* <root>/<dir>/ made, and <root>/<dir>/<name> into buf. */
+static void
+path_in(char *buf, size_t cap, const char *dir, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", tmp_root, dir);
+    mkdir(buf, 0755);
+    snprintf(buf, cap, "%s/%s/%s", tmp_root, dir, name);
+}
+
+static void
+copy_file(const char *from, const char *to)
+{
+    size_t len;
+    char *data = test_read_file(from, &len);
+
+    ck_assert_msg(data != NULL, "cannot read %s", from);
+    test_write_file(to, data, len);
+    free(data);
+}
+
+/* The two files of the export at out are those at ref, byte for byte. */
+static void
+assert_same_export(const char *out, const char *ref)
+{
+    char json[PATH_MAX], json_ref[PATH_MAX], *a, *b;
+    size_t alen, blen;
+
+    a = test_read_file(out, &alen);
+    b = test_read_file(ref, &blen);
+    ck_assert_msg(a && b, "%s or %s is missing", out, ref);
+    ck_assert_msg(alen == blen && memcmp(a, b, alen) == 0, "%s differs from %s", out, ref);
+    free(a);
+    free(b);
+    ck_assert_int_eq(sl_export_json_path(out, json, sizeof json), SL_OK);
+    ck_assert_int_eq(sl_export_json_path(ref, json_ref, sizeof json_ref), SL_OK);
+    a = test_read_file(json, &alen);
+    b = test_read_file(json_ref, &blen);
+    ck_assert_msg(a && b, "%s or %s is missing", json, json_ref);
+    ck_assert_msg(alen == blen && memcmp(a, b, alen) == 0, "%s:\n%s\ndiffers from %s:\n%.2000s",
+                  json, a, json_ref, b);
+    free(a);
+    free(b);
+}
+
+/* A version 4 model file needs neither configuration nor corpus: exported from another
+ * directory with the corpus, the token cache and the run directory removed, it gives
+ * the bytes of the export through its configuration and corpus (the path of older
+ * files); --config is then not used, with a warning. A version 1 file of the same
+ * weights goes through the configuration, saying so, into the same files again, and
+ * fails in one line once the corpus is gone. */
+START_TEST(test_export_without_corpus)
+{
+    sl_config_t cfg;
+    sl_train_result_t res;
+    sl_export_result_t er;
+    char corpus[PATH_MAX], from[PATH_MAX], to[PATH_MAX], cache[PATH_MAX + 16], model[PATH_MAX];
+    char conf[PATH_MAX], v1[PATH_MAX], ref[PATH_MAX], out[PATH_MAX], o[8192], e[8192];
+    static const char *const split[] = {"train", "valid", "test"};
+    unsigned char *data, *old;
+    size_t len, oldlen;
+
+    /* a private copy of the corpus and cache, to take away */
+    for (int i = 0; i < 3; i++) {
+        snprintf(from, sizeof from, "%s/brown/%s.txt", data_dir, split[i]);
+        path_in(to, sizeof to, "corpus", "brown");
+        mkdir(to, 0755);
+        snprintf(to, sizeof to, "%s/corpus/brown/%s.txt", tmp_root, split[i]);
+        copy_file(from, to);
+    }
+    snprintf(corpus, sizeof corpus, "%s/corpus", tmp_root);
+    snprintf(cache, sizeof cache, "data.cache_dir=%s/own-cache", tmp_root);
+    test_tiny_config(&cfg, tmp_root, corpus, "own",
+                     "model.layers=[{lstm: 16, projection: 8}, {lstm: 12}]", "train.max_steps=30",
+                     cache, NULL);
+    test_train_ok(&cfg, 0, &res);
+    path_in(model, sizeof model, "kept", "model.bin");
+    copy_file(res.model, model);
+    snprintf(conf, sizeof conf, "%s/config.yaml", res.run_dir);
+
+    /* through the configuration and corpus, as for a file without metadata */
+    path_in(ref, sizeof ref, "ref", "m.safetensors");
+    ck_assert_msg(sl_export_safetensors(&cfg, model, ref, PACKAGE_VERSION, &er) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_int_eq(er.tensors, NWANT);
+    /* the command line with them all there, --config given: the file's own, a warning */
+    path_in(out, sizeof out, "with", "m.safetensors");
+    {
+        const char *args[] = {"export",   model, "--format", "safetensors",
+                              "--config", conf,  out,        NULL};
+        ck_assert_msg(shoal(o, sizeof o, e, sizeof e, args) == 0, "%s", e);
+        ck_assert_msg(strstr(e, "carries its own vocabulary and configuration: --config is not "
+                                "used") != NULL,
+                      "%s", e);
+    }
+    assert_same_export(out, ref);
+
+    /* a version 1 file of the same weights: through config.yaml, in one info line */
+    data = (unsigned char *)test_read_file(model, &len);
+    old = test_ckpt_to_version1(data, len, &oldlen);
+    path_in(v1, sizeof v1, "v1", "model.bin");
+    test_write_file(v1, old, oldlen);
+    free(old);
+    free(data);
+    path_in(out, sizeof out, "old", "m.safetensors");
+    {
+        const char *args[] = {"export", v1, "--format", "safetensors", "--config", conf, out, NULL};
+        ck_assert_msg(shoal_log("info", o, sizeof o, e, sizeof e, args) == 0, "%s", e);
+    }
+    snprintf(from, sizeof from,
+             "export: info: %s has no metadata (format version 1): vocabulary from the corpus of "
+             "%s\n",
+             v1, conf);
+    ck_assert_msg(strstr(e, from) != NULL, "want '%s' in:\n%s", from, e);
+    /* the JSON names the file it came from: give the old one the new one's name */
+    copy_file(v1, model);
+    {
+        const char *args[] = {"export",   model, "--format", "safetensors",
+                              "--config", conf,  out,        NULL};
+        ck_assert_msg(shoal(o, sizeof o, e, sizeof e, args) == 0, "%s", e);
+    }
+    assert_same_export(out, ref);
+    copy_file(res.model, model);
+
+    /* no corpus, no cache, no run directory; another working directory */
+    test_remove_tree(corpus);
+    snprintf(from, sizeof from, "%s/own-cache", tmp_root);
+    test_remove_tree(from);
+    test_remove_tree(res.run_dir);
+    path_in(from, sizeof from, "elsewhere", "");
+    ck_assert_int_eq(chdir(from), 0);
+    path_in(out, sizeof out, "without", "m.safetensors");
+    {
+        const char *args[] = {"export", model, "--format", "safetensors", out, NULL};
+        ck_assert_msg(shoal(o, sizeof o, e, sizeof e, args) == 0, "%s", e);
+        ck_assert_str_eq(e, "");
+        ck_assert_msg(strstr(o, "(step 30): 12 tensors") != NULL, "%s", o);
+    }
+    assert_same_export(out, ref);
+    /* and the old file cannot be exported any more: its vocabulary was the corpus's */
+    {
+        const char *args[] = {"export", v1, "--format", "safetensors", "--config", conf, out, NULL};
+        ck_assert_int_eq(shoal(o, sizeof o, e, sizeof e, args), 2);
+        ck_assert_msg(strncmp(e, "shoal: export: ", 15) == 0 && strstr(e, conf) &&
+                          strchr(e, '\n') == e + strlen(e) - 1,
+                      "%s", e);
+    }
+    {
+        const char *args[] = {"export", v1, "--format", "safetensors", out, NULL};
+        ck_assert_int_eq(shoal(o, sizeof o, e, sizeof e, args), 2);
+        ck_assert_msg(strstr(e, "has no metadata (format version 1) and there is no config.yaml "
+                                "beside it or one folder up: give --config CONF.yaml") &&
+                          strchr(e, '\n') == e + strlen(e) - 1,
+                      "%s", e);
+    }
     sl_config_fini(&cfg);
 }
 END_TEST
@@ -478,6 +651,7 @@ export_suite(void)
     tcase_set_timeout(limits, 300);
     tcase_add_test(core, test_export_header);
     tcase_add_test(core, test_init_round_trip);
+    tcase_add_test(core, test_export_without_corpus);
     tcase_add_test(limits, test_bad_files);
     tcase_add_test(limits, test_bad_files_cli);
     tcase_add_test(limits, test_damaged_files);

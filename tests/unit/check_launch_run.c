@@ -1,8 +1,9 @@
 /* Unit tests of the built shoal binary's `run` and `node` commands on a 20000-token
  * slice of Brown (vocab 500, E 16, one layer of 16, B 4 x T 8): shares, checkpoints,
  * failures, interrupts, resume, a node's abort reaching its peer, usage errors, a run
- * started as torchrun starts one (its map, full log lines, the run's tokens/s), and no
- * process left behind. The cluster keys and the rendezvous are in check_launch.c. */
+ * started as torchrun starts one (its map, full log lines, the run's tokens/s), --init
+ * of shoal run and shoal node, and no process left behind. The cluster keys and the
+ * rendezvous are in check_launch.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -23,6 +24,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "node/sl_export.h"
 #include "node/sl_train.h"
 
 #include "test_tool.h"
@@ -677,6 +679,114 @@ START_TEST(test_node_torchrun_env)
 }
 END_TEST
 
+/* Each node's model.bin and the run's average in <tmp>/<run> hold the n parameters of
+ * want (same): bit for bit, or (same 0) not. */
+static void
+assert_models(const char *run, const float *want, size_t n, int same)
+{
+    char path[1200];
+
+    for (int r = -1; r < 2; r++) {
+        size_t k;
+        float *got;
+
+        if (r < 0)
+            snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+        else
+            snprintf(path, sizeof path, "%s/%s/node-%d/model.bin", tmp_root, run, r);
+        got = test_model_params(path, &k);
+        ck_assert_uint_eq(k, n);
+        ck_assert_msg((memcmp(got, want, n * sizeof *got) == 0) == same,
+                      "%s: %s the weights of --init", path, same ? "not" : "still");
+        free(got);
+    }
+}
+
+/* --init of shoal run and shoal node: every node, starting at step 0, takes the weights
+ * of an export, and the sync (bmuf, gossip-bmuf) starts from them: a step so small (lr
+ * 1e-30) that no weight moves leaves each node's model.bin and the run's average equal
+ * to them. Without --init the same runs end elsewhere. */
+START_TEST(test_init_run_and_node)
+{
+    char conf[1100], node_conf[1100], weights[1100], key_set[1200], dir[1200], master[64];
+    char *out, *err;
+    const char *set_lr = "train.optimizer.lr=1e-30";
+    sl_config_t cfg;
+    sl_train_opts_t opts;
+    sl_train_result_t res;
+    sl_export_result_t er;
+    size_t n;
+    float *want;
+    pid_t p0, p1;
+
+    if (!have_shoal())
+        return;
+    test_become_subreaper();
+    tiny_yaml(conf, sizeof conf, "init", 2, ", max_steps: 2");
+    tiny_yaml(node_conf, sizeof node_conf, "initnode", 2, ", max_steps: 2");
+    /* the weights: 5 steps of one node, exported */
+    sl_config_init(&cfg);
+    ck_assert(sl_config_load_file(&cfg, conf) == SL_OK);
+    snprintf(dir, sizeof dir, "run.dir=%s/init-src", tmp_root);
+    ck_assert(sl_config_set(&cfg, dir) == SL_OK);
+    ck_assert(sl_config_set(&cfg, "cluster.nodes=1") == SL_OK);
+    ck_assert(sl_config_set(&cfg, "train.max_steps=5") == SL_OK);
+    sl_log_set_level(SL_LOG_ERROR);
+    sl_train_opts_init(&opts);
+    opts.quiet = 1;
+    ck_assert_msg(sl_train_run(&cfg, &opts, &res) == SL_OK, "%s", sl_err_msg());
+    sl_config_fini(&cfg);
+    snprintf(weights, sizeof weights, "%s/init.safetensors", tmp_root);
+    ck_assert_msg(sl_export_self_contained(res.model, weights, "test", &er) == SL_OK, "%s",
+                  sl_err_msg());
+    want = test_model_params(res.model, &n);
+
+    /* shoal run -n 2 --init, then the same without it */
+    {
+        const char *args[] = {"run",   conf,    "-n",   "2",     "--init",
+                              weights, "--set", set_lr, "--set", "sync.algorithm=bmuf",
+                              NULL};
+        ck_assert_int_eq(wait_shoal(start_shoal("initrun", NULL, args), "initrun", &out, &err), 0);
+        free(out);
+        free(err);
+        assert_nothing_left();
+        assert_models("init", want, n, 1);
+        args[4] = "--no-resume";
+        args[5] = "--quiet";
+        ck_assert_int_eq(wait_shoal(start_shoal("initrun", NULL, args), "initrun", &out, &err), 0);
+        free(out);
+        free(err);
+        assert_models("init", want, n, 0);
+    }
+
+    /* two shoal node processes with --init, then without */
+    make_key_file("init", key_set, sizeof key_set);
+    for (int with = 1; with >= 0; with--) {
+        const char *args[] = {
+            "node",   node_conf, "--rank", "1",     "--size", "2",     "--master",
+            master,   "--set",   key_set,  "--set", set_lr,   "--set", "sync.algorithm=gossip-bmuf",
+            "--init", weights,   NULL};
+        snprintf(master, sizeof master, "127.0.0.1:%d", test_free_port());
+        if (!with) {
+            args[14] = "--no-resume";
+            args[15] = "--quiet";
+        }
+        p1 = start_shoal("initnode1", NULL, args);
+        args[3] = "0";
+        p0 = start_shoal("initnode0", NULL, args);
+        ck_assert_int_eq(wait_shoal(p1, "initnode1", &out, &err), 0);
+        free(out);
+        free(err);
+        ck_assert_int_eq(wait_shoal(p0, "initnode0", &out, &err), 0);
+        free(out);
+        free(err);
+        assert_nothing_left();
+        assert_models("initnode", want, n, with);
+    }
+    free(want);
+}
+END_TEST
+
 /* shoal node checks rank, size and master before it starts anything: exit 2, one line. */
 START_TEST(test_node_usage_errors)
 {
@@ -1128,6 +1238,7 @@ launch_run_suite(void)
     tcase_add_test(limits, test_run_node_killed);
     tcase_add_test(limits, test_run_node_fails);
     tcase_add_test(core, test_node_torchrun_env);
+    tcase_add_test(core, test_init_run_and_node);
     tcase_add_test(limits, test_node_abort_reaches_peer);
     tcase_add_test(limits, test_node_key_file);
     tcase_add_test(limits, test_node_usage_errors);

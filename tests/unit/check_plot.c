@@ -1,12 +1,15 @@
 /* shoal plot: runs' metrics.jsonl (written here by hand, as sl_metrics.c writes them)
  * into a gnuplot script and a PNG; several runs in distinct colours; node-0's file for
- * a run of several nodes; one clear line when gnuplot is missing (PATH without it) or a
- * directory is no run. */
+ * a run of several nodes; the x axes --x picks, the wall-clock one from wall_time; one
+ * clear line when gnuplot is missing (PATH without it), a directory is no run, a
+ * wall_time is missing or bad, or --x is wrong. */
+#define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "test_tool.h"
 
@@ -16,12 +19,30 @@ static char shoal[1024];
 enum { CAP = 65536 };
 static char out[CAP], err[CAP];
 
-/* <tmp_root>/<dir>/<sub>metrics.jsonl: steps 10..50 with perplexity 100 / step and time
- * step / 10 s, an evaluation at step 30 (valid ppl v) and one on the test split. */
-static void
-write_metrics(const char *dir, const char *sub, double v)
+/* ",\"wall_time\":\"2026-11-27T10:15:10.250Z\"" for t s since 1970 (milliseconds
+ * kept) into buf, as sl_metrics.c writes it; "" for t < 0 (a file of an older shoal). */
+static const char *
+wall(char *buf, size_t cap, double t)
 {
-    char path[1200];
+    char day[32];
+    time_t whole = (time_t)t;
+    struct tm tm;
+
+    if (t < 0)
+        return strcpy(buf, "");
+    strftime(day, sizeof day, "%Y-%m-%dT%H:%M:%S", gmtime_r(&whole, &tm));
+    snprintf(buf, cap, ",\"wall_time\":\"%s.%03dZ\"", day, (int)((t - (double)whole) * 1000 + 0.5));
+    return buf;
+}
+
+/* <tmp_root>/<dir>/<sub>metrics.jsonl: steps 10..50 with perplexity 100 / step and time
+ * step / 10 s, an evaluation at step 30 (valid ppl v) and one on the test split; with
+ * wall0 >= 0, wall_time wall0 + step s in every record (wall0 + 31 s for the
+ * evaluations). */
+static void
+write_metrics_at(const char *dir, const char *sub, double v, double wall0)
+{
+    char path[1200], w[64], w_eval[64];
     FILE *f;
 
     snprintf(path, sizeof path, "%s/%s", tmp_root, dir);
@@ -32,20 +53,28 @@ write_metrics(const char *dir, const char *sub, double v)
     }
     snprintf(path, sizeof path, "%s/%s/%smetrics.jsonl", tmp_root, dir, *sub ? "node-0/" : "");
     ck_assert_ptr_nonnull(f = fopen(path, "w"));
+    wall(w_eval, sizeof w_eval, wall0 < 0 ? -1 : wall0 + 31);
     for (int s = 10; s <= 50; s += 10) {
         fprintf(f,
                 "{\"step\":%d,\"epoch\":1,\"epoch_frac\":0.1,\"tokens\":100,\"tokens_per_s\":5,"
-                "\"loss\":1,\"ppl\":%g,\"lr\":1,\"grad_norm\":1,\"time_s\":%g}\n",
-                s, 1000.0 / s, s / 10.0);
+                "\"loss\":1,\"ppl\":%g,\"lr\":1,\"grad_norm\":1,\"time_s\":%g%s}\n",
+                s, 1000.0 / s, s / 10.0, wall(w, sizeof w, wall0 < 0 ? -1 : wall0 + s));
         if (s == 30)
             fprintf(f,
                     "{\"event\":\"eval\",\"split\":\"valid\",\"step\":30,\"loss\":1,\"ppl\":%g,"
-                    "\"bpc\":1}\n{\"event\":\"eval\",\"split\":\"test\",\"step\":30,\"loss\":1,"
-                    "\"ppl\":999,\"bpc\":1}\n"
-                    "{\"event\":\"membership\",\"step\":30,\"rank\":1,\"members\":3}\n",
-                    v);
+                    "\"bpc\":1%s}\n{\"event\":\"eval\",\"split\":\"test\",\"step\":30,\"loss\":1,"
+                    "\"ppl\":999,\"bpc\":1%s}\n"
+                    "{\"event\":\"membership\",\"step\":30,\"rank\":1,\"members\":3%s}\n",
+                    v, w_eval, w_eval, w_eval);
     }
     fclose(f);
+}
+
+/* The same without wall_time, as shoal wrote it before. */
+static void
+write_metrics(const char *dir, const char *sub, double v)
+{
+    write_metrics_at(dir, sub, v, -1);
 }
 
 static int
@@ -87,6 +116,130 @@ START_TEST(test_script_two_runs)
                                       "title 'bmuf'"));
     ck_assert_ptr_nonnull(strstr(out, "$train1 using 3:2")); /* against time */
     ck_assert_ptr_nonnull(strstr(out, "set output 'perplexity.png'"));
+    /* the default draws no wall-clock panel */
+    ck_assert_ptr_null(strstr(out, "$wtrain"));
+    ck_assert_ptr_null(strstr(out, "xdata time"));
+}
+END_TEST
+
+/* A string of text after another, in that order. */
+static const char *
+after(const char *text, const char *first, const char *then)
+{
+    const char *p = strstr(text, first);
+
+    ck_assert_msg(p != NULL, "no '%s' in:\n%s", first, text);
+    p = strstr(p + strlen(first), then);
+    ck_assert_msg(p != NULL, "no '%s' after '%s' in:\n%s", then, first, text);
+    return p;
+}
+
+/* --x steps,wall: the panels in that order; the wall-clock one from wall_time (2026-11-27
+ * 10:15:10.250 UTC is 1795774510.250 s since 1970), evaluations at their own time, tics
+ * every 10 s with seconds for a 41 s run on one day, the day in the label; a second run
+ * over midnight names month and day on its tics instead. */
+START_TEST(test_script_wall)
+{
+    char a[1100], b[1100];
+
+    write_metrics_at("walled", "", 40, 1795774500.25);
+    in_tmp(a, sizeof a, "walled");
+    ck_assert_msg(plot(NULL, (const char *const[]){a, "--x", "steps,wall", "--script", NULL}) == 0,
+                  "%s", err);
+    ck_assert_str_eq(err, "");
+    ck_assert_ptr_nonnull(strstr(out, "# shoal plot: perplexity against steps and against "
+                                      "wall-clock time\n"));
+    ck_assert_ptr_nonnull(strstr(out, "$wtrain0 << EOD\n1795774510.250 100\n1795774520.250 50\n"
+                                      "1795774530.250 33.3333\n1795774540.250 25\n"
+                                      "1795774550.250 20\nEOD\n"));
+    ck_assert_ptr_nonnull(strstr(out, "$wvalid0 << EOD\n1795774531.250 40\nEOD\n"));
+    ck_assert_ptr_nonnull(strstr(out, "set terminal png size 1400,560"));
+    ck_assert_ptr_nonnull(strstr(out, "set multiplot layout 1,2 "));
+    after(out, "set xlabel 'step'\nplot $train0 using 1:2",
+          "set xdata time\nset timefmt '%s'\n"
+          "set format x '%H:%M:%S'\nset xtics 10\n"
+          "set xlabel 'wall-clock time (UTC, "
+          "2026-11-27)'\nplot $wtrain0 using 1:2");
+    after(out, "plot $wtrain0 using 1:2", "$wvalid0 using 1:2 with linespoints");
+    ck_assert_ptr_null(strstr(out, "using 3:2")); /* no training-time panel */
+
+    /* wall alone, two runs, one over midnight: one panel, 900 wide */
+    write_metrics_at("midnight", "", 45, 1795824000.0 - 30);
+    in_tmp(b, sizeof b, "midnight");
+    ck_assert_msg(plot(NULL, (const char *const[]){a, b, "--x=wall", "--script", NULL}) == 0, "%s",
+                  err);
+    ck_assert_ptr_nonnull(strstr(out, "$wtrain1 << EOD\n1795823980.000 100\n"));
+    ck_assert_ptr_nonnull(strstr(out, "set terminal png size 900,560"));
+    ck_assert_ptr_nonnull(strstr(out, "set multiplot layout 1,1 "));
+    ck_assert_ptr_nonnull(strstr(out, "set xtics 10800\nset xlabel 'wall-clock time (UTC)'\n"));
+    ck_assert_ptr_nonnull(strstr(out, "set format x '%m-%d %H:%M'\n"));
+    ck_assert_ptr_nonnull(strstr(out, "$wtrain1 using 1:2 with lines lw 1.5 lc rgb '#d62728' "
+                                      "title 'midnight'"));
+    ck_assert_ptr_null(strstr(out, "$train0 <<")); /* no block that no panel uses */
+
+    /* a run that a newer shoal continued: the records without wall_time are left out of
+     * the wall-clock panel (gnuplot's time axis takes no NaN); the panel after it is
+     * one of numbers again */
+    in_tmp(a, sizeof a, "mixed");
+    mkdir(a, 0700);
+    in_tmp(b, sizeof b, "mixed/metrics.jsonl");
+    {
+        const char *text =
+            "{\"step\":10,\"ppl\":5,\"time_s\":1}\n"
+            "{\"step\":20,\"ppl\":4,\"time_s\":2,\"wall_time\":\"2026-11-27T10:15:20Z\"}\n";
+        test_write_file(b, text, strlen(text));
+    }
+    ck_assert_msg(plot(NULL, (const char *const[]){a, "--x", "wall,time", "--script", NULL}) == 0,
+                  "%s", err);
+    ck_assert_ptr_nonnull(strstr(out, "$wtrain0 << EOD\n1795774520.000 4\nEOD\n"));
+    ck_assert_ptr_nonnull(strstr(out, "$train0 << EOD\n10 5 1\n20 4 2\nEOD\n"));
+    after(out, "plot $wtrain0 using 1:2",
+          "\nset xdata\nset format x\nset xtics autofreq\nset xlabel 'training time (s)'\n"
+          "plot $train0 using 3:2");
+}
+END_TEST
+
+/* --x wrong, or the wall clock of files without it: one line, exit 2 or 1; a bad
+ * wall_time names its file and line. */
+START_TEST(test_wall_errors)
+{
+    char a[1100], path[1200], expect[1400];
+
+    write_metrics("old", "", 40);
+    in_tmp(a, sizeof a, "old");
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", "steps,clock", NULL}), 2);
+    ck_assert_str_eq(err, "shoal: plot: --x: 'clock' is not steps, time or wall (see shoal plot "
+                          "--help)\n");
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", "wall,steps,wall", NULL}), 2);
+    ck_assert_str_eq(err, "shoal: plot: --x: wall is given twice (see shoal plot --help)\n");
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", "", NULL}), 2);
+    ck_assert_str_eq(err, "shoal: plot: --x: '' is not steps, time or wall (see shoal plot "
+                          "--help)\n");
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", NULL}), 2);
+    ck_assert_msg(strstr(err, "option '--x' needs steps, time or wall"), "%s", err);
+    /* a file without wall_time: steps and time still work, the wall clock does not */
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", "time", "--script", NULL}), 0);
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--x", "steps,wall", "--script", NULL}),
+                     1);
+    snprintf(expect, sizeof expect,
+             "shoal: plot: %s/metrics.jsonl: no wall_time in its records (written by an older "
+             "shoal): plot it against steps or time (--x steps,time)\n",
+             a);
+    ck_assert_str_eq(err, expect);
+    /* a wall_time that is no time */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", a);
+    {
+        const char *text =
+            "{\"step\":10,\"ppl\":5,\"time_s\":1,\"wall_time\":\"2026-11-27T10:15:10Z\"}\n"
+            "{\"step\":20,\"ppl\":4,\"time_s\":2,\"wall_time\":\"2026-13-27T10:15:20Z\"}\n";
+        test_write_file(path, text, strlen(text));
+    }
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--script", NULL}), 1);
+    snprintf(expect, sizeof expect,
+             "shoal: plot: %s:2: wall_time \"2026-13-27T10:15:20Z\" is not an ISO 8601 UTC time "
+             "(2026-11-27T10:15:07.123Z)\n",
+             path);
+    ck_assert_str_eq(err, expect);
 }
 END_TEST
 
@@ -109,6 +262,18 @@ START_TEST(test_png)
     data = test_read_file(png, &len);
     ck_assert_ptr_nonnull(data);
     ck_assert(len > 1000 && memcmp(data, "\x89PNG", 4) == 0);
+    free(data);
+    /* every axis, the wall clock first (the panels after it have numbers again), and not
+     * a word from gnuplot (a time axis given points it cannot place, or a number axis
+     * left in time mode, floods stderr with warnings) */
+    write_metrics_at("three", "", 40, 1795774500.25);
+    in_tmp(a, sizeof a, "three");
+    ck_assert_msg(plot(NULL, (const char *const[]){a, "-o", png, "--x", "wall,steps,time", NULL}) ==
+                      0,
+                  "%s", err);
+    ck_assert_str_eq(err, "");
+    data = test_read_file(png, &len);
+    ck_assert(data && len > 1000 && memcmp(data, "\x89PNG", 4) == 0);
     free(data);
 }
 END_TEST
@@ -157,11 +322,13 @@ suite(void)
     TCase *c = tcase_create("core");
 
     tcase_add_test(c, test_script_two_runs);
+    tcase_add_test(c, test_script_wall);
     tcase_add_test(c, test_png);
     suite_add_tcase(s, c);
     c = tcase_create("limits");
     tcase_add_test(c, test_no_gnuplot);
     tcase_add_test(c, test_not_a_run);
+    tcase_add_test(c, test_wall_errors);
     suite_add_tcase(s, c);
     return s;
 }
