@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
+#include "node/sl_cmd.h"
 #include "node/sl_cmd_export.h"
 
 #include <stdarg.h>
@@ -20,23 +21,6 @@
 #include "node/sl_checkpoint.h"
 #include "node/sl_export.h"
 #include "node/sl_help.h"
-
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
-
-static int usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int
-usage(const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal: export: %s (see shoal export --help)\n", msg);
-    return EXIT_USAGE;
-}
 
 /* The run's config.yaml for model: beside it, else one folder up; 0 when neither is. */
 static int
@@ -63,12 +47,13 @@ export_with_corpus(const char *model, const char *out, const char *conf, const c
     char found[4096];
     sl_config_t cfg;
     sl_status_t rc;
-    int ex = EXIT_OK;
+    int ex = SL_EXIT_OK;
 
     if (!conf && !find_run_config(model, found, sizeof found))
-        return usage("%s has no metadata (format version %d) and there is no config.yaml "
-                     "beside it or one folder up: give --config CONF.yaml",
-                     model, version);
+        return sl_cmd_usage("export",
+                            "%s has no metadata (format version %d) and there is no config.yaml "
+                            "beside it or one folder up: give --config CONF.yaml",
+                            model, version);
     if (!conf)
         conf = found;
     sl_log_info("export",
@@ -82,10 +67,10 @@ export_with_corpus(const char *model, const char *out, const char *conf, const c
         rc = sl_config_validate(&cfg);
     if (rc != SL_OK) {
         fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
-        ex = EXIT_USAGE;
+        ex = SL_EXIT_USAGE;
     } else if ((rc = sl_export_safetensors(&cfg, model, out, PACKAGE_VERSION, res)) != SL_OK) {
         fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
-        ex = rc == SL_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
+        ex = rc == SL_ERR_CONFIG ? SL_EXIT_USAGE : SL_EXIT_RUNTIME;
     }
     sl_config_fini(&cfg);
     return ex;
@@ -103,9 +88,9 @@ export_self_contained(const char *model, const char *out, const char *conf, int 
                                   : "--set is");
     if (sl_export_self_contained(model, out, PACKAGE_VERSION, res) != SL_OK) {
         fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
-        return EXIT_RUNTIME;
+        return SL_EXIT_RUNTIME;
     }
-    return EXIT_OK;
+    return SL_EXIT_OK;
 }
 
 int
@@ -119,40 +104,41 @@ sl_cmd_export(int argc, char **argv)
 
     if (!sets) {
         fprintf(stderr, "shoal: out of memory\n");
-        return EXIT_RUNTIME;
+        return SL_EXIT_RUNTIME;
     }
     for (int i = 0; i < argc && ex < 0; i++) {
         const char *v;
         int m;
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(sl_help_text("export"), stdout);
-            ex = EXIT_OK;
+            ex = SL_EXIT_OK;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--format", &m)) || m) {
             if (!v || strcmp(v, "safetensors") != 0)
-                ex = usage("--format must be safetensors%s%s", v ? ", not " : "", v ? v : "");
+                ex = sl_cmd_usage("export", "--format must be safetensors%s%s", v ? ", not " : "",
+                                  v ? v : "");
             format = v;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--config", &m)) || m) {
             if (!v)
-                ex = usage("option '--config' needs a FILE");
+                ex = sl_cmd_usage("export", "option '--config' needs a FILE");
             conf = v;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--set", &m)) || m) {
             if (!v)
-                ex = usage("option '--set' needs KEY=VALUE");
+                ex = sl_cmd_usage("export", "option '--set' needs KEY=VALUE");
             sets[nsets++] = v;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            ex = usage("unknown option '%s'", argv[i]);
+            ex = sl_cmd_usage("export", "unknown option '%s'", argv[i]);
         } else if (!model) {
             model = argv[i];
         } else if (!out) {
             out = argv[i];
         } else {
-            ex = usage("unexpected argument '%s'", argv[i]);
+            ex = sl_cmd_usage("export", "unexpected argument '%s'", argv[i]);
         }
     }
     if (ex < 0 && (!model || !out))
-        ex = usage(!model ? "missing MODEL" : "missing OUT");
+        ex = sl_cmd_usage("export", !model ? "missing MODEL" : "missing OUT");
     if (ex < 0 && !format)
-        ex = usage("missing --format safetensors");
+        ex = sl_cmd_usage("export", "missing --format safetensors");
     if (ex >= 0) {
         free(sets);
         return ex;
@@ -161,11 +147,11 @@ sl_cmd_export(int argc, char **argv)
     if (sl_checkpoint_inspect(model, &info) != SL_OK) {
         fprintf(stderr, "shoal: export: %s\n", sl_err_msg());
         free(sets);
-        return EXIT_RUNTIME;
+        return SL_EXIT_RUNTIME;
     }
     ex = info.has_meta ? export_self_contained(model, out, conf, nsets, &res)
                        : export_with_corpus(model, out, conf, sets, nsets, info.version, &res);
-    if (ex == EXIT_OK)
+    if (ex == SL_EXIT_OK)
         printf("shoal: export: %s (step %ld): %d tensors, %zu parameters to %s; vocabulary of "
                "%d and configuration to %s\n",
                model, res.step, res.tensors, res.nparams, out, res.vocab, res.json);

@@ -1,6 +1,7 @@
 /* shoal score and shoal sample: argument parsing and printing around sl_score.h and
  * sl_generate.h on a model opened by sl_model_file.h. */
 #define _POSIX_C_SOURCE 200809L
+#include "node/sl_cmd.h"
 #include "node/sl_cmd_model.h"
 
 #include <errno.h>
@@ -20,29 +21,11 @@
 #include "node/sl_model_file.h"
 #include "node/sl_score.h"
 
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
-
-static int usage(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* "shoal: score: <message> (see shoal score --help)"; returns 2. */
-static int
-usage(const char *command, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal: %s: %s (see shoal %s --help)\n", command, msg, command);
-    return EXIT_USAGE;
-}
-
 static int
 runtime_error(void)
 {
     fprintf(stderr, "shoal: %s\n", sl_err_msg());
-    return EXIT_RUNTIME;
+    return SL_EXIT_RUNTIME;
 }
 
 /* A whole decimal number in [lo, hi]. */
@@ -106,15 +89,15 @@ device_option(const char *command, int argc, char **argv, int *i, device_opts_t 
 
     if ((v = sl_cli_option_value(argc, argv, i, "--device", &m)) || m) {
         if (!v || !*v)
-            return usage(command, "option '--device' needs cpu, cuda or cuda:N");
+            return sl_cmd_usage(command, "option '--device' needs cpu, cuda or cuda:N");
         d->device = v;
         return 0;
     }
     if ((v = sl_cli_option_value(argc, argv, i, "--threads", &m)) || m) {
         if (!v || !parse_long(v, 0, 4096, &d->threads))
-            return usage(command,
-                         "--threads must be a number from 0 (every core) to 4096, not '%s'",
-                         v ? v : "");
+            return sl_cmd_usage(command,
+                                "--threads must be a number from 0 (every core) to 4096, not '%s'",
+                                v ? v : "");
         return 0;
     }
     return -1;
@@ -219,13 +202,13 @@ sl_cmd_score(int argc, char **argv)
 {
     device_opts_t d = {NULL, 1};
     const char *model = NULL, **files;
-    int nfiles = 0, per_line = 0, ex = EXIT_OK;
+    int nfiles = 0, per_line = 0, ex = SL_EXIT_OK;
     sl_model_file_t m;
     char vocab[192];
 
     if (!(files = calloc((size_t)argc + 1, sizeof *files))) {
         fprintf(stderr, "shoal: out of memory\n");
-        return EXIT_RUNTIME;
+        return SL_EXIT_RUNTIME;
     }
     for (int i = 0; i < argc; i++) {
         int r = device_option("score", argc, argv, &i, &d);
@@ -238,12 +221,12 @@ sl_cmd_score(int argc, char **argv)
         if (wants_help(argv[i])) {
             free(files);
             fputs(sl_help_text("score"), stdout);
-            return EXIT_OK;
+            return SL_EXIT_OK;
         } else if (strcmp(argv[i], "--per-line") == 0) {
             per_line = 1;
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             free(files);
-            return usage("score", "unknown option '%s'", argv[i]);
+            return sl_cmd_usage("score", "unknown option '%s'", argv[i]);
         } else if (!model) {
             model = argv[i];
         } else {
@@ -252,7 +235,7 @@ sl_cmd_score(int argc, char **argv)
     }
     if (!model || nfiles == 0) {
         free(files);
-        return usage("score", model ? "missing FILE (give - for stdin)" : "missing MODEL");
+        return sl_cmd_usage("score", model ? "missing FILE (give - for stdin)" : "missing MODEL");
     }
     if (sl_model_file_open(&m, model, d.device, (int)d.threads, 0) != SL_OK) {
         free(files);
@@ -260,13 +243,13 @@ sl_cmd_score(int argc, char **argv)
     }
     if (per_line)
         printf("file\tline\ttokens\tloss\t%s\n", m.level == SL_LEVEL_CHAR ? "bpc" : "ppl");
-    for (int i = 0; i < nfiles && ex == EXIT_OK; i++)
+    for (int i = 0; i < nfiles && ex == SL_EXIT_OK; i++)
         if (score_file(&m, files[i], per_line) != SL_OK)
             ex = runtime_error();
     fflush(stdout);
     /* after the results, so that an error stays the only line */
     sl_model_file_describe_vocab(&m, vocab, sizeof vocab);
-    if (ex == EXIT_OK)
+    if (ex == SL_EXIT_OK)
         sl_log_info("score", "%s: text read with the vocabulary %s", model, vocab);
     sl_model_file_close(&m);
     free(files);
@@ -301,42 +284,45 @@ parse_sample(int argc, char **argv, const char **model, sl_generate_opts_t *o, d
             continue;
         if (wants_help(arg)) {
             fputs(sl_help_text("sample"), stdout);
-            return EXIT_OK;
+            return SL_EXIT_OK;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--prompt", &m)) || m) {
             if (!v)
-                return usage("sample", "option '--prompt' needs TEXT");
+                return sl_cmd_usage("sample", "option '--prompt' needs TEXT");
             o->prompt = v;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--tokens", &m)) || m) {
             if (!v || !parse_long(v, 0, 100000000, &o->tokens))
-                return usage("sample", "--tokens must be a number from 0 to 100000000, not '%s'",
-                             v ? v : "");
+                return sl_cmd_usage("sample",
+                                    "--tokens must be a number from 0 to 100000000, not '%s'",
+                                    v ? v : "");
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--temperature", &m)) || m) {
             if (!v || !parse_double(v, &o->pick.temperature) || o->pick.temperature < 0)
-                return usage("sample", "--temperature must be a number, 0 or more, not '%s'",
-                             v ? v : "");
+                return sl_cmd_usage("sample", "--temperature must be a number, 0 or more, not '%s'",
+                                    v ? v : "");
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--top-k", &m)) || m) {
             long k;
             if (!v || !parse_long(v, 0, 1L << 30, &k))
-                return usage("sample", "--top-k must be a number, 0 (no limit) or more, not '%s'",
-                             v ? v : "");
+                return sl_cmd_usage("sample",
+                                    "--top-k must be a number, 0 (no limit) or more, not '%s'",
+                                    v ? v : "");
             o->pick.top_k = (int)k;
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--top-p", &m)) || m) {
             if (!v || !parse_double(v, &o->pick.top_p) || !(o->pick.top_p > 0) || o->pick.top_p > 1)
-                return usage("sample", "--top-p must be a number in (0, 1], not '%s'", v ? v : "");
+                return sl_cmd_usage("sample", "--top-p must be a number in (0, 1], not '%s'",
+                                    v ? v : "");
         } else if ((v = sl_cli_option_value(argc, argv, &i, "--seed", &m)) || m) {
             if (!v || !parse_u64(v, &o->seed))
-                return usage("sample", "--seed must be a whole number, 0 or more, not '%s'",
-                             v ? v : "");
+                return sl_cmd_usage("sample", "--seed must be a whole number, 0 or more, not '%s'",
+                                    v ? v : "");
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            return usage("sample", "unknown option '%s'", arg);
+            return sl_cmd_usage("sample", "unknown option '%s'", arg);
         } else if (*model) {
-            return usage("sample", "unexpected argument '%s'", arg);
+            return sl_cmd_usage("sample", "unexpected argument '%s'", arg);
         } else {
             *model = arg;
         }
     }
     if (!*model)
-        return usage("sample", "missing MODEL");
+        return sl_cmd_usage("sample", "missing MODEL");
     return -1;
 }
 
@@ -363,5 +349,5 @@ sl_cmd_sample(int argc, char **argv)
         putchar('\n');
     fflush(stdout);
     sl_model_file_close(&m);
-    return st == SL_OK ? EXIT_OK : runtime_error();
+    return st == SL_OK ? SL_EXIT_OK : runtime_error();
 }

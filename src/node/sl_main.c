@@ -18,6 +18,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "node/sl_cmd.h"
 #include "node/sl_cmd_model.h"
 #include "node/sl_cmd_export.h"
 #include "config/sl_config_paths.h"
@@ -28,8 +29,6 @@
 #include "node/sl_cmd_plot.h"
 #include "node/sl_supervisor.h"
 #include "node/sl_train.h"
-
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
 extern char **environ;
 
@@ -66,23 +65,6 @@ typedef struct {
     const char *nodes, *transport;    /* shoal run */
 } args_t;
 
-static int usage_error(const char *command, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* "shoal: train: unknown option '--foo' (see shoal train --help)"; returns 2. */
-static int
-usage_error(const char *command, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shoal: %s: %s (see shoal %s --help)\n", command, msg, command);
-    return EXIT_USAGE;
-}
-
 /* Parses a command's arguments; returns -1 when fine, else the exit status (the
  * error already printed). accept (OPT_*) picks which options exist. */
 static int
@@ -95,7 +77,7 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
     a->sets = calloc((size_t)argc + 1, sizeof *a->sets);
     if (!a->sets) {
         fprintf(stderr, "shoal: out of memory\n");
-        return EXIT_RUNTIME;
+        return SL_EXIT_RUNTIME;
     }
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i], *v;
@@ -107,66 +89,66 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
         }
         if ((v = sl_cli_option_value(argc, argv, &i, "--set", &m)) != NULL || m) {
             if (!v)
-                return usage_error(command, "option '--set' needs KEY=VALUE");
+                return sl_cmd_usage(command, "option '--set' needs KEY=VALUE");
             a->sets[a->nsets++] = v;
         } else if (accept_eval &&
                    ((v = sl_cli_option_value(argc, argv, &i, "--checkpoint", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--checkpoint' needs a FILE");
+                return sl_cmd_usage(command, "option '--checkpoint' needs a FILE");
             a->checkpoint = v;
         } else if (accept_eval && ((v = sl_cli_option_value(argc, argv, &i, "--split", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--split' needs valid or test");
+                return sl_cmd_usage(command, "option '--split' needs valid or test");
             if (strcmp(v, "valid") != 0 && strcmp(v, "test") != 0)
-                return usage_error(command, "--split must be valid or test, not '%s'", v);
+                return sl_cmd_usage(command, "--split must be valid or test, not '%s'", v);
             a->split = v;
         } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--rank", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--rank' needs a number");
+                return sl_cmd_usage(command, "option '--rank' needs a number");
             a->rank = v;
         } else if (accept_node && ((v = sl_cli_option_value(argc, argv, &i, "--size", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--size' needs a number");
+                return sl_cmd_usage(command, "option '--size' needs a number");
             a->size = v;
         } else if (accept_node &&
                    ((v = sl_cli_option_value(argc, argv, &i, "--master", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--master' needs HOST:PORT");
+                return sl_cmd_usage(command, "option '--master' needs HOST:PORT");
             a->master = v;
         } else if (accept_run &&
                    (((v = sl_cli_option_value(argc, argv, &i, "-n", &m)) || m) ||
                     ((v = sl_cli_option_value(argc, argv, &i, "--nodes", &m)) || m))) {
             if (!v)
-                return usage_error(command, "option '%s' needs a number", arg);
+                return sl_cmd_usage(command, "option '%s' needs a number", arg);
             a->nodes = v;
         } else if (accept_run &&
                    ((v = sl_cli_option_value(argc, argv, &i, "--transport", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--transport' needs ipc or tcp");
+                return sl_cmd_usage(command, "option '--transport' needs ipc or tcp");
             if (strcmp(v, "ipc") != 0 && strcmp(v, "tcp") != 0)
-                return usage_error(command, "--transport must be ipc or tcp, not '%s'", v);
+                return sl_cmd_usage(command, "--transport must be ipc or tcp, not '%s'", v);
             a->transport = v;
         } else if ((accept & OPT_INIT) &&
                    ((v = sl_cli_option_value(argc, argv, &i, "--init", &m)) || m)) {
             if (!v)
-                return usage_error(command, "option '--init' needs a FILE");
+                return sl_cmd_usage(command, "option '--init' needs a FILE");
             a->init = v;
         } else if (accept_train && strcmp(arg, "--no-resume") == 0) {
             a->no_resume = 1;
         } else if (accept_train && strcmp(arg, "--quiet") == 0) {
             a->quiet = 1;
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            return usage_error(command, "unknown option '%s'", arg);
+            return sl_cmd_usage(command, "unknown option '%s'", arg);
         } else if (a->conf) {
-            return usage_error(command, "unexpected argument '%s'", arg);
+            return sl_cmd_usage(command, "unexpected argument '%s'", arg);
         } else {
             a->conf = arg;
         }
     }
     if (!a->conf)
-        return usage_error(command, "missing CONF.yaml");
+        return sl_cmd_usage(command, "missing CONF.yaml");
     if (accept_eval && !a->checkpoint)
-        return usage_error(command, "missing --checkpoint FILE");
+        return sl_cmd_usage(command, "missing --checkpoint FILE");
     if (!a->split)
         a->split = "valid";
     return -1;
@@ -194,7 +176,7 @@ load_config(sl_config_t *cfg, const args_t *a)
     if (rc != SL_OK) {
         fprintf(stderr, "shoal: %s\n", sl_err_msg());
         sl_config_fini(cfg);
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     return -1;
 }
@@ -230,8 +212,8 @@ static int
 exit_status(sl_status_t rc)
 {
     if (rc == SL_OK)
-        return EXIT_OK;
-    return rc == SL_ERR_CONFIG ? EXIT_USAGE : EXIT_RUNTIME;
+        return SL_EXIT_OK;
+    return rc == SL_ERR_CONFIG ? SL_EXIT_USAGE : SL_EXIT_RUNTIME;
 }
 
 /* "; valid ppl 245.31" (or bpc at character level); nothing when absent. */
@@ -278,7 +260,7 @@ cmd_train(int argc, char **argv)
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("train"), stdout);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
         free(a.sets);
@@ -301,7 +283,7 @@ cmd_train(int argc, char **argv)
     rc = sl_train_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
         print_done("", &res);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN) {
         if (access(res.checkpoint, F_OK) == 0)
             fprintf(stderr,
@@ -310,7 +292,7 @@ cmd_train(int argc, char **argv)
                     res.steps, res.checkpoint);
         else
             fprintf(stderr, "shoal: interrupted before the first checkpoint\n");
-        ex = EXIT_INTERRUPTED;
+        ex = SL_EXIT_INTERRUPTED;
     } else {
         fprintf(stderr, "shoal: %s\n", sl_err_msg());
         ex = exit_status(rc);
@@ -331,7 +313,7 @@ cmd_eval(int argc, char **argv)
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("eval"), stdout);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
         free(a.sets);
@@ -385,7 +367,7 @@ node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, 
 
     if ((!rank_s || !size_s) && env_st != SL_OK) {
         fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     if (env->launcher != SL_LAUNCHER_NONE) {
         if (!rank_s) {
@@ -399,25 +381,25 @@ node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, 
         }
     }
     if (!rank_s)
-        return usage_error("node", "no rank: give --rank R --size N, or start shoal node with "
-                                   "srun, mpirun or torchrun (SLURM_PROCID, "
-                                   "OMPI_COMM_WORLD_RANK, PMI_RANK or RANK)");
+        return sl_cmd_usage("node", "no rank: give --rank R --size N, or start shoal node with "
+                                    "srun, mpirun or torchrun (SLURM_PROCID, "
+                                    "OMPI_COMM_WORLD_RANK, PMI_RANK or RANK)");
     if (!size_s && env->launcher == SL_LAUNCHER_NONE) {
         if (cfg->cluster.nodes == SL_CONFIG_AUTO_INT)
-            return usage_error("node", "cluster.nodes is auto, but no launcher gives the number "
-                                       "of nodes: give --size N, or start shoal node with srun, "
-                                       "mpirun or torchrun");
+            return sl_cmd_usage("node", "cluster.nodes is auto, but no launcher gives the number "
+                                        "of nodes: give --size N, or start shoal node with srun, "
+                                        "mpirun or torchrun");
         *size = cfg->cluster.nodes;
         size_from = "cluster.nodes";
     } else if (size_s && !parse_count(size_s, 1, SL_LAUNCHER_MAX_SIZE, size)) {
         fprintf(stderr, "shoal: node: %s '%s' is not a number of nodes (1 to %d)\n", size_from,
                 size_s, SL_LAUNCHER_MAX_SIZE);
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     if (!parse_count(rank_s, 0, SL_LAUNCHER_MAX_SIZE - 1, rank) || *rank >= *size) {
         fprintf(stderr, "shoal: node: %s '%s' is not a rank of %d nodes (0 to %d)\n", rank_from,
                 rank_s, *size, *size - 1);
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     if (cfg->cluster.nodes == SL_CONFIG_AUTO_INT) {
         cfg->cluster.nodes = *size; /* before the run id hashes the configuration */
@@ -428,7 +410,7 @@ node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, 
                 "shoal: node: %s %d disagrees with cluster.nodes %d; start %d nodes or add "
                 "--set cluster.nodes=%d (or auto)\n",
                 size_from, *size, cfg->cluster.nodes, cfg->cluster.nodes, *size);
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     return -1;
 }
@@ -451,7 +433,7 @@ node_master(const args_t *a, const sl_config_t *cfg, const sl_launcher_env_t *en
             fprintf(stderr, "shoal: node: %s is set but %s is not; set both\n",
                     addr ? "SHOAL_MASTER_ADDR" : "SHOAL_MASTER_PORT",
                     addr ? "SHOAL_MASTER_PORT" : "SHOAL_MASTER_ADDR");
-            return EXIT_USAGE;
+            return SL_EXIT_USAGE;
         }
         snprintf(buf, size, "%s:%s", addr, port);
         snprintf(what, sizeof what, "SHOAL_MASTER_ADDR:SHOAL_MASTER_PORT");
@@ -462,18 +444,18 @@ node_master(const args_t *a, const sl_config_t *cfg, const sl_launcher_env_t *en
         if (sl_launcher_env_master((const char *const *)environ, env->launcher, &found, host,
                                    sizeof host, &p, what, sizeof what) != SL_OK) {
             fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
-            return EXIT_USAGE;
+            return SL_EXIT_USAGE;
         }
         if (!found)
-            return usage_error("node", "no master address: give --master HOST:PORT, set "
-                                       "SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT, or "
-                                       "cluster.master (srun and torchrun give one)");
+            return sl_cmd_usage("node", "no master address: give --master HOST:PORT, set "
+                                        "SHOAL_MASTER_ADDR and SHOAL_MASTER_PORT, or "
+                                        "cluster.master (srun and torchrun give one)");
         snprintf(buf, size, "%s:%d", host, p);
         sl_log_debug("node", "rendezvous at %s (%s)", buf, what);
     }
     if (sl_parse_host_port(buf, what, 0, host, sizeof host, &p) != SL_OK) {
         fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     /* loopback only, the default, cannot work across machines: say so early */
     if (strncmp(cfg->cluster.bind, "127.", 4) == 0 && strncmp(host, "127.", 4) != 0 &&
@@ -502,7 +484,7 @@ cmd_node(int argc, char **argv)
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("node"), stdout);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
         free(a.sets);
@@ -539,17 +521,17 @@ cmd_node(int argc, char **argv)
             printf("\n");
             fflush(stdout);
         }
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN && !res.peer_stopped && res.trained &&
                access(res.train.checkpoint, F_OK) == 0) {
         fprintf(stderr,
                 "shoal: %sinterrupted at step %ld; checkpoint saved to %s; run the same job "
                 "to resume\n",
                 who, res.train.steps, res.train.checkpoint);
-        ex = EXIT_INTERRUPTED;
+        ex = SL_EXIT_INTERRUPTED;
     } else {
         fprintf(stderr, "shoal: %s%s\n", who, sl_err_msg());
-        ex = rc == SL_ERR_SHUTDOWN ? (res.peer_stopped ? EXIT_RUNTIME : EXIT_INTERRUPTED)
+        ex = rc == SL_ERR_SHUTDOWN ? (res.peer_stopped ? SL_EXIT_RUNTIME : SL_EXIT_INTERRUPTED)
                                    : exit_status(rc);
     }
     sl_config_fini(&cfg);
@@ -568,12 +550,12 @@ run_overrides(const args_t *a, sl_config_t *cfg)
     int n;
 
     if (!a->nodes && cfg->cluster.nodes == SL_CONFIG_AUTO_INT)
-        return usage_error("run", "cluster.nodes is auto (the launcher's, for shoal node): give "
-                                  "-n N");
+        return sl_cmd_usage("run", "cluster.nodes is auto (the launcher's, for shoal node): give "
+                                   "-n N");
     if (a->nodes) {
         if (!parse_count(a->nodes, 1, 1024, &n))
-            return usage_error("run", "-n must be a number of nodes, 1 to 1024, not '%s'",
-                               a->nodes);
+            return sl_cmd_usage("run", "-n must be a number of nodes, 1 to 1024, not '%s'",
+                                a->nodes);
         snprintf(nodes, sizeof nodes, "cluster.nodes=%d", n);
         rc = sl_config_set(cfg, nodes);
     }
@@ -625,7 +607,7 @@ cmd_run(int argc, char **argv)
 
     if (ex < 0 && a.help) {
         fputs(sl_help_text("run"), stdout);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     }
     if (ex >= 0 || (ex = load_config(&cfg, &a)) >= 0) {
         free(a.sets);
@@ -667,10 +649,10 @@ cmd_run(int argc, char **argv)
             printf("; run directory %s\n", res.node[0].train.run_dir);
         }
         fflush(stdout);
-        ex = EXIT_OK;
+        ex = SL_EXIT_OK;
     } else if (rc == SL_ERR_SHUTDOWN && stop_count > 0) {
         print_run_interrupted(&res);
-        ex = EXIT_INTERRUPTED;
+        ex = SL_EXIT_INTERRUPTED;
     } else {
         fprintf(stderr, "shoal: %s\n", sl_err_msg());
         ex = exit_status(rc);
@@ -693,7 +675,7 @@ cmd_keygen(int argc, char **argv)
     if (argc == 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0))
         return cmd_help("keygen");
     if (argc != 1 || argv[0][0] == '-' || !argv[0][0])
-        return usage_error("keygen", argc == 0 ? "missing FILE" : "expects one FILE");
+        return sl_cmd_usage("keygen", argc == 0 ? "missing FILE" : "expects one FILE");
     st = sl_secret_make(&secret);
     if (st == SL_OK)
         st = sl_secret_write(argv[0], &secret);
@@ -704,7 +686,7 @@ cmd_keygen(int argc, char **argv)
     }
     printf("shoal: keygen: wrote a new run secret to %s (mode 0600); set cluster.key_file: %s\n",
            argv[0], argv[0]);
-    return EXIT_OK;
+    return SL_EXIT_OK;
 }
 
 static int
@@ -714,10 +696,10 @@ cmd_help(const char *command)
 
     if (!text) {
         fprintf(stderr, "shoal: help: unknown command '%s' (see shoal --help)\n", command);
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     fputs(text, stdout);
-    return EXIT_OK;
+    return SL_EXIT_OK;
 }
 
 int
@@ -729,7 +711,7 @@ main(int argc, char **argv)
     sl_alloc_keep_large_blocks(); /* inherited by the nodes shoal run forks */
     if (!cmd) {
         fprintf(stderr, "shoal: missing command (see shoal --help)\n");
-        return EXIT_USAGE;
+        return SL_EXIT_USAGE;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return cmd_help(NULL);
@@ -738,11 +720,11 @@ main(int argc, char **argv)
 
         sl_backend_cuda_describe(cuda, sizeof cuda);
         printf("shoal %s\nCUDA module: %s\n", PACKAGE_VERSION, cuda);
-        return EXIT_OK;
+        return SL_EXIT_OK;
     }
     if (strcmp(cmd, "--help-config") == 0) {
         sl_config_print_schema(stdout);
-        return EXIT_OK;
+        return SL_EXIT_OK;
     }
     if (strcmp(cmd, "train") == 0)
         return cmd_train(argc - 2, argv + 2);
@@ -766,7 +748,7 @@ main(int argc, char **argv)
         if (argc > 3) {
             fprintf(stderr, "shoal: help: unexpected argument '%s' (see shoal help --help)\n",
                     argv[3]);
-            return EXIT_USAGE;
+            return SL_EXIT_USAGE;
         }
         return argc > 2 && strcmp(argv[2], "--help") != 0 && strcmp(argv[2], "-h") != 0
                    ? cmd_help(argv[2])
@@ -776,5 +758,5 @@ main(int argc, char **argv)
         fprintf(stderr, "shoal: unknown option '%s' (see shoal --help)\n", cmd);
     else
         fprintf(stderr, "shoal: unknown command '%s' (see shoal --help)\n", cmd);
-    return EXIT_USAGE;
+    return SL_EXIT_USAGE;
 }
