@@ -22,10 +22,10 @@
 #include "node/sl_cmd_model.h"
 #include "node/sl_cmd_export.h"
 #include "config/sl_config_paths.h"
-#include "kernels/sl_backend.h"
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
+#include "node/sl_version.h"
 #include "node/sl_cmd_plot.h"
 #include "node/sl_supervisor.h"
 #include "node/sl_train.h"
@@ -716,10 +716,7 @@ main(int argc, char **argv)
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return cmd_help(NULL);
     if (strcmp(cmd, "--version") == 0) {
-        char cuda[1024];
-
-        sl_backend_cuda_describe(cuda, sizeof cuda);
-        printf("shoal %s\nCUDA module: %s\n", PACKAGE_VERSION, cuda);
+        sl_version_print(stdout);
         return SL_EXIT_OK;
     }
     if (strcmp(cmd, "--help-config") == 0) {

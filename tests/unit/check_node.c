@@ -328,8 +328,11 @@ START_TEST(test_cli)
     ck_assert(strncmp(out, "Usage: shoal train CONF.yaml", 28) == 0);
     free(out), free(err);
     ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--version", NULL}), 0);
-    ck_assert(strncmp(out, "shoal 0.", 8) == 0 && count_lines(out) == 2);
+    ck_assert_msg(strncmp(out, "shoal 0.", 8) == 0 && count_lines(out) == 5, "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "\nCUDA module: ")); /* tests/unit/check_cuda_module.sh */
+    ck_assert_ptr_nonnull(strstr(out, "\ncommit: "));      /* git describe, or unknown */
+    ck_assert_ptr_nonnull(strstr(out, "\nBLAS: "));
+    ck_assert_ptr_nonnull(strstr(out, "\ncuDNN: "));
     free(out), free(err);
     ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--help-config", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out, "train.max_steps"));
