@@ -4,7 +4,7 @@
  * after a second failure) is started again like a dead one while restarts are left,
  * with its membership line and record; with none left, or while the run stops, it stops
  * the run as any failure does. The forked runs (kills, restarts, the watchdog) are in
- * check_launch_run.c. */
+ * check_launch_restart.c. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
