@@ -18,6 +18,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "kernels/cpu/sl_cpu_isa.h"
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
@@ -654,6 +655,24 @@ cmd_help(const char *command)
     return EXIT_OK;
 }
 
+/* The version and the build of the CPU loops a run would use here (SHOAL_CPU_ISA
+ * included, so a bad value is reported as a train would report it). */
+static int
+print_version(void)
+{
+    const sl_cpu_isa_t *isa;
+
+    if (sl_cpu_isa_pick(NULL, &isa) != SL_OK) {
+        fprintf(stderr, "shoal: %s\n", sl_err_msg());
+        return EXIT_USAGE;
+    }
+    printf("shoal %s\ncpu loops: %s (built:", PACKAGE_VERSION, isa->desc);
+    for (int i = 0; i < sl_cpu_isa_count(); i++)
+        printf(" %s", sl_cpu_isa_at(i)->name);
+    printf("; SHOAL_CPU_ISA picks a lower one)\n");
+    return EXIT_OK;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -667,10 +686,8 @@ main(int argc, char **argv)
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return cmd_help(NULL);
-    if (strcmp(cmd, "--version") == 0) {
-        printf("shoal %s\n", PACKAGE_VERSION);
-        return EXIT_OK;
-    }
+    if (strcmp(cmd, "--version") == 0)
+        return print_version();
     if (strcmp(cmd, "--help-config") == 0) {
         sl_config_print_schema(stdout);
         return EXIT_OK;
