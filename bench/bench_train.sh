@@ -358,7 +358,7 @@ if mode == "throughput":
     names = ["shoal" + (" " + i if i else "") for i in builds]
     rows = [["model", "threads"] + ["%s tok/s" % n for n in names] +
             ["torch tok/s", "ratio", "shoal RSS", "torch RSS", "shoal BLAS", "torch BLAS"]]
-    unpinned = []
+    unpinned, runs_lines = [], []
     for m in models:
         for t in threads:
             ss = [load("shoal", "%s%s-t%s" % (i + "-" if i else "", m, t)) for i in builds]
@@ -381,7 +381,8 @@ if mode == "throughput":
                     unpinned.append("%s %s at %s threads: %s" % (side, m, t, d.get("backend")))
                 runs = d.get("runs_tokens_per_s")
                 if runs and len(runs) > 1:
-                    note("runs", "%s %s t%s: %s" % (side, m, t, " ".join("%.0f" % r for r in runs)))
+                    runs_lines.append("%s %s t%s: %s" % (side, m, t,
+                                                         " ".join("%.0f" % r for r in runs)))
     table(rows, 3)
     print("\nratio = %s tok/s / PyTorch tok/s (target >= 1.5x); RSS = peak resident set"
           % names[0])
@@ -415,6 +416,10 @@ print()
 for k, texts in blas.items():
     for v in texts:
         print("%-16s %s" % (k + ":", v))
+if mode == "throughput" and runs_lines:
+    print("\ntokens/s of every run, in order:")
+    for r in runs_lines:
+        print("  " + r)
 EOF
 }
 
