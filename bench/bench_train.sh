@@ -2,18 +2,25 @@
 # bench_train.sh: training throughput and peak memory of shoal against PyTorch on the
 # reference models (word: Brown full softmax, sampled: Brown sampled softmax, char:
 # tinyshakespeare), at 1 and 2 threads, both sides run here one after the other.
+# It prints the CPU model and what each side runs on it: shoal's build of its loops
+# (x86-64 level) and OpenBLAS's kernel, PyTorch's ATen CPU capability and OpenBLAS's
+# kernel (openblas_get_corename), and the BLAS threads each side really had.
 #
 #   bench/bench_train.sh [--steps N] [--repeat R] [--models LIST] [--threads LIST]
-#                        [--out DIR] [--keep]
+#                        [--isa LIST] [--out DIR] [--keep]
 #   bench/bench_train.sh --epoch [--seed LIST] [--threads T] [--parallel] [--out DIR]
 #                        [--keep]
 #
 #   --steps N       training steps per run (default 60); tok/s counts training steps
 #                   only: shoal's summary tokens_per_s, PyTorch after 3 warm-up steps
-#   --repeat R      run each side R times, alternating, and keep each side's fastest
-#                   run (default 1; the machine is shared, so figures are noisy)
+#   --repeat R      run each side R times, alternating, and report each side's
+#                   median run (default 1; the machine is shared, so figures are
+#                   noisy; with R even, the lower of the two middle runs)
 #   --models LIST   comma/space separated subset of: word sampled char (default all)
 #   --threads LIST  thread counts (default "1 2")
+#   --isa LIST      shoal once per build of its CPU loops, side by side (SHOAL_CPU_ISA:
+#                   baseline, v3, v4; default: the one shoal picks, the highest
+#                   this CPU runs); the ratio is the first one's against PyTorch
 #   --epoch         instead: one full epoch of the word model on both sides (2 threads
 #                   each unless --threads says otherwise), then validation perplexity
 #                   side by side (target: shoal within 3% of PyTorch)
@@ -33,7 +40,8 @@
 # LD_LIBRARY_PATH and must have libopenblas mapped. Both sides run with OMP_NUM_THREADS
 # and OPENBLAS_NUM_THREADS set to the thread count and OMP_WAIT_POLICY=PASSIVE (unless
 # OMP_WAIT_POLICY is exported: GOMP's spinning workers starve OpenBLAS's threads when
-# all cores are in use). Figures only: it never fails on speed or perplexity; it exits
+# all cores are in use); a side whose BLAS ran another thread count is flagged. An
+# exported OPENBLAS_CORETYPE reaches both sides alike. Figures only: it never fails on speed or perplexity; it exits
 # non-zero when a run fails.
 set -euo pipefail
 
@@ -59,6 +67,7 @@ repeat=1
 seed=1234
 models="word sampled char"
 threads_list="1 2"
+isas=""
 epoch=0
 parallel=0
 out=""
@@ -73,6 +82,8 @@ while [ $# -gt 0 ]; do
         --models=*) models=${1#*=}; shift ;;
         --threads) [ $# -ge 2 ] || die "--threads needs a value"; threads_list=$2; shift 2 ;;
         --threads=*) threads_list=${1#*=}; shift ;;
+        --isa) [ $# -ge 2 ] || die "--isa needs a value"; isas=$2; shift 2 ;;
+        --isa=*) isas=${1#*=}; shift ;;
         --epoch) epoch=1; shift ;;
         --parallel) parallel=1; shift ;;
         --seed) [ $# -ge 2 ] || die "--seed needs a value"; seed=$2; shift 2 ;;
@@ -86,6 +97,11 @@ while [ $# -gt 0 ]; do
 done
 models=${models//,/ }
 threads_list=${threads_list//,/ }
+isas=${isas//,/ }
+for i in $isas; do
+    case $i in baseline|v3|v4) ;; *) die "unknown --isa '$i' (baseline, v3, v4)" ;; esac
+done
+[ "$epoch" = 0 ] || [ -z "$isas" ] || die "--isa is for the throughput table, not --epoch"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps wants a positive integer, got '$steps'"
 seeds=${seed//,/ }
 for s in $seeds; do
@@ -145,7 +161,49 @@ if ! LD_LIBRARY_PATH=$torch_ld "$torch_py" -c 'import torch' >/dev/null 2>&1; th
     have_torch=0
 fi
 [ "$have_shoal" = 1 ] || [ "$have_torch" = 1 ] || die "neither shoal nor PyTorch can run"
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+[ "$have_shoal" = 1 ] || [ -z "$isas" ] || die "--isa needs the shoal binary"
+
+# x86-64 level of this CPU from its flags (v3: AVX2, FMA, BMI2; v4: AVX-512 F/BW/CD/DQ/VL)
+cpu_level() {
+    local f
+    f=" $(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
+    if [[ $f == *" avx512f "* && $f == *" avx512bw "* && $f == *" avx512cd "* &&
+          $f == *" avx512dq "* && $f == *" avx512vl "* ]]; then
+        echo "x86-64-v4 (AVX-512)"
+    elif [[ $f == *" avx2 "* && $f == *" fma "* && $f == *" bmi2 "* ]]; then
+        echo "x86-64-v3 (AVX2, FMA)"
+    else
+        echo "below x86-64-v3"
+    fi
+}
+cpu_field() {
+    grep -m 1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'
+}
+echo "# cpu: $(cpu_field 'model name') (family $(cpu_field 'cpu family'), model $(cpu_field model)), $(nproc) cpus, $(cpu_level)"
+echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -z "${OPENBLAS_CORETYPE:-}" ] ||
+    echo "# OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment: OpenBLAS's kernel is forced on both sides"
+
+# shoal_isa_line LEVEL: shoal's loop build and OpenBLAS kernel with SHOAL_CPU_ISA=LEVEL
+# ("" = its own pick), from --version and OpenBLAS's start-up line (OPENBLAS_VERBOSE=2);
+# dies with shoal's message on a level this binary or this CPU lacks
+shoal_isa_line() {
+    local v core
+    v=$(SHOAL_CPU_ISA=$1 OPENBLAS_VERBOSE=2 "$shoal" --version 2>&1) ||
+        die "shoal --version with SHOAL_CPU_ISA=$1: $(echo "$v" | tail -n 1)"
+    core=$(echo "$v" | sed -n 's/^Core: *//p' | head -n 1)
+    echo "# shoal${1:+ $1}: loops $(echo "$v" | sed -n 's/^cpu loops: \(.*\) (built:.*/\1/p'), OpenBLAS kernel ${core:-unknown}"
+}
+if [ "$have_shoal" = 1 ]; then
+    for i in ${isas:-""}; do
+        shoal_isa_line "$i"
+    done
+fi
+if [ "$have_torch" = 1 ]; then
+    echo "# torch: $(LD_LIBRARY_PATH=$torch_ld "$torch_py" -c 'import re, torch
+m = re.search(r"CPU capability usage: *(\S+)", torch.__config__.show())
+print("PyTorch %s, ATen CPU capability %s" % (torch.__version__, m.group(1) if m else "unknown"))'), OpenBLAS kernel below the table"
+fi
 
 conf_of() {
     case $1 in
@@ -213,33 +271,38 @@ run_torch() {
     fi
 }
 
-# keep_best SIDE NAME R: of SIDE-NAME.r1..rR.json, the fastest becomes SIDE-NAME.json
-keep_best() {
+# keep_median SIDE NAME R: of SIDE-NAME.r1..rR.json, the median run by tokens/s (the
+# lower middle one for R even) becomes SIDE-NAME.json, with every run's figure added
+# as runs_tokens_per_s
+keep_median() {
     "$py" - "$out/$1-$2" "$3" <<'EOF'
-import json, shutil, sys
+import json, sys
 
 base, runs = sys.argv[1], int(sys.argv[2])
-best, rate = None, -1.0
+got = []
 for k in range(1, runs + 1):
     try:
         with open("%s.r%d.json" % (base, k)) as f:
-            r = json.load(f).get("tokens_per_s")
+            d = json.load(f)
     except (OSError, ValueError):
         continue
-    if isinstance(r, (int, float)) and r > rate:
-        best, rate = k, r
-if best is not None:
-    shutil.copy("%s.r%d.json" % (base, best), base + ".json")
+    if isinstance(d.get("tokens_per_s"), (int, float)):
+        got.append(d)
+if got:
+    mid = sorted(got, key=lambda d: d["tokens_per_s"])[(len(got) - 1) // 2]
+    mid["runs_tokens_per_s"] = [d["tokens_per_s"] for d in got]
+    with open(base + ".json", "w") as f:
+        json.dump(mid, f)
 EOF
 }
 
 # report MODE: the table from the JSON files in $out (a missing file shows as "-")
 report() {
-    "$py" - "$1" "$out" "$models" "$threads_list" "$seeds" <<'EOF'
-import json, os, statistics, sys
+    "$py" - "$1" "$out" "$models" "$threads_list" "$seeds" "$isas" <<'EOF'
+import json, os, re, statistics, sys
 
 mode, out, seeds = sys.argv[1], sys.argv[2], sys.argv[5].split()
-models, threads = sys.argv[3].split(), sys.argv[4].split()
+models, threads, isas = sys.argv[3].split(), sys.argv[4].split(), sys.argv[6].split()
 
 
 def load(side, name):
@@ -284,24 +347,47 @@ def note(key, text):
         blas[key].append(text)
 
 
+def blas_threads(d):
+    """The BLAS threads a run really had: shoal's "(N threads)", OpenBLAS's threads=N."""
+    m = re.search(r"\((\d+) threads?\)|threads=(\d+)", (d or {}).get("backend") or "")
+    return (m.group(1) or m.group(2)) if m else None
+
+
 if mode == "throughput":
-    rows = [["model", "threads", "shoal tok/s", "torch tok/s", "ratio",
-             "shoal RSS", "torch RSS", "shoal BLAS", "torch BLAS"]]
+    builds = isas or [""]
+    names = ["shoal" + (" " + i if i else "") for i in builds]
+    rows = [["model", "threads"] + ["%s tok/s" % n for n in names] +
+            ["torch tok/s", "ratio", "shoal RSS", "torch RSS", "shoal BLAS", "torch BLAS"]]
+    unpinned, runs_lines = [], []
     for m in models:
         for t in threads:
-            s, p = load("shoal", "%s-t%s" % (m, t)), load("torch", "%s-t%s" % (m, t))
+            ss = [load("shoal", "%s%s-t%s" % (i + "-" if i else "", m, t)) for i in builds]
+            p = load("torch", "%s-t%s" % (m, t))
+            s = ss[0]
             ratio = "-"
             if s and p and p.get("tokens_per_s"):
                 ratio = "%.2fx" % (s["tokens_per_s"] / p["tokens_per_s"])
-            rows.append([m, t, num(s, "tokens_per_s", "%.0f"), num(p, "tokens_per_s", "%.0f"),
-                         ratio, mib(s), mib(p), short_blas(s), short_blas(p)])
-            for side, d in (("shoal", s), ("torch", p)):
-                if d:
-                    note(side, d.get("backend"))
-                    if side == "torch":
-                        note("torch libs", ", ".join(d.get("blas_libs", [])))
+            rows.append([m, t] + [num(d, "tokens_per_s", "%.0f") for d in ss] +
+                        [num(p, "tokens_per_s", "%.0f"), ratio, mib(s), mib(p), short_blas(s),
+                         short_blas(p)])
+            for side, d in list(zip(names, ss)) + [("torch", p)]:
+                if not d:
+                    continue
+                note(side, d.get("backend"))
+                if side == "torch":
+                    note("torch libs", ", ".join(d.get("blas_libs", [])))
+                    note("torch ATen", ", ".join(d.get("torch_blas_info", [])))
+                if blas_threads(d) != t or (side == "torch" and d.get("torch_threads") != int(t)):
+                    unpinned.append("%s %s at %s threads: %s" % (side, m, t, d.get("backend")))
+                runs = d.get("runs_tokens_per_s")
+                if runs and len(runs) > 1:
+                    runs_lines.append("%s %s t%s: %s" % (side, m, t,
+                                                         " ".join("%.0f" % r for r in runs)))
     table(rows, 3)
-    print("\nratio = shoal tok/s / PyTorch tok/s (target >= 1.5x); RSS = peak resident set")
+    print("\nratio = %s tok/s / PyTorch tok/s (target >= 1.5x); RSS = peak resident set"
+          % names[0])
+    for u in unpinned:
+        print("NOT PINNED: " + u)
 else:
     rows = [["seed", "side", "steps", "tok/s", "train s", "valid loss", "valid ppl", "peak RSS"]]
     ppl = {"shoal": [], "torch": []}
@@ -329,7 +415,11 @@ else:
 print()
 for k, texts in blas.items():
     for v in texts:
-        print("%-11s %s" % (k + ":", v))
+        print("%-16s %s" % (k + ":", v))
+if mode == "throughput" and runs_lines:
+    print("\ntokens/s of every run, in order:")
+    for r in runs_lines:
+        print("  " + r)
 EOF
 }
 
@@ -358,18 +448,22 @@ else
     for m in $models; do
         for t in $threads_list; do
             for k in $(seq "$repeat"); do
-                if [ "$have_shoal" = 1 ]; then
-                    echo "[bench] shoal $m threads=$t steps=$steps run $k/$repeat" >&2
-                    run_shoal "$m-t$t.r$k" "$m" "$t" train-only --set "train.max_steps=$steps" \
-                        --set train.eval_every_epoch=false || failed=1
-                fi
+                for i in ${isas:-""}; do
+                    [ "$have_shoal" = 1 ] || break
+                    echo "[bench] shoal${i:+ $i} $m threads=$t steps=$steps run $k/$repeat" >&2
+                    SHOAL_CPU_ISA=$i run_shoal "${i:+$i-}$m-t$t.r$k" "$m" "$t" train-only \
+                        --set "train.max_steps=$steps" --set train.eval_every_epoch=false ||
+                        failed=1
+                done
                 if [ "$have_torch" = 1 ]; then
                     echo "[bench] torch $m threads=$t steps=$steps run $k/$repeat" >&2
                     run_torch "$m-t$t.r$k" "$m" "$t" --steps "$steps" --no-eval || failed=1
                 fi
             done
-            keep_best shoal "$m-t$t" "$repeat"
-            keep_best torch "$m-t$t" "$repeat"
+            for i in ${isas:-""}; do
+                keep_median shoal "${i:+$i-}$m-t$t" "$repeat"
+            done
+            keep_median torch "$m-t$t" "$repeat"
         done
     done
     report throughput | tee "$out/table.txt"

@@ -395,12 +395,19 @@ def blas_report(torch):
             desc = lib.openblas_get_config().decode()
             lib.openblas_get_num_threads.restype = ctypes.c_int
             desc += " threads=%d" % lib.openblas_get_num_threads()
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            desc += " core=%s" % lib.openblas_get_corename().decode()
             break
         except (OSError, AttributeError):
             continue
     if desc is None:
         desc = "reference/other BLAS: " + (", ".join(libs) if libs else "none mapped")
-    info = re.findall(r"\b(?:BLAS|LAPACK)_INFO=[^,\s]*", torch.__config__.show())
+    config = torch.__config__.show()
+    info = re.findall(r"\b(?:BLAS|LAPACK)_INFO=[^,\s]*", config)
+    # ATen's own kernels (not the BLAS): the instruction set its dispatch picked
+    cap = re.search(r"CPU capability usage: *(\S+)", config)
+    if cap:
+        info.append("CPU_CAPABILITY=" + cap.group(1))
     return desc, libs, bool(openblas), info
 
 

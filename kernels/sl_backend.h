@@ -161,7 +161,10 @@ void sl_backend_cuda_describe(char *buf, size_t size);
 sl_status_t sl_backend_host_alloc(sl_backend_t *be, void **ptr, size_t bytes);
 void sl_backend_host_free(sl_backend_t *be, void **ptr);
 
-/* The CPU backend, for tests that compare against it. */
+/* The CPU backend, for tests that compare against it; its loops are the build that
+ * kernels/cpu/sl_cpu_isa.h's sl_cpu_isa_pick(isa, ...) chooses (isa NULL: SHOAL_CPU_ISA,
+ * else the highest level this CPU runs), and an isa it refuses is this call's error. */
 sl_status_t sl_backend_cpu_new(sl_backend_t **out, int threads);
+sl_status_t sl_backend_cpu_new_isa(sl_backend_t **out, int threads, const char *isa);
 
 #endif

@@ -1,9 +1,9 @@
 /* The CPU backend: CBLAS (OpenBLAS) for gemm; the fused loops (softmax, LSTM cell,
  * embeddings, dropout, optimizers) in C with a branch-free polynomial exp so that they
- * vectorise, built for AVX2+FMA beside a generic x86-64 version (chosen at load time),
- * and split over the backend's worker threads (sl_cpu_pool.h) when large; fp16/bf16
- * conversion through sl_half.h. fp32 only. The reference the other backends are
- * checked against. Host memory is device memory here.
+ * vectorise, built for x86-64-v4 (AVX-512) and v3 (AVX2, FMA) beside the baseline
+ * (sl_cpu_isa.h picks one when a backend starts), and split over the backend's worker threads
+ * (sl_cpu_pool.h) when large; fp16/bf16 conversion through sl_half.h. fp32 only. The reference the
+ * other backends are checked against. Host memory is device memory here.
  *
  * This file owns the context, threads, memory, gemm, the ops table and registration;
  * the loops live in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c,
@@ -27,6 +27,7 @@
 #endif
 
 #include "common/sl_alloc.h"
+#include "kernels/cpu/sl_cpu_isa.h"
 #include "kernels/cpu/sl_cpu_pool.h"
 #include "kernels/sl_backend.h"
 #include "kernels/cpu/sl_cpu_loops.h"
@@ -109,18 +110,6 @@ cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Which build of the fused loops the loader picked, for describe(). */
-static const char *
-loop_isa(void)
-{
-#ifdef SL_CPU_HOT_CLONES
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3 (AVX2, FMA)" : "x86-64";
-#else
-    return "compiler default";
-#endif
-}
-
 /* threads <= 0: all cores. Sets the BLAS's threads and our own workers. If the workers
  * cannot be started the loops stay on the calling thread (slower, still correct). */
 static void
@@ -150,7 +139,7 @@ cpu_set_threads(void *ctx, int threads)
     blas = openblas_get_config();
 #endif
     snprintf(cpu->desc, sizeof cpu->desc, "%s (%d thread%s); loops %s%s", blas, threads,
-             threads == 1 ? "" : "s", loop_isa(),
+             threads == 1 ? "" : "s", cpu->loops_desc,
              threads > 1 && !cpu->pool ? ", serial (no worker threads)" : "");
 }
 
@@ -169,45 +158,31 @@ cpu_destroy(void *ctx)
     sl_free(cpu);
 }
 
-static const sl_backend_ops_t cpu_ops = {
-    .destroy = cpu_destroy,
-    .set_threads = cpu_set_threads,
-    .describe = cpu_describe,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_free,
-    .to_device = cpu_memcpy,
-    .to_host = cpu_memcpy,
-    .sync = cpu_sync,
-    .set_precision = cpu_set_precision,
-    .gemm = cpu_gemm,
-    .axpy = sl_cpu_axpy,
-    .scale = sl_cpu_scale,
-    .copy = sl_cpu_copy,
-    .zero = sl_cpu_zero,
-    .sumsq = sl_cpu_sumsq,
-    .to_half = sl_cpu_to_half,
-    .from_half = sl_cpu_from_half,
-    .add_bias = sl_cpu_add_bias,
-    .bias_grad = sl_cpu_bias_grad,
-    .lstm_cell_forward = sl_cpu_lstm_cell_forward,
-    .lstm_cell_backward = sl_cpu_lstm_cell_backward,
-    .embedding_gather = sl_cpu_embedding_gather,
-    .embedding_scatter_add = sl_cpu_embedding_scatter_add,
-    .softmax_xent = sl_cpu_softmax_xent,
-    .sampled_softmax_xent = sl_cpu_sampled_softmax_xent,
-    .dropout = sl_cpu_dropout,
-    .sgd_update = sl_cpu_sgd_update,
-    .adagrad_update = sl_cpu_adagrad_update,
-    .adam_update = sl_cpu_adam_update,
-};
+/* The entries of sl_cpu.c; the loops come from the build sl_cpu_isa_pick chose. */
+static void
+fill_ops(sl_backend_ops_t *ops, const sl_backend_ops_t *loops)
+{
+    *ops = *loops;
+    ops->destroy = cpu_destroy;
+    ops->set_threads = cpu_set_threads;
+    ops->describe = cpu_describe;
+    ops->alloc = cpu_alloc;
+    ops->free = cpu_free;
+    ops->host_alloc = cpu_host_alloc;
+    ops->host_free = cpu_free;
+    ops->to_device = cpu_memcpy;
+    ops->to_host = cpu_memcpy;
+    ops->sync = cpu_sync;
+    ops->set_precision = cpu_set_precision;
+    ops->gemm = cpu_gemm;
+}
 
 /* The backend object and its context both come from sl_alloc; sl_backend_destroy
  * (kernels/sl_backend.c) calls ops->destroy on the context and sl_free on the object. */
 sl_status_t
-sl_backend_cpu_new(sl_backend_t **out, int threads)
+sl_backend_cpu_new_isa(sl_backend_t **out, int threads, const char *isa_name)
 {
+    const sl_cpu_isa_t *isa;
     sl_backend_t *b;
     sl_cpu_t *cpu;
 
@@ -215,15 +190,24 @@ sl_backend_cpu_new(sl_backend_t **out, int threads)
     if (threads < 0)
         return sl_err_set(SL_ERR_INVALID,
                           "device 'cpu': run.threads must be >= 0 (0: all cores), got %d", threads);
+    SL_TRY(sl_cpu_isa_pick(isa_name, &isa));
     SL_TRY(SL_CALLOC(&b, 1, "cpu backend"));
     if (SL_CALLOC(&cpu, 1, "cpu backend context") != SL_OK) {
         sl_free(b);
         return SL_ERR_NOMEM;
     }
+    fill_ops(&cpu->ops, isa->loops);
+    cpu->loops_desc = isa->desc;
     cpu_set_threads(cpu, threads);
-    b->ops = &cpu_ops;
+    b->ops = &cpu->ops;
     b->ctx = cpu;
     b->name = "cpu";
     *out = b;
     return SL_OK;
+}
+
+sl_status_t
+sl_backend_cpu_new(sl_backend_t **out, int threads)
+{
+    return sl_backend_cpu_new_isa(out, threads, NULL);
 }

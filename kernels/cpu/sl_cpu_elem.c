@@ -23,7 +23,7 @@ typedef struct {
     float *y, *acc, *m, *v;
 } elem_args_t;
 
-SL_CPU_HOT static double
+static double
 axpy_range(const void *argp, size_t lo, size_t hi)
 {
     const elem_args_t *a = argp;
@@ -44,7 +44,7 @@ sl_cpu_axpy(void *ctx, size_t n, float alpha, const float *x, float *y)
     sl_cpu_par_range(ctx, n, n, SL_CPU_PAR_MIN_STREAM, axpy_range, &a);
 }
 
-SL_CPU_HOT static double
+static double
 scale_range(const void *argp, size_t lo, size_t hi)
 {
     const elem_args_t *a = argp;
@@ -80,7 +80,7 @@ sl_cpu_zero(void *ctx, size_t n, float *x)
 
 /* Sum of squares in double (thread partials are added in order, so results repeat
  * for a given thread count). */
-SL_CPU_HOT static double
+static double
 sumsq_range(const void *argp, size_t lo, size_t hi)
 {
     const elem_args_t *a = argp;
@@ -109,7 +109,7 @@ typedef struct {
 } bias_args_t;
 
 /* Rows [lo, hi) of x += bias. */
-SL_CPU_HOT static double
+static double
 add_bias_rows(const void *argp, size_t lo, size_t hi)
 {
     const bias_args_t *a = argp;
@@ -140,7 +140,7 @@ sl_cpu_add_bias(void *ctx, int rows, int cols, const float *bias, float *x)
  * sums run in double, BIAS_BLOCK columns at a time: summed in float over the N = 1120
  * rows of a word-model step, the softmax-bias gradient was off by ~3e-6 relative (ten
  * times PyTorch's error), the largest difference between the two step for step. */
-SL_CPU_HOT static double
+static double
 bias_grad_cols(const void *argp, size_t lo, size_t hi)
 {
     const bias_args_t *a = argp;
@@ -292,7 +292,7 @@ sl_cpu_sgd_update(void *ctx, size_t n, float lr, const float *g, float *w)
     sl_cpu_par_range(ctx, n, n, SL_CPU_PAR_MIN_STREAM, axpy_range, &a);
 }
 
-SL_CPU_HOT static double
+static double
 adagrad_range(const void *argp, size_t lo, size_t hi)
 {
     const elem_args_t *a = argp;
@@ -318,7 +318,7 @@ sl_cpu_adagrad_update(void *ctx, size_t n, float lr, float eps, const float *g, 
 
 /* PyTorch's form, w -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps), with the division
  * by sqrt(bc2) done as a product with its reciprocal (computed once). */
-SL_CPU_HOT static double
+static double
 adam_range(const void *argp, size_t lo, size_t hi)
 {
     const elem_args_t *a = argp;

@@ -38,7 +38,7 @@ sl_cpu_embedding_gather(void *ctx, int n, int d, const float *table, const int32
 }
 
 /* Unique rows [lo, hi): each output row is owned by one thread, so no atomics. */
-SL_CPU_HOT static double
+static double
 scatter_rows(const void *argp, size_t lo, size_t hi)
 {
     const emb_args_t *a = argp;

@@ -1,7 +1,7 @@
 /* Internal to kernels/cpu/: what the CPU backend's files share. sl_cpu.c (context,
  * threads, memory, gemm, the ops table) and the fused loops in sl_cpu_softmax.c,
- * sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c: the optimisation pragma and SL_CPU_HOT
- * (target_clones) that every loop file is built with, the backend context and the
+ * sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c: the optimisation pragma and the
+ * per-level names that every loop file is built with, the backend context and the
  * split of a loop over its worker threads, the branch-free maths the loops vectorise
  * with, and the ops each loop file implements (contracts in kernels/sl_backend.h).
  *
@@ -25,17 +25,37 @@
 #pragma GCC optimize("O3", "fp-contract=fast", "no-trapping-math")
 #endif
 
-/* SL_CPU_HOT marks the loop kernels: with gcc 12+ on x86-64 glibc each is compiled
- * twice, for x86-64-v3 (AVX2, FMA) and for the baseline, and the loader picks one
- * (ifunc, by CPU features). Elsewhere the loops are built for the compiler's target
- * only. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 &&           \
-    defined(__GLIBC__)
-#define SL_CPU_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#define SL_CPU_HOT_CLONES 1
-#else
-#define SL_CPU_HOT
+/* The loop files are compiled once per x86-64 level with -DSL_CPU_ISA=base, v3 or v4
+ * (kernels/Makemodule.am; without it: one build for the compiler's target, "native").
+ * Every op they export is renamed with that suffix here, sl_cpu_axpy becoming
+ * sl_cpu_axpy_v4, so the builds link side by side; each build's ops are reached only
+ * through its table, sl_cpu_loops_<level> (sl_cpu_table.c), which sl_cpu_isa.c picks. */
+#ifndef SL_CPU_ISA
+#define SL_CPU_ISA native
 #endif
+#define SL_CPU_CAT_(a, b) a##_##b
+#define SL_CPU_CAT(a, b) SL_CPU_CAT_(a, b)
+#define SL_CPU_ISA_NAME(f) SL_CPU_CAT(f, SL_CPU_ISA)
+
+#define sl_cpu_softmax_xent SL_CPU_ISA_NAME(sl_cpu_softmax_xent)
+#define sl_cpu_sampled_softmax_xent SL_CPU_ISA_NAME(sl_cpu_sampled_softmax_xent)
+#define sl_cpu_lstm_cell_forward SL_CPU_ISA_NAME(sl_cpu_lstm_cell_forward)
+#define sl_cpu_lstm_cell_backward SL_CPU_ISA_NAME(sl_cpu_lstm_cell_backward)
+#define sl_cpu_embedding_gather SL_CPU_ISA_NAME(sl_cpu_embedding_gather)
+#define sl_cpu_embedding_scatter_add SL_CPU_ISA_NAME(sl_cpu_embedding_scatter_add)
+#define sl_cpu_axpy SL_CPU_ISA_NAME(sl_cpu_axpy)
+#define sl_cpu_scale SL_CPU_ISA_NAME(sl_cpu_scale)
+#define sl_cpu_copy SL_CPU_ISA_NAME(sl_cpu_copy)
+#define sl_cpu_zero SL_CPU_ISA_NAME(sl_cpu_zero)
+#define sl_cpu_sumsq SL_CPU_ISA_NAME(sl_cpu_sumsq)
+#define sl_cpu_add_bias SL_CPU_ISA_NAME(sl_cpu_add_bias)
+#define sl_cpu_bias_grad SL_CPU_ISA_NAME(sl_cpu_bias_grad)
+#define sl_cpu_to_half SL_CPU_ISA_NAME(sl_cpu_to_half)
+#define sl_cpu_from_half SL_CPU_ISA_NAME(sl_cpu_from_half)
+#define sl_cpu_dropout SL_CPU_ISA_NAME(sl_cpu_dropout)
+#define sl_cpu_sgd_update SL_CPU_ISA_NAME(sl_cpu_sgd_update)
+#define sl_cpu_adagrad_update SL_CPU_ISA_NAME(sl_cpu_adagrad_update)
+#define sl_cpu_adam_update SL_CPU_ISA_NAME(sl_cpu_adam_update)
 
 /* Work (elements) below which a loop stays on the calling thread, where waking a
  * second one (tens of us) would not pay: */
@@ -45,9 +65,11 @@ enum {
 };
 
 typedef struct {
-    int threads;         /* for OpenBLAS and the fused loops, >= 1 */
-    sl_cpu_pool_t *pool; /* threads - 1 sleeping workers; NULL: loops stay serial */
-    char desc[320];      /* what describe() returns */
+    int threads;            /* for OpenBLAS and the fused loops, >= 1 */
+    sl_cpu_pool_t *pool;    /* threads - 1 sleeping workers; NULL: loops stay serial */
+    char desc[320];         /* what describe() returns */
+    const char *loops_desc; /* the build of the loops in ops ("x86-64-v4 (AVX-512)") */
+    sl_backend_ops_t ops;   /* the backend's table: sl_cpu.c's entries and those loops */
 } sl_cpu_t;
 
 /* Runs fn over [0, n) on the backend's threads when work (elements touched) reaches
@@ -153,8 +175,8 @@ sl_cpu_fast_sqrtf(float x)
 /* Reductions over floats vectorise only with licence to reorder them, which
  * `omp simd reduction` gives loop by loop (-ffast-math would give it everywhere). The
  * order then depends on the vector width, so sums may differ in the last bits between
- * the AVX2 and baseline builds; a max is exact either way. Without OpenMP these loops
- * stay scalar, and with clang too (it cannot vectorise them and warns). */
+ * the AVX-512, AVX2 and baseline builds; a max is exact either way. Without OpenMP
+ * these loops stay scalar, and with clang too (it cannot vectorise them and warns). */
 #if defined(SL_HAVE_OMP_SIMD) && !defined(__clang__)
 #define SL_CPU_PRAGMA(x) _Pragma(#x)
 #define SL_CPU_SIMD_REDUCE(op, var) SL_CPU_PRAGMA(omp simd reduction(op : var))
@@ -207,8 +229,8 @@ sl_cpu_vec_exp_sum(float *x, int n, float m, int store)
     return s;
 }
 
-/* The ops in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c; ctx is
- * the backend's sl_cpu_t. */
+/* The ops in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c (names
+ * suffixed by level, above); ctx is the backend's sl_cpu_t. */
 void sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
                          float grad_scale, double *loss_sum);
 void sl_cpu_sampled_softmax_xent(void *ctx, int n, int s, float *logits, const int32_t *targets,
@@ -240,5 +262,9 @@ void sl_cpu_adagrad_update(void *ctx, size_t n, float lr, float eps, const float
                            float *w);
 void sl_cpu_adam_update(void *ctx, size_t n, float lr, float b1, float b2, float eps, long t,
                         const float *g, float *m, float *v, float *w);
+
+/* This build's ops as a backend table with only the loop entries set (sl_cpu_table.c);
+ * sl_cpu.c fills in the rest. */
+extern const sl_backend_ops_t SL_CPU_ISA_NAME(sl_cpu_loops);
 
 #endif

@@ -38,7 +38,7 @@ lstm_fwd_row(int h, float *restrict gi, float *restrict gf, float *restrict gg, 
     }
 }
 
-SL_CPU_HOT static double
+static double
 lstm_fwd_rows(const void *argp, size_t lo, size_t hi)
 {
     const lstm_args_t *a = argp;
@@ -87,7 +87,7 @@ lstm_bwd_row(int h, const float *restrict gi, const float *restrict gf, const fl
     }
 }
 
-SL_CPU_HOT static double
+static double
 lstm_bwd_rows(const void *argp, size_t lo, size_t hi)
 {
     const lstm_args_t *a = argp;

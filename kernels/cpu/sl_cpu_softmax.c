@@ -20,7 +20,7 @@ typedef struct {
 /* Rows [lo, hi) of the full softmax: one pass for the max, one for exp (stored when a
  * gradient is wanted) and its sum, one to scale. The row (40 kB at v = 10k) stays in
  * cache between passes. Returns the rows' loss sum in double. */
-SL_CPU_HOT static double
+static double
 xent_rows(const void *argp, size_t lo, size_t hi)
 {
     const xent_args_t *a = argp;
@@ -70,7 +70,7 @@ typedef struct {
 /* Rows [lo, hi) of the sampled softmax. Column 0 is the label; accidental hits get
  * -inf in place and exactly 0 probability (sl_cpu_fast_expf would clamp -inf to
  * 1.6e-38). */
-SL_CPU_HOT static double
+static double
 sampled_rows(const void *argp, size_t lo, size_t hi)
 {
     const sampled_args_t *a = argp;

@@ -716,7 +716,10 @@ main(int argc, char **argv)
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return cmd_help(NULL);
     if (strcmp(cmd, "--version") == 0) {
-        sl_version_print(stdout);
+        if (sl_version_print(stdout) != SL_OK) {
+            fprintf(stderr, "shoal: %s\n", sl_err_msg());
+            return SL_EXIT_USAGE;
+        }
         return SL_EXIT_OK;
     }
     if (strcmp(cmd, "--help-config") == 0) {

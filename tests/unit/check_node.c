@@ -328,11 +328,19 @@ START_TEST(test_cli)
     ck_assert(strncmp(out, "Usage: shoal train CONF.yaml", 28) == 0);
     free(out), free(err);
     ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--version", NULL}), 0);
-    ck_assert_msg(strncmp(out, "shoal 0.", 8) == 0 && count_lines(out) == 5, "%s", out);
+    ck_assert_msg(strncmp(out, "shoal 0.", 8) == 0 && count_lines(out) == 6, "%s", out);
     ck_assert_ptr_nonnull(strstr(out, "\nCUDA module: ")); /* tests/unit/check_cuda_module.sh */
     ck_assert_ptr_nonnull(strstr(out, "\ncommit: "));      /* git describe, or unknown */
     ck_assert_ptr_nonnull(strstr(out, "\nBLAS: "));
     ck_assert_ptr_nonnull(strstr(out, "\ncuDNN: "));
+    ck_assert_ptr_nonnull(strstr(out, "\ncpu loops: "));
+    free(out), free(err);
+    setenv("SHOAL_CPU_ISA", "avx9", 1); /* inherited by the child */
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--version", NULL}), 2);
+    unsetenv("SHOAL_CPU_ISA");
+    ck_assert_str_eq(out, "");
+    ck_assert(strncmp(err, "shoal: SHOAL_CPU_ISA=avx9: unknown (built here: ", 48) == 0);
+    ck_assert_int_eq(count_lines(err), 1);
     free(out), free(err);
     ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"--help-config", NULL}), 0);
     ck_assert_ptr_nonnull(strstr(out, "train.max_steps"));
