@@ -184,12 +184,13 @@ kill_every() {
 }
 
 # run_one NAME N T LIMIT_S: one run (T 0: no faults), its stderr timestamped into
-# NAME.log; prints "rc wall_s" (rc 124: killed after LIMIT_S, a hang)
+# NAME.log (terse lines: measure reads their fields by position); prints "rc wall_s"
+# (rc 124: killed after LIMIT_S, a hang)
 run_one() {
     local name=$1 n=$2 t=$3 limit=$4 start rc=0
     : >"$out/$name.kills"
     start=$EPOCHREALTIME
-    SHOAL_LOG=info "$shoal" run "$conf" "${common[@]}" "${args[@]}" "${sets[@]}" \
+    SHOAL_LOG=info SHOAL_LOG_FORMAT=terse "$shoal" run "$conf" "${common[@]}" "${args[@]}" "${sets[@]}" \
         --set cluster.nodes="$n" --set run.dir="$out/$name" -n "$n" \
         2> >(while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done >"$out/$name.log") \
         >/dev/null &
