@@ -128,6 +128,20 @@ sl_json_wall_time(FILE *out)
     fprintf(out, ",\"wall_time\":\"%s\"", sl_log_utc_now(now, sizeof now));
 }
 
+int
+sl_json_number_at(const char *text, const char *key, double *v)
+{
+    char pat[64], *end;
+    const char *p;
+
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    if (!(p = strstr(text, pat)))
+        return 0;
+    p += strlen(pat);
+    *v = strtod(p, &end);
+    return end != p && isfinite(*v);
+}
+
 static sl_status_t
 end_line(sl_metrics_t *m)
 {

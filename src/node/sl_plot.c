@@ -9,25 +9,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "node/sl_metrics.h"
+
 /* Colours that tell runs apart on screen and in print (Tableau 10). */
 static const char *const colours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                       "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 enum { NCOLOURS = sizeof colours / sizeof colours[0] };
-
-/* The number after "key": in line; 0 when it is absent or not a number (null). */
-static int
-field(const char *line, const char *key, double *v)
-{
-    char pat[48], *end;
-    const char *p;
-
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    if (!(p = strstr(line, pat)))
-        return 0;
-    p += strlen(pat);
-    *v = strtod(p, &end);
-    return end != p && isfinite(*v);
-}
 
 /* Days from 1970-01-01 to the date y-m-d of the proleptic Gregorian calendar (H.
  * Hinnant's days_from_civil), so that no time zone of this machine enters. */
@@ -172,8 +159,9 @@ sl_plot_read(sl_plot_run_t *run, const char *dir)
         if ((st = wall_time(line, path, lineno, &v[SL_PLOT_WALL_S])) != SL_OK)
             break;
         if (strstr(line, "\"event\":\"eval\"")) {
-            if (strstr(line, "\"split\":\"valid\"") && field(line, "step", &v[SL_PLOT_STEP]) &&
-                field(line, "ppl", &v[SL_PLOT_PPL])) {
+            if (strstr(line, "\"split\":\"valid\"") &&
+                sl_json_number_at(line, "step", &v[SL_PLOT_STEP]) &&
+                sl_json_number_at(line, "ppl", &v[SL_PLOT_PPL])) {
                 /* evaluations have no training time of their own: that of the step they
                  * follow */
                 for (size_t i = run->ntrain; i-- > 0;)
@@ -183,9 +171,10 @@ sl_plot_read(sl_plot_run_t *run, const char *dir)
                     }
                 st = push(&run->valid, &run->nvalid, &cap_v, v);
             }
-        } else if (!strstr(line, "\"event\"") && field(line, "step", &v[SL_PLOT_STEP]) &&
-                   field(line, "ppl", &v[SL_PLOT_PPL])) {
-            field(line, "time_s", &v[SL_PLOT_TIME_S]);
+        } else if (!strstr(line, "\"event\"") &&
+                   sl_json_number_at(line, "step", &v[SL_PLOT_STEP]) &&
+                   sl_json_number_at(line, "ppl", &v[SL_PLOT_PPL])) {
+            sl_json_number_at(line, "time_s", &v[SL_PLOT_TIME_S]);
             st = push(&run->train, &run->ntrain, &cap_t, v);
         }
     }

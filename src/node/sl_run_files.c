@@ -14,6 +14,7 @@
 
 #include "common/sl_file.h"
 #include "common/sl_log.h"
+#include "node/sl_metrics.h"
 
 #define RUN_PATH_MAX 4096
 #define KEPT_PREFIX "checkpoint-"
@@ -195,21 +196,19 @@ sl_run_keep_checkpoint(const char *checkpoint, long step, int keep)
 void
 sl_run_best_read(const char *dir, long upto, sl_run_best_t *best)
 {
-    char path[RUN_PATH_MAX], *text = NULL, *p;
+    char path[RUN_PATH_MAX], *text = NULL;
     size_t len;
-    double loss;
-    long step;
+    double loss, step;
 
     best->loss = INFINITY;
     best->step = -1;
     snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_BEST_JSON);
     if (sl_file_read_all(path, &text, &len) != SL_OK)
         return;
-    if ((p = strstr(text, "\"step\":")) && sscanf(p + 7, "%ld", &step) == 1 &&
-        (p = strstr(text, "\"valid_loss\":")) && sscanf(p + 13, "%lf", &loss) == 1 &&
-        isfinite(loss) && step >= 0 && step <= upto) {
+    if (sl_json_number_at(text, "step", &step) && sl_json_number_at(text, "valid_loss", &loss) &&
+        step >= 0 && step <= (double)upto && step == (double)(long)step) {
         best->loss = loss;
-        best->step = step;
+        best->step = (long)step;
     }
     free(text);
 }
