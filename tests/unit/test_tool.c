@@ -39,6 +39,8 @@ test_main(Suite *s)
     SRunner *sr = srunner_create(s);
     int failed;
 
+    /* failures quote whole node logs; Check's 4 KiB default would lose the message */
+    check_set_max_msg_size(1 << 20);
     srunner_set_fork_status(sr, CK_FORK);
     srunner_run_all(sr, CK_NORMAL);
     failed = srunner_ntests_failed(sr);
