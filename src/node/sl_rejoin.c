@@ -152,7 +152,7 @@ sl_rejoin_push(sl_transport_t *tr, int peer, long step, const float *params, siz
 /* One part of donor's answer into buf: exactly want bytes, waiting up to wait_ms, a
  * second at a time: a donor whose process died (its connection closed) is given up at
  * once, SL_ERR_DROPPED, rather than waited for up to the rendezvous timeout (an
- * admission's coordinator dies while its newcomer waits two blocks for the state; the
+ * admission's coordinator dies while its newcomer waits up to two blocks for the state; the
  * newcomer then comes back again, through shoal run's restart, to another one). */
 static sl_status_t
 recv_part(sl_transport_t *tr, uint32_t donor, unsigned seq, void *buf, size_t want, int wait_ms)

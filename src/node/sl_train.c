@@ -448,6 +448,7 @@ train_loop(trainer_t *t, sl_train_result_t *res)
                               "step %ld: training loss is %g (diverged; lower "
                               "train.optimizer.lr or set train.optimizer.clip)",
                               t->cur.step, loss);
+        sl_train_catch_up(t);
         epoch_end = t->cur.batch_index == 0;
         stop = interrupted(t->opts);
         if (!stop)

@@ -53,6 +53,8 @@ typedef struct {
      * keeping it as the previous generation, so the one resumed from stays */
     int drop_newest;
     sl_rejoin_server_t rejoin_srv; /* state requests of nodes that come back, answered */
+    int catching_up;               /* came back into a gossip run: not yet level with the others
+                                      (sl_train_catch_up) */
     sl_run_best_t best;            /* run.keep_best: the best validation so far */
 } trainer_t;
 
@@ -62,5 +64,9 @@ sl_status_t sl_train_start_sync(trainer_t *t);
  * the newest step every node has; sl_resume.h) when resume is on and there is one, the
  * live state for a node that comes back (sl_train_opts_t.rejoin), else step 0. */
 sl_status_t sl_train_start_at(trainer_t *t, const sl_train_result_t *res);
+/* A node that came back into a gossip run, after each sync of its shortest period until
+ * it is level: when the others' snapshots show them past its step (it was slower to
+ * start than its lead), it skips ahead of them again, as when it came back. */
+void sl_train_catch_up(trainer_t *t);
 
 #endif

@@ -71,32 +71,58 @@ cursor_at(trainer_t *t, long step)
     t->cur.tokens = (uint64_t)step * (uint64_t)t->cfg->train.batch * (uint64_t)t->cfg->train.bptt;
 }
 
-/* Where a node that comes back with the state of step (a live node's) starts: at the
- * block boundary of the shortest period one period past it, so that it is a round or
- * two of that period ahead of the others rather than behind (the longer periods' next
- * boundaries are the others' too). Behind, it would wait for frames they sent before it
- * was back, and they would take its frames for stale; ahead, its frames reach them as
- * rounds to come (they count it alive again on the first) and it waits only until they
- * catch up. The batches it skips are lost, like those of the node that died. Never past
- * the run's end. */
+/* The shortest sync period of the model's components (at least 1). */
 static long
-rejoin_step(const trainer_t *t, long step)
+shortest_period(const trainer_t *t)
 {
-    long hmin = 0, at;
+    long hmin = 0;
 
     for (int c = 0; c < sl_lm_ncomponents(t->lm); c++)
         if (hmin == 0 || sl_sync_period(t->sync, c) < hmin)
             hmin = sl_sync_period(t->sync, c);
-    if (hmin < 1)
-        hmin = 1;
-    at = (step / hmin + 2) * hmin;
+    return hmin < 1 ? 1 : hmin;
+}
+
+/* Where a node that comes back with the state of step (a live node's) starts: at the
+ * block boundary of the shortest period one period past it, so that it is a round or
+ * two of that period ahead of the others rather than behind (the longer periods' next
+ * boundaries are the others' too). Behind, it would find their frames waiting and never
+ * wait, while they take its frames for stale and never count it back; ahead, its frames reach them
+ * as rounds to come (they count it alive again on the first) and it waits only until they catch up.
+ * A node slower to start than that lead is behind all the same, and skips again
+ * (sl_train_catch_up). The batches it skips are lost, like those of the node that died. Never past
+ * the run's end. */
+static long
+rejoin_step(const trainer_t *t, long step)
+{
+    long hmin = shortest_period(t), at = (step / hmin + 2) * hmin;
+
     return at < t->total_steps ? at : t->total_steps;
+}
+
+void
+sl_train_catch_up(trainer_t *t)
+{
+    long others;
+
+    if (!t->catching_up || t->cur.step % shortest_period(t) != 0)
+        return;
+    others = sl_sync_peers_step(t->sync, t->total_steps);
+    if (others <= t->cur.step) {
+        t->catching_up = 0; /* level or ahead: the others hear it from now on */
+        return;
+    }
+    /* behind: its snapshots reach the others as stale and they never count it back,
+     * while it finds theirs waiting and never waits; only a step ahead gets it in */
+    sl_log_info("train", "behind the others (a node is at step %ld): skips from step %ld to %ld",
+                others, t->cur.step, rejoin_step(t, others));
+    cursor_at(t, rejoin_step(t, others));
 }
 
 /* allreduce, ma, bmuf: the live state of a node that comes back, at its admission
  * (sl_members.h "Admission"): asks for it, then waits for the coordinator's state (with
  * allreduce its optimizer's) and member set after the sync of the admission step (up to
- * cluster.rendezvous_timeout_ms: the members train two blocks meanwhile). */
+ * cluster.rendezvous_timeout_ms: the members train up to two blocks meanwhile). */
 static sl_status_t
 admitted_state(trainer_t *t, float *params, long *step, int *donor)
 {
@@ -150,8 +176,10 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm))); /* the donor's overlapped updates */
     sl_lm_state_reset(t->st);
     from = step;
-    if (!admit)
+    if (!admit) {
         step = rejoin_step(t, step);
+        t->catching_up = 1;
+    }
     cursor_at(t, step);
     sl_log_info("train",
                 "came back at step %ld of %ld with node %d's model (parameters %016" PRIx64
@@ -173,8 +201,7 @@ init_weights(trainer_t *t)
     SL_TRY(sl_import_safetensors(t->opts->init, t->cfg, t->id.vocab, t->be, t->lm));
     sl_sync_destroy(&t->sync);
     SL_TRY(sl_train_start_sync(t));
-    sl_log_info("train", "weights from %s (%zu parameters)", t->opts->init,
-                sl_lm_nparams(t->lm));
+    sl_log_info("train", "weights from %s (%zu parameters)", t->opts->init, sl_lm_nparams(t->lm));
     return SL_OK;
 }
 

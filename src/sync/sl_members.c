@@ -544,12 +544,14 @@ send_notice(sl_members_t *m, uint32_t peer, uint32_t rank, long at)
 }
 
 /* The coordinator: the requests of non-members that came, each answered with its step:
- * the first multiple of block at least two blocks and SL_MEMBERS_ADMIT_LEAD steps ahead,
- * never past end; 0 when end is nearer than that. */
+ * the first multiple of block past the next one and at least SL_MEMBERS_ADMIT_LEAD steps
+ * ahead, never past end; 0 when end is nearer than that. No member can be past the next
+ * multiple (its collective there needs this node's part, sent after the notice), so the
+ * one after it always comes in time. */
 static sl_status_t
 take_requests(sl_members_t *m, long step, long block, long end)
 {
-    long lead = 2 * block > SL_MEMBERS_ADMIT_LEAD ? 2 * block : SL_MEMBERS_ADMIT_LEAD;
+    long lead = block + 1 > SL_MEMBERS_ADMIT_LEAD ? block + 1 : SL_MEMBERS_ADMIT_LEAD;
 
     for (uint32_t r = 0; r < m->size; r++) {
         sl_wire_key_t key = admit_key(ADMIT_REQUEST, r);

@@ -36,8 +36,9 @@
  * coordinator, the lowest-ranked member (sl_members_join: each rank in turn, lowest
  * first), with one frame (component SL_MEMBERS_COMPONENT + 3). The coordinator, between
  * steps (sl_members_poll), picks the admission step K: the first multiple of the block
- * (the steps after which every component has synced; allreduce: 1) at least two blocks
- * and SL_MEMBERS_ADMIT_LEAD steps ahead, so that the others hear of it in time, never
+ * (the steps after which every component has synced; allreduce: 1) past the next one
+ * and at least SL_MEMBERS_ADMIT_LEAD steps ahead, so that the others hear of it in time
+ * (none can be past the next multiple: its collective there needs the coordinator), never
  * past the run's end; it tells every member and the newcomer (+ 4: rank, K). Every
  * member keeps the admissions it was told of and, between steps at K, after the sync of
  * K (allreduce: after step K), grows its set by the rank (logged: "node R joined the
@@ -125,7 +126,7 @@ sl_status_t sl_members_run(sl_members_t *m, sl_members_fn fn, void *ctx, float *
 
 /* Between steps, with the transport this thread's, never waiting: the coordinator takes
  * the requests to come back and answers them (admission at the first multiple of block
- * at least two blocks and SL_MEMBERS_ADMIT_LEAD steps past step, at most end; refused
+ * past the next one and at least SL_MEMBERS_ADMIT_LEAD steps past step, at most end; refused
  * when end is nearer), the other members take the coordinator's notices; then the admissions due at step (steps done,
  * after its sync) grow the set. On the coordinator *give (borrowed, valid until the next
  * call) lists the *ngive ranks admitted now, to be handed its state; they have their set

@@ -407,6 +407,26 @@ sl_sync_due(const sl_sync_t *s, int c, long steps_done)
     return sync_point(s, c, steps_done);
 }
 
+long
+sl_sync_peers_step(const sl_sync_t *s, long end)
+{
+    long newest = 0;
+
+    if (!s->neighbour || !s->env.tr)
+        return 0;
+    for (int c = 0; c < s->env.ncomps; c++) {
+        sl_transport_stat_t st;
+
+        sl_transport_stat(s->env.tr, SL_WIRE_GOSSIP_SNAPSHOT, (uint32_t)c, &st);
+        /* a round is the sender's claim: one past the run's end is not believed */
+        if (st.recv_newest_round > (uint64_t)(end / s->period[c]))
+            continue;
+        if ((long)st.recv_newest_round * s->period[c] > newest)
+            newest = (long)st.recv_newest_round * s->period[c];
+    }
+    return newest;
+}
+
 int
 sl_sync_transport_free(const sl_sync_t *s)
 {

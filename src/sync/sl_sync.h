@@ -198,6 +198,12 @@ int sl_sync_period(const sl_sync_t *s, int c);
  * is applied at steps_done. These are the components a trainer that syncs a device's
  * parameters through a host copy must stage before and after. */
 int sl_sync_due(const sl_sync_t *s, int c, long steps_done);
+/* local-*, gossip-*: the furthest step that the peers' snapshots received so far (used
+ * or dropped for their round) say a peer has reached, claims past end left out; 0 when
+ * none came or
+ * with another algorithm. A node that came back and finds it past its own step is
+ * behind the others (sl_train_start.c). */
+long sl_sync_peers_step(const sl_sync_t *s, long end);
 /* With overlap: waits for the exchanges in flight and applies every update still
  * pending to params, whatever its step: the end of a run, for the final models (the last
  * checkpoint keeps them pending, so that a longer run resumed from it continues as one

@@ -293,26 +293,40 @@ find_stat(const sl_transport_t *t, unsigned kind, uint32_t component)
     return NULL;
 }
 
+/* The counters of (kind, component), a zeroed row added when there is none; NULL (the
+ * error set) when out of memory. */
+static sl_transport_stat_t *
+stat_row(sl_transport_t *t, unsigned kind, uint32_t component)
+{
+    sl_transport_stat_t *s = find_stat(t, kind, component);
+
+    if (s)
+        return s;
+    if (t->nstats == t->stats_cap) {
+        size_t ncap = t->stats_cap ? 2 * t->stats_cap : 16;
+        sl_transport_stat_t *ns = realloc(t->stats, ncap * sizeof *ns);
+        if (!ns) {
+            sl_err_set(SL_ERR_NOMEM, "transport: out of memory for counters");
+            return NULL;
+        }
+        t->stats = ns;
+        t->stats_cap = ncap;
+    }
+    s = &t->stats[t->nstats++];
+    memset(s, 0, sizeof *s);
+    s->kind = (uint8_t)kind;
+    s->component = component;
+    return s;
+}
+
 sl_status_t
 sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding,
                        uint64_t bytes, int sent)
 {
-    sl_transport_stat_t *s = find_stat(t, kind, component);
+    sl_transport_stat_t *s = stat_row(t, kind, component);
 
-    if (!s) {
-        if (t->nstats == t->stats_cap) {
-            size_t ncap = t->stats_cap ? 2 * t->stats_cap : 16;
-            sl_transport_stat_t *ns = realloc(t->stats, ncap * sizeof *ns);
-            if (!ns)
-                return sl_err_set(SL_ERR_NOMEM, "transport: out of memory for counters");
-            t->stats = ns;
-            t->stats_cap = ncap;
-        }
-        s = &t->stats[t->nstats++];
-        memset(s, 0, sizeof *s);
-        s->kind = (uint8_t)kind;
-        s->component = component;
-    }
+    if (!s)
+        return SL_ERR_NOMEM;
     if (encoding >= SL_WIRE_NENCODINGS) /* frames are validated: only abort reasons */
         encoding = 0;
     if (sent) {
@@ -401,8 +415,7 @@ sl_transport_send(sl_transport_t *t, const sl_wire_key_t *key, const void *paylo
                           (unsigned)t->o.rank, (unsigned)key->peer);
     h = sl_wire_header_for(t->o.run_id, t->o.rank, key, count, encoding, scale);
     if (h.payload_bytes && !payload)
-        return sl_err_set(SL_ERR_INVALID, "transport: no payload for %u elements",
-                          (unsigned)count);
+        return sl_err_set(SL_ERR_INVALID, "transport: no payload for %u elements", (unsigned)count);
     l = t->route[key->peer];
     SL_TRY(l->ops->send(l->ctx, &h, payload, flags, wait_ms));
     return sl_transport_count_msg(t, key->kind, key->component, h.encoding, h.payload_bytes, 1);
@@ -554,8 +567,13 @@ dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_
     sl_mailbox_verdict_t v;
     uint64_t bytes = f->pub.h.payload_bytes;
     unsigned enc = f->pub.h.encoding; /* f belongs to the mailbox once filed */
+    sl_transport_stat_t *row = stat_row(t, k.kind, k.component);
     char detail[160];
 
+    if (!row)
+        return SL_ERR_NOMEM;
+    if (k.round > row->recv_newest_round)
+        row->recv_newest_round = k.round;
     *matched = 0;
     for (size_t i = 0; i < nkeys; i++)
         if (key_eq(&keys[i], &k)) {
@@ -598,8 +616,7 @@ sl_transport_recv_any(sl_transport_t *t, const sl_wire_key_t *keys, size_t nkeys
 
     *frame = NULL;
     if (nkeys == 0 || timeout_ms < 0)
-        return sl_err_set(SL_ERR_INVALID, "transport: %zu keys, timeout %d ms", nkeys,
-                          timeout_ms);
+        return sl_err_set(SL_ERR_INVALID, "transport: %zu keys, timeout %d ms", nkeys, timeout_ms);
     for (size_t i = 0; i < nkeys; i++) {
         if (keys[i].peer >= t->o.size || keys[i].peer == t->o.rank || keys[i].kind == 0 ||
             keys[i].kind >= SL_WIRE_NKINDS)

@@ -141,6 +141,8 @@ typedef struct sl_transport sl_transport_t;
 typedef struct {
     uint64_t sent_msgs, sent_bytes;
     uint64_t recv_msgs, recv_bytes; /* valid frames accepted (handed out or filed) */
+    uint64_t recv_newest_round;     /* the newest round of a valid frame received, accepted
+                                       or dropped for its round: how far its senders are */
     uint64_t sent_enc_bytes[SL_WIRE_NENCODINGS], recv_enc_bytes[SL_WIRE_NENCODINGS];
     uint32_t component;
     uint8_t kind;

@@ -24,9 +24,11 @@ static char shoal_bin[1024];
 
 enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures */
 
-/* <tmp>/<run>.yaml: 3 nodes, a small model that trains for some 10 s, 1 s sync waits. */
+/* <tmp>/<run>.yaml: 3 nodes, a small model that trains for some 10 s, 1 s sync waits,
+ * every component synced every period steps. */
 static void
-write_conf(char *path, size_t size, const char *run, const char *algorithm, int timeout_ms)
+write_conf(char *path, size_t size, const char *run, const char *algorithm, int timeout_ms,
+           int period)
 {
     char yaml[2048];
 
@@ -40,9 +42,9 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm, int 
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
              "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: %d,\n"
              "          key_file: %s/%s.key}\n"
-             "sync: {algorithm: %s, period: 8, timeout_ms: 1000}\n",
-             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, tmp_root, run,
-             algorithm);
+             "sync: {algorithm: %s, period: %d, timeout_ms: 1000}\n",
+             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, tmp_root, run, algorithm,
+             period);
     test_write_file(path, yaml, strlen(yaml));
 }
 
@@ -227,7 +229,7 @@ START_TEST(test_node_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "gossip%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000);
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 8);
     snprintf(what[0], sizeof what[0], "node %d left the run (its connection closed", v);
     kill_and_restart(run, conf, v, what[0], pid);
     wait_all(run, v, pid);
@@ -257,6 +259,72 @@ START_TEST(test_node_comes_back)
     ck_assert_msg(donor != NULL, "no node sent node %d the state", v);
     sent = digest_after(donor, path);
     ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
+    assert_three_models(run, log);
+}
+END_TEST
+
+/* The step of the last record in node rank's metrics.jsonl of run (0 before the first). */
+static long
+last_step(const char *run, int rank)
+{
+    char path[1100], *text, *line;
+    long step = 0;
+
+    snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, rank);
+    if (!(text = test_read_file(path, NULL)))
+        return 0;
+    for (size_t n = strlen(text); n > 0 && text[n - 1] == '\n';)
+        text[--n] = '\0';
+    line = strrchr(text, '\n');
+    if (strstr(line ? line : text, "\"step\""))
+        step = (long)test_json_num(line ? line : text, "step");
+    free(text);
+    return step;
+}
+
+/* A node that comes back slower than its lead: node 2 killed and started again in a
+ * gossip-bmuf run of period 32, stopped (SIGSTOP) as soon as it says it came back and
+ * before its first sync, and let go once the others are four rounds past the step it
+ * came back at. Behind, its snapshots would reach them as stale and it would never be
+ * counted back; it finds itself behind at its first sync, skips ahead of them again, and
+ * the final model averages all three nodes. */
+START_TEST(test_comes_back_behind)
+{
+    char conf[1100], run[] = "behind", tag[64], path[1100], *log[3];
+    const char *came;
+    long at = -1;
+    pid_t pid[3];
+
+    test_become_subreaper();
+    make_key(run);
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 32);
+    kill_and_restart(run, conf, 2, "node 2 left the run (its connection closed", pid);
+    snprintf(path, sizeof path, "%s/%s-2b.log", tmp_root, run);
+    /* polled every millisecond: the node has 32 steps to its first sync */
+    for (int i = 0; i < HANG_S * 1000 && at < 0; i++) {
+        char *text = test_read_file(path, NULL); /* NULL until the child made it */
+
+        if (text && (came = strstr(text, "came back at step ")))
+            at = atol(came + strlen("came back at step "));
+        free(text);
+        if (at < 0) {
+            ck_assert_msg(waitpid(pid[2], NULL, WNOHANG) == 0, "node 2 exited before it came back");
+            usleep(1000);
+        }
+    }
+    ck_assert_int_ge(at, 0);
+    kill(pid[2], SIGSTOP);
+    for (int i = 0; i < HANG_S * 10 && last_step(run, 0) < at + 4 * 32; i++) {
+        ck_assert_msg(waitpid(pid[0], NULL, WNOHANG) == 0, "node 0 ended while node 2 stood");
+        usleep(100000);
+    }
+    kill(pid[2], SIGCONT);
+    wait_all(run, 2, pid);
+    for (int r = 0; r < 3; r++) {
+        snprintf(tag, sizeof tag, r == 2 ? "%s-%db" : "%s-%d", run, r);
+        log[r] = node_log(tag);
+    }
+    ck_assert_msg(strstr(log[2], "behind the others"), "%s", log[2]);
     assert_three_models(run, log);
 }
 END_TEST
@@ -303,7 +371,7 @@ START_TEST(test_node_admitted)
     test_become_subreaper();
     snprintf(run, sizeof run, "%s%d", admits[_i].algorithm, v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000);
+    write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000, 8);
     snprintf(path, sizeof path, "node %d left the run", v);
     kill_and_restart(run, conf, v, path, pid);
     wait_all(run, v, pid);
@@ -347,7 +415,7 @@ START_TEST(test_run_restart_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "restart%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000);
+    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 8);
     pid =
         start_shoal(run, (const char *[]){"run", conf, "--quiet", "--set", "cluster.restart.max=2",
                                           "--set", "cluster.restart.delay_ms=500", NULL});
@@ -377,6 +445,7 @@ rejoin_suite(void)
     tcase_set_timeout(tc, HANG_S * 2 + 60);
     tcase_add_loop_test(tc, test_node_comes_back, 0, sizeof victims / sizeof victims[0]);
     tcase_add_loop_test(tc, test_run_restart_comes_back, 0, sizeof victims / sizeof victims[0]);
+    tcase_add_test(tc, test_comes_back_behind);
     suite_add_tcase(s, tc);
     tc = tcase_create("admit");
     tcase_set_timeout(tc, HANG_S * 2 + 60);

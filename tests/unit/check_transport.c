@@ -486,7 +486,8 @@ count_lines(int fd, const char *what)
  * rank 0; round 6 (the next) does. Then rank 0 pushes gossip snapshots rank 1 cannot
  * use, a NaN one, an infinite one, one of the wrong size: each is refused and counted,
  * rank 0 is left out of that round (got 0) and not heard by it, and each reason is
- * logged once; the good snapshot of the next round is taken. */
+ * logged once; the good snapshot of the next round is taken. The newest round received
+ * of each (kind, component) counts the refused frames too: how far the peers are. */
 START_TEST(test_pair_heard_and_refused)
 {
     sl_transport_t *t[2];
@@ -494,6 +495,7 @@ START_TEST(test_pair_heard_and_refused)
     float out[3];
     uint32_t from[1], zero = 0, one = 1;
     size_t got;
+    sl_transport_stat_t st2, st3;
     double dl = test_deadline(), h;
     char name[] = "/tmp/shoal-refused-XXXXXX";
     int log = mkstemp(name), saved = dup(2);
@@ -521,6 +523,10 @@ START_TEST(test_pair_heard_and_refused)
     }
     ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_FUTURE_ROUND), 1);
     ck_assert(sl_transport_last_heard(t[1], 0) == 0.0);
+    sl_transport_stat(t[1], SL_WIRE_DATA, 2, &st2);
+    sl_transport_stat(t[1], SL_WIRE_DATA, 3, &st3);
+    ck_assert_uint_eq(st2.recv_newest_round, 5 + SL_MAILBOX_AHEAD_ROUNDS + 1);
+    ck_assert_uint_eq(st3.recv_newest_round, 5);
     k.component = 2;
     k.round = 6;
     ck_assert_int_eq(sl_transport_send(t[0], &k, good, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
