@@ -437,6 +437,9 @@ static const entry_t schema[] = {
      AT_MOST(1024), .doc = "row shards per embedding (each one component)"},
     {K("sync.periods", T_PERIODS, sync.period_rule), .def = "[]",
      .doc = "H per component by name: [{match: GLOB, period: H}], the first match wins"},
+    {K("sync.stagger", T_BOOL, sync.stagger), .def = "false",
+     .doc = "stagger the sync points: the components of one period H sync at phases spread "
+            "over 0..H-1, not all at the same step"},
     {K("sync.timeout_ms", T_INT, sync.timeout_ms), .def = "0", AT_LEAST(0),
      .doc = "wait for one exchange (ms; 0 = cluster.timeout_ms)"},
     {K("sync.keep_node_models", T_BOOL, sync.keep_node_models), .def = "true",

@@ -190,6 +190,9 @@ typedef struct {
                                     first that matches a component gives its H (else
                                     embedding_period / period); unused slots NULL */
         int nperiod_rules;       /* 0..SL_MAX_PERIOD_RULES, default 0 */
+        int stagger;             /* staggered phases: component j of the m of one period H
+                                    syncs at (t + floor(j H / m)) mod H = 0, default 0
+                                    (src/sync/sl_sync_phase.h) */
         int timeout_ms;          /* wait for one exchange; 0 = cluster.timeout_ms */
         int keep_node_models;    /* keep node-R/model.bin beside the averaged one, default 1 */
         int overlap_steps;       /* tau: a block's update applied tau steps after its sync

@@ -47,7 +47,9 @@
  * epoch + 1). The coordinator then hands the newcomer that set with its epoch, count of
  * collectives and the admissions still ahead (+ 5; sl_members_enter: a notice that went
  * out before K never reached the newcomer), and its state (after the sync of K, the same
- * on every member): the newcomer takes part from the first collective after K on. A
+ * on every member; with sync.stagger only the components whose sync point K is, the
+ * others being the coordinator's copy: sl_sync.c, block_steps): the newcomer takes part
+ * from the first collective after K on. A
  * member that missed the notice runs that collective over its old set: the sets differ
  * in the frames' tag, it times out, and the agreement decides; should it drop the
  * newcomer (a member's view lacks it), the newcomer's next collective fails with one

@@ -10,6 +10,7 @@
  *   sl_sync_state.h     the checkpoint bytes
  *   sl_overlap.h        the worker thread of overlapped sync (sync.overlap_steps > 0)
  *   sl_sync_common.h    what they share (the compression codec, byte counters)
+ *   sl_sync_phase.h     the staggered phases p_i (sync.stagger): sync points and rounds
  * This file must not exchange anything itself: every frame goes through a part. */
 #include "sync/sl_sync.h"
 
@@ -27,12 +28,14 @@
 #include "sync/sl_overlap.h"
 #include "sync/sl_sync_average.h"
 #include "sync/sl_sync_common.h"
+#include "sync/sl_sync_phase.h"
 #include "sync/sl_sync_state.h"
 
 struct sl_sync {
     sl_sync_env_t env;
     sl_sync_codec_t codec; /* env.codec points here */
     int *period;           /* (ncomps) H_i */
+    int *phase;            /* (ncomps) p_i: syncs at (t + p_i) mod H_i = 0 (sl_sync_phase.h) */
     int neighbour;         /* local-*, gossip-*: liveness is tallied per step */
     sl_liveness_t *live;
     sl_members_t *members;     /* allreduce, ma, bmuf (env.members) */
@@ -322,6 +325,8 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         }
     }
     SL_TRY_GOTO(resolve_periods(s, cfg), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&s->phase, (size_t)ncomps, "sync phases"), st, fail);
+    sl_sync_phases(s->period, ncomps, cfg->sync.stagger, s->phase);
     SL_TRY_GOTO(check_overlap(s, cfg), st, fail);
     /* the parts that use the transport, once the settings are known to be sound */
     SL_TRY_GOTO(sl_liveness_new(&s->live, tr, size, s->env.timeout_ms), st, fail);
@@ -330,6 +335,8 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         s->env.members = s->members;
     }
     SL_TRY_GOTO(log_periods(s, cfg), st, fail);
+    if (cfg->sync.stagger && rank == 0 && algo != SL_SYNC_NONE && algo != SL_SYNC_ALLREDUCE)
+        sl_sync_phases_log(comps, s->period, s->phase, ncomps);
     SL_TRY_GOTO(SL_CALLOC(&s->stat, (size_t)ncomps, "sync stats"), st, fail);
     if (s->env.exchange != SL_EXCHANGE_DENSE)
         SL_TRY_GOTO(setup_touched(s), st, fail);
@@ -367,6 +374,7 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_free(s->touched);
     sl_free(s->stat);
     sl_free(s->period);
+    sl_free(s->phase);
     sl_free(s);
     *sp = NULL;
 }
@@ -389,13 +397,26 @@ sl_sync_period(const sl_sync_t *s, int c)
     return s->period[c];
 }
 
+int
+sl_sync_phase(const sl_sync_t *s, int c)
+{
+    return s->phase[c];
+}
+
 /* Whether c reaches a sync point (hands its block over, with overlap) at steps_done. */
 static int
 sync_point(const sl_sync_t *s, int c, long steps_done)
 {
     if (s->env.algo == SL_SYNC_NONE || s->env.algo == SL_SYNC_ALLREDUCE || steps_done < 1)
         return 0;
-    return steps_done % s->period[c] == 0;
+    return sl_sync_phase_point(steps_done, s->period[c], s->phase[c]);
+}
+
+/* The round (block index) of c's sync point at steps_done. */
+static uint64_t
+round_at(const sl_sync_t *s, int c, long steps_done)
+{
+    return (uint64_t)sl_sync_phase_round(steps_done, s->period[c], s->phase[c]);
 }
 
 int
@@ -416,13 +437,15 @@ sl_sync_peers_step(const sl_sync_t *s, long end)
         return 0;
     for (int c = 0; c < s->env.ncomps; c++) {
         sl_transport_stat_t st;
+        long at;
 
         sl_transport_stat(s->env.tr, SL_WIRE_GOSSIP_SNAPSHOT, (uint32_t)c, &st);
         /* a round is the sender's claim: one past the run's end is not believed */
-        if (st.recv_newest_round > (uint64_t)(end / s->period[c]))
+        if (st.recv_newest_round > (uint64_t)((end + s->phase[c]) / s->period[c]))
             continue;
-        if ((long)st.recv_newest_round * s->period[c] > newest)
-            newest = (long)st.recv_newest_round * s->period[c];
+        at = (long)st.recv_newest_round * s->period[c] - s->phase[c]; /* its sync point */
+        if (at > newest)
+            newest = at;
     }
     return newest;
 }
@@ -471,7 +494,13 @@ sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
 }
 
 /* The steps after which every component has synced: the lcm of the periods (allreduce:
- * every step). */
+ * every step), the admission block. With sync.stagger no step is a sync point of every
+ * component; admissions stay at multiples of the lcm (the phases do not change it), where
+ * the phase-0 components sync, and the newcomer takes the coordinator's copy of the
+ * others: their BMUF state is the same on every member (the last all-member average
+ * made it), their theta the coordinator's local progress since then, which joins the
+ * average at their next sync point. No exchange of its own, and every member still
+ * counts every round alike: the simplest rule that stays correct. */
 static long
 block_steps(const sl_sync_t *s)
 {
@@ -696,16 +725,15 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
         sl_overlap_wait(s->ov); /* the transport is this thread's until the hand-overs */
         for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
             if (sync_point(s, c, steps_done) && !overlapped(s, c))
-                st = sync_component(s, params, c, (uint64_t)(steps_done / s->period[c]));
+                st = sync_component(s, params, c, round_at(s, c, steps_done));
         /* with nothing handed over, the worker does not close the liveness step */
         if (st == SL_OK && last < 0 && s->neighbour)
             sl_liveness_end_step(s->live);
     }
     for (int c = 0; c <= last && st == SL_OK; c++)
         if (sync_point(s, c, steps_done) && overlapped(s, c))
-            sl_overlap_hand(s->ov, params, c, (uint64_t)(steps_done / s->period[c]),
-                            steps_done + s->tau, c == last, s->touched ? &s->touched[c] : NULL,
-                            &s->stat[c]);
+            sl_overlap_hand(s->ov, params, c, round_at(s, c, steps_done), steps_done + s->tau,
+                            c == last, s->touched ? &s->touched[c] : NULL, &s->stat[c]);
     if (sl_overlap_idle(s->ov))
         s->ndead = dead_now(s);
     s->time_s += sl_clock_now() - t0;
@@ -741,7 +769,7 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
     t0 = sl_clock_now();
     for (int c = 0; c < s->env.ncomps; c++)
         if (sl_sync_due(s, c, steps_done))
-            SL_TRY(sync_component(s, params, c, (uint64_t)(steps_done / s->period[c])));
+            SL_TRY(sync_component(s, params, c, round_at(s, c, steps_done)));
     if (s->neighbour)
         sl_liveness_end_step(s->live);
     s->time_s += sl_clock_now() - t0;

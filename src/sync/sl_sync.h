@@ -8,8 +8,10 @@
  *                      (topology/sl_schedule.h) picks for (block, component, node)
  * H_i is the period of the first sync.periods rule whose glob (fnmatch(3)) matches the
  * component's name, else sync.embedding_period for the row-shard components
- * (sl_component_t.sparse) and sync.period for the others; the round of component i is
- * its block index (steps done / H_i), so every node computes the same schedule without
+ * (sl_component_t.sparse) and sync.period for the others. Component i syncs after the
+ * steps t with (t + p_i) mod H_i = 0, its round the block index (t + p_i) / H_i; the
+ * phase p_i is 0 unless sync.stagger spreads the components of each period over
+ * 0..H_i-1 (sl_sync_phase.h), so every node computes the same schedule without
  * messages. allreduce has no periods: it sums every gradient every step.
  *
  * Gossip and local: a neighbour that does not answer within sync.timeout_ms is left out
@@ -133,7 +135,7 @@ sl_status_t sl_sync_note_model(sl_sync_t *s, const sl_lm_t *lm);
  * algorithms: nothing. Errors are fatal (a member that stops answering is not one). */
 sl_status_t sl_sync_gradients(sl_sync_t *s, float *grads, long step);
 
-/* After a step: syncs every component whose period divides steps_done (>= 1), in
+/* After a step: syncs every component at its sync point at steps_done (>= 1), in
  * component order, updating params in place; with overlap, applies the updates due at
  * steps_done, then hands those blocks to the worker. Fatal errors only (a gossip
  * neighbour that does not answer is not one); with overlap an exchange's error comes
@@ -193,8 +195,11 @@ const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
 /* H_i of component c (0..ncomps-1), as resolved from sync.periods and the two period
  * keys (also when the algorithm does not use it). */
 int sl_sync_period(const sl_sync_t *s, int c);
+/* p_i of component c: 0 without sync.stagger (sl_sync_phase.h). */
+int sl_sync_phase(const sl_sync_t *s, int c);
 /* Whether sl_sync_after_step(s, ..., steps_done) reads or changes component c: a
- * model-averaging algorithm and H_i divides steps_done >= 1, or with overlap c's update
+ * model-averaging algorithm and steps_done >= 1 is c's sync point (H_i divides
+ * steps_done + p_i), or with overlap c's update
  * is applied at steps_done. These are the components a trainer that syncs a device's
  * parameters through a host copy must stage before and after. */
 int sl_sync_due(const sl_sync_t *s, int c, long steps_done);

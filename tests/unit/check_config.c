@@ -86,6 +86,7 @@ static const char *const all_keys[] = {"run.name",
                                        "sync.embedding_period",
                                        "sync.embedding_shards",
                                        "sync.periods",
+                                       "sync.stagger",
                                        "sync.timeout_ms",
                                        "sync.keep_node_models",
                                        "sync.overlap_steps",
@@ -161,6 +162,7 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
         ck_assert_str_eq(a->sync.period_rule[i].match, b->sync.period_rule[i].match);
         ck_assert_int_eq(a->sync.period_rule[i].period, b->sync.period_rule[i].period);
     }
+    ck_assert_int_eq(a->sync.stagger, b->sync.stagger);
     ck_assert_int_eq(a->sync.timeout_ms, b->sync.timeout_ms);
     ck_assert_int_eq(a->sync.keep_node_models, b->sync.keep_node_models);
     ck_assert_int_eq(a->sync.exchange, b->sync.exchange);
@@ -247,6 +249,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.sync.embedding_shards, 1);
     ck_assert_int_eq(c.sync.nperiod_rules, 0);
     ck_assert_ptr_null(c.sync.period_rule[0].match);
+    ck_assert_int_eq(c.sync.stagger, 0);
     ck_assert_int_eq(c.sync.timeout_ms, 0);
     ck_assert_int_eq(c.sync.keep_node_models, 1);
     ck_assert_int_eq(c.sync.exchange, SL_EXCHANGE_DENSE);
@@ -350,7 +353,8 @@ static const char full_yaml[] =
     "sync: {algorithm: gossip-bmuf, neighbours: 2, block_momentum: 0.5, block_lr: 0.75,\n"
     "       nesterov: false, block_reference: omega, period: 8, embedding_period: 64,\n"
     "       embedding_shards: 4, timeout_ms: 500, keep_node_models: false,\n"
-    "       periods: [{match: \"embedding.*\", period: 128}, {period: 4, match: lstm.1}]}\n"
+    "       periods: [{match: \"embedding.*\", period: 128}, {period: 4, match: lstm.1}],\n"
+    "       stagger: true}\n"
     "device: cuda:1\n"
     "precision: bf16\n";
 
@@ -416,6 +420,7 @@ START_TEST(test_full_file)
     ck_assert_str_eq(c.sync.period_rule[1].match, "lstm.1");
     ck_assert_int_eq(c.sync.period_rule[1].period, 4);
     ck_assert_ptr_null(c.sync.period_rule[2].match);
+    ck_assert_int_eq(c.sync.stagger, 1);
     ck_assert_int_eq(c.sync.timeout_ms, 500);
     ck_assert_int_eq(c.sync.keep_node_models, 0);
     ck_assert_str_eq(c.device, "cuda:1");
@@ -575,8 +580,9 @@ START_TEST(test_write_round_trip)
     ck_assert_ptr_nonnull(strstr(text, "\ntrain:\n  batch: 16\n"));
     ck_assert_ptr_nonnull(strstr(text, "\n  optimizer:\n    type: adam\n    lr: 0.1\n"));
     ck_assert_ptr_nonnull(strstr(text, "\n  layers:\n    - {lstm: 7, projection: 3}\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\n  periods:\n    - {match: \"embedding.*\", period: 128}\n"
-                                       "    - {match: lstm.1, period: 4}\n  timeout_ms:"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\n  periods:\n    - {match: \"embedding.*\", period: 128}\n"
+                     "    - {match: lstm.1, period: 4}\n  stagger: true\n  timeout_ms:"));
     ck_assert_ptr_nonnull(strstr(text, "\ndevice: cuda:1\nprecision: bf16\n"));
     ck_assert_ptr_nonnull(
         strstr(text, "\n  train: \"\\x01\\x85\\x9f\\uFFFE\\uFFFF\xc2\xa0\xe2\x80\xa8\"\n"));
