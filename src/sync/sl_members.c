@@ -574,7 +574,7 @@ take_requests(sl_members_t *m, long step, long block, long end)
                     SL_TRY(send_notice(m, m->ranks[k], r, at));
         }
         SL_TRY(send_notice(m, r, r, at));
-        sl_log_info("sync", "node %u asks to come back: %s%ld", (unsigned)r,
+        sl_log_info("sync", "node %u asks to come back at step %ld: %s%ld", (unsigned)r, step,
                     at ? "admitted at step " : "too late, the run ends at step ", at ? at : end);
     }
     return SL_OK;

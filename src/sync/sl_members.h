@@ -36,7 +36,7 @@
  * coordinator, the lowest-ranked member (sl_members_join: each rank in turn, lowest
  * first), with one frame (component SL_MEMBERS_COMPONENT + 3). The coordinator, between
  * steps (sl_members_poll), picks the admission step K: the first multiple of the block
- * (the steps after which every component has synced; allreduce: 1) past the next one
+ * (the shortest sync period, sl_sync.c block_steps; allreduce: 1) past the next one
  * and at least SL_MEMBERS_ADMIT_LEAD steps ahead, so that the others hear of it in time
  * (none can be past the next multiple: its collective there needs the coordinator), never
  * past the run's end; it tells every member and the newcomer (+ 4: rank, K). Every

@@ -493,31 +493,25 @@ sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
     return s->live && sl_liveness_next_event(s->live, ev);
 }
 
-/* The steps after which every component has synced: the lcm of the periods (allreduce:
- * every step), the admission block. With sync.stagger no step is a sync point of every
- * component; admissions stay at multiples of the lcm (the phases do not change it), where
- * the phase-0 components sync, and the newcomer takes the coordinator's copy of the
- * others: their BMUF state is the same on every member (the last all-member average
- * made it), their theta the coordinator's local progress since then, which joins the
- * average at their next sync point. No exchange of its own, and every member still
- * counts every round alike: the simplest rule that stays correct. */
+/* The admission block: the shortest period (allreduce: every step), whose multiples are
+ * the sync points of its phase-0 components. The components in the middle of a block
+ * then (longer periods, other phases) come to the newcomer as the coordinator's copy:
+ * their BMUF state is the same on every member (the last all-member average made it),
+ * their theta the coordinator's local progress since then, which joins the average at
+ * their next sync point. No exchange of its own, every member still counts every round
+ * alike, and a newcomer waits a round or two of the shortest period rather than of the
+ * longest (the embeddings' 128 steps beside the LSTM's 16). */
 static long
 block_steps(const sl_sync_t *s)
 {
-    long block = 1;
+    long block = 0;
 
     if (s->env.algo == SL_SYNC_ALLREDUCE)
         return 1;
-    for (int c = 0; c < s->env.ncomps; c++) {
-        long a = block, b = s->period[c];
-        while (b) {
-            long t = a % b;
-            a = b;
-            b = t;
-        }
-        block = block / a * s->period[c];
-    }
-    return block;
+    for (int c = 0; c < s->env.ncomps; c++)
+        if (block == 0 || s->period[c] < block)
+            block = s->period[c];
+    return block > 0 ? block : 1;
 }
 
 int

@@ -347,8 +347,10 @@ last_line(const char *text, const char *what, const char *also, char *buf, size_
 }
 
 /* The collective algorithms a node is admitted back into (with more sync keys: bmuf with
- * staggered phases, where K is a block boundary of the lcm that only the phase-0
- * components sync at), with their block of steps (allreduce: any step), the node
+ * staggered phases, where K is a block boundary that only the phase-0 components sync
+ * at, and bmuf with embeddings synced every 32 steps, where K is a boundary of the
+ * shortest period, 8, that the embeddings are in the middle of), with their block of
+ * steps, the shortest period (allreduce: any step), the node
  * killed: node 2, or node 0, the coordinator then being node 1, and whether the nodes'
  * own models are equal at the end: not with stagger, whose last step is the sync point
  * of only some components (the run's model still averages all three). */
@@ -359,10 +361,12 @@ static const struct {
 } admits[] = {{"bmuf", "bmuf", 8, 2, 1},
               {"allreduce", "allreduce", 1, 2, 1},
               {"ma", "ma", 8, 0, 1},
-              {"bmuf, stagger: true", "stagger", 8, 2, 0}};
+              {"bmuf, stagger: true", "stagger", 8, 2, 0},
+              {"bmuf, embedding_period: 32", "periods", 8, 2, 0}};
 
 /* A node killed, dropped by the others' agreement, started again: admitted by the
- * coordinator (the lowest live rank) at a block boundary, every member logs it joined,
+ * coordinator (the lowest live rank) at the block boundary after the next one from the
+ * step it asked at (and at least SL_MEMBERS_ADMIT_LEAD steps on), every member logs it joined,
  * it gets the coordinator's state of that step, and the final model averages all three.
  * The nodes' models are equal after the final sync (without stagger): with allreduce,
  * the node took the optimizer state too. */
@@ -371,7 +375,7 @@ START_TEST(test_node_admitted)
     int v = admits[_i].victim, c = v == 0 ? 1 : 0;
     char run[32], tag[64], conf[1100], path[1100], line[3][256], *log[3];
     unsigned long long sent, got;
-    long at = -1;
+    long at = -1, asked = -1, block = admits[_i].block;
     const char *p;
     pid_t pid[3];
 
@@ -386,11 +390,13 @@ START_TEST(test_node_admitted)
         snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
         log[r] = node_log(tag);
     }
-    snprintf(path, sizeof path, "node %d asks to come back: admitted at step ", v);
+    snprintf(path, sizeof path, "node %d asks to come back at step ", v);
     p = strstr(log[c], path);
     ck_assert_msg(p != NULL, "%s", log[c]);
-    ck_assert_int_eq(sscanf(p + strlen(path), "%ld", &at), 1);
-    ck_assert_int_eq(at % admits[_i].block, 0);
+    ck_assert_int_eq(sscanf(p + strlen(path), "%ld: admitted at step %ld", &asked, &at), 2);
+    ck_assert_int_eq(at % block, 0);
+    ck_assert_msg(at >= asked + 4 && at <= (asked / block + 2) * block + (block < 4 ? 4 : 0),
+                  "asked at step %ld, admitted at %ld (block %ld)", asked, at, block);
     snprintf(path, sizeof path, "node %d joined the run (admitted at step %ld, epoch ", v, at);
     for (int r = 0; r < 3; r++)
         ck_assert_msg(r == v || strstr(log[r], path), "node %d:\n%s", r, log[r]);
