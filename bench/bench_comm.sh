@@ -38,7 +38,8 @@
 #
 # Every 4-node run has sync.block_momentum auto (1 - 1/n), sync.embedding_period 0 and
 # the setting's keys; int8 and int4 always carry error feedback (doc/config.md,
-# "Quantized deltas"). Environment: SHOAL (default <repo>/build/shoal), SHOAL_DATA
+# "Quantized deltas"). No run evaluates a test split (data.test is emptied for Brown):
+# the table has none. Environment: SHOAL (default <repo>/build/shoal), SHOAL_DATA
 # (corpora, default <repo>/../shared/data). The PNG needs gnuplot (Debian: gnuplot-nox).
 # Figures only: it exits non-zero when a run fails (after the others and the table),
 # never on the perplexity or the bytes it finds.
@@ -319,7 +320,7 @@ set logscale x
 set format x "%.0s %cB"
 set xlabel "bytes per node per step (log)"
 set ylabel "validation perplexity"
-set key top right
+set key below
 set grid
 set offsets graph 0.08, graph 0.08, graph 0.08, graph 0.05
 $plots
