@@ -61,6 +61,7 @@ int4-top10-p8         algorithm=gossip-bmuf period=8 compression=int4 topk=0.1
 int4-p32              algorithm=gossip-bmuf period=32 compression=int4
 int4-top10-p32        algorithm=gossip-bmuf period=32 compression=int4 topk=0.1
 int4-top5-p64         algorithm=gossip-bmuf period=64 compression=int4 topk=0.05
+int4-p32-stagger      algorithm=gossip-bmuf period=32 compression=int4 stagger=true
 '
 all_corpora="brown shakespeare"
 
