@@ -111,6 +111,40 @@ check_step(const sl_lm_t *lm, const sl_lm_state_t *st, const int32_t *x, const i
     return SL_OK;
 }
 
+/* The recurrent products of a window all use the same W_hh. Where the backend has
+ * gemm_packed, W_hh is packed once for the window (pack_b costs about one product)
+ * instead of inside every one of the T products, as a plain gemm does; a window of one
+ * step, a generated token's, keeps the plain gemm. Returns the packed op(W_hh) (trans:
+ * W_hh^T, (R, 4H); else W_hh, (4H, R)), or NULL for gemm. */
+enum { PACK_MIN_T = 2 };
+
+static const float *
+pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    int g4 = 4 * ly->h;
+
+    if (!lm->packed || T < PACK_MIN_T)
+        return NULL;
+    o->pack_b(lm->be->ctx, trans, trans ? ly->r : g4, trans ? g4 : ly->r, lm->params + ly->w_hh,
+              ly->r, lm->packed);
+    return lm->packed;
+}
+
+/* C (m, n) += A (m, k) op(W_hh), from pack_recurrent's packed copy or with gemm. */
+static void
+recurrent_product(sl_lm_t *lm, const sl_lm_layer_t *ly, const float *packed, int trans, int m,
+                  int n, int k, const float *a, int lda, float *c, int ldc)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+
+    if (packed)
+        o->gemm_packed(lm->be->ctx, m, n, k, a, lda, packed, c, ldc);
+    else
+        o->gemm(lm->be->ctx, 0, trans, m, n, k, 1.0f, a, lda, lm->params + ly->w_hh, ly->r, 1.0f, c,
+                ldc);
+}
+
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
  * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
@@ -130,12 +164,14 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+        const float *whh;
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
         o->gemm(ctx, 0, 1, N, g4, ly->in, 1.0f, in, ly->in, w + ly->w_ih, ly->in, 0.0f, ly->gates,
                 g4);
         o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        whh = pack_recurrent(lm, ly, 1, T);
         for (int t = 0; t < T; t++) {
             size_t row = (size_t)t * (size_t)B;
             float *gt = ly->gates + row * (size_t)g4;
@@ -143,7 +179,7 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
             const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
             float *mt = ly->m + row * (size_t)h;
 
-            o->gemm(ctx, 0, 1, B, g4, r, 1.0f, rp, r, w + ly->w_hh, r, 1.0f, gt, g4);
+            recurrent_product(lm, ly, whh, 1, B, g4, r, rp, r, gt, g4);
             o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
             if (ly->p > 0)
                 o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, w + ly->w_proj, h, 0.0f,
@@ -259,7 +295,7 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
         float *dr = lm->dbuf[cur];
-        const float *x;
+        const float *x, *whh = pack_recurrent(lm, ly, 0, T);
 
         if (drop)
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
@@ -278,8 +314,8 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
             o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp,
                                   ly->c + row * (size_t)h, dmt, lm->dc, dgt);
             if (t > 0)
-                o->gemm(ctx, 0, 0, B, r, g4, 1.0f, dgt, g4, w + ly->w_hh, r, 1.0f,
-                        drt - (size_t)B * (size_t)r, r);
+                recurrent_product(lm, ly, whh, 0, B, r, g4, dgt, g4, drt - (size_t)B * (size_t)r,
+                                  r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
         o->gemm(ctx, 1, 0, g4, in, N, 1.0f, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
