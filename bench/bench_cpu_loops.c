@@ -12,7 +12,9 @@
  * model's LSTM cell, H 512, and its recurrent products, forward (B x 4H x H, W_hh
  * transposed) and backward (B x H x 4H): the BLAS's gemm (the same in every column: its
  * spread is the noise) beside each build's gemm_packed, and the packing (pack_b) that
- * a window pays once. Inputs are random and never zero, buffers 64-byte aligned. */
+ * a window pays once; and its largest weight gradient, dW_hh += dG^T r over B (T - 1)
+ * rows, by the BLAS and by pack_b + gemm_packed. Inputs are random and never zero, buffers 64-byte
+ * aligned. */
 #include "config.h"
 
 #include <stdint.h>
@@ -28,7 +30,8 @@
 #include "kernels/sl_backend.h"
 
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
-enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 15 };
+enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 17 };
 
 typedef struct {
     float *logits, *sampled, *gates, *gates_c, *c_prev, *c, *m, *dm, *dc, *dgates;
@@ -38,6 +41,7 @@ typedef struct {
     float *lq_true, *lq_samp;
     float *whh, *cg, *cr;                     /* char W_hh (4HC, HC); C (B, 4HC), (B, HC) */
     float *pk_t[MAX_BUILDS], *pk[MAX_BUILDS]; /* each build's packed W_hh^T and W_hh */
+    float *dg_all, *rs, *pk_rs[MAX_BUILDS];   /* char dG (NC, 4HC), r (NC, HC), packed r */
 } bufs_t;
 
 static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
@@ -54,7 +58,9 @@ static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
                                      "gemm BLAS 32x512x2048",
                                      "gemm_packed 32x512x2048",
                                      "pack_b W_hh^T 512x2048",
-                                     "pack_b W_hh 2048x512"};
+                                     "pack_b W_hh 2048x512",
+                                     "gemm BLAS dW_hh 2048x512x3168",
+                                     "pack+gemm_packed dW_hh"};
 
 static void
 fill(float *x, size_t n, uint64_t key, float scale)
@@ -64,7 +70,7 @@ fill(float *x, size_t n, uint64_t key, float scale)
 }
 
 /* The ops of gemm_packed, which a build may not have (the baseline: "-" in its column). */
-static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1};
+static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1};
 
 static int
 has_op(const sl_backend_t *be, int op)
@@ -109,19 +115,27 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
         o->gemm(be->ctx, 0, 1, B, 4 * HC, HC, 1.0f, b->m, HC, b->whh, HC, 1.0f, b->cg, 4 * HC);
         break;
     case 10:
-        o->gemm_packed(be->ctx, B, 4 * HC, HC, b->m, HC, b->pk_t[k], b->cg, 4 * HC);
+        o->gemm_packed(be->ctx, 0, B, 4 * HC, HC, b->m, HC, b->pk_t[k], b->cg, 4 * HC);
         break;
     case 11:
         o->gemm(be->ctx, 0, 0, B, HC, 4 * HC, 1.0f, b->dgates, 4 * HC, b->whh, HC, 1.0f, b->cr, HC);
         break;
     case 12:
-        o->gemm_packed(be->ctx, B, HC, 4 * HC, b->dgates, 4 * HC, b->pk[k], b->cr, HC);
+        o->gemm_packed(be->ctx, 0, B, HC, 4 * HC, b->dgates, 4 * HC, b->pk[k], b->cr, HC);
         break;
     case 13:
         o->pack_b(be->ctx, 1, HC, 4 * HC, b->whh, HC, b->pk_t[k]);
         break;
     case 14:
         o->pack_b(be->ctx, 0, 4 * HC, HC, b->whh, HC, b->pk[k]);
+        break;
+    case 15:
+        o->gemm(be->ctx, 1, 0, 4 * HC, HC, NC, 1.0f, b->dg_all, 4 * HC, b->rs, HC, 1.0f, b->whh,
+                HC);
+        break;
+    case 16:
+        o->pack_b(be->ctx, 0, NC, HC, b->rs, HC, b->pk_rs[k]);
+        o->gemm_packed(be->ctx, 1, 4 * HC, HC, NC, b->dg_all, 4 * HC, b->pk_rs[k], b->whh, HC);
         break;
     default:
         o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);
@@ -268,6 +282,8 @@ main(int argc, char **argv)
     b.whh = buf((size_t)4 * HC * HC, 18, 0.05f);
     b.cg = buf((size_t)B * 4 * HC, 19, 1.0f);
     b.cr = buf((size_t)B * HC, 20, 1.0f);
+    b.dg_all = buf((size_t)NC * 4 * HC, 24, 0.01f);
+    b.rs = buf((size_t)NC * HC, 25, 1.0f);
     for (int k = 0; k < nb; k++) {
         if (!be[k]->ops->gemm_packed)
             continue;
@@ -275,6 +291,7 @@ main(int argc, char **argv)
         b.pk[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, 4 * HC, HC), 22, 0.0f);
         be[k]->ops->pack_b(be[k]->ctx, 1, HC, 4 * HC, b.whh, HC, b.pk_t[k]);
         be[k]->ops->pack_b(be[k]->ctx, 0, 4 * HC, HC, b.whh, HC, b.pk[k]);
+        b.pk_rs[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, NC, HC), 23, 0.0f);
     }
     b.half = malloc(sizeof(uint16_t) * PARAMS);
     b.targets = malloc(sizeof(int32_t) * N);

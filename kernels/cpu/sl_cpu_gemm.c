@@ -112,10 +112,11 @@ sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, flo
     }
 }
 
-/* C (mr, NR) += A (mr, k) P (k, NR), mr <= MR a constant where inlined, so that the
- * accumulators are registers. */
+/* C (mr, NR) += op(A) (mr, k) P (k, NR), A's element (i, kk) at a[i sa + kk sk];
+ * mr <= MR and the strides' 1 are constants where inlined, so that the accumulators
+ * are registers and the broadcasts single instructions. */
 static inline __attribute__((always_inline)) void
-tile(const int mr, int k, const float *restrict a, size_t lda, const float *restrict p,
+tile(const int mr, int k, const float *restrict a, size_t sa, size_t sk, const float *restrict p,
      float *restrict c, size_t ldc)
 {
     vec_t acc[MR][NV];
@@ -131,7 +132,7 @@ tile(const int mr, int k, const float *restrict a, size_t lda, const float *rest
             bv[v] = vload(p + (size_t)kk * NR + (size_t)v * VW);
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
-            vec_t av = splat(a[(size_t)i * lda + (size_t)kk]);
+            vec_t av = splat(a[(size_t)i * sa + (size_t)kk * sk]);
 
             for (int v = 0; v < NV; v++)
                 acc[i][v] += av * bv[v];
@@ -143,37 +144,36 @@ tile(const int mr, int k, const float *restrict a, size_t lda, const float *rest
             vstore(c + (size_t)i * ldc + (size_t)v * VW, acc[i][v]);
 }
 
-/* Every row of C against one panel: full tiles of MR rows, then the remainder. */
-static void
-panel_rows(int m, int k, const float *a, size_t lda, const float *p, float *c, size_t ldc)
+/* tile() for mr <= MR rows known only at run time. */
+static inline __attribute__((always_inline)) void
+tile_rows(int mr, int k, const float *a, size_t sa, size_t sk, const float *p, float *c, size_t ldc)
 {
-    int i = 0;
-
-    for (; i + MR <= m; i += MR)
-        tile(MR, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
-    switch (m - i) {
+    switch (mr) {
+    case MR:
+        tile(MR, k, a, sa, sk, p, c, ldc);
+        break;
 #if MR > 6
     case 7:
-        tile(7, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(7, k, a, sa, sk, p, c, ldc);
         break;
     case 6:
-        tile(6, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(6, k, a, sa, sk, p, c, ldc);
         break;
 #endif
     case 5:
-        tile(5, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(5, k, a, sa, sk, p, c, ldc);
         break;
     case 4:
-        tile(4, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(4, k, a, sa, sk, p, c, ldc);
         break;
     case 3:
-        tile(3, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(3, k, a, sa, sk, p, c, ldc);
         break;
     case 2:
-        tile(2, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(2, k, a, sa, sk, p, c, ldc);
         break;
     case 1:
-        tile(1, k, a + (size_t)i * lda, lda, p, c + (size_t)i * ldc, ldc);
+        tile(1, k, a, sa, sk, p, c, ldc);
         break;
     default:
         break;
@@ -181,47 +181,94 @@ panel_rows(int m, int k, const float *a, size_t lda, const float *p, float *c, s
 }
 
 typedef struct {
-    int m, n, k;
+    int trans_a, m, n, k;
     const float *a, *packed;
     float *c;
     size_t lda, ldc;
 } gemm_args_t;
 
-/* Panels [lo, hi). A last panel narrower than NR runs on a copy of its columns of C,
- * MR rows at a time, padded with zeros that are never written back. */
+/* C's rows [i, i + mr) x panel p += op(A)'s rows there (at a, strides sa, sk) x the
+ * panel's rows [k0, k0 + kn). A panel narrower than NR runs on a copy of its columns of
+ * C, padded with zeros that are never written back. */
+static inline __attribute__((always_inline)) void
+rows_x_panel(const gemm_args_t *g, int i, int mr, size_t k0, int kn, size_t p, const float *a,
+             size_t sa, size_t sk)
+{
+    const float *pp = g->packed + (p * (size_t)g->k + k0) * NR;
+    size_t j0 = p * NR, cols = (size_t)g->n - j0;
+    float *c = g->c + (size_t)i * g->ldc + j0;
+    float part[MR * NR] = {0};
+
+    if (cols >= NR) {
+        tile_rows(mr, kn, a, sa, sk, pp, c, g->ldc);
+        return;
+    }
+    for (int r = 0; r < mr; r++)
+        memcpy(part + r * NR, c + (size_t)r * g->ldc, cols * sizeof(float));
+    tile_rows(mr, kn, a, sa, sk, pp, part, NR);
+    for (int r = 0; r < mr; r++)
+        memcpy(c + (size_t)r * g->ldc, part + r * NR, cols * sizeof(float));
+}
+
+/* A short op(A) stored by rows (the recurrent products, m = B): panel by panel, each
+ * panel read from memory once for all of A's tiles, A (m x k) staying in L2. */
+static void
+panels_short(const gemm_args_t *g, size_t lo, size_t hi)
+{
+    for (size_t p = lo; p < hi; p++)
+        for (int i = 0; i < g->m; i += MR)
+            rows_x_panel(g, i, g->m - i < MR ? g->m - i : MR, 0, g->k, p, g->a + (size_t)i * g->lda,
+                         g->lda, 1);
+}
+
+/* A tall or transposed op(A) (the weight gradients, dY^T: m = 4H rows at a stride of 4H
+ * floats). Read in place, its rows would come from memory for every panel, and
+ * transposed ones thrash the caches (power-of-2 strides fall into a few sets). So k
+ * goes in blocks of KC, and each tile's MR rows x KC block of op(A) is first copied
+ * into apack (k-major, contiguous: L1) and then used for every panel, whose KC rows
+ * come from L2. */
+enum { KC = 256, SHORT_M = 64 };
+
+static void
+panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
+{
+    const size_t sa = g->trans_a ? 1 : g->lda, sk = g->trans_a ? g->lda : 1;
+    float apack[KC * MR];
+
+    for (size_t k0 = 0; k0 < (size_t)g->k; k0 += KC) {
+        int kn = (int)((size_t)g->k - k0 < KC ? (size_t)g->k - k0 : KC);
+
+        for (int i = 0; i < g->m; i += MR) {
+            int mr = g->m - i < MR ? g->m - i : MR;
+            const float *a = g->a + k0 * sk + (size_t)i * sa;
+
+            for (int kk = 0; kk < kn; kk++)
+                for (int r = 0; r < mr; r++)
+                    apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];
+            for (size_t p = lo; p < hi; p++)
+                rows_x_panel(g, i, mr, k0, kn, p, apack, 1, MR);
+        }
+    }
+}
+
 static double
 gemm_panels(const void *argp, size_t lo, size_t hi)
 {
     const gemm_args_t *g = argp;
 
-    for (size_t p = lo; p < hi; p++) {
-        const float *pp = g->packed + p * NR * (size_t)g->k;
-        size_t j0 = p * NR, cols = (size_t)g->n - j0;
-        float *c = g->c + j0;
-
-        if (cols >= NR) {
-            panel_rows(g->m, g->k, g->a, g->lda, pp, c, g->ldc);
-            continue;
-        }
-        for (int i = 0; i < g->m; i += MR) {
-            int rows = g->m - i < MR ? g->m - i : MR;
-            float part[MR * NR] = {0};
-
-            for (int r = 0; r < rows; r++)
-                memcpy(part + r * NR, c + (size_t)(i + r) * g->ldc, cols * sizeof(float));
-            panel_rows(rows, g->k, g->a + (size_t)i * g->lda, g->lda, pp, part, NR);
-            for (int r = 0; r < rows; r++)
-                memcpy(c + (size_t)(i + r) * g->ldc, part + r * NR, cols * sizeof(float));
-        }
-    }
+    if (g->trans_a || g->m > SHORT_M)
+        panels_tall(g, lo, hi);
+    else
+        panels_short(g, lo, hi);
     return 0;
 }
 
 void
-sl_cpu_gemm_packed(void *ctx, int m, int n, int k, const float *a, int lda, const float *packed,
-                   float *c, int ldc)
+sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
+                   const float *packed, float *c, int ldc)
 {
-    gemm_args_t g = {.m = m,
+    gemm_args_t g = {.trans_a = trans_a,
+                     .m = m,
                      .n = n,
                      .k = k,
                      .a = a,
@@ -230,7 +277,7 @@ sl_cpu_gemm_packed(void *ctx, int m, int n, int k, const float *a, int lda, cons
                      .lda = (size_t)lda,
                      .ldc = (size_t)ldc};
 
-    SL_ASSERT(m >= 0 && n >= 0 && k >= 0 && lda >= k && ldc >= n);
+    SL_ASSERT(m >= 0 && n >= 0 && k >= 0 && lda >= (trans_a ? m : k) && lda >= 1 && ldc >= n);
     if (m == 0 || n == 0 || k == 0)
         return;
     sl_cpu_par_range(ctx, panels(n), (size_t)m * (size_t)n * (size_t)k, SL_CPU_PAR_MIN_GEMM,

@@ -139,10 +139,28 @@ recurrent_product(sl_lm_t *lm, const sl_lm_layer_t *ly, const float *packed, int
     const sl_backend_ops_t *o = lm->be->ops;
 
     if (packed)
-        o->gemm_packed(lm->be->ctx, m, n, k, a, lda, packed, c, ldc);
+        o->gemm_packed(lm->be->ctx, 0, m, n, k, a, lda, packed, c, ldc);
     else
         o->gemm(lm->be->ctx, 0, trans, m, n, k, 1.0f, a, lda, lm->params + ly->w_hh, ly->r, 1.0f, c,
                 ldc);
+}
+
+/* dW (m, n) += dY^T X, a weight gradient summed over the k rows of dY (k, m) and X
+ * (k, n): with X packed into lm->packed (free once the recurrent products are done)
+ * for gemm_packed where the backend has it and X fits, else with gemm. */
+static void
+weight_grad(sl_lm_t *lm, int m, int n, int k, const float *dy, int lddy, const float *x, int ldx,
+            float *dw)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+
+    if (lm->packed && o->packed_floats(ctx, k, n) <= lm->npacked) {
+        o->pack_b(ctx, 0, k, n, x, ldx, lm->packed);
+        o->gemm_packed(ctx, 1, m, n, k, dy, lddy, lm->packed, dw, n);
+    } else {
+        o->gemm(ctx, 1, 0, m, n, k, 1.0f, dy, lddy, x, ldx, 1.0f, dw, n);
+    }
 }
 
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
@@ -318,10 +336,10 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
                                   r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        o->gemm(ctx, 1, 0, g4, in, N, 1.0f, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        weight_grad(lm, g4, in, N, lm->dgates, g4, x, in, gw + ly->w_ih);
         if (T > 1)
-            o->gemm(ctx, 1, 0, g4, r, N - B, 1.0f, lm->dgates + (size_t)B * (size_t)g4, g4, ly->rs,
-                    r, 1.0f, gw + ly->w_hh, r);
+            weight_grad(lm, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4, ly->rs, r,
+                        gw + ly->w_hh);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
         o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)

@@ -201,16 +201,19 @@ alloc_workspace(sl_lm_t *lm)
             SL_TRY(DEV_ALLOC(lm, &ly->drop, n * r, "dropout outputs"));
         SL_TRY(DEV_ALLOC(lm, &ly->h0, mb * r, "initial h"));
         SL_TRY(DEV_ALLOC(lm, &ly->c0, mb * h, "initial c"));
-        if (o->gemm_packed) { /* W_hh^T (R, 4H) forward, W_hh (4H, R) backward */
-            size_t fwd = o->packed_floats(lm->be->ctx, ly->r, 4 * ly->h);
-            size_t bwd = o->packed_floats(lm->be->ctx, 4 * ly->h, ly->r);
+        if (o->gemm_packed) { /* W_hh^T (R, 4H), W_hh (4H, R), the inputs (N, in), (N, R) */
+            size_t sizes[4] = {o->packed_floats(lm->be->ctx, ly->r, 4 * ly->h),
+                               o->packed_floats(lm->be->ctx, 4 * ly->h, ly->r),
+                               o->packed_floats(lm->be->ctx, lm->max_rows, ly->in),
+                               o->packed_floats(lm->be->ctx, lm->max_rows, ly->r)};
 
-            packed = fwd > packed ? fwd : packed;
-            packed = bwd > packed ? bwd : packed;
+            for (int i = 0; i < 4; i++)
+                packed = sizes[i] > packed ? sizes[i] : packed;
         }
     }
     if (packed > 0)
-        SL_TRY(DEV_ALLOC(lm, &lm->packed, packed, "packed recurrent weights"));
+        SL_TRY(DEV_ALLOC(lm, &lm->packed, packed, "packed gemm operands"));
+    lm->npacked = packed;
     if (!fits_int(n, (size_t)lm->E) || !fits_int(n, dmax) || ns > INT_MAX)
         return sl_err_set(SL_ERR_INVALID, "model: %zu rows too many for these sizes", n);
     SL_TRY(DEV_ALLOC(lm, &lm->x0, n * (size_t)lm->E, "embedded input"));
