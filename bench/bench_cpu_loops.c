@@ -115,13 +115,13 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
         o->gemm(be->ctx, 0, 1, B, 4 * HC, HC, 1.0f, b->m, HC, b->whh, HC, 1.0f, b->cg, 4 * HC);
         break;
     case 10:
-        o->gemm_packed(be->ctx, 0, B, 4 * HC, HC, b->m, HC, b->pk_t[k], b->cg, 4 * HC);
+        o->gemm_packed(be->ctx, 0, B, 4 * HC, HC, b->m, HC, b->pk_t[k], 1.0f, b->cg, 4 * HC);
         break;
     case 11:
         o->gemm(be->ctx, 0, 0, B, HC, 4 * HC, 1.0f, b->dgates, 4 * HC, b->whh, HC, 1.0f, b->cr, HC);
         break;
     case 12:
-        o->gemm_packed(be->ctx, 0, B, HC, 4 * HC, b->dgates, 4 * HC, b->pk[k], b->cr, HC);
+        o->gemm_packed(be->ctx, 0, B, HC, 4 * HC, b->dgates, 4 * HC, b->pk[k], 1.0f, b->cr, HC);
         break;
     case 13:
         o->pack_b(be->ctx, 1, HC, 4 * HC, b->whh, HC, b->pk_t[k]);
@@ -135,7 +135,8 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
         break;
     case 16:
         o->pack_b(be->ctx, 0, NC, HC, b->rs, HC, b->pk_rs[k]);
-        o->gemm_packed(be->ctx, 1, 4 * HC, HC, NC, b->dg_all, 4 * HC, b->pk_rs[k], b->whh, HC);
+        o->gemm_packed(be->ctx, 1, 4 * HC, HC, NC, b->dg_all, 4 * HC, b->pk_rs[k], 1.0f, b->whh,
+                       HC);
         break;
     default:
         o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);

@@ -1,5 +1,6 @@
-/* The CPU backend's packed gemm (packed_floats, pack_b, gemm_packed): C += A op(B) for
- * a B that stays the same over many calls, the recurrent W_hh over a BPTT window.
+/* The CPU backend's packed gemm (packed_floats, pack_b, gemm_packed): C = op(A) op(B)
+ * (+ C) for a B that stays the same over many calls, the recurrent W_hh over a BPTT
+ * window, or whose packing pays within one call, the big products of a window.
  * OpenBLAS packs B again at every call, a fifth of the char model's step at its small m
  * (the batch), and multiplies with AVX2 where OPENBLAS_CORETYPE=Haswell. Here op(B) is
  * packed once into panels of NR columns, k rows of NR floats each (the last panel
@@ -112,19 +113,19 @@ sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, flo
     }
 }
 
-/* C (mr, NR) += op(A) (mr, k) P (k, NR), A's element (i, kk) at a[i sa + kk sk];
- * mr <= MR and the strides' 1 are constants where inlined, so that the accumulators
- * are registers and the broadcasts single instructions. */
+/* C (mr, NR) = op(A) (mr, k) P (k, NR) + (load_c ? C : 0), A's element (i, kk) at
+ * a[i sa + kk sk]; mr <= MR and the strides' 1 are constants where inlined, so that
+ * the accumulators are registers and the broadcasts single instructions. */
 static inline __attribute__((always_inline)) void
-tile(const int mr, int k, const float *restrict a, size_t sa, size_t sk, const float *restrict p,
-     float *restrict c, size_t ldc)
+tile(const int mr, int load_c, int k, const float *restrict a, size_t sa, size_t sk,
+     const float *restrict p, float *restrict c, size_t ldc)
 {
     vec_t acc[MR][NV];
 
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < NV; v++)
-            acc[i][v] = vload(c + (size_t)i * ldc + (size_t)v * VW);
+            acc[i][v] = load_c ? vload(c + (size_t)i * ldc + (size_t)v * VW) : (vec_t){0};
     for (int kk = 0; kk < k; kk++) {
         vec_t bv[NV];
 
@@ -146,34 +147,35 @@ tile(const int mr, int k, const float *restrict a, size_t sa, size_t sk, const f
 
 /* tile() for mr <= MR rows known only at run time. */
 static inline __attribute__((always_inline)) void
-tile_rows(int mr, int k, const float *a, size_t sa, size_t sk, const float *p, float *c, size_t ldc)
+tile_rows(int mr, int load_c, int k, const float *a, size_t sa, size_t sk, const float *p, float *c,
+          size_t ldc)
 {
     switch (mr) {
     case MR:
-        tile(MR, k, a, sa, sk, p, c, ldc);
+        tile(MR, load_c, k, a, sa, sk, p, c, ldc);
         break;
 #if MR > 6
     case 7:
-        tile(7, k, a, sa, sk, p, c, ldc);
+        tile(7, load_c, k, a, sa, sk, p, c, ldc);
         break;
     case 6:
-        tile(6, k, a, sa, sk, p, c, ldc);
+        tile(6, load_c, k, a, sa, sk, p, c, ldc);
         break;
 #endif
     case 5:
-        tile(5, k, a, sa, sk, p, c, ldc);
+        tile(5, load_c, k, a, sa, sk, p, c, ldc);
         break;
     case 4:
-        tile(4, k, a, sa, sk, p, c, ldc);
+        tile(4, load_c, k, a, sa, sk, p, c, ldc);
         break;
     case 3:
-        tile(3, k, a, sa, sk, p, c, ldc);
+        tile(3, load_c, k, a, sa, sk, p, c, ldc);
         break;
     case 2:
-        tile(2, k, a, sa, sk, p, c, ldc);
+        tile(2, load_c, k, a, sa, sk, p, c, ldc);
         break;
     case 1:
-        tile(1, k, a, sa, sk, p, c, ldc);
+        tile(1, load_c, k, a, sa, sk, p, c, ldc);
         break;
     default:
         break;
@@ -181,15 +183,16 @@ tile_rows(int mr, int k, const float *a, size_t sa, size_t sk, const float *p, f
 }
 
 typedef struct {
-    int trans_a, m, n, k;
+    int trans_a, m, n, k, load_c; /* load_c: beta 1 */
     const float *a, *packed;
     float *c;
     size_t lda, ldc;
 } gemm_args_t;
 
 /* C's rows [i, i + mr) x panel p += op(A)'s rows there (at a, strides sa, sk) x the
- * panel's rows [k0, k0 + kn). A panel narrower than NR runs on a copy of its columns of
- * C, padded with zeros that are never written back. */
+ * panel's rows [k0, k0 + kn), or = with beta 0 in the first block of k. A panel
+ * narrower than NR runs on a copy of its columns of C, padded with zeros that are
+ * never written back. */
 static inline __attribute__((always_inline)) void
 rows_x_panel(const gemm_args_t *g, int i, int mr, size_t k0, int kn, size_t p, const float *a,
              size_t sa, size_t sk)
@@ -198,14 +201,15 @@ rows_x_panel(const gemm_args_t *g, int i, int mr, size_t k0, int kn, size_t p, c
     size_t j0 = p * NR, cols = (size_t)g->n - j0;
     float *c = g->c + (size_t)i * g->ldc + j0;
     float part[MR * NR] = {0};
+    int load_c = g->load_c || k0 > 0;
 
     if (cols >= NR) {
-        tile_rows(mr, kn, a, sa, sk, pp, c, g->ldc);
+        tile_rows(mr, load_c, kn, a, sa, sk, pp, c, g->ldc);
         return;
     }
-    for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr && load_c; r++)
         memcpy(part + r * NR, c + (size_t)r * g->ldc, cols * sizeof(float));
-    tile_rows(mr, kn, a, sa, sk, pp, part, NR);
+    tile_rows(mr, load_c, kn, a, sa, sk, pp, part, NR);
     for (int r = 0; r < mr; r++)
         memcpy(c + (size_t)r * g->ldc, part + r * NR, cols * sizeof(float));
 }
@@ -265,9 +269,10 @@ gemm_panels(const void *argp, size_t lo, size_t hi)
 
 void
 sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
-                   const float *packed, float *c, int ldc)
+                   const float *packed, float beta, float *c, int ldc)
 {
     gemm_args_t g = {.trans_a = trans_a,
+                     .load_c = beta != 0.0f,
                      .m = m,
                      .n = n,
                      .k = k,
@@ -278,6 +283,10 @@ sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, 
                      .ldc = (size_t)ldc};
 
     SL_ASSERT(m >= 0 && n >= 0 && k >= 0 && lda >= (trans_a ? m : k) && lda >= 1 && ldc >= n);
+    SL_ASSERT(beta == 0.0f || beta == 1.0f);
+    if (k == 0 && beta == 0.0f)
+        for (int i = 0; i < m; i++)
+            memset(c + (size_t)i * (size_t)ldc, 0, (size_t)n * sizeof(float));
     if (m == 0 || n == 0 || k == 0)
         return;
     sl_cpu_par_range(ctx, panels(n), (size_t)m * (size_t)n * (size_t)k, SL_CPU_PAR_MIN_GEMM,

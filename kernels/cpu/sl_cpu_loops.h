@@ -277,7 +277,7 @@ void sl_cpu_adam_update(void *ctx, size_t n, float lr, float b1, float b2, float
 size_t sl_cpu_packed_floats(void *ctx, int k, int n);
 void sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed);
 void sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
-                        const float *packed, float *c, int ldc);
+                        const float *packed, float beta, float *c, int ldc);
 
 /* This build's ops as a backend table with only the loop entries set (sl_cpu_table.c);
  * sl_cpu.c fills in the rest. */

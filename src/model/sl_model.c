@@ -201,13 +201,15 @@ alloc_workspace(sl_lm_t *lm)
             SL_TRY(DEV_ALLOC(lm, &ly->drop, n * r, "dropout outputs"));
         SL_TRY(DEV_ALLOC(lm, &ly->h0, mb * r, "initial h"));
         SL_TRY(DEV_ALLOC(lm, &ly->c0, mb * h, "initial c"));
-        if (o->gemm_packed) { /* W_hh^T (R, 4H), W_hh (4H, R), the inputs (N, in), (N, R) */
-            size_t sizes[4] = {o->packed_floats(lm->be->ctx, ly->r, 4 * ly->h),
+        if (o->gemm_packed) { /* W_hh, W_ih either way round, the inputs (N, in), (N, R) */
+            size_t sizes[6] = {o->packed_floats(lm->be->ctx, ly->r, 4 * ly->h),
                                o->packed_floats(lm->be->ctx, 4 * ly->h, ly->r),
+                               o->packed_floats(lm->be->ctx, ly->in, 4 * ly->h),
+                               o->packed_floats(lm->be->ctx, 4 * ly->h, ly->in),
                                o->packed_floats(lm->be->ctx, lm->max_rows, ly->in),
                                o->packed_floats(lm->be->ctx, lm->max_rows, ly->r)};
 
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 6; i++)
                 packed = sizes[i] > packed ? sizes[i] : packed;
         }
     }

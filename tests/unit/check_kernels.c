@@ -89,14 +89,14 @@ END_TEST
 
 /* gemm_packed against a double triple loop in every build of the loops this CPU runs
  * that has it (each packs its own way; v3 and v4 must, the baseline has none), 2
- * threads: C += op(A) op(B) for the four transpose pairs, m and n leaving remainders
- * of every tile and vector width, padded leading dimensions whose padding must stay
- * untouched; the last two shapes are split over the threads and (m > 64) into blocks
- * of k. */
+ * threads: C = op(A) op(B) + beta C for the four transpose pairs and beta 0 (C, NaN
+ * before, must not be read) and 1, m and n leaving remainders of every tile and vector
+ * width, k = 0, padded leading dimensions whose padding must stay untouched; the last
+ * two shapes are split over the threads and (m > 64) into blocks of k. */
 START_TEST(test_gemm_packed)
 {
-    const int sizes[][3] = {{1, 1, 1},   {7, 17, 3}, {9, 33, 64},    {13, 70, 100},
-                            {32, 64, 5}, {6, 5, 2},  {32, 2053, 64}, {100, 70, 300}};
+    const int sizes[][3] = {{1, 1, 1}, {7, 17, 3}, {9, 33, 64},    {13, 70, 100}, {32, 64, 5},
+                            {6, 5, 2}, {5, 7, 0},  {32, 2053, 64}, {100, 70, 300}};
     const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
 
     for (int i = 0; i < sl_cpu_isa_count(); i++) {
@@ -113,8 +113,9 @@ START_TEST(test_gemm_packed)
             continue;
         }
         for (int sz = 0; sz < nsizes; sz++) {
-            for (int tt = 0; tt < 4; tt++) {
-                int ta = tt >> 1, tb = tt & 1;
+            for (int tt = 0; tt < 8; tt++) {
+                int ta = tt >> 2 & 1, tb = tt >> 1 & 1;
+                float beta = (float)(tt & 1);
                 int m = sizes[sz][0], n = sizes[sz][1], k = sizes[sz][2];
                 int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
                 int arows = ta ? k : m, brows = tb ? n : k;
@@ -124,17 +125,20 @@ START_TEST(test_gemm_packed)
                 float *c = malloc(sizeof(float) * (size_t)m * (size_t)ldc), *c0, *packed;
 
                 ck_assert_uint_ge(np, (size_t)k * (size_t)n);
-                ck_assert_int_eq(pb->ops->alloc(pb->ctx, (void **)&packed, np * sizeof(float)),
-                                 SL_OK);
+                ck_assert_int_eq(
+                    pb->ops->alloc(pb->ctx, (void **)&packed, (np + 1) * sizeof(float)), SL_OK);
                 test_fill(a, (size_t)arows * (size_t)lda, 21 + (uint64_t)sz, 1.0f);
                 test_fill(b, (size_t)brows * (size_t)ldb, 23 + (uint64_t)tb, 1.0f);
                 test_fill(c, (size_t)m * (size_t)ldc, 25, 1.0f);
                 c0 = test_fcopy(c, (size_t)m * (size_t)ldc);
+                for (int r = 0; r < m && beta == 0.0f; r++)
+                    for (int j = 0; j < n; j++)
+                        c[r * ldc + j] = NAN;
                 pb->ops->pack_b(pb->ctx, tb, k, n, b, ldb, packed);
-                pb->ops->gemm_packed(pb->ctx, ta, m, n, k, a, lda, packed, c, ldc);
+                pb->ops->gemm_packed(pb->ctx, ta, m, n, k, a, lda, packed, beta, c, ldc);
                 for (int r = 0; r < m; r++) {
                     for (int j = 0; j < n; j++) {
-                        double ref = c0[r * ldc + j];
+                        double ref = beta * c0[r * ldc + j];
 
                         for (int p = 0; p < k; p++)
                             ref += (double)(ta ? a[p * lda + r] : a[r * lda + p]) *
