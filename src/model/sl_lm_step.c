@@ -145,22 +145,24 @@ recurrent_product(sl_lm_t *lm, const sl_lm_layer_t *ly, const float *packed, int
                 ldc);
 }
 
-/* C (m, n) = op(A) op(B) + beta C, beta 0 or 1, for the products over all N rows of a
+/* C (m, n) = op(A) op(B) + beta C, beta 0 or 1, for the products over the N rows of a
  * window (input projection, weight gradients, output layer): op(B) packed into
- * lm->packed for gemm_packed where the backend has it, op(B) fits (it is sized for the
- * layers: a word model's W_out is not) and op(A) has the rows to pay for the packing
- * (about one pass over op(B), as much as a product of ~32 rows); else gemm. lm->packed
- * is free outside the recurrent loops. */
+ * lm->packed for gemm_packed where the backend has it and the window has the rows to
+ * pay for the packing (about one pass over op(B), as much as a product of ~32 rows);
+ * else gemm. The choice depends on the model's shapes and N only (lm->packed holds
+ * every weight either way round), so that an evaluation gives the same bits in every
+ * model object of any max_batch, as shoal score relies on. lm->packed is free outside
+ * the recurrent loops. */
 enum { PACK_MIN_ROWS = 64 };
 
 static void
-packed_product(sl_lm_t *lm, int trans_a, int trans_b, int m, int n, int k, const float *a, int lda,
-               const float *b, int ldb, float beta, float *c, int ldc)
+packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
 
-    if (lm->packed && m >= PACK_MIN_ROWS && o->packed_floats(ctx, k, n) <= lm->npacked) {
+    if (lm->packed && N >= PACK_MIN_ROWS && o->packed_floats(ctx, k, n) <= lm->npacked) {
         o->pack_b(ctx, trans_b, k, n, b, ldb, lm->packed);
         o->gemm_packed(ctx, trans_a, m, n, k, a, lda, lm->packed, beta, c, ldc);
     } else {
@@ -191,8 +193,8 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        packed_product(lm, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f, ly->gates,
-                       g4);
+        packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
+                       ly->gates, g4);
         o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
         whh = pack_recurrent(lm, ly, 1, T);
         for (int t = 0; t < T; t++) {
@@ -237,15 +239,15 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
         const float *y = lm->top + (size_t)r0 * (size_t)R;
         double ls = 0.0;
 
-        packed_product(lm, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
+        packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
         o->add_bias(ctx, n, V, b, lm->logits);
         o->softmax_xent(ctx, n, V, lm->logits, V, d_y + r0, grad_scale, &ls);
         *loss_sum += ls;
         if (grad_scale == 0.0f)
             continue;
-        packed_product(lm, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f, dtop + (size_t)r0 * (size_t)R,
-                       R);
-        packed_product(lm, 1, 0, V, R, n, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
+        packed_product(lm, N, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f,
+                       dtop + (size_t)r0 * (size_t)R, R);
+        packed_product(lm, N, 1, 0, V, R, n, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
         o->bias_grad(ctx, n, V, lm->logits, lm->grads + lm->out_b);
     }
 }
@@ -341,17 +343,17 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
                                   r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        packed_product(lm, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
         if (T > 1)
-            packed_product(lm, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4, ly->rs,
-                           r, 1.0f, gw + ly->w_hh, r);
+            packed_product(lm, N, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4,
+                           ly->rs, r, 1.0f, gw + ly->w_hh, r);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
         o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)
             o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
         cur = 1 - cur;
-        packed_product(lm, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f, lm->dbuf[cur],
-                       in);
+        packed_product(lm, N, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f,
+                       lm->dbuf[cur], in);
     }
     if (drop)
         o->dropout(ctx, (size_t)N * (size_t)lm->E, lm->dropout, dropout_key(dkey, 0),

@@ -213,6 +213,13 @@ alloc_workspace(sl_lm_t *lm)
                 packed = sizes[i] > packed ? sizes[i] : packed;
         }
     }
+    if (o->gemm_packed) { /* W_out either way round */
+        size_t fwd = o->packed_floats(lm->be->ctx, rl, lm->V);
+        size_t bwd = o->packed_floats(lm->be->ctx, lm->V, rl);
+
+        packed = fwd > packed ? fwd : packed;
+        packed = bwd > packed ? bwd : packed;
+    }
     if (packed > 0)
         SL_TRY(DEV_ALLOC(lm, &lm->packed, packed, "packed gemm operands"));
     lm->npacked = packed;
