@@ -2,19 +2,26 @@
  * v3, baseline: kernels/cpu/sl_cpu_isa.h), at the reference models' shapes, the builds
  * taking turns so that a shared machine's load falls on all of them alike. Figures only.
  *
- *   bench_cpu_loops [--threads T] [--rounds R]
+ *   bench_cpu_loops [--threads T] [--rounds R] [--cpu-time]
  *
  * Per op, each of R rounds times every build this CPU runs once (enough calls for about
  * 20 ms); the table shows each build's median microseconds per call and the speed of
- * the first build (the highest) against each other one. Shapes: word model, B 32,
+ * the first build (the highest) against each other one; --cpu-time counts the process's
+ * CPU time instead of the wall clock (steadier on a loaded machine). Shapes: word model, B 32,
  * T 35, V 10002, H 256, 6.18 M parameters; sampled softmax with 1024 negatives; the char
- * model's LSTM cell, H 512. Inputs are random and never zero, buffers 64-byte aligned. */
+ * model's LSTM cell, H 512, and its recurrent products, forward (B x 4H x H, W_hh
+ * transposed) and backward (B x H x 4H): the BLAS's gemm (the same in every column: its
+ * spread is the noise) beside each build's gemm_packed, and the packing (pack_b) that
+ * a window pays once; and its largest weight gradient, dW_hh += dG^T r over B (T - 1)
+ * rows, by the BLAS and by pack_b + gemm_packed. Inputs are random and never zero, buffers 64-byte
+ * aligned. */
 #include "config.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
@@ -23,7 +30,8 @@
 #include "kernels/sl_backend.h"
 
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
-enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 9 };
+enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 17 };
 
 typedef struct {
     float *logits, *sampled, *gates, *gates_c, *c_prev, *c, *m, *dm, *dc, *dgates;
@@ -31,12 +39,28 @@ typedef struct {
     uint16_t *half;
     int32_t *targets, *samples;
     float *lq_true, *lq_samp;
+    float *whh, *cg, *cr;                     /* char W_hh (4HC, HC); C (B, 4HC), (B, HC) */
+    float *pk_t[MAX_BUILDS], *pk[MAX_BUILDS]; /* each build's packed W_hh^T and W_hh */
+    float *dg_all, *rs, *pk_rs[MAX_BUILDS];   /* char dG (NC, 4HC), r (NC, HC), packed r */
 } bufs_t;
 
-static const char *op_names[NOPS] = {
-    "softmax_xent 1120x10002", "sampled_softmax 1120x1025", "lstm fwd 32x256",
-    "lstm bwd 32x256", "lstm fwd 32x512", "adam 6.18M", "sumsq 6.18M",
-    "bias_grad 1120x10002", "to_half bf16 6.18M"};
+static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
+                                     "sampled_softmax 1120x1025",
+                                     "lstm fwd 32x256",
+                                     "lstm bwd 32x256",
+                                     "lstm fwd 32x512",
+                                     "adam 6.18M",
+                                     "sumsq 6.18M",
+                                     "bias_grad 1120x10002",
+                                     "to_half bf16 6.18M",
+                                     "gemm BLAS 32x2048x512 B^T",
+                                     "gemm_packed 32x2048x512",
+                                     "gemm BLAS 32x512x2048",
+                                     "gemm_packed 32x512x2048",
+                                     "pack_b W_hh^T 512x2048",
+                                     "pack_b W_hh 2048x512",
+                                     "gemm BLAS dW_hh 2048x512x3168",
+                                     "pack+gemm_packed dW_hh"};
 
 static void
 fill(float *x, size_t n, uint64_t key, float scale)
@@ -45,42 +69,109 @@ fill(float *x, size_t n, uint64_t key, float scale)
         x[i] = scale * (2.0f * sl_rng_float_at(key, i) - 1.0f) + 1e-3f;
 }
 
+/* The ops of gemm_packed, which a build may not have (the baseline: "-" in its column). */
+static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1};
+
+static int
+has_op(const sl_backend_t *be, int op)
+{
+    return be->ops->gemm_packed || !op_packed[op];
+}
+
+/* op on build k (its backend be) */
 static void
-run_op(const sl_backend_t *be, int op, bufs_t *b)
+run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
 {
     const sl_backend_ops_t *o = be->ops;
     double loss;
 
     switch (op) {
-    case 0: o->softmax_xent(be->ctx, N, V, b->logits, V, b->targets, 1.0f / N, &loss); break;
+    case 0:
+        o->softmax_xent(be->ctx, N, V, b->logits, V, b->targets, 1.0f / N, &loss);
+        break;
     case 1:
         o->sampled_softmax_xent(be->ctx, N, S, b->sampled, b->targets, b->samples, b->lq_true,
                                 b->lq_samp, 1.0f / N, &loss);
         break;
-    case 2: o->lstm_cell_forward(be->ctx, B, H, b->gates, b->c_prev, b->c, b->m); break;
+    case 2:
+        o->lstm_cell_forward(be->ctx, B, H, b->gates, b->c_prev, b->c, b->m);
+        break;
     case 3:
         o->lstm_cell_backward(be->ctx, B, H, b->gates, b->c_prev, b->c, b->dm, b->dc, b->dgates);
         break;
-    case 4: o->lstm_cell_forward(be->ctx, B, HC, b->gates_c, b->c_prev, b->c, b->m); break;
-    case 5: o->adam_update(be->ctx, PARAMS, 1e-3f, 0.9f, 0.999f, 1e-8f, 10, b->g, b->m1, b->v1, b->w); break;
-    case 6: (void)o->sumsq(be->ctx, PARAMS, b->w); break;
-    case 7: o->bias_grad(be->ctx, N, V, b->logits, b->y); break;
-    default: o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half); break;
+    case 4:
+        o->lstm_cell_forward(be->ctx, B, HC, b->gates_c, b->c_prev, b->c, b->m);
+        break;
+    case 5:
+        o->adam_update(be->ctx, PARAMS, 1e-3f, 0.9f, 0.999f, 1e-8f, 10, b->g, b->m1, b->v1, b->w);
+        break;
+    case 6:
+        (void)o->sumsq(be->ctx, PARAMS, b->w);
+        break;
+    case 7:
+        o->bias_grad(be->ctx, N, V, b->logits, b->y);
+        break;
+    case 9:
+        o->gemm(be->ctx, 0, 1, B, 4 * HC, HC, 1.0f, b->m, HC, b->whh, HC, 1.0f, b->cg, 4 * HC);
+        break;
+    case 10:
+        o->gemm_packed(be->ctx, 0, B, 4 * HC, HC, b->m, HC, b->pk_t[k], 1.0f, b->cg, 4 * HC);
+        break;
+    case 11:
+        o->gemm(be->ctx, 0, 0, B, HC, 4 * HC, 1.0f, b->dgates, 4 * HC, b->whh, HC, 1.0f, b->cr, HC);
+        break;
+    case 12:
+        o->gemm_packed(be->ctx, 0, B, HC, 4 * HC, b->dgates, 4 * HC, b->pk[k], 1.0f, b->cr, HC);
+        break;
+    case 13:
+        o->pack_b(be->ctx, 1, HC, 4 * HC, b->whh, HC, b->pk_t[k]);
+        break;
+    case 14:
+        o->pack_b(be->ctx, 0, 4 * HC, HC, b->whh, HC, b->pk[k]);
+        break;
+    case 15:
+        o->gemm(be->ctx, 1, 0, 4 * HC, HC, NC, 1.0f, b->dg_all, 4 * HC, b->rs, HC, 1.0f, b->whh,
+                HC);
+        break;
+    case 16:
+        o->pack_b(be->ctx, 0, NC, HC, b->rs, HC, b->pk_rs[k]);
+        o->gemm_packed(be->ctx, 1, 4 * HC, HC, NC, b->dg_all, 4 * HC, b->pk_rs[k], 1.0f, b->whh,
+                       HC);
+        break;
+    default:
+        o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);
+        break;
     }
+}
+
+static int use_cpu_time; /* --cpu-time */
+
+/* Seconds: monotonic, or with --cpu-time the CPU time of the whole process (all its
+ * threads): on a machine shared with other work, the time it ran, not the time it
+ * waited for a core. */
+static double
+clock_s(void)
+{
+    struct timespec ts;
+
+    if (!use_cpu_time)
+        return sl_clock_now();
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Microseconds per call over enough calls for about 20 ms. */
 static double
-time_op(const sl_backend_t *be, int op, bufs_t *b)
+time_op(const sl_backend_t *be, int k, int op, bufs_t *b)
 {
     int calls = 1;
     double t0, t;
 
     for (;;) {
-        t0 = sl_clock_now();
-        for (int k = 0; k < calls; k++)
-            run_op(be, op, b);
-        t = sl_clock_now() - t0;
+        t0 = clock_s();
+        for (int c = 0; c < calls; c++)
+            run_op(be, k, op, b);
+        t = clock_s() - t0;
         if (t > 0.02 || calls >= 1 << 20)
             return 1e6 * t / calls;
         calls *= t > 0.002 ? 2 : 8;
@@ -150,8 +241,10 @@ main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
             rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--cpu-time") == 0)
+            use_cpu_time = 1;
         else {
-            fprintf(stderr, "usage: bench_cpu_loops [--threads T] [--rounds R]\n");
+            fprintf(stderr, "usage: bench_cpu_loops [--threads T] [--rounds R] [--cpu-time]\n");
             return 2;
         }
     }
@@ -187,6 +280,20 @@ main(int argc, char **argv)
     b.y = buf(V, 15, 1.0f);
     b.lq_true = buf(N, 16, 1.0f);
     b.lq_samp = buf(S, 17, 1.0f);
+    b.whh = buf((size_t)4 * HC * HC, 18, 0.05f);
+    b.cg = buf((size_t)B * 4 * HC, 19, 1.0f);
+    b.cr = buf((size_t)B * HC, 20, 1.0f);
+    b.dg_all = buf((size_t)NC * 4 * HC, 24, 0.01f);
+    b.rs = buf((size_t)NC * HC, 25, 1.0f);
+    for (int k = 0; k < nb; k++) {
+        if (!be[k]->ops->gemm_packed)
+            continue;
+        b.pk_t[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, HC, 4 * HC), 21, 0.0f);
+        b.pk[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, 4 * HC, HC), 22, 0.0f);
+        be[k]->ops->pack_b(be[k]->ctx, 1, HC, 4 * HC, b.whh, HC, b.pk_t[k]);
+        be[k]->ops->pack_b(be[k]->ctx, 0, 4 * HC, HC, b.whh, HC, b.pk[k]);
+        b.pk_rs[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, NC, HC), 23, 0.0f);
+    }
     b.half = malloc(sizeof(uint16_t) * PARAMS);
     b.targets = malloc(sizeof(int32_t) * N);
     b.samples = malloc(sizeof(int32_t) * S);
@@ -200,13 +307,13 @@ main(int argc, char **argv)
         b.v1[i] = b.v1[i] < 0 ? -b.v1[i] : b.v1[i]; /* Adam's v >= 0 */
 
     print_cpu();
-    printf("# %d thread(s), %d rounds, builds taking turns; us per call (median), then the "
+    printf("# %d thread(s), %d rounds, builds taking turns; us per call (median%s), then the "
            "first build's speed-up over each other one\n",
-           threads, rounds);
+           threads, rounds, use_cpu_time ? ", process CPU time" : "");
     for (int r = 0; r < rounds; r++)
         for (int op = 0; op < NOPS; op++)
             for (int k = 0; k < nb; k++)
-                t[op][k][r] = time_op(be[k], op, &b);
+                t[op][k][r] = has_op(be[k], op) ? time_op(be[k], k, op, &b) : -1.0;
     printf("%-28s", "op");
     for (int k = 0; k < nb; k++)
         printf(" %10s", names[k]);
@@ -220,10 +327,19 @@ main(int argc, char **argv)
         for (int k = 0; k < nb; k++) {
             qsort(t[op][k], (size_t)rounds, sizeof(double), cmp_double);
             med[k] = t[op][k][rounds / 2];
-            printf(" %10.1f", med[k]);
+            if (med[k] < 0)
+                printf(" %10s", "-");
+            else
+                printf(" %10.1f", med[k]);
         }
-        for (int k = 1; k < nb; k++)
-            printf("  %*.2fx", (int)(strlen(names[0]) + strlen(names[k]) + 3), med[k] / med[0]);
+        for (int k = 1; k < nb; k++) {
+            int width = (int)(strlen(names[0]) + strlen(names[k]) + 3);
+
+            if (med[k] < 0 || med[0] < 0)
+                printf("  %*s ", width, "-");
+            else
+                printf("  %*.2fx", width, med[k] / med[0]);
+        }
         printf("\n");
     }
     for (int k = 0; k < nb; k++)

@@ -65,6 +65,18 @@ struct sl_backend_ops {
      * row strides in elements, as in cblas row-major. */
     void (*gemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    /* Optional (NULL where a backend has none: use gemm): products with a B that stays
+     * the same over many calls, the recurrent W_hh over a BPTT window, or one that is
+     * used once but whose packing pays, a weight gradient's. packed_floats is the size
+     * in floats of op(B)'s packed copy for a (k,n) op(B) (0 when k or n is 0); pack_b
+     * writes it into packed (memory from alloc), op(B) as in gemm; gemm_packed then
+     * computes C (m,n) = op(A) op(B) + beta C from it, op(A) and lda as in gemm, beta 0
+     * (C is not read) or 1, ldc >= n. The layout is the backend's own; the copy is valid
+     * until B changes. */
+    size_t (*packed_floats)(void *ctx, int k, int n);
+    void (*pack_b)(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed);
+    void (*gemm_packed)(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
+                        const float *packed, float beta, float *c, int ldc);
 
     /* y += alpha * x;  x *= alpha;  dst = src;  x = 0 (n elements each). */
     void (*axpy)(void *ctx, size_t n, float alpha, const float *x, float *y);

@@ -1,13 +1,15 @@
-/* The CPU backend: CBLAS (OpenBLAS) for gemm; the fused loops (softmax, LSTM cell,
- * embeddings, dropout, optimizers) in C with a branch-free polynomial exp so that they
- * vectorise, built for x86-64-v4 (AVX-512) and v3 (AVX2, FMA) beside the baseline
- * (sl_cpu_isa.h picks one when a backend starts), and split over the backend's worker threads
- * (sl_cpu_pool.h) when large; fp16/bf16 conversion through sl_half.h. fp32 only. The reference the
- * other backends are checked against. Host memory is device memory here.
+/* The CPU backend: CBLAS (OpenBLAS) for gemm, its own packed gemm for the recurrent
+ * products; the fused loops (softmax, LSTM cell, embeddings, dropout, optimizers) in C
+ * with a branch-free polynomial exp so that they vectorise, built for x86-64-v4
+ * (AVX-512) and v3 (AVX2, FMA) beside the baseline (sl_cpu_isa.h picks one when a
+ * backend starts), and split over the backend's worker threads (sl_cpu_pool.h) when
+ * large; fp16/bf16 conversion through sl_half.h. fp32 only. The reference the other
+ * backends are checked against. Host memory is device memory here.
  *
  * This file owns the context, threads, memory, gemm, the ops table and registration;
- * the loops live in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c,
- * and what they share (build options, maths, thread split) in sl_cpu_loops.h. */
+ * the loops live in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c, sl_cpu_elem.c and
+ * sl_cpu_gemm.c, and what they share (build options, maths, thread split) in
+ * sl_cpu_loops.h. */
 #include "config.h"
 
 #include <sched.h>

@@ -1,9 +1,10 @@
 /* Internal to kernels/cpu/: what the CPU backend's files share. sl_cpu.c (context,
  * threads, memory, gemm, the ops table) and the fused loops in sl_cpu_softmax.c,
- * sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c: the optimisation pragma and the
- * per-level names that every loop file is built with, the backend context and the
- * split of a loop over its worker threads, the branch-free maths the loops vectorise
- * with, and the ops each loop file implements (contracts in kernels/sl_backend.h).
+ * sl_cpu_lstm.c, sl_cpu_embed.c, sl_cpu_elem.c and sl_cpu_gemm.c: the optimisation
+ * pragma and the per-level names that every loop file is built with, the backend
+ * context and the split of a loop over its worker threads, the branch-free maths the
+ * loops vectorise with, and the ops each loop file implements (contracts in
+ * kernels/sl_backend.h).
  *
  * Include it after every other header: the pragma applies to all that follows it in
  * the including file, and the headers before it (sl_half.h, sl_rng.h) keep the
@@ -56,12 +57,23 @@
 #define sl_cpu_sgd_update SL_CPU_ISA_NAME(sl_cpu_sgd_update)
 #define sl_cpu_adagrad_update SL_CPU_ISA_NAME(sl_cpu_adagrad_update)
 #define sl_cpu_adam_update SL_CPU_ISA_NAME(sl_cpu_adam_update)
+#define sl_cpu_packed_floats SL_CPU_ISA_NAME(sl_cpu_packed_floats)
+#define sl_cpu_pack_b SL_CPU_ISA_NAME(sl_cpu_pack_b)
+#define sl_cpu_gemm_packed SL_CPU_ISA_NAME(sl_cpu_gemm_packed)
+
+/* The packed gemm (sl_cpu_gemm.c) only where it beats the BLAS's gemm: with FMA, the v3
+ * and v4 builds (bench/bench_cpu_loops: without it, in the baseline build, it took 1.6-6x
+ * OpenBLAS's time). Elsewhere the table's entries stay NULL and callers use gemm. */
+#if defined(__FMA__)
+#define SL_CPU_GEMM_PACKED 1
+#endif
 
 /* Work (elements) below which a loop stays on the calling thread, where waking a
  * second one (tens of us) would not pay: */
 enum {
-    SL_CPU_PAR_MIN_FUSED = 65536,   /* exp, sqrt or RNG per element: ~50 us on one core */
-    SL_CPU_PAR_MIN_STREAM = 1 << 20 /* a load, an add and a store: memory-bound, ~300 us */
+    SL_CPU_PAR_MIN_FUSED = 65536,    /* exp, sqrt or RNG per element: ~50 us on one core */
+    SL_CPU_PAR_MIN_STREAM = 1 << 20, /* a load, an add and a store: memory-bound, ~300 us */
+    SL_CPU_PAR_MIN_GEMM = 1 << 22    /* multiply-adds of gemm_packed: ~30 us */
 };
 
 typedef struct {
@@ -229,8 +241,8 @@ sl_cpu_vec_exp_sum(float *x, int n, float m, int store)
     return s;
 }
 
-/* The ops in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c and sl_cpu_elem.c (names
- * suffixed by level, above); ctx is the backend's sl_cpu_t. */
+/* The ops in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c, sl_cpu_elem.c and
+ * sl_cpu_gemm.c (names suffixed by level, above); ctx is the backend's sl_cpu_t. */
 void sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
                          float grad_scale, double *loss_sum);
 void sl_cpu_sampled_softmax_xent(void *ctx, int n, int s, float *logits, const int32_t *targets,
@@ -262,6 +274,10 @@ void sl_cpu_adagrad_update(void *ctx, size_t n, float lr, float eps, const float
                            float *w);
 void sl_cpu_adam_update(void *ctx, size_t n, float lr, float b1, float b2, float eps, long t,
                         const float *g, float *m, float *v, float *w);
+size_t sl_cpu_packed_floats(void *ctx, int k, int n);
+void sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed);
+void sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
+                        const float *packed, float beta, float *c, int ldc);
 
 /* This build's ops as a backend table with only the loop entries set (sl_cpu_table.c);
  * sl_cpu.c fills in the rest. */

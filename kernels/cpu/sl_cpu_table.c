@@ -25,4 +25,9 @@ const sl_backend_ops_t SL_CPU_ISA_NAME(sl_cpu_loops) = {
     .sgd_update = sl_cpu_sgd_update,
     .adagrad_update = sl_cpu_adagrad_update,
     .adam_update = sl_cpu_adam_update,
+#ifdef SL_CPU_GEMM_PACKED
+    .packed_floats = sl_cpu_packed_floats,
+    .pack_b = sl_cpu_pack_b,
+    .gemm_packed = sl_cpu_gemm_packed,
+#endif
 };

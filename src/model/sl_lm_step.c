@@ -111,6 +111,65 @@ check_step(const sl_lm_t *lm, const sl_lm_state_t *st, const int32_t *x, const i
     return SL_OK;
 }
 
+/* The recurrent products of a window all use the same W_hh. Where the backend has
+ * gemm_packed, W_hh is packed once for the window (pack_b costs about one product)
+ * instead of inside every one of the T products, as a plain gemm does; a window of one
+ * step, a generated token's, keeps the plain gemm. Returns the packed op(W_hh) (trans:
+ * W_hh^T, (R, 4H); else W_hh, (4H, R)), or NULL for gemm. */
+enum { PACK_MIN_T = 2 };
+
+static const float *
+pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    int g4 = 4 * ly->h;
+
+    if (!lm->packed || T < PACK_MIN_T)
+        return NULL;
+    o->pack_b(lm->be->ctx, trans, trans ? ly->r : g4, trans ? g4 : ly->r, lm->params + ly->w_hh,
+              ly->r, lm->packed);
+    return lm->packed;
+}
+
+/* C (m, n) += A (m, k) op(W_hh), from pack_recurrent's packed copy or with gemm. */
+static void
+recurrent_product(sl_lm_t *lm, const sl_lm_layer_t *ly, const float *packed, int trans, int m,
+                  int n, int k, const float *a, int lda, float *c, int ldc)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+
+    if (packed)
+        o->gemm_packed(lm->be->ctx, 0, m, n, k, a, lda, packed, 1.0f, c, ldc);
+    else
+        o->gemm(lm->be->ctx, 0, trans, m, n, k, 1.0f, a, lda, lm->params + ly->w_hh, ly->r, 1.0f, c,
+                ldc);
+}
+
+/* C (m, n) = op(A) op(B) + beta C, beta 0 or 1, for the products over the N rows of a
+ * window (input projection, weight gradients, output layer): op(B) packed into
+ * lm->packed for gemm_packed where the backend has it and the window has the rows to
+ * pay for the packing (about one pass over op(B), as much as a product of ~32 rows);
+ * else gemm. The choice depends on the model's shapes and N only (lm->packed holds
+ * every weight either way round), so that an evaluation gives the same bits in every
+ * model object of any max_batch, as shoal score relies on. lm->packed is free outside
+ * the recurrent loops. */
+enum { PACK_MIN_ROWS = 64 };
+
+static void
+packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+
+    if (lm->packed && N >= PACK_MIN_ROWS && o->packed_floats(ctx, k, n) <= lm->npacked) {
+        o->pack_b(ctx, trans_b, k, n, b, ldb, lm->packed);
+        o->gemm_packed(ctx, trans_a, m, n, k, a, lda, lm->packed, beta, c, ldc);
+    } else {
+        o->gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    }
+}
+
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
  * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
@@ -130,12 +189,14 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+        const float *whh;
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        o->gemm(ctx, 0, 1, N, g4, ly->in, 1.0f, in, ly->in, w + ly->w_ih, ly->in, 0.0f, ly->gates,
-                g4);
+        packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
+                       ly->gates, g4);
         o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        whh = pack_recurrent(lm, ly, 1, T);
         for (int t = 0; t < T; t++) {
             size_t row = (size_t)t * (size_t)B;
             float *gt = ly->gates + row * (size_t)g4;
@@ -143,7 +204,7 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
             const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
             float *mt = ly->m + row * (size_t)h;
 
-            o->gemm(ctx, 0, 1, B, g4, r, 1.0f, rp, r, w + ly->w_hh, r, 1.0f, gt, g4);
+            recurrent_product(lm, ly, whh, 1, B, g4, r, rp, r, gt, g4);
             o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
             if (ly->p > 0)
                 o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, w + ly->w_proj, h, 0.0f,
@@ -178,15 +239,15 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
         const float *y = lm->top + (size_t)r0 * (size_t)R;
         double ls = 0.0;
 
-        o->gemm(ctx, 0, 1, n, V, R, 1.0f, y, R, W, R, 0.0f, lm->logits, V);
+        packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
         o->add_bias(ctx, n, V, b, lm->logits);
         o->softmax_xent(ctx, n, V, lm->logits, V, d_y + r0, grad_scale, &ls);
         *loss_sum += ls;
         if (grad_scale == 0.0f)
             continue;
-        o->gemm(ctx, 0, 0, n, R, V, 1.0f, lm->logits, V, W, R, 0.0f, dtop + (size_t)r0 * (size_t)R,
-                R);
-        o->gemm(ctx, 1, 0, V, R, n, 1.0f, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
+        packed_product(lm, N, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f,
+                       dtop + (size_t)r0 * (size_t)R, R);
+        packed_product(lm, N, 1, 0, V, R, n, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
         o->bias_grad(ctx, n, V, lm->logits, lm->grads + lm->out_b);
     }
 }
@@ -259,7 +320,7 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
         float *dr = lm->dbuf[cur];
-        const float *x;
+        const float *x, *whh = pack_recurrent(lm, ly, 0, T);
 
         if (drop)
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
@@ -278,21 +339,21 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
             o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp,
                                   ly->c + row * (size_t)h, dmt, lm->dc, dgt);
             if (t > 0)
-                o->gemm(ctx, 0, 0, B, r, g4, 1.0f, dgt, g4, w + ly->w_hh, r, 1.0f,
-                        drt - (size_t)B * (size_t)r, r);
+                recurrent_product(lm, ly, whh, 0, B, r, g4, dgt, g4, drt - (size_t)B * (size_t)r,
+                                  r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        o->gemm(ctx, 1, 0, g4, in, N, 1.0f, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
         if (T > 1)
-            o->gemm(ctx, 1, 0, g4, r, N - B, 1.0f, lm->dgates + (size_t)B * (size_t)g4, g4, ly->rs,
-                    r, 1.0f, gw + ly->w_hh, r);
+            packed_product(lm, N, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4,
+                           ly->rs, r, 1.0f, gw + ly->w_hh, r);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
         o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)
             o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
         cur = 1 - cur;
-        o->gemm(ctx, 0, 0, N, in, g4, 1.0f, lm->dgates, g4, w + ly->w_ih, in, 0.0f, lm->dbuf[cur],
-                in);
+        packed_product(lm, N, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f,
+                       lm->dbuf[cur], in);
     }
     if (drop)
         o->dropout(ctx, (size_t)N * (size_t)lm->E, lm->dropout, dropout_key(dkey, 0),

@@ -167,8 +167,8 @@ check_config(const sl_config_t *cfg, int vocab_size, int shards, int max_batch)
                           vocab_size);
     if (max_batch < 1 || cfg->train.bptt < 1 ||
         !fits_int((size_t)max_batch, (size_t)cfg->train.bptt))
-        return sl_err_set(SL_ERR_INVALID, "%s: train.batch %d x train.bptt %d out of range", w, max_batch,
-                          cfg->train.bptt);
+        return sl_err_set(SL_ERR_INVALID, "%s: train.batch %d x train.bptt %d out of range", w,
+                          max_batch, cfg->train.bptt);
     return SL_OK;
 }
 
@@ -177,7 +177,8 @@ static sl_status_t
 alloc_workspace(sl_lm_t *lm)
 {
     size_t n = (size_t)lm->max_rows, mb = (size_t)lm->max_batch;
-    size_t hmax = 0, dmax = (size_t)lm->E, ns = n + (size_t)lm->S;
+    size_t hmax = 0, dmax = (size_t)lm->E, ns = n + (size_t)lm->S, packed = 0;
+    const sl_backend_ops_t *o = lm->be->ops;
     int rl = lm->layer[lm->L - 1].r;
     size_t logit_floats;
 
@@ -200,7 +201,28 @@ alloc_workspace(sl_lm_t *lm)
             SL_TRY(DEV_ALLOC(lm, &ly->drop, n * r, "dropout outputs"));
         SL_TRY(DEV_ALLOC(lm, &ly->h0, mb * r, "initial h"));
         SL_TRY(DEV_ALLOC(lm, &ly->c0, mb * h, "initial c"));
+        if (o->gemm_packed) { /* W_hh, W_ih either way round, the inputs (N, in), (N, R) */
+            size_t sizes[6] = {o->packed_floats(lm->be->ctx, ly->r, 4 * ly->h),
+                               o->packed_floats(lm->be->ctx, 4 * ly->h, ly->r),
+                               o->packed_floats(lm->be->ctx, ly->in, 4 * ly->h),
+                               o->packed_floats(lm->be->ctx, 4 * ly->h, ly->in),
+                               o->packed_floats(lm->be->ctx, lm->max_rows, ly->in),
+                               o->packed_floats(lm->be->ctx, lm->max_rows, ly->r)};
+
+            for (int i = 0; i < 6; i++)
+                packed = sizes[i] > packed ? sizes[i] : packed;
+        }
     }
+    if (o->gemm_packed) { /* W_out either way round */
+        size_t fwd = o->packed_floats(lm->be->ctx, rl, lm->V);
+        size_t bwd = o->packed_floats(lm->be->ctx, lm->V, rl);
+
+        packed = fwd > packed ? fwd : packed;
+        packed = bwd > packed ? bwd : packed;
+    }
+    if (packed > 0)
+        SL_TRY(DEV_ALLOC(lm, &lm->packed, packed, "packed gemm operands"));
+    lm->npacked = packed;
     if (!fits_int(n, (size_t)lm->E) || !fits_int(n, dmax) || ns > INT_MAX)
         return sl_err_set(SL_ERR_INVALID, "model: %zu rows too many for these sizes", n);
     SL_TRY(DEV_ALLOC(lm, &lm->x0, n * (size_t)lm->E, "embedded input"));
@@ -218,8 +240,8 @@ alloc_workspace(sl_lm_t *lm)
     logit_floats = (size_t)lm->chunk * (size_t)lm->V;
     if (lm->sampled) {
         if (!fits_int(n, (size_t)lm->S + 1) || !fits_int(ns, (size_t)rl))
-            return sl_err_set(SL_ERR_INVALID, "model: model.output.samples %d too many for %zu rows", lm->S,
-                              n);
+            return sl_err_set(SL_ERR_INVALID,
+                              "model: model.output.samples %d too many for %zu rows", lm->S, n);
         if (n * ((size_t)lm->S + 1) > logit_floats)
             logit_floats = n * ((size_t)lm->S + 1);
         SL_TRY(DEV_ALLOC(lm, &lm->wg, ns * (size_t)rl, "gathered output rows"));

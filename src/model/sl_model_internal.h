@@ -58,6 +58,10 @@ struct sl_lm {
     float *dgates;    /* (N, 4 Hmax) */
     float *dbuf[2];   /* (N, max(E, Rmax)) gradients w.r.t. layer outputs / inputs */
     float *dm, *dc;   /* (max_batch, Hmax) */
+    float *packed;    /* (npacked) one operand packed by pack_b for gemm_packed: a layer's
+                         W_hh either way round, or a weight gradient's input (sl_lm_step.c);
+                         NULL where the backend has no gemm_packed */
+    size_t npacked;   /* floats */
     float *logits;    /* (chunk, V) full softmax, or (N, 1+S) sampled */
     int chunk;        /* rows of a full-softmax chunk */
     float *ones;      /* (max_rows) all 1: rank-1 gemms for biases and columns */

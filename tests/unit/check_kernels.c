@@ -1,8 +1,8 @@
-/* Unit tests of the compute backends: the CPU backend's gemm, embeddings, optimizer
- * steps worked out by hand, dropout masks, element-wise ops and bias gradients against
- * naive double references, fp16/bf16 conversion against hand-worked encodings, the
- * precision the CPU refuses, threads against one thread, edge sizes, and the
- * registry's answers for cpu / cuda / unknown names. The LSTM cell and the softmax
+/* Unit tests of the compute backends: the CPU backend's gemm and packed gemm (every
+ * build of its loops), embeddings, optimizer steps worked out by hand, dropout masks,
+ * element-wise ops and bias gradients against naive double references, fp16/bf16 conversion against
+ * hand-worked encodings, the precision the CPU refuses, threads against one thread, edge sizes, and
+ * the registry's answers for cpu / cuda / unknown names. The LSTM cell and the softmax
  * cross-entropies are in check_kernels_layers.c, the CUDA backend's own tests in
  * check_cuda.c. */
 #include "config.h"
@@ -17,6 +17,7 @@
 #include "common/sl_alloc.h"
 #include "common/sl_rng.h"
 #include "common/sl_status.h"
+#include "kernels/cpu/sl_cpu_isa.h"
 #include "kernels/sl_backend.h"
 
 #include "test_tool.h"
@@ -82,6 +83,79 @@ START_TEST(test_gemm_transposes)
                 free(c0);
             }
         }
+    }
+}
+END_TEST
+
+/* gemm_packed against a double triple loop in every build of the loops this CPU runs
+ * that has it (each packs its own way; v3 and v4 must, the baseline has none), 2
+ * threads: C = op(A) op(B) + beta C for the four transpose pairs and beta 0 (C, NaN
+ * before, must not be read) and 1, m and n leaving remainders of every tile and vector
+ * width, k = 0, padded leading dimensions whose padding must stay untouched; the last
+ * two shapes are split over the threads and (m > 64) into blocks of k. */
+START_TEST(test_gemm_packed)
+{
+    const int sizes[][3] = {{1, 1, 1}, {7, 17, 3}, {9, 33, 64},    {13, 70, 100}, {32, 64, 5},
+                            {6, 5, 2}, {5, 7, 0},  {32, 2053, 64}, {100, 70, 300}};
+    const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
+
+    for (int i = 0; i < sl_cpu_isa_count(); i++) {
+        const sl_cpu_isa_t *isa = sl_cpu_isa_at(i);
+        sl_backend_t *pb;
+
+        if (!sl_cpu_isa_runs_here(isa))
+            continue;
+        ck_assert_int_eq(sl_backend_cpu_new_isa(&pb, 2, isa->name), SL_OK);
+        if (strcmp(isa->name, "v3") == 0 || strcmp(isa->name, "v4") == 0)
+            ck_assert_ptr_nonnull(pb->ops->gemm_packed);
+        if (!pb->ops->gemm_packed) {
+            sl_backend_destroy(&pb);
+            continue;
+        }
+        for (int sz = 0; sz < nsizes; sz++) {
+            for (int tt = 0; tt < 8; tt++) {
+                int ta = tt >> 2 & 1, tb = tt >> 1 & 1;
+                float beta = (float)(tt & 1);
+                int m = sizes[sz][0], n = sizes[sz][1], k = sizes[sz][2];
+                int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+                int arows = ta ? k : m, brows = tb ? n : k;
+                size_t np = pb->ops->packed_floats(pb->ctx, k, n);
+                float *a = malloc(sizeof(float) * (size_t)arows * (size_t)lda);
+                float *b = malloc(sizeof(float) * (size_t)brows * (size_t)ldb);
+                float *c = malloc(sizeof(float) * (size_t)m * (size_t)ldc), *c0, *packed;
+
+                ck_assert_uint_ge(np, (size_t)k * (size_t)n);
+                ck_assert_int_eq(
+                    pb->ops->alloc(pb->ctx, (void **)&packed, (np + 1) * sizeof(float)), SL_OK);
+                test_fill(a, (size_t)arows * (size_t)lda, 21 + (uint64_t)sz, 1.0f);
+                test_fill(b, (size_t)brows * (size_t)ldb, 23 + (uint64_t)tb, 1.0f);
+                test_fill(c, (size_t)m * (size_t)ldc, 25, 1.0f);
+                c0 = test_fcopy(c, (size_t)m * (size_t)ldc);
+                for (int r = 0; r < m && beta == 0.0f; r++)
+                    for (int j = 0; j < n; j++)
+                        c[r * ldc + j] = NAN;
+                pb->ops->pack_b(pb->ctx, tb, k, n, b, ldb, packed);
+                pb->ops->gemm_packed(pb->ctx, ta, m, n, k, a, lda, packed, beta, c, ldc);
+                for (int r = 0; r < m; r++) {
+                    for (int j = 0; j < n; j++) {
+                        double ref = beta * c0[r * ldc + j];
+
+                        for (int p = 0; p < k; p++)
+                            ref += (double)(ta ? a[p * lda + r] : a[r * lda + p]) *
+                                   (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                        TEST_ASSERT_CLOSE(c[r * ldc + j], ref, 1e-5, 1e-5, isa->name, r * ldc + j);
+                    }
+                    for (int j = n; j < ldc; j++)
+                        ck_assert(c[r * ldc + j] == c0[r * ldc + j]);
+                }
+                pb->ops->free(pb->ctx, packed);
+                free(a);
+                free(b);
+                free(c);
+                free(c0);
+            }
+        }
+        sl_backend_destroy(&pb);
     }
 }
 END_TEST
@@ -595,6 +669,7 @@ kernels_suite(void)
 
     tcase_add_checked_fixture(core, setup, teardown);
     tcase_add_test(core, test_gemm_transposes);
+    tcase_add_test(core, test_gemm_packed);
     tcase_add_test(core, test_embedding);
     tcase_add_test(core, test_optimizers);
     tcase_add_test(core, test_dropout);

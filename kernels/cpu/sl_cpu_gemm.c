@@ -1,0 +1,296 @@
+/* The CPU backend's packed gemm (packed_floats, pack_b, gemm_packed): C = op(A) op(B)
+ * (+ C) for a B that stays the same over many calls, the recurrent W_hh over a BPTT
+ * window, or whose packing pays within one call, the big products of a window.
+ * OpenBLAS packs B again at every call, a fifth of the char model's step at its small m
+ * (the batch), and multiplies with AVX2 where OPENBLAS_CORETYPE=Haswell. Here op(B) is
+ * packed once into panels of NR columns, k rows of NR floats each (the last panel
+ * padded with zeros), and a register tile of MR rows x NR columns walks down a panel
+ * with one broadcast of A and NV vector FMAs per row and k. Written with GCC vector
+ * types, so that each build of the loops (sl_cpu_loops.h) gets its width: 16 floats for
+ * AVX-512, 8 for AVX2; only the builds with FMA have it (SL_CPU_GEMM_PACKED). Threads
+ * split the panels; every element of C is one sum in k order, whatever the split. */
+#include "config.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "kernels/cpu/sl_cpu_loops.h"
+
+#ifdef SL_CPU_GEMM_PACKED
+
+/* Vector bytes and the tile: MR x NV accumulators plus NV panel vectors and one
+ * broadcast fit the register file (32 zmm; 16 ymm). */
+#if defined(__AVX512F__)
+#define VEC_BYTES 64
+#define MR 8
+#else
+#define VEC_BYTES 32
+#define MR 6
+#endif
+#define NV 2
+#define VW (VEC_BYTES / (int)sizeof(float))
+#define NR (NV * VW)
+
+typedef float vec_t __attribute__((vector_size(VEC_BYTES)));
+
+/* Unaligned loads and stores (C's rows, A's tails) that the compiler turns into single
+ * vector moves. */
+static inline vec_t
+vload(const float *p)
+{
+    vec_t v;
+
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void
+vstore(float *p, vec_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* x in every lane: one broadcast. (x + (vec_t){0} adds, since -0 + 0 is +0, and a loop
+ * over the lanes is not always seen as a broadcast.) */
+static inline vec_t
+splat(float x)
+{
+#if VEC_BYTES == 64
+    return (vec_t){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+#else
+    return (vec_t){x, x, x, x, x, x, x, x};
+#endif
+}
+
+static size_t
+panels(int n)
+{
+    return ((size_t)n + NR - 1) / NR;
+}
+
+size_t
+sl_cpu_packed_floats(void *ctx, int k, int n)
+{
+    (void)ctx;
+    return k > 0 && n > 0 ? panels(n) * NR * (size_t)k : 0;
+}
+
+/* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). With trans_b, B is (n, k) and a
+ * panel gathers NR of its rows: copied a block of KB k-values at a time, so that the
+ * NR panel rows being written stay in L1 while B's rows are read in order. */
+void
+sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed)
+{
+    enum { KB = 16 };
+    const size_t ld = (size_t)ldb, np = panels(n);
+
+    (void)ctx;
+    if (k <= 0 || n <= 0)
+        return;
+    for (size_t p = 0; p < np; p++) {
+        float *restrict dst = packed + p * NR * (size_t)k;
+        size_t j0 = p * NR, cols = (size_t)n - j0 < NR ? (size_t)n - j0 : NR;
+
+        if (!trans_b) {
+            for (size_t kk = 0; kk < (size_t)k; kk++) {
+                memcpy(dst + kk * NR, b + kk * ld + j0, cols * sizeof(float));
+                memset(dst + kk * NR + cols, 0, (NR - cols) * sizeof(float));
+            }
+            continue;
+        }
+        for (size_t k0 = 0; k0 < (size_t)k; k0 += KB) {
+            size_t kn = (size_t)k - k0 < KB ? (size_t)k - k0 : KB;
+
+            for (size_t j = 0; j < cols; j++) {
+                const float *restrict src = b + (j0 + j) * ld + k0;
+
+                for (size_t q = 0; q < kn; q++)
+                    dst[(k0 + q) * NR + j] = src[q];
+            }
+            for (size_t q = 0; q < kn; q++)
+                memset(dst + (k0 + q) * NR + cols, 0, (NR - cols) * sizeof(float));
+        }
+    }
+}
+
+/* C (mr, NR) = op(A) (mr, k) P (k, NR) + (load_c ? C : 0), A's element (i, kk) at
+ * a[i sa + kk sk]; mr <= MR and the strides' 1 are constants where inlined, so that
+ * the accumulators are registers and the broadcasts single instructions. */
+static inline __attribute__((always_inline)) void
+tile(const int mr, int load_c, int k, const float *restrict a, size_t sa, size_t sk,
+     const float *restrict p, float *restrict c, size_t ldc)
+{
+    vec_t acc[MR][NV];
+
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = load_c ? vload(c + (size_t)i * ldc + (size_t)v * VW) : (vec_t){0};
+    for (int kk = 0; kk < k; kk++) {
+        vec_t bv[NV];
+
+        for (int v = 0; v < NV; v++)
+            bv[v] = vload(p + (size_t)kk * NR + (size_t)v * VW);
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            vec_t av = splat(a[(size_t)i * sa + (size_t)kk * sk]);
+
+            for (int v = 0; v < NV; v++)
+                acc[i][v] += av * bv[v];
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < NV; v++)
+            vstore(c + (size_t)i * ldc + (size_t)v * VW, acc[i][v]);
+}
+
+/* tile() for mr <= MR rows known only at run time. */
+static inline __attribute__((always_inline)) void
+tile_rows(int mr, int load_c, int k, const float *a, size_t sa, size_t sk, const float *p, float *c,
+          size_t ldc)
+{
+    switch (mr) {
+    case MR:
+        tile(MR, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+#if MR > 6
+    case 7:
+        tile(7, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    case 6:
+        tile(6, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+#endif
+    case 5:
+        tile(5, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    case 4:
+        tile(4, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    case 3:
+        tile(3, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    case 2:
+        tile(2, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    case 1:
+        tile(1, load_c, k, a, sa, sk, p, c, ldc);
+        break;
+    default:
+        break;
+    }
+}
+
+typedef struct {
+    int trans_a, m, n, k, load_c; /* load_c: beta 1 */
+    const float *a, *packed;
+    float *c;
+    size_t lda, ldc;
+} gemm_args_t;
+
+/* C's rows [i, i + mr) x panel p += op(A)'s rows there (at a, strides sa, sk) x the
+ * panel's rows [k0, k0 + kn), or = with beta 0 in the first block of k. A panel
+ * narrower than NR runs on a copy of its columns of C, padded with zeros that are
+ * never written back. */
+static inline __attribute__((always_inline)) void
+rows_x_panel(const gemm_args_t *g, int i, int mr, size_t k0, int kn, size_t p, const float *a,
+             size_t sa, size_t sk)
+{
+    const float *pp = g->packed + (p * (size_t)g->k + k0) * NR;
+    size_t j0 = p * NR, cols = (size_t)g->n - j0;
+    float *c = g->c + (size_t)i * g->ldc + j0;
+    float part[MR * NR] = {0};
+    int load_c = g->load_c || k0 > 0;
+
+    if (cols >= NR) {
+        tile_rows(mr, load_c, kn, a, sa, sk, pp, c, g->ldc);
+        return;
+    }
+    for (int r = 0; r < mr && load_c; r++)
+        memcpy(part + r * NR, c + (size_t)r * g->ldc, cols * sizeof(float));
+    tile_rows(mr, load_c, kn, a, sa, sk, pp, part, NR);
+    for (int r = 0; r < mr; r++)
+        memcpy(c + (size_t)r * g->ldc, part + r * NR, cols * sizeof(float));
+}
+
+/* A short op(A) stored by rows (the recurrent products, m = B): panel by panel, each
+ * panel read from memory once for all of A's tiles, A (m x k) staying in L2. */
+static void
+panels_short(const gemm_args_t *g, size_t lo, size_t hi)
+{
+    for (size_t p = lo; p < hi; p++)
+        for (int i = 0; i < g->m; i += MR)
+            rows_x_panel(g, i, g->m - i < MR ? g->m - i : MR, 0, g->k, p, g->a + (size_t)i * g->lda,
+                         g->lda, 1);
+}
+
+/* A tall or transposed op(A) (the weight gradients, dY^T: m = 4H rows at a stride of 4H
+ * floats). Read in place, its rows would come from memory for every panel, and
+ * transposed ones thrash the caches (power-of-2 strides fall into a few sets). So k
+ * goes in blocks of KC, and each tile's MR rows x KC block of op(A) is first copied
+ * into apack (k-major, contiguous: L1) and then used for every panel, whose KC rows
+ * come from L2. */
+enum { KC = 256, SHORT_M = 64 };
+
+static void
+panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
+{
+    const size_t sa = g->trans_a ? 1 : g->lda, sk = g->trans_a ? g->lda : 1;
+    float apack[KC * MR];
+
+    for (size_t k0 = 0; k0 < (size_t)g->k; k0 += KC) {
+        int kn = (int)((size_t)g->k - k0 < KC ? (size_t)g->k - k0 : KC);
+
+        for (int i = 0; i < g->m; i += MR) {
+            int mr = g->m - i < MR ? g->m - i : MR;
+            const float *a = g->a + k0 * sk + (size_t)i * sa;
+
+            for (int kk = 0; kk < kn; kk++)
+                for (int r = 0; r < mr; r++)
+                    apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];
+            for (size_t p = lo; p < hi; p++)
+                rows_x_panel(g, i, mr, k0, kn, p, apack, 1, MR);
+        }
+    }
+}
+
+static double
+gemm_panels(const void *argp, size_t lo, size_t hi)
+{
+    const gemm_args_t *g = argp;
+
+    if (g->trans_a || g->m > SHORT_M)
+        panels_tall(g, lo, hi);
+    else
+        panels_short(g, lo, hi);
+    return 0;
+}
+
+void
+sl_cpu_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
+                   const float *packed, float beta, float *c, int ldc)
+{
+    gemm_args_t g = {.trans_a = trans_a,
+                     .load_c = beta != 0.0f,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .a = a,
+                     .packed = packed,
+                     .c = c,
+                     .lda = (size_t)lda,
+                     .ldc = (size_t)ldc};
+
+    SL_ASSERT(m >= 0 && n >= 0 && k >= 0 && lda >= (trans_a ? m : k) && lda >= 1 && ldc >= n);
+    SL_ASSERT(beta == 0.0f || beta == 1.0f);
+    if (k == 0 && beta == 0.0f)
+        for (int i = 0; i < m; i++)
+            memset(c + (size_t)i * (size_t)ldc, 0, (size_t)n * sizeof(float));
+    if (m == 0 || n == 0 || k == 0)
+        return;
+    sl_cpu_par_range(ctx, panels(n), (size_t)m * (size_t)n * (size_t)k, SL_CPU_PAR_MIN_GEMM,
+                     gemm_panels, &g);
+}
+
+#endif /* SL_CPU_GEMM_PACKED */
