@@ -108,6 +108,8 @@ sl_train_catch_up(trainer_t *t)
     if (!t->catching_up || t->cur.step % shortest_period(t) != 0)
         return;
     others = sl_sync_peers_step(t->sync, t->total_steps);
+    if (others == 0)
+        return; /* nothing heard yet: no telling */
     if (others <= t->cur.step) {
         t->catching_up = 0; /* level or ahead: the others hear it from now on */
         return;
