@@ -71,18 +71,6 @@ cursor_at(trainer_t *t, long step)
     t->cur.tokens = (uint64_t)step * (uint64_t)t->cfg->train.batch * (uint64_t)t->cfg->train.bptt;
 }
 
-/* The shortest sync period of the model's components (at least 1). */
-static long
-shortest_period(const trainer_t *t)
-{
-    long hmin = 0;
-
-    for (int c = 0; c < sl_lm_ncomponents(t->lm); c++)
-        if (hmin == 0 || sl_sync_period(t->sync, c) < hmin)
-            hmin = sl_sync_period(t->sync, c);
-    return hmin < 1 ? 1 : hmin;
-}
-
 /* Where a node that comes back with the state of step (a live node's) starts: at the
  * block boundary of the shortest period one period past it, so that it is a round or
  * two of that period ahead of the others rather than behind (the longer periods' next
@@ -95,7 +83,7 @@ shortest_period(const trainer_t *t)
 static long
 rejoin_step(const trainer_t *t, long step)
 {
-    long hmin = shortest_period(t), at = (step / hmin + 2) * hmin;
+    long hmin = sl_sync_shortest_period(t->sync), at = (step / hmin + 2) * hmin;
 
     return at < t->total_steps ? at : t->total_steps;
 }
@@ -105,7 +93,7 @@ sl_train_catch_up(trainer_t *t)
 {
     long others;
 
-    if (!t->catching_up || t->cur.step % shortest_period(t) != 0)
+    if (!t->catching_up || t->cur.step % sl_sync_shortest_period(t->sync) != 0)
         return;
     others = sl_sync_peers_step(t->sync, t->total_steps);
     if (others == 0)

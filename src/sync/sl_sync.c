@@ -398,6 +398,17 @@ sl_sync_period(const sl_sync_t *s, int c)
 }
 
 int
+sl_sync_shortest_period(const sl_sync_t *s)
+{
+    int h = 0;
+
+    for (int c = 0; c < s->env.ncomps; c++)
+        if (h == 0 || s->period[c] < h)
+            h = s->period[c];
+    return h > 0 ? h : 1;
+}
+
+int
 sl_sync_phase(const sl_sync_t *s, int c)
 {
     return s->phase[c];
@@ -443,7 +454,7 @@ sl_sync_peers_step(const sl_sync_t *s, long end)
         /* a round is the sender's claim: one past the run's end is not believed */
         if (st.recv_newest_round > (uint64_t)((end + s->phase[c]) / s->period[c]))
             continue;
-        at = (long)st.recv_newest_round * s->period[c] - s->phase[c]; /* its sync point */
+        at = sl_sync_phase_step((long)st.recv_newest_round, s->period[c], s->phase[c]);
         if (at > newest)
             newest = at;
     }
@@ -504,14 +515,7 @@ sl_sync_next_membership(sl_sync_t *s, sl_members_event_t *ev)
 static long
 block_steps(const sl_sync_t *s)
 {
-    long block = 0;
-
-    if (s->env.algo == SL_SYNC_ALLREDUCE)
-        return 1;
-    for (int c = 0; c < s->env.ncomps; c++)
-        if (block == 0 || s->period[c] < block)
-            block = s->period[c];
-    return block > 0 ? block : 1;
+    return s->env.algo == SL_SYNC_ALLREDUCE ? 1 : sl_sync_shortest_period(s);
 }
 
 int

@@ -195,6 +195,8 @@ const sl_sync_stat_t *sl_sync_stat(const sl_sync_t *s, int c);
 /* H_i of component c (0..ncomps-1), as resolved from sync.periods and the two period
  * keys (also when the algorithm does not use it). */
 int sl_sync_period(const sl_sync_t *s, int c);
+/* The shortest H_i of the components, 1 when there are none. */
+int sl_sync_shortest_period(const sl_sync_t *s);
 /* p_i of component c: 0 without sync.stagger (sl_sync_phase.h). */
 int sl_sync_phase(const sl_sync_t *s, int c);
 /* Whether sl_sync_after_step(s, ..., steps_done) reads or changes component c: a

@@ -34,6 +34,12 @@ sl_sync_phase_round(long t, int h, int p)
     return (t + p) / h;
 }
 
+long
+sl_sync_phase_step(long round, int h, int p)
+{
+    return round * h - p;
+}
+
 void
 sl_sync_phases_log(const sl_component_t *comps, const int *period, const int *phase, int ncomps)
 {

@@ -24,6 +24,8 @@ int sl_sync_phase_point(long t, int h, int p);
 
 /* The round of that sync point: (t + p) / h, 1 for the first one. */
 long sl_sync_phase_round(long t, int h, int p);
+/* The step of round's sync point, the inverse: round h - p. */
+long sl_sync_phase_step(long round, int h, int p);
 
 /* Once, on rank 0, when stagger is on: the phases per period (info: "sync.stagger: every
  * 16 steps: lstm.0 +0, lstm.1 +8"). */

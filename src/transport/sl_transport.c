@@ -319,14 +319,10 @@ stat_row(sl_transport_t *t, unsigned kind, uint32_t component)
     return s;
 }
 
-sl_status_t
-sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding,
-                       uint64_t bytes, int sent)
+/* One message of bytes (payload) in encoding, sent or received, counted in row s. */
+static void
+count_in_row(sl_transport_stat_t *s, unsigned encoding, uint64_t bytes, int sent)
 {
-    sl_transport_stat_t *s = stat_row(t, kind, component);
-
-    if (!s)
-        return SL_ERR_NOMEM;
     if (encoding >= SL_WIRE_NENCODINGS) /* frames are validated: only abort reasons */
         encoding = 0;
     if (sent) {
@@ -338,6 +334,17 @@ sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, uns
         s->recv_bytes += bytes;
         s->recv_enc_bytes[encoding] += bytes;
     }
+}
+
+sl_status_t
+sl_transport_count_msg(sl_transport_t *t, unsigned kind, uint32_t component, unsigned encoding,
+                       uint64_t bytes, int sent)
+{
+    sl_transport_stat_t *s = stat_row(t, kind, component);
+
+    if (!s)
+        return SL_ERR_NOMEM;
+    count_in_row(s, encoding, bytes, sent);
     return SL_OK;
 }
 
@@ -580,12 +587,14 @@ dispatch(sl_transport_t *t, sl_link_frame_t *f, const sl_wire_key_t *keys, size_
             *which = i;
             *matched = 1;
             note_heard(t, &k);
-            return sl_transport_count_msg(t, k.kind, k.component, enc, bytes, 0);
+            count_in_row(row, enc, bytes, 0);
+            return SL_OK;
         }
     v = sl_mailbox_file(t->mb, &k, bytes, f);
     if (v == SL_MAILBOX_FILED) {
         note_heard(t, &k);
-        return sl_transport_count_msg(t, k.kind, k.component, enc, bytes, 0);
+        count_in_row(row, enc, bytes, 0);
+        return SL_OK;
     }
     /* the one stale frame that proves its sender alive: the answer waited for in vain,
      * come late (late is not dead, sl_liveness.h) */
