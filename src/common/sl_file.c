@@ -74,43 +74,6 @@ open_failed(sl_atomic_file_t *f, const char *what, int created)
     return st;
 }
 
-sl_status_t
-sl_atomic_open(sl_atomic_file_t *f, const char *path)
-{
-    size_t n = strlen(path) + 32;
-    int fd;
-
-    memset(f, 0, sizeof *f);
-    f->path = strdup(path);
-    f->tmp_path = malloc(n);
-    if (!f->path || !f->tmp_path) {
-        sl_atomic_abort(f);
-        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
-    }
-    snprintf(f->tmp_path, n, "%s%s%ld", path, TEMP_INFIX, (long)getpid());
-    if (unlink(f->tmp_path) != 0 && errno != ENOENT)
-        return open_failed(f, "cannot remove the old temporary file", 0);
-    fd = open(f->tmp_path, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return open_failed(f, NULL, 0);
-    f->fp = fdopen(fd, "wb");
-    if (!f->fp) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return open_failed(f, NULL, 1);
-    }
-    return SL_OK;
-}
-
-sl_status_t
-sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes)
-{
-    if (bytes && fwrite(data, 1, bytes, f->fp) != bytes)
-        return sl_err_set(SL_ERR_IO, "%s: write failed: %s", f->tmp_path, strerror(errno));
-    return SL_OK;
-}
-
 static void
 fsync_parent_dir(const char *path)
 {
@@ -132,6 +95,75 @@ fsync_parent_dir(const char *path)
         close(fd);
     }
     free(dir);
+}
+
+sl_status_t
+sl_file_temp_name(const char *path, char *out, size_t size)
+{
+    int n = snprintf(out, size, "%s%s%ld", path, TEMP_INFIX, (long)getpid());
+
+    if (n < 0 || (size_t)n >= size)
+        return sl_err_set(SL_ERR_INVALID, "%s: path too long for its temporary file", path);
+    return SL_OK;
+}
+
+sl_status_t
+sl_file_place_new(const char *from, const char *to, int *placed)
+{
+    *placed = 0;
+    if (link(from, to) != 0) {
+        if (errno == EEXIST)
+            return SL_OK;
+        return sl_err_set(SL_ERR_IO, "%s: cannot put %s there: %s", to, from, strerror(errno));
+    }
+    *placed = 1;
+    fsync_parent_dir(to);
+    unlink(from);
+    return SL_OK;
+}
+
+sl_status_t
+sl_atomic_open(sl_atomic_file_t *f, const char *path)
+{
+    size_t n = strlen(path) + 32;
+    sl_status_t st;
+    int fd;
+
+    memset(f, 0, sizeof *f);
+    f->path = strdup(path);
+    f->tmp_path = malloc(n);
+    if (!f->path || !f->tmp_path) {
+        sl_atomic_abort(f);
+        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+    }
+    st = sl_file_temp_name(path, f->tmp_path, n);
+    if (st != SL_OK) {
+        free(f->tmp_path); /* a name cut short: nothing of ours to remove */
+        f->tmp_path = NULL;
+        sl_atomic_abort(f);
+        return st;
+    }
+    if (unlink(f->tmp_path) != 0 && errno != ENOENT)
+        return open_failed(f, "cannot remove the old temporary file", 0);
+    fd = open(f->tmp_path, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return open_failed(f, NULL, 0);
+    f->fp = fdopen(fd, "wb");
+    if (!f->fp) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return open_failed(f, NULL, 1);
+    }
+    return SL_OK;
+}
+
+sl_status_t
+sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes)
+{
+    if (bytes && fwrite(data, 1, bytes, f->fp) != bytes)
+        return sl_err_set(SL_ERR_IO, "%s: write failed: %s", f->tmp_path, strerror(errno));
+    return SL_OK;
 }
 
 sl_status_t
@@ -258,8 +290,8 @@ sl_file_mkdirs(const char *path)
             char c = *s;
             *s = '\0';
             if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                sl_status_t st = sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", p,
-                                            strerror(errno));
+                sl_status_t st =
+                    sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
                 free(p);
                 return st;
             }

@@ -25,6 +25,15 @@ typedef struct {
 } sl_atomic_file_t;
 
 sl_status_t sl_atomic_open(sl_atomic_file_t *f, const char *path);
+/* "path.tmp.<pid>", this process's temp file for path, into out (size bytes):
+ * sl_file_remove_stale_temps removes it when a crash leaves it. SL_ERR_INVALID when
+ * it does not fit. */
+sl_status_t sl_file_temp_name(const char *path, char *out, size_t size);
+/* Gives the file at from the name to (a hard link, then from unlinked; the directory
+ * fsynced) only when to does not exist: *placed 1, or 0 with from left as it is.
+ * Atomic: of several processes placing files at to, one wins and none replaces it.
+ * SL_ERR_IO for any other failure (from left). */
+sl_status_t sl_file_place_new(const char *from, const char *to, int *placed);
 sl_status_t sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes);
 sl_status_t sl_atomic_commit(sl_atomic_file_t *f);
 /* The same, keeping the file it replaces: path (when it exists) is first renamed to

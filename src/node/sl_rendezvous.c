@@ -622,10 +622,11 @@ sl_rendezvous_run_id(const sl_config_t *cfg, const char *master, uint64_t *id)
 
     if (!f)
         return sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));
-    /* what each node may set for itself: the address it listens on (each host its own)
-     * and where it finds the run's secret */
+    /* what each node may set for itself: the address it listens on (each host its own),
+     * where it finds the run's secret and where it writes its files (a host's own disk) */
     shared.cluster.bind = (char *)"";
     shared.cluster.key_file = (char *)"";
+    shared.run.dir = (char *)"";
     st = sl_config_write_yaml(&shared, f);
     if (fclose(f) != 0 && st == SL_OK)
         st = sl_err_set(SL_ERR_NOMEM, "run id: %s", strerror(errno));

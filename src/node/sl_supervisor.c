@@ -577,10 +577,13 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
         res->failed_rank = l.culprit;
         st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);
     } else if (l.lost >= 0) {
-        int w = -1; /* the node that wrote the run's model */
-        for (int i = 0; i < n; i++)
+        int w = -1, p = -1; /* the node that wrote the run's model; one that put a copy */
+        for (int i = 0; i < n; i++) {
             if (l.c[i].has_train && l.c[i].train.final_models > 0)
                 w = i;
+            if (l.c[i].has_train && l.c[i].train.placed_models > 0)
+                p = i;
+        }
         const char *others = n == 2 ? "the other node" : "the other nodes";
         res->failed_rank = l.lost;
         if (w >= 0 && l.c[w].train.final_models == 1)
@@ -593,6 +596,11 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
                             "%s (%s finished without it); the run's model, the average of %d "
                             "nodes, was written by node %d: %s/model.bin",
                             l.lost_msg, others, l.c[w].train.final_models, w, l.c[w].train.run_dir);
+        else if (p >= 0)
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s (%s finished without it); the run's model, the average of %d "
+                            "nodes, is the copy the others put there, not evaluated: %s/model.bin",
+                            l.lost_msg, others, l.c[p].train.placed_models, l.c[p].train.run_dir);
         else
             st = sl_err_set(SL_ERR_INVALID,
                             "%s (%s finished without it); no node wrote the run's model.bin",

@@ -514,6 +514,49 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     return sl_report_summary(&t->rep, &run, res->run_dir, nmodels);
 }
 
+/* On a member of an ma, bmuf or allreduce run other than the writer, which all hold
+ * the final average bit for bit: its copy becomes <run dir>/model.bin unless one of
+ * this run is there already (a file of fewer steps is an earlier run's). The writer
+ * replaces it with its evaluated file when it gets that far, so that a writer stopped
+ * or killed after the final average, or one writing to another host's run directory,
+ * still leaves the run its model. Overwrites the parameters. */
+static sl_status_t
+place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
+{
+    char path[SL_TRAIN_PATH_MAX], spare[SL_TRAIN_PATH_MAX];
+    sl_ckpt_info_t there;
+    int placed, current = 0;
+
+    SL_TRY(t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), avg,
+                                 sl_lm_nparams(t->lm) * sizeof *avg));
+    t->meta.models_averaged = nmodels;
+    t->meta.valid_loss = t->meta.test_loss = NAN; /* the writer evaluates it */
+    t->meta.valid_step = -1;
+    SL_TRY(join_path(path, res->run_dir, "model.bin"));
+    SL_TRY(sl_file_temp_name(path, spare, sizeof spare));
+    SL_TRY(sl_checkpoint_save(spare, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
+    SL_TRY(sl_file_place_new(spare, path, &placed));
+    if (!placed) {
+        if (sl_checkpoint_inspect(path, &there) == SL_OK) {
+            current = there.cur.step >= t->cur.step;
+            sl_checkpoint_info_fini(&there);
+        }
+        /* a writer's file that lands between the look and the rename is replaced by
+         * the same parameters, unevaluated: only where an earlier run's file was */
+        if (!current && rename(spare, path) != 0)
+            sl_log_warn("train", "%s: cannot put this node's copy of the run's model there: %s",
+                        path, strerror(errno));
+        unlink(spare);
+    }
+    res->placed_models = nmodels;
+    if (placed || !current)
+        sl_log_info("train",
+                    "this node's copy of the run's model (the average of %d nodes) is %s until "
+                    "the writer replaces it with the evaluated one",
+                    nmodels, path);
+    return SL_OK;
+}
+
 /* End of the run: the final average (every node takes part), valid and test evaluation
  * of this node's model, its model.bin and summary.json; then the run-level files: the
  * writer's, or rank 0's copy of its summary without a sync algorithm. */
@@ -554,6 +597,8 @@ finish(trainer_t *t, sl_train_result_t *res)
     }
     if (writer && avg)
         return finish_run_model(t, res, avg, nmodels);
+    if (avg)
+        SL_TRY(place_run_model(t, res, avg, nmodels));
     if (t->opts->nranks > 1 && t->opts->rank == 0)
         return sl_report_summary(&t->rep, res, res->run_dir, 1);
     return SL_OK;

@@ -96,6 +96,10 @@ typedef struct {
      * nodes' models it averages (0 elsewhere) and the average's losses. */
     int final_models;
     double final_valid_loss, final_test_loss;
+    /* On another member of an ma, bmuf or allreduce run: how many nodes' models the
+     * copy of the average it put at <run_dir>/model.bin (or found there) averages, in
+     * case the writer never writes it (0 elsewhere). */
+    int placed_models;
 } sl_train_result_t;
 
 /* Trains as cfg says (cfg validated; borrowed). res is filled as far as the run got.

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <check.h>
+#include <math.h>
 #include <regex.h>
 #include <signal.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "node/sl_checkpoint.h"
 #include "node/sl_export.h"
 #include "node/sl_train.h"
 
@@ -439,6 +441,68 @@ START_TEST(test_node_torchrun_env)
 }
 END_TEST
 
+/* bmuf over 3 shoal node processes, rank 1 writing to a run directory of its own (as
+ * on a host with its own disk): the members hold the final average bit for bit, so
+ * rank 1's directory gets the run's model too, unevaluated, while rank 2's copy in the
+ * shared directory gives way to the writer's evaluated file, whichever came first. */
+START_TEST(test_node_members_place_model)
+{
+    static char port[64], rank_var[3][16], local_var[3][16];
+    char conf[1100], key_set[1200], dir_set[2][1200], path[2][1200], *out, *err;
+    pid_t pid[3];
+    float *params[2];
+    size_t n[2];
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    launch_tiny_yaml(conf, sizeof conf, "place", 3, ", max_steps: 20");
+    make_key_file("place", key_set, sizeof key_set);
+    snprintf(port, sizeof port, "MASTER_PORT=%d", test_free_port());
+    snprintf(dir_set[0], sizeof dir_set[0], "run.dir=%s/place", launch_root);
+    snprintf(dir_set[1], sizeof dir_set[1], "run.dir=%s/place-own", launch_root);
+    for (int r = 0; r < 3; r++) {
+        char tag[16];
+        snprintf(rank_var[r], sizeof rank_var[r], "RANK=%d", r);
+        snprintf(local_var[r], sizeof local_var[r], "LOCAL_RANK=%d", r);
+        snprintf(tag, sizeof tag, "place%d", r);
+        pid[r] = launch_start(tag,
+                              (const char *[]){rank_var[r], "WORLD_SIZE=3", local_var[r],
+                                               "MASTER_ADDR=127.0.0.1", port, NULL},
+                              (const char *[]){"node", conf, "--set", "cluster.nodes=auto", "--set",
+                                               key_set, "--set", "sync.algorithm=bmuf", "--set",
+                                               "sync.period=5", "--set", dir_set[r == 1], NULL});
+    }
+    for (int r = 0; r < 3; r++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "place%d", r);
+        ck_assert_int_eq(launch_wait(pid[r], tag, &out, &err), 0);
+        free(out);
+        free(err);
+    }
+    launch_assert_nothing_left();
+
+    snprintf(path[0], sizeof path[0], "%s/place/model.bin", launch_root);
+    snprintf(path[1], sizeof path[1], "%s/place-own/model.bin", launch_root);
+    for (int i = 0; i < 2; i++) {
+        sl_ckpt_info_t info;
+        ck_assert_msg(sl_checkpoint_inspect(path[i], &info) == SL_OK, "%s", sl_err_msg());
+        ck_assert(info.has_meta);
+        ck_assert_int_eq(info.meta.models_averaged, 3);
+        ck_assert_int_eq(info.cur.step, 20);
+        /* the writer's file is evaluated, the copy is not */
+        ck_assert_msg(isnan(info.meta.valid_loss) == (i == 1), "%s: valid loss %g", path[i],
+                      info.meta.valid_loss);
+        sl_checkpoint_info_fini(&info);
+        params[i] = test_model_params(path[i], &n[i]);
+    }
+    ck_assert_uint_eq(n[0], n[1]);
+    ck_assert(memcmp(params[0], params[1], n[0] * sizeof(float)) == 0);
+    free(params[0]);
+    free(params[1]);
+}
+END_TEST
+
 /* Each node's model.bin and the run's average in <tmp>/<run> hold the n parameters of
  * want (same): bit for bit, or (same 0) not. */
 static void
@@ -659,6 +723,7 @@ launch_run_suite(void)
     tcase_add_test(limits, test_run_node_fails);
     tcase_add_test(core, test_node_torchrun_env);
     tcase_add_test(core, test_init_run_and_node);
+    tcase_add_test(core, test_node_members_place_model);
     tcase_add_test(limits, test_node_abort_reaches_peer);
     tcase_add_test(limits, test_node_key_file);
     tcase_add_test(limits, test_node_usage_errors);
