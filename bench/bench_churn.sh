@@ -12,7 +12,7 @@
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
 #                        [--modes "gossip-bmuf bmuf allreduce"] [--steps S] [--trials K]
-#                        [--signal KILL|STOP]
+#                        [--signal KILL|STOP] [--baseline each|first]
 #                        [--set KEY=VALUE]... [--out DIR] [--keep]
 #   bench/bench_churn.sh --report DIR
 #
@@ -27,6 +27,9 @@
 #   --signal SIG    KILL (default) or STOP: a stopped node is killed by shoal run's
 #                   watchdog (cluster.watchdog_timeouts sync timeouts later), then
 #                   restarted like a dead one
+#   --baseline B    each (default): a fault-free run in every trial; first: only in
+#                   trial 1, against which every later trial's goodput and perplexity
+#                   are taken (for many trials that count hangs and lost models)
 #   --set KEY=VALUE passed to every run
 #   --out DIR       run folders, logs, table (default a temp dir, removed unless --keep)
 #   --report DIR    no runs: the table again from DIR, the --out of an earlier run
@@ -59,6 +62,7 @@ modes="gossip-bmuf bmuf allreduce"
 steps=3000
 trials=1
 signal=KILL
+baseline=each
 sets=()
 out=""
 keep=0
@@ -71,7 +75,7 @@ die() {
 
 while [ $# -gt 0 ]; do
     case $1 in
-    --nodes | --every | --delay-ms | --modes | --steps | --trials | --signal | --set | --out | --report)
+    --nodes | --every | --delay-ms | --modes | --steps | --trials | --signal | --baseline | --set | --out | --report)
         [ $# -ge 2 ] || die "$1 needs a value (see --help)"
         case $1 in
         --nodes) nodes_list=$2 ;;
@@ -80,6 +84,7 @@ while [ $# -gt 0 ]; do
         --modes) modes=$2 ;;
         --steps) steps=$2 ;;
         --trials) trials=$2 ;;
+        --baseline) baseline=$2 ;;
         --signal) signal=$2 ;;
         --set) sets+=(--set "$2") ;;
         --out) out=$2 ;;
@@ -105,6 +110,7 @@ done
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps must be a positive integer, not '$steps'"
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
 case $signal in KILL | STOP) ;; *) die "--signal must be KILL or STOP, not '$signal'" ;; esac
+case $baseline in each | first) ;; *) die "--baseline must be each or first, not '$baseline'" ;; esac
 if [ -n "$report" ]; then
     [ -r "$report/settings" ] && [ -r "$report/table" ] ||
         die "$report: no settings and table of a run of $me here"
@@ -241,18 +247,20 @@ run_all() {
     echo "# cpu: $cpu"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     : >"$out/table"
-    declare -p nodes_list every delay_ms modes steps trials signal sets cpu >"$out/settings"
+    declare -p nodes_list every delay_ms modes steps trials signal baseline sets cpu >"$out/settings"
     for n in $nodes_list; do
         for mode in $modes; do
             mode_args "$mode" "$n"
             # trial k: the fault-free run, then each faulty one, side by side
             for ((k = 1; k <= trials; k++)); do
-                name=n$n-$mode-free-$k
-                echo "n=$n $mode: fault-free, trial $k ..." >&2
-                read -r rc wall <<<"$(run_one "$name" "$n" 0 100000)"
-                [ "$rc" = 0 ] || { tail -n 5 "$out/$name.log" >&2; die "the fault-free run $name failed"; }
-                echo "$n $mode 0 $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
-                limit=$(awk -v w="$wall" 'BEGIN { printf "%d", 3 * w + 120 }')
+                if [ "$k" = 1 ] || [ "$baseline" = each ]; then
+                    name=n$n-$mode-free-$k
+                    echo "n=$n $mode: fault-free, trial $k ..." >&2
+                    read -r rc wall <<<"$(run_one "$name" "$n" 0 100000)"
+                    [ "$rc" = 0 ] || { tail -n 5 "$out/$name.log" >&2; die "the fault-free run $name failed"; }
+                    echo "$n $mode 0 $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
+                    limit=$(awk -v w="$wall" 'BEGIN { printf "%d", 3 * w + 120 }')
+                fi
                 for t in $every; do
                     [ "$t" != 0 ] || continue
                     name=n$n-$mode-every$t-$k
@@ -274,7 +282,8 @@ echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | to
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2 " " $4; rate[k] = $9 / $6; ppl[k] = $10 }
         next }
-    { key = $1 " " $2 " " $4; base = rate[key]; bppl = ppl[key]
+    { key = $1 " " $2 " " $4; if (!(key in rate)) key = $1 " " $2 " 1"  # --baseline first
+      base = rate[key]; bppl = ppl[key]
       g = ($9 / $6) / base; hang = $5 == 124 ? " (hang)" : ""
       printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %+.2f%% | %s |\n",
           $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, $10,
