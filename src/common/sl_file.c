@@ -1,5 +1,6 @@
 /* Whole-file reads, atomic replacement (with the replaced file kept, for checkpoint
- * generations), removal of stale temp files, mkdir -p. */
+ * generations), removal of stale temp files, directory locks, mkdir -p. */
+#define _DEFAULT_SOURCE /* flock */
 #define _POSIX_C_SOURCE 200809L
 #include "common/sl_file.h"
 
@@ -9,6 +10,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,18 +110,27 @@ sl_file_temp_name(const char *path, char *out, size_t size)
 }
 
 sl_status_t
-sl_file_place_new(const char *from, const char *to, int *placed)
+sl_file_lock_dir(const char *dir, int *fd)
 {
-    *placed = 0;
-    if (link(from, to) != 0) {
-        if (errno == EEXIST)
-            return SL_OK;
-        return sl_err_set(SL_ERR_IO, "%s: cannot put %s there: %s", to, from, strerror(errno));
+    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0)
+        return sl_err_set(SL_ERR_IO, "%s: %s", dir, strerror(errno));
+    while (flock(*fd, LOCK_EX) != 0) {
+        if (errno == EINTR)
+            continue;
+        int e = errno;
+        close(*fd);
+        *fd = -1;
+        return sl_err_set(SL_ERR_IO, "%s: cannot lock: %s", dir, strerror(e));
     }
-    *placed = 1;
-    fsync_parent_dir(to);
-    unlink(from);
     return SL_OK;
+}
+
+void
+sl_file_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* drops the lock */
 }
 
 sl_status_t

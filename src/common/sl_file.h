@@ -29,11 +29,6 @@ sl_status_t sl_atomic_open(sl_atomic_file_t *f, const char *path);
  * sl_file_remove_stale_temps removes it when a crash leaves it. SL_ERR_INVALID when
  * it does not fit. */
 sl_status_t sl_file_temp_name(const char *path, char *out, size_t size);
-/* Gives the file at from the name to (a hard link, then from unlinked; the directory
- * fsynced) only when to does not exist: *placed 1, or 0 with from left as it is.
- * Atomic: of several processes placing files at to, one wins and none replaces it.
- * SL_ERR_IO for any other failure (from left). */
-sl_status_t sl_file_place_new(const char *from, const char *to, int *placed);
 sl_status_t sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes);
 sl_status_t sl_atomic_commit(sl_atomic_file_t *f);
 /* The same, keeping the file it replaces: path (when it exists) is first renamed to
@@ -50,6 +45,12 @@ void sl_atomic_abort(sl_atomic_file_t *f);
  * will say why it fails. A directory that cannot be read is SL_ERR_IO; an entry that
  * cannot be removed is logged and left. */
 sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
+
+/* An exclusive lock (flock) on directory dir, waited for: *fd to give to
+ * sl_file_unlock. Serializes the processes, of one host or of several on a shared
+ * filesystem that has flock, that decide about a name in dir. SL_ERR_IO. */
+sl_status_t sl_file_lock_dir(const char *dir, int *fd);
+void sl_file_unlock(int fd);
 
 /* mkdir -p; SL_ERR_IO naming the part that failed. */
 sl_status_t sl_file_mkdirs(const char *path);

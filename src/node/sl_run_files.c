@@ -1,5 +1,6 @@
 /* Run-directory housekeeping: set aside a previous run's files, keep the last K
- * checkpoints, record the best validation model (sl_run_files.h). */
+ * checkpoints, record the best validation model, choose the run's model
+ * (sl_run_files.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_run_files.h"
 
@@ -14,6 +15,7 @@
 
 #include "common/sl_file.h"
 #include "common/sl_log.h"
+#include "node/sl_checkpoint.h"
 #include "node/sl_metrics.h"
 
 #define RUN_PATH_MAX 4096
@@ -233,4 +235,51 @@ sl_run_best_write(const char *dir, const sl_run_best_t *best, sl_level_t level)
         return sl_err_set(SL_ERR_IO, "%s: cannot write", path);
     }
     return sl_atomic_commit(&f);
+}
+
+/* Whether the model at path, of *there, is one of this run that stays against mine. */
+static int
+run_model_stays(const char *path, const sl_run_model_t *mine, sl_run_model_t *there)
+{
+    sl_ckpt_info_t info;
+
+    if (sl_checkpoint_inspect(path, &info) != SL_OK)
+        return 0; /* none, or a damaged one */
+    there->step = info.cur.step;
+    there->models = info.has_meta ? info.meta.models_averaged : 1;
+    there->rank = info.id.rank;
+    sl_checkpoint_info_fini(&info);
+    return there->step >= mine->step &&
+           (there->models > mine->models ||
+            (there->models == mine->models && there->rank < mine->rank));
+}
+
+sl_status_t
+sl_run_model_place(const char *file, const char *path, const sl_run_model_t *mine, int *placed,
+                   sl_run_model_t *there)
+{
+    char dir[RUN_PATH_MAX], *slash;
+    sl_run_model_t seen;
+    sl_status_t st = SL_OK;
+    int lock;
+
+    *placed = 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = '\0';
+    else
+        strcpy(dir, ".");
+    SL_TRY(sl_file_lock_dir(dir, &lock));
+    if (run_model_stays(path, mine, &seen)) {
+        if (there)
+            *there = seen;
+    } else if (rename(file, path) != 0) {
+        st = sl_err_set(SL_ERR_IO, "%s: cannot rename %s into place: %s", path, file,
+                        strerror(errno));
+    } else {
+        *placed = 1;
+    }
+    sl_file_unlock(lock);
+    return st;
 }

@@ -1,7 +1,8 @@
 /* The run directory's housekeeping around the trainer's files (sl_train.h): the files a
  * previous run left set aside when a run starts over (--no-resume), the last K
  * checkpoints kept (run.keep_checkpoints), and the record of the best validation model
- * (run.keep_best: best.bin, written by the trainer, and best.json, written here). */
+ * (run.keep_best: best.bin, written by the trainer, and best.json, written here), and
+ * which model the run's model.bin is when several nodes offer one. */
 #ifndef SL_RUN_FILES_H
 #define SL_RUN_FILES_H
 
@@ -39,5 +40,25 @@ void sl_run_best_read(const char *dir, long upto, sl_run_best_t *best);
 /* <dir>/best.json, written atomically: {"step", "valid_loss", "valid_ppl" or
  * "valid_bpc", "model": "best.bin"}. SL_ERR_IO. */
 sl_status_t sl_run_best_write(const char *dir, const sl_run_best_t *best, sl_level_t level);
+
+/* A model offered as the run's <run_dir>/model.bin at the end of a run: its steps, how
+ * many nodes' models it averages, and the rank of the node that offers it. */
+typedef struct {
+    long step;
+    int models;
+    int rank;
+} sl_run_model_t;
+
+/* Gives the model file at file (complete: saved and renamed into place) the name path
+ * (the run's model.bin), unless path holds a model of this run that stays: one of at
+ * least mine's steps (fewer: an earlier run's) that averages more nodes' models, or as
+ * many offered by a lower rank. So the writer of a collective run, its lowest member,
+ * replaces the copies the other members put there first, and of two groups that each
+ * took the other for dead and each wrote a model, the bigger group's stays, whichever
+ * came last. Decided under a lock on path's directory (sl_file_lock_dir). *placed 1
+ * when file took the name, else 0 with file left where it is and *there (may be NULL)
+ * what stayed. SL_ERR_IO. */
+sl_status_t sl_run_model_place(const char *file, const char *path, const sl_run_model_t *mine,
+                               int *placed, sl_run_model_t *there);
 
 #endif

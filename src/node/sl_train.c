@@ -476,18 +476,48 @@ train_loop(trainer_t *t, sl_train_result_t *res)
     return SL_OK;
 }
 
+/* The model in the parameters, averaging nmodels nodes' models, offered as <run
+ * dir>/model.bin (sl_run_model_place: one of this run that averages more nodes, or as
+ * many from a lower rank, stays). *placed 0 when the other stayed: the writer's own
+ * is then kept as <dir>/group-model.bin, with a warning (two groups that each took the
+ * other for dead), another member's copy is dropped. */
+static sl_status_t
+offer_run_model(trainer_t *t, sl_train_result_t *res, int nmodels, int writer, int *placed)
+{
+    char path[SL_TRAIN_PATH_MAX], spare[SL_TRAIN_PATH_MAX], aside[SL_TRAIN_PATH_MAX];
+    sl_run_model_t mine = {t->cur.step, nmodels, t->id.rank}, there;
+    sl_status_t st;
+
+    SL_TRY(join_path(path, res->run_dir, "model.bin"));
+    SL_TRY(join_path(aside, res->dir, "group-model.bin"));
+    SL_TRY(sl_file_temp_name(path, spare, sizeof spare));
+    SL_TRY(sl_checkpoint_save(spare, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
+    st = sl_run_model_place(spare, path, &mine, placed, &there);
+    if (st == SL_OK && !*placed && writer) {
+        if (rename(spare, aside) != 0)
+            st = sl_err_set(SL_ERR_IO, "%s: cannot rename %s into place: %s", aside, spare,
+                            strerror(errno));
+        else
+            sl_log_warn("train",
+                        "%s is the average of %d nodes, from node %d: this node's group "
+                        "averaged %d, kept as %s",
+                        path, there.models, there.rank, nmodels, aside);
+    }
+    unlink(spare); /* gone when it took a name */
+    return st;
+}
+
 /* With a sync algorithm, on the writer sl_sync_final names (rank 0; in gossip and local
  * runs the lowest-ranked live node): the average of the nodes' models (avg) evaluated,
- * saved as <run dir>/model.bin, and <run dir>/summary.json (its "rank" is the writer's).
- * Overwrites the parameters. */
+ * offered as <run dir>/model.bin, and with it <run dir>/summary.json (its "rank" is the
+ * writer's). Overwrites the parameters. */
 static sl_status_t
 finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
     sl_train_result_t run = *res;
-    char path[SL_TRAIN_PATH_MAX];
     const sl_batcher_t *bt[2] = {&t->valid_bt, &t->test_bt};
     const char *split[2] = {"valid", "test"};
-    int has[2] = {t->has_valid, t->has_test};
+    int has[2] = {t->has_valid, t->has_test}, placed;
     double *loss[2] = {&run.valid_loss, &run.test_loss};
 
     SL_TRY(t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), avg,
@@ -501,59 +531,42 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     }
     run.has_valid = t->has_valid;
     run.has_test = t->has_test;
-    res->final_models = nmodels;
-    res->final_valid_loss = run.valid_loss;
-    res->final_test_loss = run.test_loss;
     t->meta.models_averaged = nmodels;
     t->meta.valid_loss = t->has_valid ? run.valid_loss : NAN;
     t->meta.valid_step = t->has_valid ? t->cur.step : -1;
     t->meta.test_loss = t->has_test ? run.test_loss : NAN;
-    SL_TRY(join_path(path, res->run_dir, "model.bin"));
-    SL_TRY(sl_checkpoint_save(path, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
-    sl_log_info("train", "final model: %s", path);
+    SL_TRY(offer_run_model(t, res, nmodels, 1, &placed));
+    if (!placed)
+        return SL_OK;
+    res->final_models = nmodels;
+    res->final_valid_loss = run.valid_loss;
+    res->final_test_loss = run.test_loss;
+    sl_log_info("train", "final model: %s/model.bin", res->run_dir);
     return sl_report_summary(&t->rep, &run, res->run_dir, nmodels);
 }
 
 /* On a member of an ma, bmuf or allreduce run other than the writer, which all hold
- * the final average bit for bit: its copy becomes <run dir>/model.bin unless one of
- * this run is there already (a file of fewer steps is an earlier run's). The writer
- * replaces it with its evaluated file when it gets that far, so that a writer stopped
- * or killed after the final average, or one writing to another host's run directory,
- * still leaves the run its model. Overwrites the parameters. */
+ * the final average bit for bit: its copy is offered as <run dir>/model.bin. The
+ * writer, the lowest member, replaces it with its evaluated file when it gets that far,
+ * so that a writer stopped or killed after the final average, or one writing to another
+ * host's run directory, still leaves the run its model. Overwrites the parameters. */
 static sl_status_t
 place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
-    char path[SL_TRAIN_PATH_MAX], spare[SL_TRAIN_PATH_MAX];
-    sl_ckpt_info_t there;
-    int placed, current = 0;
+    int placed;
 
     SL_TRY(t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), avg,
                                  sl_lm_nparams(t->lm) * sizeof *avg));
     t->meta.models_averaged = nmodels;
     t->meta.valid_loss = t->meta.test_loss = NAN; /* the writer evaluates it */
     t->meta.valid_step = -1;
-    SL_TRY(join_path(path, res->run_dir, "model.bin"));
-    SL_TRY(sl_file_temp_name(path, spare, sizeof spare));
-    SL_TRY(sl_checkpoint_save(spare, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
-    SL_TRY(sl_file_place_new(spare, path, &placed));
-    if (!placed) {
-        if (sl_checkpoint_inspect(path, &there) == SL_OK) {
-            current = there.cur.step >= t->cur.step;
-            sl_checkpoint_info_fini(&there);
-        }
-        /* a writer's file that lands between the look and the rename is replaced by
-         * the same parameters, unevaluated: only where an earlier run's file was */
-        if (!current && rename(spare, path) != 0)
-            sl_log_warn("train", "%s: cannot put this node's copy of the run's model there: %s",
-                        path, strerror(errno));
-        unlink(spare);
-    }
+    SL_TRY(offer_run_model(t, res, nmodels, 0, &placed));
     res->placed_models = nmodels;
-    if (placed || !current)
+    if (placed)
         sl_log_info("train",
-                    "this node's copy of the run's model (the average of %d nodes) is %s until "
-                    "the writer replaces it with the evaluated one",
-                    nmodels, path);
+                    "this node's copy of the run's model (the average of %d nodes) is %s/model.bin "
+                    "until the writer replaces it with the evaluated one",
+                    nmodels, res->run_dir);
     return SL_OK;
 }
 

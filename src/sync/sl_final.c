@@ -224,7 +224,8 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
  * while one of them is alive gathers at once (a live node held for dead: it missed
  * SL_SYNC_DEAD_ROUNDS rounds in a row), or a confirmation comes after the sender's
  * window and the sender reaches itself first. Each writer writes the average of the
- * models it got; the run's model.bin is the last one written. The dead marks are what
+ * models it got; the run's model.bin is the one that averages more nodes (of as many,
+ * the lower writer's: sl_run_model_place), the other is kept beside it. The dead marks are what
  * make a crash cheap; a timeout that keeps live nodes from being taken for dead keeps
  * them safe. */
 static sl_status_t

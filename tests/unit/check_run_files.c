@@ -19,6 +19,12 @@
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
+#include "data/sl_data.h"
+#include "kernels/sl_backend.h"
+#include "model/sl_model.h"
+#include "model/sl_model_meta.h"
+#include "node/sl_checkpoint.h"
+#include "node/sl_run_files.h"
 #include "node/sl_train.h"
 
 #include "test_tool.h"
@@ -312,6 +318,94 @@ START_TEST(test_saved_config_elsewhere)
 }
 END_TEST
 
+/* A model file at dir/name of step steps, offered by rank, averaging models nodes'
+ * models, its parameters from seed. */
+static void
+offered_model(const char *dir, const char *name, long step, int rank, int models, uint64_t seed)
+{
+    char path[1200];
+    sl_config_t cfg;
+    sl_backend_t *be;
+    sl_lm_t *lm;
+    sl_model_meta_t meta;
+    sl_vocab_t *v;
+    sl_ckpt_ident_t id;
+    sl_ckpt_cursor_t cur = {0};
+
+    ck_assert_int_eq(sl_vocab_begin(&v, 50), SL_OK);
+    for (int i = 0; i < 50; i++) {
+        char word[16];
+        int n = i == 0   ? snprintf(word, sizeof word, "<unk>")
+                : i == 1 ? snprintf(word, sizeof word, "<eos>")
+                         : snprintf(word, sizeof word, "w%d", i);
+        ck_assert_int_eq(sl_vocab_append(v, word, (size_t)n), SL_OK);
+    }
+    ck_assert_int_eq(sl_vocab_end(v, SL_LEVEL_WORD), SL_OK);
+    test_tiny_config(&cfg, tmp_root, data_dir, "offered", NULL);
+    ck_assert_int_eq(sl_backend_cpu_new(&be, 1), SL_OK);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, 50, 1, 4, be), SL_OK);
+    ck_assert_int_eq(sl_lm_init_params(lm, seed), SL_OK);
+    sl_ckpt_ident_init(&id, &cfg, 50, 0x1234, rank, 4);
+    sl_model_meta_init(&meta, &cfg, v);
+    meta.models_averaged = models;
+    id.meta = &meta;
+    cur.step = step;
+    cur.tokens = (uint64_t)step * (uint64_t)(cfg.train.batch * cfg.train.bptt);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    ck_assert_msg(sl_checkpoint_save(path, &id, &cur, be, lm, NULL, NULL, NULL) == SL_OK, "%s",
+                  sl_err_msg());
+
+    sl_lm_destroy(&lm);
+    sl_backend_destroy(&be);
+    sl_vocab_destroy(&v);
+    sl_config_fini(&cfg);
+}
+
+/* Offers dir/offer (step, rank, models) as dir/model.bin: whether it took the name, and
+ * which model dir/model.bin then holds (its seed among those offered). */
+static int
+offer(const char *dir, long step, int rank, int models, uint64_t seed)
+{
+    char file[1200], path[1200];
+    sl_run_model_t mine = {step, models, rank}, there = {0, 0, -1};
+    int placed;
+
+    offered_model(dir, "offer.bin", step, rank, models, seed);
+    snprintf(file, sizeof file, "%s/offer.bin", dir);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    ck_assert_msg(sl_run_model_place(file, path, &mine, &placed, &there) == SL_OK, "%s",
+                  sl_err_msg());
+    ck_assert_int_eq(exists(dir, "offer.bin"), !placed); /* left to the caller */
+    if (!placed)
+        ck_assert_msg(there.models >= models && there.step >= step, "there: %d models, step %ld",
+                      there.models, there.step);
+    return placed;
+}
+
+/* The run's model.bin among several offers: an earlier run's file (fewer steps) gives
+ * way; of this run's, the one averaging more nodes stays, and of as many, the lower
+ * rank's, whatever the order of the offers; a damaged file gives way. */
+START_TEST(test_run_model_place)
+{
+    char dir[1200], path[1200], want[1200];
+
+    snprintf(dir, sizeof dir, "%s/offers", tmp_root);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/model.bin", dir);
+    ck_assert(offer(dir, 100, 0, 4, 1));  /* none there */
+    ck_assert(offer(dir, 200, 2, 3, 2));  /* an earlier run's, of 4 nodes */
+    ck_assert(!offer(dir, 200, 3, 3, 3)); /* as many from rank 2 */
+    ck_assert(offer(dir, 200, 1, 3, 4));  /* as many, lower rank: the writer over a copy */
+    ck_assert(!offer(dir, 200, 0, 1, 5)); /* a group of one */
+    ck_assert(offer(dir, 200, 3, 4, 6));  /* a bigger group */
+    offered_model(dir, "want.bin", 200, 3, 4, 6);
+    snprintf(want, sizeof want, "%s/want.bin", dir);
+    assert_same_params(path, want);
+    test_write_file(path, "not a model", 11);
+    ck_assert(offer(dir, 200, 2, 1, 7));
+}
+END_TEST
+
 static Suite *
 run_files_suite(void)
 {
@@ -322,6 +416,7 @@ run_files_suite(void)
     tcase_set_timeout(core, 300);
     tcase_set_timeout(limits, 300);
     tcase_add_test(core, test_keep_checkpoints);
+    tcase_add_test(core, test_run_model_place);
     tcase_add_test(core, test_keep_best);
     tcase_add_test(core, test_keep_best_resumed);
     tcase_add_test(core, test_saved_config_elsewhere);
