@@ -7,7 +7,8 @@
 # goodput = tokens per second against the fault-free run's of the same trial (each trial
 # runs the fault-free run and then the faulty ones, side by side), the seconds from a node's
 # restart to its first answered round or its admission (the first of the others' "node
-# R joined the run" lines), the final
+# R joined the run" lines), also in sync rounds of the fault-free run (its node 0's
+# training time per step times the period: 16 steps, 1 for allreduce), the final
 # model's valid perplexity against the fault-free run's, and hangs.
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
@@ -152,12 +153,13 @@ common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cac
     --set sync.timeout_ms=1000 --set cluster.timeout_ms=5000
     --set cluster.restart.max=1000 --set cluster.restart.delay_ms="$delay_ms")
 
-# mode_args MODE N: sets conf and args[] for one mode on N nodes.
+# mode_args MODE N: sets conf, args[] and the sync period (steps) for one mode on N nodes.
 mode_args() {
     local q=$(($2 >= 8 ? 2 : 1))
     conf=$top/conf/brown-4nodes-$1.yaml
+    period=16
     case $1 in
-    allreduce) args=() ;;
+    allreduce) args=() period=1 ;;
     bmuf) args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique) ;;
     gossip-bmuf)
         args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique
@@ -217,12 +219,16 @@ run_one() {
     awk -v s="$start" -v e="$EPOCHREALTIME" -v rc="$rc" 'BEGIN { printf "%d %.1f\n", rc, e - s }'
 }
 
-# measure NAME N RC WALL: "kills comebacks tokens ppl model back_median back_max" of a run
+# measure NAME N RC WALL: "kills comebacks tokens ppl model back_median back_max round_s"
+# of a run (round_s: node 0's training seconds per step times the period)
 measure() {
-    local name=$1 n=$2 rc=$3 wall=$4 dir=$out/$1 model=yes
+    local name=$1 n=$2 rc=$3 wall=$4 dir=$out/$1 model=yes round
+    round=$(awk -v t="$(num train_time_s "$dir/node-0/summary.json")" \
+        -v s="$(num steps "$dir/node-0/summary.json")" -v p="$period" \
+        'BEGIN { if (s > 0) printf "%.4f", t / s * p; else print "nan" }')
     [ -s "$dir/model.bin" ] || model=no
     # comebacks from the log: "came back at step S" per rank, in order, against the kills
-    awk -v n="$n" -v steps="$steps" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" \
+    awk -v n="$n" -v steps="$steps" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" -v round="$round" \
         -v ppl="$(num valid_ppl "$dir/summary.json")" -v model="$model" '
         BEGIN { while ((getline line < kills) > 0) { split(line, k, " ")
                     nk++; kr[nk] = k[2]; ks[nk] = k[3] } }
@@ -238,8 +244,8 @@ measure() {
               for (i = 2; i <= m; i++) { x = back[i]; for (j = i - 1; j >= 1 && back[j] > x; j--)
                       back[j + 1] = back[j]; back[j + 1] = x }  # sorted, for the median
               med = m ? back[int((m + 1) / 2)] : 0; mx = m ? back[m] : 0
-              printf "%d %d %d %s %s %.1f %.1f\n", nk, nb, total * tok, ppl == "" ? "nan" : ppl,
-                  model, med, mx }' "$out/$name.log"
+              printf "%d %d %d %s %s %.1f %.1f %s\n", nk, nb, total * tok, ppl == "" ? "nan" : ppl,
+                  model, med, mx, round }' "$out/$name.log"
 }
 
 run_all() {
@@ -278,16 +284,17 @@ run_all() {
 echo
 echo "## churn ($cpu; $steps steps a node, SIG$signal, restart after $delay_ms ms)"
 echo
-echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | valid ppl | ppl vs fault-free | model.bin |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2 " " $4; rate[k] = $9 / $6; ppl[k] = $10 }
+echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | back, rounds | valid ppl | ppl vs fault-free | model.bin |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2 " " $4; rate[k] = $9 / $6; ppl[k] = $10; rnd[k] = $14 }
         next }
     { key = $1 " " $2 " " $4; if (!(key in rate)) key = $1 " " $2 " 1"  # --baseline first
-      base = rate[key]; bppl = ppl[key]
+      base = rate[key]; bppl = ppl[key]; r = rnd[key] + 0
       g = ($9 / $6) / base; hang = $5 == 124 ? " (hang)" : ""
-      printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %+.2f%% | %s |\n",
-          $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, $10,
-          100 * ($10 / bppl - 1), $11 }' "$out/table" "$out/table"
+      rounds = r > 0 ? sprintf("%.1f, %.1f", $12 / r, $13 / r) : "-"
+      printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %s | %+.2f%% | %s |\n",
+          $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, rounds,
+          $10, 100 * ($10 / bppl - 1), $11 }' "$out/table" "$out/table"
 echo
 awk '$3 != 0 { runs++; if ($5 == 124) hangs++; if ($11 != "yes") nomodel++ }
     END { printf "# %d faulty runs: %d hangs, %d without the run'"'"'s model.bin\n", runs, hangs, nomodel }' "$out/table"
