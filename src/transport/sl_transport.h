@@ -243,7 +243,8 @@ sl_status_t sl_transport_abort(sl_transport_t *t, const char *reason, int timeou
  * this one from then on. Waits at most timeout_ms in all; SL_ERR_TIMEOUT names how many
  * peers could not be told in time (they learn it from the next hello, or never hear
  * from this node: it is not fatal). Under frame MACs (sl_transport_opts_t.frame_mac)
- * the peers cannot check a new process' frames: SL_ERR_UNSUPPORTED. */
+ * a peer drops the hello unless it has installed this process's new session key
+ * (sl_transport_set_session_key) first: the rendezvous sees to that. */
 sl_status_t sl_transport_announce(sl_transport_t *t, int timeout_ms);
 /* With frame MACs, after sl_transport_learn_sessions: rank (not this node's) is a new
  * process with session key key (SL_MAC_SESSION_BYTES, from the CURVE rendezvous, never

@@ -122,12 +122,6 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
     const char *ep = sl_transport_endpoint(t);
     size_t len = strlen(ep);
 
-    if (t->o.frame_mac)
-        return sl_err_set(SL_ERR_UNSUPPORTED,
-                          "rank %u: a node cannot come back to a running job under "
-                          "cluster.security mac (its new session key cannot reach the others); "
-                          "use cluster.security curve",
-                          (unsigned)t->o.rank);
     if (len >= SL_WIRE_MAX_HELLO)
         return sl_err_set(SL_ERR_INVALID, "transport: endpoint %s too long", ep);
     return tell_known(t, SL_WIRE_HELLO, ep, len, timeout_ms, "transport: hello");
