@@ -70,18 +70,29 @@ typedef struct {
 } node_t;
 
 /* Between steps, the rendezvous of the run: rank 0 admits the nodes that come back and
- * learns the live ones it did not know; the others say they are present. */
+ * learns the live ones it did not know; the others say they are present. Under
+ * cluster.security mac, the new process's session key, which only the CURVE rendezvous
+ * carries, is installed before any of its frames is read. */
 static sl_status_t
 watch_rendezvous(node_t *n)
 {
+    int mac = n->cfg->cluster.security == SL_SECURITY_MAC;
     sl_rdv_event_t ev;
     int rank;
 
     if (n->o->rank != 0) {
-        sl_rendezvous_present(n->rdv);
+        SL_TRY(sl_rendezvous_present(n->rdv, &rank));
+        if (rank >= 0 && mac) {
+            SL_TRY(sl_transport_set_session_key(n->tr, (uint32_t)rank,
+                                                sl_rendezvous_session(n->rdv, rank)));
+            sl_rendezvous_confirm(n->rdv, rank);
+        }
         return SL_OK;
     }
     SL_TRY(sl_rendezvous_admit(n->rdv, &ev, &rank));
+    if (ev != SL_RDV_NOTHING && mac)
+        SL_TRY(sl_transport_set_session_key(n->tr, (uint32_t)rank,
+                                            sl_rendezvous_session(n->rdv, rank)));
     if (ev == SL_RDV_CAME_BACK)
         sl_log_info("node",
                     "node %d comes back: it has the run's table and asks a live node for the "
@@ -294,7 +305,7 @@ meet_peers(node_t *n)
     const sl_node_opts_t *o = n->o;
     sl_rendezvous_opts_t ro;
     sl_rendezvous_t *rdv = NULL;
-    sl_rendezvous_table_t table = {0, NULL, NULL};
+    sl_rendezvous_table_t table = {0, NULL, NULL, NULL};
     char host[256], port[16], conn[300], bind[300], master[300];
     int p;
     uint64_t run_id;
@@ -318,6 +329,7 @@ meet_peers(node_t *n)
     ro.timeout_ms = n->cfg->cluster.rendezvous_timeout_ms;
     ro.interrupt = o->interrupt;
     ro.secret = n->cfg->cluster.security != SL_SECURITY_NONE ? &n->secret : NULL;
+    ro.relay_sessions = n->cfg->cluster.security == SL_SECURITY_MAC;
     SL_TRY(sl_rendezvous_new(&rdv, &ro));
     snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
     if (o->rank == 0 && o->on_master)

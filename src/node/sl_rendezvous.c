@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "common/sl_clock.h"
@@ -82,6 +83,17 @@ sl_rdv_format_seconds(int ms, char *buf, size_t size)
     snprintf(buf, size, "%g s", ms / 1000.0);
 }
 
+/* This process's generation: the wall clock, which orders two processes of one rank
+ * started one after the other, on any host, where a monotonic clock would not. */
+static uint64_t
+generation_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 sl_status_t
 sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
 {
@@ -103,6 +115,7 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
     if (!r)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     r->o = *o;
+    r->generation = generation_now();
     snprintf(r->master, sizeof r->master, "%s", o->master);
     snprintf(r->bind, sizeof r->bind, "%s", o->bind ? o->bind : o->master);
     r->o.master = r->master;
@@ -158,8 +171,7 @@ sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t *o)
                      strrchr(last, ':'));
         }
     } else {
-        int64_t most = HEAD_BYTES + 4 +
-                       (int64_t)o->size * (2 + SL_RDV_ENDPOINT_MAX + SESSION_BYTES) +
+        int64_t most = HEAD_BYTES + 4 + (int64_t)o->size * (ENTRY_BYTES + SL_RDV_ENDPOINT_MAX) +
                        HANDSHAKE_BYTES;
 
         if (zmq_setsockopt(r->sock, ZMQ_MAXMSGSIZE, &most, sizeof most) != 0) {
@@ -193,6 +205,14 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
     sl_curve_destroy(&r->curve);
     sl_rendezvous_table_fini(&r->table);
     free(r->admit_reg);
+    for (int i = 0; r->pending && i < r->o.size; i++)
+        if (r->pending[i]) {
+            free(r->pending[i]->waiting);
+            free(r->pending[i]);
+        }
+    free(r->pending);
+    free(r->routes);
+    free(r->routed);
     if (r->ctx)
         while (zmq_ctx_term(r->ctx) != 0 && zmq_errno() == EINTR)
             ;
@@ -213,8 +233,10 @@ sl_rendezvous_table_fini(sl_rendezvous_table_t *t)
         free(t->endpoints[i]);
     free(t->endpoints);
     free(t->sessions);
+    free(t->generations);
     t->endpoints = NULL;
     t->sessions = NULL;
+    t->generations = NULL;
     t->size = 0;
 }
 
@@ -224,14 +246,15 @@ sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size)
     t->size = size;
     t->endpoints = calloc((size_t)size, sizeof *t->endpoints);
     t->sessions = calloc((size_t)size, SESSION_BYTES);
-    if (!t->endpoints || !t->sessions)
+    t->generations = calloc((size_t)size, sizeof *t->generations);
+    if (!t->endpoints || !t->sessions || !t->generations)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     return SL_OK;
 }
 
 sl_status_t
 sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
-                 const unsigned char *session)
+                 const unsigned char *session, uint64_t generation)
 {
     char *copy = len ? strndup(ep, len) : NULL;
 
@@ -239,6 +262,7 @@ sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     if (session)
         memcpy(t->sessions + (size_t)rank * SESSION_BYTES, session, SESSION_BYTES);
+    t->generations[rank] = generation;
     free(t->endpoints[rank]);
     t->endpoints[rank] = copy;
     return SL_OK;
@@ -334,8 +358,8 @@ send_reason(sl_rendezvous_t *r, uint64_t run_id, const peer_t *p, unsigned kind,
 }
 
 /* A refusal says nothing of the run: the sender may not be one of its nodes. */
-static void
-refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why)
+void
+sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why)
 {
     sl_log_warn("rendezvous", "refused a registration from %s: %s", from, why);
     send_reason(r, 0, p, KIND_REFUSAL, why);
@@ -449,16 +473,24 @@ sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *re
         uint32_t kr;
         key_rank = sl_curve_sender(&body, &kr) == 0 ? (long)kr : LONG_MAX;
     }
-    ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
-                            addr ? from : NULL, reg, &m->rank, m->endpoint, why, sizeof why);
+    m->kind = sl_rdv_head_kind(zmq_msg_data(&body), zmq_msg_size(&body));
+    if (m->kind == KIND_CONFIRM)
+        ok = sl_rdv_check_confirm(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank, m,
+                                  why, sizeof why);
+    else
+        ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
+                                addr ? from : NULL, reg, &m->rank, m->endpoint, why, sizeof why);
     if (!ok) {
-        refuse(r, &p, from, why);
+        sl_rdv_refuse(r, &p, from, why);
         goto out;
     }
-    m->kind = sl_rdv_head_kind(zmq_msg_data(&body), zmq_msg_size(&body));
-    memcpy(m->session, (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8, SESSION_BYTES);
     m->peer = p;
     *got = 1;
+    if (m->kind == KIND_CONFIRM)
+        goto out;
+    memcpy(m->session, (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8, SESSION_BYTES);
+    m->generation =
+        sl_get_u64((const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8 + SESSION_BYTES);
     sl_log_debug("rendezvous", "rank %d %s from %s: %s", m->rank,
                  m->kind == KIND_PRESENT ? "is present" : "registered", from, m->endpoint);
 out:
@@ -468,7 +500,8 @@ out:
 }
 
 /* The table message of kind (KIND_TABLE or KIND_REJOIN): head, size, then each
- * endpoint with its length (0: unknown, a rank lost when rank 0 came back) and session. */
+ * endpoint with its length (0: unknown, a rank lost when rank 0 came back), session and
+ * generation. */
 sl_status_t
 sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
                     unsigned char **out, size_t *len)
@@ -477,7 +510,7 @@ sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t 
     unsigned char *m, *p;
 
     for (int i = 0; i < t->size; i++)
-        n += 2 + (t->endpoints[i] ? strlen(t->endpoints[i]) : 0) + SESSION_BYTES;
+        n += ENTRY_BYTES + (t->endpoints[i] ? strlen(t->endpoints[i]) : 0);
     m = malloc(n);
     if (!m)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
@@ -489,7 +522,8 @@ sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t 
         sl_put_u16(p, (uint16_t)l);
         memcpy(p + 2, t->endpoints[i] ? t->endpoints[i] : "", l);
         memcpy(p + 2 + l, t->sessions + (size_t)i * SESSION_BYTES, SESSION_BYTES);
-        p += 2 + l + SESSION_BYTES;
+        sl_put_u64(p + 2 + l + SESSION_BYTES, t->generations[i]);
+        p += ENTRY_BYTES + l;
     }
     *out = m;
     *len = n;
@@ -502,13 +536,13 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
 {
     int n = r->o.size, count = 1;
     double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0;
-    unsigned char *reg = calloc((size_t)n, 1), *msg = NULL;
-    peer_t *peers = calloc((size_t)n, sizeof *peers);
+    unsigned char *reg = calloc((size_t)n, 1), *asks = calloc((size_t)n, 1), *msg = NULL;
+    peer_t *peers = calloc((size_t)n, sizeof *peers); /* every rank's socket */
     char own[SL_RDV_ENDPOINT_MAX], host[SL_RDV_ENDPOINT_MAX], *colon;
     size_t len = 0;
     sl_status_t st;
 
-    if (!reg || !peers) {
+    if (!reg || !asks || !peers) {
         st = sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
         goto out;
     }
@@ -521,7 +555,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         *colon = '\0';
         fill_wildcard_host(own, sizeof own, host);
     }
-    SL_TRY_GOTO(sl_rdv_table_set(t, 0, own, strlen(own), session), st, out);
+    SL_TRY_GOTO(sl_rdv_table_set(t, 0, own, strlen(own), session, r->generation), st, out);
     reg[0] = 1;
     /* every rank registers; or, when rank 0 comes back to a run under way, the live
      * ranks say they are present within SL_RDV_GATHER_MS of the first */
@@ -545,14 +579,15 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         if (!ready)
             continue;
         SL_TRY_GOTO(sl_rdv_take_message(r, run_id, reg, &m, &got), st, out);
-        if (got <= 0 || reg[m.rank])
+        if (got <= 0 || m.kind == KIND_CONFIRM || reg[m.rank])
             continue;
         if (m.kind == KIND_PRESENT && gather_end == 0)
             gather_end = sl_clock_now() + SL_RDV_GATHER_MS / 1000.0;
-        if (m.kind == KIND_REGISTER)
-            peers[m.rank] = m.peer;
-        SL_TRY_GOTO(sl_rdv_table_set(t, m.rank, m.endpoint, strlen(m.endpoint), m.session), st,
-                    out);
+        peers[m.rank] = m.peer;
+        asks[m.rank] = m.kind == KIND_REGISTER;
+        SL_TRY_GOTO(
+            sl_rdv_table_set(t, m.rank, m.endpoint, strlen(m.endpoint), m.session, m.generation),
+            st, out);
         reg[m.rank] = 1;
         count++;
     }
@@ -560,7 +595,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
     SL_TRY_GOTO(sl_rdv_encode_table(r->rejoined ? KIND_REJOIN : KIND_TABLE, run_id, t, &msg, &len),
                 st, out);
     for (int i = 1; i < n; i++) {
-        int e = peers[i].id_len ? sl_rdv_send_to(r, &peers[i], msg, len) : 0;
+        int e = asks[i] ? sl_rdv_send_to(r, &peers[i], msg, len) : 0;
         if (e)
             sl_log_warn("rendezvous", "could not send the table to rank %d: %s", i,
                         zmq_strerror(e));
@@ -569,20 +604,23 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         sl_log_info("rendezvous", "rank 0 comes back to a run under way: %d of %d nodes present",
                     count, n);
     sl_log_debug("rendezvous", "all %d nodes registered", n);
-    st = sl_rdv_keep_table(r, run_id, t);
+    SL_TRY_GOTO(sl_rdv_keep_table(r, run_id, t, peers), st, out);
+    if (r->rejoined && r->o.relay_sessions)
+        st = sl_rdv_relay_own(r);
 out:
     /* the nodes that came need not wait for a table that will never be sent */
     for (int i = 1; st != SL_OK && reg && peers && i < n; i++) {
         const char *why = sl_err_msg();
         if (strncmp(why, "rendezvous: ", 12) == 0)
             why += 12;
-        if (reg[i] && peers[i].id_len)
+        if (reg[i] && asks[i])
             send_reason(r, run_id, &peers[i], KIND_GIVE_UP, why);
     }
     if (st != SL_OK)
         sl_rendezvous_table_fini(t);
     free(msg);
     free(reg);
+    free(asks);
     free(peers);
     return st;
 }
@@ -602,7 +640,7 @@ sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint
     r->used = 1;
     if (r->o.size == 1) {
         SL_TRY(sl_rdv_table_alloc(table, 1));
-        return sl_rdv_table_set(table, 0, endpoint, strlen(endpoint), session);
+        return sl_rdv_table_set(table, 0, endpoint, strlen(endpoint), session, r->generation);
     }
     if (r->o.rank == 0)
         return serve(r, run_id, endpoint, session, table);

@@ -15,9 +15,9 @@
  *
  * Messages, little-endian, one ZeroMQ frame each:
  *   register  "SLRV" u16 version, u16 kind 1, u64 run id, u32 rank, u32 size,
- *             32-byte session key, endpoint
+ *             32-byte session key, u64 generation, endpoint
  *   table     "SLRV" u16 version, u16 kind 2, u64 run id, u32 size,
- *             size x (u16 length, endpoint, 32-byte session key)
+ *             size x (u16 length, endpoint, 32-byte session key, u64 generation)
  *   refusal   "SLRV" u16 version, u16 kind 3, u64 0, reason text
  *   give-up   "SLRV" u16 version, u16 kind 4, u64 run id, rank 0's error: sent to the
  *             nodes that registered when rank 0 fails (times out, is interrupted), so
@@ -26,15 +26,33 @@
  *             run is under way (a node process started again for a rank the run lost);
  *             an endpoint of length 0 is a rank that rank 0 does not know
  *   presence  a registration with kind 6 (below)
+ *   session   "SLRV" u16 version, u16 kind 7, u64 run id, u32 rank, 32-byte session
+ *             key, u64 generation: rank 0 to another rank, rank's new process's key
+ *   confirm   "SLRV" u16 version, u16 kind 8, u64 run id, u32 sender, u32 rank, u64
+ *             generation: the answer to a session, once the key is installed
+ * A generation is the wall-clock time (ns) at which the process made its rendezvous:
+ * of two processes for one rank, the later has the higher one.
  * Rank 0 keeps its socket for the run and answers such registrations between steps
- * (sl_rendezvous_admit), with the same checks: the node comes back into the table (its
- * new endpoint and session key) and gets the table as a rejoin; the others learn of it
- * from the node itself (sl_transport_announce). The other ranks keep their socket too
- * and say they are present every second (presence: a registration with kind 6): a
- * process started again for rank 0, hearing presences rather than registrations,
+ * (sl_rendezvous_admit), with the same checks, and one more: a registration of a
+ * generation not above the one rank 0 holds for the rank is refused (an old process,
+ * or an old message, cannot take the rank back). The node comes back into the table (its
+ * new endpoint, session key and generation) and gets the table as a rejoin; the others
+ * learn of it from the node itself (sl_transport_announce). The other ranks keep their
+ * socket too and say they are present every second (presence: a registration with kind
+ * 6): a process started again for rank 0, hearing presences rather than registrations,
  * knows the run is under way, gathers the live nodes for 3 s after the first, and comes
  * back with the table of those (the ranks it did not hear from have no endpoint until
  * their presence comes).
+ * With session keys relayed (cluster.security: mac, whose frames the others can check
+ * only with the new process's session key), rank 0 sends every live rank a session
+ * message for the rank that comes back, over the CURVE connection that rank keeps open
+ * (so the key is neither in clear nor taken from anything a frame says); each installs
+ * the key, if its generation is above the one it holds (an old message never puts an old
+ * key back), and confirms. Rank 0 answers the node that comes back only once every live
+ * rank confirmed (or after half the rendezvous timeout: the ones that did not drop its
+ * frames), so that none of its frames, its hello first, comes before its key. A rank 0
+ * that comes back sends its own key to the ranks it gathered, the same way, and waits
+ * for them before it goes on; a rank it finds later gets it with its presence answered.
  * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
  * in the address it saw the registration come from (for its own entry: the master's
  * host), so that the table holds addresses the others can connect to. */
@@ -48,7 +66,7 @@
 #include "config/sl_config.h"
 #include "transport/sl_secret.h"
 
-#define SL_RDV_VERSION 3        /* 2: session keys; 3: nodes that come back */
+#define SL_RDV_VERSION 4        /* 2: session keys; 3: nodes that come back; 4: keys relayed */
 #define SL_RDV_ENDPOINT_MAX 256 /* bytes of an endpoint, NUL included */
 #define SL_RDV_SESSION_BYTES 32 /* a node's session key (sl_frame_mac.h), or zeros */
 
@@ -68,6 +86,10 @@ typedef struct {
      * ranks connect, each registering as the rank its key proves, and a node only talks
      * to the real rank 0. NULL: no security. */
     const sl_secret_t *secret;
+    /* Rank 0 relays the session key of a node that comes back to the others, and waits
+     * for them to confirm it, before it answers the node (cluster.security: mac); needs
+     * secret. */
+    int relay_sessions;
 } sl_rendezvous_opts_t;
 
 typedef struct sl_rendezvous sl_rendezvous_t;
@@ -77,6 +99,7 @@ typedef struct {
     int size;
     char **endpoints;        /* size strings; owned */
     unsigned char *sessions; /* size x SL_RDV_SESSION_BYTES, by rank; owned */
+    uint64_t *generations;   /* (size) each process's generation (0: unknown); owned */
 } sl_rendezvous_table_t;
 
 /* Rank 0 binds (SL_ERR_TRANSPORT naming the endpoint when it cannot), the others
@@ -126,9 +149,17 @@ typedef enum {
 sl_status_t sl_rendezvous_admit(sl_rendezvous_t *r, sl_rdv_event_t *ev, int *rank);
 /* Rank 0: rank's endpoint in the run's table (NULL: unknown). */
 const char *sl_rendezvous_endpoint(const sl_rendezvous_t *r, int rank);
+/* After sl_rendezvous_exchange: rank's session key in this node's copy of the table
+ * (SL_RDV_SESSION_BYTES; after SL_RDV_CAME_BACK, SL_RDV_FOUND or a relayed key: the new
+ * process's). */
+const unsigned char *sl_rendezvous_session(const sl_rendezvous_t *r, int rank);
 /* The other ranks, between steps: tell rank 0 that this node is present, once every
- * second at most (never waiting), so that a rank 0 that comes back finds it. */
-void sl_rendezvous_present(sl_rendezvous_t *r);
+ * second at most, and read what rank 0 sent (never waiting). *rank: a rank whose new
+ * process's session key rank 0 relayed (sl_rendezvous_session has it; install it, then
+ * sl_rendezvous_confirm), else -1. SL_ERR_TRANSPORT. */
+sl_status_t sl_rendezvous_present(sl_rendezvous_t *r, int *rank);
+/* Tells rank 0 that rank's relayed session key is installed (best effort). */
+void sl_rendezvous_confirm(sl_rendezvous_t *r, int rank);
 
 /* The run id: a hash of the resolved configuration (as sl_config_write_yaml writes it)
  * and the master address, so that nodes of another job, or started with another

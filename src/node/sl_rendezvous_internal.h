@@ -13,10 +13,15 @@
 #define MAGIC "SLRV"
 #define HEAD_BYTES 16 /* magic, version, kind, run id */
 #define SESSION_BYTES SL_RDV_SESSION_BYTES
-#define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES) /* rank, size, session; endpoint */
-#define MAX_NODES 65536                                 /* keeps a table message under 17 MB */
-#define SLICE_MS 100   /* polls this long at most between interrupt checks */
-#define LINGER_MS 5000 /* rank 0 lets the tables leave this long */
+#define GEN_BYTES 8
+/* rank, size, session, generation; then the endpoint */
+#define REGISTER_BYTES (HEAD_BYTES + 8 + SESSION_BYTES + GEN_BYTES)
+#define ENTRY_BYTES (2 + SESSION_BYTES + GEN_BYTES)              /* a table entry less endpoint */
+#define RELAY_BYTES (HEAD_BYTES + 4 + SESSION_BYTES + GEN_BYTES) /* rank, session, generation */
+#define CONFIRM_BYTES (HEAD_BYTES + 8 + GEN_BYTES)               /* sender, rank, generation */
+#define MAX_NODES 65536 /* keeps a table message under 17 MB */
+#define SLICE_MS 100    /* polls this long at most between interrupt checks */
+#define LINGER_MS 5000  /* rank 0 lets the tables leave this long */
 #define RUN_ID_SEED 0x53484f414c524456ull
 /* ZMQ_MAXMSGSIZE bounds the handshake's commands too: CURVE's INITIATE, with its
  * vouch and metadata, is some 300 bytes, more than a registration */
@@ -33,29 +38,12 @@ enum {
     KIND_REFUSAL = 3,
     KIND_GIVE_UP = 4,
     KIND_REJOIN = 5,
-    KIND_PRESENT = 6
+    KIND_PRESENT = 6,
+    KIND_SESSION = 7,
+    KIND_CONFIRM = 8
 };
 #define SL_RDV_PRESENT_MS 1000
 #define SL_RDV_GATHER_MS 3000
-
-struct sl_rendezvous {
-    sl_rendezvous_opts_t o;
-    char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
-    char bind[SL_RDV_ENDPOINT_MAX];
-    void *ctx, *sock;
-    sl_curve_t *curve; /* NULL without security */
-    int used;          /* exchange done */
-    int rejoined;      /* the run was under way: this node comes back to it */
-    /* rank 0, once every rank registered: the run's table, kept up to date by
-     * sl_rendezvous_admit, the run id, and admit's scratch */
-    sl_rendezvous_table_t table;
-    uint64_t run_id;
-    /* the other ranks: the presence message they send, and when they last did */
-    unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
-    size_t present_len;
-    double present_at;
-    unsigned char *admit_reg;
-};
 
 /* A registered rank on rank 0: the ZeroMQ routing id of its connection. */
 typedef struct rdv_peer {
@@ -63,13 +51,50 @@ typedef struct rdv_peer {
     size_t id_len;
 } peer_t;
 
-/* A registration or a presence that checked out (sl_rdv_take_message). */
+/* Rank 0: a node that comes back, answered once the live ranks confirmed its key. */
 typedef struct {
-    unsigned kind; /* KIND_REGISTER or KIND_PRESENT */
-    int rank;
+    peer_t peer;            /* where its table goes */
+    uint64_t generation;    /* of its key */
+    double deadline;        /* answered then at the latest */
+    unsigned char *waiting; /* (size) 1: that rank has yet to confirm */
+    int left;               /* how many */
+} rdv_pending_t;
+
+struct sl_rendezvous {
+    sl_rendezvous_opts_t o;
+    char master[SL_RDV_ENDPOINT_MAX]; /* wildcard port resolved */
+    char bind[SL_RDV_ENDPOINT_MAX];
+    void *ctx, *sock;
+    sl_curve_t *curve;   /* NULL without security */
+    int used;            /* exchange done */
+    int rejoined;        /* the run was under way: this node comes back to it */
+    uint64_t generation; /* this process's */
+    /* once every rank registered: the run's table, kept up to date by
+     * sl_rendezvous_admit (rank 0) or the relayed keys (the others), the run id, and
+     * admit's scratch */
+    sl_rendezvous_table_t table;
+    uint64_t run_id;
+    /* rank 0: where each rank's socket is (routed[i]: known), the comebacks waiting for
+     * confirmations (NULL: none) */
+    peer_t *routes;
+    unsigned char *routed;
+    rdv_pending_t **pending;
+    /* the other ranks: the presence message they send, and when they last did */
+    unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
+    size_t present_len;
+    double present_at;
+    unsigned char *admit_reg;
+};
+
+/* A registration, a presence or a confirmation that checked out (sl_rdv_take_message). */
+typedef struct {
+    unsigned kind; /* KIND_REGISTER, KIND_PRESENT or KIND_CONFIRM */
+    int rank;      /* the sender's */
     char endpoint[SL_RDV_ENDPOINT_MAX];
     unsigned char session[SESSION_BYTES];
-    peer_t peer; /* where to answer */
+    uint64_t generation; /* the sender's; of a confirmation: the key's */
+    int about;           /* a confirmation: whose key */
+    peer_t peer;         /* where to answer */
 } sl_rdv_message_t;
 
 /* Writes the head (magic, version, kind, run id) of a message. */
@@ -83,26 +108,48 @@ int sl_rdv_good_endpoint(const char *s, size_t len);
 int sl_rdv_interrupted(const sl_rendezvous_t *r);
 void sl_rdv_format_seconds(int ms, char *buf, size_t size);
 sl_status_t sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size);
-/* Sets (or replaces) rank's entry: endpoint (len bytes; 0: unknown, NULL) and session
- * (may be NULL). */
+/* Sets (or replaces) rank's entry: endpoint (len bytes; 0: unknown, NULL), session
+ * (may be NULL) and generation. */
 sl_status_t sl_rdv_table_set(sl_rendezvous_table_t *t, int rank, const char *ep, size_t len,
-                             const unsigned char *session);
+                             const unsigned char *session, uint64_t generation);
 /* Waits up to the deadline (at most SLICE_MS) for the socket to be readable: 1
  * readable, 0 not (yet), or a status < 0. */
 int sl_rdv_wait_readable(sl_rendezvous_t *r, double deadline);
 /* Sends [id][msg] on the ROUTER without waiting; 0 or the errno. */
 int sl_rdv_send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len);
-/* Rank 0: takes one message off the ROUTER: *got = 1 with *m when it is a registration
- * or a presence that checks out (reg: the ranks registered, a second registration of
- * one is refused), 0 when the sender was refused (with its reason), -1 when none had
- * come. */
+/* Rank 0: takes one message off the ROUTER: *got = 1 with *m when it is a registration,
+ * a presence or a confirmation that checks out (reg: the ranks registered, a second
+ * registration of one is refused), 0 when the sender was refused (with its reason), -1
+ * when none had come. */
 sl_status_t sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *reg,
                                 sl_rdv_message_t *m, int *got);
 /* The table message of kind (KIND_TABLE or KIND_REJOIN), malloc'd. */
 sl_status_t sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
                                 unsigned char **out, size_t *len);
-/* Rank 0, once the table is complete: keeps a copy for sl_rendezvous_admit. */
-sl_status_t sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t);
+/* Refuses a sender (from: how the log names it) with the reason. */
+void sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why);
+/* Once the table is complete: keeps a copy (rank 0: for sl_rendezvous_admit, with the
+ * routes to the ranks, routes[i] with an id_len of 0 unknown; routes NULL on the others). */
+sl_status_t sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t,
+                              const peer_t *routes);
+/* Rank 0 (sl_rendezvous_keys.c), a confirmation: 1 and *m when msg (len bytes, from the
+ * rank key_rank proves) is one that checks out, else 0 with the reason in why. */
+int sl_rdv_check_confirm(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *msg,
+                         size_t len, long key_rank, sl_rdv_message_t *m, char *why, size_t size);
+/* Rank 0: a session message with rank's key (from the table) to the socket p; 0 or the
+ * errno. */
+int sl_rdv_send_session(sl_rendezvous_t *r, const peer_t *p, int rank);
+/* Rank 0, between steps: node m->rank comes back with its registration m: relays its
+ * key and answers it once the others confirmed (at once when none is to). */
+sl_status_t sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m);
+/* Rank 0: takes confirmation m; answers the comebacks all confirmed, or whose time is
+ * up. */
+sl_status_t sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m);
+/* Rank 0 come back itself, its table kept (sl_rdv_keep_table, with the routes to the
+ * ranks it gathered): relays its own key to those and waits for them to confirm, up to
+ * half the rendezvous timeout (the ones that did not then drop its frames). */
+sl_status_t sl_rdv_relay_own(sl_rendezvous_t *r);
+
 /* Not rank 0: registers and waits for the table (sl_rendezvous_exchange). */
 sl_status_t sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                         const unsigned char *session, sl_rendezvous_table_t *t);

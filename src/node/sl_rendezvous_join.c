@@ -28,17 +28,18 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
         /* length 0: a rank rank 0 does not know (lost when it came back itself) */
-        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p - 2) < l + SESSION_BYTES) ||
+        if (end - p < 2 || (l = sl_get_u16(p), (size_t)(end - p) < l + ENTRY_BYTES) ||
             (l && !sl_rdv_good_endpoint((const char *)p + 2, l))) {
             sl_rendezvous_table_fini(t);
             return sl_err_set(SL_ERR_FORMAT, "rendezvous: malformed table from rank 0 at %s",
                               sl_rdv_shown(r->master));
         }
-        if ((st = sl_rdv_table_set(t, i, (const char *)p + 2, l, p + 2 + l)) != SL_OK) {
+        if ((st = sl_rdv_table_set(t, i, (const char *)p + 2, l, p + 2 + l,
+                                   sl_get_u64(p + 2 + l + SESSION_BYTES))) != SL_OK) {
             sl_rendezvous_table_fini(t);
             return st;
         }
-        p += 2 + l + SESSION_BYTES;
+        p += ENTRY_BYTES + l;
     }
     if (p != end) {
         sl_rendezvous_table_fini(t);
@@ -116,6 +117,7 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
         memcpy(msg + HEAD_BYTES + 8, session, SESSION_BYTES);
     else
         memset(msg + HEAD_BYTES + 8, 0, SESSION_BYTES);
+    sl_put_u64(msg + HEAD_BYTES + 8 + SESSION_BYTES, r->generation);
     memcpy(msg + REGISTER_BYTES, endpoint, len);
     /* the same, as a presence, goes to rank 0 during the run (sl_rendezvous_present) */
     memcpy(r->present, msg, REGISTER_BYTES + len);
@@ -135,7 +137,8 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
         if (ready < 0)
             return ready;
         if (ready && (ready = take_answer(r, run_id, t)) != 0)
-            return ready < 0 ? ready : SL_OK;
+            /* the copy: the keys relayed during the run replace its entries */
+            return ready < 0 ? ready : sl_rdv_keep_table(r, run_id, t, NULL);
     }
     sl_rdv_format_seconds(r->o.timeout_ms, secs, sizeof secs);
     return sl_err_set(SL_ERR_TIMEOUT, "rendezvous: no table from rank 0 at %s after %s",

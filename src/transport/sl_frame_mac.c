@@ -11,12 +11,13 @@
 
 #include "common/sl_endian.h"
 
-#define KDF_CONTEXT "shoalmac" /* crypto_kdf_CONTEXTBYTES characters */
+#define KDF_CONTEXT "shoalmac" /* a label of the pair keys' derivation */
 
 struct sl_frame_mac {
     uint32_t me, size;
     int ready;
     unsigned char session[SL_MAC_SESSION_BYTES];
+    unsigned char (*sessions)[SL_MAC_SESSION_BYTES]; /* (size) every rank's, as learnt */
     unsigned char (*send_key)[crypto_stream_chacha20_ietf_KEYBYTES]; /* (size) to rank r */
     unsigned char (*recv_key)[crypto_stream_chacha20_ietf_KEYBYTES]; /* (size) from rank s */
     uint64_t *sent;     /* (size) last sequence number sent to r */
@@ -34,6 +35,7 @@ sl_frame_mac_new(sl_frame_mac_t **out, uint32_t me, uint32_t size)
     m = calloc(1, sizeof *m);
     if (!m || !(m->send_key = calloc(size, sizeof *m->send_key)) ||
         !(m->recv_key = calloc(size, sizeof *m->recv_key)) ||
+        !(m->sessions = calloc(size, sizeof *m->sessions)) ||
         !(m->sent = calloc(size, sizeof *m->sent)) ||
         !(m->accepted = calloc(size, sizeof *m->accepted))) {
         sl_frame_mac_destroy(&m);
@@ -58,8 +60,11 @@ sl_frame_mac_destroy(sl_frame_mac_t **mp)
         sodium_memzero(m->send_key, m->size * sizeof *m->send_key);
     if (m->recv_key)
         sodium_memzero(m->recv_key, m->size * sizeof *m->recv_key);
+    if (m->sessions)
+        sodium_memzero(m->sessions, m->size * sizeof *m->sessions);
     free(m->send_key);
     free(m->recv_key);
+    free(m->sessions);
     free(m->sent);
     free(m->accepted);
     free(m);
@@ -72,16 +77,49 @@ sl_frame_mac_session(const sl_frame_mac_t *m)
     return m->session;
 }
 
+/* The key of frames from the rank whose session is from to rank to, whose session is
+ * to_session. Why the receiver's session too: a process that comes back for rank `to`
+ * starts counting sequence numbers again, and a frame once sent to its dead process
+ * must not prove anything to it. */
+static void
+pair_key(unsigned char key[crypto_stream_chacha20_ietf_KEYBYTES], const unsigned char *from,
+         uint32_t to, const unsigned char *to_session)
+{
+    unsigned char msg[sizeof KDF_CONTEXT - 1 + 4 + SL_MAC_SESSION_BYTES];
+
+    memcpy(msg, KDF_CONTEXT, sizeof KDF_CONTEXT - 1);
+    sl_put_u32(msg + sizeof KDF_CONTEXT - 1, to);
+    memcpy(msg + sizeof KDF_CONTEXT - 1 + 4, to_session, SL_MAC_SESSION_BYTES);
+    crypto_generichash(key, crypto_stream_chacha20_ietf_KEYBYTES, msg, sizeof msg, from,
+                       SL_MAC_SESSION_BYTES);
+}
+
+/* rank's pair keys from the sessions held. */
+static void
+derive(sl_frame_mac_t *m, uint32_t r)
+{
+    pair_key(m->send_key[r], m->session, r, m->sessions[r]);
+    pair_key(m->recv_key[r], m->sessions[r], m->me, m->session);
+}
+
 void
 sl_frame_mac_learn(sl_frame_mac_t *m, const unsigned char *sessions)
 {
-    for (uint32_t r = 0; r < m->size; r++) {
-        crypto_kdf_derive_from_key(m->send_key[r], sizeof m->send_key[r], r, KDF_CONTEXT,
-                                   m->session);
-        crypto_kdf_derive_from_key(m->recv_key[r], sizeof m->recv_key[r], m->me, KDF_CONTEXT,
-                                   sessions + (size_t)r * SL_MAC_SESSION_BYTES);
-    }
+    memcpy(m->sessions, sessions, (size_t)m->size * SL_MAC_SESSION_BYTES);
+    for (uint32_t r = 0; r < m->size; r++)
+        derive(m, r);
     m->ready = 1;
+}
+
+int
+sl_frame_mac_set_session(sl_frame_mac_t *m, uint32_t rank, const unsigned char *session)
+{
+    if (sodium_memcmp(m->sessions[rank], session, SL_MAC_SESSION_BYTES) == 0)
+        return 0;
+    memcpy(m->sessions[rank], session, SL_MAC_SESSION_BYTES);
+    derive(m, rank);
+    m->accepted[rank] = 0; /* the new process counts from 1 */
+    return 1;
 }
 
 int

@@ -4,11 +4,14 @@
  * rendezvous, which runs over CURVE (so only the run's nodes learn it, and a key of an
  * earlier run is worth nothing). Every frame a node sends over ZeroMQ to rank r then
  * carries a trailer: a sequence number and a Poly1305 tag of the frame's bytes under a
- * one-time key drawn (ChaCha20) from the pair key kdf(session of the sender, r) and that
- * number. A receiver checks the tag with the claimed sender's key before it reads
- * anything else of the frame, and accepts only numbers above the last it accepted from
- * that sender: forged, altered and replayed frames are dropped. Owns the keys and the
- * counters; must not touch sockets. One thread at a time. */
+ * one-time key drawn (ChaCha20) from the pair key BLAKE2b(key: session of the sender;
+ * r, session of r) and that number. A receiver checks the tag with the claimed sender's
+ * key before it reads anything else of the frame, and accepts only numbers above the
+ * last it accepted from that sender: forged, altered and replayed frames are dropped.
+ * A rank's process that comes back to the run has a fresh session key, which the others
+ * install (sl_frame_mac_set_session): every pair key to and from that rank changes, so
+ * frames of its dead process, and frames once sent to it, prove nothing any more. Owns
+ * the keys and the counters; must not touch sockets. One thread at a time. */
 #ifndef SL_FRAME_MAC_H
 #define SL_FRAME_MAC_H
 
@@ -34,6 +37,11 @@ const unsigned char *sl_frame_mac_session(const sl_frame_mac_t *m);
  * keys). Before any seal or check. */
 void sl_frame_mac_learn(sl_frame_mac_t *m, const unsigned char *sessions);
 int sl_frame_mac_ready(const sl_frame_mac_t *m);
+/* After sl_frame_mac_learn: rank's new session key (SL_MAC_SESSION_BYTES; a new process
+ * for that rank, rank != me, < size): its pair keys change and the count of its frames
+ * starts again. 1 when the key was new, 0 when it is the one already held (nothing
+ * changes: a repeated key must not reopen the count to replays). */
+int sl_frame_mac_set_session(sl_frame_mac_t *m, uint32_t rank, const unsigned char *session);
 
 /* The trailer of a frame to peer made of head (head_len bytes) then payload. */
 void sl_frame_mac_seal(sl_frame_mac_t *m, uint32_t peer, const void *head, size_t head_len,

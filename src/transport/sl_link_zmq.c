@@ -275,6 +275,14 @@ sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions)
         sl_frame_mac_learn(z->mac, sessions);
 }
 
+int
+sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *session)
+{
+    zlink_t *z = ctx;
+
+    return z->mac ? sl_frame_mac_set_session(z->mac, peer, session) : -1;
+}
+
 uint64_t
 sl_link_zmq_refused(const void *ctx)
 {

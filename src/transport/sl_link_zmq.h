@@ -22,6 +22,9 @@ sl_status_t sl_link_zmq_connect(void *ctx, const char *const *endpoints);
  * every rank's, by rank, learnt before the first send. */
 const unsigned char *sl_link_zmq_session(const void *ctx);
 void sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions);
+/* With frame MACs, after learning them: a new session key for peer (sl_frame_mac_set_session:
+ * 1 new, 0 the one held); -1 without frame MACs. */
+int sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *session);
 /* Connections the ZAP handler refused (no key of the run); 0 without security. */
 uint64_t sl_link_zmq_refused(const void *ctx);
 /* Whether peer's endpoint is known (frames to it can be sent). */

@@ -112,7 +112,8 @@ typedef struct {
     /* 1: no CURVE on the node sockets (secret unused); every frame over ZeroMQ carries a
      * MAC under the sender's session key instead (sl_frame_mac.h: cluster.security:
      * mac), the session keys exchanged through a CURVE rendezvous and handed over with
-     * sl_transport_learn_sessions before the first send. */
+     * sl_transport_learn_sessions before the first send (a comeback's new one with
+     * sl_transport_set_session_key). */
     int frame_mac;
     /* Link emulation (sl_link_emu.h: cluster.emulate), all 0 (off) unless set: every
      * link to a peer sends at this many bits per second (0: no limit), and its frames
@@ -242,8 +243,17 @@ sl_status_t sl_transport_abort(sl_transport_t *t, const char *reason, int timeou
  * this one from then on. Waits at most timeout_ms in all; SL_ERR_TIMEOUT names how many
  * peers could not be told in time (they learn it from the next hello, or never hear
  * from this node: it is not fatal). Under frame MACs (sl_transport_opts_t.frame_mac)
- * the peers cannot check a new process' frames: SL_ERR_UNSUPPORTED. */
+ * a peer drops the hello unless it has installed this process's new session key
+ * (sl_transport_set_session_key) first: the rendezvous sees to that. */
 sl_status_t sl_transport_announce(sl_transport_t *t, int timeout_ms);
+/* With frame MACs, after sl_transport_learn_sessions: rank (not this node's) is a new
+ * process with session key key (SL_MAC_SESSION_BYTES, from the CURVE rendezvous, never
+ * from a frame). From now on only frames under that key are taken from rank: those of
+ * its dead process are dropped (SL_DROP_MAC), and so are the new process's that came
+ * before. The key already held changes nothing. SL_ERR_INVALID without frame MACs or
+ * for a rank out of range or this node's. */
+sl_status_t sl_transport_set_session_key(sl_transport_t *t, uint32_t rank,
+                                         const unsigned char *key);
 /* How many hellos came from rank: how often it came back as a new process. */
 uint32_t sl_transport_comebacks(const sl_transport_t *t, uint32_t rank);
 /* rank is at endpoint (a new process, or one this node had no endpoint for): what was

@@ -1,6 +1,7 @@
 /* The transport's control frames, which never reach the mailbox: a peer's abort (it
  * stops, and every receive fails from then on) and a peer's hello (it is a new process
- * for its rank, come back to the running job: every link forgets the old one). */
+ * for its rank, come back to the running job: every link forgets the old one); and,
+ * under frame MACs, the new session key of such a process. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -121,15 +122,28 @@ sl_transport_announce(sl_transport_t *t, int timeout_ms)
     const char *ep = sl_transport_endpoint(t);
     size_t len = strlen(ep);
 
-    if (t->o.frame_mac)
-        return sl_err_set(SL_ERR_UNSUPPORTED,
-                          "rank %u: a node cannot come back to a running job under "
-                          "cluster.security mac (its new session key cannot reach the others); "
-                          "use cluster.security curve",
-                          (unsigned)t->o.rank);
     if (len >= SL_WIRE_MAX_HELLO)
         return sl_err_set(SL_ERR_INVALID, "transport: endpoint %s too long", ep);
     return tell_known(t, SL_WIRE_HELLO, ep, len, timeout_ms, "transport: hello");
+}
+
+sl_status_t
+sl_transport_set_session_key(sl_transport_t *t, uint32_t rank, const unsigned char *key)
+{
+    int changed;
+
+    if (!t->o.frame_mac || rank >= t->o.size || rank == t->o.rank)
+        return sl_err_set(SL_ERR_INVALID,
+                          "transport: rank %u: no session key to set for rank %u (frame MACs "
+                          "%s)",
+                          (unsigned)t->o.rank, (unsigned)rank, t->o.frame_mac ? "on" : "off");
+    changed = sl_link_zmq_set_session(t->links[SL_TRANSPORT_BASE].ctx, rank, key);
+    if (changed > 0)
+        sl_log_info("transport",
+                    "rank %u: rank %u's new session key is installed: frames of its old "
+                    "process are refused from now on",
+                    (unsigned)t->o.rank, (unsigned)rank);
+    return SL_OK;
 }
 
 void

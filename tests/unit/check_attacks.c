@@ -53,8 +53,8 @@ static char shoal_bin[1024];
  * crawl), never a timing the test measures; the run takes a few seconds. */
 enum { NODES = 3, FLOOD = 70000, HANG_S = 60, MAX_SOCKS = 16 };
 /* A registration before its endpoint: "SLRV", version, kind, run id, rank, size, session
- * key (sl_rendezvous.h). */
-enum { REGISTER_BYTES = 4 + 2 + 2 + 8 + 4 + 4 + SL_RDV_SESSION_BYTES };
+ * key, generation (sl_rendezvous.h). */
+enum { REGISTER_BYTES = 4 + 2 + 2 + 8 + 4 + 4 + SL_RDV_SESSION_BYTES + 8 };
 
 static double
 now_s(void)

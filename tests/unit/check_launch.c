@@ -1,10 +1,12 @@
 /* Unit tests of launch and rendezvous: the cluster config keys and the run id, and the
  * rendezvous between forked nodes (any start order, tcp wildcards, timeouts naming the
- * missing ranks, refusals). The built shoal binary's `run` and `node` commands are
+ * missing ranks, refusals), and the relay of a new process's session key during the run
+ * (threads of one process). The built shoal binary's `run` and `node` commands are
  * tested in check_launch_run.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "common/sl_status.h"
 #include "config/sl_config.h"
@@ -204,9 +207,9 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
     peer.pid = fork();
     ck_assert_int_ge(peer.pid, 0);
     if (peer.pid == 0) {
-        sl_rendezvous_opts_t o = {rank, size, master, NULL, timeout_ms, NULL, node_secret};
+        sl_rendezvous_opts_t o = {rank, size, master, NULL, timeout_ms, NULL, node_secret, 0};
         sl_rendezvous_t *r = NULL;
-        sl_rendezvous_table_t t = {0, NULL, NULL};
+        sl_rendezvous_table_t t = {0, NULL, NULL, NULL};
         unsigned char session[SL_RDV_SESSION_BYTES];
         sl_status_t st;
         FILE *f;
@@ -492,6 +495,142 @@ START_TEST(test_rendezvous_refusals)
 }
 END_TEST
 
+/* One node's rendezvous exchange on a thread of the test process. */
+typedef struct {
+    sl_rendezvous_t *r;
+    char endpoint[64];
+    unsigned char session[SL_RDV_SESSION_BYTES];
+    sl_rendezvous_table_t t;
+    sl_status_t st;
+    char msg[512];
+    volatile int done;
+    pthread_t thread;
+} exchange_t;
+
+static void *
+exchange_main(void *arg)
+{
+    exchange_t *x = arg;
+
+    x->st = sl_rendezvous_exchange(x->r, 0x5eed, x->endpoint, x->session, &x->t);
+    snprintf(x->msg, sizeof x->msg, "%s", x->st == SL_OK ? "" : sl_err_msg());
+    x->done = 1;
+    return NULL;
+}
+
+/* Rank rank of 3 at master, relaying session keys, with a session key of byte fill
+ * (its generation: now); its exchange not started yet. */
+static void
+exchange_open(exchange_t *x, int rank, const char *master, unsigned char fill)
+{
+    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, NULL, &run_secret, 1};
+
+    memset(x, 0, sizeof *x);
+    ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
+    snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d", rank);
+    memset(x->session, fill, sizeof x->session);
+}
+
+static void
+exchange_go(exchange_t *x)
+{
+    ck_assert_int_eq(pthread_create(&x->thread, NULL, exchange_main, x), 0);
+}
+
+static void
+exchange_end(exchange_t *x)
+{
+    ck_assert_int_eq(pthread_join(x->thread, NULL), 0);
+    sl_rendezvous_table_fini(&x->t);
+    sl_rendezvous_destroy(&x->r);
+}
+
+/* Rank 0 admits between "steps" until x's exchange ended (HANG_S at most); the events
+ * it reported counted into came[rank]. */
+static void
+admit_until_done(exchange_t *r0, exchange_t *x, int *came)
+{
+    double end = sl_clock_now() + HANG_S;
+
+    while (!x->done) {
+        sl_rdv_event_t ev;
+        int rank;
+
+        ck_assert_msg(sl_clock_now() < end, "the exchange of rank 2 never ended");
+        ck_assert_int_eq(sl_rendezvous_admit(r0->r, &ev, &rank), SL_OK);
+        if (ev == SL_RDV_CAME_BACK)
+            came[rank]++;
+        test_sleep_ms(5); /* a step */
+    }
+}
+
+/* Relayed session keys (cluster.security: mac): a new process for rank 2 registers with
+ * the running rank 0, which hands its key to rank 1 over rank 1's CURVE connection and
+ * answers rank 2 only once rank 1 confirmed; a registration of an older process for
+ * rank 2 (one that started before the new one) is refused, and the key stays the new
+ * one's. */
+START_TEST(test_rendezvous_relay)
+{
+    char master[1100];
+    exchange_t node[3], old, back;
+    int came[3] = {0, 0, 0}, rank = -1;
+    double end;
+
+    use_security(1);
+    snprintf(master, sizeof master, "ipc://%s/rdv-relay", tmp_root);
+    for (int r = 0; r < 3; r++) {
+        exchange_open(&node[r], r, master, (unsigned char)(r + 1));
+        exchange_go(&node[r]);
+    }
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(pthread_join(node[r].thread, NULL), 0);
+        ck_assert_msg(node[r].st == SL_OK, "rank %d: %s", r, node[r].msg);
+    }
+    /* rank 2's process dies; an old one, then the new one, start again for it */
+    exchange_open(&old, 2, master, 0x66); /* its turn comes below */
+    exchange_open(&back, 2, master, 0x77);
+    exchange_go(&back);
+    for (end = sl_clock_now() + HANG_S; came[2] == 0;) {
+        sl_rdv_event_t ev;
+        ck_assert_msg(sl_clock_now() < end, "rank 0 never saw rank 2 come back");
+        ck_assert_int_eq(sl_rendezvous_admit(node[0].r, &ev, &rank), SL_OK);
+        if (ev == SL_RDV_CAME_BACK)
+            came[rank]++;
+        test_sleep_ms(5);
+    }
+    ck_assert_int_eq(sl_rendezvous_session(node[0].r, 2)[0], 0x77);
+    for (rank = -1, end = sl_clock_now() + HANG_S; rank < 0;) {
+        ck_assert_msg(sl_clock_now() < end, "rank 1 never got rank 2's new key");
+        ck_assert_int_eq(sl_rendezvous_present(node[1].r, &rank), SL_OK);
+        test_sleep_ms(5);
+    }
+    ck_assert_int_eq(rank, 2);
+    ck_assert_int_eq(sl_rendezvous_session(node[1].r, 2)[0], 0x77);
+    ck_assert_int_eq(sl_rendezvous_session(node[1].r, 2)[31], 0x77);
+    ck_assert_msg(!back.done, "rank 2 had its table before rank 1 confirmed its key");
+    sl_rendezvous_confirm(node[1].r, 2);
+    admit_until_done(&node[0], &back, came);
+    ck_assert_msg(back.st == SL_OK, "%s", back.msg);
+    ck_assert_int_eq(sl_rendezvous_rejoined(back.r), 1);
+    ck_assert_int_eq(back.t.sessions[1 * SL_RDV_SESSION_BYTES], 2);
+    /* the old process: refused, and nothing changes */
+    exchange_go(&old);
+    admit_until_done(&node[0], &old, came);
+    ck_assert_int_eq(old.st, SL_ERR_INVALID);
+    ck_assert_msg(strstr(old.msg, "older than the one the run has"), "%s", old.msg);
+    ck_assert_int_eq(came[2], 1);
+    ck_assert_int_eq(sl_rendezvous_session(node[0].r, 2)[0], 0x77);
+    ck_assert_int_eq(sl_rendezvous_present(node[1].r, &rank), SL_OK);
+    ck_assert_int_eq(rank, -1);
+    exchange_end(&old);
+    exchange_end(&back);
+    for (int r = 2; r >= 0; r--) {
+        sl_rendezvous_table_fini(&node[r].t);
+        sl_rendezvous_destroy(&node[r].r);
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- main */
 
 static Suite *
@@ -508,6 +647,7 @@ launch_suite(void)
     tcase_add_loop_test(core, test_rendezvous_any_order, 0, 2);
     tcase_add_test(core, test_rendezvous_outsider);
     tcase_add_test(core, test_rendezvous_tcp_wildcards);
+    tcase_add_test(core, test_rendezvous_relay);
     tcase_add_loop_test(limits, test_cluster_bad_values, 0,
                         (int)(sizeof bad_sets / sizeof bad_sets[0]));
     tcase_add_test(limits, test_rendezvous_timeouts);

@@ -4,10 +4,12 @@
  * admitted by rank 0's rendezvous, takes a live node's parameters (the digests the donor and it log
  * are equal) and sync state, starts a round or two ahead of the others, is counted alive again by
  * both others, none of which waits for it between its hello and its first answer, and the run's
- * final model is the average of all three nodes. And the same into bmuf, allreduce, ma and
- * bmuf with sync.stagger runs (node 2, node 2, node 0, node 2), where the members drop the
- * node and then admit it again at a block or step boundary (src/sync/sl_members.h
- * "Admission"). */
+ * final model is the average of all three nodes. The same under cluster.security: mac,
+ * where the others install the new process's session key, relayed by rank 0's
+ * rendezvous, before its hello. And the same into bmuf, allreduce, ma and bmuf with
+ * sync.stagger runs (node 2, node 2, node 0, node 2), and a bmuf run under mac, where the
+ * members drop the node and then admit it again at a block or step boundary
+ * (src/sync/sl_members.h "Admission"). */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <signal.h>
@@ -25,11 +27,11 @@ static char shoal_bin[1024];
 
 enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures */
 
-/* <tmp>/<run>.yaml: 3 nodes, a small model that trains for some 10 s, 1 s sync waits,
- * every component synced every period steps. */
+/* <tmp>/<run>.yaml: 3 nodes under cluster.security (curve or mac), a small model that
+ * trains for some 10 s, 1 s sync waits, every component synced every period steps. */
 static void
-write_conf(char *path, size_t size, const char *run, const char *algorithm, int timeout_ms,
-           int period)
+write_conf(char *path, size_t size, const char *run, const char *security, const char *algorithm,
+           int timeout_ms, int period)
 {
     char yaml[2048];
 
@@ -42,10 +44,10 @@ write_conf(char *path, size_t size, const char *run, const char *algorithm, int 
              "train: {batch: 8, bptt: 10, epochs: 80, eval_every_epoch: false,\n"
              "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
              "cluster: {nodes: 3, rendezvous_timeout_ms: 20000, timeout_ms: %d,\n"
-             "          key_file: %s/%s.key}\n"
+             "          security: %s, key_file: %s/%s.key}\n"
              "sync: {algorithm: %s, period: %d, timeout_ms: 1000}\n",
-             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, tmp_root, run, algorithm,
-             period);
+             run, tmp_root, run, data_dir, data_dir, tmp_root, timeout_ms, security, tmp_root, run,
+             algorithm, period);
     test_write_file(path, yaml, strlen(yaml));
 }
 
@@ -219,26 +221,30 @@ assert_three_models(const char *run, char *log[3])
  * which finds the others through their presence messages). */
 static const int victims[] = {2, 0};
 
-START_TEST(test_node_comes_back)
+/* Node v of a gossip-bmuf run under security killed and started again (see the top);
+ * under mac, each other node installs the new process's session key before its hello. */
+static void
+comes_back(int v, const char *security)
 {
-    int v = victims[_i];
-    char conf[1100], run[32], tag[64], path[1100], what[3][64], *log[3];
+    int mac = strcmp(security, "mac") == 0;
+    char conf[1100], run[32], tag[64], path[1100], what[4][64], *log[3];
     const char *donor = NULL;
     unsigned long long sent, got;
     pid_t pid[3];
 
     test_become_subreaper();
-    snprintf(run, sizeof run, "gossip%d", v);
+    snprintf(run, sizeof run, "gossip%s%d", mac ? "mac" : "", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 8);
+    write_conf(conf, sizeof conf, run, security, "gossip-bmuf", 5000, 8);
     snprintf(what[0], sizeof what[0], "node %d left the run (its connection closed", v);
     kill_and_restart(run, conf, v, what[0], pid);
     wait_all(run, v, pid);
     snprintf(what[0], sizeof what[0], "rank %d is back, a new process", v);
     snprintf(what[1], sizeof what[1], "node %d joined the run (it answered", v);
     snprintf(what[2], sizeof what[2], "node %d did not answer", v);
+    snprintf(what[3], sizeof what[3], "rank %d's new session key is installed", v);
     for (int r = 0; r < 3; r++) {
-        const char *hello, *heard, *waited;
+        const char *hello, *heard, *waited, *key;
 
         snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
         log[r] = node_log(tag);
@@ -247,6 +253,8 @@ START_TEST(test_node_comes_back)
         hello = strstr(log[r], what[0]);
         heard = strstr(log[r], what[1]);
         ck_assert_msg(hello && heard && heard > hello, "node %d:\n%s", r, log[r]);
+        key = strstr(log[r], what[3]);
+        ck_assert_msg(mac ? key && key < hello : !key, "node %d:\n%s", r, log[r]);
         /* nobody waits for it between its hello and its first answer */
         waited = strstr(hello, what[2]);
         ck_assert_msg(!waited || waited > heard, "node %d waited for node %d:\n%s", r, v, log[r]);
@@ -261,6 +269,19 @@ START_TEST(test_node_comes_back)
     sent = digest_after(donor, path);
     ck_assert_msg(sent == got, "sent %016llx, took %016llx", sent, got);
     assert_three_models(run, log);
+}
+
+START_TEST(test_node_comes_back)
+{
+    comes_back(victims[_i], "curve");
+}
+END_TEST
+
+/* The same under cluster.security: mac, where the new process's session key reaches the
+ * others through rank 0's rendezvous (or, rank 0 come back, its own). */
+START_TEST(test_node_comes_back_mac)
+{
+    comes_back(victims[_i], "mac");
 }
 END_TEST
 
@@ -298,7 +319,7 @@ START_TEST(test_comes_back_behind)
 
     test_become_subreaper();
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 32);
+    write_conf(conf, sizeof conf, run, "curve", "gossip-bmuf", 5000, 32);
     kill_and_restart(run, conf, 2, "node 2 left the run (its connection closed", pid);
     snprintf(path, sizeof path, "%s/%s-2b.log", tmp_root, run);
     /* polled every millisecond: the node has 32 steps to its first sync */
@@ -355,14 +376,15 @@ last_line(const char *text, const char *what, const char *also, char *buf, size_
  * own models are equal at the end: not with stagger, whose last step is the sync point
  * of only some components (the run's model still averages all three). */
 static const struct {
-    const char *algorithm, *name;
+    const char *algorithm, *name, *security;
     long block;
     int victim, same_models;
-} admits[] = {{"bmuf", "bmuf", 8, 2, 1},
-              {"allreduce", "allreduce", 1, 2, 1},
-              {"ma", "ma", 8, 0, 1},
-              {"bmuf, stagger: true", "stagger", 8, 2, 0},
-              {"bmuf, embedding_period: 32", "periods", 8, 2, 0}};
+} admits[] = {{"bmuf", "bmuf", "curve", 8, 2, 1},
+              {"allreduce", "allreduce", "curve", 1, 2, 1},
+              {"ma", "ma", "curve", 8, 0, 1},
+              {"bmuf, stagger: true", "stagger", "curve", 8, 2, 0},
+              {"bmuf, embedding_period: 32", "periods", "curve", 8, 2, 0},
+              {"bmuf", "bmufmac", "mac", 8, 2, 1}}; /* the last: in tcase "mac" */
 
 /* A node killed, dropped by the others' agreement, started again: admitted by the
  * coordinator (the lowest live rank) at the block boundary after the next one from the
@@ -382,7 +404,7 @@ START_TEST(test_node_admitted)
     test_become_subreaper();
     snprintf(run, sizeof run, "%s%d", admits[_i].name, v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, admits[_i].algorithm, 1000, 8);
+    write_conf(conf, sizeof conf, run, admits[_i].security, admits[_i].algorithm, 1000, 8);
     snprintf(path, sizeof path, "node %d left the run", v);
     kill_and_restart(run, conf, v, path, pid);
     wait_all(run, v, pid);
@@ -428,7 +450,7 @@ START_TEST(test_run_restart_comes_back)
     test_become_subreaper();
     snprintf(run, sizeof run, "restart%d", v);
     make_key(run);
-    write_conf(conf, sizeof conf, run, "gossip-bmuf", 5000, 8);
+    write_conf(conf, sizeof conf, run, "curve", "gossip-bmuf", 5000, 8);
     pid =
         start_shoal(run, (const char *[]){"run", conf, "--quiet", "--set", "cluster.restart.max=2",
                                           "--set", "cluster.restart.delay_ms=500", NULL});
@@ -462,7 +484,13 @@ rejoin_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("admit");
     tcase_set_timeout(tc, HANG_S * 2 + 60);
-    tcase_add_loop_test(tc, test_node_admitted, 0, sizeof admits / sizeof admits[0]);
+    tcase_add_loop_test(tc, test_node_admitted, 0, sizeof admits / sizeof admits[0] - 1);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mac"); /* the comebacks under cluster.security: mac */
+    tcase_set_timeout(tc, HANG_S * 2 + 60);
+    tcase_add_loop_test(tc, test_node_comes_back_mac, 0, sizeof victims / sizeof victims[0]);
+    tcase_add_loop_test(tc, test_node_admitted, sizeof admits / sizeof admits[0] - 1,
+                        sizeof admits / sizeof admits[0]);
     suite_add_tcase(s, tc);
     return s;
 }
