@@ -3,7 +3,7 @@
  * "FILE:LINE:COL: message" (for --set: "--set KEY:1:COL: message") on one line: text
  * quoted from the input is cut at 60 bytes and its control characters escaped. The
  * schema of keys, their types, defaults and documentation lives in one table in
- * sl_config.c. */
+ * sl_config_schema.c. */
 #ifndef SL_CONFIG_H
 #define SL_CONFIG_H
 

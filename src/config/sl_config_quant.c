@@ -1,5 +1,5 @@
 /* Which settings may carry quantized deltas (sl_config_quant.h). Must not parse keys:
- * sl_config.c owns the schema. */
+ * sl_config_schema.c owns the schema. */
 #include "config/sl_config_quant.h"
 
 int

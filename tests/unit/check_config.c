@@ -17,7 +17,7 @@
 
 #include "test_tool.h"
 
-/* Every key of the schema, written out here independently of sl_config.c's table. */
+/* Every key of the schema, written out here independently of sl_config_schema.c's table. */
 static const char *const all_keys[] = {"run.name",
                                        "run.seed",
                                        "run.dir",
