@@ -131,6 +131,7 @@ typedef struct {
             sl_sched_kind_t type; /* default constant */
             double decay;         /* epoch_decay factor per epoch, default 0.9 */
             long warmup_steps;    /* linear warm-up from 0, default 0 */
+            long steps;           /* linear: lr is 0 from this step; 0 (default): the run's last */
         } schedule;
         int eval_every_epoch; /* evaluate on valid after each epoch, default 1 */
         struct {                  /* precision fp16/bf16 (CUDA): loss scaling */

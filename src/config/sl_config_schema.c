@@ -193,6 +193,8 @@ const entry_t sl_config_schema[] = {
      .doc = "epoch_decay: factor applied after each epoch"},
     {K("train.schedule.warmup_steps", T_LONG, train.schedule.warmup_steps), .def = "0", AT_LEAST(0),
      .doc = "linear warm-up from 0 over the first N steps"},
+    {K("train.schedule.steps", T_LONG, train.schedule.steps), .def = "0", AT_LEAST(0),
+     .doc = "linear: the step at which lr reaches 0 (0 = the run's last step)"},
 
     {K("cluster.nodes", T_INT, cluster.nodes), .def = "1", AT_LEAST(1), .auto_ok = 1,
      .doc = "number of nodes n (processes) of the run (auto = the launcher's)"},

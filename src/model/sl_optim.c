@@ -146,6 +146,8 @@ sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps)
         lr *= pow(cfg->train.schedule.decay, (double)epoch);
         break;
     case SL_SCHED_LINEAR:
+        if (cfg->train.schedule.steps > 0)
+            total_steps = cfg->train.schedule.steps;
         if (total_steps > 0) {
             double f = 1.0 - (double)step / (double)total_steps;
             lr *= f > 0.0 ? f : 0.0;

@@ -25,8 +25,8 @@ double sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip
 
 /* Learning rate at step (0-based), in epoch (0-based), total_steps of the run:
  * constant lr, epoch_decay lr * decay^epoch, linear lr * max(0, 1 - step/total_steps)
- * (constant when total_steps <= 0); then, when warmup_steps > 0, times
- * min(1, (step+1) / warmup_steps). */
+ * (total_steps train.schedule.steps when that is set; constant when <= 0); then, when warmup_steps
+ * > 0, times min(1, (step+1) / warmup_steps). */
 double sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps);
 
 /* One update of params with grads at learning rate lr (clipping is separate); Adam's

@@ -59,6 +59,7 @@ static const char *const all_keys[] = {"run.name",
                                        "train.schedule.type",
                                        "train.schedule.decay",
                                        "train.schedule.warmup_steps",
+                                       "train.schedule.steps",
                                        "cluster.nodes",
                                        "cluster.transport",
                                        "cluster.master",
@@ -147,6 +148,7 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert(a->train.optimizer.initial_accumulator == b->train.optimizer.initial_accumulator);
     ck_assert_int_eq(a->train.schedule.type, b->train.schedule.type);
     ck_assert(a->train.schedule.decay == b->train.schedule.decay);
+    ck_assert_int_eq(a->train.schedule.steps, b->train.schedule.steps);
     ck_assert_int_eq(a->train.schedule.warmup_steps, b->train.schedule.warmup_steps);
     ck_assert_int_eq(a->sync.algorithm, b->sync.algorithm);
     ck_assert_int_eq(a->sync.neighbours, b->sync.neighbours);

@@ -267,6 +267,11 @@ START_TEST(test_lr_schedules)
     ck_assert_double_eq_tol(sl_lr_at(&cfg, 25, 0, 100), 15.0, 1e-12);
     ck_assert_double_eq_tol(sl_lr_at(&cfg, 100, 0, 100), 0.0, 1e-12);
     ck_assert_double_eq_tol(sl_lr_at(&cfg, 150, 0, 100), 0.0, 1e-12);
+    /* a horizon of its own: 400 steps, whatever the run's */
+    cfg.train.schedule.steps = 400;
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 100, 0, 100), 15.0, 1e-12);
+    ck_assert_double_eq_tol(sl_lr_at(&cfg, 300, 0, 1000), 5.0, 1e-12);
+    cfg.train.schedule.steps = 0;
     /* warm-up over 4 steps: x (step+1)/4 until 1 */
     cfg.train.schedule.warmup_steps = 4;
     ck_assert_double_eq_tol(sl_lr_at(&cfg, 1, 0, 100), 20.0 * 0.99 * 0.5, 1e-12);
