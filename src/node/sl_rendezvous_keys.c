@@ -113,9 +113,15 @@ sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m)
         free(r->pending[m->rank]->waiting);
         free(r->pending[m->rank]);
     }
-    p = r->pending[m->rank] = calloc(1, sizeof *p);
-    if (!p || !(p->waiting = calloc((size_t)r->o.size, 1)))
+    r->pending[m->rank] = NULL;
+    p = calloc(1, sizeof *p);
+    if (p)
+        p->waiting = calloc((size_t)r->o.size, 1);
+    if (!p || !p->waiting) {
+        free(p);
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
+    }
+    r->pending[m->rank] = p;
     p->peer = m->peer;
     p->generation = m->generation;
     p->deadline = sl_clock_now() + confirm_wait_s(r);
