@@ -424,7 +424,9 @@ sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *r
         }
     }
     res->peer_stopped = n.peer_stopped;
-    if (st != SL_OK && st != SL_ERR_SHUTDOWN && n.tr)
+    /* a node the others dropped leaves them be: they go on without it (and shoal run
+     * starts it again), where an abort would stop them all */
+    if (st != SL_OK && st != SL_ERR_SHUTDOWN && st != SL_ERR_DROPPED && n.tr)
         tell_peers(&n, st);
     if (st == SL_OK && n.tr && o->run_rate)
         run_rate(&n, res);

@@ -205,8 +205,9 @@ proc_cpu_s(pid_t pid, int *stopped)
 
 /* The watchdog: a node that has neither sent anything nor used WATCHDOG_CPU_SHARE of a
  * CPU for watchdog_timeouts sync timeouts (before its first report also the rendezvous
- * timeout, which it may spend waiting for the others) is stopped or hung: SIGKILL, and
- * sl_sup_node_died decides what next. */
+ * timeout, which it may spend waiting for the others, unless it is stopped: a stopped
+ * process waits for nobody) is stopped or hung: SIGKILL, and sl_sup_node_died decides
+ * what next. */
 static void
 watchdog(sl_sup_t *l, int rank, double now)
 {
@@ -227,7 +228,7 @@ watchdog(sl_sup_t *l, int rank, double now)
         return;
     }
     allowed_s = window_s;
-    if (!c->reported && l->n > 1)
+    if (!c->reported && l->n > 1 && !stopped)
         allowed_s += cfg->cluster.rendezvous_timeout_ms / 1000.0;
     if (now - c->sign_at < allowed_s)
         return;

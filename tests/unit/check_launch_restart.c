@@ -245,6 +245,48 @@ START_TEST(test_watchdog_kills_stopped)
 }
 END_TEST
 
+/* A node stopped before its first report is not waiting for the others at the
+ * rendezvous: the watchdog kills it after its 2 s, not after the rendezvous timeout as
+ * well (60 s here, past the test's patience). Without restarts the run stops. */
+START_TEST(test_watchdog_stopped_at_start)
+{
+    char conf[1100], *out, *err;
+    const char *const args[] = {"run",
+                                conf,
+                                "-n",
+                                "2",
+                                "--quiet",
+                                "--set",
+                                "run.log_every=100000",
+                                "--set",
+                                "cluster={nodes: 2, timeout_ms: 1000, watchdog_timeouts: 2, "
+                                "rendezvous_timeout_ms: 60000}",
+                                NULL};
+    double t0;
+    pid_t pid, victim;
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    launch_tiny_yaml(conf, sizeof conf, "watch-start", 2,
+                     ", epochs: 1000, max_steps: 30000, eval_every_epoch: false");
+    pid = launch_start("watch-start", NULL, args);
+    t0 = launch_now();
+    while ((victim = test_child_named(pid, "shoal node 1")) == 0) {
+        ck_assert_msg(launch_now() - t0 < HANG_S, "no node 1 in %d s", HANG_S);
+        test_sleep_ms(1);
+    }
+    ck_assert_int_eq(kill(victim, SIGSTOP), 0);
+    ck_assert_int_ne(launch_wait(pid, "watch-start", &out, &err), 0);
+    launch_assert_nothing_left();
+    ck_assert_msg(strstr(err, "shoal run: node 1 made no progress for 2 s (stopped by a signal) "
+                              "at start: the watchdog killed it; the run stops") != NULL,
+                  "%s", err);
+    free(out);
+    free(err);
+}
+END_TEST
+
 /* A node that runs but makes no progress: blocked (as on a hung file system) opening its
  * metrics.jsonl, here a FIFO nobody writes. Without restarts the watchdog kills it and
  * the run stops; with them it is started again, and once the FIFO is gone a restart
@@ -372,6 +414,7 @@ launch_restart_suite(void)
     tcase_add_test(limits, test_run_restart_resumes);
     tcase_add_test(limits, test_run_restarts_used_up);
     tcase_add_test(limits, test_watchdog_kills_stopped);
+    tcase_add_test(limits, test_watchdog_stopped_at_start);
     tcase_add_test(limits, test_watchdog_kills_hung);
     tcase_add_test(limits, test_restart_foreign_checkpoint);
     suite_add_tcase(s, limits);
