@@ -56,6 +56,8 @@ set -euo pipefail
 
 me=bench_churn.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 nodes_list="4 8"
@@ -143,15 +145,11 @@ trap cleanup EXIT
 trap 'echo "$me: interrupted" >&2; exit 130' INT
 trap 'echo "$me: terminated" >&2; exit 143' TERM
 
-cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
-batch=32 bptt=20
+cpu=$(bench_cpu)
+batch=32 bptt=20 # bench_small_model's
 
-common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cache"
-    --set data.train="$data/brown/train.txt" --set data.valid="$data/brown/valid.txt"
-    --set data.test="$data/brown/test.txt" --set data.vocab_size=2000
-    --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch="$batch"
-    --set train.bptt="$bptt" --set train.epochs=1000 --set train.max_steps="$steps"
-    --set train.eval_every_epoch=false --set train.schedule.type=linear
+bench_small_model "$data" "$out"
+common=("${small_model[@]}" --set train.max_steps="$steps" --set train.schedule.type=linear
     --set run.log_every=10 --set run.checkpoint_every=200
     --set sync.timeout_ms=1000 --set cluster.timeout_ms=5000
     --set cluster.restart.max=1000 --set cluster.restart.delay_ms="$delay_ms")
@@ -171,15 +169,6 @@ mode_args() {
     esac
 }
 
-# num KEY FILE: a number of a JSON object written one key a line (summary.json)
-num() {
-    grep -o "\"$1\": *[0-9.e+-]*" "$2" 2>/dev/null | head -1 | sed 's/.*: *//'
-}
-
-# last_step FILE: the last "step" in a metrics.jsonl (0 when none)
-last_step() {
-    { grep -o '"step": *[0-9]*' "$1" 2>/dev/null || echo '"step": 0'; } | tail -1 | sed 's/.*: *//'
-}
 
 # kill_every T N DIR KILLS: every T seconds sends SIG$signal to a random node of the shoal run
 # $child and writes "time rank step" to KILLS (step: the node's last reported step)
@@ -189,7 +178,7 @@ kill_every() {
         r=$((RANDOM % n))
         pid=$(pgrep -P "$child" -x "shoal node $r" | head -1) || continue
         [ -n "$pid" ] || continue
-        echo "$EPOCHREALTIME $r $(last_step "$dir/node-$r/metrics.jsonl")" >>"$kills"
+        echo "$EPOCHREALTIME $r $(bench_last_step "$dir/node-$r/metrics.jsonl")" >>"$kills"
         kill -"$signal" "$pid" 2>/dev/null || true
     done
 }
@@ -226,13 +215,13 @@ run_one() {
 # of a run (round_s: node 0's training seconds per step times the period)
 measure() {
     local name=$1 n=$2 rc=$3 wall=$4 dir=$out/$1 model=yes round
-    round=$(awk -v t="$(num train_time_s "$dir/node-0/summary.json")" \
-        -v s="$(num steps "$dir/node-0/summary.json")" -v p="$period" \
+    round=$(awk -v t="$(bench_num train_time_s "$dir/node-0/summary.json")" \
+        -v s="$(bench_num steps "$dir/node-0/summary.json")" -v p="$period" \
         'BEGIN { if (s > 0) printf "%.4f", t / s * p; else print "nan" }')
     [ -s "$dir/model.bin" ] || model=no
     # comebacks from the log: "came back at step S" per rank, in order, against the kills
     awk -v n="$n" -v steps="$steps" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" -v round="$round" \
-        -v ppl="$(num valid_ppl "$dir/summary.json")" -v model="$model" '
+        -v ppl="$(bench_num valid_ppl "$dir/summary.json")" -v model="$model" '
         BEGIN { while ((getline line < kills) > 0) { split(line, k, " ")
                     nk++; kr[nk] = k[2]; ks[nk] = k[3] } }
         / node [0-9]+: train: info: came back at step / {

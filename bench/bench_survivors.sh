@@ -45,6 +45,8 @@ set -euo pipefail
 
 me=bench_survivors.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 nodes=4
@@ -118,27 +120,14 @@ trap cleanup EXIT
 trap 'echo "$me: interrupted" >&2; exit 130' INT
 trap 'echo "$me: terminated" >&2; exit 143' TERM
 
-cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+cpu=$(bench_cpu)
 "$shoal" keygen "$out/key" >/dev/null || die "shoal keygen failed"
-common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cache"
-    --set data.train="$data/brown/train.txt" --set data.valid="$data/brown/valid.txt"
-    --set data.test="$data/brown/test.txt" --set data.vocab_size=2000
-    --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch=32
-    --set train.bptt=20 --set train.epochs=1000 --set train.eval_every_epoch=false
-    --set train.optimizer.lr="$lr" --set train.schedule.type=linear
+bench_small_model "$data" "$out"
+common=("${small_model[@]}" --set train.optimizer.lr="$lr" --set train.schedule.type=linear
     --set train.schedule.steps="$steps"
     --set run.log_every=1 --set run.checkpoint_every=0 --set sync.period=8
     --set sync.embedding_period=0 --set sync.timeout_ms=1000 --set cluster.restart.max=0)
 
-# num KEY FILE: a number of a JSON object written one key a line (summary.json)
-num() {
-    grep -o "\"$1\": *[0-9.e+-]*" "$2" 2>/dev/null | head -1 | sed 's/.*: *//'
-}
-
-# last_step FILE: the last "step" in a metrics.jsonl (0 when none)
-last_step() {
-    { grep -o '"step": *[0-9]*' "$1" 2>/dev/null || echo '"step": 0'; } | tail -1 | sed 's/.*: *//'
-}
 
 # train NAME N STEPS [ARGS...]: one shoal run of N nodes into $out/NAME (log NAME.log);
 # its exit status
@@ -161,7 +150,7 @@ death() {
         --set cluster.nodes="$nodes" --set train.max_steps="$steps" --set run.dir="$out/$name" \
         -n "$nodes" >"$out/$name.log" 2>&1 &
     child=$!
-    until [ "$(last_step "$metrics")" -ge "$kill_at" ]; do
+    until [ "$(bench_last_step "$metrics")" -ge "$kill_at" ]; do
         kill -0 "$child" 2>/dev/null || die "$name ended before its node $victim reached step $kill_at (see $out/$name.log)"
         sleep 0.05
     done
@@ -169,7 +158,7 @@ death() {
     wait "$child" || rc=$?
     child=""
     [ "$rc" = 1 ] || die "$name: shoal run exited $rc, not 1 (a node died) (see $out/$name.log)"
-    died=$(last_step "$metrics")
+    died=$(bench_last_step "$metrics")
 }
 
 echo "# cpu: $cpu"
@@ -191,9 +180,9 @@ for mode in $modes; do
             --set train.optimizer.lr="$(awk -v l="$lr" -v d="$died" -v s="$steps" \
                 'BEGIN { printf "%.9g", l * (s - d) / s }')" \
             --set train.schedule.steps=$((steps - died)) || die "$mode-$seed-ref failed"
-        echo "$mode $seed $died $(num valid_ppl "$out/$mode-$seed-free/summary.json")" \
-            "$(num valid_ppl "$out/$mode-$seed-death/summary.json")" \
-            "$(num valid_ppl "$out/$mode-$seed-ref/summary.json")" >>"$out/table"
+        echo "$mode $seed $died $(bench_num valid_ppl "$out/$mode-$seed-free/summary.json")" \
+            "$(bench_num valid_ppl "$out/$mode-$seed-death/summary.json")" \
+            "$(bench_num valid_ppl "$out/$mode-$seed-ref/summary.json")" >>"$out/table"
     done
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
