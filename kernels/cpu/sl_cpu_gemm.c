@@ -75,9 +75,12 @@ sl_cpu_packed_floats(void *ctx, int k, int n)
     return k > 0 && n > 0 ? panels(n) * NR * (size_t)k : 0;
 }
 
-/* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). With trans_b, B is (n, k) and a
- * panel gathers NR of its rows: copied a block of KB k-values at a time, so that the
- * NR panel rows being written stay in L1 while B's rows are read in order. */
+/* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). Without trans_b, B is read row
+ * by row, in order, each row's runs of NR floats going to their panels (a panel at a
+ * time, B would be read down its columns, a cache line per row). With trans_b, B is
+ * (n, k) and a panel gathers NR of its rows: copied a block of KB k-values at a time,
+ * so that the NR panel rows being written stay in L1 while B's rows are read in
+ * order. */
 void
 sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed)
 {
@@ -87,17 +90,26 @@ sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, flo
     (void)ctx;
     if (k <= 0 || n <= 0)
         return;
+    if (!trans_b) {
+        size_t full = (size_t)n / NR, rest = (size_t)n - full * NR;
+
+        for (size_t kk = 0; kk < (size_t)k; kk++) {
+            const float *restrict src = b + kk * ld;
+            float *restrict dst = packed + kk * NR;
+
+            for (size_t p = 0; p < full; p++) /* a constant size: vector moves */
+                memcpy(dst + p * NR * (size_t)k, src + p * NR, NR * sizeof(float));
+            if (rest) {
+                memcpy(dst + full * NR * (size_t)k, src + full * NR, rest * sizeof(float));
+                memset(dst + full * NR * (size_t)k + rest, 0, (NR - rest) * sizeof(float));
+            }
+        }
+        return;
+    }
     for (size_t p = 0; p < np; p++) {
         float *restrict dst = packed + p * NR * (size_t)k;
         size_t j0 = p * NR, cols = (size_t)n - j0 < NR ? (size_t)n - j0 : NR;
 
-        if (!trans_b) {
-            for (size_t kk = 0; kk < (size_t)k; kk++) {
-                memcpy(dst + kk * NR, b + kk * ld + j0, cols * sizeof(float));
-                memset(dst + kk * NR + cols, 0, (NR - cols) * sizeof(float));
-            }
-            continue;
-        }
         for (size_t k0 = 0; k0 < (size_t)k; k0 += KB) {
             size_t kn = (size_t)k - k0 < KB ? (size_t)k - k0 : KB;
 
