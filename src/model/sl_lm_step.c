@@ -170,6 +170,54 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
     }
 }
 
+/* Layer 0's input is an embedding row per position, so with no dropout on it its
+ * input projection takes only V distinct values: where a window has at least 2 V rows
+ * (the char model: V = 66 symbols, N = 3200 rows), they are computed once per symbol,
+ * P = Emb W_ih^T + b (V, 4H), and gathered per position, the same bits as the product
+ * over the window's rows (one sum in k order per element, then + b); backward sums
+ * the gate gradients per symbol first, dGv (V, 4H), so that dW_ih = dGv^T Emb, dEmb =
+ * dGv W_ih and db = the column sums of dGv take V rows instead of N. The choice
+ * depends on V, N and dropout only. */
+static int
+per_symbol(const sl_lm_t *lm, int N, int drop)
+{
+    return lm->sym && !drop && 2 * (size_t)lm->V <= (size_t)N;
+}
+
+static void
+symbol_projection_forward(sl_lm_t *lm, int N)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    const sl_lm_layer_t *ly = &lm->layer[0];
+    const float *w = lm->params;
+    int g4 = 4 * ly->h;
+
+    packed_product(lm, N, 0, 1, lm->V, g4, lm->E, w + lm->emb, lm->E, w + ly->w_ih, lm->E, 0.0f,
+                   lm->sym, g4);
+    o->add_bias(lm->be->ctx, lm->V, g4, w + ly->b, lm->sym);
+    o->embedding_gather(lm->be->ctx, N, g4, lm->sym, lm->d_x, ly->gates);
+}
+
+/* dW_ih, db and dEmb from lm->dgates (N, 4H) through dGv; the embedding rows of symbols
+ * absent from the window get + 0. */
+static void
+symbol_projection_backward(sl_lm_t *lm, int N)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const sl_lm_layer_t *ly = &lm->layer[0];
+    const float *w = lm->params;
+    float *gw = lm->grads;
+    int g4 = 4 * ly->h, V = lm->V, E = lm->E;
+
+    o->zero(ctx, (size_t)V * (size_t)g4, lm->sym);
+    o->embedding_scatter_add(ctx, lm->nrows_in, g4, lm->d_rows_in, lm->d_off_in, lm->d_pos_in,
+                             lm->dgates, lm->sym);
+    packed_product(lm, N, 1, 0, g4, E, V, lm->sym, g4, w + lm->emb, E, 1.0f, gw + ly->w_ih, E);
+    o->bias_grad(ctx, V, g4, lm->sym, gw + ly->b);
+    packed_product(lm, N, 0, 0, V, E, g4, lm->sym, g4, w + ly->w_ih, E, 1.0f, gw + lm->emb, E);
+}
+
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
  * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
@@ -193,9 +241,13 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
-                       ly->gates, g4);
-        o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        if (l == 0 && per_symbol(lm, N, drop)) {
+            symbol_projection_forward(lm, N);
+        } else {
+            packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
+                           ly->gates, g4);
+            o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        }
         whh = pack_recurrent(lm, ly, 1, T);
         for (int t = 0; t < T; t++) {
             size_t row = (size_t)t * (size_t)B;
@@ -343,14 +395,20 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
                                   r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        if (l == 0 && per_symbol(lm, N, drop))
+            symbol_projection_backward(lm, N);
+        else
+            packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
         if (T > 1)
             packed_product(lm, N, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4,
                            ly->rs, r, 1.0f, gw + ly->w_hh, r);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
-        o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
+        if (l > 0 || !per_symbol(lm, N, drop))
+            o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)
             o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
+        if (l == 0 && per_symbol(lm, N, drop))
+            return; /* dEmb done per symbol */
         cur = 1 - cur;
         packed_product(lm, N, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f,
                        lm->dbuf[cur], in);

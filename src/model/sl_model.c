@@ -226,6 +226,9 @@ alloc_workspace(sl_lm_t *lm)
     if (!fits_int(n, (size_t)lm->E) || !fits_int(n, dmax) || ns > INT_MAX)
         return sl_err_set(SL_ERR_INVALID, "model: %zu rows too many for these sizes", n);
     SL_TRY(DEV_ALLOC(lm, &lm->x0, n * (size_t)lm->E, "embedded input"));
+    if (2 * (size_t)lm->V <= n)
+        SL_TRY(DEV_ALLOC(lm, &lm->sym, (size_t)lm->V * 4 * (size_t)lm->layer[0].h,
+                         "input projection per symbol"));
     SL_TRY(DEV_ALLOC(lm, &lm->dgates, n * 4 * hmax, "gate gradients"));
     SL_TRY(DEV_ALLOC(lm, &lm->dbuf[0], n * dmax, "output gradients"));
     SL_TRY(DEV_ALLOC(lm, &lm->dbuf[1], n * dmax, "input gradients"));

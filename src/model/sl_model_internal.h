@@ -62,6 +62,9 @@ struct sl_lm {
                          W_hh either way round, or a weight gradient's input (sl_lm_step.c);
                          NULL where the backend has no gemm_packed */
     size_t npacked;   /* floats */
+    float *sym;       /* (V, 4 H_0) layer 0's input projection per symbol, forward, and
+                         its gate gradients summed per symbol, backward (sl_lm_step.c);
+                         NULL unless a window can have 2 V rows */
     float *logits;    /* (chunk, V) full softmax, or (N, 1+S) sampled */
     int chunk;        /* rows of a full-softmax chunk */
     float *ones;      /* (max_rows) all 1: rank-1 gemms for biases and columns */
