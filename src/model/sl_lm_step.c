@@ -170,52 +170,58 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
     }
 }
 
-/* Layer 0's input is an embedding row per position, so with no dropout on it its
- * input projection takes only V distinct values: where a window has at least 2 V rows
- * (the char model: V = 66 symbols, N = 3200 rows), they are computed once per symbol,
- * P = Emb W_ih^T + b (V, 4H), and gathered per position, the same bits as the product
- * over the window's rows (one sum in k order per element, then + b); backward sums
- * the gate gradients per symbol first, dGv (V, 4H), so that dW_ih = dGv^T Emb, dEmb =
- * dGv W_ih and db = the column sums of dGv take V rows instead of N. The choice
- * depends on V, N and dropout only. */
+/* Layer 0's input is an embedding row per position, so without dropout on it its input
+ * projection takes one value per distinct input id of the window: where a training
+ * window has at least twice as many rows as distinct ids (U: the char model's 66
+ * symbols in 3,200 rows; about half of a Brown window's 1,120 words), it is computed
+ * once per id, P = Emb[rows] W_ih^T + b (U, 4H), and gathered per position: the same
+ * bits as the product over the window's rows (one sum in k order per element, then
+ * + b). Backward sums the gate gradients per id first, dGv (U, 4H), so that dW_ih =
+ * dGv^T Emb[rows], db = the column sums of dGv and dEmb[rows] = dGv W_ih take U rows
+ * instead of N (other bits than the products over N rows: sums in another order).
+ * Returns U where this applies, else 0; evaluation (no unique rows) keeps the product
+ * over its rows, whose bits are the same. */
 static int
 per_symbol(const sl_lm_t *lm, int N, int drop)
 {
-    return lm->sym && !drop && 2 * (size_t)lm->V <= (size_t)N;
+    return lm->sym && !drop && lm->nrows_in <= lm->nsym && 2 * lm->nrows_in <= N ? lm->nrows_in
+                                                                                  : 0;
 }
 
 static void
-symbol_projection_forward(sl_lm_t *lm, int N)
+symbol_projection_forward(sl_lm_t *lm, int N, int U)
 {
     const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
     const sl_lm_layer_t *ly = &lm->layer[0];
     const float *w = lm->params;
-    int g4 = 4 * ly->h;
+    int g4 = 4 * ly->h, E = lm->E;
 
-    packed_product(lm, N, 0, 1, lm->V, g4, lm->E, w + lm->emb, lm->E, w + ly->w_ih, lm->E, 0.0f,
-                   lm->sym, g4);
-    o->add_bias(lm->be->ctx, lm->V, g4, w + ly->b, lm->sym);
-    o->embedding_gather(lm->be->ctx, N, g4, lm->sym, lm->d_x, ly->gates);
+    o->embedding_gather(ctx, U, E, w + lm->emb, lm->d_rows_in, lm->sym_in);
+    packed_product(lm, N, 0, 1, U, g4, E, lm->sym_in, E, w + ly->w_ih, E, 0.0f, lm->sym, g4);
+    o->add_bias(ctx, U, g4, w + ly->b, lm->sym);
+    o->embedding_gather(ctx, N, g4, lm->sym, lm->d_slot_in, ly->gates);
 }
 
-/* dW_ih, db and dEmb from lm->dgates (N, 4H) through dGv; the embedding rows of symbols
- * absent from the window get + 0. */
+/* dW_ih, db and the embedding rows' gradients from lm->dgates (N, 4H) through dGv. */
 static void
-symbol_projection_backward(sl_lm_t *lm, int N)
+symbol_projection_backward(sl_lm_t *lm, int N, int U)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
     const sl_lm_layer_t *ly = &lm->layer[0];
     const float *w = lm->params;
     float *gw = lm->grads;
-    int g4 = 4 * ly->h, V = lm->V, E = lm->E;
+    int g4 = 4 * ly->h, E = lm->E;
 
-    o->zero(ctx, (size_t)V * (size_t)g4, lm->sym);
-    o->embedding_scatter_add(ctx, lm->nrows_in, g4, lm->d_rows_in, lm->d_off_in, lm->d_pos_in,
-                             lm->dgates, lm->sym);
-    packed_product(lm, N, 1, 0, g4, E, V, lm->sym, g4, w + lm->emb, E, 1.0f, gw + ly->w_ih, E);
-    o->bias_grad(ctx, V, g4, lm->sym, gw + ly->b);
-    packed_product(lm, N, 0, 0, V, E, g4, lm->sym, g4, w + ly->w_ih, E, 1.0f, gw + lm->emb, E);
+    o->zero(ctx, (size_t)U * (size_t)g4, lm->sym);
+    o->embedding_scatter_add(ctx, U, g4, lm->d_iota, lm->d_off_in, lm->d_pos_in, lm->dgates,
+                             lm->sym);
+    packed_product(lm, N, 1, 0, g4, E, U, lm->sym, g4, lm->sym_in, E, 1.0f, gw + ly->w_ih, E);
+    o->bias_grad(ctx, U, g4, lm->sym, gw + ly->b);
+    packed_product(lm, N, 0, 0, U, E, g4, lm->sym, g4, w + ly->w_ih, E, 0.0f, lm->sym_in, E);
+    o->embedding_scatter_add(ctx, U, E, lm->d_rows_in, lm->d_iota, lm->d_iota, lm->sym_in,
+                             gw + lm->emb);
 }
 
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
@@ -223,7 +229,7 @@ symbol_projection_backward(sl_lm_t *lm, int N)
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
  * advances to the last step. drop: apply dropout with keys from dkey. */
 static void
-forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -241,8 +247,8 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        if (l == 0 && per_symbol(lm, N, drop)) {
-            symbol_projection_forward(lm, N);
+        if (l == 0 && sym) {
+            symbol_projection_forward(lm, N, sym);
         } else {
             packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
                            ly->gates, g4);
@@ -360,7 +366,7 @@ output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
  * gradient dX = dG W_ih. The gradient into the carried state is dropped (truncated
  * BPTT). */
 static void
-backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -395,20 +401,20 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
                                   r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        if (l == 0 && per_symbol(lm, N, drop))
-            symbol_projection_backward(lm, N);
+        if (l == 0 && sym)
+            symbol_projection_backward(lm, N, sym);
         else
             packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
         if (T > 1)
             packed_product(lm, N, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4,
                            ly->rs, r, 1.0f, gw + ly->w_hh, r);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
-        if (l > 0 || !per_symbol(lm, N, drop))
+        if (l > 0 || !sym)
             o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)
             o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
-        if (l == 0 && per_symbol(lm, N, drop))
-            return; /* dEmb done per symbol */
+        if (l == 0 && sym)
+            return; /* the embedding's gradients done per id */
         cur = 1 - cur;
         packed_product(lm, N, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f,
                        lm->dbuf[cur], in);
@@ -453,6 +459,11 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     SL_TRY(o->to_device(ctx, lm->d_out, lm->h_out, (size_t)ns * i4));
     SL_TRY(o->to_device(ctx, lm->d_rows_in, lm->rows_in, (size_t)lm->nrows_in * i4));
     SL_TRY(o->to_device(ctx, lm->d_off_in, lm->off_in, (size_t)(lm->nrows_in + 1) * i4));
+    if (lm->d_slot_in && lm->nrows_in <= lm->nsym) { /* per_symbol's gather */
+        for (int i = 0; i < N; i++)
+            lm->h_slot[i] = lm->slot[x[i]];
+        SL_TRY(o->to_device(ctx, lm->d_slot_in, lm->h_slot, (size_t)N * i4));
+    }
     return o->to_device(ctx, lm->d_pos_in, lm->pos_in, (size_t)N * i4);
 }
 
@@ -461,7 +472,7 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
                  const sl_step_keys_t *keys, double *loss_sum)
 {
     const sl_backend_ops_t *o = lm->be->ops;
-    int N, drop = lm->dropout > 0.0f;
+    int N, drop = lm->dropout > 0.0f, sym;
     sl_status_t rc;
 
     SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
@@ -471,12 +482,13 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     if (rc != SL_OK)
         return sl_err_prefix(rc, "training step");
     o->zero(lm->be->ctx, lm->nparams, lm->grads);
-    forward(lm, st, bptt, drop, keys->dropout_key);
+    sym = per_symbol(lm, N, drop);
+    forward(lm, st, bptt, drop, keys->dropout_key, sym);
     if (lm->sampled)
         output_sampled(lm, N, lm->dbuf[0], loss_sum);
     else
         output_full(lm, N, lm->d_out, lm->loss_scale / (float)N, lm->dbuf[0], loss_sum);
-    backward(lm, st, bptt, drop, keys->dropout_key);
+    backward(lm, st, bptt, drop, keys->dropout_key, sym);
     lm->stepped = 1;
     return SL_OK;
 }
@@ -493,7 +505,7 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     N = bptt * st->batch;
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * sizeof(int32_t)));
     SL_TRY(o->to_device(ctx, lm->d_out, y, (size_t)N * sizeof(int32_t)));
-    forward(lm, st, bptt, 0, 0);
+    forward(lm, st, bptt, 0, 0, 0);
     output_full(lm, N, lm->d_out, 0.0f, NULL, loss_sum);
     return SL_OK;
 }
@@ -507,7 +519,7 @@ sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logit
 
     SL_TRY(check_step(lm, st, x, x, 1, "next-token step"));
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)B * sizeof(int32_t)));
-    forward(lm, st, 1, 0, 0);
+    forward(lm, st, 1, 0, 0, 0);
     for (int r0 = 0; r0 < B; r0 += lm->chunk) {
         int n = B - r0 < lm->chunk ? B - r0 : lm->chunk;
         o->gemm(ctx, 0, 1, n, V, R, 1.0f, lm->top + (size_t)r0 * (size_t)R, R, lm->params + lm->out,

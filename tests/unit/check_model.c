@@ -467,15 +467,44 @@ START_TEST(test_grad_lstmp_sampled)
 }
 END_TEST
 
-/* 3 symbols in a window of 6 rows: layer 0's input projection goes per symbol, and
- * its gradients (dW_ih, db, the embedding) through the gate gradients summed per
- * symbol (sl_lm_step.c, per_symbol). */
+/* 3 distinct input ids of 4 in a window of 6 rows: layer 0's input projection goes
+ * per id, and its gradients (dW_ih, db, the embedding rows) through the gate
+ * gradients summed per id (sl_lm_step.c, per_symbol); id 1, absent, gets none. */
 START_TEST(test_grad_per_symbol)
 {
-    static const int32_t x3[N] = {2, 0, 2, 1, 0, 2}, y3[N] = {0, 2, 1, 0, 2, 2};
+    static const int32_t x4[N] = {2, 0, 2, 3, 0, 2}, y4[N] = {0, 2, 1, 0, 3, 2};
 
-    grad_check_ids(1, 0, SL_OUTPUT_FULL, 0.0, 3, x3, y3);
-    grad_check_ids(2, 0, SL_OUTPUT_FULL, 0.0, 3, x3, y3);
+    grad_check_ids(1, 0, SL_OUTPUT_FULL, 0.0, 4, x4, y4);
+    grad_check_ids(2, 0, SL_OUTPUT_FULL, 0.0, 4, x4, y4);
+}
+END_TEST
+
+/* The training step's forward per id (per_symbol) gives the bits of evaluation's
+ * product over the window's rows: the same loss and carried state, exactly. */
+START_TEST(test_per_symbol_same_bits)
+{
+    static const int32_t x4[N] = {2, 0, 2, 3, 0, 2}, y4[N] = {0, 2, 1, 0, 3, 2};
+    sl_step_keys_t keys = {11, 22};
+    float s0[512], s_train[512], s_eval[512];
+    double train_loss, eval_loss;
+    sl_lm_state_t *st;
+    sl_lm_t *lm;
+    size_t ns;
+
+    test_lm_config(&cfg, 2, 0, SL_OUTPUT_FULL, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, 4, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_params(lm, 6);
+    ns = random_state(st, s0, 5);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, x4, y4, T, &keys, &train_loss), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s_train), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, x4, y4, T, &eval_loss), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s_eval), SL_OK);
+    ck_assert(train_loss == eval_loss);
+    ck_assert(memcmp(s_train, s_eval, ns * sizeof(float)) == 0);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
 }
 END_TEST
 
@@ -819,6 +848,7 @@ model_suite(void)
     tcase_add_test(core, test_grad_lstm_sampled);
     tcase_add_test(core, test_grad_lstmp_sampled);
     tcase_add_test(core, test_grad_per_symbol);
+    tcase_add_test(core, test_per_symbol_same_bits);
     tcase_add_test(core, test_grad_lstmp_dropout);
     tcase_add_test(core, test_dropout_keys);
     tcase_add_test(core, test_learns_full);
