@@ -437,6 +437,11 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     int ns = N;
 
     lm->nrows_in = unique_rows(lm, x, N, lm->rows_in, lm->off_in, lm->pos_in);
+    if (lm->d_slot_in && lm->nrows_in <= lm->nsym) { /* per_symbol's gather, before the */
+        for (int i = 0; i < N; i++)                   /* output rows reuse lm->slot */
+            lm->h_slot[i] = lm->slot[x[i]];
+        SL_TRY(o->to_device(ctx, lm->d_slot_in, lm->h_slot, (size_t)N * i4));
+    }
     memcpy(lm->h_out, y, (size_t)N * i4);
     if (lm->sampled) {
         sl_rng_t rng;
@@ -459,11 +464,6 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     SL_TRY(o->to_device(ctx, lm->d_out, lm->h_out, (size_t)ns * i4));
     SL_TRY(o->to_device(ctx, lm->d_rows_in, lm->rows_in, (size_t)lm->nrows_in * i4));
     SL_TRY(o->to_device(ctx, lm->d_off_in, lm->off_in, (size_t)(lm->nrows_in + 1) * i4));
-    if (lm->d_slot_in && lm->nrows_in <= lm->nsym) { /* per_symbol's gather */
-        for (int i = 0; i < N; i++)
-            lm->h_slot[i] = lm->slot[x[i]];
-        SL_TRY(o->to_device(ctx, lm->d_slot_in, lm->h_slot, (size_t)N * i4));
-    }
     return o->to_device(ctx, lm->d_pos_in, lm->pos_in, (size_t)N * i4);
 }
 
