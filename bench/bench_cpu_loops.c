@@ -2,19 +2,22 @@
  * v3, baseline: kernels/cpu/sl_cpu_isa.h), at the reference models' shapes, the builds
  * taking turns so that a shared machine's load falls on all of them alike. Figures only.
  *
- *   bench_cpu_loops [--threads T] [--rounds R] [--cpu-time]
+ *   bench_cpu_loops [--threads T] [--rounds R] [--cpu-time] [--only TEXT]
  *
  * Per op, each of R rounds times every build this CPU runs once (enough calls for about
  * 20 ms); the table shows each build's median microseconds per call and the speed of
  * the first build (the highest) against each other one; --cpu-time counts the process's
- * CPU time instead of the wall clock (steadier on a loaded machine). Shapes: word model, B 32,
+ * CPU time instead of the wall clock (steadier on a loaded machine); --only runs just the
+ * ops whose name contains TEXT. Shapes: word model, B 32,
  * T 35, V 10002, H 256, 6.18 M parameters; sampled softmax with 1024 negatives; the char
  * model's LSTM cell, H 512, and its recurrent products, forward (B x 4H x H, W_hh
  * transposed) and backward (B x H x 4H): the BLAS's gemm (the same in every column: its
  * spread is the noise) beside each build's gemm_packed, and the packing (pack_b) that
  * a window pays once; and its largest weight gradient, dW_hh += dG^T r over B (T - 1)
- * rows, by the BLAS and by pack_b + gemm_packed. Inputs are random and never zero, buffers 64-byte
- * aligned. */
+ * rows, and its dX over a window (E = 64 columns); the word model's full-softmax chunk
+ * (838 rows: logits = top W_out^T and dtop = dlogits W_out) and its input projection
+ * (N x 4H, W_ih^T); each by the BLAS and by pack_b + gemm_packed. Inputs are random and
+ * never zero, buffers 64-byte aligned. */
 #include "config.h"
 
 #include <stdint.h>
@@ -31,7 +34,8 @@
 
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
 enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
-enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 17 };
+enum { NW = 838 };      /* the word model's rows per full-softmax chunk (2^23 / V) */
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 25 };
 
 typedef struct {
     float *logits, *sampled, *gates, *gates_c, *c_prev, *c, *m, *dm, *dc, *dgates;
@@ -42,6 +46,7 @@ typedef struct {
     float *whh, *cg, *cr;                     /* char W_hh (4HC, HC); C (B, 4HC), (B, HC) */
     float *pk_t[MAX_BUILDS], *pk[MAX_BUILDS]; /* each build's packed W_hh^T and W_hh */
     float *dg_all, *rs, *pk_rs[MAX_BUILDS];   /* char dG (NC, 4HC), r (NC, HC), packed r */
+    float *top, *wout, *pk_out[MAX_BUILDS];   /* word (N, H) input, W_out (V, H), packed */
 } bufs_t;
 
 static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
@@ -60,7 +65,15 @@ static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
                                      "pack_b W_hh^T 512x2048",
                                      "pack_b W_hh 2048x512",
                                      "gemm BLAS dW_hh 2048x512x3168",
-                                     "pack+gemm_packed dW_hh"};
+                                     "pack+gemm_packed dW_hh",
+                                     "gemm BLAS logits 838x10002x256",
+                                     "pack+gemm_packed logits",
+                                     "gemm BLAS W_ih 1120x1024x256",
+                                     "pack+gemm_packed W_ih",
+                                     "gemm BLAS dtop 838x256x10002",
+                                     "pack+gemm_packed dtop",
+                                     "gemm BLAS dX 3168x64x2048",
+                                     "pack+gemm_packed dX"};
 
 static void
 fill(float *x, size_t n, uint64_t key, float scale)
@@ -70,7 +83,8 @@ fill(float *x, size_t n, uint64_t key, float scale)
 }
 
 /* The ops of gemm_packed, which a build may not have (the baseline: "-" in its column). */
-static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1};
+static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1, [18] = 1,
+                                    [20] = 1, [22] = 1, [24] = 1};
 
 static int
 has_op(const sl_backend_t *be, int op)
@@ -137,6 +151,34 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
         o->pack_b(be->ctx, 0, NC, HC, b->rs, HC, b->pk_rs[k]);
         o->gemm_packed(be->ctx, 1, 4 * HC, HC, NC, b->dg_all, 4 * HC, b->pk_rs[k], 1.0f, b->whh,
                        HC);
+        break;
+    case 17:
+        o->gemm(be->ctx, 0, 1, NW, V, H, 1.0f, b->top, H, b->wout, H, 0.0f, b->logits, V);
+        break;
+    case 18:
+        o->pack_b(be->ctx, 1, H, V, b->wout, H, b->pk_out[k]);
+        o->gemm_packed(be->ctx, 0, NW, V, H, b->top, H, b->pk_out[k], 0.0f, b->logits, V);
+        break;
+    case 19:
+        o->gemm(be->ctx, 0, 1, N, 4 * H, H, 1.0f, b->top, H, b->wout, H, 0.0f, b->logits, 4 * H);
+        break;
+    case 20:
+        o->pack_b(be->ctx, 1, H, 4 * H, b->wout, H, b->pk_out[k]);
+        o->gemm_packed(be->ctx, 0, N, 4 * H, H, b->top, H, b->pk_out[k], 0.0f, b->logits, 4 * H);
+        break;
+    case 21:
+        o->gemm(be->ctx, 0, 0, NW, H, V, 1.0f, b->logits, V, b->wout, H, 0.0f, b->top, H);
+        break;
+    case 22:
+        o->pack_b(be->ctx, 0, V, H, b->wout, H, b->pk_out[k]);
+        o->gemm_packed(be->ctx, 0, NW, H, V, b->logits, V, b->pk_out[k], 0.0f, b->top, H);
+        break;
+    case 23: /* W_ih (4HC, E 64): the first 64 columns of W_hh */
+        o->gemm(be->ctx, 0, 0, NC, 64, 4 * HC, 1.0f, b->dg_all, 4 * HC, b->whh, HC, 0.0f, b->rs, 64);
+        break;
+    case 24:
+        o->pack_b(be->ctx, 0, 4 * HC, 64, b->whh, HC, b->pk_out[k]);
+        o->gemm_packed(be->ctx, 0, NC, 64, 4 * HC, b->dg_all, 4 * HC, b->pk_out[k], 0.0f, b->rs, 64);
         break;
     default:
         o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);
@@ -231,6 +273,7 @@ int
 main(int argc, char **argv)
 {
     int threads = 1, rounds = 5, nb = 0;
+    const char *only = "";
     sl_backend_t *be[MAX_BUILDS];
     const char *names[MAX_BUILDS];
     static double t[NOPS][MAX_BUILDS][MAX_ROUNDS];
@@ -243,8 +286,10 @@ main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--cpu-time") == 0)
             use_cpu_time = 1;
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_cpu_loops [--threads T] [--rounds R] [--cpu-time]\n");
+            fprintf(stderr, "usage: bench_cpu_loops [--threads T] [--rounds R] [--cpu-time] [--only TEXT]\n");
             return 2;
         }
     }
@@ -285,7 +330,11 @@ main(int argc, char **argv)
     b.cr = buf((size_t)B * HC, 20, 1.0f);
     b.dg_all = buf((size_t)NC * 4 * HC, 24, 0.01f);
     b.rs = buf((size_t)NC * HC, 25, 1.0f);
+    b.top = buf((size_t)N * H, 26, 1.0f);
+    b.wout = buf((size_t)V * H, 27, 0.1f);
     for (int k = 0; k < nb; k++) {
+        size_t np;
+
         if (!be[k]->ops->gemm_packed)
             continue;
         b.pk_t[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, HC, 4 * HC), 21, 0.0f);
@@ -293,6 +342,10 @@ main(int argc, char **argv)
         be[k]->ops->pack_b(be[k]->ctx, 1, HC, 4 * HC, b.whh, HC, b.pk_t[k]);
         be[k]->ops->pack_b(be[k]->ctx, 0, 4 * HC, HC, b.whh, HC, b.pk[k]);
         b.pk_rs[k] = buf(be[k]->ops->packed_floats(be[k]->ctx, NC, HC), 23, 0.0f);
+        np = be[k]->ops->packed_floats(be[k]->ctx, H, V);
+        if (np < be[k]->ops->packed_floats(be[k]->ctx, V, H))
+            np = be[k]->ops->packed_floats(be[k]->ctx, V, H);
+        b.pk_out[k] = buf(np, 28, 0.0f);
     }
     b.half = malloc(sizeof(uint16_t) * PARAMS);
     b.targets = malloc(sizeof(int32_t) * N);
@@ -312,7 +365,7 @@ main(int argc, char **argv)
            threads, rounds, use_cpu_time ? ", process CPU time" : "");
     for (int r = 0; r < rounds; r++)
         for (int op = 0; op < NOPS; op++)
-            for (int k = 0; k < nb; k++)
+            for (int k = 0; k < nb && strstr(op_names[op], only); k++)
                 t[op][k][r] = has_op(be[k], op) ? time_op(be[k], k, op, &b) : -1.0;
     printf("%-28s", "op");
     for (int k = 0; k < nb; k++)
@@ -323,6 +376,8 @@ main(int argc, char **argv)
     for (int op = 0; op < NOPS; op++) {
         double med[MAX_BUILDS];
 
+        if (!strstr(op_names[op], only))
+            continue;
         printf("%-28s", op_names[op]);
         for (int k = 0; k < nb; k++) {
             qsort(t[op][k], (size_t)rounds, sizeof(double), cmp_double);

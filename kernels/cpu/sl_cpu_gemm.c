@@ -75,9 +75,12 @@ sl_cpu_packed_floats(void *ctx, int k, int n)
     return k > 0 && n > 0 ? panels(n) * NR * (size_t)k : 0;
 }
 
-/* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). With trans_b, B is (n, k) and a
- * panel gathers NR of its rows: copied a block of KB k-values at a time, so that the
- * NR panel rows being written stay in L1 while B's rows are read in order. */
+/* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). Without trans_b, B is read row
+ * by row, in order, each row's runs of NR floats going to their panels (a panel at a
+ * time, B would be read down its columns, a cache line per row). With trans_b, B is
+ * (n, k) and a panel gathers NR of its rows: copied a block of KB k-values at a time,
+ * so that the NR panel rows being written stay in L1 while B's rows are read in
+ * order. */
 void
 sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed)
 {
@@ -87,17 +90,26 @@ sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, flo
     (void)ctx;
     if (k <= 0 || n <= 0)
         return;
+    if (!trans_b) {
+        size_t full = (size_t)n / NR, rest = (size_t)n - full * NR;
+
+        for (size_t kk = 0; kk < (size_t)k; kk++) {
+            const float *restrict src = b + kk * ld;
+            float *restrict dst = packed + kk * NR;
+
+            for (size_t p = 0; p < full; p++) /* a constant size: vector moves */
+                memcpy(dst + p * NR * (size_t)k, src + p * NR, NR * sizeof(float));
+            if (rest) {
+                memcpy(dst + full * NR * (size_t)k, src + full * NR, rest * sizeof(float));
+                memset(dst + full * NR * (size_t)k + rest, 0, (NR - rest) * sizeof(float));
+            }
+        }
+        return;
+    }
     for (size_t p = 0; p < np; p++) {
         float *restrict dst = packed + p * NR * (size_t)k;
         size_t j0 = p * NR, cols = (size_t)n - j0 < NR ? (size_t)n - j0 : NR;
 
-        if (!trans_b) {
-            for (size_t kk = 0; kk < (size_t)k; kk++) {
-                memcpy(dst + kk * NR, b + kk * ld + j0, cols * sizeof(float));
-                memset(dst + kk * NR + cols, 0, (NR - cols) * sizeof(float));
-            }
-            continue;
-        }
         for (size_t k0 = 0; k0 < (size_t)k; k0 += KB) {
             size_t kn = (size_t)k - k0 < KB ? (size_t)k - k0 : KB;
 
@@ -214,23 +226,37 @@ rows_x_panel(const gemm_args_t *g, int i, int mr, size_t k0, int kn, size_t p, c
         memcpy(c + (size_t)r * g->ldc, part + r * NR, cols * sizeof(float));
 }
 
+/* Rows of tile t when m rows go in tiles of at most MR: as even as possible, so that
+ * no tile is left with a row or two (32 rows in tiles of 6: 6 6 5 5 5 5, not 6 6 6 6 6
+ * 2, whose two rows keep only 4 accumulators busy, too few to hide the FMA latency). */
+static int
+tile_height(int m, int tiles, int t)
+{
+    return m / tiles + (t < m % tiles);
+}
+
 /* A short op(A) stored by rows (the recurrent products, m = B): panel by panel, each
  * panel read from memory once for all of A's tiles, A (m x k) staying in L2. */
 static void
 panels_short(const gemm_args_t *g, size_t lo, size_t hi)
 {
+    int tiles = (g->m + MR - 1) / MR;
+
     for (size_t p = lo; p < hi; p++)
-        for (int i = 0; i < g->m; i += MR)
-            rows_x_panel(g, i, g->m - i < MR ? g->m - i : MR, 0, g->k, p, g->a + (size_t)i * g->lda,
-                         g->lda, 1);
+        for (int t = 0, i = 0; t < tiles; t++) {
+            int mr = tile_height(g->m, tiles, t);
+
+            rows_x_panel(g, i, mr, 0, g->k, p, g->a + (size_t)i * g->lda, g->lda, 1);
+            i += mr;
+        }
 }
 
 /* A tall or transposed op(A) (the weight gradients, dY^T: m = 4H rows at a stride of 4H
- * floats). Read in place, its rows would come from memory for every panel, and
- * transposed ones thrash the caches (power-of-2 strides fall into a few sets). So k
- * goes in blocks of KC, and each tile's MR rows x KC block of op(A) is first copied
- * into apack (k-major, contiguous: L1) and then used for every panel, whose KC rows
- * come from L2. */
+ * floats; the products over a window's rows). k goes in blocks of KC, so that a tile's
+ * MR rows x KC block of op(A) stays in L1 for every panel, whose KC rows come from L2.
+ * Stored by rows, op(A) is read in place (MR runs of KC floats); transposed, read in
+ * place it would thrash the caches (its power-of-2 strides fall into a few sets), so
+ * the block is first copied into apack (k-major, contiguous). */
 enum { KC = 256, SHORT_M = 64 };
 
 static void
@@ -246,6 +272,11 @@ panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
             int mr = g->m - i < MR ? g->m - i : MR;
             const float *a = g->a + k0 * sk + (size_t)i * sa;
 
+            if (!g->trans_a) {
+                for (size_t p = lo; p < hi; p++)
+                    rows_x_panel(g, i, mr, k0, kn, p, a, sa, 1);
+                continue;
+            }
             for (int kk = 0; kk < kn; kk++)
                 for (int r = 0; r < mr; r++)
                     apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];

@@ -170,12 +170,66 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
     }
 }
 
+/* Layer 0's input is an embedding row per position, so without dropout on it its input
+ * projection takes one value per distinct input id of the window: where a training
+ * window has at least twice as many rows as distinct ids (U: the char model's 66
+ * symbols in 3,200 rows; about half of a Brown window's 1,120 words), it is computed
+ * once per id, P = Emb[rows] W_ih^T + b (U, 4H), and gathered per position: the same
+ * bits as the product over the window's rows (one sum in k order per element, then
+ * + b). Backward sums the gate gradients per id first, dGv (U, 4H), so that dW_ih =
+ * dGv^T Emb[rows], db = the column sums of dGv and dEmb[rows] = dGv W_ih take U rows
+ * instead of N (other bits than the products over N rows: sums in another order).
+ * Returns U where this applies, else 0; evaluation (no unique rows) keeps the product
+ * over its rows, whose bits are the same. */
+static int
+per_symbol(const sl_lm_t *lm, int N, int drop)
+{
+    return lm->sym && !drop && lm->nrows_in <= lm->nsym && 2 * lm->nrows_in <= N ? lm->nrows_in
+                                                                                  : 0;
+}
+
+static void
+symbol_projection_forward(sl_lm_t *lm, int N, int U)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const sl_lm_layer_t *ly = &lm->layer[0];
+    const float *w = lm->params;
+    int g4 = 4 * ly->h, E = lm->E;
+
+    o->embedding_gather(ctx, U, E, w + lm->emb, lm->d_rows_in, lm->sym_in);
+    packed_product(lm, N, 0, 1, U, g4, E, lm->sym_in, E, w + ly->w_ih, E, 0.0f, lm->sym, g4);
+    o->add_bias(ctx, U, g4, w + ly->b, lm->sym);
+    o->embedding_gather(ctx, N, g4, lm->sym, lm->d_slot_in, ly->gates);
+}
+
+/* dW_ih, db and the embedding rows' gradients from lm->dgates (N, 4H) through dGv. */
+static void
+symbol_projection_backward(sl_lm_t *lm, int N, int U)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const sl_lm_layer_t *ly = &lm->layer[0];
+    const float *w = lm->params;
+    float *gw = lm->grads;
+    int g4 = 4 * ly->h, E = lm->E;
+
+    o->zero(ctx, (size_t)U * (size_t)g4, lm->sym);
+    o->embedding_scatter_add(ctx, U, g4, lm->d_iota, lm->d_off_in, lm->d_pos_in, lm->dgates,
+                             lm->sym);
+    packed_product(lm, N, 1, 0, g4, E, U, lm->sym, g4, lm->sym_in, E, 1.0f, gw + ly->w_ih, E);
+    o->bias_grad(ctx, U, g4, lm->sym, gw + ly->b);
+    packed_product(lm, N, 0, 0, U, E, g4, lm->sym, g4, w + ly->w_ih, E, 0.0f, lm->sym_in, E);
+    o->embedding_scatter_add(ctx, U, E, lm->d_rows_in, lm->d_iota, lm->d_iota, lm->sym_in,
+                             gw + lm->emb);
+}
+
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
  * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
  * advances to the last step. drop: apply dropout with keys from dkey. */
 static void
-forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -193,9 +247,13 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey)
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
-                       ly->gates, g4);
-        o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        if (l == 0 && sym) {
+            symbol_projection_forward(lm, N, sym);
+        } else {
+            packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
+                           ly->gates, g4);
+            o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+        }
         whh = pack_recurrent(lm, ly, 1, T);
         for (int t = 0; t < T; t++) {
             size_t row = (size_t)t * (size_t)B;
@@ -308,7 +366,7 @@ output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
  * gradient dX = dG W_ih. The gradient into the carried state is dropped (truncated
  * BPTT). */
 static void
-backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
+backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -343,14 +401,20 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey)
                                   r);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
-        packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
+        if (l == 0 && sym)
+            symbol_projection_backward(lm, N, sym);
+        else
+            packed_product(lm, N, 1, 0, g4, in, N, lm->dgates, g4, x, in, 1.0f, gw + ly->w_ih, in);
         if (T > 1)
             packed_product(lm, N, 1, 0, g4, r, N - B, lm->dgates + (size_t)B * (size_t)g4, g4,
                            ly->rs, r, 1.0f, gw + ly->w_hh, r);
         o->gemm(ctx, 1, 0, g4, r, B, 1.0f, lm->dgates, g4, ly->h0, r, 1.0f, gw + ly->w_hh, r);
-        o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
+        if (l > 0 || !sym)
+            o->bias_grad(ctx, N, g4, lm->dgates, gw + ly->b);
         if (ly->p > 0)
             o->gemm(ctx, 1, 0, r, h, N, 1.0f, dr, r, ly->m, h, 1.0f, gw + ly->w_proj, h);
+        if (l == 0 && sym)
+            return; /* the embedding's gradients done per id */
         cur = 1 - cur;
         packed_product(lm, N, 0, 0, N, in, g4, lm->dgates, g4, w + ly->w_ih, in, 0.0f,
                        lm->dbuf[cur], in);
@@ -373,6 +437,11 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     int ns = N;
 
     lm->nrows_in = unique_rows(lm, x, N, lm->rows_in, lm->off_in, lm->pos_in);
+    if (lm->d_slot_in && lm->nrows_in <= lm->nsym) { /* per_symbol's gather, before the */
+        for (int i = 0; i < N; i++)                   /* output rows reuse lm->slot */
+            lm->h_slot[i] = lm->slot[x[i]];
+        SL_TRY(o->to_device(ctx, lm->d_slot_in, lm->h_slot, (size_t)N * i4));
+    }
     memcpy(lm->h_out, y, (size_t)N * i4);
     if (lm->sampled) {
         sl_rng_t rng;
@@ -403,7 +472,7 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
                  const sl_step_keys_t *keys, double *loss_sum)
 {
     const sl_backend_ops_t *o = lm->be->ops;
-    int N, drop = lm->dropout > 0.0f;
+    int N, drop = lm->dropout > 0.0f, sym;
     sl_status_t rc;
 
     SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
@@ -413,12 +482,13 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     if (rc != SL_OK)
         return sl_err_prefix(rc, "training step");
     o->zero(lm->be->ctx, lm->nparams, lm->grads);
-    forward(lm, st, bptt, drop, keys->dropout_key);
+    sym = per_symbol(lm, N, drop);
+    forward(lm, st, bptt, drop, keys->dropout_key, sym);
     if (lm->sampled)
         output_sampled(lm, N, lm->dbuf[0], loss_sum);
     else
         output_full(lm, N, lm->d_out, lm->loss_scale / (float)N, lm->dbuf[0], loss_sum);
-    backward(lm, st, bptt, drop, keys->dropout_key);
+    backward(lm, st, bptt, drop, keys->dropout_key, sym);
     lm->stepped = 1;
     return SL_OK;
 }
@@ -435,7 +505,7 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     N = bptt * st->batch;
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * sizeof(int32_t)));
     SL_TRY(o->to_device(ctx, lm->d_out, y, (size_t)N * sizeof(int32_t)));
-    forward(lm, st, bptt, 0, 0);
+    forward(lm, st, bptt, 0, 0, 0);
     output_full(lm, N, lm->d_out, 0.0f, NULL, loss_sum);
     return SL_OK;
 }
@@ -449,7 +519,7 @@ sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logit
 
     SL_TRY(check_step(lm, st, x, x, 1, "next-token step"));
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)B * sizeof(int32_t)));
-    forward(lm, st, 1, 0, 0);
+    forward(lm, st, 1, 0, 0, 0);
     for (int r0 = 0; r0 < B; r0 += lm->chunk) {
         int n = B - r0 < lm->chunk ? B - r0 : lm->chunk;
         o->gemm(ctx, 0, 1, n, V, R, 1.0f, lm->top + (size_t)r0 * (size_t)R, R, lm->params + lm->out,

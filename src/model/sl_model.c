@@ -226,6 +226,14 @@ alloc_workspace(sl_lm_t *lm)
     if (!fits_int(n, (size_t)lm->E) || !fits_int(n, dmax) || ns > INT_MAX)
         return sl_err_set(SL_ERR_INVALID, "model: %zu rows too many for these sizes", n);
     SL_TRY(DEV_ALLOC(lm, &lm->x0, n * (size_t)lm->E, "embedded input"));
+    lm->nsym = (size_t)lm->V < n / 2 ? lm->V : (int)(n / 2);
+    if (lm->nsym > 0) {
+        SL_TRY(DEV_ALLOC(lm, &lm->sym, (size_t)lm->nsym * 4 * (size_t)lm->layer[0].h,
+                         "input projection per id"));
+        SL_TRY(DEV_ALLOC(lm, &lm->sym_in, (size_t)lm->nsym * (size_t)lm->E, "input rows per id"));
+        SL_TRY(DEV_ALLOC(lm, &lm->d_slot_in, n, "input slots"));
+        SL_TRY(DEV_ALLOC(lm, &lm->d_iota, n, "0, 1, 2, ..."));
+    }
     SL_TRY(DEV_ALLOC(lm, &lm->dgates, n * 4 * hmax, "gate gradients"));
     SL_TRY(DEV_ALLOC(lm, &lm->dbuf[0], n * dmax, "output gradients"));
     SL_TRY(DEV_ALLOC(lm, &lm->dbuf[1], n * dmax, "input gradients"));
@@ -267,6 +275,12 @@ alloc_workspace(sl_lm_t *lm)
     SL_TRY(SL_ALLOC(&lm->h_out, ns, "target ids"));
     SL_TRY(SL_CALLOC(&lm->stamp, (size_t)lm->V, "id stamps"));
     SL_TRY(SL_ALLOC(&lm->slot, (size_t)lm->V, "id slots"));
+    SL_TRY(SL_ALLOC(&lm->h_slot, n, "input slots"));
+    if (lm->d_iota) {
+        for (size_t i = 0; i < n; i++)
+            lm->h_slot[i] = (int32_t)i;
+        SL_TRY(o->to_device(lm->be->ctx, lm->d_iota, lm->h_slot, n * sizeof(int32_t)));
+    }
     SL_TRY(SL_ALLOC(&lm->rows_in, n, "input rows"));
     SL_TRY(SL_ALLOC(&lm->off_in, n + 1, "input row offsets"));
     SL_TRY(SL_ALLOC(&lm->pos_in, n, "input row positions"));
@@ -372,6 +386,7 @@ sl_lm_destroy(sl_lm_t **plm)
     sl_free(lm->h_logq);
     sl_free(lm->stamp);
     sl_free(lm->slot);
+    sl_free(lm->h_slot);
     sl_free(lm->rows_in);
     sl_free(lm->off_in);
     sl_free(lm->pos_in);

@@ -62,6 +62,13 @@ struct sl_lm {
                          W_hh either way round, or a weight gradient's input (sl_lm_step.c);
                          NULL where the backend has no gemm_packed */
     size_t npacked;   /* floats */
+    float *sym;       /* (nsym, 4 H_0) layer 0's input projection per distinct input id
+                         of a training window, forward, and its gate gradients summed per
+                         id, backward (sl_lm_step.c, per_symbol) */
+    float *sym_in;    /* (nsym, E) their embedding rows, then those rows' gradients */
+    int nsym;         /* min(V, max_rows / 2): distinct ids at most where it pays */
+    int32_t *d_slot_in; /* (N) each position's index in the unique input rows */
+    int32_t *d_iota;  /* (max_rows) 0, 1, 2, ...: unit offsets and positions */
     float *logits;    /* (chunk, V) full softmax, or (N, 1+S) sampled */
     int chunk;        /* rows of a full-softmax chunk */
     float *ones;      /* (max_rows) all 1: rank-1 gemms for biases and columns */
@@ -81,6 +88,7 @@ struct sl_lm {
     float *h_logq;   /* (N+S) */
     uint32_t *stamp; /* (V) generation marks for unique ids */
     int32_t *slot;   /* (V) index of a row in the current unique list */
+    int32_t *h_slot; /* (max_rows) slot of each position's id, for d_slot_in */
     uint32_t gen;
     int32_t *rows_in, *off_in, *pos_in; /* (min(N,V)), (+1), (N) */
     int nrows_in;

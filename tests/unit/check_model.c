@@ -386,7 +386,8 @@ END_TEST
  * parameters random (biases too). Step 1e-2 (relative to weights of 0.3); tolerance
  * 3e-5 + 1e-2 |g| (the worst error seen is 5e-6). */
 static void
-grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
+grad_check_ids(int nlayers, int proj, sl_output_kind_t out, double dropout, int vocab,
+               const int32_t *x, const int32_t *y)
 {
     sl_lm_t *lm;
     sl_lm_state_t *st;
@@ -399,14 +400,14 @@ grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
     int nonzero = 0;
 
     test_lm_config(&cfg, nlayers, proj, out, dropout);
-    ck_assert_int_eq(sl_lm_new(&lm, &cfg, V, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, vocab, 2, B, be), SL_OK);
     ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
     random_params(lm, 10);
     random_state(st, s0, 9);
     np = sl_lm_nparams(lm);
     an = malloc(np * sizeof *an);
     ck_assert_ptr_nonnull(an);
-    ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &loss), SL_OK);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, T, &keys, &loss), SL_OK);
     for (size_t i = 0; i < np; i++)
         an[i] = sl_lm_grads(lm)[i];
     float *w = sl_lm_params(lm);
@@ -416,10 +417,10 @@ grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
 
         w[i] = wp;
         ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
-        ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &lp), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, T, &keys, &lp), SL_OK);
         w[i] = wm;
         ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
-        ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, &lm_), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, T, &keys, &lm_), SL_OK);
         w[i] = w0;
         fd = (lp - lm_) / N / ((double)wp - (double)wm);
         err = fabs(fd - an[i]);
@@ -434,6 +435,12 @@ grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
     free(an);
     sl_lm_state_destroy(&st);
     sl_lm_destroy(&lm);
+}
+
+static void
+grad_check(int nlayers, int proj, sl_output_kind_t out, double dropout)
+{
+    grad_check_ids(nlayers, proj, out, dropout, V, tx, ty);
 }
 
 START_TEST(test_grad_lstm_full)
@@ -457,6 +464,57 @@ END_TEST
 START_TEST(test_grad_lstmp_sampled)
 {
     grad_check(2, P, SL_OUTPUT_SAMPLED, 0.0);
+}
+END_TEST
+
+/* 3 distinct input ids of 4 in a window of 6 rows: layer 0's input projection goes
+ * per id, and its gradients (dW_ih, db, the embedding rows) through the gate
+ * gradients summed per id (sl_lm_step.c, per_symbol); id 1, absent, gets none. */
+START_TEST(test_grad_per_symbol)
+{
+    static const int32_t x4[N] = {2, 0, 2, 3, 0, 2}, y4[N] = {0, 2, 1, 0, 3, 2};
+
+    grad_check_ids(1, 0, SL_OUTPUT_FULL, 0.0, 4, x4, y4);
+    grad_check_ids(2, 0, SL_OUTPUT_FULL, 0.0, 4, x4, y4);
+}
+END_TEST
+
+/* The training step's forward per id (per_symbol) gives the bits of evaluation's
+ * product over the window's rows: the same carried state and (full softmax) loss,
+ * exactly; with sampled softmax too, whose output rows are made unique after the
+ * input rows (8 ids: room for the 5 negatives). */
+static void
+per_symbol_same_bits(sl_output_kind_t out, int vocab)
+{
+    static const int32_t x4[N] = {2, 0, 2, 3, 0, 2}, y4[N] = {0, 2, 1, 0, 3, 2};
+    sl_step_keys_t keys = {11, 22};
+    float s0[512], s_train[512], s_eval[512];
+    double train_loss, eval_loss;
+    sl_lm_state_t *st;
+    sl_lm_t *lm;
+    size_t ns;
+
+    test_lm_config(&cfg, 2, 0, out, 0.0);
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, vocab, 2, B, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, B, &st), SL_OK);
+    random_params(lm, 6);
+    ns = random_state(st, s0, 5);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, x4, y4, T, &keys, &train_loss), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s_train), SL_OK);
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, x4, y4, T, &eval_loss), SL_OK);
+    ck_assert_int_eq(sl_lm_state_save(st, s_eval), SL_OK);
+    if (out == SL_OUTPUT_FULL)
+        ck_assert(train_loss == eval_loss);
+    ck_assert(memcmp(s_train, s_eval, ns * sizeof(float)) == 0);
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+
+START_TEST(test_per_symbol_same_bits)
+{
+    per_symbol_same_bits(SL_OUTPUT_FULL, 4);
+    per_symbol_same_bits(SL_OUTPUT_SAMPLED, 8);
 }
 END_TEST
 
@@ -799,6 +857,8 @@ model_suite(void)
     tcase_add_test(core, test_grad_lstmp_full);
     tcase_add_test(core, test_grad_lstm_sampled);
     tcase_add_test(core, test_grad_lstmp_sampled);
+    tcase_add_test(core, test_grad_per_symbol);
+    tcase_add_test(core, test_per_symbol_same_bits);
     tcase_add_test(core, test_grad_lstmp_dropout);
     tcase_add_test(core, test_dropout_keys);
     tcase_add_test(core, test_learns_full);
