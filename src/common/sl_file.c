@@ -1,5 +1,5 @@
 /* Whole-file reads, atomic replacement (with the replaced file kept, for checkpoint
- * generations), removal of stale temp files, directory locks, mkdir -p. */
+ * generations), removal of stale temp files, a rename decided under a lock, mkdir -p. */
 #define _DEFAULT_SOURCE /* flock */
 #define _POSIX_C_SOURCE 200809L
 #include "common/sl_file.h"
@@ -76,29 +76,6 @@ open_failed(sl_atomic_file_t *f, const char *what, int created)
     return st;
 }
 
-static void
-fsync_parent_dir(const char *path)
-{
-    char *dir = strdup(path);
-    char *slash = dir ? strrchr(dir, '/') : NULL;
-    int fd;
-
-    if (!dir)
-        return;
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        strcpy(dir, ".");
-    fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 sl_status_t
 sl_file_temp_name(const char *path, char *out, size_t size)
 {
@@ -107,30 +84,6 @@ sl_file_temp_name(const char *path, char *out, size_t size)
     if (n < 0 || (size_t)n >= size)
         return sl_err_set(SL_ERR_INVALID, "%s: path too long for its temporary file", path);
     return SL_OK;
-}
-
-sl_status_t
-sl_file_lock_dir(const char *dir, int *fd)
-{
-    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (*fd < 0)
-        return sl_err_set(SL_ERR_IO, "%s: %s", dir, strerror(errno));
-    while (flock(*fd, LOCK_EX) != 0) {
-        if (errno == EINTR)
-            continue;
-        int e = errno;
-        close(*fd);
-        *fd = -1;
-        return sl_err_set(SL_ERR_IO, "%s: cannot lock: %s", dir, strerror(e));
-    }
-    return SL_OK;
-}
-
-void
-sl_file_unlock(int fd)
-{
-    if (fd >= 0)
-        close(fd); /* drops the lock */
 }
 
 sl_status_t
@@ -175,6 +128,40 @@ sl_atomic_write(sl_atomic_file_t *f, const void *data, size_t bytes)
     if (bytes && fwrite(data, 1, bytes, f->fp) != bytes)
         return sl_err_set(SL_ERR_IO, "%s: write failed: %s", f->tmp_path, strerror(errno));
     return SL_OK;
+}
+
+/* The directory that holds path ("." for a bare name), malloc'd; NULL without memory. */
+static char *
+parent_of(const char *path)
+{
+    char *dir = strdup(path);
+    char *slash = dir ? strrchr(dir, '/') : NULL;
+
+    if (!dir)
+        return NULL;
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    return dir;
+}
+
+static void
+fsync_parent_dir(const char *path)
+{
+    char *dir = parent_of(path);
+    int fd;
+
+    if (!dir)
+        return;
+    fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
 }
 
 sl_status_t
@@ -222,6 +209,38 @@ sl_atomic_abort(sl_atomic_file_t *f)
     free(f->path);
     free(f->tmp_path);
     f->path = f->tmp_path = NULL;
+}
+
+sl_status_t
+sl_file_rename_locked(const char *from, const char *path, int (*keep)(const char *path, void *ctx),
+                      void *ctx, int *renamed)
+{
+    char *dir = parent_of(path);
+    sl_status_t st = SL_OK;
+    int fd;
+
+    *renamed = 0;
+    if (!dir)
+        return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        st = sl_err_set(SL_ERR_IO, "%s: %s", dir, strerror(errno));
+    while (st == SL_OK && flock(fd, LOCK_EX) != 0)
+        if (errno != EINTR)
+            st = sl_err_set(SL_ERR_IO, "%s: cannot lock: %s", dir, strerror(errno));
+    if (st == SL_OK && !keep(path, ctx)) {
+        if (rename(from, path) != 0)
+            st = sl_err_set(SL_ERR_IO, "%s: cannot rename %s into place: %s", path, from,
+                            strerror(errno));
+        else
+            *renamed = 1;
+    }
+    if (*renamed)
+        fsync_parent_dir(path);
+    if (fd >= 0)
+        close(fd); /* drops the lock */
+    free(dir);
+    return st;
 }
 
 /* Is name base + ".tmp." + digits? */

@@ -46,11 +46,15 @@ void sl_atomic_abort(sl_atomic_file_t *f);
  * cannot be removed is logged and left. */
 sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
 
-/* An exclusive lock (flock) on directory dir, waited for: *fd to give to
- * sl_file_unlock. Serializes the processes, of one host or of several on a shared
- * filesystem that has flock, that decide about a name in dir. SL_ERR_IO. */
-sl_status_t sl_file_lock_dir(const char *dir, int *fd);
-void sl_file_unlock(int fd);
+/* Renames the complete file from over path (same filesystem) unless keep(path, ctx)
+ * says that what path holds stays; *renamed says which. keep is asked, and the rename
+ * made, under an exclusive lock (flock) on path's directory, waited for, so that
+ * processes of one host, or of several on a shared filesystem with flock, that offer
+ * files for one name decide one after the other. The directory is fsynced after a
+ * rename. SL_ERR_IO (from left where it is), SL_ERR_NOMEM. */
+sl_status_t sl_file_rename_locked(const char *from, const char *path,
+                                  int (*keep)(const char *path, void *ctx), void *ctx,
+                                  int *renamed);
 
 /* mkdir -p; SL_ERR_IO naming the part that failed. */
 sl_status_t sl_file_mkdirs(const char *path);

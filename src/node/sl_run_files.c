@@ -237,49 +237,36 @@ sl_run_best_write(const char *dir, const sl_run_best_t *best, sl_level_t level)
     return sl_atomic_commit(&f);
 }
 
-/* Whether the model at path, of *there, is one of this run that stays against mine. */
+typedef struct {
+    const sl_run_model_t *mine;
+    sl_run_model_t *there;
+} offer_t;
+
+/* Whether the model at path is one of this run that stays against o->mine (what it
+ * is into *o->there). */
 static int
-run_model_stays(const char *path, const sl_run_model_t *mine, sl_run_model_t *there)
+run_model_stays(const char *path, void *ctx)
 {
+    const offer_t *o = ctx;
     sl_ckpt_info_t info;
 
     if (sl_checkpoint_inspect(path, &info) != SL_OK)
         return 0; /* none, or a damaged one */
-    there->step = info.cur.step;
-    there->models = info.has_meta ? info.meta.models_averaged : 1;
-    there->rank = info.id.rank;
+    o->there->step = info.cur.step;
+    o->there->models = info.has_meta ? info.meta.models_averaged : 1;
+    o->there->rank = info.id.rank;
     sl_checkpoint_info_fini(&info);
-    return there->step >= mine->step &&
-           (there->models > mine->models ||
-            (there->models == mine->models && there->rank < mine->rank));
+    return o->there->step >= o->mine->step &&
+           (o->there->models > o->mine->models ||
+            (o->there->models == o->mine->models && o->there->rank < o->mine->rank));
 }
 
 sl_status_t
 sl_run_model_place(const char *file, const char *path, const sl_run_model_t *mine, int *placed,
                    sl_run_model_t *there)
 {
-    char dir[RUN_PATH_MAX], *slash;
     sl_run_model_t seen;
-    sl_status_t st = SL_OK;
-    int lock;
+    offer_t o = {mine, there ? there : &seen};
 
-    *placed = 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    slash = strrchr(dir, '/');
-    if (slash)
-        slash[slash == dir] = '\0';
-    else
-        strcpy(dir, ".");
-    SL_TRY(sl_file_lock_dir(dir, &lock));
-    if (run_model_stays(path, mine, &seen)) {
-        if (there)
-            *there = seen;
-    } else if (rename(file, path) != 0) {
-        st = sl_err_set(SL_ERR_IO, "%s: cannot rename %s into place: %s", path, file,
-                        strerror(errno));
-    } else {
-        *placed = 1;
-    }
-    sl_file_unlock(lock);
-    return st;
+    return sl_file_rename_locked(file, path, run_model_stays, &o, placed);
 }

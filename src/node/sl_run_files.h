@@ -55,7 +55,7 @@ typedef struct {
  * many offered by a lower rank. So the writer of a collective run, its lowest member,
  * replaces the copies the other members put there first, and of two groups that each
  * took the other for dead and each wrote a model, the bigger group's stays, whichever
- * came last. Decided under a lock on path's directory (sl_file_lock_dir). *placed 1
+ * came last. Decided under a lock on path's directory (sl_file_rename_locked). *placed 1
  * when file took the name, else 0 with file left where it is and *there (may be NULL)
  * what stayed. SL_ERR_IO. */
 sl_status_t sl_run_model_place(const char *file, const char *path, const sl_run_model_t *mine,
