@@ -429,9 +429,6 @@ static const entry_t schema[] = {
     {K("sync.block_reference", T_ENUM, sync.block_reference), .def = "blockstart",
      .names = block_ref_names,
      .doc = "*bmuf: block gradient against the block start (paper) or omega (classic)"},
-    {K("sync.momentum_warm_start", T_BOOL, sync.momentum_warm_start), .def = "false",
-     .doc = "*bmuf: a component's first block starts Delta at zeta G / (1 - eta), its steady "
-            "state"},
     {K("sync.period", T_INT, sync.period), .def = "16", AT_LEAST(1),
      .doc = "H: steps between syncs of each component"},
     {K("sync.embedding_period", T_INT, sync.embedding_period), .def = "0", AT_LEAST(0),

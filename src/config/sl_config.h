@@ -183,8 +183,6 @@ typedef struct {
         int nesterov;            /* theta = omega + eta * Delta after a block, default 1 */
         sl_block_ref_t block_reference; /* G against the block start or omega, default
                                            blockstart */
-        int momentum_warm_start; /* a component's first block sets Delta = zeta G / (1 -
-                                    eta), not zeta G; default 0 */
         int period;              /* H: steps between syncs of a component, default 16 */
         int embedding_period;    /* H of embedding and softmax row shards; 0 = period */
         int embedding_shards;    /* row shards per embedding, default 1 */

@@ -14,16 +14,6 @@ sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg)
     o->zeta = (float)cfg->sync.block_lr;
     o->nesterov = cfg->sync.nesterov;
     o->ref = cfg->sync.block_reference;
-    o->warm_start = cfg->sync.momentum_warm_start;
-}
-
-const sl_bmuf_opts_t *
-sl_bmuf_opts_of_round(sl_bmuf_opts_t *out, const sl_bmuf_opts_t *o, uint64_t round)
-{
-    *out = *o;
-    if (o->warm_start && round == 1)
-        out->zeta = (float)((double)o->zeta / (1.0 - (double)o->eta));
-    return out;
 }
 
 /* order NULL: the rows in their own order */

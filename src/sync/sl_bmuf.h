@@ -6,7 +6,6 @@
 #define SL_BMUF_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "config/sl_config.h"
 
@@ -15,7 +14,6 @@ typedef struct {
     float zeta;         /* block learning rate, > 0 */
     int nesterov;       /* theta = omega + eta * Delta (1) or omega (0) */
     sl_block_ref_t ref; /* G = theta_bar - start (BLOCKSTART) or theta_bar - omega (OMEGA) */
-    int warm_start;     /* round 1: zeta / (1 - eta) (sl_bmuf_opts_of_round) */
 } sl_bmuf_opts_t;
 
 /* Fills o from cfg->sync; block_momentum auto is 1 - 1/n for cfg->cluster.nodes = n,
@@ -24,14 +22,6 @@ typedef struct {
  * end worse than a run of their number was block updates on a node's own model alone,
  * with a fixed eta as much as with auto (sl_sync_average.c, no_copy_came). */
 void sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg);
-
-/* The options of block round (1 for a component's first block): o itself, except that
- * with o->warm_start the first block's zeta is zeta / (1 - eta). Delta is 0 then, so
- * that block sets Delta = zeta G / (1 - eta), where Delta = eta Delta + zeta G settles
- * when G stays the same; from 0 it climbs there over about 1 / (1 - eta) blocks, and
- * every block of the run is that much later than n nodes' tokens would allow. Returns out. */
-const sl_bmuf_opts_t *sl_bmuf_opts_of_round(sl_bmuf_opts_t *out, const sl_bmuf_opts_t *o,
-                                            uint64_t round);
 
 /* bar = (self + rows[0] + ... + rows[nrows-1]) / (nrows + 1), rows (nrows, count)
  * row-major; summed in double in that order. bar may be self. */

@@ -382,7 +382,6 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
     const float *ids = NULL, *mean;
     double dist = 0;
     sl_sparse_args_t sa;
-    sl_bmuf_opts_t bo;
     sl_status_t st;
 
     nsel = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), a->sel);
@@ -423,7 +422,6 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
         stat->distance = 0;
         return SL_OK;
     }
-    sl_bmuf_opts_of_round(&bo, &a->bmuf, round);
     for (size_t i = 0; i < nres; i++) {
         int32_t r;
         size_t at;
@@ -440,7 +438,7 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
         err = sl_bmuf_distance(theta + at, mean + i * d, d);
         dist += err * err;
         if (a->is_bmuf)
-            sl_bmuf_update(&bo, theta + at, mean + i * d, a->omega + cp->offset + at,
+            sl_bmuf_update(&a->bmuf, theta + at, mean + i * d, a->omega + cp->offset + at,
                            a->delta + cp->offset + at, a->start + cp->offset + at, d);
         else
             memcpy(theta + at, mean + i * d, d * sizeof *theta);
@@ -457,7 +455,6 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
     const sl_component_t *cp = &a->env.comps[c];
     float *theta = params + cp->offset;
     size_t count = cp->count, expected = 0, got = 0;
-    sl_bmuf_opts_t bo;
 
     if (sl_sync_by_rows(cp, a->env.exchange)) {
         SL_TRY(sync_rows(a, params, c, round, touched, stat, &expected, &got));
@@ -475,7 +472,7 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
         if (no_copy_came(a, got))
             ; /* theta_bar is theta: nothing to take, no block end */
         else if (a->is_bmuf)
-            sl_bmuf_update(sl_bmuf_opts_of_round(&bo, &a->bmuf, round), theta, a->bar, a->omega + cp->offset, a->delta + cp->offset,
+            sl_bmuf_update(&a->bmuf, theta, a->bar, a->omega + cp->offset, a->delta + cp->offset,
                            a->start + cp->offset, count);
         else
             memcpy(theta, a->bar, count * sizeof *theta);

@@ -82,7 +82,6 @@ static const char *const all_keys[] = {"run.name",
                                        "sync.block_lr",
                                        "sync.nesterov",
                                        "sync.block_reference",
-                                       "sync.momentum_warm_start",
                                        "sync.period",
                                        "sync.embedding_period",
                                        "sync.embedding_shards",
@@ -155,7 +154,6 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert(a->sync.block_lr == b->sync.block_lr);
     ck_assert_int_eq(a->sync.nesterov, b->sync.nesterov);
     ck_assert_int_eq(a->sync.block_reference, b->sync.block_reference);
-    ck_assert_int_eq(a->sync.momentum_warm_start, b->sync.momentum_warm_start);
     ck_assert_int_eq(a->sync.period, b->sync.period);
     ck_assert_int_eq(a->sync.embedding_period, b->sync.embedding_period);
     ck_assert_int_eq(a->sync.embedding_shards, b->sync.embedding_shards);

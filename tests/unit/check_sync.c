@@ -95,7 +95,7 @@ static void
 bmuf_case(float eta, float zeta, int nesterov, sl_block_ref_t ref, const float *want_theta,
           const float *want_omega, const float *want_delta)
 {
-    sl_bmuf_opts_t o = {eta, zeta, nesterov, ref, 0};
+    sl_bmuf_opts_t o = {eta, zeta, nesterov, ref};
     float theta[2] = {2, 1}, bar[2] = {3, 0}, omega[2] = {1, 1}, delta[2] = {0.5f, 0},
           start[2] = {1.5f, 0.5f};
 
@@ -119,40 +119,6 @@ START_TEST(test_bmuf_by_hand)
 }
 END_TEST
 
-/* Warm start, eta 0.75, zeta 1, Nesterov, blockstart, one float from theta = omega =
- * start = Delta = 0, and every block's local steps moving theta by +1 (G = 1):
- *   warm: round 1 zeta = 1 / (1 - 0.75) = 4: Delta = 4, omega = 4, theta = 4 + 3 = 7;
- *         round 2 zeta = 1, bar = 8: G = 1, Delta = 3 + 1 = 4, omega = 8, theta = 11
- *         (4 a block from the first: Delta's steady state zeta G / (1 - eta))
- *   cold: round 1 Delta = 1, omega = 1, theta = 1.75;
- *         round 2 bar = 2.75: G = 1, Delta = 1.75, omega = 2.75, theta = 4.0625 */
-START_TEST(test_bmuf_warm_start)
-{
-    const sl_bmuf_opts_t warm = {0.75f, 1, 1, SL_BLOCK_REF_BLOCKSTART, 1};
-    const sl_bmuf_opts_t cold = {0.75f, 1, 1, SL_BLOCK_REF_BLOCKSTART, 0};
-    const float want_warm[2][4] = {{7, 4, 4, 4}, {11, 8, 4, 1}};
-    const float want_cold[2][4] = {{1.75f, 1, 1, 1}, {4.0625f, 2.75f, 1.75f, 1}};
-    sl_bmuf_opts_t bo;
-
-    for (int w = 0; w < 2; w++) {
-        float th = 0, om = 0, de = 0, st = 0, bar;
-
-        for (uint64_t round = 1; round <= 2; round++) {
-            const float(*want)[4] = w ? want_warm : want_cold;
-            const sl_bmuf_opts_t *o = sl_bmuf_opts_of_round(&bo, w ? &warm : &cold, round);
-
-            ck_assert_float_eq(o->zeta, want[round - 1][3]);
-            ck_assert_float_eq(o->eta, 0.75f);
-            bar = th + 1;
-            sl_bmuf_update(o, &th, &bar, &om, &de, &st, 1);
-            ck_assert_float_eq(th, want[round - 1][0]);
-            ck_assert_float_eq(om, want[round - 1][1]);
-            ck_assert_float_eq(de, want[round - 1][2]);
-        }
-    }
-}
-END_TEST
-
 /* gossip-BMUF on three nodes, two blocks, eta 0.5, zeta 1, Nesterov, blockstart, every
  * node starting at omega = start = its theta0 and Delta = 0; a one-float component.
  *   theta0 = [0, 0, 0]; local steps move the nodes to [2, 4, 6]
@@ -167,7 +133,7 @@ END_TEST
  *     theta = omega + Delta/2 = [6.75, 8, 9.625] */
 START_TEST(test_gossip_bmuf_two_blocks)
 {
-    sl_bmuf_opts_t o = {0.5f, 1, 1, SL_BLOCK_REF_BLOCKSTART, 0};
+    sl_bmuf_opts_t o = {0.5f, 1, 1, SL_BLOCK_REF_BLOCKSTART};
     float th[3] = {0, 0, 0}, om[3] = {0, 0, 0}, de[3] = {0, 0, 0}, st[3] = {0, 0, 0};
     float bar[3];
     const int pull1[3] = {1, 2, 0};
@@ -208,10 +174,6 @@ START_TEST(test_sync_single_node)
                      SL_OK);
     sl_bmuf_opts_from_config(&o, &c);
     ck_assert(o.eta == 0.5f && o.zeta == 0.25f && o.nesterov == 0 && o.ref == SL_BLOCK_REF_OMEGA);
-    ck_assert_int_eq(o.warm_start, 0);
-    ck_assert_int_eq(sl_config_set(&c, "sync.momentum_warm_start=true"), SL_OK);
-    sl_bmuf_opts_from_config(&o, &c);
-    ck_assert_int_eq(o.warm_start, 1);
     ck_assert_int_eq(sl_sync_new(&s, &c, NULL, 0, 1, &comp, 1, p, 4), SL_OK);
     ck_assert_int_eq(sl_sync_algorithm(s), SL_SYNC_NONE);
     ck_assert_int_eq(sl_sync_gradients(s, g, 0), SL_OK);
@@ -465,7 +427,6 @@ sync_suite(void)
     tcase_add_test(core, test_ma_three_nodes);
     tcase_add_test(core, test_gossip_ma_missing_peer);
     tcase_add_test(core, test_bmuf_by_hand);
-    tcase_add_test(core, test_bmuf_warm_start);
     tcase_add_test(core, test_gossip_bmuf_two_blocks);
     tcase_add_test(core, test_sync_single_node);
     tcase_add_test(core, test_gossip_ma_consensus_rate);
