@@ -246,6 +246,7 @@ import json, os, sys
 
 out, listing, cpu, what, opts = sys.argv[1:6]
 runs, order = {}, []
+names = {}  # run name -> line type, the same in every panel
 
 def evals(path):
     """The valid perplexities after each epoch in one metrics.jsonl, by step."""
@@ -300,13 +301,13 @@ for corpus in dict.fromkeys(c for c, _ in order):
         npts = min(len(cv) for cv in r["curves"])
         pts = [(mean([cv[i][0] for cv in r["curves"]]), mean([cv[i][1] for cv in r["curves"]]))
                for i in range(npts)]
-        blocks.append((name, pts))
+        blocks.append((name, pts, names.setdefault(name, len(names) + 1)))
     panels.append((corpus, first, len(blocks) - first))
 with open(os.path.join(out, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "curves.dat"), "w") as f:
-    for name, pts in blocks:
-        f.write('"%s"\n%s\n\n\n' % (name, "\n".join("%.0f %.4f" % p for p in pts)))
+    for name, pts, lt in blocks:
+        f.write('"%s"\n%s\n\n\n' % (name, "\n".join("%.0f %.4f %d" % (p + (lt,)) for p in pts)))
 # curves.env: per panel its corpus, its first block in curves.dat and its block count
 with open(os.path.join(out, "curves.env"), "w") as f:
     for corpus, first, count in panels:
@@ -319,8 +320,8 @@ if command -v gnuplot >/dev/null 2>&1; then
     plots=""
     while read -r corpus first count; do
         plots+="set title '$corpus'
-plot for [i=$first:$((first + count - 1))] '$out/curves.dat' index i using 1:2 with linespoints \
-lc rgb word(colours, i % 12 + 1) pt (i % 13 + 1) title columnheader(1)
+plot for [i=$first:$((first + count - 1))] '$out/curves.dat' index i using (\$1 / 1e6):2:3 \
+with linespoints lc variable pt 7 ps 0.7 title columnheader(1)
 "
         n=$((n + 1))
     done <"$out/curves.env"
@@ -328,11 +329,14 @@ lc rgb word(colours, i % 12 + 1) pt (i % 13 + 1) title columnheader(1)
 set terminal pngcairo size $((300 + 500 * n)),560 noenhanced
 set output "$out/curves.png"
 set multiplot layout 1,$n title "valid ppl after each epoch; n nodes: the mean of their own models,\nthen (last point) their average. $cpu; $what"
-set xlabel "training tokens, all nodes"
+set xlabel "training tokens, all nodes (millions)"
 set ylabel "validation perplexity"
 set key top right
 set grid
+# a colour per run (line type = the run's column 3), the same in every panel
 colours = "#000000 #1f77b4 #d62728 #2ca02c #ff7f0e #9467bd #8c564b #e377c2 #17becf #7f7f7f #bcbd22 #aec7e8"
+do for [i=1:12] { set linetype i lc rgb word(colours, i) }
+set linetype cycle 12
 $plots
 unset multiplot
 EOF
