@@ -242,11 +242,15 @@ what="$epochs epoch(s), $([ "$steps" = 0 ] && echo "every step of them" ||
     echo "$steps single-node steps"), $seeds seed(s)$([ "$quick" = 0 ] || echo ", --quick")"
 opts="${extra[*]+${extra[*]}}${extra_nodes[*]+ nodes only: ${extra_nodes[*]}}"
 python3 - "$out" "$listing" "$cpu" "$what" "$opts" <<'EOF'
-import json, os, sys
+import json, math, os, sys
 
 out, listing, cpu, what, opts = sys.argv[1:6]
 runs, order = {}, []
 names = {}  # run name -> line type, the same in every panel
+
+def ppl(v):
+    """A perplexity shoal wrote: null (not finite: the run diverged) is inf."""
+    return math.inf if v is None else v
 
 def evals(path):
     """The valid perplexities after each epoch in one metrics.jsonl, by step."""
@@ -254,7 +258,7 @@ def evals(path):
     for line in open(path):
         r = json.loads(line)
         if r.get("event") == "eval" and r.get("split") == "valid":
-            pts[r["step"]] = r["ppl"]
+            pts[r["step"]] = ppl(r["ppl"])
     return pts
 
 for line in open(listing):
@@ -269,12 +273,12 @@ for line in open(listing):
     steps = sorted(set.intersection(*(set(c) for c in curves)))
     pts = [(st * per_step, sum(c[st] for c in curves) / len(curves)) for st in steps]
     if n > 1:
-        pts.append((s["steps"] * per_step, s["valid_ppl"]))
+        pts.append((s["steps"] * per_step, ppl(s["valid_ppl"])))
     key = (corpus, name)
     if key not in runs:
         runs[key] = {"ppl": [], "curves": []}
         order.append(key)
-    runs[key]["ppl"].append(s["valid_ppl"])
+    runs[key]["ppl"].append(ppl(s["valid_ppl"]))
     runs[key]["curves"].append(pts)
 
 def mean(v):
@@ -307,7 +311,8 @@ with open(os.path.join(out, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "curves.dat"), "w") as f:
     for name, pts, lt in blocks:
-        f.write('"%s"\n%s\n\n\n' % (name, "\n".join("%.0f %.4f %d" % (p + (lt,)) for p in pts)))
+        f.write('"%s"\n%s\n\n\n' % (name, "\n".join(
+            "%.0f %.4f %d" % (p + (lt,)) for p in pts if math.isfinite(p[1]))))
 # curves.env: per panel its corpus, its first block in curves.dat and its block count
 with open(os.path.join(out, "curves.env"), "w") as f:
     for corpus, first, count in panels:
