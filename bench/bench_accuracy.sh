@@ -23,7 +23,8 @@
 #   --epochs E         train.epochs of every run (default 3)
 #   --steps S          train.max_steps of the single node; a run on n nodes gets S / n
 #                      per node (n must divide S); 0 = the epochs decide (default 0)
-#   --quick            to try the script: 1 seed, 1 epoch, 256 single-node steps, the
+#   --quick            to try the script: 1 seed, 1 epoch of at most 256 single-node
+#                      steps (64 per node on 4), the
 #                      small corpus (shakespeare-word) unless --corpora says otherwise;
 #                      its figures are not the benchmark's
 #   --set KEY=VALUE    passed to every run, the single node's too (e.g. a schedule, so
@@ -204,8 +205,8 @@ run_one() {
     echo "== $corpus $name seed $seed: started $(date '+%H:%M:%S')"
     if "${cmd[@]}" >"$dir.log" 2>&1 && [ -f "$dir/summary.json" ]; then
         echo "== $corpus $name seed $seed: finished $(date '+%H:%M:%S'): $(tail -n 1 "$dir.log")"
-        [ "$keep" = 1 ] || find "$dir" \( -name '*.safetensors' -o -name 'checkpoint*' \) \
-            -prune -exec rm -rf {} +
+        [ "$keep" = 1 ] || find "$dir" \( -name model.bin -o -name '*.safetensors' \
+            -o -name 'checkpoint*' \) -prune -exec rm -rf {} +
     else
         echo "bench_accuracy.sh: $corpus $name seed $seed failed; see $dir.log" >&2
         failed=1
