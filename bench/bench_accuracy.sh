@@ -55,6 +55,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 all_corpora="brown shakespeare-word brown-half"
@@ -142,7 +144,7 @@ for c in $corpora; do
         die "$c: cannot read $(corpus_path "$c")/train.txt (set SHOAL_DATA or --corpus-dir)"
 done
 mkdir -p "$out"
-cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+cpu=$(bench_cpu)
 
 # The runs of one corpus and seed: single, then ALGORITHM-nN.
 run_names() {
@@ -174,44 +176,8 @@ command_of() {
     cmd+=(--set "run.dir=$out/$corpus/$name-s$seed")
 }
 
-# Run $2 seed $3 on corpus $1 as one line: what its .cmd file holds.
-command_line() {
-    local cmd
-    command_of "$@"
-    printf '%q ' "${cmd[@]}"
-}
-
-# Whether the run directory was made by this invocation's command.
-same_options() {
-    local f=$out/$1/$2-s$3.cmd
-    [ -f "$f" ] && [ "$(head -n 1 "$f")" = "$(command_line "$@")" ]
-}
-
-failed=0
-run_one() {
-    local corpus=$1 name=$2 seed=$3 dir=$out/$1/$2-s$3 cmd
-    if [ -e "$dir" ] && ! same_options "$@"; then
-        echo "== $corpus $name seed $seed: $dir was made with other options; running it again"
-        rm -rf "$dir"
-    fi
-    if [ -f "$dir/summary.json" ]; then
-        echo "== $corpus $name seed $seed: done before with the same options"
-        return 0
-    fi
-    mkdir -p "$out/$corpus"
-    command_line "$@" >"$dir.cmd"
-    echo >>"$dir.cmd"
-    command_of "$@"
-    echo "== $corpus $name seed $seed: started $(date '+%H:%M:%S')"
-    if "${cmd[@]}" >"$dir.log" 2>&1 && [ -f "$dir/summary.json" ]; then
-        echo "== $corpus $name seed $seed: finished $(date '+%H:%M:%S'): $(tail -n 1 "$dir.log")"
-        [ "$keep" = 1 ] || find "$dir" \( -name model.bin -o -name '*.safetensors' \
-            -o -name 'checkpoint*' \) -prune -exec rm -rf {} +
-    else
-        echo "bench_accuracy.sh: $corpus $name seed $seed failed; see $dir.log" >&2
-        failed=1
-    fi
-}
+# the table needs only the summaries and metrics
+[ "$keep" = 1 ] || bench_drop_models=1
 
 echo "# cpu: $cpu"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -219,7 +185,7 @@ if [ "$table_only" = 0 ]; then
     for c in $corpora; do
         for ((seed = 1; seed <= seeds; seed++)); do
             for r in $(run_names); do
-                run_one "$c" "$r" "$seed"
+                bench_run_kept "$c" "$r" "$seed"
             done
         done
     done
@@ -232,7 +198,7 @@ listing=$out/runs.txt
 for c in $corpora; do
     for r in $(run_names); do
         for ((seed = 1; seed <= seeds; seed++)); do
-            ! same_options "$c" "$r" "$seed" || [ ! -f "$out/$c/$r-s$seed/summary.json" ] ||
+            ! bench_same_options "$c" "$r" "$seed" || [ ! -f "$out/$c/$r-s$seed/summary.json" ] ||
                 echo "$c $r $seed" >>"$listing"
         done
     done
@@ -350,4 +316,4 @@ EOF
 else
     echo "bench_accuracy.sh: gnuplot not found (Debian: apt-get install gnuplot-nox); no plot" >&2
 fi
-[ "$failed" = 0 ] || die "a run failed (above); the table has the others"
+[ "$bench_failed" = 0 ] || die "a run failed (above); the table has the others"

@@ -46,6 +46,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 
@@ -127,7 +129,7 @@ for c in $corpora; do
     [ -r "$f" ] || die "$c: cannot read $f (set SHOAL_DATA)"
 done
 mkdir -p "$out"
-cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+cpu=$(bench_cpu)
 
 # The command of run $2 (a setting or "single") with seed $3 on corpus $1, into cmd.
 command_of() {
@@ -160,42 +162,6 @@ command_of() {
     cmd+=(${extra[@]+"${extra[@]}"} --set "run.dir=$out/$corpus/$name-s$seed")
 }
 
-# Run $2 seed $3 on corpus $1 as one line: what its .cmd file holds.
-command_line() {
-    local cmd
-    command_of "$@"
-    printf '%q ' "${cmd[@]}"
-}
-
-# Whether the run directory was made by this invocation's command.
-same_options() {
-    local f=$out/$1/$2-s$3.cmd
-    [ -f "$f" ] && [ "$(head -n 1 "$f")" = "$(command_line "$@")" ]
-}
-
-failed=0
-run_one() {
-    local corpus=$1 name=$2 seed=$3 dir=$out/$1/$2-s$3 cmd
-    if [ -e "$dir" ] && ! same_options "$@"; then
-        echo "== $corpus $name seed $seed: $dir was made with other options; running it again"
-        rm -rf "$dir"
-    fi
-    if [ -f "$dir/summary.json" ]; then
-        echo "== $corpus $name seed $seed: done before with the same options"
-        return 0
-    fi
-    mkdir -p "$out/$corpus"
-    command_line "$@" >"$dir.cmd"
-    echo >>"$dir.cmd"
-    command_of "$@"
-    echo "== $corpus $name seed $seed: started $(date '+%H:%M:%S')"
-    if "${cmd[@]}" >"$dir.log" 2>&1 && [ -f "$dir/summary.json" ]; then
-        echo "== $corpus $name seed $seed: finished $(date '+%H:%M:%S'): $(tail -n 1 "$dir.log")"
-    else
-        echo "bench_comm.sh: $corpus $name seed $seed failed; see $dir.log" >&2
-        failed=1
-    fi
-}
 
 echo "# cpu: $cpu"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -203,7 +169,7 @@ if [ "$table_only" = 0 ]; then
     for c in $corpora; do
         for ((seed = 1; seed <= seeds; seed++)); do
             for s in single $settings; do
-                run_one "$c" "$s" "$seed"
+                bench_run_kept "$c" "$s" "$seed"
             done
         done
     done
@@ -216,7 +182,7 @@ listing=$out/runs.txt
 for c in $corpora; do
     for s in single $settings; do
         for ((seed = 1; seed <= seeds; seed++)); do
-            ! same_options "$c" "$s" "$seed" || [ ! -f "$out/$c/$s-s$seed/summary.json" ] ||
+            ! bench_same_options "$c" "$s" "$seed" || [ ! -f "$out/$c/$s-s$seed/summary.json" ] ||
                 echo "$c $s $seed $(keys_of "$s")" >>"$listing"
         done
     done
@@ -331,4 +297,4 @@ EOF
 else
     echo "bench_comm.sh: gnuplot not found (Debian: apt-get install gnuplot-nox); no plot" >&2
 fi
-[ "$failed" = 0 ] || die "a run failed (above); the table has the others"
+[ "$bench_failed" = 0 ] || die "a run failed (above); the table has the others"

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2154,SC2034 # out, me and command_of are the script's; it reads bench_failed
 # bench_lib.sh: what the bench scripts share; each sources it (". bench/bench_lib.sh"),
 # none runs it.
 
@@ -22,11 +23,59 @@ bench_last_step() {
 # model that lets 8 nodes share 2 cores (Brown from DATA, vocabulary 2000, embedding 64,
 # one LSTM of 64, full softmax, 32 x 20 tokens a step), its token cache and the run's
 # key file in DIR, shoal's progress line off and no per-epoch evaluation.
-# shellcheck disable=SC2034 # for the scripts that source this
 bench_small_model() {
     small_model=(--quiet --set cluster.key_file="$2/key" --set data.cache_dir="$2/cache"
         --set data.train="$1/brown/train.txt" --set data.valid="$1/brown/valid.txt"
         --set data.test="$1/brown/test.txt" --set data.vocab_size=2000
         --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch=32
         --set train.bptt=20 --set train.epochs=1000 --set train.eval_every_epoch=false)
+}
+
+# Runs kept for reuse (bench_comm.sh, bench_accuracy.sh): run NAME of seed SEED on
+# CORPUS lives in $out/CORPUS/NAME-sSEED, beside its command line (.cmd) and output
+# (.log); a later invocation with the same command reuses it. The caller defines
+# command_of CORPUS NAME SEED, which sets cmd[] to the run's command, and $out and $me.
+
+# bench_command_line CORPUS NAME SEED: the run's command as one line (its .cmd file).
+bench_command_line() {
+    local cmd
+    command_of "$@"
+    printf '%q ' "${cmd[@]}"
+}
+
+# bench_same_options CORPUS NAME SEED: whether the run was made by this command.
+bench_same_options() {
+    local f=$out/$1/$2-s$3.cmd
+    [ -f "$f" ] && [ "$(head -n 1 "$f")" = "$(bench_command_line "$@")" ]
+}
+
+# bench_run_kept CORPUS NAME SEED: the run, unless one with the same command finished
+# before (one made with other options is removed first); a run that fails sets
+# bench_failed=1. With bench_drop_models=1 a finished run's model and checkpoint files
+# are removed (the table needs only its summary and metrics).
+bench_failed=0
+bench_drop_models=0
+bench_run_kept() {
+    local corpus=$1 name=$2 seed=$3 dir=$out/$1/$2-s$3 cmd
+    if [ -e "$dir" ] && ! bench_same_options "$@"; then
+        echo "== $corpus $name seed $seed: $dir was made with other options; running it again"
+        rm -rf "$dir"
+    fi
+    if [ -f "$dir/summary.json" ]; then
+        echo "== $corpus $name seed $seed: done before with the same options"
+        return 0
+    fi
+    mkdir -p "$out/$corpus"
+    bench_command_line "$@" >"$dir.cmd"
+    echo >>"$dir.cmd"
+    command_of "$@"
+    echo "== $corpus $name seed $seed: started $(date '+%H:%M:%S')"
+    if "${cmd[@]}" >"$dir.log" 2>&1 && [ -f "$dir/summary.json" ]; then
+        echo "== $corpus $name seed $seed: finished $(date '+%H:%M:%S'): $(tail -n 1 "$dir.log")"
+        [ "$bench_drop_models" = 0 ] || find "$dir" \( -name model.bin -o -name '*.safetensors' \
+            -o -name 'checkpoint*' \) -prune -exec rm -rf {} +
+    else
+        echo "$me: $corpus $name seed $seed failed; see $dir.log" >&2
+        bench_failed=1
+    fi
 }
