@@ -35,6 +35,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 builddir=${SHOAL_BUILDDIR:-$top/build}
 nodes="2 4"
 sizes="256K 1M 4M 16M 64M"
@@ -115,7 +117,7 @@ median() {
         }' "$@"
 }
 
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# cpu: $(bench_cpu)"
 for n in $nodes; do
     for k in $(seq "$trials"); do
         # shellcheck disable=SC2086

@@ -26,6 +26,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 base="" new=$top/build rounds=3 what="allreduce train lanes" out=""
 
 usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -57,7 +59,7 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# cpu: $(bench_cpu)"
 echo "# base: $base"
 echo "# new:  $new"
 echo "# $rounds rounds, the builds taking turns (base first); medians per build"

@@ -21,6 +21,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 conf=$top/conf/brown-4nodes-allreduce.yaml
@@ -63,7 +65,7 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# cpu: $(bench_cpu)"
 echo "# $(basename "$conf"), $nodes nodes, $steps steps"
 printf '%-6s %-3s %12s %12s %10s %10s\n' lanes run sync_s_node rss_MB_node tok_per_s valid_ppl
 for r in $(seq "$repeat"); do

@@ -27,6 +27,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 tau=2
@@ -75,7 +77,7 @@ json() {
     grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -1 | sed 's/.*: *//'
 }
 
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# cpu: $(bench_cpu)"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# 4 gossip-BMUF nodes, $epochs epoch(s), $transport; tau 0 and $tau taking turns$(
     [ $parallel = 0 ] || echo ", the seeds in parallel")"

@@ -62,6 +62,8 @@ set -euo pipefail
 
 me=bench_scaling.sh
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 scale=${SHOAL_SCALE:-$top/build/tools/shoal-scale}
 data=${SHOAL_DATA:-$top/../shared/data}
@@ -152,7 +154,7 @@ trap cleanup EXIT
 trap 'echo "$me: interrupted" >&2; exit 130' INT
 trap 'echo "$me: terminated" >&2; exit 143' TERM
 
-cpu="$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+cpu=$(bench_cpu)
 
 # The model and data every run shares.
 common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cache"

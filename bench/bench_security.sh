@@ -26,6 +26,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 builddir=${SHOAL_BUILDDIR:-$top/build}
 nodes="2 4"
 sizes="4M 16M 64M"
@@ -69,7 +71,7 @@ median() {
     sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
-echo "# cpu: $(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+echo "# cpu: $(bench_cpu)"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $nodes; do
     for k in $(seq "$trials"); do
