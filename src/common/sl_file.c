@@ -257,8 +257,8 @@ is_temp_of(const char *name, const char *base)
 sl_status_t
 sl_file_remove_stale_temps(const char *path, int *removed)
 {
-    char *dir = strdup(path), *slash, *entry;
-    const char *base;
+    char *dir = parent_of(path), *entry;
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     struct dirent *e;
     DIR *d;
     size_t size;
@@ -268,14 +268,6 @@ sl_file_remove_stale_temps(const char *path, int *removed)
         *removed = 0;
     if (!dir)
         return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
-    slash = strrchr(dir, '/');
-    base = slash ? path + (slash - dir) + 1 : path;
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        strcpy(dir, ".");
     if ((d = opendir(dir)) == NULL) {
         /* no directory: nothing to remove, and the write itself will say why */
         sl_status_t st = errno == ENOENT || errno == ENOTDIR
