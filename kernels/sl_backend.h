@@ -68,7 +68,10 @@ struct sl_backend_ops {
     /* Optional (NULL where a backend has none: use gemm): products with a B that stays
      * the same over many calls, the recurrent W_hh over a BPTT window, or one that is
      * used once but whose packing pays, a weight gradient's. packed_floats is the size
-     * in floats of op(B)'s packed copy for a (k,n) op(B) (0 when k or n is 0); pack_b
+     * in floats of op(B)'s packed copy for a (k,n) op(B) at the backend's precision of
+     * the moment; 0 when k or n is 0, or when packing gains nothing at that precision
+     * (cuda in fp32: cuBLAS reads B in place; in bf16 / fp16 the copy is B rounded once
+     * instead of at every product), and then the caller uses gemm. pack_b
      * writes it into packed (memory from alloc), op(B) as in gemm; gemm_packed then
      * computes C (m,n) = op(A) op(B) + beta C from it, op(A) and lda as in gemm, beta 0
      * (C is not read) or 1, ldc >= n. The layout is the backend's own; the copy is valid
@@ -77,6 +80,25 @@ struct sl_backend_ops {
     void (*pack_b)(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed);
     void (*gemm_packed)(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
                         const float *packed, float beta, float *c, int ldc);
+
+    /* Optional (NULL where a backend has none, cpu: the ops always run one by one): a
+     * sequence of ops recorded once and then replayed as one launch (CUDA graphs), for
+     * the recurrent loops, whose small ops each cost more to launch than to run.
+     * record_begin: the ops called from now until record_end are recorded, not run; they
+     * must be ops without a status and without a value for the host (gemm, gemm_packed,
+     * the cell, add_bias, copy, zero, axpy), on memory that stays allocated while the
+     * recording lives. record_end: ends it and runs it once; *rec gets the recording, or
+     * NULL when it failed (then nothing ran, and the failure is recorded in the backend
+     * as any op's). replay(rec): runs the same ops with the same pointers and arguments
+     * again, on what the memory holds then, and returns 1; returns 0 and runs nothing
+     * when the recording no longer applies (the precision or the backend's own scratch
+     * memory changed since): free it and record again. record_free accepts NULL. A
+     * backend may decline to record (SHOAL_CUDA_GRAPHS=0): record_begin then returns 0,
+     * the ops run as usual, and no record_end follows; else it returns 1. */
+    int (*record_begin)(void *ctx);
+    void (*record_end)(void *ctx, void **rec);
+    int (*replay)(void *ctx, void *rec);
+    void (*record_free)(void *ctx, void *rec);
 
     /* y += alpha * x;  x *= alpha;  dst = src;  x = 0 (n elements each). */
     void (*axpy)(void *ctx, size_t n, float alpha, const float *x, float *y);

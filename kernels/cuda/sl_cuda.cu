@@ -4,12 +4,17 @@
  * fused kernels are in sl_cuda_kernels.cu; the CPU backend (kernels/cpu/) is the
  * reference every op is checked against (tests/unit/check_cuda.c).
  *
+ * In bf16 / fp16 a B used many times (the recurrent W_hh) is rounded once by pack_b for
+ * gemm_packed. The recordings (CUDA graphs) are in sl_cuda_replay.cu, the 16-bit
+ * conversion kernels in sl_cuda_half.cu.
+ *
  * cuDNN is not used: see sl_cuda_kernels.cu for why its RNN API does not fit the
  * per-cell interface; configure only reports whether it is installed. */
 #include "config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/sl_cuda_ctx.h"
@@ -251,7 +256,8 @@ cuda_set_precision(void *ctx, sl_precision_t p)
 
 /* The 16-bit operand buffer, grown in stream order (allocations and frees are queued,
  * so gemms still in flight keep the old one). Grows only until the largest gemm has
- * been seen, i.e. during the first step. */
+ * been seen, i.e. during the first step; never inside a recording, whose ops must
+ * have run once before (sl_backend.h), and a move makes the recordings stale. */
 static int
 half_space(sl_cuda_t *cu, size_t bytes)
 {
@@ -259,6 +265,14 @@ half_space(sl_cuda_t *cu, size_t bytes)
 
     if (bytes <= cu->half_bytes)
         return 1;
+    if (cu->recording) {
+        sl_cuda_fail(cu, SL_ERR_INVALID,
+                     "%s: gemm: 16-bit operands of %zu bytes first seen in a "
+                     "recording",
+                     cu->name, bytes);
+        return 0;
+    }
+    cu->scratch_gen++;
     bytes += bytes / 4;
     if (cu->half_buf && !sl_cuda_check(cu, cudaFreeAsync(cu->half_buf, cu->stream), "gemm"))
         return 0;
@@ -325,6 +339,78 @@ cuda_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
                "gemm (16-bit operands)");
 }
 
+/* The packed copy of a (k,n) op(B) in 16 bits: op(B)^T, (n, lpk) words with rows padded
+ * to 8 elements, which is what gemm makes of a B stored transposed (so a packed product
+ * of that B gives gemm's bits); a B stored as is gets transposed into it. In fp32
+ * there is nothing to pack: cuBLAS reads B in place. */
+static size_t
+cuda_packed_floats(void *ctx, int k, int n)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+
+    if (cu->prec == SL_PREC_FP32 || k <= 0 || n <= 0)
+        return 0;
+    return ((size_t)n * round_up((size_t)k, 8) * 2 + sizeof(float) - 1) / sizeof(float);
+}
+
+static void
+cuda_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    int lpk = (int)round_up((size_t)k, 8);
+
+    SL_ASSERT(k >= 0 && n >= 0 && ldb >= 1 && ldb >= (trans_b ? k : n));
+    if (k == 0 || n == 0 || !sl_cuda_enter(cu, "pack_b"))
+        return;
+    if (cu->prec == SL_PREC_FP32) {
+        sl_cuda_fail(cu, SL_ERR_INVALID, "%s: pack_b: nothing to pack in fp32", cu->name);
+        return;
+    }
+    if (trans_b)
+        sl_cuda_pack_half(cu, cu->prec, n, k, b, ldb, packed, lpk);
+    else
+        sl_cuda_pack_half_t(cu, cu->prec, k, n, b, ldb, packed, lpk);
+}
+
+/* C = op(A) op(B) + beta C from pack_b's copy: as cuda_gemm with a B stored transposed,
+ * only A rounded here. */
+static void
+cuda_gemm_packed(void *ctx, int trans_a, int m, int n, int k, const float *a, int lda,
+                 const float *packed, float beta, float *c, int ldc)
+{
+    sl_cuda_t *cu = (sl_cuda_t *)ctx;
+    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int ar = trans_a ? k : m, ac = trans_a ? m : k, lpa = (int)round_up((size_t)ac, 8);
+    int lpk = (int)round_up((size_t)k, 8);
+    const float one = 1.0f;
+    cudaDataType_t t = cu->prec == SL_PREC_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+
+    SL_ASSERT(m >= 0 && n >= 0 && k >= 0 && (beta == 0.0f || beta == 1.0f));
+    SL_ASSERT(lda >= ac && lda >= 1 && ldc >= n && ldc >= 1);
+    if (m == 0 || n == 0 || !sl_cuda_enter(cu, "gemm_packed"))
+        return;
+    if (cu->prec == SL_PREC_FP32) {
+        sl_cuda_fail(cu, SL_ERR_INVALID, "%s: gemm_packed: nothing was packed in fp32", cu->name);
+        return;
+    }
+    if (k == 0) {
+        if (beta == 0.0f) /* C (m, n) = 0 */
+            sl_cuda_check(cu,
+                          cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0,
+                                            (size_t)n * sizeof(float), (size_t)m, cu->stream),
+                          "gemm_packed");
+        return;
+    }
+    if (!half_space(cu, round_up((size_t)ar * (size_t)lpa * 2, 256)))
+        return;
+    sl_cuda_pack_half(cu, cu->prec, ar, ac, a, lda, cu->half_buf, lpa);
+    blas_check(cu,
+               cublasGemmEx(cu->blas, CUBLAS_OP_T, opa, n, m, k, &one, packed, t, lpk, cu->half_buf,
+                            t, lpa, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "gemm_packed (16-bit operands)");
+}
+
 /* db += dx^T 1 as a cuBLAS gemv: dx (rows, cols) row-major is (cols, rows) column-major.
  * A kernel with one thread per column and the rows in order keeps only a few loads in
  * flight per SM (cols threads in all), where gemv streams dx at memory speed; its
@@ -385,6 +471,8 @@ cuda_destroy(void *ctx)
         cudaStreamSynchronize(cu->stream);
     if (cu->half_buf)
         cudaFree(cu->half_buf);
+    if (cu->blas_ws)
+        cudaFree(cu->blas_ws);
     if (cu->ones)
         cudaFree(cu->ones);
     if (cu->partial)
@@ -414,9 +502,13 @@ static const sl_backend_ops_t cuda_ops = {
     .sync = cuda_sync,
     .set_precision = cuda_set_precision,
     .gemm = cuda_gemm,
-    .packed_floats = NULL, /* cuBLAS packs for itself */
-    .pack_b = NULL,
-    .gemm_packed = NULL,
+    .packed_floats = cuda_packed_floats,
+    .pack_b = cuda_pack_b,
+    .gemm_packed = cuda_gemm_packed,
+    .record_begin = sl_cuda_record_begin,
+    .record_end = sl_cuda_record_end,
+    .replay = sl_cuda_replay,
+    .record_free = sl_cuda_record_free,
     .axpy = sl_cuda_axpy,
     .scale = sl_cuda_scale,
     .copy = cuda_copy,
@@ -460,20 +552,44 @@ describe_init(sl_cuda_t *cu, const cudaDeviceProp *prop)
              prop->name, prop->major, prop->minor);
 }
 
+/* SHOAL_CUDA_GRAPHS: 1 (or unset) records the recurrent loops as CUDA graphs, 0 runs
+ * every op on its own (to compare, or where a driver's capture fails). */
+static sl_status_t
+graphs_setting(sl_cuda_t *cu)
+{
+    const char *v = getenv("SHOAL_CUDA_GRAPHS");
+
+    cu->graphs = 1;
+    if (v == NULL || strcmp(v, "1") == 0)
+        return SL_OK;
+    if (strcmp(v, "0") == 0) {
+        cu->graphs = 0;
+        return SL_OK;
+    }
+    return sl_err_set(SL_ERR_INVALID, "SHOAL_CUDA_GRAPHS: '%s' is not 0 or 1", v);
+}
+
+/* cuBLAS's workspace, set by us: it must not allocate while a graph is being captured.
+ * 32 MiB is what it takes by itself on Hopper, so its choice of kernels stays. */
+enum { BLAS_WORKSPACE = 32 << 20 };
+
 /* Everything the ops need, made once: a non-blocking stream (it never waits for the
  * legacy default stream), cuBLAS on it with TF32 off (fp32 gemms stay fp32, so they
- * match the CPU), the reduction buffers. */
+ * match the CPU) and its workspace, the reduction buffers. */
 static sl_status_t
 cuda_init(sl_cuda_t *cu)
 {
     cudaDeviceProp prop;
 
+    SL_TRY(graphs_setting(cu));
     SL_CUDA_TRY(cu, cudaSetDevice(cu->device), "init");
     SL_CUDA_TRY(cu, cudaGetDeviceProperties(&prop, cu->device), "init");
     SL_CUDA_TRY(cu, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), "init");
     SL_CUBLAS_TRY(cu, cublasCreate(&cu->blas), "init");
     SL_CUBLAS_TRY(cu, cublasSetStream(cu->blas, cu->stream), "init");
     SL_CUBLAS_TRY(cu, cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH), "init");
+    SL_CUDA_TRY(cu, cudaMalloc(&cu->blas_ws, BLAS_WORKSPACE), "init");
+    SL_CUBLAS_TRY(cu, cublasSetWorkspace(cu->blas, cu->blas_ws, BLAS_WORKSPACE), "init");
     SL_CUDA_TRY(cu, cudaMalloc(&cu->partial, SL_CUDA_MAX_BLOCKS * sizeof(double)), "init");
     SL_CUDA_TRY(cu, cudaMalloc(&cu->d_result, sizeof *cu->d_result), "init");
     SL_CUDA_TRY(cu, cudaMallocHost(&cu->h_result, sizeof *cu->h_result), "init");

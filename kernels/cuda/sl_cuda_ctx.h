@@ -31,10 +31,14 @@ typedef struct {
     char name[24]; /* "cuda:N", the backend's name */
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_ws; /* cuBLAS's workspace (BLAS_WORKSPACE bytes) */
     sl_precision_t prec;
     void *half_buf; /* gemm operands rounded to 16 bits, grown on demand */
     size_t half_bytes;
-    float *ones; /* (ones_n) all 1, for bias_grad's gemv, grown on demand */
+    unsigned scratch_gen; /* bumped when half_buf moves: recordings that use it go stale */
+    int graphs;           /* record_begin records (SHOAL_CUDA_GRAPHS is not 0) */
+    int recording;        /* between record_begin and record_end */
+    float *ones;          /* (ones_n) all 1, for bias_grad's gemv, grown on demand */
     size_t ones_n;
     double *partial;            /* (SL_CUDA_MAX_BLOCKS) per-block sums of the reductions */
     sl_cuda_result_t *d_result; /* device side of a reduction's result */
@@ -69,14 +73,23 @@ int sl_cuda_blocks(size_t n, int cap);
  * bad-row flag) back, waiting for the stream. 0 on failure (recorded). */
 int sl_cuda_finish_sum(sl_cuda_t *cu, int nparts, sl_cuda_result_t *out, const char *what);
 
+/* Launch helpers of the kernel files. Element-wise grids: a grid-stride loop
+ * (FOR_EACH) covers what 65535 blocks of SL_CUDA_THREADS do not. */
+#define NT SL_CUDA_THREADS
+static inline int
+grid_for(size_t n)
+{
+    return sl_cuda_blocks(n, 65535);
+}
+/* Grid-stride index over [0, n) in size_t. */
+#define FOR_EACH(i, n)                                                                             \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
+         i += (size_t)blockDim.x * gridDim.x)
+
 /* The ops in sl_cuda_kernels.cu, same contracts as sl_backend.h. */
 void sl_cuda_axpy(void *ctx, size_t n, float alpha, const float *x, float *y);
 void sl_cuda_scale(void *ctx, size_t n, float alpha, float *x);
 double sl_cuda_sumsq(void *ctx, size_t n, const float *x);
-void sl_cuda_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,
-                     uint16_t *dst);
-void sl_cuda_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale,
-                       const uint16_t *src, float *dst);
 void sl_cuda_add_bias(void *ctx, int rows, int cols, const float *bias, float *x);
 void sl_cuda_lstm_cell_forward(void *ctx, int b, int h, float *gates, const float *c_prev, float *c,
                                float *m);
@@ -98,12 +111,27 @@ void sl_cuda_adagrad_update(void *ctx, size_t n, float lr, float eps, const floa
                             float *w);
 void sl_cuda_adam_update(void *ctx, size_t n, float lr, float b1, float b2, float eps, long t,
                          const float *g, float *m, float *v, float *w);
-/* gemm's operand packing: dst (rows, ldp) = fmt(src (rows, ld)), first cols columns. */
-void sl_cuda_pack_half(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src,
-                       int ld, void *dst, int ldp);
 /* x[0..n) = value. */
 void sl_cuda_fill(sl_cuda_t *cu, size_t n, float value, float *x);
 /* The device RNG over [0, n) into out (sl_cuda_rng_floats). */
 void sl_cuda_rng_fill(sl_cuda_t *cu, uint64_t key, size_t n, float *out);
+
+/* sl_cuda_half.cu: the to_half / from_half ops, and gemm's operand packing: dst (rows,
+ * ldp) = fmt(src (rows, ld)), first cols columns; the _t form transposes, dst (cols,
+ * ldp) = fmt(src (rows, ld))^T. */
+void sl_cuda_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,
+                     uint16_t *dst);
+void sl_cuda_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale,
+                       const uint16_t *src, float *dst);
+void sl_cuda_pack_half(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src,
+                       int ld, void *dst, int ldp);
+void sl_cuda_pack_half_t(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src,
+                         int ld, void *dst, int ldp);
+
+/* The recording ops (sl_cuda_replay.cu), same contracts as sl_backend.h. */
+int sl_cuda_record_begin(void *ctx);
+void sl_cuda_record_end(void *ctx, void **rec);
+int sl_cuda_replay(void *ctx, void *rec);
+void sl_cuda_record_free(void *ctx, void *rec);
 
 #endif

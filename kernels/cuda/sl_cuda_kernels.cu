@@ -13,22 +13,9 @@
  * and the gradient. */
 #include "config.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 
 #include "kernels/cuda/sl_cuda_ctx.h"
-
-#define NT SL_CUDA_THREADS
-
-/* ---- launch helpers ---------------------------------------------------------------- */
-
-/* Element-wise grids: a grid-stride loop covers what 65535 blocks do not. */
-static int
-grid_for(size_t n)
-{
-    return sl_cuda_blocks(n, 65535);
-}
 
 /* Row kernels (one block per row, grid-stride over rows): n blocks up to cap. */
 static int
@@ -36,11 +23,6 @@ rows_grid(int n, int cap)
 {
     return n < 1 ? 1 : n > cap ? cap : n;
 }
-
-/* Grid-stride index over [0, n) in size_t. */
-#define FOR_EACH(i, n)                                                                             \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                        \
-         i += (size_t)blockDim.x * gridDim.x)
 
 /* Sum (or max) over the block, every thread gets the result. blockDim.x is a multiple
  * of 32; red holds 32 values. The leading barrier lets red be reused call after call. */
@@ -181,121 +163,6 @@ sl_cuda_finish_sum(sl_cuda_t *cu, int nparts, sl_cuda_result_t *out, const char 
         return 0;
     *out = *cu->h_result;
     return 1;
-}
-
-/* ---- 16-bit conversion ------------------------------------------------------------- */
-
-/* The same rounding as src/common/sl_half.h: nearest even, fp16 overflow to inf. */
-template <int BF16>
-__device__ __forceinline__ uint16_t
-to_bits(float f)
-{
-    if (BF16)
-        return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-    return __half_as_ushort(__float2half_rn(f));
-}
-
-template <int BF16>
-__device__ __forceinline__ float
-from_bits(uint16_t h)
-{
-    if (BF16)
-        return __bfloat162float(__ushort_as_bfloat16(h));
-    return __half2float(__ushort_as_half(h));
-}
-
-template <int BF16>
-__global__ void
-to_half_kernel(size_t n, float scale, const float *__restrict__ src, uint16_t *__restrict__ dst)
-{
-    FOR_EACH(i, n)
-    {
-        dst[i] = to_bits<BF16>(src[i] * scale);
-    }
-}
-
-template <int BF16>
-__global__ void
-from_half_kernel(size_t n, float inv_scale, const uint16_t *__restrict__ src,
-                 float *__restrict__ dst)
-{
-    FOR_EACH(i, n)
-    {
-        dst[i] = from_bits<BF16>(src[i]) * inv_scale;
-    }
-}
-
-static int
-half_format_ok(sl_cuda_t *cu, sl_precision_t fmt, const char *what)
-{
-    if (fmt == SL_PREC_BF16 || fmt == SL_PREC_FP16)
-        return 1;
-    sl_cuda_fail(cu, SL_ERR_INVALID, "%s: %s: format %d is not bf16 or fp16", cu->name, what,
-                 (int)fmt);
-    return 0;
-}
-
-void
-sl_cuda_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,
-                uint16_t *dst)
-{
-    sl_cuda_t *cu = (sl_cuda_t *)ctx;
-
-    if (!half_format_ok(cu, fmt, "to_half") || n == 0 || !sl_cuda_enter(cu, "to_half"))
-        return;
-    if (fmt == SL_PREC_BF16)
-        to_half_kernel<1><<<grid_for(n), NT, 0, cu->stream>>>(n, scale, src, dst);
-    else
-        to_half_kernel<0><<<grid_for(n), NT, 0, cu->stream>>>(n, scale, src, dst);
-    sl_cuda_launched(cu, "to_half");
-}
-
-void
-sl_cuda_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale, const uint16_t *src,
-                  float *dst)
-{
-    sl_cuda_t *cu = (sl_cuda_t *)ctx;
-
-    if (!half_format_ok(cu, fmt, "from_half") || n == 0 || !sl_cuda_enter(cu, "from_half"))
-        return;
-    if (fmt == SL_PREC_BF16)
-        from_half_kernel<1><<<grid_for(n), NT, 0, cu->stream>>>(n, inv_scale, src, dst);
-    else
-        from_half_kernel<0><<<grid_for(n), NT, 0, cu->stream>>>(n, inv_scale, src, dst);
-    sl_cuda_launched(cu, "from_half");
-}
-
-/* Packs the first cols columns of a (rows, ld) matrix into (rows, ldp) 16-bit words. */
-template <int BF16>
-__global__ void
-pack_half_kernel(int rows, int cols, const float *__restrict__ src, int ld,
-                 uint16_t *__restrict__ dst, int ldp)
-{
-    size_t n = (size_t)rows * (size_t)cols;
-
-    FOR_EACH(i, n)
-    {
-        size_t r = i / (size_t)cols, c = i % (size_t)cols;
-
-        dst[r * (size_t)ldp + c] = to_bits<BF16>(src[r * (size_t)ld + c]);
-    }
-}
-
-void
-sl_cuda_pack_half(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src, int ld,
-                  void *dst, int ldp)
-{
-    size_t n = (size_t)rows * (size_t)cols;
-
-    if (n == 0)
-        return;
-    if (fmt == SL_PREC_BF16)
-        pack_half_kernel<1>
-            <<<grid_for(n), NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
-    else
-        pack_half_kernel<0>
-            <<<grid_for(n), NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
-    sl_cuda_launched(cu, "gemm (16-bit operands)");
 }
 
 /* ---- bias -------------------------------------------------------------------------- */

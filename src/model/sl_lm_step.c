@@ -124,7 +124,7 @@ pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
     const sl_backend_ops_t *o = lm->be->ops;
     int g4 = 4 * ly->h;
 
-    if (!lm->packed || T < PACK_MIN_T)
+    if (!lm->packed || T < PACK_MIN_T || o->packed_floats(lm->be->ctx, ly->r, g4) == 0)
         return NULL;
     o->pack_b(lm->be->ctx, trans, trans ? ly->r : g4, trans ? g4 : ly->r, lm->params + ly->w_hh,
               ly->r, lm->packed);
@@ -162,12 +162,55 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
 
-    if (lm->packed && N >= PACK_MIN_ROWS && o->packed_floats(ctx, k, n) <= lm->npacked) {
+    size_t pf = lm->packed && N >= PACK_MIN_ROWS ? o->packed_floats(ctx, k, n) : 0;
+
+    if (pf > 0 && pf <= lm->npacked) {
         o->pack_b(ctx, trans_b, k, n, b, ldb, lm->packed);
         o->gemm_packed(ctx, trans_a, m, n, k, a, lda, lm->packed, beta, c, ldc);
     } else {
         o->gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     }
+}
+
+/* The recurrent loops replay the backend's recording of themselves where it records
+ * (CUDA graphs; sl_backend.h): a loop whose window has the same T, B and W_hh copy as
+ * the one before in that layer and direction. The first window of a shape runs op by
+ * op (its gemms size the backend's scratch memory), the second is recorded, the later
+ * ones replay it. Every other pointer a loop uses is the model's, fixed for its life.
+ * Returns 1 where the loop ran from the recording (skip it); else 0, and *recording
+ * says whether the ops that follow are recorded (loop_recorded ends it). */
+enum { REPLAY_MIN_T = 2 };
+
+static int
+loop_replayed(sl_lm_t *lm, sl_lm_loop_t *lp, int T, int B, const float *whh, int *recording)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+
+    *recording = 0;
+    if (!o->record_begin || T < REPLAY_MIN_T)
+        return 0;
+    if (lp->T != T || lp->B != B || lp->whh != whh) {
+        o->record_free(ctx, lp->rec);
+        *lp = (sl_lm_loop_t){.T = T, .B = B, .whh = whh};
+        return 0;
+    }
+    if (lp->rec) {
+        if (o->replay(ctx, lp->rec))
+            return 1;
+        o->record_free(ctx, lp->rec); /* stale: op by op once more, then record */
+        lp->rec = NULL;
+        return 0;
+    }
+    *recording = o->record_begin(ctx);
+    return 0;
+}
+
+static void
+loop_recorded(sl_lm_t *lm, sl_lm_loop_t *lp, int recording)
+{
+    if (recording)
+        lm->be->ops->record_end(lm->be->ctx, &lp->rec);
 }
 
 /* Layer 0's input is an embedding row per position, so without dropout on it its input
@@ -184,8 +227,7 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
 static int
 per_symbol(const sl_lm_t *lm, int N, int drop)
 {
-    return lm->sym && !drop && lm->nrows_in <= lm->nsym && 2 * lm->nrows_in <= N ? lm->nrows_in
-                                                                                  : 0;
+    return lm->sym && !drop && lm->nrows_in <= lm->nsym && 2 * lm->nrows_in <= N ? lm->nrows_in : 0;
 }
 
 static void
@@ -224,6 +266,30 @@ symbol_projection_backward(sl_lm_t *lm, int N, int U)
                              gw + lm->emb);
 }
 
+/* The T steps of a layer's forward over the window: r_{t-1} W_hh^T into the gates,
+ * the cell, the projection. */
+static void
+forward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+
+    for (int t = 0; t < T; t++) {
+        size_t row = (size_t)t * (size_t)B;
+        float *gt = ly->gates + row * (size_t)g4;
+        const float *rp = t ? ly->rs + (row - (size_t)B) * (size_t)r : ly->h0;
+        const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
+        float *mt = ly->m + row * (size_t)h;
+
+        recurrent_product(lm, ly, whh, 1, B, g4, r, rp, r, gt, g4);
+        o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
+        if (ly->p > 0)
+            o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, lm->params + ly->w_proj, h, 0.0f,
+                    ly->rs + row * (size_t)r, r);
+    }
+}
+
 /* Forward through embedding and layers for the ids in d_x. Per layer, the input
  * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
  * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
@@ -244,6 +310,7 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r;
         const float *whh;
+        int recording;
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
@@ -255,18 +322,9 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
             o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
         }
         whh = pack_recurrent(lm, ly, 1, T);
-        for (int t = 0; t < T; t++) {
-            size_t row = (size_t)t * (size_t)B;
-            float *gt = ly->gates + row * (size_t)g4;
-            const float *rp = t ? ly->rs + (row - (size_t)B) * (size_t)r : ly->h0;
-            const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
-            float *mt = ly->m + row * (size_t)h;
-
-            recurrent_product(lm, ly, whh, 1, B, g4, r, rp, r, gt, g4);
-            o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
-            if (ly->p > 0)
-                o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, w + ly->w_proj, h, 0.0f,
-                        ly->rs + row * (size_t)r, r);
+        if (!loop_replayed(lm, &ly->loop[0], T, B, whh, &recording)) {
+            forward_steps(lm, ly, T, B, whh);
+            loop_recorded(lm, &ly->loop[0], recording);
         }
         o->copy(ctx, (size_t)B * (size_t)r, ly->rs + (size_t)(N - B) * (size_t)r, st->h[l]);
         o->copy(ctx, (size_t)B * (size_t)h, ly->c + (size_t)(N - B) * (size_t)h, st->c[l]);
@@ -358,6 +416,34 @@ output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
                              lm->dbg, lm->grads + lm->out_b);
 }
 
+/* The T steps of a layer's backward, last to first, from dr (N, R), the gradient of its
+ * outputs, which each step adds dG_t W_hh to for the step before: dm through the
+ * projection, the cell (dc carried in lm->dc), dgates (N, 4H). */
+static void
+backward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, float *dr)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+
+    for (int t = T - 1; t >= 0; t--) {
+        size_t row = (size_t)t * (size_t)B;
+        float *drt = dr + row * (size_t)r;
+        float *dgt = lm->dgates + row * (size_t)g4;
+        const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
+        const float *dmt = drt;
+
+        if (ly->p > 0) {
+            o->gemm(ctx, 0, 0, B, h, r, 1.0f, drt, r, lm->params + ly->w_proj, h, 0.0f, lm->dm, h);
+            dmt = lm->dm;
+        }
+        o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp, ly->c + row * (size_t)h,
+                              dmt, lm->dc, dgt);
+        if (t > 0)
+            recurrent_product(lm, ly, whh, 0, B, r, g4, dgt, g4, drt - (size_t)B * (size_t)r, r);
+    }
+}
+
 /* Backward through the layers (top down) and the embedding, from dbuf[0] = d loss /
  * d top. Per layer the steps run in reverse: dr_t (from above, plus dgates_{t+1} W_hh
  * accumulated into it in place) -> projection -> cell -> dgates_t. Then the weight
@@ -379,26 +465,14 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey, i
         int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
         float *dr = lm->dbuf[cur];
         const float *x, *whh = pack_recurrent(lm, ly, 0, T);
+        int recording;
 
         if (drop)
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
         o->zero(ctx, (size_t)B * (size_t)h, lm->dc);
-        for (int t = T - 1; t >= 0; t--) {
-            size_t row = (size_t)t * (size_t)B;
-            float *drt = dr + row * (size_t)r;
-            float *dgt = lm->dgates + row * (size_t)g4;
-            const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
-            const float *dmt = drt;
-
-            if (ly->p > 0) {
-                o->gemm(ctx, 0, 0, B, h, r, 1.0f, drt, r, w + ly->w_proj, h, 0.0f, lm->dm, h);
-                dmt = lm->dm;
-            }
-            o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp,
-                                  ly->c + row * (size_t)h, dmt, lm->dc, dgt);
-            if (t > 0)
-                recurrent_product(lm, ly, whh, 0, B, r, g4, dgt, g4, drt - (size_t)B * (size_t)r,
-                                  r);
+        if (!loop_replayed(lm, &ly->loop[1], T, B, whh, &recording)) {
+            backward_steps(lm, ly, T, B, whh, dr);
+            loop_recorded(lm, &ly->loop[1], recording);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
         if (l == 0 && sym)
@@ -438,7 +512,7 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
 
     lm->nrows_in = unique_rows(lm, x, N, lm->rows_in, lm->off_in, lm->pos_in);
     if (lm->d_slot_in && lm->nrows_in <= lm->nsym) { /* per_symbol's gather, before the */
-        for (int i = 0; i < N; i++)                   /* output rows reuse lm->slot */
+        for (int i = 0; i < N; i++)                  /* output rows reuse lm->slot */
             lm->h_slot[i] = lm->slot[x[i]];
         SL_TRY(o->to_device(ctx, lm->d_slot_in, lm->h_slot, (size_t)N * i4));
     }

@@ -378,6 +378,10 @@ sl_lm_destroy(sl_lm_t **plm)
 
     if (!lm)
         return;
+    for (int l = 0; l < lm->L; l++) /* before the memory they use */
+        for (int d = 0; d < 2; d++)
+            if (lm->layer[l].loop[d].rec)
+                lm->be->ops->record_free(lm->be->ctx, lm->layer[l].loop[d].rec);
     for (int i = 0; i < lm->ndev; i++)
         lm->be->ops->free(lm->be->ctx, lm->dev[i]);
     sl_sampler_fini(&lm->sampler);

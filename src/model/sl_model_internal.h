@@ -21,6 +21,15 @@
 /* Device allocations one model may hold (sl_lm_destroy frees them all). */
 #define SL_LM_MAX_DEV_ALLOCS (32 + 8 * SL_MAX_LAYERS)
 
+/* A recurrent loop's recording by the backend (sl_lm_step.c, loop_replayed): the window
+ * it is for (T, B and the W_hh copy the products read) and the recording, NULL until
+ * the second window of that shape. */
+typedef struct {
+    int T, B;
+    const float *whh;
+    void *rec;
+} sl_lm_loop_t;
+
 typedef struct {
     int in, h, p, r; /* input size, cell size H, projection P (0 = none), output R */
     size_t w_ih;     /* offsets into params/grads: (4H, in) */
@@ -33,6 +42,8 @@ typedef struct {
     float *rs;       /* (N, R) layer outputs r = W_proj m (== m without projection) */
     float *drop;     /* (N, R) dropout(r), the next layer's input; NULL if no dropout */
     float *h0, *c0;  /* (max_batch, R), (max_batch, H) state the step started from */
+    /* the recordings of the forward and the backward recurrent loop */
+    sl_lm_loop_t loop[2];
 } sl_lm_layer_t;
 
 struct sl_lm {

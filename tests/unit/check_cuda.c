@@ -1,8 +1,8 @@
 /* Unit tests of the CUDA backend (kernels/cuda/): every op against the CPU backend on
  * random, never-zero inputs, outputs poisoned with NaN first so that an element a
- * kernel forgets to write fails; gemm in fp32, bf16 and fp16; the device RNG bit for
- * bit; recorded errors. A training step on both backends and loss scaling are in
- * check_cuda_train.c; the fixture, buffers, comparisons and main() in test_cuda.h.
+ * kernel forgets to write fails; gemm in fp32, bf16 and fp16, and the packed product;
+ * the device RNG bit for bit; recorded errors. A training step on both backends and loss scaling
+ * are in check_cuda_train.c; the fixture, buffers, comparisons and main() in test_cuda.h.
  *
  * Tolerances, |got - want| <= abs + rel |want| unless said otherwise:
  *   gemm fp32: 2e-7 (k + 2) mag, mag = |alpha| sum_k |a||b| + |beta c| (both sides
@@ -141,23 +141,105 @@ gemm_all(sl_precision_t prec)
                               key);
 }
 
+/* The packed product (pack_b, gemm_packed; alpha 1, beta 0 or 1) at precision prec
+ * against the CPU on operands rounded the same way, with gemm_case's bound; with a B
+ * stored transposed, the same bits as the device's own gemm. On CUDA, fp32 packs
+ * nothing (packed_floats 0) and 16 bits pack. */
+static void
+gemm_packed_case(int ta, int tb, int m, int n, int k, float beta, sl_precision_t prec, uint64_t key)
+{
+    const sl_backend_ops_t *o = tc_dev->ops;
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb, nc = (size_t)m * ldc;
+    float *a = tc_rnd(na, key, -1, 1), *b = tc_rnd(nb, key + 1, -1, 1),
+          *c = tc_rnd(nc, key + 2, -1, 1), *want = test_fcopy(c, nc), *got, *plain;
+    float *da = tc_dputf(a, na), *db = tc_dputf(b, nb), *dc = tc_dputf(c, nc),
+          *dp = tc_dputf(c, nc), *dpk;
+    double tol = (prec == SL_PREC_FP32 ? 2e-7 : 1e-6) * (k + 2);
+    size_t pf;
+
+    ck_assert_msg(o->set_precision(tc_dev->ctx, prec) == SL_OK, "%s", sl_err_msg());
+    pf = o->packed_floats(tc_dev->ctx, k, n);
+    ck_assert_msg(tc_on_cuda ? (pf > 0) == (prec != SL_PREC_FP32) : pf > 0,
+                  "packed_floats %zu at precision %d", pf, (int)prec);
+    if (pf == 0)
+        goto out;
+    if (prec != SL_PREC_FP32) {
+        round_half(a, na, prec);
+        round_half(b, nb, prec);
+    }
+    tc_cpu->ops->gemm(tc_cpu->ctx, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, want, ldc);
+    dpk = tc_dpoison(pf);
+    o->pack_b(tc_dev->ctx, tb, k, n, db, ldb, dpk);
+    o->gemm_packed(tc_dev->ctx, ta, m, n, k, da, lda, dpk, beta, dc, ldc);
+    o->gemm(tc_dev->ctx, ta, tb, m, n, k, 1.0f, da, lda, db, ldb, beta, dp, ldc);
+    got = tc_dgetf(dc, nc);
+    plain = tc_dgetf(dp, nc);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            size_t e = (size_t)i * ldc + j;
+            double mag = gemm_mag(ta, tb, i, j, k, 1.0f, a, lda, b, ldb, beta, c[e]);
+
+            if (!(fabs(got[e] - want[e]) <= tol * mag))
+                ck_abort_msg("gemm_packed prec %d ta %d tb %d (%d,%d,%d): (%d,%d) device %.9g, "
+                             "cpu %.9g",
+                             (int)prec, ta, tb, m, n, k, i, j, (double)got[e], (double)want[e]);
+        }
+    if (tb && tc_on_cuda)
+        tc_expect_same(got, plain, nc, "gemm_packed against gemm, B stored transposed");
+    free(got);
+    free(plain);
+    tc_dfree(dpk);
+out:
+    ck_assert_int_eq(o->set_precision(tc_dev->ctx, SL_PREC_FP32), SL_OK);
+    tc_dfree(da);
+    tc_dfree(db);
+    tc_dfree(dc);
+    tc_dfree(dp);
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+}
+
+static void
+gemm_packed_all(sl_precision_t prec)
+{
+    const int sizes[4][3] = {{7, 5, 6}, {67, 45, 33}, {130, 96, 257}, {3, 70, 40}};
+    uint64_t key = 300;
+
+    if (!tc_dev->ops->gemm_packed)
+        return;
+    for (int s = 0; s < 4; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int z = 0; z < 2; z++, key += 3)
+                    gemm_packed_case(ta, tb, sizes[s][0], sizes[s][1], sizes[s][2], (float)z, prec,
+                                     key);
+}
+
 START_TEST(test_gemm_fp32)
 {
     gemm_all(SL_PREC_FP32);
+    gemm_packed_all(SL_PREC_FP32);
 }
 END_TEST
 
 START_TEST(test_gemm_bf16)
 {
-    if (tc_on_cuda)
+    if (tc_on_cuda) {
         gemm_all(SL_PREC_BF16);
+        gemm_packed_all(SL_PREC_BF16);
+    }
 }
 END_TEST
 
 START_TEST(test_gemm_fp16)
 {
-    if (tc_on_cuda)
+    if (tc_on_cuda) {
         gemm_all(SL_PREC_FP16);
+        gemm_packed_all(SL_PREC_FP16);
+    }
 }
 END_TEST
 

@@ -1,8 +1,10 @@
 /* Unit tests of the CUDA backend through the model (kernels/cuda/, src/model/): one
  * training step of a small LSTMP model (forward, backward, clip, SGD) on the CPU backend
- * and on the device, full and sampled softmax, fp32 and bf16 gemms; loss scaling forced
- * to overflow fp16. The ops one by one are in check_cuda.c; the fixture, buffers,
- * comparisons and main() in test_cuda.h.
+ * and on the device, full and sampled softmax, fp32 and bf16 gemms, the input projection
+ * per distinct id; the recorded recurrent loops (CUDA graphs) against op by op; loss
+ * scaling forced to overflow fp16.
+ * The ops one by one are in check_cuda.c; the fixture, buffers, comparisons and main()
+ * in test_cuda.h.
  *
  * Tolerances: loss 1e-5 relative, every gradient within 1e-4 max|g| + 1e-3 |g| (fp32);
  * 1e-2 and 5e-2 max|g| with bf16 gemms. */
@@ -46,12 +48,16 @@ model_config(sl_config_t *c, sl_output_kind_t out)
 
 static const int32_t mx[MN] = {3, 7, 3, 0, 12, 7, 44, 3, 9, 9, 21, 30};
 static const int32_t my[MN] = {7, 3, 0, 12, 7, 44, 3, 9, 9, 21, 30, 1};
+/* 3 distinct ids in 12 rows: without dropout, layer 0's input projection goes per id
+ * (sl_lm_step.c, per_symbol) */
+static const int32_t mx_few[MN] = {3, 7, 3, 7, 3, 9, 9, 3, 7, 9, 3, 7};
 
 /* One step (forward, backward, clip, SGD) of the same model on the CPU and on the
  * device at precision prec, from the same initialisation, state and keys; the
  * device's loss, gradients, new parameters and state against the CPU's. */
 static void
-train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, double grad_tol)
+train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, double grad_tol,
+                const int32_t *x, double dropout)
 {
     sl_config_t cfg;
     sl_lm_t *lc, *lg;
@@ -64,9 +70,10 @@ train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, doub
     char what[64];
 
     model_config(&cfg, out);
+    cfg.model.dropout = dropout;
     ck_assert_int_eq(sl_lm_new(&lc, &cfg, MV, 2, MB, tc_cpu), SL_OK);
-    ck_assert_msg(sl_lm_new(&lg, &cfg, MV, 2, MB, tc_dev) == SL_OK, "%s", sl_err_msg());
-    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, prec), SL_OK);
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, prec), SL_OK); /* as a node does: */
+    ck_assert_msg(sl_lm_new(&lg, &cfg, MV, 2, MB, tc_dev) == SL_OK, "%s", sl_err_msg()); /* packs */
     ck_assert_int_eq(sl_lm_state_new(lc, MB, &sc), SL_OK);
     ck_assert_int_eq(sl_lm_state_new(lg, MB, &sg), SL_OK);
     ck_assert_int_eq(sl_optim_new(&oc, &cfg, sl_lm_nparams(lc), tc_cpu), SL_OK);
@@ -80,9 +87,8 @@ train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, doub
     tc_expect_same(w, sl_lm_params(lc), np, "initial parameters");
     free(w);
 
-    ck_assert_int_eq(sl_lm_train_step(lc, sc, mx, my, MT, &keys, &loss_c), SL_OK);
-    ck_assert_msg(sl_lm_train_step(lg, sg, mx, my, MT, &keys, &loss_g) == SL_OK, "%s",
-                  sl_err_msg());
+    ck_assert_int_eq(sl_lm_train_step(lc, sc, x, my, MT, &keys, &loss_c), SL_OK);
+    ck_assert_msg(sl_lm_train_step(lg, sg, x, my, MT, &keys, &loss_g) == SL_OK, "%s", sl_err_msg());
     ck_assert_msg(fabs(loss_g - loss_c) <= loss_tol * loss_c, "loss: device %.9g, cpu %.9g", loss_g,
                   loss_c);
     g = tc_dgetf(sl_lm_grads(lg), np);
@@ -119,20 +125,113 @@ train_step_case(sl_output_kind_t out, sl_precision_t prec, double loss_tol, doub
 
 START_TEST(test_train_step_full)
 {
-    train_step_case(SL_OUTPUT_FULL, SL_PREC_FP32, 1e-5, 1e-4);
+    train_step_case(SL_OUTPUT_FULL, SL_PREC_FP32, 1e-5, 1e-4, mx, 0.2);
 }
 END_TEST
 
 START_TEST(test_train_step_sampled)
 {
-    train_step_case(SL_OUTPUT_SAMPLED, SL_PREC_FP32, 1e-5, 1e-4);
+    train_step_case(SL_OUTPUT_SAMPLED, SL_PREC_FP32, 1e-5, 1e-4, mx, 0.2);
+}
+END_TEST
+
+START_TEST(test_train_step_per_symbol)
+{
+    train_step_case(SL_OUTPUT_FULL, SL_PREC_FP32, 1e-5, 1e-4, mx_few, 0.0);
+    train_step_case(SL_OUTPUT_SAMPLED, SL_PREC_FP32, 1e-5, 1e-4, mx_few, 0.0);
 }
 END_TEST
 
 START_TEST(test_train_step_bf16)
 {
     if (tc_on_cuda)
-        train_step_case(SL_OUTPUT_FULL, SL_PREC_BF16, 1e-2, 5e-2);
+        train_step_case(SL_OUTPUT_FULL, SL_PREC_BF16, 1e-2, 5e-2, mx, 0.2);
+}
+END_TEST
+
+/* Recordings of the recurrent loops (CUDA graphs): the same training steps on a model
+ * whose backend records and replays and on one whose ops table lacks the recording ops
+ * give the same bits, step after step (loss, gradients, parameters after SGD, state):
+ * windows of one shape (the first op by op, the second recorded, the rest replayed),
+ * then of another (a new recording), then the first again. */
+static void
+replay_case(sl_output_kind_t out, sl_precision_t prec)
+{
+    static const int bptt[] = {MT, MT, MT, MT, MT - 1, MT - 1, MT - 1, MT, MT, MT};
+    sl_backend_ops_t plain_ops = *tc_dev->ops;
+    sl_backend_t plain = *tc_dev;
+    sl_backend_t *be[2] = {tc_dev, &plain};
+    sl_config_t cfg;
+    sl_lm_t *lm[2];
+    sl_lm_state_t *st[2];
+    sl_optim_t *opt[2];
+    float *state0, *got[2];
+    size_t np, ns;
+
+    plain_ops.record_begin = NULL;
+    plain_ops.record_end = NULL;
+    plain_ops.replay = NULL;
+    plain_ops.record_free = NULL;
+    plain.ops = &plain_ops;
+    model_config(&cfg, out);
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, prec), SL_OK);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(sl_lm_new(&lm[i], &cfg, MV, 2, MB, be[i]) == SL_OK, "%s", sl_err_msg());
+        ck_assert_int_eq(sl_lm_state_new(lm[i], MB, &st[i]), SL_OK);
+        ck_assert_int_eq(sl_optim_new(&opt[i], &cfg, sl_lm_nparams(lm[i]), be[i]), SL_OK);
+    }
+    np = sl_lm_nparams(lm[0]);
+    ns = sl_lm_state_size(st[0]);
+    state0 = tc_rnd(ns, 82, -0.5f, 0.5f);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(sl_lm_state_load(st[i], state0), SL_OK);
+    for (size_t w = 0; w < sizeof bptt / sizeof bptt[0]; w++) {
+        sl_step_keys_t keys = {7 + w, 11 + w};
+        double loss[2];
+        char what[96];
+
+        for (int i = 0; i < 2; i++) {
+            ck_assert_msg(sl_lm_train_step(lm[i], st[i], mx, my, bptt[w], &keys, &loss[i]) == SL_OK,
+                          "window %zu: %s", w, sl_err_msg());
+            got[i] = tc_dgetf(sl_lm_grads(lm[i]), np);
+        }
+        snprintf(what, sizeof what, "window %zu (T %d, precision %d): gradients", w, bptt[w],
+                 (int)prec);
+        ck_assert_msg(loss[0] == loss[1], "%s: loss %.17g recorded, %.17g op by op", what, loss[0],
+                      loss[1]);
+        tc_expect_same(got[0], got[1], np, what);
+        for (int i = 0; i < 2; i++) {
+            free(got[i]);
+            sl_optim_step(opt[i], sl_lm_params(lm[i]), sl_lm_grads(lm[i]), 0.5);
+            got[i] = tc_dgetf(sl_lm_params(lm[i]), np);
+        }
+        tc_expect_same(got[0], got[1], np, "parameters after SGD");
+        for (int i = 0; i < 2; i++)
+            free(got[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        got[i] = tc_xmalloc(ns * sizeof *got[i]);
+        ck_assert_int_eq(sl_lm_state_save(st[i], got[i]), SL_OK);
+    }
+    tc_expect_same(got[0], got[1], ns, "state after the windows");
+    ck_assert_msg(tc_dev->ops->sync(tc_dev->ctx) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(tc_dev->ops->set_precision(tc_dev->ctx, SL_PREC_FP32), SL_OK);
+    for (int i = 0; i < 2; i++) {
+        free(got[i]);
+        sl_optim_destroy(&opt[i]);
+        sl_lm_state_destroy(&st[i]);
+        sl_lm_destroy(&lm[i]);
+    }
+    free(state0);
+    sl_config_fini(&cfg);
+}
+
+START_TEST(test_replay_same_bits)
+{
+    replay_case(SL_OUTPUT_FULL, SL_PREC_FP32);
+    replay_case(SL_OUTPUT_SAMPLED, SL_PREC_FP32);
+    if (tc_on_cuda)
+        replay_case(SL_OUTPUT_FULL, SL_PREC_BF16);
 }
 END_TEST
 
@@ -195,7 +294,9 @@ cuda_train_suite(void)
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_train_step_full);
     tcase_add_test(core, test_train_step_sampled);
+    tcase_add_test(core, test_train_step_per_symbol);
     tcase_add_test(core, test_train_step_bf16);
+    tcase_add_test(core, test_replay_same_bits);
     suite_add_tcase(s, core);
 
     tcase_add_checked_fixture(limits, tc_setup, tc_teardown);
