@@ -339,10 +339,11 @@ cuda_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
                "gemm (16-bit operands)");
 }
 
-/* The packed copy of a (k,n) op(B) in 16 bits: op(B)^T, (n, lpk) words with rows padded
- * to 8 elements, which is what gemm makes of a B stored transposed (so a packed product
- * of that B gives gemm's bits); a B stored as is gets transposed into it. In fp32
- * there is nothing to pack: cuBLAS reads B in place. */
+/* pack_b's copy of a (k,n) op(B) in 16 bits: op(B)^T, (n, lpk) words with rows padded to
+ * 8 elements, which is what gemm makes of a B stored transposed (so a packed product of
+ * that B gives gemm's bits); a B stored as is gets transposed into it. In fp32 there is
+ * nothing to pack: cuBLAS reads B in place (an fp32 copy in the layout its kernels take
+ * without a transpose measured the same on the LSTMP model). */
 static size_t
 cuda_packed_floats(void *ctx, int k, int n)
 {

@@ -116,9 +116,9 @@ void sl_cuda_fill(sl_cuda_t *cu, size_t n, float value, float *x);
 /* The device RNG over [0, n) into out (sl_cuda_rng_floats). */
 void sl_cuda_rng_fill(sl_cuda_t *cu, uint64_t key, size_t n, float *out);
 
-/* sl_cuda_half.cu: the to_half / from_half ops, and gemm's operand packing: dst (rows,
- * ldp) = fmt(src (rows, ld)), first cols columns; the _t form transposes, dst (cols,
- * ldp) = fmt(src (rows, ld))^T. */
+/* sl_cuda_half.cu: the to_half / from_half ops, and gemm's operand packing into 16-bit
+ * words: dst (rows, ldp) = fmt(src (rows, ld)), first cols columns; the _t form
+ * transposes, dst (cols, ldp) = fmt(src (rows, ld))^T. */
 void sl_cuda_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,
                      uint16_t *dst);
 void sl_cuda_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale,

@@ -88,19 +88,20 @@ sl_cuda_from_half(void *ctx, size_t n, sl_precision_t fmt, float inv_scale, cons
     sl_cuda_launched(cu, "from_half");
 }
 
-/* Packs the first cols columns of a (rows, ld) matrix into (rows, ldp) 16-bit words. */
+/* Packs the first cols columns of a (rows, ld) matrix into (rows, ldp) 16-bit words:
+ * blockIdx.y walks the rows, the threads of blockIdx.x the columns (no division per
+ * element: an operand is packed at every gemm). */
 template <int BF16>
 __global__ void
 pack_half_kernel(int rows, int cols, const float *__restrict__ src, int ld,
                  uint16_t *__restrict__ dst, int ldp)
 {
-    size_t n = (size_t)rows * (size_t)cols;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *s = src + (size_t)r * (size_t)ld;
+        uint16_t *t = dst + (size_t)r * (size_t)ldp;
 
-    FOR_EACH(i, n)
-    {
-        size_t r = i / (size_t)cols, c = i % (size_t)cols;
-
-        dst[r * (size_t)ldp + c] = to_bits<BF16>(src[r * (size_t)ld + c]);
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += blockDim.x * gridDim.x)
+            t[c] = to_bits<BF16>(s[c]);
     }
 }
 
@@ -108,16 +109,15 @@ void
 sl_cuda_pack_half(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src, int ld,
                   void *dst, int ldp)
 {
-    size_t n = (size_t)rows * (size_t)cols;
+    int bx = (cols + NT - 1) / NT;
+    dim3 grid((unsigned)(bx < 32 ? bx : 32), (unsigned)(rows < 65535 ? rows : 65535));
 
-    if (n == 0)
+    if (rows <= 0 || cols <= 0)
         return;
     if (fmt == SL_PREC_BF16)
-        pack_half_kernel<1>
-            <<<grid_for(n), NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
+        pack_half_kernel<1><<<grid, NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
     else
-        pack_half_kernel<0>
-            <<<grid_for(n), NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
+        pack_half_kernel<0><<<grid, NT, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
     sl_cuda_launched(cu, "gemm (16-bit operands)");
 }
 
@@ -156,10 +156,10 @@ sl_cuda_pack_half_t(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const
     dim3 grid((unsigned)((rows + TILE - 1) / TILE), (unsigned)((cols + TILE - 1) / TILE));
     dim3 block(TILE, TILE_ROWS);
 
-    if (rows == 0 || cols == 0)
+    if (rows <= 0 || cols <= 0)
         return;
     if (grid.y > 65535) {
-        sl_cuda_fail(cu, SL_ERR_INVALID, "%s: gemm_packed: %d columns, at most %d", cu->name, cols,
+        sl_cuda_fail(cu, SL_ERR_INVALID, "%s: pack_b: %d columns, at most %d", cu->name, cols,
                      65535 * TILE);
         return;
     }
@@ -169,5 +169,5 @@ sl_cuda_pack_half_t(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const
     else
         pack_half_t_kernel<0>
             <<<grid, block, 0, cu->stream>>>(rows, cols, src, ld, (uint16_t *)dst, ldp);
-    sl_cuda_launched(cu, "gemm_packed (16-bit operands)");
+    sl_cuda_launched(cu, "pack_b");
 }

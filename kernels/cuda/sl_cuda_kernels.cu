@@ -320,25 +320,38 @@ sl_cuda_embedding_gather(void *ctx, int n, int d, const float *table, const int3
     sl_cuda_launched(cu, "embedding_gather");
 }
 
-/* One block per unique row (grid-stride over them): the block owns grad row rows[u]
- * and adds its source rows in list order, so no atomics, nothing serialised on a
- * frequent word, and the CPU's order of additions. */
+/* A block per unique row (grid-stride over them) and column tile (blockIdx.y): each
+ * thread owns one column of grad row rows[u] and adds its source rows in list order,
+ * so no atomics, nothing serialised on a frequent word beyond its own column, and the
+ * CPU's order of additions. The loads of four source rows are issued before their
+ * additions: a frequent word's sum is a chain of loads, and this keeps four in flight. */
 __global__ void
 scatter_kernel(int nrows, int d, const int32_t *__restrict__ rows, const int32_t *__restrict__ off,
                const int32_t *__restrict__ pos, const float *__restrict__ src,
                float *__restrict__ grad)
 {
+    int j = blockIdx.y * blockDim.x + threadIdx.x;
+
+    if (j >= d)
+        return;
     for (int u = blockIdx.x; u < nrows; u += gridDim.x) {
-        float *g = grad + (size_t)rows[u] * (size_t)d;
-        int32_t p0 = off[u], p1 = off[u + 1];
+        float *g = grad + (size_t)rows[u] * (size_t)d + j;
+        const float *s = src + j;
+        int32_t p = off[u], p1 = off[u + 1];
+        float acc = *g;
 
-        for (int j = threadIdx.x; j < d; j += blockDim.x) {
-            float acc = g[j];
+        for (; p + 4 <= p1; p += 4) {
+            float v0 = s[(size_t)pos[p] * (size_t)d], v1 = s[(size_t)pos[p + 1] * (size_t)d];
+            float v2 = s[(size_t)pos[p + 2] * (size_t)d], v3 = s[(size_t)pos[p + 3] * (size_t)d];
 
-            for (int32_t p = p0; p < p1; p++)
-                acc += src[(size_t)pos[p] * (size_t)d + (size_t)j];
-            g[j] = acc;
+            acc += v0;
+            acc += v1;
+            acc += v2;
+            acc += v3;
         }
+        for (; p < p1; p++)
+            acc += s[(size_t)pos[p] * (size_t)d];
+        *g = acc;
     }
 }
 
@@ -348,11 +361,16 @@ sl_cuda_embedding_scatter_add(void *ctx, int nrows, int d, const int32_t *rows, 
 {
     sl_cuda_t *cu = (sl_cuda_t *)ctx;
     int threads = d >= NT ? NT : (d + 31) / 32 * 32;
+    dim3 grid((unsigned)rows_grid(nrows, 65535), (unsigned)((d + threads - 1) / threads));
 
     if (nrows <= 0 || d <= 0 || !sl_cuda_enter(cu, "embedding_scatter_add"))
         return;
-    scatter_kernel<<<rows_grid(nrows, 65535), threads, 0, cu->stream>>>(nrows, d, rows, off, pos,
-                                                                        src, grad);
+    if (grid.y > 65535) {
+        sl_cuda_fail(cu, SL_ERR_INVALID, "%s: embedding_scatter_add: rows of %d, at most %d",
+                     cu->name, d, 65535 * NT);
+        return;
+    }
+    scatter_kernel<<<grid, threads, 0, cu->stream>>>(nrows, d, rows, off, pos, src, grad);
     sl_cuda_launched(cu, "embedding_scatter_add");
 }
 

@@ -111,38 +111,62 @@ check_step(const sl_lm_t *lm, const sl_lm_state_t *st, const int32_t *x, const i
     return SL_OK;
 }
 
-/* The recurrent products of a window all use the same W_hh. Where the backend has
- * gemm_packed, W_hh is packed once for the window (pack_b costs about one product)
- * instead of inside every one of the T products, as a plain gemm does; a window of one
- * step, a generated token's, keeps the plain gemm. Returns the packed op(W_hh) (trans:
- * W_hh^T, (R, 4H); else W_hh, (4H, R)), or NULL for gemm. */
+/* The recurrent loop's products of a window all use the same W_hh, and with a
+ * projection the same W_proj. Where the backend has gemm_packed and packs at its
+ * precision, such a weight is packed once for the window (pack_b costs about one
+ * product) instead of inside every one of the T products, as a plain gemm does; a
+ * window of one step, a generated token's, keeps the plain gemm. pack_window returns
+ * the packed op(B) (k, n), or NULL for gemm. */
 enum { PACK_MIN_T = 2 };
 
 static const float *
-pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
+pack_window(sl_lm_t *lm, float *buf, size_t nbuf, int trans, int k, int n, const float *b, int ldb,
+            int T)
 {
     const sl_backend_ops_t *o = lm->be->ops;
-    int g4 = 4 * ly->h;
+    size_t pf;
 
-    if (!lm->packed || T < PACK_MIN_T || o->packed_floats(lm->be->ctx, ly->r, g4) == 0)
+    if (!buf || T < PACK_MIN_T)
         return NULL;
-    o->pack_b(lm->be->ctx, trans, trans ? ly->r : g4, trans ? g4 : ly->r, lm->params + ly->w_hh,
-              ly->r, lm->packed);
-    return lm->packed;
+    pf = o->packed_floats(lm->be->ctx, k, n);
+    if (pf == 0 || pf > nbuf)
+        return NULL;
+    o->pack_b(lm->be->ctx, trans, k, n, b, ldb, buf);
+    return buf;
 }
 
-/* C (m, n) += A (m, k) op(W_hh), from pack_recurrent's packed copy or with gemm. */
+/* op(W_hh): trans, W_hh^T (R, 4H); else W_hh (4H, R). */
+static const float *
+pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
+{
+    int g4 = 4 * ly->h;
+
+    return pack_window(lm, lm->packed, lm->npacked, trans, trans ? ly->r : g4, trans ? g4 : ly->r,
+                       lm->params + ly->w_hh, ly->r, T);
+}
+
+/* op(W_proj): trans, W_proj^T (H, P); else W_proj (P, H). */
+static const float *
+pack_projection(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
+{
+    if (ly->p == 0)
+        return NULL;
+    return pack_window(lm, lm->packed_proj, lm->nproj, trans, trans ? ly->h : ly->p,
+                       trans ? ly->p : ly->h, lm->params + ly->w_proj, ly->h, T);
+}
+
+/* C (m, n) = A (m, k) op(B) + beta C, beta 0 or 1: from pack_window's copy, else gemm
+ * on b (ldb) as stored. */
 static void
-recurrent_product(sl_lm_t *lm, const sl_lm_layer_t *ly, const float *packed, int trans, int m,
-                  int n, int k, const float *a, int lda, float *c, int ldc)
+window_product(sl_lm_t *lm, const float *packed, int trans, int m, int n, int k, const float *a,
+               int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
     const sl_backend_ops_t *o = lm->be->ops;
 
     if (packed)
-        o->gemm_packed(lm->be->ctx, 0, m, n, k, a, lda, packed, 1.0f, c, ldc);
+        o->gemm_packed(lm->be->ctx, 0, m, n, k, a, lda, packed, beta, c, ldc);
     else
-        o->gemm(lm->be->ctx, 0, trans, m, n, k, 1.0f, a, lda, lm->params + ly->w_hh, ly->r, 1.0f, c,
-                ldc);
+        o->gemm(lm->be->ctx, 0, trans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* C (m, n) = op(A) op(B) + beta C, beta 0 or 1, for the products over the N rows of a
@@ -173,8 +197,8 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
 }
 
 /* The recurrent loops replay the backend's recording of themselves where it records
- * (CUDA graphs; sl_backend.h): a loop whose window has the same T, B and W_hh copy as
- * the one before in that layer and direction. The first window of a shape runs op by
+ * (CUDA graphs; sl_backend.h): a loop whose window has the same T, B and weight copies
+ * as the one before in that layer and direction. The first window of a shape runs op by
  * op (its gemms size the backend's scratch memory), the second is recorded, the later
  * ones replay it. Every other pointer a loop uses is the model's, fixed for its life.
  * Returns 1 where the loop ran from the recording (skip it); else 0, and *recording
@@ -182,7 +206,8 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
 enum { REPLAY_MIN_T = 2 };
 
 static int
-loop_replayed(sl_lm_t *lm, sl_lm_loop_t *lp, int T, int B, const float *whh, int *recording)
+loop_replayed(sl_lm_t *lm, sl_lm_loop_t *lp, int T, int B, const float *whh, const float *proj,
+              int *recording)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -190,9 +215,9 @@ loop_replayed(sl_lm_t *lm, sl_lm_loop_t *lp, int T, int B, const float *whh, int
     *recording = 0;
     if (!o->record_begin || T < REPLAY_MIN_T)
         return 0;
-    if (lp->T != T || lp->B != B || lp->whh != whh) {
+    if (lp->T != T || lp->B != B || lp->whh != whh || lp->proj != proj) {
         o->record_free(ctx, lp->rec);
-        *lp = (sl_lm_loop_t){.T = T, .B = B, .whh = whh};
+        *lp = (sl_lm_loop_t){.T = T, .B = B, .whh = whh, .proj = proj};
         return 0;
     }
     if (lp->rec) {
@@ -269,11 +294,12 @@ symbol_projection_backward(sl_lm_t *lm, int N, int U)
 /* The T steps of a layer's forward over the window: r_{t-1} W_hh^T into the gates,
  * the cell, the projection. */
 static void
-forward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh)
+forward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, const float *proj)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
     int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+    const float *w = lm->params;
 
     for (int t = 0; t < T; t++) {
         size_t row = (size_t)t * (size_t)B;
@@ -282,11 +308,11 @@ forward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh)
         const float *cp = t ? ly->c + (row - (size_t)B) * (size_t)h : ly->c0;
         float *mt = ly->m + row * (size_t)h;
 
-        recurrent_product(lm, ly, whh, 1, B, g4, r, rp, r, gt, g4);
+        window_product(lm, whh, 1, B, g4, r, rp, r, w + ly->w_hh, r, 1.0f, gt, g4);
         o->lstm_cell_forward(ctx, B, h, gt, cp, ly->c + row * (size_t)h, mt);
         if (ly->p > 0)
-            o->gemm(ctx, 0, 1, B, r, h, 1.0f, mt, h, lm->params + ly->w_proj, h, 0.0f,
-                    ly->rs + row * (size_t)r, r);
+            window_product(lm, proj, 1, B, r, h, mt, h, w + ly->w_proj, h, 0.0f,
+                           ly->rs + row * (size_t)r, r);
     }
 }
 
@@ -309,7 +335,7 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r;
-        const float *whh;
+        const float *whh, *proj;
         int recording;
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
@@ -322,8 +348,9 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
             o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
         }
         whh = pack_recurrent(lm, ly, 1, T);
-        if (!loop_replayed(lm, &ly->loop[0], T, B, whh, &recording)) {
-            forward_steps(lm, ly, T, B, whh);
+        proj = pack_projection(lm, ly, 1, T);
+        if (!loop_replayed(lm, &ly->loop[0], T, B, whh, proj, &recording)) {
+            forward_steps(lm, ly, T, B, whh, proj);
             loop_recorded(lm, &ly->loop[0], recording);
         }
         o->copy(ctx, (size_t)B * (size_t)r, ly->rs + (size_t)(N - B) * (size_t)r, st->h[l]);
@@ -420,11 +447,13 @@ output_sampled(sl_lm_t *lm, int N, float *dtop, double *loss_sum)
  * outputs, which each step adds dG_t W_hh to for the step before: dm through the
  * projection, the cell (dc carried in lm->dc), dgates (N, 4H). */
 static void
-backward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, float *dr)
+backward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, const float *proj,
+               float *dr)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
     int h = ly->h, g4 = 4 * ly->h, r = ly->r;
+    const float *w = lm->params;
 
     for (int t = T - 1; t >= 0; t--) {
         size_t row = (size_t)t * (size_t)B;
@@ -434,13 +463,14 @@ backward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, f
         const float *dmt = drt;
 
         if (ly->p > 0) {
-            o->gemm(ctx, 0, 0, B, h, r, 1.0f, drt, r, lm->params + ly->w_proj, h, 0.0f, lm->dm, h);
+            window_product(lm, proj, 0, B, h, r, drt, r, w + ly->w_proj, h, 0.0f, lm->dm, h);
             dmt = lm->dm;
         }
         o->lstm_cell_backward(ctx, B, h, ly->gates + row * (size_t)g4, cp, ly->c + row * (size_t)h,
                               dmt, lm->dc, dgt);
         if (t > 0)
-            recurrent_product(lm, ly, whh, 0, B, r, g4, dgt, g4, drt - (size_t)B * (size_t)r, r);
+            window_product(lm, whh, 0, B, r, g4, dgt, g4, w + ly->w_hh, r, 1.0f,
+                           drt - (size_t)B * (size_t)r, r);
     }
 }
 
@@ -464,14 +494,14 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey, i
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
         float *dr = lm->dbuf[cur];
-        const float *x, *whh = pack_recurrent(lm, ly, 0, T);
+        const float *x, *whh = pack_recurrent(lm, ly, 0, T), *proj = pack_projection(lm, ly, 0, T);
         int recording;
 
         if (drop)
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
         o->zero(ctx, (size_t)B * (size_t)h, lm->dc);
-        if (!loop_replayed(lm, &ly->loop[1], T, B, whh, &recording)) {
-            backward_steps(lm, ly, T, B, whh, dr);
+        if (!loop_replayed(lm, &ly->loop[1], T, B, whh, proj, &recording)) {
+            backward_steps(lm, ly, T, B, whh, proj, dr);
             loop_recorded(lm, &ly->loop[1], recording);
         }
         x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);

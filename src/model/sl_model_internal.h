@@ -22,11 +22,11 @@
 #define SL_LM_MAX_DEV_ALLOCS (32 + 8 * SL_MAX_LAYERS)
 
 /* A recurrent loop's recording by the backend (sl_lm_step.c, loop_replayed): the window
- * it is for (T, B and the W_hh copy the products read) and the recording, NULL until
- * the second window of that shape. */
+ * it is for (T, B and the W_hh and W_proj copies the products read) and the recording,
+ * NULL until the second window of that shape. */
 typedef struct {
     int T, B;
-    const float *whh;
+    const float *whh, *proj;
     void *rec;
 } sl_lm_loop_t;
 
@@ -73,6 +73,9 @@ struct sl_lm {
                          W_hh either way round, or a weight gradient's input (sl_lm_step.c);
                          NULL where the backend has no gemm_packed */
     size_t npacked;   /* floats */
+    float *packed_proj; /* (nproj) a layer's W_proj packed for the projections of the
+                         recurrent loops, either way round; NULL where not packed */
+    size_t nproj;     /* floats */
     float *sym;       /* (nsym, 4 H_0) layer 0's input projection per distinct input id
                          of a training window, forward, and its gate gradients summed per
                          id, backward (sl_lm_step.c, per_symbol) */

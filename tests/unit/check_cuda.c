@@ -142,9 +142,9 @@ gemm_all(sl_precision_t prec)
 }
 
 /* The packed product (pack_b, gemm_packed; alpha 1, beta 0 or 1) at precision prec
- * against the CPU on operands rounded the same way, with gemm_case's bound; with a B
- * stored transposed, the same bits as the device's own gemm. On CUDA, fp32 packs
- * nothing (packed_floats 0) and 16 bits pack. */
+ * against the CPU on operands rounded the same way, with gemm_case's bound; in 16 bits
+ * with a B stored transposed, the same bits as the device's own gemm. On CUDA, fp32
+ * packs nothing (packed_floats 0). */
 static void
 gemm_packed_case(int ta, int tb, int m, int n, int k, float beta, sl_precision_t prec, uint64_t key)
 {
