@@ -19,6 +19,26 @@ bench_last_step() {
     { grep -o '"step": *[0-9]*' "$1" 2>/dev/null || echo '"step": 0'; } | tail -1 | sed 's/.*: *//'
 }
 
+# bench_cpu_time FILE CMD...: runs CMD and writes to FILE the CPU seconds it used, user
+# plus system, its threads and every process it waited for included (bash's times in a
+# subshell of its own: that shell's children are CMD's tree alone); CMD's exit status.
+# On a shared machine this is steadier than the wall clock: it counts only the time the
+# tree ran, not the time it waited for a core.
+bench_cpu_time() {
+    local file=$1
+    shift
+    (
+        rc=0
+        "$@" || rc=$?
+        times >"$file.times"  # not into a pipe: that would run it in a fresh child
+        tail -n 1 "$file.times" | tr , . |
+            awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] }
+                   printf "%.3f\n", t }' >"$file"
+        rm -f "$file.times"
+        exit "$rc"
+    )
+}
+
 # bench_small_model DATA DIR: sets small_model[] to the --set overrides of the small word
 # model that lets 8 nodes share 2 cores (Brown from DATA, vocabulary 2000, embedding 64,
 # one LSTM of 64, full softmax, 32 x 20 tokens a step), its token cache and the run's

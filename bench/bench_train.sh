@@ -4,23 +4,34 @@
 # tinyshakespeare), at 1 and 2 threads, both sides run here one after the other.
 # It prints the CPU model and what each side runs on it: shoal's build of its loops
 # (x86-64 level) and OpenBLAS's kernel, PyTorch's ATen CPU capability and OpenBLAS's
-# kernel (openblas_get_corename), and the BLAS threads each side really had.
+# kernel (openblas_get_corename), and the BLAS threads each side really had. Beside
+# tokens/s (wall clock) it reports CPU milliseconds per training step, which a loaded
+# machine disturbs far less: each side also runs --short-steps steps, and the CPU time
+# (user + system, all threads and child processes) of the short run is taken from the
+# long one's: what is left is the steps between them, start-up and the end cancelled.
 #
-#   bench/bench_train.sh [--steps N] [--repeat R] [--models LIST] [--threads LIST]
-#                        [--isa LIST] [--out DIR] [--keep]
+#   bench/bench_train.sh [--steps N] [--short-steps S] [--repeat R] [--models LIST]
+#                        [--threads LIST] [--isa LIST] [--out DIR] [--keep]
 #   bench/bench_train.sh --epoch [--seed LIST] [--threads T] [--parallel] [--out DIR]
 #                        [--keep]
 #
 #   --steps N       training steps per run (default 60); tok/s counts training steps
 #                   only: shoal's summary tokens_per_s, PyTorch after 3 warm-up steps
+#   --short-steps S the short run of each side for CPU ms per step, which is
+#                   (CPU s of the N-step run - CPU s of the S-step run) / (N - S);
+#                   S < N (default 3: both sides' first, slower steps fall in
+#                   both runs; none when N <= 3); 0: no short runs and no CPU table
 #   --repeat R      run each side R times, alternating, and report each side's
 #                   median run (default 1; the machine is shared, so figures are
-#                   noisy; with R even, the lower of the two middle runs)
+#                   noisy; with R even, the lower of the two middle runs); CPU ms
+#                   per step: the median of the R long-short pairs, each pair run
+#                   one after the other
 #   --models LIST   comma/space separated subset of: word sampled char (default all)
 #   --threads LIST  thread counts (default "1 2")
 #   --isa LIST      shoal once per build of its CPU loops, side by side (SHOAL_CPU_ISA:
 #                   baseline, v3, v4; default: the one shoal picks, the highest
-#                   this CPU runs); the ratio is the first one's against PyTorch
+#                   this CPU runs); the tok/s ratio is the first one's against
+#                   PyTorch, the CPU table has PyTorch's against each
 #   --epoch         instead: one full epoch of the word model on both sides (2 threads
 #                   each unless --threads says otherwise), then validation perplexity
 #                   side by side (target: shoal within 3% of PyTorch)
@@ -46,6 +57,8 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 torch_py=${TORCH_PYTHON:-/usr/bin/python3}
@@ -63,6 +76,8 @@ die() {
 }
 
 steps=60
+short_steps=3
+short_given=0
 repeat=1
 seed=1234
 models="word sampled char"
@@ -76,6 +91,9 @@ while [ $# -gt 0 ]; do
     case $1 in
         --steps) [ $# -ge 2 ] || die "--steps needs a value"; steps=$2; shift 2 ;;
         --steps=*) steps=${1#*=}; shift ;;
+        --short-steps) [ $# -ge 2 ] || die "--short-steps needs a value"
+                       short_steps=$2; short_given=1; shift 2 ;;
+        --short-steps=*) short_steps=${1#*=}; short_given=1; shift ;;
         --repeat) [ $# -ge 2 ] || die "--repeat needs a value"; repeat=$2; shift 2 ;;
         --repeat=*) repeat=${1#*=}; shift ;;
         --models) [ $# -ge 2 ] || die "--models needs a value"; models=$2; shift 2 ;;
@@ -103,6 +121,14 @@ for i in $isas; do
 done
 [ "$epoch" = 0 ] || [ -z "$isas" ] || die "--isa is for the throughput table, not --epoch"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps wants a positive integer, got '$steps'"
+[[ $short_steps =~ ^[0-9]+$ ]] || die "--short-steps wants a non-negative integer, got '$short_steps'"
+[ "$epoch" = 0 ] || [ "$short_given" = 0 ] || die "--short-steps is for the throughput table, not --epoch"
+if [ "$epoch" = 0 ] && [ "$short_steps" -ge "$steps" ]; then
+    [ "$short_given" = 0 ] || die "--short-steps ($short_steps) must be below --steps ($steps)"
+    echo "note: --steps $steps leaves no room for the default $short_steps-step short run;" \
+         "no CPU ms per step" >&2
+    short_steps=0
+fi
 seeds=${seed//,/ }
 for s in $seeds; do
     [[ $s =~ ^[0-9]+$ ]] || die "--seed wants non-negative integers, got '$s'"
@@ -232,8 +258,9 @@ data_sets() {
 
 failed=0
 
-# run_shoal NAME MODEL THREADS DATA EXTRA...: shoal train into $out/shoal-NAME; DATA
-# is "all" or "train-only" (see data_sets); 0 if it wrote summary.json
+# run_shoal NAME MODEL THREADS DATA EXTRA...: shoal train into $out/shoal-NAME, its CPU
+# seconds into $out/shoal-NAME.cpu; DATA is "all" or "train-only" (see data_sets); 0 if
+# it wrote summary.json
 run_shoal() {
     local name=$1 model=$2 t=$3 which=$4 dir conf
     shift 4
@@ -244,7 +271,8 @@ run_shoal() {
         return 1
     fi
     data_sets "$model" "$which"
-    if ! OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t "$shoal" train "$conf" \
+    if ! OMP_NUM_THREADS=$t OPENBLAS_NUM_THREADS=$t bench_cpu_time "$out/shoal-$name.cpu" \
+            "$shoal" train "$conf" \
             "${dsets[@]}" --set "run.threads=$t" --set "run.dir=$dir" \
             --set "data.cache_dir=$out/cache" --set run.checkpoint_every=0 \
             --set "run.seed=$seed" "$@" \
@@ -258,11 +286,13 @@ run_shoal() {
     [ "$keep" = 1 ] || rm -rf "$dir"  # checkpoints: tens of MB a run
 }
 
-# run_torch NAME MODEL THREADS EXTRA...: bench/torch_lm.py into $out/torch-NAME.json
+# run_torch NAME MODEL THREADS EXTRA...: bench/torch_lm.py into $out/torch-NAME.json,
+# its CPU seconds into $out/torch-NAME.cpu
 run_torch() {
     local name=$1 model=$2 t=$3
     shift 3
-    if ! LD_LIBRARY_PATH=$torch_ld "$torch_py" "$top/bench/torch_lm.py" --model "$model" \
+    if ! LD_LIBRARY_PATH=$torch_ld bench_cpu_time "$out/torch-$name.cpu" \
+            "$torch_py" "$top/bench/torch_lm.py" --model "$model" \
             --threads "$t" --data "$data" --seed "$seed" --require-openblas \
             --out "$out/torch-$name.json" "$@" >"$out/torch-$name.log" 2>&1; then
         echo "torch $name failed; last lines of $out/torch-$name.log:" >&2
@@ -273,24 +303,44 @@ run_torch() {
 
 # keep_median SIDE NAME R: of SIDE-NAME.r1..rR.json, the median run by tokens/s (the
 # lower middle one for R even) becomes SIDE-NAME.json, with every run's figure added
-# as runs_tokens_per_s
+# as runs_tokens_per_s; with short runs, also each pair's CPU ms per step (SIDE-NAME.rK.cpu
+# less SIDE-NAME.short.rK.cpu, over the steps between them) as runs_cpu_ms_per_step and
+# their median (the same rule) as cpu_ms_per_step
 keep_median() {
-    "$py" - "$out/$1-$2" "$3" <<'EOF'
-import json, sys
+    "$py" - "$out/$1-$2" "$3" "$((short_steps > 0 ? steps - short_steps : 0))" <<'EOF'
+import json, os, sys
 
-base, runs = sys.argv[1], int(sys.argv[2])
-got = []
+base, runs, between = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+def cpu_s(name):
+    """CPU seconds of a run that finished (its .json written), else None."""
+    try:
+        with open(name + ".cpu") as f:
+            return float(f.read()) if os.path.exists(name + ".json") else None
+    except (OSError, ValueError):
+        return None
+
+
+got, cpu_ms = [], []
 for k in range(1, runs + 1):
     try:
         with open("%s.r%d.json" % (base, k)) as f:
             d = json.load(f)
     except (OSError, ValueError):
         continue
-    if isinstance(d.get("tokens_per_s"), (int, float)):
-        got.append(d)
+    if not isinstance(d.get("tokens_per_s"), (int, float)):
+        continue
+    got.append(d)
+    long_s, short_s = cpu_s("%s.r%d" % (base, k)), cpu_s("%s.short.r%d" % (base, k))
+    if between > 0 and long_s is not None and short_s is not None:
+        cpu_ms.append(1000.0 * (long_s - short_s) / between)
 if got:
     mid = sorted(got, key=lambda d: d["tokens_per_s"])[(len(got) - 1) // 2]
     mid["runs_tokens_per_s"] = [d["tokens_per_s"] for d in got]
+    if cpu_ms:
+        mid["cpu_ms_per_step"] = sorted(cpu_ms)[(len(cpu_ms) - 1) // 2]
+        mid["runs_cpu_ms_per_step"] = cpu_ms
     with open(base + ".json", "w") as f:
         json.dump(mid, f)
 EOF
@@ -298,11 +348,12 @@ EOF
 
 # report MODE: the table from the JSON files in $out (a missing file shows as "-")
 report() {
-    "$py" - "$1" "$out" "$models" "$threads_list" "$seeds" "$isas" <<'EOF'
+    "$py" - "$1" "$out" "$models" "$threads_list" "$seeds" "$isas" "$steps" "$short_steps" <<'EOF'
 import json, os, re, statistics, sys
 
 mode, out, seeds = sys.argv[1], sys.argv[2], sys.argv[5].split()
 models, threads, isas = sys.argv[3].split(), sys.argv[4].split(), sys.argv[6].split()
+steps, short_steps = int(sys.argv[7]), int(sys.argv[8])
 
 
 def load(side, name):
@@ -358,7 +409,7 @@ if mode == "throughput":
     names = ["shoal" + (" " + i if i else "") for i in builds]
     rows = [["model", "threads"] + ["%s tok/s" % n for n in names] +
             ["torch tok/s", "ratio", "shoal RSS", "torch RSS", "shoal BLAS", "torch BLAS"]]
-    unpinned, runs_lines = [], []
+    unpinned, runs_lines, cpu_lines = [], [], []
     for m in models:
         for t in threads:
             ss = [load("shoal", "%s%s-t%s" % (i + "-" if i else "", m, t)) for i in builds]
@@ -388,6 +439,28 @@ if mode == "throughput":
           % names[0])
     for u in unpinned:
         print("NOT PINNED: " + u)
+    if short_steps > 0:
+        print()
+        rows = [["model", "threads"] + ["%s ms" % n for n in names] + ["torch ms"] +
+                ["torch/%s" % n for n in names]]
+        for m in models:
+            for t in threads:
+                ss = [load("shoal", "%s%s-t%s" % (i + "-" if i else "", m, t)) for i in builds]
+                p = load("torch", "%s-t%s" % (m, t))
+                pm = (p or {}).get("cpu_ms_per_step")
+                rows.append([m, t] + [num(d, "cpu_ms_per_step", "%.1f") for d in ss] +
+                            [num(p, "cpu_ms_per_step", "%.1f")] +
+                            ["%.2fx" % (pm / d["cpu_ms_per_step"])
+                             if pm and (d or {}).get("cpu_ms_per_step") else "-" for d in ss])
+                for side, d in list(zip(names, ss)) + [("torch", p)]:
+                    runs = (d or {}).get("runs_cpu_ms_per_step")
+                    if runs and len(runs) > 1:
+                        cpu_lines.append("%s %s t%s: %s" % (side, m, t,
+                                                            " ".join("%.1f" % r for r in runs)))
+        table(rows, 1)
+        print("\nCPU ms per training step = (CPU s of the %d-step run - CPU s of the %d-step "
+              "run) / %d,\nuser + system, all threads; torch/X = PyTorch's ms / X's (target "
+              ">= 1.5x)" % (steps, short_steps, steps - short_steps))
 else:
     rows = [["seed", "side", "steps", "tok/s", "train s", "valid loss", "valid ppl", "peak RSS"]]
     ppl = {"shoal": [], "torch": []}
@@ -420,6 +493,10 @@ if mode == "throughput" and runs_lines:
     print("\ntokens/s of every run, in order:")
     for r in runs_lines:
         print("  " + r)
+if mode == "throughput" and cpu_lines:
+    print("\nCPU ms per step of every long-short pair, in order:")
+    for r in cpu_lines:
+        print("  " + r)
 EOF
 }
 
@@ -450,15 +527,22 @@ else
             for k in $(seq "$repeat"); do
                 for i in ${isas:-""}; do
                     [ "$have_shoal" = 1 ] || break
-                    echo "[bench] shoal${i:+ $i} $m threads=$t steps=$steps run $k/$repeat" >&2
-                    SHOAL_CPU_ISA=$i run_shoal "${i:+$i-}$m-t$t.r$k" "$m" "$t" train-only \
-                        --set "train.max_steps=$steps" --set train.eval_every_epoch=false ||
-                        failed=1
+                    for n in $steps $short_steps; do
+                        [ "$n" -gt 0 ] || continue
+                        [ "$n" = "$steps" ] && kind="" || kind=".short"
+                        echo "[bench] shoal${i:+ $i} $m threads=$t steps=$n run $k/$repeat" >&2
+                        SHOAL_CPU_ISA=$i run_shoal "${i:+$i-}$m-t$t$kind.r$k" "$m" "$t" \
+                            train-only --set "train.max_steps=$n" \
+                            --set train.eval_every_epoch=false || failed=1
+                    done
                 done
-                if [ "$have_torch" = 1 ]; then
-                    echo "[bench] torch $m threads=$t steps=$steps run $k/$repeat" >&2
-                    run_torch "$m-t$t.r$k" "$m" "$t" --steps "$steps" --no-eval || failed=1
-                fi
+                [ "$have_torch" = 1 ] || continue
+                for n in $steps $short_steps; do
+                    [ "$n" -gt 0 ] || continue
+                    [ "$n" = "$steps" ] && kind="" || kind=".short"
+                    echo "[bench] torch $m threads=$t steps=$n run $k/$repeat" >&2
+                    run_torch "$m-t$t$kind.r$k" "$m" "$t" --steps "$n" --no-eval || failed=1
+                done
             done
             for i in ${isas:-""}; do
                 keep_median shoal "${i:+$i-}$m-t$t" "$repeat"
