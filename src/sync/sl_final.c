@@ -362,13 +362,15 @@ take_average(sl_final_t *f, int g, double until, int *nmodels, int *has)
  *     for is in. Its confirmations go out by t0 + c P + T + (receiving), inside the
  *     senders' window while skew + receiving < P - T = (size - 1) T.
  *   - a sender in the average waits for it until T past its window on c: the gatherer
- *     sends it once the last peer is in or given up on, inside that window as above.
+ *     sends it once the last peer is in or given up on, inside that window as above,
+ *     and waits up to T for the receipts (a sender that died since costs that T).
  * The deadlines are absolute, so a dead peer costs the gatherer one wait, not one per
  * peer, and nothing compounds from candidate to candidate: node r is done by
- * t0 + r P + T + (receiving) at the latest. Nodes may disagree on who is dead (each
- * learns it from its own exchanges); the windows make that safe and the claims make it
- * quick: with rank 0 dead, rank 1 gathers at once if it held rank 0 for dead, else
- * after P, and the others follow its claim. With every node alive rank 0 gathers and
+ * t0 + r P + T + (receiving) at the latest (a gatherer that waits out a receipt, T
+ * more). Nodes may disagree on who is dead (each learns it from its own exchanges);
+ * the windows make that safe and the claims make it quick: with rank 0 dead, rank 1
+ * gathers at once if it held rank 0 for dead, else after P, and the others follow its
+ * claim. With every node alive rank 0 gathers and
  * there are no claims; a node later than T is left out of the average, as it always
  * was (the "without you" confirmation stops its walk). Two writers remain possible
  * when an assumption breaks: a sender that holds every candidate below it for dead
