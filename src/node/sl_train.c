@@ -4,8 +4,11 @@
  * Device memory: the sync algorithms (src/sync) work on host memory; with a backend
  * whose memory is not the host's, the trainer stages through a pinned host mirror
  * (sl_staging.h). SHOAL_STAGE_SYNC=1 in the environment stages on the cpu backend too,
- * so that tests run those copies without a device. Reporting (progress line, metrics
- * records, summary.json) is sl_report.h's; the backend and GPU choice sl_node_backend.h's.
+ * so that tests run those copies without a device. SHOAL_TEST_WRITER_SIGNAL=STOP or KILL,
+ * a test hook (writer_test_signal), makes the writer of the run's model raise SIGSTOP or
+ * SIGKILL on itself right after the final average; unset it does nothing. Reporting
+ * (progress line, metrics records, summary.json) is sl_report.h's; the backend and GPU
+ * choice sl_node_backend.h's.
  *
  * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
@@ -15,6 +18,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -545,11 +549,13 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     return sl_report_summary(&t->rep, &run, res->run_dir, nmodels);
 }
 
-/* On a member of an ma, bmuf or allreduce run other than the writer, which all hold
- * the final average bit for bit: its copy is offered as <run dir>/model.bin. The
- * writer, the lowest member, replaces it with its evaluated file when it gets that far,
- * so that a writer stopped or killed after the final average, or one writing to another
- * host's run directory, still leaves the run its model. Overwrites the parameters. */
+/* On a node other than the writer that holds the final average bit for bit (a member
+ * of an ma, bmuf or allreduce run; in a gossip or local run one whose model the
+ * gatherer took and sent the average back to): its copy is offered as <run
+ * dir>/model.bin. The writer, the lowest member or the gatherer, replaces it with its
+ * evaluated file when it gets that far, so that a writer stopped or killed after the
+ * final average, or one writing to another host's run directory, still leaves the run
+ * its model. Overwrites the parameters. */
 static sl_status_t
 place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
@@ -568,6 +574,22 @@ place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmod
                     "until the writer replaces it with the evaluated one",
                     nmodels, res->run_dir);
     return SL_OK;
+}
+
+/* A test hook, so that tests stop or kill the writer at the one moment that matters,
+ * without sleeps: with SHOAL_TEST_WRITER_SIGNAL=STOP (or KILL) in the environment the
+ * writer raises SIGSTOP (or SIGKILL) on itself once it has the final average, which
+ * the other nodes then hold too, and before it evaluates or writes it. Inert when
+ * unset; another value is ignored. */
+static void
+writer_test_signal(void)
+{
+    const char *sig = getenv("SHOAL_TEST_WRITER_SIGNAL");
+
+    if (sig && strcmp(sig, "STOP") == 0)
+        raise(SIGSTOP);
+    else if (sig && strcmp(sig, "KILL") == 0)
+        raise(SIGKILL);
 }
 
 /* End of the run: the final average (every node takes part), valid and test evaluation
@@ -589,6 +611,8 @@ finish(trainer_t *t, sl_train_result_t *res)
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
+    if (writer)
+        writer_test_signal();
     SL_TRY(sl_report_membership(&t->rep, t->sync, t->cur.step));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));

@@ -1,7 +1,8 @@
 /* The final average (sl_final.h): the ring allreduce of the collective algorithms, and
  * the leaderless final walk of the neighbourhood ones (final_walk below: how it works,
- * its time bounds and when it can give two writers). Must not change the liveness table
- * nor the parameters it is given; the average goes into its own buffer. */
+ * its time bounds and when it can give two writers), whose gatherer sends the average
+ * back to the nodes in it. Must not change the liveness table nor the parameters it is
+ * given; the average goes into its own buffer. */
 #include "sync/sl_final.h"
 
 #include <limits.h>
@@ -13,17 +14,24 @@
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
 
-/* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; component c
- * of a node's model as component c, a confirmation (one byte: 1 = in the average, 0 =
- * gathered without it) and a claim (no payload) as the two past them */
+/* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; seq 0, the
+ * walk: component c of a node's model as component c, a confirmation (one byte: 1 = in
+ * the average, 0 = gathered without it) and a claim (no payload) as the two past them;
+ * seq FINAL_BACK, the average the gatherer sends back (send_average): the number of
+ * models it averages (FINAL_COUNT, u32 little-endian) first, then its components, and
+ * the receipt (no payload) that each node it went to sends as the one past them */
 #define FINAL_ROUND 1u
+#define FINAL_BACK 1u
 #define FINAL_ACK(f) ((uint32_t)(f)->env.ncomps)
 #define FINAL_CLAIM(f) ((uint32_t)(f)->env.ncomps + 1u)
+#define FINAL_COUNT(f) ((uint32_t)(f)->env.ncomps)
+#define FINAL_RECEIPT(f) ((uint32_t)(f)->env.ncomps + 1u)
 
 struct sl_final {
     sl_sync_env_t env;
     const sl_liveness_t *lv; /* borrowed */
     float *avg, *peer;       /* (nparams) final average; a peer's model (the gatherer) */
+    unsigned char *in;       /* (size) the gatherer: 1 where that rank's model is in avg */
 };
 
 sl_status_t
@@ -48,6 +56,7 @@ sl_final_destroy(sl_final_t **fp)
         return;
     sl_free(f->avg);
     sl_free(f->peer);
+    sl_free(f->in);
     sl_free(f);
     *fp = NULL;
 }
@@ -65,13 +74,14 @@ ms_until(double at)
  * component, then a confirmation from c or from a candidate below it (one given up on
  * that answered late), or a claim from a candidate between c and itself, waited for
  * until the sl_clock_now() time until; keys has room for f->env.rank keys. *next = -1 on a
- * confirmation (done: in that candidate's average, or left out of it), the claimant's
- * rank on a claim (*claim = 1), else c + 1: a send that finds no room in time, or
- * nothing coming, is c's failure (logged), not an error. Frames are keyed by their
- * sender, which the transport checks, so a confirmation from c can only be c's. */
+ * confirmation (done: in that candidate's average, *taker = its rank, or left out of
+ * it, *taker = -1), the claimant's rank on a claim (*claim = 1), else c + 1: a send that
+ * finds no room in time, or nothing coming, is c's failure (logged), not an error.
+ * Frames are keyed by their sender, which the transport checks, so a confirmation from
+ * c can only be c's. */
 static sl_status_t
 offer_final(sl_final_t *f, const float *params, int c, double until, sl_wire_key_t *keys, int *next,
-            int *claim)
+            int *claim, int *taker)
 {
     sl_transport_frame_t *fr = NULL;
     size_t which, nkeys = 0;
@@ -81,6 +91,7 @@ offer_final(sl_final_t *f, const float *params, int c, double until, sl_wire_key
 
     *next = c + 1;
     *claim = 0;
+    *taker = -1;
     for (int i = 0; i < f->env.ncomps; i++) {
         sl_wire_key_t k = {FINAL_ROUND, (uint32_t)i, 0, (uint32_t)c, SL_WIRE_DATA};
         st = sl_transport_send(f->env.tr, &k, params + f->env.comps[i].offset,
@@ -118,7 +129,9 @@ offer_final(sl_final_t *f, const float *params, int c, double until, sl_wire_key
         memcpy(&in, fr->payload, 1);
     sl_transport_frame_release(&fr);
     *next = -1;
-    if (!in)
+    if (in)
+        *taker = from;
+    else
         sl_log_warn("sync",
                     "node %d gathered the final model without this node's (it came too late)",
                     from);
@@ -158,6 +171,8 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
 
     if (!f->peer)
         SL_TRY(SL_ALLOC(&f->peer, f->env.nparams, "a peer's final model"));
+    if (!f->in)
+        SL_TRY(SL_CALLOC(&f->in, (size_t)f->env.size, "the final model's senders"));
     memcpy(f->avg, params, f->env.nparams * sizeof *params);
     *nmodels = 1;
     for (int r = f->env.rank + 1; r < f->env.size; r++) {
@@ -175,6 +190,7 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
                 f->avg[j] += f->peer[j];
             ++*nmodels;
         }
+        f->in[r] = in;
         /* a dead node's queue may be full: no wait for room then */
         ack.peer = (uint32_t)r;
         if (sl_transport_send(f->env.tr, &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0,
@@ -188,6 +204,136 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
     return SL_OK;
 }
 
+/* The gatherer, with the average: the average back to each peer whose model is in it,
+ * before the gatherer evaluates and writes it, so that a gatherer stopped or killed
+ * from here on still leaves the run its model: each such peer offers its copy as
+ * model.bin (sl_run_model_place), and the gatherer's evaluated file, of as many models
+ * from a lower rank, replaces it when the gatherer gets that far. The count of models
+ * first, then the components; then a receipt from each peer, waited for until one
+ * sync.timeout_ms from the last send, since a sent frame may still sit in this
+ * process's queues (a stop or a kill then would lose it). A peer that takes no frame
+ * within sync.timeout_ms or sends no receipt (it died since) is logged and skipped: it
+ * keeps no copy, as before. SL_ERR_NOMEM only. */
+static sl_status_t
+send_average(sl_final_t *f, int nmodels)
+{
+    unsigned char count[4];
+    sl_wire_key_t *keys;
+    size_t nkeys = 0;
+    int wait_ms;
+    double until;
+
+    SL_TRY(SL_ALLOC(&keys, (size_t)f->env.size, "final model receipts"));
+    for (int i = 0; i < 4; i++)
+        count[i] = (unsigned char)((uint32_t)nmodels >> (8 * i));
+    for (int r = f->env.rank + 1; r < f->env.size; r++) {
+        sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)r, SL_WIRE_DATA};
+        sl_status_t st;
+
+        if (!f->in[r])
+            continue;
+        st = sl_transport_send(f->env.tr, &k, count, sizeof count, SL_WIRE_BYTES, 1.0f, 0,
+                               f->env.timeout_ms);
+        for (int c = 0; c < f->env.ncomps && st == SL_OK; c++) {
+            k.component = (uint32_t)c;
+            st = sl_transport_send(f->env.tr, &k, f->avg + f->env.comps[c].offset,
+                                   (uint32_t)f->env.comps[c].count, SL_WIRE_FP32, 1.0f, 0,
+                                   f->env.timeout_ms);
+        }
+        if (st != SL_OK)
+            sl_log_warn("sync", "sending the final model back to node %d: %s", r, sl_err_msg());
+        else
+            keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, FINAL_RECEIPT(f), FINAL_BACK, (uint32_t)r,
+                                            SL_WIRE_DATA};
+    }
+    until = sl_clock_now() + f->env.timeout_ms / 1000.0;
+    while (nkeys > 0) {
+        sl_transport_frame_t *fr = NULL;
+        size_t which;
+
+        wait_ms = ms_until(until);
+        if (sl_transport_recv_any(f->env.tr, keys, nkeys, wait_ms, &fr, &which) != SL_OK) {
+            sl_log_warn("sync",
+                        "%zu node(s), node %u first, did not confirm the final model "
+                        "sent back: %s",
+                        nkeys, (unsigned)keys[0].peer, sl_err_msg());
+            break;
+        }
+        sl_transport_frame_release(&fr);
+        keys[which] = keys[--nkeys];
+    }
+    sl_free(keys);
+    return SL_OK;
+}
+
+/* A sender whose model is in gatherer g's average: that average into f->avg and the
+ * number of models it averages into *nmodels, the count waited for first_ms, each
+ * component sync.timeout_ms. SL_ERR_TIMEOUT when it did not all come (g stopped or died
+ * before it sent it); SL_ERR_INVALID for a frame of the wrong size or a count g cannot
+ * have averaged (itself and this node at least, the ranks from g up at most), the
+ * message without its context (take_average adds it). Frames are keyed by their
+ * sender, which the transport checks, so they can only be g's. */
+static sl_status_t
+recv_average(sl_final_t *f, int g, int first_ms, int *nmodels)
+{
+    sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
+    unsigned char count[4];
+    uint32_t n = 0;
+    size_t got;
+
+    SL_TRY(sl_transport_recv(f->env.tr, &k, count, sizeof count, &got, first_ms));
+    for (int i = 0; i < 4; i++)
+        n |= (uint32_t)count[i] << (8 * i);
+    if (got != sizeof count)
+        return sl_err_set(SL_ERR_INVALID, "its count in %zu bytes, not %zu", got, sizeof count);
+    if (n < 2 || n > (uint32_t)(f->env.size - g))
+        return sl_err_set(SL_ERR_INVALID, "an average of %u models, not 2 to %d", (unsigned)n,
+                          f->env.size - g);
+    for (int c = 0; c < f->env.ncomps; c++) {
+        size_t bytes = f->env.comps[c].count * sizeof(float);
+
+        k.component = (uint32_t)c;
+        SL_TRY(sl_transport_recv(f->env.tr, &k, f->avg + f->env.comps[c].offset, bytes, &got,
+                                 f->env.timeout_ms));
+        if (got != bytes)
+            return sl_err_set(SL_ERR_INVALID, "%zu bytes of %s, not %zu", got, f->env.comps[c].name,
+                              bytes);
+    }
+    *nmodels = (int)n;
+    return SL_OK;
+}
+
+/* A sender whose model gatherer g took: the average g sends back (recv_average),
+ * waited for until one sync timeout past until, the end of the window of the candidate
+ * it offered to, since g may wait for the ranks above this one until then. *has = 1 with
+ * it, and g gets a receipt (send_average waits for it); without it (g stopped or died
+ * before it sent it back, or a peer's abort) the node keeps no copy, as before, logged.
+ * Bad frames are errors. */
+static sl_status_t
+take_average(sl_final_t *f, int g, double until, int *nmodels, int *has)
+{
+    int wait_ms = ms_until(until);
+    sl_status_t st;
+
+    wait_ms = wait_ms > INT_MAX - f->env.timeout_ms ? INT_MAX : wait_ms + f->env.timeout_ms;
+    st = recv_average(f, g, wait_ms, nmodels);
+    if (st == SL_OK) {
+        sl_wire_key_t k = {FINAL_ROUND, FINAL_RECEIPT(f), FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
+
+        if (sl_transport_send(f->env.tr, &k, "", 0, SL_WIRE_BYTES, 1.0f, 0, f->env.timeout_ms) !=
+            SL_OK)
+            sl_log_debug("sync", "receipt of the final model to node %d: %s", g, sl_err_msg());
+        *has = 1;
+        return SL_OK;
+    }
+    if (st != SL_ERR_TIMEOUT && st != SL_ERR_SHUTDOWN)
+        return sl_err_prefix(st, "sync: the final model sent back by node %d", g);
+    sl_log_warn("sync", "node %d sent back no final model (%s): it alone has the run's model", g,
+                sl_err_msg());
+    *nmodels = 1;
+    return SL_OK;
+}
+
 /* The final model of gossip and local runs, where any node may have died: the lowest
  * live rank gathers it, without a coordinator. Candidates c = 0, 1, ... in rank order;
  * node r walks them:
@@ -198,10 +344,13 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
  *           c + 1;
  *   c == r  r is the gatherer and the writer: the average of its model and those of the
  *           ranks above it (gather_final), which each get a confirmation saying whether
- *           theirs is in. A gatherer above rank 0 first sends a claim to each rank
- *           above it that it waits for: a node still waiting on a lower candidate goes
- *           straight to the claimant (even one it held for dead) rather than waiting
- *           out that candidate's window.
+ *           theirs is in, and those that are in the average itself (send_average) before
+ *           r evaluates and writes it, so that they hold it too (take_average) and a
+ *           gatherer stopped or killed from then on still leaves the run its model (each
+ *           offers its copy: sl_run_model_place). A gatherer above rank 0 first sends
+ *           a claim to each rank above it that it waits for: a node still waiting on a
+ *           lower candidate goes straight to the claimant (even one it held for dead)
+ *           rather than waiting out that candidate's window.
  * Timing. Each node counts from its own entry here (t0); T = sync.timeout_ms and
  * P = size * T (the gatherer receives up to size - 1 models, each frame within T).
  * Candidate c owns the window [c P, (c + 1) P) of every node's clock:
@@ -212,12 +361,16 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
  *     sending; then T for each further frame. It stops as soon as every peer it waits
  *     for is in. Its confirmations go out by t0 + c P + T + (receiving), inside the
  *     senders' window while skew + receiving < P - T = (size - 1) T.
+ *   - a sender in the average waits for it until T past its window on c: the gatherer
+ *     sends it once the last peer is in or given up on, inside that window as above,
+ *     and waits up to T for the receipts (a sender that died since costs that T).
  * The deadlines are absolute, so a dead peer costs the gatherer one wait, not one per
  * peer, and nothing compounds from candidate to candidate: node r is done by
- * t0 + r P + T + (receiving) at the latest. Nodes may disagree on who is dead (each
- * learns it from its own exchanges); the windows make that safe and the claims make it
- * quick: with rank 0 dead, rank 1 gathers at once if it held rank 0 for dead, else
- * after P, and the others follow its claim. With every node alive rank 0 gathers and
+ * t0 + r P + T + (receiving) at the latest (a gatherer that waits out a receipt, T
+ * more). Nodes may disagree on who is dead (each learns it from its own exchanges);
+ * the windows make that safe and the claims make it quick: with rank 0 dead, rank 1
+ * gathers at once if it held rank 0 for dead, else after P, and the others follow its
+ * claim. With every node alive rank 0 gathers and
  * there are no claims; a node later than T is left out of the average, as it always
  * was (the "without you" confirmation stops its walk). Two writers remain possible
  * when an assumption breaks: a sender that holds every candidate below it for dead
@@ -229,11 +382,11 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
  * make a crash cheap; a timeout that keeps live nodes from being taken for dead keeps
  * them safe. */
 static sl_status_t
-final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels)
+final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels, int *has)
 {
     double t0 = sl_clock_now(), t = f->env.timeout_ms / 1000.0, p = f->env.size * t;
     sl_wire_key_t *keys = NULL;
-    int claimed = 0, next;
+    int claimed = 0, next, taker;
     sl_status_t st = SL_OK;
 
     if (f->env.rank > 0)
@@ -243,9 +396,13 @@ final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels)
             c++;
             continue;
         }
-        SL_TRY_GOTO(offer_final(f, params, c, t0 + (c + 1) * p, keys, &next, &claimed), st, out);
-        if (next < 0)
-            goto out; /* taken */
+        SL_TRY_GOTO(offer_final(f, params, c, t0 + (c + 1) * p, keys, &next, &claimed, &taker), st,
+                    out);
+        if (next < 0) { /* taken */
+            if (taker >= 0)
+                st = take_average(f, taker, t0 + (c + 1) * p, nmodels, has);
+            goto out;
+        }
         c = next;
     }
     if (f->env.rank > 0) {
@@ -263,7 +420,8 @@ final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels)
         }
     }
     SL_TRY_GOTO(gather_final(f, params, t0 + f->env.rank * p + t, nmodels), st, out);
-    *writer = 1;
+    SL_TRY_GOTO(send_average(f, *nmodels), st, out);
+    *writer = *has = 1;
 out:
     sl_free(keys);
     return st;
@@ -303,8 +461,10 @@ sl_final_average(sl_final_t *f, const float *params, const float **avg, int *wri
     if (!f->avg)
         SL_TRY(SL_ALLOC(&f->avg, e->nparams, "final model"));
     if (sl_sync_is_neighbourhood(e->algo)) {
-        SL_TRY(final_walk(f, params, writer, nmodels));
-        if (*writer)
+        int has = 0;
+
+        SL_TRY(final_walk(f, params, writer, nmodels, &has));
+        if (has)
             *avg = f->avg;
     } else {
         final_job_t j = {f, params};

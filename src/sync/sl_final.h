@@ -2,7 +2,8 @@
  * parameters. ma, bmuf, allreduce: one ring allreduce, every node gets it, rank 0 is the
  * writer. gossip-*, local-*: no coordinator: the lowest-ranked live node gathers it
  * (the final walk of sl_final.c: offers in rank order, time windows per candidate,
- * confirmations, claims), so it is written even when rank 0 died. Reads who is dead from
+ * confirmations, claims), so it is written even when rank 0 died, and sends it back to
+ * the nodes whose models are in it. Reads who is dead from
  * the liveness table and never changes it. Not thread-safe; one per node. */
 #ifndef SL_FINAL_H
 #define SL_FINAL_H
@@ -21,8 +22,9 @@ sl_status_t sl_final_new(sl_final_t **out, const sl_sync_env_t *env, const sl_li
 void sl_final_destroy(sl_final_t **f);
 
 /* Every node, once, at the end: the contract of sl_sync_final (sl_sync.h) with
- * nparams floats of params: *avg (owned by f, valid until destroy, NULL where *writer is
- * 0 in gossip and local runs), *writer, *nmodels. */
+ * nparams floats of params: *avg (owned by f, valid until destroy; in gossip and local
+ * runs NULL on a node that is not the writer and did not get the average back), *writer,
+ * *nmodels. */
 sl_status_t sl_final_average(sl_final_t *f, const float *params, const float **avg, int *writer,
                              int *nmodels);
 

@@ -154,11 +154,15 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
  * writers are described in sl_final.c (final_walk). With rank 0 alive that is rank 0;
  * with only rank 0 dead it is rank 1, done within (size + 1) * sync.timeout_ms (at
  * once when rank 1 already held rank 0 for dead; the others follow its claim).
- * *writer is 1 on the node that should write the run's model, else 0 (and *avg is NULL
- * there); *nmodels = how many nodes went into it. With size 1 or algorithm none:
+ * The gatherer sends the average back to each node whose params are in it before it
+ * returns, so those hold it too (bit for bit), *avg there, unless the gatherer stopped
+ * or died before it sent it (waited for until sync.timeout_ms past that node's window
+ * on the gatherer; *avg NULL then, as on a node left out).
+ * *writer is 1 on the node that should write the run's model, else 0; *nmodels = how
+ * many nodes went into *avg (1 where it is NULL). With size 1 or algorithm none:
  * *writer 0, *avg NULL. Errors: the transport's (a peer's abort: SL_ERR_SHUTDOWN), a
- * peer's model of the wrong size (SL_ERR_INVALID), SL_ERR_NOMEM; a candidate that does
- * not answer is not one. */
+ * peer's model or average of the wrong size or count (SL_ERR_INVALID), SL_ERR_NOMEM; a
+ * candidate that does not answer is not one. */
 sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
                           int *nmodels);
 

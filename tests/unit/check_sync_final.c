@@ -1,7 +1,7 @@
 /* Tests of src/sync's final model: a gossip run without rank 0 on 3 in-process nodes
- * (threads over loopback transports, test_util.h's trio): who gathers, the average,
- * the waits; nodes agreeing or not on rank 0's death, and a late node that is not
- * dead. */
+ * (threads over loopback transports, test_util.h's trio): who gathers, the average and
+ * who gets it back, the waits; nodes agreeing or not on rank 0's death, a late node that
+ * is not dead, and bad frames of the average sent back. */
 #include <check.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -21,11 +21,14 @@
 
 /* The final model of a gossip run without rank 0 (sl_sync_final: every node walks the
  * candidates 0, 1, ... and the first one alive gathers), on 3 in-process nodes of one
- * 4-float component, sync.timeout_ms T = 300, so each candidate's window P = 3 T = 0.9 s:
+ * 4-float component, sync.timeout_ms T = 300, so each candidate's window P = 3 T = 0.9 s.
+ * The writer sends its average back to the nodes whose models are in it, which then
+ * hold it too, bit for bit:
  *   node 1 = [1, -2, 3, 0.5], node 2 = [3, 4, -1, 1.5] (node 0's values are never sent)
  * case 0: node 0 never runs, no blocks: nodes 1 and 2 each wait P for node 0's
  *   confirmation, then node 1 gathers (and claims node 2): the writer, 2 models,
- *   ([1, -2, 3, 0.5] + [3, 4, -1, 1.5]) / 2 = [2, 1, 1, 1]; node 2 is not a writer.
+ *   ([1, -2, 3, 0.5] + [3, 4, -1, 1.5]) / 2 = [2, 1, 1, 1]; node 2 is not a writer
+ *   but holds it.
  * case 1: only node 2 runs: it gives up on node 0 at P and node 1 at 2 P and writes its
  *   own model, 1 model.
  * case 2: the nodes disagree on node 0: gossip-ma q = 1, 3 blocks without node 0, with a
@@ -41,7 +44,8 @@
  *   enters sl_sync_final once node 0's has returned (after T without node 2): node 0
  *   writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
  *   and tells node 2 its model is not in, so node 2 stops there rather than walking on
- *   to gather a model of its own (a second writer). */
+ *   to gather a model of its own (a second writer); node 1 holds the average, node 2
+ *   none. */
 static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
 
 static float
@@ -159,11 +163,17 @@ START_TEST(test_final_without_rank0)
     }
     tr.late[2] = _i == 3;
     test_trio_run(&tr);
+    /* the gatherer sends the average back to every node in it: all but the late one
+     * hold it, bit for bit */
     for (int k = 0; k < TEST_TRIO_N; k++) {
         if (!tr.alive[k])
             continue;
         ck_assert_int_eq(tr.writer[k], k == w);
-        ck_assert_int_eq(tr.has_avg[k], k == w);
+        ck_assert_int_eq(tr.has_avg[k], !tr.late[k]);
+        if (!tr.has_avg[k])
+            continue;
+        ck_assert_int_eq(tr.nmodels[k], nmodels[_i]);
+        ck_assert(memcmp(tr.avg[k], tr.avg[w], sizeof tr.avg[k]) == 0);
     }
     ck_assert_int_eq(tr.nmodels[w], nmodels[_i]);
     test_assert_floats(tr.avg[w], want[_i], 4);
@@ -194,6 +204,75 @@ START_TEST(test_final_without_rank0)
 }
 END_TEST
 
+/* A gatherer that sends back a bad average (test_bad_average_back), case by case: a
+ * count of 3 bytes; a count of 9 models (of 3 nodes); a good count, then 3 of the
+ * component's 4 floats. */
+static int bad_back_case;
+
+/* Node 0 played by the test: takes nodes 1's and 2's models (component 0, 4 floats),
+ * tells each it is in, then sends each the bad average of bad_back_case. */
+static void
+bad_gatherer(test_trio_t *tr, int k)
+{
+    float model[4];
+    unsigned char in = 1, count[4] = {3, 0, 0, 0};
+    size_t got;
+
+    (void)k;
+    if (bad_back_case == 1)
+        count[0] = 9;
+    for (uint32_t r = 1; r < TEST_TRIO_N; r++) {
+        sl_wire_key_t model_key = {1, 0, 0, r, SL_WIRE_DATA}, ack = {1, 1, 0, r, SL_WIRE_DATA};
+        sl_wire_key_t back = {1, 1, 1, r, SL_WIRE_DATA};
+
+        tr->st[0] = sl_transport_recv(tr->t[0], &model_key, model, sizeof model, &got, 5000);
+        if (tr->st[0] == SL_OK)
+            tr->st[0] = sl_transport_send(tr->t[0], &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0, 5000);
+        if (tr->st[0] == SL_OK)
+            tr->st[0] = sl_transport_send(tr->t[0], &back, count, bad_back_case == 0 ? 3 : 4,
+                                          SL_WIRE_BYTES, 1.0f, 0, 5000);
+        back.component = 0;
+        if (tr->st[0] == SL_OK && bad_back_case == 2)
+            tr->st[0] = sl_transport_send(tr->t[0], &back, model, 3, SL_WIRE_FP32, 1.0f, 0, 5000);
+        if (tr->st[0] != SL_OK) {
+            snprintf(tr->err[0], sizeof tr->err[0], "%s", sl_err_msg());
+            return;
+        }
+    }
+    /* the others read the frames before this transport goes */
+    test_trio_wait(tr, 1, 0, 1);
+    test_trio_wait(tr, 2, 0, 1);
+}
+
+/* Frames of the average sent back are checked: a count of the wrong size, a count the
+ * gatherer cannot have averaged, a component of the wrong size are each an error of
+ * the node that got it, one line naming the gatherer and what was wrong. */
+START_TEST(test_bad_average_back)
+{
+    static test_trio_t tr;
+    static const char *const want[3] = {
+        "sync: the final model sent back by node 0: its count in 3 bytes, not 4",
+        "sync: the final model sent back by node 0: an average of 9 models, not 2 to 3",
+        "sync: the final model sent back by node 0: 12 bytes of lstm.0, not 16"};
+
+    bad_back_case = _i;
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 2000}",
+                   final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 0;
+    tr.final = 1;
+    tr.stand_in[0] = bad_gatherer;
+    tr.fails[1] = tr.fails[2] = 1;
+    test_trio_run(&tr);
+    for (int k = 1; k < TEST_TRIO_N; k++) {
+        ck_assert_msg(strcmp(tr.err[k], want[_i]) == 0, "node %d: %s", k, tr.err[k]);
+        ck_assert_int_eq(tr.has_avg[k], 0);
+    }
+}
+END_TEST
+
 static Suite *
 sync_final_suite(void)
 {
@@ -202,6 +281,7 @@ sync_final_suite(void)
 
     tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
     tcase_add_test(core, test_late_is_not_dead);
+    tcase_add_loop_test(limits, test_bad_average_back, 0, 3);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);

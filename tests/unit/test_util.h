@@ -182,6 +182,10 @@ struct test_trio {
     unsigned char *state_out[TEST_TRIO_N];
     size_t state_out_len[TEST_TRIO_N];
     int alive[TEST_TRIO_N]; /* the node takes part */
+    /* a node the test plays: stand_in[k](tr, k) runs on tr->t[k] instead of the sync
+     * (NULL: the sync) and sets st[k] and err[k] */
+    void (*stand_in[TEST_TRIO_N])(test_trio_t *tr, int k);
+    int fails[TEST_TRIO_N]; /* 1: node k must end with an error (err[k]), not SL_OK */
     test_trio_step_fn step;
     /* final: after the blocks each alive node calls sl_sync_final; its results, when
      * it entered and left it (sl_clock_now()) and whether it then held node 0 for dead */
@@ -209,7 +213,7 @@ struct test_trio {
 void test_trio_init(test_trio_t *tr, const char *conf, float (*value)(int, int));
 
 /* Runs the alive nodes of tr (period 1: every block syncs every component) and checks
- * that each returned SL_OK. */
+ * that each returned SL_OK (an error where fails[k]). */
 void test_trio_run(test_trio_t *tr);
 
 /* Waits until node k has finished block b (or stopped) or, with final, its
