@@ -12,7 +12,17 @@
  * the sockets are plain and every message ends in a trailer part, checked against the
  * claimed sender's key before anything else of the frame is read. ROUTER/DEALER rather
  * than PULL/PUSH for the per-connection identity; both pairs fair-queue the input and
- * block (or time out) at the high-water mark. */
+ * block (or time out) at the high-water mark.
+ *
+ * Stripes (o->stripes > 1): a node opens that many DEALERs to each peer, stripe j's on
+ * sending I/O thread j (modulo their number), and its frames of
+ * SL_TRANSPORT_STRIPE_MIN_BYTES and more take them in turn, so that several threads
+ * and TCP connections carry one peer's large frames at once (one connection is bound
+ * by the one thread that writes it). Smaller frames all take stripe 0, in order. Each
+ * stripe's DEALERs have a routing id of their own (a ROUTER drops a second connection
+ * with an id it holds), and with frame MACs count their own sequence numbers
+ * (sl_frame_mac.h). The receiving side needs nothing: its ROUTER takes every
+ * connection, and each frame is checked on its own. */
 #include "transport/sl_link_zmq.h"
 
 #include <errno.h>
@@ -32,7 +42,8 @@
 #include "transport/sl_zmq_status.h"
 #include "transport/sl_zmq_watch.h"
 
-#define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
+#define ID_BYTES 10 /* 'S', rank u32 le, nonce u32 le, stripe u8: not starting with 0 */
+#define ID_STRIPE 9 /* where the stripe goes */
 #define ENDPOINT_MAX 1024
 
 typedef struct {
@@ -44,13 +55,18 @@ typedef struct {
     sl_curve_t *curve;   /* NULL unless CURVE */
     sl_frame_mac_t *mac; /* NULL unless frame MACs */
     void *router;
-    void **peers;               /* (size) DEALER per peer, NULL until the first send */
-    void **watches;             /* (size) the watch of each DEALER (sl_zmq_watch.h) */
+    unsigned stripes;           /* DEALERs per peer (o->stripes) */
+    void **peers;               /* (size, stripes) DEALER per peer and stripe, NULL until
+                                   the first send on it */
+    void **watches;             /* (size) the watch of each peer's stripe 0 DEALER
+                                   (sl_zmq_watch.h): its loss is the peer's */
+    unsigned *next_stripe;      /* (size) the stripe of the next large frame to a peer */
     unsigned nwatches;          /* watches started: their unique names */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
     unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
-    uint64_t send_mask;         /* their ZMQ_AFFINITY (affinity_masks) */
+    uint64_t *send_masks;       /* (stripes) ZMQ_AFFINITY of each stripe's DEALERs */
     uint64_t sent, received;    /* frames through the socket */
+    uint64_t *stripe_sent;      /* (stripes) frames sent on each stripe */
     /* the first part (routing id) of a message that zmq_wait received while blocking,
      * for zmq_recv_frame to go on from; rcvtimeo_ms: the ROUTER's ZMQ_RCVTIMEO */
     zmq_msg_t first;
@@ -108,17 +124,24 @@ static void zmq_close_link(void **ctx);
 /* The ZMQ_AFFINITY masks of the ROUTER (receiving) and of the DEALERs (sending) with
  * threads I/O threads: the first half, rounded up, and the rest; 0 (any thread) when
  * there is one. ZeroMQ places each new connection on the least loaded thread its
- * socket's mask allows, so a node's reading and writing never wait for each other. */
+ * socket's mask allows, so a node's reading and writing never wait for each other.
+ * With several stripes, stripe j's DEALERs get sending thread j alone (modulo their
+ * number): left to ZeroMQ, a peer's stripes, connected at once, could share one. */
 static void
-affinity_masks(unsigned threads, uint64_t *recv_mask, uint64_t *send_mask)
+affinity_masks(unsigned threads, unsigned stripes, uint64_t *recv_mask, uint64_t *send_masks)
 {
     unsigned half = (threads + 1) / 2;
+    uint64_t all = threads >= 64 ? UINT64_MAX : ((uint64_t)1 << threads) - 1;
 
-    *recv_mask = *send_mask = 0;
+    *recv_mask = 0;
+    for (unsigned j = 0; j < stripes; j++)
+        send_masks[j] = 0;
     if (threads < 2)
         return;
     *recv_mask = half >= 64 ? UINT64_MAX : ((uint64_t)1 << half) - 1;
-    *send_mask = (threads >= 64 ? UINT64_MAX : ((uint64_t)1 << threads) - 1) & ~*recv_mask;
+    for (unsigned j = 0; j < stripes; j++)
+        send_masks[j] = stripes == 1 ? all & ~*recv_mask
+                                     : (uint64_t)1 << (half + j % (threads - half));
 }
 
 static sl_status_t
@@ -148,9 +171,13 @@ zmq_open(void **out, const sl_link_env_t *env)
         z->id[1 + i] = (unsigned char)(o->rank >> (8 * i));
         z->id[5 + i] = (unsigned char)(nonce >> (8 * i));
     }
-    z->peers = calloc(o->size, sizeof *z->peers);
+    z->stripes = o->stripes ? o->stripes : 1;
+    z->peers = calloc((size_t)o->size * z->stripes, sizeof *z->peers);
     z->watches = calloc(o->size, sizeof *z->watches);
-    if (!z->peers || !z->watches) {
+    z->next_stripe = calloc(o->size, sizeof *z->next_stripe);
+    z->send_masks = calloc(z->stripes, sizeof *z->send_masks);
+    z->stripe_sent = calloc(z->stripes, sizeof *z->stripe_sent);
+    if (!z->peers || !z->watches || !z->next_stripe || !z->send_masks || !z->stripe_sent) {
         st = sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
         goto fail;
     }
@@ -163,7 +190,7 @@ zmq_open(void **out, const sl_link_env_t *env)
         st = sl_zmq_fail("transport: %u ZeroMQ I/O threads", o->io_threads);
         goto fail;
     }
-    affinity_masks(o->io_threads, &recv_mask, &z->send_mask);
+    affinity_masks(o->io_threads, z->stripes, &recv_mask, z->send_masks);
     z->router = zmq_socket(z->ctx, ZMQ_ROUTER);
     if (!z->router) {
         st = sl_zmq_fail("transport: creating a ZeroMQ socket");
@@ -208,11 +235,12 @@ zmq_close_link(void **ctx)
         zmq_msg_close(&z->first);
     if (z->router)
         zmq_close(z->router);
-    for (uint32_t p = 0; z->peers && p < z->o->size; p++)
-        if (z->peers[p]) {
-            sl_zmq_watch_stop(z->peers[p], &z->watches[p]);
-            zmq_setsockopt(z->peers[p], ZMQ_LINGER, &z->o->linger_ms, sizeof z->o->linger_ms);
-            zmq_close(z->peers[p]);
+    for (size_t i = 0; z->peers && i < (size_t)z->o->size * z->stripes; i++)
+        if (z->peers[i]) {
+            if (i % z->stripes == 0)
+                sl_zmq_watch_stop(z->peers[i], &z->watches[i / z->stripes]);
+            zmq_setsockopt(z->peers[i], ZMQ_LINGER, &z->o->linger_ms, sizeof z->o->linger_ms);
+            zmq_close(z->peers[i]);
         }
     sl_curve_destroy(&z->curve); /* its ZAP socket must close before the context ends */
     sl_frame_mac_destroy(&z->mac);
@@ -224,6 +252,9 @@ zmq_close_link(void **ctx)
     free(z->endpoints);
     free(z->peers);
     free(z->watches);
+    free(z->next_stripe);
+    free(z->send_masks);
+    free(z->stripe_sent);
     sl_lent_fini(&z->lent);
     free(z);
     *ctx = NULL;
@@ -299,6 +330,14 @@ sl_link_zmq_known(const void *ctx, uint32_t peer)
     return z->endpoints && peer < z->o->size && z->endpoints[peer];
 }
 
+uint64_t
+sl_link_zmq_stripe_frames(const void *ctx, unsigned stripe)
+{
+    const zlink_t *z = ctx;
+
+    return stripe < z->stripes ? z->stripe_sent[stripe] : 0;
+}
+
 static int
 zmq_serves(void *ctx, uint32_t peer)
 {
@@ -307,20 +346,22 @@ zmq_serves(void *ctx, uint32_t peer)
     return 1;
 }
 
-/* The DEALER to peer, connected on first use. It queues frames before the connection
- * is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a send blocks
- * only when that queue is full. Watched for the loss of its connection (zmq_watch); a
- * DEALER that cannot be watched still works, its peer's death found by timeouts. */
+/* The DEALER to peer on stripe, connected on first use. It queues frames before the
+ * connection is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a
+ * send blocks only when that queue is full. Stripe 0's is watched for the loss of its
+ * connection (zmq_watch); a DEALER that cannot be watched still works, its peer's death
+ * found by timeouts. */
 static sl_status_t
-peer_socket(zlink_t *z, uint32_t peer, void **out)
+peer_socket(zlink_t *z, uint32_t peer, unsigned stripe, void **out)
 {
+    void **slot = &z->peers[(size_t)peer * z->stripes + stripe];
     void *s;
     sl_status_t st;
     int hb = z->o->heartbeat_ms;
     char tag[32];
 
-    if (z->peers[peer]) {
-        *out = z->peers[peer];
+    if (*slot) {
+        *out = *slot;
         return SL_OK;
     }
     if (!z->endpoints || !z->endpoints[peer])
@@ -330,12 +371,13 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
     if (!s)
         return sl_zmq_fail("transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
                            (unsigned)peer);
+    z->id[ID_STRIPE] = (unsigned char)stripe;
     if (zmq_setsockopt(s, ZMQ_ROUTING_ID, z->id, sizeof z->id) != 0) {
         st = sl_zmq_fail("transport: setting ZMQ_ROUTING_ID");
         goto fail;
     }
     SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
-    SL_TRY_GOTO(set_u64(s, ZMQ_AFFINITY, z->send_mask, "ZMQ_AFFINITY"), st, fail);
+    SL_TRY_GOTO(set_u64(s, ZMQ_AFFINITY, z->send_masks[stripe], "ZMQ_AFFINITY"), st, fail);
     if (z->curve)
         SL_TRY_GOTO(sl_curve_client(z->curve, s, peer), st, fail);
     if (hb > 0) {
@@ -343,16 +385,19 @@ peer_socket(zlink_t *z, uint32_t peer, void **out)
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
         SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
     }
-    snprintf(tag, sizeof tag, "%u-%u", (unsigned)peer, z->nwatches++);
-    if (sl_zmq_watch_start(z->ctx, s, tag, &z->watches[peer]) != SL_OK)
-        z->watches[peer] = NULL;
+    if (stripe == 0) {
+        snprintf(tag, sizeof tag, "%u-%u", (unsigned)peer, z->nwatches++);
+        if (sl_zmq_watch_start(z->ctx, s, tag, &z->watches[peer]) != SL_OK)
+            z->watches[peer] = NULL;
+    }
     if (zmq_connect(s, z->endpoints[peer]) != 0) {
-        sl_zmq_watch_stop(s, &z->watches[peer]);
+        if (stripe == 0)
+            sl_zmq_watch_stop(s, &z->watches[peer]);
         st = sl_zmq_fail("transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
                          (unsigned)peer, z->endpoints[peer]);
         goto fail;
     }
-    z->peers[peer] = s;
+    *slot = s;
     *out = s;
     return SL_OK;
 fail:
@@ -400,6 +445,7 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     sl_status_t st;
     int lend, body_live = 0;
     unsigned char trailer[SL_MAC_TRAILER_BYTES];
+    unsigned stripe = 0;
 
     /* validates before anything is allocated; a MAC'd frame's checksum covers the
      * header only (sl_wire.h: a local frame) */
@@ -407,7 +453,9 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     if (z->mac && !sl_frame_mac_ready(z->mac))
         return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
-    SL_TRY(peer_socket(z, peer, &s));
+    if (z->stripes > 1 && payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
+        stripe = z->next_stripe[peer]; /* moves on once the frame is queued */
+    SL_TRY(peer_socket(z, peer, stripe, &s));
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
         return sl_zmq_fail("transport: %" PRIu64 " bytes", payload_bytes);
@@ -427,7 +475,8 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     }
     st = room_to_send(s, wait_ms);
     if (st == SL_OK && z->mac) /* a sequence number is used only by a frame that leaves */
-        sl_frame_mac_seal(z->mac, peer, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes, trailer);
+        sl_frame_mac_seal(z->mac, peer, stripe, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes,
+                          trailer);
     if (st == SL_OK &&
         zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend || z->mac ? ZMQ_SNDMORE : 0)) < 0)
         st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
@@ -452,8 +501,12 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
                           "%d ms",
                           (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
                           wait_ms);
-    if (st == SL_OK)
+    if (st == SL_OK) {
         z->sent++;
+        z->stripe_sent[stripe]++;
+        if (payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
+            z->next_stripe[peer] = (stripe + 1) % z->stripes;
+    }
     return st;
 }
 
@@ -657,16 +710,21 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
 
     if (peer >= z->o->size || !z->peers)
         return;
-    if (z->peers[peer]) {
-        sl_zmq_watch_stop(z->peers[peer], &z->watches[peer]);
-        zmq_setsockopt(z->peers[peer], ZMQ_LINGER, &no_linger, sizeof no_linger);
-        zmq_close(z->peers[peer]);
-        z->peers[peer] = NULL;
+    for (unsigned j = 0; j < z->stripes; j++) {
+        void **slot = &z->peers[(size_t)peer * z->stripes + j];
+        if (!*slot)
+            continue;
+        if (j == 0)
+            sl_zmq_watch_stop(*slot, &z->watches[peer]);
+        zmq_setsockopt(*slot, ZMQ_LINGER, &no_linger, sizeof no_linger);
+        zmq_close(*slot);
+        *slot = NULL;
     }
+    z->next_stripe[peer] = 0;
     /* the next DEALERs get another routing id: the new process's ROUTER may already hold
      * the old DEALER's connection (it reconnected to the same endpoint) and would refuse
      * a second one with the same id, silently */
-    for (int i = 5; i < ID_BYTES && ++z->id[i] == 0; i++)
+    for (int i = 5; i < ID_STRIPE && ++z->id[i] == 0; i++)
         ;
     if (endpoint && z->endpoints &&
         (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
