@@ -30,7 +30,7 @@ int sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *sessi
 uint64_t sl_link_zmq_refused(const void *ctx);
 /* Whether peer's endpoint is known (frames to it can be sent). */
 int sl_link_zmq_known(const void *ctx, uint32_t peer);
-/* Frames sent on stripe (0 for a stripe out of range). */
+/* Messages (frames and pieces) sent on stripe (0 for a stripe out of range). */
 uint64_t sl_link_zmq_stripe_frames(const void *ctx, unsigned stripe);
 
 #endif

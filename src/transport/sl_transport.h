@@ -11,8 +11,9 @@
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
  * any order, which the mailbox's keys make harmless. With several stripes
  * (sl_transport_opts_t.stripes) the frames of SL_TRANSPORT_STRIPE_MIN_BYTES and more
- * take the stripes in turn and may overtake one another as through a lane; every
- * smaller frame takes stripe 0, in the order sent, and so does each stripe's share. A frame that fails validation is
+ * take the stripes in turn, or go in pieces over them (sl_zmq_pieces.h), and may
+ * overtake one another as through a lane; every smaller frame takes stripe 0, in the
+ * order sent. A frame that fails validation is
  * dropped, counted per reason (sl_transport_dropped) and logged once per reason.
  * Rounds of one (kind, component) never go back: once a round is asked for, frames of
  * older rounds are stale and dropped ("old round"), and frames of rounds more than
@@ -107,9 +108,9 @@ typedef struct {
     /* Connections (DEALERs) to each peer (cluster.stripes), 1..SL_TRANSPORT_MAX_STRIPES;
      * 0: one per sending I/O thread (sl_transport_stripes_auto). Stripe j's connections
      * are served by sending thread j (modulo their number), so that the large frames
-     * to one peer, which take the stripes in turn, are written by several threads at
-     * once. A sender's own choice: receivers take any number. 1 with link emulation
-     * (its frames keep their order). */
+     * to one peer, split over the stripes or taking them in turn, are written by
+     * several threads at once. A sender's own choice: receivers take any number. 1 with
+     * link emulation (its frames keep their order). */
     unsigned stripes;
     size_t mailbox_frames; /* caps on frames held for later */
     uint64_t mailbox_bytes;
@@ -315,7 +316,8 @@ int sl_transport_gone(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */
 void sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received);
-/* Frames sent over ZeroMQ on stripe (< sl_transport_stripes; 0 otherwise). */
+/* Messages sent over ZeroMQ on stripe (< sl_transport_stripes; 0 otherwise): whole
+ * frames and pieces of frames (a frame in n pieces puts one on each of n stripes). */
 uint64_t sl_transport_stripe_frames(const sl_transport_t *t, unsigned stripe);
 
 #endif

@@ -239,16 +239,11 @@ sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned ch
     return SL_OK;
 }
 
-/* sl_wire_decode_parts; local: the checksum covers the header only */
+/* Every check of a header (SL_WIRE_HEADER_BYTES at head) but its length and checksum. */
 static sl_wire_reason_t
-decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
-             uint64_t run_id, uint32_t me, uint32_t nranks, int local, sl_wire_header_t *h)
+decode_fields(const unsigned char *p, uint64_t run_id, uint32_t me, uint32_t nranks,
+              sl_wire_header_t *h)
 {
-    const unsigned char *p = head;
-    sl_wire_reason_t why;
-
-    if (head_len < SL_WIRE_HEADER_BYTES)
-        return SL_WIRE_TRUNCATED;
     if (sl_get_u32(p) != SL_WIRE_MAGIC)
         return SL_WIRE_BAD_MAGIC;
     if (sl_get_u16(p + 4) != SL_WIRE_VERSION)
@@ -270,7 +265,27 @@ decode_parts(const void *head, size_t head_len, const void *payload, size_t payl
         return SL_WIRE_BAD_SENDER;
     if (h->receiver != me)
         return SL_WIRE_BAD_RECEIVER;
-    why = check_fields(h);
+    return check_fields(h);
+}
+
+sl_wire_reason_t
+sl_wire_decode_head(const void *head, uint64_t run_id, uint32_t me, uint32_t nranks,
+                    sl_wire_header_t *h)
+{
+    return decode_fields(head, run_id, me, nranks, h);
+}
+
+/* sl_wire_decode_parts; local: the checksum covers the header only */
+static sl_wire_reason_t
+decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
+             uint64_t run_id, uint32_t me, uint32_t nranks, int local, sl_wire_header_t *h)
+{
+    const unsigned char *p = head;
+    sl_wire_reason_t why;
+
+    if (head_len < SL_WIRE_HEADER_BYTES)
+        return SL_WIRE_TRUNCATED;
+    why = decode_fields(p, run_id, me, nranks, h);
     if (why != SL_WIRE_OK)
         return why;
     if (head_len != SL_WIRE_HEADER_BYTES || h->payload_bytes != payload_len)

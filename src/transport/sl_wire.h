@@ -163,6 +163,12 @@ sl_wire_reason_t sl_wire_decode_parts_local(const void *head, size_t head_len, c
                                             size_t payload_len, uint64_t run_id, uint32_t me,
                                             uint32_t nranks, sl_wire_header_t *h);
 
+/* The checks of sl_wire_decode_parts that need the header alone (SL_WIRE_HEADER_BYTES at
+ * head): all but the length of the payload and the checksum, which a frame that comes
+ * in pieces (sl_zmq_pieces.h) can pass only once it is whole. */
+sl_wire_reason_t sl_wire_decode_head(const void *head, uint64_t run_id, uint32_t me,
+                                     uint32_t nranks, sl_wire_header_t *h);
+
 /* Validates a contiguous frame (header then payload, len bytes) for the node of rank
  * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points
  * *payload into buf (unaligned: read it with memcpy); otherwise leaves them undefined. */

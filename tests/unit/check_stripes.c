@@ -1,7 +1,8 @@
 /* Stripes (cluster.stripes: several ZeroMQ connections per peer, sl_link_zmq.c) in one
  * process: a pair under each security mode moves the same bits with one stripe and with
- * three, its large frames spread over the stripes in turn and its small ones on the
- * first; the automatic count and the bound. */
+ * three, its large frames in pieces over every stripe (sl_zmq_pieces.h), its mid-sized
+ * ones over the stripes in turn and its small ones on the first; the automatic count and
+ * the bound. The pieces' rule and a receiver's checks of them are in check_pieces.c. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,12 +51,14 @@ pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, const sl_
     }
 }
 
-enum { BIG = 70001, SMALL = 100, FRAMES = 12 };
+/* floats of a frame in pieces (3 with 3 stripes), of one that takes a stripe whole (64
+ * to 128 KiB), of a small one */
+enum { BIG = 70001, MID = 20000, SMALL = 100, FRAMES = 12, EACH = BIG + MID + SMALL };
 
-/* Every frame in flight both ways before any is received (large ones, odd ones lent,
- * each followed by a small one), then all received last first into got (laid out as
- * src: per sender and frame, the large then the small payload). Checks that nothing was dropped and how
- * many frames each stripe carried. */
+/* Every frame in flight both ways before any is received (a large, a mid-sized and a
+ * small one at a time, odd ones lent), then all received last first into got (laid out
+ * as src: per sender and round, the large, mid-sized and small payloads). Checks that
+ * nothing was dropped and how many messages each stripe carried. */
 static void
 exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src, float *got)
 {
@@ -66,39 +69,44 @@ exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src
     for (uint32_t r = 0; r < 2; r++) {
         ck_assert_uint_eq(sl_transport_stripes(t[r]), stripes);
         for (uint32_t j = 0; j < FRAMES; j++) {
-            const float *p = src + ((size_t)r * FRAMES + j) * (BIG + SMALL);
+            const float *p = src + ((size_t)r * FRAMES + j) * EACH;
             sl_wire_key_t big = {1, 4, j, 1 - r, SL_WIRE_DATA};
-            sl_wire_key_t small = {1, 5, j, 1 - r, SL_WIRE_DATA};
-            ck_assert_msg(sl_transport_send(t[r], &big, p, BIG, SL_WIRE_FP32, 1.0f,
-                                            j % 2 ? SL_SEND_LEND : 0, -1) == SL_OK,
+            sl_wire_key_t mid = {1, 5, j, 1 - r, SL_WIRE_DATA};
+            sl_wire_key_t small = {1, 6, j, 1 - r, SL_WIRE_DATA};
+            int lend = j % 2 ? SL_SEND_LEND : 0;
+            ck_assert_msg(sl_transport_send(t[r], &big, p, BIG, SL_WIRE_FP32, 1.0f, lend, -1) ==
+                              SL_OK,
                           "%s", sl_err_msg());
-            ck_assert_msg(sl_transport_send(t[r], &small, p + BIG, SMALL, SL_WIRE_FP32, 1.0f, 0,
+            ck_assert_msg(sl_transport_send(t[r], &mid, p + BIG, MID, SL_WIRE_FP32, 1.0f, lend,
                                             -1) == SL_OK,
+                          "%s", sl_err_msg());
+            ck_assert_msg(sl_transport_send(t[r], &small, p + BIG + MID, SMALL, SL_WIRE_FP32,
+                                            1.0f, 0, -1) == SL_OK,
                           "%s", sl_err_msg());
         }
     }
     for (uint32_t r = 0; r < 2; r++)
         for (uint32_t j = FRAMES; j-- > 0;) {
-            float *q = got + ((size_t)(1 - r) * FRAMES + j) * (BIG + SMALL); /* as src */
-            sl_wire_key_t big = {1, 4, j, 1 - r, SL_WIRE_DATA};
-            sl_wire_key_t small = {1, 5, j, 1 - r, SL_WIRE_DATA};
-            ck_assert_msg(sl_transport_recv(t[r], &small, q + BIG, SMALL * sizeof *q, &n,
-                                            TEST_WAIT_MS) == SL_OK,
-                          "%u stripes, mode %d: %s", stripes, mode, sl_err_msg());
-            ck_assert_uint_eq(n, SMALL * sizeof *q);
-            ck_assert_msg(sl_transport_recv(t[r], &big, q, BIG * sizeof *q, &n, TEST_WAIT_MS) ==
-                              SL_OK,
-                          "%u stripes, mode %d: %s", stripes, mode, sl_err_msg());
-            ck_assert_uint_eq(n, BIG * sizeof *q);
+            float *q = got + ((size_t)(1 - r) * FRAMES + j) * EACH; /* as src */
+            const uint32_t floats[3] = {SMALL, MID, BIG}, at[3] = {BIG + MID, BIG, 0};
+            for (int k = 0; k < 3; k++) { /* small, mid-sized, large */
+                sl_wire_key_t key = {1, 6 - (uint32_t)k, j, 1 - r, SL_WIRE_DATA};
+                ck_assert_msg(sl_transport_recv(t[r], &key, q + at[k], floats[k] * sizeof *q, &n,
+                                                TEST_WAIT_MS) == SL_OK,
+                              "%u stripes, mode %d: %s", stripes, mode, sl_err_msg());
+                ck_assert_uint_eq(n, floats[k] * sizeof *q);
+            }
         }
     for (uint32_t r = 0; r < 2; r++) {
         ck_assert_int_eq(sl_transport_wait_sent(t[r], TEST_WAIT_MS), SL_OK);
         for (unsigned d = 1; d < SL_DROP_NREASONS; d++)
             ck_assert_uint_eq(sl_transport_dropped(t[r], d), 0);
-        /* large frames in turn, small ones on stripe 0 */
+        /* a piece of each large frame on every stripe, mid-sized frames in turn, small
+         * ones on stripe 0 */
         for (unsigned s = 0; s < stripes; s++)
             ck_assert_uint_eq(sl_transport_stripe_frames(t[r], s),
-                              FRAMES / stripes + (s == 0 ? FRAMES : 0));
+                              stripes == 1 ? 3 * FRAMES
+                                           : FRAMES + FRAMES / stripes + (s == 0 ? FRAMES : 0));
         ck_assert_uint_eq(sl_transport_stripe_frames(t[r], stripes), 0);
     }
     sl_transport_destroy(&t[0]);
@@ -110,7 +118,7 @@ exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src
  * both give what was sent. */
 START_TEST(test_pair_stripes)
 {
-    size_t total = 2 * FRAMES * (size_t)(BIG + SMALL);
+    size_t total = 2 * FRAMES * (size_t)EACH;
     float *src = malloc(total * sizeof *src), *one = malloc(total * sizeof *one),
           *three = malloc(total * sizeof *three);
     sl_secret_t secret;
