@@ -25,8 +25,9 @@
  * ZeroMQ I/O threads per node (cluster.io_threads; default 0, from the machine's cores);
  * the first line says how many ran (the raw ZeroMQ column keeps ZeroMQ's one).
  * --stripes N: shoal's ZeroMQ connections per peer (cluster.stripes; default 0, one per
- * sending I/O thread); the first line says how many, the last how many frames rank 0
- * sent on each (the raw ZeroMQ column keeps one connection). Like
+ * sending I/O thread); the first line says how many, the last how many messages rank 0
+ * sent on each (frames, and pieces of frames split over the stripes; the raw ZeroMQ
+ * column keeps one connection). Like
  * shoal itself, it asks the C library to keep freed large blocks
  * (sl_alloc_keep_large_blocks), for all columns alike; the first line says whether it did.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
@@ -238,7 +239,7 @@ node(const bench_t *b, int rank, int up, int down)
         sl_transport_shm_frames(t, &shm_sent, &shm_recv);
         printf("# rank 0: %llu frames sent and %llu received through shared memory\n",
                (unsigned long long)shm_sent, (unsigned long long)shm_recv);
-        printf("# rank 0: frames sent over ZeroMQ per stripe:");
+        printf("# rank 0: messages (frames and pieces) sent over ZeroMQ per stripe:");
         for (unsigned j = 0; j < sl_transport_stripes(t); j++)
             printf(" %llu", (unsigned long long)sl_transport_stripe_frames(t, j));
         printf("\n");

@@ -20,7 +20,8 @@
 #                   run is made once per count, taking turns, and its columns come once per
 #                   count (busbw_zmq_s1_GBps, busbw_zmq_s2_GBps, ...); the lanes run takes
 #                   the first count. The "# shoal ring" lines name each run's count, the
-#                   "frames ... per stripe" lines what rank 0 sent on each stripe
+#                   "messages ... per stripe" lines what rank 0 sent on each (frames of
+#                   128 KiB and more go in pieces, one a stripe; 64 to 128 KiB in turn)
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --trials T      run every program T times, in turn, and print each figure's median

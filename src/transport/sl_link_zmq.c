@@ -23,7 +23,8 @@
  * connections, and is put together by the receiver. Smaller frames all take stripe 0,
  * in order. Each
  * stripe's DEALERs have a routing id of their own (a ROUTER drops a second connection
- * with an id it holds), and with frame MACs count their own sequence numbers
+ * with an id it holds: the stripe is mixed into the nonce's last byte), and with frame
+ * MACs count their own sequence numbers
  * (sl_frame_mac.h). A receiver takes any number of stripes: its ROUTER takes every
  * connection, and each frame or piece is checked on its own. */
 #include "transport/sl_link_zmq.h"
@@ -46,8 +47,7 @@
 #include "transport/sl_zmq_status.h"
 #include "transport/sl_zmq_watch.h"
 
-#define ID_BYTES 10 /* 'S', rank u32 le, nonce u32 le, stripe u8: not starting with 0 */
-#define ID_STRIPE 9 /* where the stripe goes */
+#define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
 _Static_assert(SL_PIECE_MAX >= SL_TRANSPORT_MAX_STRIPES, "a frame goes in a piece a stripe");
 #define ENDPOINT_MAX 1024
 
@@ -70,7 +70,7 @@ typedef struct {
     sl_pieces_t *pieces;        /* frames coming in pieces, being put together */
     unsigned nwatches;          /* watches started: their unique names */
     char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
-    unsigned char id[ID_BYTES]; /* routing id of our DEALERs */
+    unsigned char id[ID_BYTES]; /* routing id of our DEALERs (of stripe 0) */
     uint64_t *send_masks;       /* (stripes) ZMQ_AFFINITY of each stripe's DEALERs */
     uint64_t sent, received;    /* frames through the socket */
     uint64_t *stripe_sent;      /* (stripes) frames sent on each stripe */
@@ -374,6 +374,7 @@ peer_socket(zlink_t *z, uint32_t peer, unsigned stripe, void **out)
     sl_status_t st;
     int hb = z->o->heartbeat_ms;
     char tag[32];
+    unsigned char id[ID_BYTES];
 
     if (*slot) {
         *out = *slot;
@@ -386,8 +387,9 @@ peer_socket(zlink_t *z, uint32_t peer, unsigned stripe, void **out)
     if (!s)
         return sl_zmq_fail("transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
                            (unsigned)peer);
-    z->id[ID_STRIPE] = (unsigned char)stripe;
-    if (zmq_setsockopt(s, ZMQ_ROUTING_ID, z->id, sizeof z->id) != 0) {
+    memcpy(id, z->id, sizeof id);
+    id[ID_BYTES - 1] ^= (unsigned char)stripe;
+    if (zmq_setsockopt(s, ZMQ_ROUTING_ID, id, sizeof id) != 0) {
         st = sl_zmq_fail("transport: setting ZMQ_ROUTING_ID");
         goto fail;
     }
@@ -890,7 +892,7 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
     /* the next DEALERs get another routing id: the new process's ROUTER may already hold
      * the old DEALER's connection (it reconnected to the same endpoint) and would refuse
      * a second one with the same id, silently */
-    for (int i = 5; i < ID_STRIPE && ++z->id[i] == 0; i++)
+    for (int i = 5; i < ID_BYTES && ++z->id[i] == 0; i++)
         ;
     if (endpoint && z->endpoints &&
         (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {

@@ -181,7 +181,7 @@ START_TEST(test_transport_takes_pieces)
     sl_transport_opts_t o;
     sl_transport_t *t;
     float *v = malloc(COUNT * sizeof *v), *back = malloc(COUNT * sizeof *back);
-    unsigned char hb[64], id[10] = {'S', 1, 0, 0, 0, 7, 7, 7, 7, 0};
+    unsigned char hb[64], id[9] = {'S', 1, 0, 0, 0, 7, 7, 7, 7};
     uint64_t bytes = COUNT * sizeof *v;
     void *ctx = zmq_ctx_new(), *dealer = zmq_socket(ctx, ZMQ_DEALER);
     int zero = 0;
