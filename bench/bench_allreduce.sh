@@ -5,7 +5,7 @@
 # exists (Debian's OpenMPI: apt-get install openmpi-bin libopenmpi-dev).
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
-#                            [--chunk FLOATS] [--io-threads N] [--stripes "N ..."]
+#                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w] ..."]
 #                            [--tcp-only] [--trials T] [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
@@ -21,7 +21,9 @@
 #                   count (busbw_zmq_s1_GBps, busbw_zmq_s2_GBps, ...); the lanes run takes
 #                   the first count. The "# shoal ring" lines name each run's count, the
 #                   "messages ... per stripe" lines what rank 0 sent on each (frames of
-#                   128 KiB and more go in pieces, one a stripe; 64 to 128 KiB in turn)
+#                   128 KiB and more go in pieces, one a stripe; 64 to 128 KiB in turn).
+#                   Nw: N stripes, large frames whole and in turn, never in pieces
+#                   ("1 2 2w" weighs the pieces against whole frames)
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --trials T      run every program T times, in turn, and print each figure's median
@@ -84,8 +86,8 @@ done
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
 read -r -a stripe_list <<<"$stripes"
 for s in "${stripe_list[@]}"; do
-    if ! [[ $s =~ ^[0-9]+$ ]] || [ "$s" -gt 16 ]; then
-        die "--stripes: '$s' is not a count from 0 to 16"
+    if ! [[ $s =~ ^[0-9]+w?$ ]] || [ "${s%w}" -gt 16 ]; then
+        die "--stripes: '$s' is not a count from 0 to 16 (then w for whole frames only)"
     fi
 done
 stripes="${stripe_list[*]}" # one space between the counts

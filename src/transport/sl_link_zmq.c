@@ -551,7 +551,7 @@ zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int fl
     if (z->mac && !sl_frame_mac_ready(z->mac))
         return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
-    pieces = sl_pieces_count(payload_bytes, z->stripes);
+    pieces = z->o->whole_frames ? 1 : sl_pieces_count(payload_bytes, z->stripes);
     if (pieces > 1)
         return send_pieces(z, h, hb, payload, pieces,
                            (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES,

@@ -112,6 +112,9 @@ typedef struct {
      * several threads at once. A sender's own choice: receivers take any number. 1 with
      * link emulation (its frames keep their order). */
     unsigned stripes;
+    /* 1: with several stripes, large frames take them in turn, whole, never in pieces;
+     * not a config key: for bench_allreduce --stripes Nw, which weighs the pieces. */
+    int whole_frames;
     size_t mailbox_frames; /* caps on frames held for later */
     uint64_t mailbox_bytes;
     int shm;                 /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);

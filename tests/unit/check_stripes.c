@@ -18,8 +18,8 @@
 /* A connected pair with io_threads I/O threads and stripes stripes: CURVE under secret
  * (NULL: none), or frame MACs with the session keys exchanged as the rendezvous would. */
 static void
-pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, const sl_secret_t *secret,
-          int frame_mac)
+pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, int whole_frames,
+          const sl_secret_t *secret, int frame_mac)
 {
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
     const char *eps[2];
@@ -36,6 +36,7 @@ pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, const sl_
         o.linger_ms = 0;
         o.io_threads = io_threads;
         o.stripes = stripes;
+        o.whole_frames = whole_frames;
         o.shm = 0; /* everything over ZeroMQ, as between hosts */
         ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
         if (frame_mac)
@@ -57,15 +58,17 @@ enum { BIG = 70001, MID = 20000, SMALL = 100, FRAMES = 12, EACH = BIG + MID + SM
 
 /* Every frame in flight both ways before any is received (a large, a mid-sized and a
  * small one at a time, odd ones lent), then all received last first into got (laid out
- * as src: per sender and round, the large, mid-sized and small payloads). Checks that
- * nothing was dropped and how many messages each stripe carried. */
+ * as src: per sender and round, the large, mid-sized and small payloads); whole_frames:
+ * large frames whole too, in turn. Checks that nothing was dropped and how many messages
+ * each stripe carried. */
 static void
-exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src, float *got)
+exchange(unsigned stripes, int whole_frames, int mode, const sl_secret_t *secret,
+         const float *src, float *got)
 {
     sl_transport_t *t[2];
     size_t n;
 
-    pair_open(t, 4, stripes, mode == 1 ? secret : NULL, mode == 2);
+    pair_open(t, 4, stripes, whole_frames, mode == 1 ? secret : NULL, mode == 2);
     for (uint32_t r = 0; r < 2; r++) {
         ck_assert_uint_eq(sl_transport_stripes(t[r]), stripes);
         for (uint32_t j = 0; j < FRAMES; j++) {
@@ -101,12 +104,13 @@ exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src
         ck_assert_int_eq(sl_transport_wait_sent(t[r], TEST_WAIT_MS), SL_OK);
         for (unsigned d = 1; d < SL_DROP_NREASONS; d++)
             ck_assert_uint_eq(sl_transport_dropped(t[r], d), 0);
-        /* a piece of each large frame on every stripe, mid-sized frames in turn, small
-         * ones on stripe 0 */
+        /* a piece of each large frame on every stripe (or those whole in turn too),
+         * mid-sized frames in turn, small ones on stripe 0 */
         for (unsigned s = 0; s < stripes; s++)
             ck_assert_uint_eq(sl_transport_stripe_frames(t[r], s),
-                              stripes == 1 ? 3 * FRAMES
-                                           : FRAMES + FRAMES / stripes + (s == 0 ? FRAMES : 0));
+                              stripes == 1   ? 3 * FRAMES
+                              : whole_frames ? 2 * FRAMES / stripes + (s == 0 ? FRAMES : 0)
+                                             : FRAMES + FRAMES / stripes + (s == 0 ? FRAMES : 0));
         ck_assert_uint_eq(sl_transport_stripe_frames(t[r], stripes), 0);
     }
     sl_transport_destroy(&t[0]);
@@ -114,13 +118,13 @@ exchange(unsigned stripes, int mode, const sl_secret_t *secret, const float *src
 }
 
 /* Under each security mode (none, CURVE, frame MACs), with four I/O threads (two of
- * them sending): the exchange over three stripes gives the same bits as over one, and
- * both give what was sent. */
+ * them sending): the exchange over three stripes, large frames in pieces or whole,
+ * gives the same bits as over one, and each gives what was sent. */
 START_TEST(test_pair_stripes)
 {
     size_t total = 2 * FRAMES * (size_t)EACH;
     float *src = malloc(total * sizeof *src), *one = malloc(total * sizeof *one),
-          *three = malloc(total * sizeof *three);
+          *three = malloc(total * sizeof *three), *whole = malloc(total * sizeof *whole);
     sl_secret_t secret;
 
     ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
@@ -129,16 +133,21 @@ START_TEST(test_pair_stripes)
     for (int mode = 0; mode < 3; mode++) {
         memset(one, 0, total * sizeof *one);
         memset(three, 0xff, total * sizeof *three);
-        exchange(1, mode, &secret, src, one);
-        exchange(3, mode, &secret, src, three);
+        memset(whole, 0xfe, total * sizeof *whole);
+        exchange(1, 0, mode, &secret, src, one);
+        exchange(3, 0, mode, &secret, src, three);
+        exchange(3, 1, mode, &secret, src, whole);
         ck_assert_msg(memcmp(one, three, total * sizeof *one) == 0,
                       "mode %d: three stripes moved other bits than one", mode);
+        ck_assert_msg(memcmp(one, whole, total * sizeof *one) == 0,
+                      "mode %d: three stripes of whole frames moved other bits than one", mode);
         ck_assert_msg(memcmp(one, src, total * sizeof *one) == 0, "mode %d: not what was sent",
                       mode);
     }
     free(src);
     free(one);
     free(three);
+    free(whole);
 }
 END_TEST
 
