@@ -193,7 +193,10 @@ zmq_open(void **out, const sl_link_env_t *env)
         st = sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
         goto fail;
     }
-    SL_TRY_GOTO(sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes), st, fail);
+    /* a MAC'd frame's checksum covers its header only (sl_wire.h: a local frame) */
+    SL_TRY_GOTO(sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes,
+                              !o->frame_mac),
+                st, fail);
     z->ctx = zmq_ctx_new();
     if (!z->ctx) {
         st = sl_zmq_fail("transport: creating the ZeroMQ context");
@@ -675,6 +678,7 @@ take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
     sl_wire_header_t h;
     sl_wire_reason_t why = sl_wire_decode_head(p0, o->run_id, o->rank, o->size, &h);
     void *whole;
+    uint64_t hash;
 
     if (why != SL_WIRE_OK || idrank != h.sender) {
         drop_frame(z, f, why != SL_WIRE_OK ? (unsigned)why : SL_DROP_IDENTITY, idrank);
@@ -682,7 +686,8 @@ take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
     }
     memcpy(head, p0, sizeof head);
     switch (sl_pieces_take(z->pieces, h.sender, head, &h, p0 + SL_WIRE_HEADER_BYTES,
-                           zmq_msg_data(&f->part[1]), zmq_msg_size(&f->part[1]), &whole)) {
+                           zmq_msg_data(&f->part[1]), zmq_msg_size(&f->part[1]), &whole,
+                           &hash)) {
     case SL_PIECES_HELD:
         release_frame(&f->f);
         return;
@@ -702,8 +707,11 @@ take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
     f->nparts = 0;
     f->whole = whole;
     f->f.pub.payload = whole;
-    why = (z->mac ? sl_wire_decode_parts_local : sl_wire_decode_parts)(
-        head, sizeof head, whole, h.payload_bytes, o->run_id, o->rank, o->size, &f->f.pub.h);
+    /* the checksum was computed as the pieces were copied */
+    why = z->mac ? sl_wire_decode_parts_local(head, sizeof head, whole, h.payload_bytes, o->run_id,
+                                              o->rank, o->size, &f->f.pub.h)
+                 : sl_wire_decode_hashed(head, h.payload_bytes, hash, o->run_id, o->rank, o->size,
+                                         &f->f.pub.h);
     if (why != SL_WIRE_OK) {
         drop_frame(z, f, why, idrank);
         return;

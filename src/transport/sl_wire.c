@@ -157,8 +157,13 @@ uint64_t
 sl_wire_checksum(const unsigned char *head, const void *payload, size_t payload_bytes)
 {
     /* the payload's hash is keyed by the header's */
-    return sl_hash_bulk(payload, payload_bytes,
-                        sl_hash_bytes(head, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC));
+    return sl_hash_bulk(payload, payload_bytes, sl_wire_checksum_seed(head));
+}
+
+uint64_t
+sl_wire_checksum_seed(const unsigned char *head)
+{
+    return sl_hash_bytes(head, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC);
 }
 
 /* The checks that need only the header's own fields (kind, encoding, scale, sizes),
@@ -273,6 +278,22 @@ sl_wire_decode_head(const void *head, uint64_t run_id, uint32_t me, uint32_t nra
                     sl_wire_header_t *h)
 {
     return decode_fields(head, run_id, me, nranks, h);
+}
+
+sl_wire_reason_t
+sl_wire_decode_hashed(const void *head, uint64_t payload_len, uint64_t payload_hash,
+                      uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
+{
+    const unsigned char *p = head;
+    sl_wire_reason_t why = decode_fields(p, run_id, me, nranks, h);
+
+    if (why != SL_WIRE_OK)
+        return why;
+    if (h->payload_bytes != payload_len)
+        return SL_WIRE_BAD_LENGTH;
+    if (sl_get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != payload_hash)
+        return SL_WIRE_BAD_CHECKSUM;
+    return SL_WIRE_OK;
 }
 
 /* sl_wire_decode_parts; local: the checksum covers the header only */

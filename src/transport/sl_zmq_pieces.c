@@ -7,6 +7,10 @@
 #include <string.h>
 
 #include "common/sl_endian.h"
+#include "common/sl_hash.h"
+
+/* Bytes copied then hashed at a time: they are still in the cache when hashed. */
+#define COPY_BLOCK_BYTES 65536u
 
 typedef struct {
     uint64_t id;
@@ -16,10 +20,12 @@ typedef struct {
     unsigned char head[SL_WIRE_HEADER_BYTES];
     unsigned char *buf; /* (payload_bytes) */
     uint64_t bytes;
+    sl_hash_bulk_t sum; /* of the pieces in, when hashing */
 } held_t;
 
 struct sl_pieces {
     uint32_t size;
+    int hash;
     size_t max_frames;
     uint64_t max_bytes, bytes;
     held_t *held;
@@ -60,7 +66,7 @@ sl_pieces_desc(unsigned char out[SL_PIECE_DESC_BYTES], uint64_t id, unsigned j, 
 }
 
 sl_status_t
-sl_pieces_new(sl_pieces_t **out, uint32_t size, size_t max_frames, uint64_t max_bytes)
+sl_pieces_new(sl_pieces_t **out, uint32_t size, size_t max_frames, uint64_t max_bytes, int hash)
 {
     sl_pieces_t *p = calloc(1, sizeof *p);
 
@@ -68,6 +74,7 @@ sl_pieces_new(sl_pieces_t **out, uint32_t size, size_t max_frames, uint64_t max_
     if (!p)
         return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
     p->size = size;
+    p->hash = hash;
     p->max_frames = max_frames;
     p->max_bytes = max_bytes;
     *out = p;
@@ -127,6 +134,8 @@ find_or_add(sl_pieces_t *p, uint32_t sender, uint64_t id, unsigned n, const unsi
     e->n = n;
     e->bytes = payload_bytes;
     memcpy(e->head, head, SL_WIRE_HEADER_BYTES);
+    if (p->hash)
+        sl_hash_bulk_init(&e->sum, sl_wire_checksum_seed(head), payload_bytes);
     p->bytes += payload_bytes;
     p->nheld++;
     return e;
@@ -135,13 +144,14 @@ find_or_add(sl_pieces_t *p, uint32_t sender, uint64_t id, unsigned n, const unsi
 sl_pieces_verdict_t
 sl_pieces_take(sl_pieces_t *p, uint32_t sender, const unsigned char *head,
                const sl_wire_header_t *h, const unsigned char *desc, const void *data, size_t len,
-               void **whole)
+               void **whole, uint64_t *hash)
 {
     unsigned j = sl_get_u16(desc + 4), n = sl_get_u16(desc + 6);
     uint64_t id = sl_get_u64(desc + 8), off, want;
     held_t *e;
 
     *whole = NULL;
+    *hash = 0;
     /* only what the sender's rule could have made: n pieces of at least the minimum */
     if (sl_get_u32(desc) != SL_PIECE_MAGIC || sender >= p->size || n < 2 || n > SL_PIECE_MAX ||
         j >= n || sl_pieces_count(h->payload_bytes, n) != n)
@@ -154,11 +164,17 @@ sl_pieces_take(sl_pieces_t *p, uint32_t sender, const unsigned char *head,
         return SL_PIECES_FULL;
     if (e->n != n || memcmp(e->head, head, SL_WIRE_HEADER_BYTES) != 0 || (e->have >> j & 1u))
         return SL_PIECES_BAD; /* the frame held stays: its own pieces may still come */
-    memcpy(e->buf + off, data, len);
+    for (uint64_t at = 0; at < len; at += COPY_BLOCK_BYTES) {
+        size_t block = len - at < COPY_BLOCK_BYTES ? (size_t)(len - at) : COPY_BLOCK_BYTES;
+        memcpy(e->buf + off + at, (const unsigned char *)data + at, block);
+        if (p->hash) /* off and at are multiples of 64: sl_hash_bulk_add's blocks */
+            sl_hash_bulk_add(&e->sum, e->buf + off + at, block, off + at);
+    }
     e->have |= 1u << j;
     if (e->have != (1u << n) - 1)
         return SL_PIECES_HELD;
     *whole = e->buf;
+    *hash = p->hash ? sl_hash_bulk_final(&e->sum) : 0;
     e->buf = NULL;
     drop_at(p, (size_t)(e - p->held));
     return SL_PIECES_WHOLE;

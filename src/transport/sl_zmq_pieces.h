@@ -15,7 +15,9 @@
  * trusted: the header is validated before its piece is kept (all but length and
  * checksum), the descriptor must name a piece the rule gives for that payload with the
  * piece's exact length, every piece of a frame must carry the same header, and the whole
- * frame is validated again, checksum included, once its last piece is in. */
+ * frame is validated again, checksum included, once its last piece is in. The checksum
+ * is computed in the pass that copies the pieces into place, a block of each at a time
+ * while it is in the cache (sl_hash_bulk_add): the frame's payload is read once. */
 #ifndef SL_ZMQ_PIECES_H
 #define SL_ZMQ_PIECES_H
 
@@ -45,8 +47,11 @@ typedef struct sl_pieces sl_pieces_t;
 
 /* Frames being put together, for a node of a run of size ranks: at most max_frames of
  * them holding at most max_bytes of payload in all (the mailbox's caps: pieces of frames
- * never finished, from a peer that died or lies, cannot take more). SL_ERR_NOMEM. */
-sl_status_t sl_pieces_new(sl_pieces_t **out, uint32_t size, size_t max_frames, uint64_t max_bytes);
+ * never finished, from a peer that died or lies, cannot take more); hash: compute each
+ * payload's checksum hash as it is copied (0: frames whose checksum covers the header
+ * only, sl_wire.h's local frames). SL_ERR_NOMEM. */
+sl_status_t sl_pieces_new(sl_pieces_t **out, uint32_t size, size_t max_frames, uint64_t max_bytes,
+                          int hash);
 /* Frees every frame held; accepts NULL, NULLs *p. */
 void sl_pieces_destroy(sl_pieces_t **p);
 
@@ -62,11 +67,12 @@ typedef enum {
 /* Takes a piece from sender (< size, proven or as far as the link can tell): head
  * (SL_WIRE_HEADER_BYTES, already validated by sl_wire_decode_head as h), desc
  * (SL_PIECE_DESC_BYTES), then len bytes at data (copied). On SL_PIECES_WHOLE *whole is
- * the frame's payload (h->payload_bytes, malloc'd: the caller frees it) and the frame
- * is no longer held; *whole is NULL otherwise. */
+ * the frame's payload (h->payload_bytes, malloc'd: the caller frees it), *hash its
+ * sl_hash_bulk under sl_wire_checksum_seed(head) (0 unless hashing) for
+ * sl_wire_decode_hashed, and the frame is no longer held; *whole is NULL otherwise. */
 sl_pieces_verdict_t sl_pieces_take(sl_pieces_t *p, uint32_t sender, const unsigned char *head,
                                    const sl_wire_header_t *h, const unsigned char *desc,
-                                   const void *data, size_t len, void **whole);
+                                   const void *data, size_t len, void **whole, uint64_t *hash);
 /* Drops every frame held from sender (a process that is gone or new). */
 void sl_pieces_forget(sl_pieces_t *p, uint32_t sender);
 /* Frames held. */

@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_hash.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_wire.h"
 #include "transport/sl_zmq_pieces.h"
@@ -72,67 +73,71 @@ START_TEST(test_pieces_take)
     unsigned char hb[64], other[64], desc[SL_PIECE_DESC_BYTES];
     sl_wire_header_t h, h2;
     sl_pieces_t *p;
-    uint64_t off[3], len[3], bytes = COUNT * sizeof *v;
+    uint64_t off[3], len[3], bytes = COUNT * sizeof *v, sum;
     void *whole;
 
     for (size_t i = 0; i < COUNT; i++)
         v[i] = test_node_input(3, i);
     h = header_of(COUNT, 1, v, hb);
     h2 = header_of(COUNT, 2, v, other);
-    ck_assert_int_eq(sl_pieces_new(&p, 2, 2, 3 * bytes), SL_OK);
+    ck_assert_int_eq(sl_pieces_new(&p, 2, 2, 3 * bytes, 1), SL_OK);
     for (unsigned j = 0; j < 3; j++)
         sl_pieces_span(bytes, 3, j, &off[j], &len[j]);
     /* pieces 2, 0, 1 of frame 7 */
     sl_pieces_desc(desc, 7, 2, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[2], len[2], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[2], len[2], &whole, &sum),
                      SL_PIECES_HELD);
     ck_assert_ptr_null(whole);
     /* the same piece again, a header of another frame, a length the rule does not give,
      * a count of pieces it does not give (5 of at least 64 KiB do not fit), a piece out
      * of range, a bad magic: refused, and the frame held stays as it was */
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[2], len[2], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[2], len[2], &whole, &sum),
                      SL_PIECES_BAD);
     sl_pieces_desc(desc, 7, 0, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, other, &h2, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, other, &h2, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_BAD);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0] - 4, &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0] - 4, &whole, &sum),
                      SL_PIECES_BAD);
     sl_pieces_desc(desc, 7, 0, 7);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_BAD);
     sl_pieces_desc(desc, 7, 3, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_BAD);
     sl_pieces_desc(desc, 7, 0, 3);
     desc[0] ^= 1;
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_BAD);
     ck_assert_uint_eq(sl_pieces_held(p), 1);
     sl_pieces_desc(desc, 7, 0, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[0], len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[0], len[0], &whole, &sum),
                      SL_PIECES_HELD);
     sl_pieces_desc(desc, 7, 1, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[1], len[1], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v + off[1], len[1], &whole, &sum),
                      SL_PIECES_WHOLE);
     ck_assert_ptr_nonnull(whole);
     ck_assert(memcmp(whole, v, bytes) == 0);
+    ck_assert_uint_eq(sum, sl_hash_bulk(v, bytes, sl_wire_checksum_seed(hb))); /* as copied */
+    ck_assert_uint_eq(sl_wire_decode_hashed(hb, bytes, sum, RUN, 0, 2, &h2), SL_WIRE_OK);
+    ck_assert_uint_eq(sl_wire_decode_hashed(hb, bytes, sum + 1, RUN, 0, 2, &h2),
+                      SL_WIRE_BAD_CHECKSUM);
     free(whole);
     ck_assert_uint_eq(sl_pieces_held(p), 0);
     /* caps: two frames held at most */
     for (uint64_t id = 10; id < 12; id++) {
         sl_pieces_desc(desc, id, 0, 3);
-        ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+        ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                          SL_PIECES_HELD);
     }
     sl_pieces_desc(desc, 12, 0, 3);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_FULL);
     /* a sender out of range */
-    ck_assert_int_eq(sl_pieces_take(p, 2, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 2, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_BAD);
     sl_pieces_forget(p, 1);
     ck_assert_uint_eq(sl_pieces_held(p), 0);
-    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole),
+    ck_assert_int_eq(sl_pieces_take(p, 1, hb, &h, desc, (char *)v, len[0], &whole, &sum),
                      SL_PIECES_HELD);
     sl_pieces_destroy(&p);
     ck_assert_ptr_null(p);
