@@ -4,7 +4,7 @@
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
  *                   [--sizes "256K 1M ..."] [--emulate RATE,LATENCY_MS[,JITTER_MS]]
- *                   [--io-threads N]
+ *                   [--io-threads N] [--stripes N[w]]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
  * 1000) after one warm-up. Columns:
@@ -23,7 +23,12 @@
  * as cluster.emulate.bandwidth, 0 = no limit), without shared memory; the raw ZeroMQ
  * column is not. Figures of the emulation, not of a network. --io-threads N: shoal's
  * ZeroMQ I/O threads per node (cluster.io_threads; default 0, from the machine's cores);
- * the first line says how many ran (the raw ZeroMQ column keeps ZeroMQ's one). Like
+ * the first line says how many ran (the raw ZeroMQ column keeps ZeroMQ's one).
+ * --stripes N: shoal's ZeroMQ connections per peer (cluster.stripes; default 0, one per
+ * sending I/O thread); the first line says how many, the last how many messages rank 0
+ * sent on each (frames, and pieces of frames split over the stripes; the raw ZeroMQ
+ * column keeps one connection); --stripes Nw: the same, but large frames take the
+ * stripes whole, in turn, never in pieces. Like
  * shoal itself, it asks the C library to keep freed large blocks
  * (sl_alloc_keep_large_blocks), for all columns alike; the first line says whether it did.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
@@ -52,6 +57,8 @@
 typedef struct {
     int n, ipc, no_shm, curve, mac;
     unsigned io_threads;                                  /* --io-threads; 0: from the cores */
+    unsigned stripes;                                     /* --stripes; 0: from io_threads */
+    int whole_frames;                                     /* --stripes Nw */
     double emu_bits_per_s, emu_latency_ms, emu_jitter_ms; /* --emulate; 0: off */
     const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
@@ -125,6 +132,8 @@ node(const bench_t *b, int rank, int up, int down)
     o.secret = b->curve ? &b->secret : NULL;
     o.frame_mac = b->mac;
     o.io_threads = b->io_threads;
+    o.stripes = b->stripes;
+    o.whole_frames = b->whole_frames;
     o.emulate_bits_per_s = b->emu_bits_per_s;
     o.emulate_latency_ms = b->emu_latency_ms;
     o.emulate_jitter_ms = b->emu_jitter_ms;
@@ -233,6 +242,10 @@ node(const bench_t *b, int rank, int up, int down)
         sl_transport_shm_frames(t, &shm_sent, &shm_recv);
         printf("# rank 0: %llu frames sent and %llu received through shared memory\n",
                (unsigned long long)shm_sent, (unsigned long long)shm_recv);
+        printf("# rank 0: messages (frames and pieces) sent over ZeroMQ per stripe:");
+        for (unsigned j = 0; j < sl_transport_stripes(t); j++)
+            printf(" %llu", (unsigned long long)sl_transport_stripe_frames(t, j));
+        printf("\n");
         fflush(stdout);
     }
     zmq_close(pull);
@@ -314,6 +327,19 @@ main(int argc, char **argv)
                 return 2;
             }
             b.io_threads = (unsigned)v;
+        } else if (!strcmp(argv[i], "--stripes") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            b.whole_frames = *end == 'w';
+            if (end == argv[i] || *(end + b.whole_frames) || v < 0 ||
+                v > (long)SL_TRANSPORT_MAX_STRIPES) {
+                fprintf(stderr,
+                        "bench_allreduce: --stripes %s: need 0 (from the I/O threads) to %u, "
+                        "and w after it for whole frames only\n",
+                        argv[i], SL_TRANSPORT_MAX_STRIPES);
+                return 2;
+            }
+            b.stripes = (unsigned)v;
         } else if (!strcmp(argv[i], "--emulate") && i + 1 < argc) {
             b.emulate = argv[++i];
             if (parse_emulate(b.emulate, &b) != 0) {
@@ -327,7 +353,8 @@ main(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
                             "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"] "
-                            "[--emulate RATE,LATENCY_MS[,JITTER_MS]] [--io-threads N]\n");
+                            "[--emulate RATE,LATENCY_MS[,JITTER_MS]] [--io-threads N] "
+                            "[--stripes N[w]]\n");
             return 2;
         }
     }
@@ -356,19 +383,21 @@ main(int argc, char **argv)
     else
         snprintf(chunk_text, sizeof chunk_text, "from the size (default, 65536 to %u)",
                  SL_COLLECTIVE_CHUNK_ELEMS);
+    unsigned io = b.io_threads ? b.io_threads
+                               : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
+    unsigned stripes = b.emulate ? 1 : b.stripes ? b.stripes : sl_transport_stripes_auto(io);
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
-           "floats, %u ZeroMQ I/O threads a node%s, freed large blocks %s, load before %.2f on %ld "
-           "cpus\n",
+           "floats, %u ZeroMQ I/O threads a node%s, %u stripe%s a peer%s%s, freed large blocks "
+           "%s, load before %.2f on %ld cpus\n",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm || b.emulate ? "" : " + shared memory",
            b.emulate ? ", emulated links " : "", b.emulate ? b.emulate : "",
            b.curve ? ", CURVE"
            : b.mac ? ", frame MACs"
                    : "",
-           chunk_text,
-           b.io_threads ? b.io_threads
-                        : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN)),
-           b.io_threads ? "" : " (from the cores)", kept ? "kept" : "given back", loads[0],
-           sysconf(_SC_NPROCESSORS_ONLN));
+           chunk_text, io, b.io_threads ? "" : " (from the cores)", stripes,
+           stripes == 1 ? "" : "s", b.stripes || b.emulate ? "" : " (from the I/O threads)",
+           stripes > 1 && b.whole_frames ? " (whole frames in turn, no pieces)" : "",
+           kept ? "kept" : "given back", loads[0], sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
            "rawzmq_GBps");
     fflush(stdout);

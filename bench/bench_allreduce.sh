@@ -5,8 +5,8 @@
 # exists (Debian's OpenMPI: apt-get install openmpi-bin libopenmpi-dev).
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
-#                            [--chunk FLOATS] [--io-threads N] [--trials T]
-#                            [--builddir DIR]
+#                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w] ..."]
+#                            [--tcp-only] [--trials T] [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
@@ -15,6 +15,17 @@
 #                   65536 to 262144 floats)
 #   --io-threads N  shoal's ZeroMQ I/O threads per node (cluster.io_threads; default 0:
 #                   from the machine's cores); each table's first line says how many ran
+#   --stripes LIST  shoal's ZeroMQ connections per peer (cluster.stripes; default "0": one
+#                   per sending I/O thread); with several counts, "1 2" say, the ZeroMQ-only
+#                   run is made once per count, taking turns, and its columns come once per
+#                   count (busbw_zmq_s1_GBps, busbw_zmq_s2_GBps, ...); the lanes run takes
+#                   the first count. The "# shoal ring" lines name each run's count, the
+#                   "messages ... per stripe" lines what rank 0 sent on each (frames of
+#                   128 KiB and more go in pieces, one a stripe; 64 to 128 KiB in turn).
+#                   Nw: N stripes, large frames whole and in turn, never in pieces
+#                   ("1 2 2w" weighs the pieces against whole frames)
+#   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
+#                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --trials T      run every program T times, in turn, and print each figure's median
 #                   (default 3): a shared machine's noise falls on all columns alike
 #   --builddir DIR  a configured, built tree: its libshoal.a is linked
@@ -43,6 +54,8 @@ sizes="256K 1M 4M 16M 64M"
 ipc=""
 chunk=""
 io=""
+stripes="0"
+tcp_only=0
 trials=3
 
 usage() {
@@ -61,6 +74,8 @@ while [ $# -gt 0 ]; do
         --ipc) ipc=--ipc; shift ;;
         --chunk) [ $# -ge 2 ] || die "--chunk needs a value"; chunk="--chunk $2"; shift 2 ;;
         --io-threads) [ $# -ge 2 ] || die "--io-threads needs a value"; io="--io-threads $2"; shift 2 ;;
+        --stripes) [ $# -ge 2 ] || die "--stripes needs a value"; stripes=$2; shift 2 ;;
+        --tcp-only) tcp_only=1; shift ;;
         --trials) [ $# -ge 2 ] || die "--trials needs a value"; trials=$2; shift 2 ;;
         --builddir) [ $# -ge 2 ] || die "--builddir needs a value"; builddir=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -69,6 +84,15 @@ while [ $# -gt 0 ]; do
 done
 
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
+read -r -a stripe_list <<<"$stripes"
+for s in "${stripe_list[@]}"; do
+    if ! [[ $s =~ ^[0-9]+w?$ ]] || [ "${s%w}" -gt 16 ]; then
+        die "--stripes: '$s' is not a count from 0 to 16 (then w for whole frames only)"
+    fi
+done
+stripes="${stripe_list[*]}" # one space between the counts
+[ -n "$stripes" ] || die "--stripes needs at least one count"
+first_stripes=${stripes%% *}
 [ -f "$builddir/libshoal.a" ] || die "no $builddir/libshoal.a: build shoal first or pass --builddir"
 tmp=$(mktemp -d /tmp/shoal-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -120,39 +144,76 @@ median() {
 echo "# cpu: $(bench_cpu)"
 for n in $nodes; do
     for k in $(seq "$trials"); do
-        # shellcheck disable=SC2086
-        "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --sizes "$sizes" >"$tmp/shoal.$k" \
-            || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
-        # shellcheck disable=SC2086
-        "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --no-shm --sizes "$sizes" >"$tmp/zmq.$k" \
-            || { cat "$tmp/zmq.$k"; die "bench_allreduce -n $n --no-shm failed"; }
+        : >"$tmp/shoal.$k"
+        if [ $tcp_only = 0 ]; then
+            # shellcheck disable=SC2086
+            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --stripes "$first_stripes" \
+                --sizes "$sizes" >"$tmp/shoal.$k" \
+                || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
+        fi
+        for s in $stripes; do
+            # shellcheck disable=SC2086
+            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --stripes "$s" --no-shm \
+                --sizes "$sizes" >"$tmp/zmq_s$s.$k" \
+                || { cat "$tmp/zmq_s$s.$k"; die "bench_allreduce -n $n --no-shm --stripes $s failed"; }
+        done
         : >"$tmp/mpi.$k"
         : >"$tmp/mpitcp.$k"
         if [ $have_mpi = 1 ]; then
-            mpi_run "$n" >"$tmp/mpi.$k" || die "mpirun -np $n failed"
+            if [ $tcp_only = 0 ]; then
+                mpi_run "$n" >"$tmp/mpi.$k" || die "mpirun -np $n failed"
+            fi
             mpi_run "$n" --mca btl tcp,self --mca pml ob1 >"$tmp/mpitcp.$k" \
                 || die "mpirun -np $n (tcp) failed"
         fi
     done
-    for prog in shoal zmq mpi mpitcp; do
+    zfiles=()
+    for prog in shoal mpi mpitcp $(for s in $stripes; do echo "zmq_s$s"; done); do
         median "$tmp/$prog".[0-9]* >"$tmp/$prog.txt"
     done
-    grep '^#' "$tmp/shoal.1" | grep -v 'load after' || true
+    for s in $stripes; do zfiles+=("$tmp/zmq_s$s.txt"); done
+    if [ $tcp_only = 0 ]; then
+        grep '^#' "$tmp/shoal.1" | grep -v 'load after' || true
+    fi
+    for s in $stripes; do grep '^#' "$tmp/zmq_s$s.1" | grep -v 'load after' || true; done
     [ "$trials" = 1 ] || echo "# medians of $trials trials, the programs taking turns"
-    # one line per size: shoal's columns, then MPI's (joined on the size)
-    awk -v have_mpi=$have_mpi '
+    # one line per size: shoal's columns (ZeroMQ-only ones per stripe count), then MPI's,
+    # joined on the size; the rows follow the lanes run, or the first ZeroMQ run
+    main=$tmp/shoal.txt
+    [ $tcp_only = 0 ] || { cp "${zfiles[0]}" "$tmp/main.txt"; main=$tmp/main.txt; }
+    awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="$stripes" '
+        function col(name, width) { return sprintf(" %" width "s", name) }
+        BEGIN { split(names, sn, " ") }
         FILENAME == ARGV[1] { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
         FILENAME == ARGV[2] { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
-        FILENAME == ARGV[3] { zmq_bw[$1] = $3; zmq_go[$1] = $4; next }
+        FILENAME != ARGV[ARGC - 1] {
+            for (z = 1; z <= nz; z++)
+                if (FILENAME == ARGV[2 + z]) { zbw[z, $1] = $3; zgo[z, $1] = $4; zraw[z, $1] = $5 }
+            next
+        }
         FNR == 1 {
-            m = have_mpi ? sprintf(" %10s %9s %12s %11s", "mpi_ms", "mpi_GBps", "mpitcp_ms", "mpitcp_GBps") : ""
-            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", "size", "allreduce_ms", "busbw_GBps",
-                   "busbw_zmq_GBps", "gossip_GBps", "gossip_zmq_GBps", "rawzmq_GBps", m
+            wb = nz == 1 ? 14 : 18; wg = nz == 1 ? 15 : 19
+            h = sprintf("%-8s", "size")
+            if (lanes) h = h col("allreduce_ms", 12) col("busbw_GBps", 10)
+            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "busbw_zmq_GBps" : "busbw_zmq_s" sn[z] "_GBps", wb)
+            if (lanes) h = h col("gossip_GBps", 11)
+            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "gossip_zmq_GBps" : "gossip_zmq_s" sn[z] "_GBps", wg)
+            h = h col("rawzmq_GBps", 11)
+            if (have_mpi && lanes) h = h col("mpi_ms", 10) col("mpi_GBps", 9)
+            if (have_mpi) h = h col("mpitcp_ms", 12) col("mpitcp_GBps", 11)
+            print h
         }
         {
-            m = have_mpi ? sprintf(" %10s %9s %12s %11s", mpi_ms[$1], mpi_bw[$1], tcp_ms[$1], tcp_bw[$1]) : ""
-            printf "%-8s %12s %10s %14s %11s %15s %11s%s\n", $1, $2, $3, zmq_bw[$1], $4, zmq_go[$1], $5, m
-        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "$tmp/zmq.txt" "$tmp/shoal.txt"
-    echo "# load after each trial: $(grep -h 'load after' "$tmp"/shoal.[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
+            r = sprintf("%-8s", $1)
+            if (lanes) r = r col($2, 12) col($3, 10)
+            for (z = 1; z <= nz; z++) r = r col(zbw[z, $1], wb)
+            if (lanes) r = r col($4, 11)
+            for (z = 1; z <= nz; z++) r = r col(zgo[z, $1], wg)
+            r = r col(lanes ? $5 : zraw[1, $1], 11)
+            if (have_mpi && lanes) r = r col(mpi_ms[$1], 10) col(mpi_bw[$1], 9)
+            if (have_mpi) r = r col(tcp_ms[$1], 12) col(tcp_bw[$1], 11)
+            print r
+        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "${zfiles[@]}" "$main"
+    echo "# load after each trial: $(grep -h 'load after' "$tmp"/zmq_s"$first_stripes".[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
     echo
 done

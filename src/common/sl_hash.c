@@ -170,37 +170,62 @@ have_avx2(void)
 }
 #endif
 
-uint64_t
-sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
+void
+sl_hash_bulk_init(sl_hash_bulk_t *s, uint64_t seed, uint64_t bytes)
+{
+    for (unsigned i = 0; i < 8; i++) {
+        s->acc[i] = sl_mix64(seed + i);
+        s->key0[i] = sl_mix64(seed ^ (P2 + i));
+    }
+    s->seed = seed;
+    s->bytes = bytes;
+}
+
+void
+sl_hash_bulk_add(sl_hash_bulk_t *s, const void *data, size_t len, uint64_t at)
 {
     const unsigned char *p = data;
-    uint64_t acc[8], key0[8], kb, d, h;
-    size_t nblocks = bytes / 64, rest = bytes % 64;
+    uint64_t key[8], first = at / 64, kb, d;
+    size_t nblocks = len / 64, rest = len % 64;
     unsigned i;
 
-    for (i = 0; i < 8; i++) {
-        acc[i] = sl_mix64(seed + i);
-        key0[i] = sl_mix64(seed ^ (P2 + i));
-    }
+    for (i = 0; i < 8; i++) /* block `first`'s keys as block 0's */
+        key[i] = s->key0[i] + first * BULK_STEP;
 #ifdef HAVE_AVX2_PATH
     if (have_avx2())
-        bulk_blocks_avx2(acc, p, nblocks, key0);
+        bulk_blocks_avx2(s->acc, p, nblocks, key);
     else
 #endif
-        bulk_blocks_portable(acc, p, nblocks, key0);
+        bulk_blocks_portable(s->acc, p, nblocks, key);
     p += 64 * nblocks;
-    kb = (uint64_t)(nblocks + 1) * BULK_STEP;
+    kb = (first + nblocks + 1) * BULK_STEP;
     for (i = 0; rest >= 8; i++, p += 8, rest -= 8) {
         memcpy(&d, p, sizeof d);
-        bulk_word(acc, i, d, key0[i] + kb);
+        bulk_word(s->acc, i, d, s->key0[i] + kb);
     }
     if (rest) {
         d = 0;
         memcpy(&d, p, rest);
-        bulk_word(acc, i, d, key0[i] + kb);
+        bulk_word(s->acc, i, d, s->key0[i] + kb);
     }
-    h = sl_mix64(seed ^ (uint64_t)bytes * P1);
-    for (i = 0; i < 8; i++)
-        h = sl_mix64(h + acc[i]);
+}
+
+uint64_t
+sl_hash_bulk_final(const sl_hash_bulk_t *s)
+{
+    uint64_t h = sl_mix64(s->seed ^ s->bytes * P1);
+
+    for (unsigned i = 0; i < 8; i++)
+        h = sl_mix64(h + s->acc[i]);
     return h;
+}
+
+uint64_t
+sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
+{
+    sl_hash_bulk_t s;
+
+    sl_hash_bulk_init(&s, seed, bytes);
+    sl_hash_bulk_add(&s, data, bytes, 0);
+    return sl_hash_bulk_final(&s);
 }

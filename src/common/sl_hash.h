@@ -26,4 +26,18 @@ uint64_t sl_hash_bytes(const void *data, size_t bytes, uint64_t seed);
  * so moved blocks change it. A different function from sl_hash_bytes. */
 uint64_t sl_hash_bulk(const void *data, size_t bytes, uint64_t seed);
 
+/* sl_hash_bulk of bytes bytes that come in pieces, in any order, each hashed once (while
+ * it is still in the cache from being copied, say): its blocks add to the same sums as
+ * in one pass. sl_hash_bulk_add takes the bytes [at, at + len) of the whole: at a
+ * multiple of 64, at + len a multiple of 64 or the end. */
+typedef struct {
+    uint64_t acc[8], key0[8];
+    uint64_t seed, bytes;
+} sl_hash_bulk_t;
+
+void sl_hash_bulk_init(sl_hash_bulk_t *s, uint64_t seed, uint64_t bytes);
+void sl_hash_bulk_add(sl_hash_bulk_t *s, const void *data, size_t len, uint64_t at);
+/* Once every byte was added: sl_hash_bulk of the whole. */
+uint64_t sl_hash_bulk_final(const sl_hash_bulk_t *s);
+
 #endif

@@ -154,6 +154,8 @@ typedef struct {
                               memory (sl_shm_lane.h), default true */
         int io_threads;    /* ZeroMQ I/O threads per node, 0..64; 0 = from the machine's
                               cores (sl_transport_io_threads_auto), default 0 */
+        int stripes;       /* ZeroMQ connections per peer, 0..16; 0 = one per sending I/O
+                              thread (sl_transport_stripes_auto), default 0 */
         sl_security_t security; /* curve | mac | none, default curve */
         char *key_file; /* the run's secret (shoal keygen) for shoal node; shoal run makes
                            one when "", default "" */

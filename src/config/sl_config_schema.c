@@ -216,6 +216,10 @@ const entry_t sl_config_schema[] = {
     {K("cluster.io_threads", T_INT, cluster.io_threads), .def = "0", AT_LEAST(0), AT_MOST(64),
      .doc = "ZeroMQ I/O threads per node; with 2 or more, receiving and sending run on "
             "different ones (0 = from the machine's cores: 2 from 8 cores on, else 1)"},
+    {K("cluster.stripes", T_INT, cluster.stripes), .def = "0", AT_LEAST(0), AT_MOST(16),
+     .doc = "ZeroMQ connections per peer, each on its own sending I/O thread; frames of "
+            "128 KiB and more go in pieces over them, of 64 KiB and more in turn (0 = one "
+            "per sending I/O thread: io_threads minus half of them rounded up, at least 1)"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve",
      .names = sl_config_security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "

@@ -146,6 +146,7 @@ open_transport(node_t *n, uint64_t run_id)
     to.timeout_ms = cfg->cluster.timeout_ms;
     to.shm = cfg->cluster.shared_memory;
     to.io_threads = (unsigned)cfg->cluster.io_threads;
+    to.stripes = (unsigned)cfg->cluster.stripes;
     to.secret = cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
     to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;
     to.emulate_bits_per_s = sl_config_bits_per_s(cfg->cluster.emulate.bandwidth);

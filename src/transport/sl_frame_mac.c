@@ -20,8 +20,8 @@ struct sl_frame_mac {
     unsigned char (*sessions)[SL_MAC_SESSION_BYTES]; /* (size) every rank's, as learnt */
     unsigned char (*send_key)[crypto_stream_chacha20_ietf_KEYBYTES]; /* (size) to rank r */
     unsigned char (*recv_key)[crypto_stream_chacha20_ietf_KEYBYTES]; /* (size) from rank s */
-    uint64_t *sent;     /* (size) last sequence number sent to r */
-    uint64_t *accepted; /* (size) last sequence number accepted from s */
+    uint64_t *sent;     /* (size, SL_MAC_MAX_STRIPES) last count sent to r on a stripe */
+    uint64_t *accepted; /* (size, SL_MAC_MAX_STRIPES) last count accepted from s */
 };
 
 sl_status_t
@@ -36,8 +36,8 @@ sl_frame_mac_new(sl_frame_mac_t **out, uint32_t me, uint32_t size)
     if (!m || !(m->send_key = calloc(size, sizeof *m->send_key)) ||
         !(m->recv_key = calloc(size, sizeof *m->recv_key)) ||
         !(m->sessions = calloc(size, sizeof *m->sessions)) ||
-        !(m->sent = calloc(size, sizeof *m->sent)) ||
-        !(m->accepted = calloc(size, sizeof *m->accepted))) {
+        !(m->sent = calloc((size_t)size * SL_MAC_MAX_STRIPES, sizeof *m->sent)) ||
+        !(m->accepted = calloc((size_t)size * SL_MAC_MAX_STRIPES, sizeof *m->accepted))) {
         sl_frame_mac_destroy(&m);
         return sl_err_set(SL_ERR_NOMEM, "frame mac: out of memory");
     }
@@ -118,7 +118,9 @@ sl_frame_mac_set_session(sl_frame_mac_t *m, uint32_t rank, const unsigned char *
         return 0;
     memcpy(m->sessions[rank], session, SL_MAC_SESSION_BYTES);
     derive(m, rank);
-    m->accepted[rank] = 0; /* the new process counts from 1 */
+    /* the new process counts from 1 on every stripe */
+    memset(m->accepted + (size_t)rank * SL_MAC_MAX_STRIPES, 0,
+           SL_MAC_MAX_STRIPES * sizeof *m->accepted);
     return 1;
 }
 
@@ -147,12 +149,16 @@ tag_of(const unsigned char *key, uint64_t seq, const void *head, size_t head_len
     sodium_memzero(otk, sizeof otk);
 }
 
+/* The low bits of a sequence number: the count on its stripe. */
+#define COUNT_MASK (((uint64_t)1 << SL_MAC_STRIPE_SHIFT) - 1)
+
 void
-sl_frame_mac_seal(sl_frame_mac_t *m, uint32_t peer, const void *head, size_t head_len,
-                  const void *payload, size_t payload_len,
+sl_frame_mac_seal(sl_frame_mac_t *m, uint32_t peer, unsigned stripe, const void *head,
+                  size_t head_len, const void *payload, size_t payload_len,
                   unsigned char trailer[SL_MAC_TRAILER_BYTES])
 {
-    uint64_t seq = ++m->sent[peer];
+    uint64_t seq = (uint64_t)stripe << SL_MAC_STRIPE_SHIFT |
+                   ++m->sent[(size_t)peer * SL_MAC_MAX_STRIPES + stripe];
 
     sl_put_u64(trailer, seq);
     tag_of(m->send_key[peer], seq, head, head_len, payload, payload_len, trailer + 8);
@@ -164,15 +170,19 @@ sl_frame_mac_check(sl_frame_mac_t *m, uint32_t sender, const void *head, size_t 
                    const unsigned char trailer[SL_MAC_TRAILER_BYTES])
 {
     unsigned char tag[crypto_onetimeauth_BYTES];
-    uint64_t seq = sl_get_u64(trailer);
+    uint64_t seq = sl_get_u64(trailer), stripe = seq >> SL_MAC_STRIPE_SHIFT;
+    uint64_t *last;
 
     if (!m->ready || sender >= m->size || sender == m->me)
         return SL_MAC_BAD;
     tag_of(m->recv_key[sender], seq, head, head_len, payload, payload_len, tag);
     if (sodium_memcmp(tag, trailer + 8, sizeof tag) != 0)
         return SL_MAC_BAD;
-    if (seq <= m->accepted[sender])
+    if (stripe >= SL_MAC_MAX_STRIPES) /* sealed by no node of ours */
+        return SL_MAC_BAD;
+    last = &m->accepted[(size_t)sender * SL_MAC_MAX_STRIPES + stripe];
+    if ((seq & COUNT_MASK) <= *last)
         return SL_MAC_REPLAY;
-    m->accepted[sender] = seq;
+    *last = seq & COUNT_MASK;
     return SL_MAC_OK;
 }

@@ -1,5 +1,6 @@
 /* The ZeroMQ link (sl_link.h), the transport's base medium: one bound ROUTER receives
- * from every peer, one DEALER per peer sends (made on the first send). It reaches any
+ * from every peer, one DEALER per peer and stripe sends (made on the first send; large
+ * frames take a peer's stripes in turn, o->stripes of them). It reaches any
  * host, carries every frame the other links do not, and is the one the dispatcher
  * blocks on. Beside its table it has what only a socket has: an endpoint to bind and
  * the endpoints of the peers. */
@@ -29,5 +30,7 @@ int sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *sessi
 uint64_t sl_link_zmq_refused(const void *ctx);
 /* Whether peer's endpoint is known (frames to it can be sent). */
 int sl_link_zmq_known(const void *ctx, uint32_t peer);
+/* Messages (frames and pieces) sent on stripe (0 for a stripe out of range). */
+uint64_t sl_link_zmq_stripe_frames(const void *ctx, unsigned stripe);
 
 #endif

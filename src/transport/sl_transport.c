@@ -76,6 +76,14 @@ sl_transport_io_threads_auto(long cores)
     return cores >= SL_TRANSPORT_IO_THREAD_CORES ? 2u : 1u;
 }
 
+unsigned
+sl_transport_stripes_auto(unsigned io_threads)
+{
+    unsigned sending = io_threads - (io_threads + 1) / 2;
+
+    return sending < 1 ? 1u : sending > SL_TRANSPORT_MAX_STRIPES ? SL_TRANSPORT_MAX_STRIPES : sending;
+}
+
 /* Mailbox release callback for frames it holds, and for frames handed out. */
 static void
 release_frame(void *owner)
@@ -150,6 +158,10 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
                           "transport: cluster.io_threads %u: need 0 (from the cores) "
                           "to %u",
                           o->io_threads, SL_TRANSPORT_MAX_IO_THREADS);
+    if (o->stripes > SL_TRANSPORT_MAX_STRIPES)
+        return sl_err_set(SL_ERR_INVALID,
+                          "transport: cluster.stripes %u: need 0 (from the I/O threads) to %u",
+                          o->stripes, SL_TRANSPORT_MAX_STRIPES);
     if (!(o->emulate_bits_per_s >= 0 && o->emulate_latency_ms >= 0 && o->emulate_jitter_ms >= 0 &&
           isfinite(o->emulate_bits_per_s) && isfinite(o->emulate_latency_ms) &&
           isfinite(o->emulate_jitter_ms)))
@@ -168,8 +180,12 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
     t->o.bind_endpoint = t->bind;
     if (t->o.io_threads == 0)
         t->o.io_threads = sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
-    if (o->emulate_bits_per_s > 0 || o->emulate_latency_ms > 0 || o->emulate_jitter_ms > 0)
-        t->o.shm = 0; /* an emulated link stands for a network: no lanes either way */
+    if (t->o.stripes == 0)
+        t->o.stripes = sl_transport_stripes_auto(t->o.io_threads);
+    if (o->emulate_bits_per_s > 0 || o->emulate_latency_ms > 0 || o->emulate_jitter_ms > 0) {
+        t->o.shm = 0;     /* an emulated link stands for a network: no lanes either way */
+        t->o.stripes = 1; /* and keeps its frames in order */
+    }
     t->route = calloc(o->size, sizeof *t->route);
     t->heard = calloc(o->size, sizeof *t->heard);
     t->heard_before = calloc(o->size, sizeof *t->heard_before);
@@ -276,6 +292,12 @@ unsigned
 sl_transport_io_threads(const sl_transport_t *t)
 {
     return t->o.io_threads;
+}
+
+unsigned
+sl_transport_stripes(const sl_transport_t *t)
+{
+    return t->o.stripes;
 }
 
 sl_status_t
@@ -407,6 +429,12 @@ sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *recei
     for (size_t i = 0; i < NLINKS; i++)
         if (media[i] == &sl_link_shm_ops)
             media[i]->stats(t->links[i].ctx, sent, received);
+}
+
+uint64_t
+sl_transport_stripe_frames(const sl_transport_t *t, unsigned stripe)
+{
+    return sl_link_zmq_stripe_frames(t->links[BASE].ctx, stripe);
 }
 
 sl_status_t

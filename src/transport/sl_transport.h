@@ -9,7 +9,11 @@
  *
  * Delivery: frames between two nodes are never duplicated and nothing is retried;
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
- * any order, which the mailbox's keys make harmless. A frame that fails validation is
+ * any order, which the mailbox's keys make harmless. With several stripes
+ * (sl_transport_opts_t.stripes) the frames of SL_TRANSPORT_STRIPE_MIN_BYTES and more
+ * take the stripes in turn, or go in pieces over them (sl_zmq_pieces.h), and may
+ * overtake one another as through a lane; every smaller frame takes stripe 0, in the
+ * order sent. A frame that fails validation is
  * dropped, counted per reason (sl_transport_dropped) and logged once per reason.
  * Rounds of one (kind, component) never go back: once a round is asked for, frames of
  * older rounds are stale and dropped ("old round"), and frames of rounds more than
@@ -32,6 +36,7 @@
 #include <stdint.h>
 
 #include "common/sl_status.h"
+#include "transport/sl_frame_mac.h"
 #include "transport/sl_secret.h"
 #include "transport/sl_wire.h"
 
@@ -60,6 +65,10 @@
 /* Online CPUs from which a node takes two ZeroMQ I/O threads by default, one for
  * sending and one for receiving (sl_transport_io_threads_auto). */
 #define SL_TRANSPORT_IO_THREAD_CORES 8
+/* The most connections a node opens to one peer (sl_transport_opts_t.stripes). */
+#define SL_TRANSPORT_MAX_STRIPES SL_MAC_MAX_STRIPES
+/* Payloads from which a frame may take any stripe; smaller ones keep to stripe 0. */
+#define SL_TRANSPORT_STRIPE_MIN_BYTES 65536u
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
@@ -96,6 +105,16 @@ typedef struct {
      * (receiving on the first half, rounded up, sending on the rest), so that a node
      * reads from its left and writes to its right neighbour at once. */
     unsigned io_threads;
+    /* Connections (DEALERs) to each peer (cluster.stripes), 1..SL_TRANSPORT_MAX_STRIPES;
+     * 0: one per sending I/O thread (sl_transport_stripes_auto). Stripe j's connections
+     * are served by sending thread j (modulo their number), so that the large frames
+     * to one peer, split over the stripes or taking them in turn, are written by
+     * several threads at once. A sender's own choice: receivers take any number. 1 with
+     * link emulation (its frames keep their order). */
+    unsigned stripes;
+    /* 1: with several stripes, large frames take them in turn, whole, never in pieces;
+     * not a config key: for bench_allreduce --stripes Nw, which weighs the pieces. */
+    int whole_frames;
     size_t mailbox_frames; /* caps on frames held for later */
     uint64_t mailbox_bytes;
     int shm;                 /* 1: offer every peer a shared-memory lane (sl_shm_lane.h);
@@ -134,6 +153,9 @@ void sl_transport_opts_default(sl_transport_opts_t *o);
  * 2 from SL_TRANSPORT_IO_THREAD_CORES on, else 1 (where the node's own thread and its
  * peers' already share few cores, a second I/O thread only adds switches). */
 unsigned sl_transport_io_threads_auto(long cores);
+/* The stripes that stripes 0 stands for with io_threads I/O threads: one per thread
+ * that sends (io_threads minus the first half, rounded up), at least 1. */
+unsigned sl_transport_stripes_auto(unsigned io_threads);
 
 typedef struct sl_transport sl_transport_t;
 
@@ -173,6 +195,8 @@ uint32_t sl_transport_size(const sl_transport_t *t);
 int sl_transport_timeout_ms(const sl_transport_t *t);
 /* The ZeroMQ I/O threads the transport runs (io_threads resolved). */
 unsigned sl_transport_io_threads(const sl_transport_t *t);
+/* The connections the transport opens to each peer (stripes resolved). */
+unsigned sl_transport_stripes(const sl_transport_t *t);
 
 /* Learns every node's endpoint (size entries, by rank; the own entry and the entries of
  * nodes never sent to may be NULL). Copied. Sockets are connected on the first send to
@@ -295,5 +319,8 @@ int sl_transport_gone(const sl_transport_t *t, uint32_t rank);
 /* Frames sent and received through shared-memory lanes (their payloads never crossed
  * a socket); they are counted in the per-kind counters too. */
 void sl_transport_shm_frames(const sl_transport_t *t, uint64_t *sent, uint64_t *received);
+/* Messages sent over ZeroMQ on stripe (< sl_transport_stripes; 0 otherwise): whole
+ * frames and pieces of frames (a frame in n pieces puts one on each of n stripes). */
+uint64_t sl_transport_stripe_frames(const sl_transport_t *t, unsigned stripe);
 
 #endif

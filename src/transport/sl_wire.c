@@ -157,8 +157,13 @@ uint64_t
 sl_wire_checksum(const unsigned char *head, const void *payload, size_t payload_bytes)
 {
     /* the payload's hash is keyed by the header's */
-    return sl_hash_bulk(payload, payload_bytes,
-                        sl_hash_bytes(head, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC));
+    return sl_hash_bulk(payload, payload_bytes, sl_wire_checksum_seed(head));
+}
+
+uint64_t
+sl_wire_checksum_seed(const unsigned char *head)
+{
+    return sl_hash_bytes(head, SL_WIRE_CHECKSUM_OFFSET, SL_WIRE_MAGIC);
 }
 
 /* The checks that need only the header's own fields (kind, encoding, scale, sizes),
@@ -239,16 +244,11 @@ sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned ch
     return SL_OK;
 }
 
-/* sl_wire_decode_parts; local: the checksum covers the header only */
+/* Every check of a header (SL_WIRE_HEADER_BYTES at head) but its length and checksum. */
 static sl_wire_reason_t
-decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
-             uint64_t run_id, uint32_t me, uint32_t nranks, int local, sl_wire_header_t *h)
+decode_fields(const unsigned char *p, uint64_t run_id, uint32_t me, uint32_t nranks,
+              sl_wire_header_t *h)
 {
-    const unsigned char *p = head;
-    sl_wire_reason_t why;
-
-    if (head_len < SL_WIRE_HEADER_BYTES)
-        return SL_WIRE_TRUNCATED;
     if (sl_get_u32(p) != SL_WIRE_MAGIC)
         return SL_WIRE_BAD_MAGIC;
     if (sl_get_u16(p + 4) != SL_WIRE_VERSION)
@@ -270,7 +270,43 @@ decode_parts(const void *head, size_t head_len, const void *payload, size_t payl
         return SL_WIRE_BAD_SENDER;
     if (h->receiver != me)
         return SL_WIRE_BAD_RECEIVER;
-    why = check_fields(h);
+    return check_fields(h);
+}
+
+sl_wire_reason_t
+sl_wire_decode_head(const void *head, uint64_t run_id, uint32_t me, uint32_t nranks,
+                    sl_wire_header_t *h)
+{
+    return decode_fields(head, run_id, me, nranks, h);
+}
+
+sl_wire_reason_t
+sl_wire_decode_hashed(const void *head, uint64_t payload_len, uint64_t payload_hash,
+                      uint64_t run_id, uint32_t me, uint32_t nranks, sl_wire_header_t *h)
+{
+    const unsigned char *p = head;
+    sl_wire_reason_t why = decode_fields(p, run_id, me, nranks, h);
+
+    if (why != SL_WIRE_OK)
+        return why;
+    if (h->payload_bytes != payload_len)
+        return SL_WIRE_BAD_LENGTH;
+    if (sl_get_u64(p + SL_WIRE_CHECKSUM_OFFSET) != payload_hash)
+        return SL_WIRE_BAD_CHECKSUM;
+    return SL_WIRE_OK;
+}
+
+/* sl_wire_decode_parts; local: the checksum covers the header only */
+static sl_wire_reason_t
+decode_parts(const void *head, size_t head_len, const void *payload, size_t payload_len,
+             uint64_t run_id, uint32_t me, uint32_t nranks, int local, sl_wire_header_t *h)
+{
+    const unsigned char *p = head;
+    sl_wire_reason_t why;
+
+    if (head_len < SL_WIRE_HEADER_BYTES)
+        return SL_WIRE_TRUNCATED;
+    why = decode_fields(p, run_id, me, nranks, h);
     if (why != SL_WIRE_OK)
         return why;
     if (head_len != SL_WIRE_HEADER_BYTES || h->payload_bytes != payload_len)

@@ -130,8 +130,10 @@ const char *sl_wire_kind_name(unsigned kind);
 const char *sl_wire_encoding_name(unsigned encoding);
 const char *sl_wire_reason_name(unsigned reason);
 
-/* Checksum of a frame: the first SL_WIRE_CHECKSUM_OFFSET bytes of head, then payload. */
+/* Checksum of a frame: the first SL_WIRE_CHECKSUM_OFFSET bytes of head, then payload:
+ * sl_hash_bulk(payload, payload_bytes, sl_wire_checksum_seed(head)). */
 uint64_t sl_wire_checksum(const unsigned char *head, const void *payload, size_t payload_bytes);
+uint64_t sl_wire_checksum_seed(const unsigned char *head);
 
 /* Writes the header for h and payload (h->payload_bytes bytes, may be NULL when 0)
  * into out, checksum included. SL_ERR_INVALID when h would not pass sl_wire_decode
@@ -162,6 +164,18 @@ sl_wire_reason_t sl_wire_decode_local(const void *buf, size_t len, uint64_t run_
 sl_wire_reason_t sl_wire_decode_parts_local(const void *head, size_t head_len, const void *payload,
                                             size_t payload_len, uint64_t run_id, uint32_t me,
                                             uint32_t nranks, sl_wire_header_t *h);
+
+/* The checks of sl_wire_decode_parts that need the header alone (SL_WIRE_HEADER_BYTES at
+ * head): all but the length of the payload and the checksum, which a frame that comes
+ * in pieces (sl_zmq_pieces.h) can pass only once it is whole. */
+sl_wire_reason_t sl_wire_decode_head(const void *head, uint64_t run_id, uint32_t me,
+                                     uint32_t nranks, sl_wire_header_t *h);
+/* sl_wire_decode_parts for a header (SL_WIRE_HEADER_BYTES at head) and a payload of
+ * payload_len bytes hashed already, payload_hash = sl_hash_bulk(payload, payload_len,
+ * sl_wire_checksum_seed(head)): piece by piece, as each was copied (sl_zmq_pieces.h). */
+sl_wire_reason_t sl_wire_decode_hashed(const void *head, uint64_t payload_len,
+                                       uint64_t payload_hash, uint64_t run_id, uint32_t me,
+                                       uint32_t nranks, sl_wire_header_t *h);
 
 /* Validates a contiguous frame (header then payload, len bytes) for the node of rank
  * me in a run of nranks nodes with the given run id. On SL_WIRE_OK fills *h and points

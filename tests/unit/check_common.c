@@ -135,6 +135,20 @@ START_TEST(test_hash_bulk)
     memcpy(moved + 64, buf, 64);
     ck_assert_uint_ne(sl_hash_bulk(moved, N, 3), whole);
     ck_assert_uint_ne(sl_hash_bulk(buf, N, 3), sl_hash_bytes(buf, N, 3));
+    /* in pieces cut at 64-byte blocks, added in any order: the same value */
+    for (size_t cut = 64; cut < N; cut += 192) {
+        sl_hash_bulk_t s;
+        sl_hash_bulk_init(&s, 3, N);
+        sl_hash_bulk_add(&s, buf + cut, N - cut, cut);
+        sl_hash_bulk_add(&s, buf, cut, 0);
+        ck_assert_uint_eq(sl_hash_bulk_final(&s), whole);
+    }
+    sl_hash_bulk_t s3;
+    sl_hash_bulk_init(&s3, 3, N);
+    sl_hash_bulk_add(&s3, buf + 128, 320, 128);
+    sl_hash_bulk_add(&s3, buf + 448, N - 448, 448);
+    sl_hash_bulk_add(&s3, buf, 128, 0);
+    ck_assert_uint_eq(sl_hash_bulk_final(&s3), whole);
 }
 END_TEST
 

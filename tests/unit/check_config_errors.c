@@ -404,6 +404,14 @@ START_TEST(test_number_limits)
     ck_assert_str_eq(sl_err_msg(), "--set cluster.io_threads:1:20: 'cluster.io_threads' must be "
                                    "at least 0, got -1");
     ck_assert_int_eq(c.cluster.io_threads, 64);
+    /* connections per peer: 0 (from the I/O threads) to 16 */
+    ck_assert_int_eq(c.cluster.stripes, 0);
+    test_config_set_ok(&c, "cluster.stripes=16");
+    ck_assert_int_eq(c.cluster.stripes, 16);
+    ck_assert_int_eq(sl_config_set(&c, "cluster.stripes=17"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.stripes:1:17: 'cluster.stripes' must be "
+                                   "at most 16, got 17");
+    ck_assert_int_eq(c.cluster.stripes, 16);
     /* shoal run's restarts and watchdog */
     ck_assert_int_eq(c.cluster.restart.max, 0);
     ck_assert_int_eq(c.cluster.restart.delay_ms, 5000);

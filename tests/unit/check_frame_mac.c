@@ -1,7 +1,8 @@
 /* Frame MACs (cluster.security: mac) when a rank's process is new, come back to the
  * run: the session keys by hand (sl_frame_mac.h), then two transports and a third, the
  * new process for rank 1, whose key the rendezvous would hand over
- * (sl_transport_set_session_key). The rest of frame MACs is in check_transport.c. */
+ * (sl_transport_set_session_key); and sequence numbers counted per stripe. The rest of
+ * frame MACs is in check_transport.c. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,14 +51,14 @@ START_TEST(test_frame_mac_new_session)
     for (uint32_t r = 0; r < 2; r++)
         sl_frame_mac_learn(m[r], sessions);
     memset(head, 0x33, sizeof head);
-    sl_frame_mac_seal(m[1], 0, head, sizeof head, NULL, 0, old);
+    sl_frame_mac_seal(m[1], 0, 0, head, sizeof head, NULL, 0, old);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, old), SL_MAC_OK);
     /* rank 1 again, a new process: it learns rank 0's key, rank 0 installs its new one */
     ck_assert_int_eq(sl_frame_mac_new(&reborn, 1, 2), SL_OK);
     memcpy(sessions + SL_MAC_SESSION_BYTES, sl_frame_mac_session(reborn), SL_MAC_SESSION_BYTES);
     sl_frame_mac_learn(reborn, sessions);
-    sl_frame_mac_seal(m[1], 0, head, sizeof head, NULL, 0, old); /* the dead one's next */
-    sl_frame_mac_seal(reborn, 0, head, sizeof head, NULL, 0, fresh);
+    sl_frame_mac_seal(m[1], 0, 0, head, sizeof head, NULL, 0, old); /* the dead one's next */
+    sl_frame_mac_seal(reborn, 0, 0, head, sizeof head, NULL, 0, fresh);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, fresh), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_set_session(m[0], 1, sl_frame_mac_session(reborn)), 1);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, old), SL_MAC_BAD);
@@ -65,9 +66,63 @@ START_TEST(test_frame_mac_new_session)
     ck_assert_int_eq(sl_frame_mac_set_session(m[0], 1, sl_frame_mac_session(reborn)), 0);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, fresh), SL_MAC_REPLAY);
     /* rank 0 to the new process: the old one cannot check it, the new one can */
-    sl_frame_mac_seal(m[0], 1, head, sizeof head, NULL, 0, to);
+    sl_frame_mac_seal(m[0], 1, 0, head, sizeof head, NULL, 0, to);
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, NULL, 0, to), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_check(reborn, 0, head, 64, NULL, 0, to), SL_MAC_OK);
+    sl_frame_mac_destroy(&reborn);
+    for (int r = 0; r < 2; r++)
+        sl_frame_mac_destroy(&m[r]);
+}
+END_TEST
+
+/* Sequence numbers per stripe (cluster.stripes): frames of different stripes are taken
+ * in any order, but on one stripe a replay, or a frame older than one already taken, is
+ * refused; a trailer moved to another stripe (its number's top byte changed) does not
+ * check; a new process for the sender counts every stripe from 1 again. */
+START_TEST(test_frame_mac_stripes)
+{
+    sl_frame_mac_t *m[2], *reborn;
+    unsigned char sessions[2 * SL_MAC_SESSION_BYTES], head[64], body[300];
+    unsigned char t[3][2][SL_MAC_TRAILER_BYTES], moved[SL_MAC_TRAILER_BYTES], fresh[24];
+
+    for (uint32_t r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_frame_mac_new(&m[r], r, 2), SL_OK);
+        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_frame_mac_session(m[r]),
+               SL_MAC_SESSION_BYTES);
+    }
+    for (uint32_t r = 0; r < 2; r++)
+        sl_frame_mac_learn(m[r], sessions);
+    memset(head, 0x5a, sizeof head);
+    for (size_t i = 0; i < sizeof body; i++)
+        body[i] = (unsigned char)(i * 11);
+    /* two frames on each of stripes 0, 1 and SL_MAC_MAX_STRIPES - 1 */
+    for (int k = 0; k < 2; k++)
+        for (unsigned j = 0; j < 3; j++)
+            sl_frame_mac_seal(m[1], 0, j == 2 ? SL_MAC_MAX_STRIPES - 1 : j, head, sizeof head, body,
+                              sizeof body, t[j][k]);
+    ck_assert_uint_eq(t[1][0][7], 1); /* the stripe in the top byte */
+    ck_assert_uint_eq(t[1][0][0], 1); /* its own count from 1 */
+    /* the stripes' second frames first, then stripe 0's first: each taken */
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[2][1]), SL_MAC_OK);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[1][1]), SL_MAC_OK);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[0][0]), SL_MAC_OK);
+    /* older than what its stripe took, or a replay: refused */
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[1][0]), SL_MAC_REPLAY);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[2][0]), SL_MAC_REPLAY);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[1][1]), SL_MAC_REPLAY);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[0][0]), SL_MAC_REPLAY);
+    /* stripe 1's first frame claimed for stripe 3, whose count is still 0: the tag says no */
+    memcpy(moved, t[1][0], sizeof moved);
+    moved[7] = 3;
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, moved), SL_MAC_BAD);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[0][1]), SL_MAC_OK);
+    /* a new process for rank 1: stripe 1 counts from 1 again */
+    ck_assert_int_eq(sl_frame_mac_new(&reborn, 1, 2), SL_OK);
+    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_frame_mac_session(reborn), SL_MAC_SESSION_BYTES);
+    sl_frame_mac_learn(reborn, sessions);
+    ck_assert_int_eq(sl_frame_mac_set_session(m[0], 1, sl_frame_mac_session(reborn)), 1);
+    sl_frame_mac_seal(reborn, 0, 1, head, sizeof head, body, sizeof body, fresh);
+    ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, fresh), SL_MAC_OK);
     sl_frame_mac_destroy(&reborn);
     for (int r = 0; r < 2; r++)
         sl_frame_mac_destroy(&m[r]);
@@ -149,6 +204,7 @@ frame_mac_suite(void)
 
     tcase_set_timeout(core, 120); /* a hang guard */
     tcase_add_test(core, test_frame_mac_new_session);
+    tcase_add_test(core, test_frame_mac_stripes);
     tcase_add_test(core, test_pair_mac_new_key);
     suite_add_tcase(s, core);
     return s;

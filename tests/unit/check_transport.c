@@ -261,7 +261,7 @@ START_TEST(test_frame_mac)
         head[i] = (unsigned char)(i * 7);
     for (size_t i = 0; i < sizeof body; i++)
         body[i] = (unsigned char)(i * 13);
-    sl_frame_mac_seal(m[0], 1, head, sizeof head, body, sizeof body, trailer);
+    sl_frame_mac_seal(m[0], 1, 0, head, sizeof head, body, sizeof body, trailer);
     ck_assert_int_eq(sl_frame_mac_check(m[1], 2, head, 64, body, 1000, trailer), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_check(m[2], 0, head, 64, body, 1000, trailer), SL_MAC_BAD);
     body[999] ^= 1;
@@ -275,7 +275,7 @@ START_TEST(test_frame_mac)
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, t2), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_OK);
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, body, 1000, trailer), SL_MAC_REPLAY);
-    sl_frame_mac_seal(m[0], 1, head, sizeof head, NULL, 0, t2); /* the next one */
+    sl_frame_mac_seal(m[0], 1, 0, head, sizeof head, NULL, 0, t2); /* the next one */
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, NULL, 0, t2), SL_MAC_OK);
     for (int r = 0; r < 3; r++)
         sl_frame_mac_destroy(&m[r]);

@@ -1,0 +1,206 @@
+/* Stripes (cluster.stripes: several ZeroMQ connections per peer, sl_link_zmq.c) in one
+ * process: a pair under each security mode moves the same bits with one stripe and with
+ * three, its large frames in pieces over every stripe (sl_zmq_pieces.h), its mid-sized
+ * ones over the stripes in turn and its small ones on the first; the automatic count and
+ * the bound. The pieces' rule and a receiver's checks of them are in check_pieces.c. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "transport/sl_frame_mac.h"
+#include "transport/sl_transport.h"
+
+#include "test_tool.h"
+#include "test_util.h"
+
+#define RUN 0xfeed0000beefULL
+
+/* A connected pair with io_threads I/O threads and stripes stripes: CURVE under secret
+ * (NULL: none), or frame MACs with the session keys exchanged as the rendezvous would. */
+static void
+pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, int whole_frames,
+          const sl_secret_t *secret, int frame_mac)
+{
+    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
+    const char *eps[2];
+
+    for (uint32_t r = 0; r < 2; r++) {
+        sl_transport_opts_t o;
+        sl_transport_opts_default(&o);
+        o.secret = secret;
+        o.frame_mac = frame_mac;
+        o.run_id = RUN;
+        o.rank = r;
+        o.size = 2;
+        o.timeout_ms = TEST_WAIT_MS;
+        o.linger_ms = 0;
+        o.io_threads = io_threads;
+        o.stripes = stripes;
+        o.whole_frames = whole_frames;
+        o.shm = 0; /* everything over ZeroMQ, as between hosts */
+        ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
+        if (frame_mac)
+            memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
+                   SL_MAC_SESSION_BYTES);
+    }
+    eps[0] = sl_transport_endpoint(t[0]);
+    eps[1] = sl_transport_endpoint(t[1]);
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
+        if (frame_mac)
+            sl_transport_learn_sessions(t[r], sessions);
+    }
+}
+
+/* floats of a frame in pieces (3 with 3 stripes), of one that takes a stripe whole (64
+ * to 128 KiB), of a small one */
+enum { BIG = 70001, MID = 20000, SMALL = 100, FRAMES = 12, EACH = BIG + MID + SMALL };
+
+/* Every frame in flight both ways before any is received (a large, a mid-sized and a
+ * small one at a time, odd ones lent), then all received last first into got (laid out
+ * as src: per sender and round, the large, mid-sized and small payloads); whole_frames:
+ * large frames whole too, in turn. Checks that nothing was dropped and how many messages
+ * each stripe carried. */
+static void
+exchange(unsigned stripes, int whole_frames, int mode, const sl_secret_t *secret,
+         const float *src, float *got)
+{
+    sl_transport_t *t[2];
+    size_t n;
+
+    pair_open(t, 4, stripes, whole_frames, mode == 1 ? secret : NULL, mode == 2);
+    for (uint32_t r = 0; r < 2; r++) {
+        ck_assert_uint_eq(sl_transport_stripes(t[r]), stripes);
+        for (uint32_t j = 0; j < FRAMES; j++) {
+            const float *p = src + ((size_t)r * FRAMES + j) * EACH;
+            sl_wire_key_t big = {1, 4, j, 1 - r, SL_WIRE_DATA};
+            sl_wire_key_t mid = {1, 5, j, 1 - r, SL_WIRE_DATA};
+            sl_wire_key_t small = {1, 6, j, 1 - r, SL_WIRE_DATA};
+            int lend = j % 2 ? SL_SEND_LEND : 0;
+            ck_assert_msg(sl_transport_send(t[r], &big, p, BIG, SL_WIRE_FP32, 1.0f, lend, -1) ==
+                              SL_OK,
+                          "%s", sl_err_msg());
+            ck_assert_msg(sl_transport_send(t[r], &mid, p + BIG, MID, SL_WIRE_FP32, 1.0f, lend,
+                                            -1) == SL_OK,
+                          "%s", sl_err_msg());
+            ck_assert_msg(sl_transport_send(t[r], &small, p + BIG + MID, SMALL, SL_WIRE_FP32,
+                                            1.0f, 0, -1) == SL_OK,
+                          "%s", sl_err_msg());
+        }
+    }
+    for (uint32_t r = 0; r < 2; r++)
+        for (uint32_t j = FRAMES; j-- > 0;) {
+            float *q = got + ((size_t)(1 - r) * FRAMES + j) * EACH; /* as src */
+            const uint32_t floats[3] = {SMALL, MID, BIG}, at[3] = {BIG + MID, BIG, 0};
+            for (int k = 0; k < 3; k++) { /* small, mid-sized, large */
+                sl_wire_key_t key = {1, 6 - (uint32_t)k, j, 1 - r, SL_WIRE_DATA};
+                ck_assert_msg(sl_transport_recv(t[r], &key, q + at[k], floats[k] * sizeof *q, &n,
+                                                TEST_WAIT_MS) == SL_OK,
+                              "%u stripes, mode %d: %s", stripes, mode, sl_err_msg());
+                ck_assert_uint_eq(n, floats[k] * sizeof *q);
+            }
+        }
+    for (uint32_t r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_transport_wait_sent(t[r], TEST_WAIT_MS), SL_OK);
+        for (unsigned d = 1; d < SL_DROP_NREASONS; d++)
+            ck_assert_uint_eq(sl_transport_dropped(t[r], d), 0);
+        /* a piece of each large frame on every stripe (or those whole in turn too),
+         * mid-sized frames in turn, small ones on stripe 0 */
+        for (unsigned s = 0; s < stripes; s++)
+            ck_assert_uint_eq(sl_transport_stripe_frames(t[r], s),
+                              stripes == 1   ? 3 * FRAMES
+                              : whole_frames ? 2 * FRAMES / stripes + (s == 0 ? FRAMES : 0)
+                                             : FRAMES + FRAMES / stripes + (s == 0 ? FRAMES : 0));
+        ck_assert_uint_eq(sl_transport_stripe_frames(t[r], stripes), 0);
+    }
+    sl_transport_destroy(&t[0]);
+    sl_transport_destroy(&t[1]);
+}
+
+/* Under each security mode (none, CURVE, frame MACs), with four I/O threads (two of
+ * them sending): the exchange over three stripes, large frames in pieces or whole,
+ * gives the same bits as over one, and each gives what was sent. */
+START_TEST(test_pair_stripes)
+{
+    size_t total = 2 * FRAMES * (size_t)EACH;
+    float *src = malloc(total * sizeof *src), *one = malloc(total * sizeof *one),
+          *three = malloc(total * sizeof *three), *whole = malloc(total * sizeof *whole);
+    sl_secret_t secret;
+
+    ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
+    for (size_t i = 0; i < total; i++)
+        src[i] = test_node_input(7, i);
+    for (int mode = 0; mode < 3; mode++) {
+        memset(one, 0, total * sizeof *one);
+        memset(three, 0xff, total * sizeof *three);
+        memset(whole, 0xfe, total * sizeof *whole);
+        exchange(1, 0, mode, &secret, src, one);
+        exchange(3, 0, mode, &secret, src, three);
+        exchange(3, 1, mode, &secret, src, whole);
+        ck_assert_msg(memcmp(one, three, total * sizeof *one) == 0,
+                      "mode %d: three stripes moved other bits than one", mode);
+        ck_assert_msg(memcmp(one, whole, total * sizeof *one) == 0,
+                      "mode %d: three stripes of whole frames moved other bits than one", mode);
+        ck_assert_msg(memcmp(one, src, total * sizeof *one) == 0, "mode %d: not what was sent",
+                      mode);
+    }
+    free(src);
+    free(one);
+    free(three);
+    free(whole);
+}
+END_TEST
+
+/* 0 stands for one stripe per sending I/O thread (at least 1, at most the bound); more
+ * than SL_TRANSPORT_MAX_STRIPES is refused with the key's name; link emulation keeps
+ * one. */
+START_TEST(test_stripes_auto)
+{
+    sl_transport_opts_t o;
+    sl_transport_t *t;
+
+    ck_assert_uint_eq(sl_transport_stripes_auto(1), 1);
+    ck_assert_uint_eq(sl_transport_stripes_auto(2), 1);
+    ck_assert_uint_eq(sl_transport_stripes_auto(3), 1);
+    ck_assert_uint_eq(sl_transport_stripes_auto(4), 2);
+    ck_assert_uint_eq(sl_transport_stripes_auto(9), 4);
+    ck_assert_uint_eq(sl_transport_stripes_auto(SL_TRANSPORT_MAX_IO_THREADS),
+                      SL_TRANSPORT_MAX_STRIPES);
+    sl_transport_opts_default(&o);
+    o.size = 2;
+    o.linger_ms = 0;
+    o.io_threads = 4;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    ck_assert_uint_eq(sl_transport_stripes(t), 2);
+    sl_transport_destroy(&t);
+    o.stripes = SL_TRANSPORT_MAX_STRIPES + 1;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_INVALID);
+    ck_assert_ptr_null(t);
+    ck_assert_ptr_nonnull(strstr(sl_err_msg(), "cluster.stripes 17"));
+    o.stripes = 3;
+    o.emulate_latency_ms = 1;
+    ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
+    ck_assert_uint_eq(sl_transport_stripes(t), 1);
+    sl_transport_destroy(&t);
+}
+END_TEST
+
+static Suite *
+stripes_suite(void)
+{
+    Suite *s = suite_create("stripes");
+    TCase *core = tcase_create("core"), *limits = tcase_create("limits");
+
+    tcase_set_timeout(core, 240); /* a hang guard */
+    tcase_add_test(core, test_pair_stripes);
+    suite_add_tcase(s, core);
+    tcase_add_test(limits, test_stripes_auto);
+    suite_add_tcase(s, limits);
+    return s;
+}
+
+int
+main(void)
+{
+    return test_main(stripes_suite());
+}
