@@ -15,8 +15,9 @@
 #include "model/sl_sampler.h"
 
 /* Floats of full-softmax logits per row chunk: 32 MB on the CPU; 128 MB on a device,
- * where a window's output products run a third faster on all its rows at once than in
- * chunks (an H200, the LSTMP model's 2,240 rows x 10,002 words: one chunk, not three). */
+ * whose memory has room and whose output products run faster over all of a window's
+ * rows than in chunks (the LSTMP model's 2,240 rows x 10,002 words in one chunk, not
+ * three: 4% more tokens/s on an H200, bench/README.md). */
 #define LOGIT_BUDGET ((size_t)1 << 23)
 #define LOGIT_BUDGET_DEVICE ((size_t)1 << 25)
 #define INIT_CHUNK 65536 /* floats staged on the host per init upload */
