@@ -1,7 +1,8 @@
-/* The ZeroMQ link (sl_link_zmq.h): the context, the bound ROUTER and the DEALERs to the
- * peers, sends (copied or lent), and reading one message off the ROUTER into a
- * validated frame. It owns the sockets and the routing ids; it must not touch the
- * mailbox, the counters per kind or the lanes (the dispatcher and sl_link_shm.c do).
+/* The ZeroMQ link (sl_link_zmq.h): the context, the bound ROUTER, closing the DEALERs to
+ * the peers (sl_link_zmq_send.c makes them and sends), and reading one message off the
+ * ROUTER into a validated frame, putting frames sent in pieces together. It owns the
+ * sockets and the routing ids; it must not touch the mailbox, the counters per kind or
+ * the lanes (the dispatcher and sl_link_shm.c do).
  *
  * Who sent a frame: with CURVE (o->secret set; sl_curve.h), the rank whose key the
  * connection authenticated, which the ROUTER hands over with each message; a frame whose
@@ -14,19 +15,9 @@
  * than PULL/PUSH for the per-connection identity; both pairs fair-queue the input and
  * block (or time out) at the high-water mark.
  *
- * Stripes (o->stripes > 1): a node opens that many DEALERs to each peer, stripe j's on
- * sending I/O thread j (modulo their number), and its frames of
- * SL_TRANSPORT_STRIPE_MIN_BYTES and more take them in turn, so that several threads
- * and TCP connections carry one peer's large frames at once (one connection is bound
- * by the one thread that writes it); a frame large enough goes in pieces, one on each
- * stripe (sl_zmq_pieces.h), so that even a single frame is carried by several
- * connections, and is put together by the receiver. Smaller frames all take stripe 0,
- * in order. Each
- * stripe's DEALERs have a routing id of their own (a ROUTER drops a second connection
- * with an id it holds: the stripe is mixed into the nonce's last byte), and with frame
- * MACs count their own sequence numbers
- * (sl_frame_mac.h). A receiver takes any number of stripes: its ROUTER takes every
- * connection, and each frame or piece is checked on its own. */
+ * Stripes (o->stripes > 1; sl_link_zmq_send.c sends on them): a receiver takes any number
+ * of stripes: its ROUTER takes every connection, and each frame or piece is checked on
+ * its own. */
 #include "transport/sl_link_zmq.h"
 
 #include <errno.h>
@@ -43,43 +34,10 @@
 #include "transport/sl_curve.h"
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_lent.h"
+#include "transport/sl_link_zmq_internal.h"
 #include "transport/sl_zmq_pieces.h"
 #include "transport/sl_zmq_status.h"
 #include "transport/sl_zmq_watch.h"
-
-#define ID_BYTES 9 /* 'S', rank u32 le, nonce u32 le: a routing id must not start with 0 */
-_Static_assert(SL_PIECE_MAX >= SL_TRANSPORT_MAX_STRIPES, "a frame goes in a piece a stripe");
-#define ENDPOINT_MAX 1024
-
-typedef struct {
-    sl_link_env_t env;
-    const sl_transport_opts_t *o;
-    char bind[ENDPOINT_MAX];
-    char endpoint[ENDPOINT_MAX]; /* as bound, wildcards resolved */
-    void *ctx;
-    sl_curve_t *curve;   /* NULL unless CURVE */
-    sl_frame_mac_t *mac; /* NULL unless frame MACs */
-    void *router;
-    unsigned stripes;           /* DEALERs per peer (o->stripes) */
-    void **peers;               /* (size, stripes) DEALER per peer and stripe, NULL until
-                                   the first send on it */
-    void **watches;             /* (size) the watch of each peer's stripe 0 DEALER
-                                   (sl_zmq_watch.h): its loss is the peer's */
-    unsigned *next_stripe;      /* (size) the stripe of the next large frame to a peer */
-    uint64_t *piece_ids;        /* (size) frames sent in pieces to a peer: their ids */
-    sl_pieces_t *pieces;        /* frames coming in pieces, being put together */
-    unsigned nwatches;          /* watches started: their unique names */
-    char **endpoints;           /* (size) copies, NULL before sl_link_zmq_connect */
-    unsigned char id[ID_BYTES]; /* routing id of our DEALERs (of stripe 0) */
-    uint64_t *send_masks;       /* (stripes) ZMQ_AFFINITY of each stripe's DEALERs */
-    uint64_t sent, received;    /* frames through the socket */
-    uint64_t *stripe_sent;      /* (stripes) frames sent on each stripe */
-    /* the first part (routing id) of a message that zmq_wait received while blocking,
-     * for zmq_recv_frame to go on from; rcvtimeo_ms: the ROUTER's ZMQ_RCVTIMEO */
-    zmq_msg_t first;
-    int have_first, rcvtimeo_ms;
-    sl_lent_t lent; /* payloads still held by ZeroMQ; its I/O thread gives them back */
-} zlink_t;
 
 /* A frame read off the ROUTER: the messages that hold its bytes (header and payload,
  * in one part or two; with frame MACs, then the trailer), or, for a frame that came in
@@ -103,26 +61,16 @@ release_frame(sl_link_frame_t *lf)
     free(z);
 }
 
-/* Called by ZeroMQ (usually its I/O thread) when it no longer needs a lent payload. */
-static void
-give_back(void *data, void *hint)
-{
-    zlink_t *z = hint;
-
-    (void)data;
-    sl_lent_give_back(&z->lent);
-}
-
-static sl_status_t
-set_int(void *s, int opt, int v, const char *what)
+sl_status_t
+sl_link_zmq_set_int(void *s, int opt, int v, const char *what)
 {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
         return sl_zmq_fail("transport: setting %s", what);
     return SL_OK;
 }
 
-static sl_status_t
-set_u64(void *s, int opt, uint64_t v, const char *what)
+sl_status_t
+sl_link_zmq_set_u64(void *s, int opt, uint64_t v, const char *what)
 {
     if (zmq_setsockopt(s, opt, &v, sizeof v) != 0)
         return sl_zmq_fail("transport: setting %s", what);
@@ -131,34 +79,11 @@ set_u64(void *s, int opt, uint64_t v, const char *what)
 
 static void zmq_close_link(void **ctx);
 
-/* The ZMQ_AFFINITY masks of the ROUTER (receiving) and of the DEALERs (sending) with
- * threads I/O threads: the first half, rounded up, and the rest; 0 (any thread) when
- * there is one. ZeroMQ places each new connection on the least loaded thread its
- * socket's mask allows, so a node's reading and writing never wait for each other.
- * With several stripes, stripe j's DEALERs get sending thread j alone (modulo their
- * number): left to ZeroMQ, a peer's stripes, connected at once, could share one. */
-static void
-affinity_masks(unsigned threads, unsigned stripes, uint64_t *recv_mask, uint64_t *send_masks)
-{
-    unsigned half = (threads + 1) / 2;
-    uint64_t all = threads >= 64 ? UINT64_MAX : ((uint64_t)1 << threads) - 1;
-
-    *recv_mask = 0;
-    for (unsigned j = 0; j < stripes; j++)
-        send_masks[j] = 0;
-    if (threads < 2)
-        return;
-    *recv_mask = half >= 64 ? UINT64_MAX : ((uint64_t)1 << half) - 1;
-    for (unsigned j = 0; j < stripes; j++)
-        send_masks[j] = stripes == 1 ? all & ~*recv_mask
-                                     : (uint64_t)1 << (half + j % (threads - half));
-}
-
 static sl_status_t
 zmq_open(void **out, const sl_link_env_t *env)
 {
     const sl_transport_opts_t *o = env->o;
-    zlink_t *z;
+    sl_link_zmq_t *z;
     sl_status_t st;
     size_t len;
     int64_t maxmsg = (int64_t)(SL_WIRE_HEADER_BYTES + SL_WIRE_MAX_PAYLOAD);
@@ -194,9 +119,9 @@ zmq_open(void **out, const sl_link_env_t *env)
         goto fail;
     }
     /* a MAC'd frame's checksum covers its header only (sl_wire.h: a local frame) */
-    SL_TRY_GOTO(sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes,
-                              !o->frame_mac),
-                st, fail);
+    SL_TRY_GOTO(
+        sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes, !o->frame_mac), st,
+        fail);
     z->ctx = zmq_ctx_new();
     if (!z->ctx) {
         st = sl_zmq_fail("transport: creating the ZeroMQ context");
@@ -206,14 +131,14 @@ zmq_open(void **out, const sl_link_env_t *env)
         st = sl_zmq_fail("transport: %u ZeroMQ I/O threads", o->io_threads);
         goto fail;
     }
-    affinity_masks(o->io_threads, z->stripes, &recv_mask, z->send_masks);
+    sl_link_zmq_affinity_masks(o->io_threads, z->stripes, &recv_mask, z->send_masks);
     z->router = zmq_socket(z->ctx, ZMQ_ROUTER);
     if (!z->router) {
         st = sl_zmq_fail("transport: creating a ZeroMQ socket");
         goto fail;
     }
-    SL_TRY_GOTO(set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
-    SL_TRY_GOTO(set_u64(z->router, ZMQ_AFFINITY, recv_mask, "ZMQ_AFFINITY"), st, fail);
+    SL_TRY_GOTO(sl_link_zmq_set_int(z->router, ZMQ_LINGER, 0, "ZMQ_LINGER"), st, fail);
+    SL_TRY_GOTO(sl_link_zmq_set_u64(z->router, ZMQ_AFFINITY, recv_mask, "ZMQ_AFFINITY"), st, fail);
     if (o->frame_mac) {
         SL_TRY_GOTO(sl_frame_mac_new(&z->mac, o->rank, o->size), st, fail);
     } else if (o->secret) {
@@ -243,7 +168,7 @@ fail:
 static void
 zmq_close_link(void **ctx)
 {
-    zlink_t *z = ctx ? *ctx : NULL;
+    sl_link_zmq_t *z = ctx ? *ctx : NULL;
 
     if (!z)
         return;
@@ -281,7 +206,7 @@ zmq_close_link(void **ctx)
 const char *
 sl_link_zmq_endpoint(const void *ctx)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     return z->endpoint;
 }
@@ -289,11 +214,10 @@ sl_link_zmq_endpoint(const void *ctx)
 sl_status_t
 sl_link_zmq_connect(void *ctx, const char *const *endpoints)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
 
     if (z->endpoints)
-        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: called twice",
-                          (unsigned)z->o->rank);
+        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: called twice", (unsigned)z->o->rank);
     z->endpoints = calloc(z->o->size, sizeof *z->endpoints);
     if (!z->endpoints)
         return sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
@@ -310,7 +234,7 @@ sl_link_zmq_connect(void *ctx, const char *const *endpoints)
 const unsigned char *
 sl_link_zmq_session(const void *ctx)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     return z->mac ? sl_frame_mac_session(z->mac) : NULL;
 }
@@ -318,7 +242,7 @@ sl_link_zmq_session(const void *ctx)
 void
 sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
 
     if (z->mac)
         sl_frame_mac_learn(z->mac, sessions);
@@ -327,7 +251,7 @@ sl_link_zmq_learn_sessions(void *ctx, const unsigned char *sessions)
 int
 sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *session)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
 
     return z->mac ? sl_frame_mac_set_session(z->mac, peer, session) : -1;
 }
@@ -335,7 +259,7 @@ sl_link_zmq_set_session(void *ctx, uint32_t peer, const unsigned char *session)
 uint64_t
 sl_link_zmq_refused(const void *ctx)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     return z->curve ? sl_curve_refused(z->curve) : 0;
 }
@@ -343,7 +267,7 @@ sl_link_zmq_refused(const void *ctx)
 int
 sl_link_zmq_known(const void *ctx, uint32_t peer)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     return z->endpoints && peer < z->o->size && z->endpoints[peer];
 }
@@ -351,7 +275,7 @@ sl_link_zmq_known(const void *ctx, uint32_t peer)
 uint64_t
 sl_link_zmq_stripe_frames(const void *ctx, unsigned stripe)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     return stripe < z->stripes ? z->stripe_sent[stripe] : 0;
 }
@@ -364,264 +288,12 @@ zmq_serves(void *ctx, uint32_t peer)
     return 1;
 }
 
-/* The DEALER to peer on stripe, connected on first use. It queues frames before the
- * connection is up and while a dead peer is being retried (ZMQ_IMMEDIATE off), so a
- * send blocks only when that queue is full. Stripe 0's is watched for the loss of its
- * connection (zmq_watch); a DEALER that cannot be watched still works, its peer's death
- * found by timeouts. */
-static sl_status_t
-peer_socket(zlink_t *z, uint32_t peer, unsigned stripe, void **out)
-{
-    void **slot = &z->peers[(size_t)peer * z->stripes + stripe];
-    void *s;
-    sl_status_t st;
-    int hb = z->o->heartbeat_ms;
-    char tag[32];
-    unsigned char id[ID_BYTES];
-
-    if (*slot) {
-        *out = *slot;
-        return SL_OK;
-    }
-    if (!z->endpoints || !z->endpoints[peer])
-        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no endpoint for rank %u",
-                          (unsigned)z->o->rank, (unsigned)peer);
-    s = zmq_socket(z->ctx, ZMQ_DEALER);
-    if (!s)
-        return sl_zmq_fail("transport: rank %u: socket to rank %u", (unsigned)z->o->rank,
-                           (unsigned)peer);
-    memcpy(id, z->id, sizeof id);
-    id[ID_BYTES - 1] ^= (unsigned char)stripe;
-    if (zmq_setsockopt(s, ZMQ_ROUTING_ID, id, sizeof id) != 0) {
-        st = sl_zmq_fail("transport: setting ZMQ_ROUTING_ID");
-        goto fail;
-    }
-    SL_TRY_GOTO(set_int(s, ZMQ_LINGER, z->o->linger_ms, "ZMQ_LINGER"), st, fail);
-    SL_TRY_GOTO(set_u64(s, ZMQ_AFFINITY, z->send_masks[stripe], "ZMQ_AFFINITY"), st, fail);
-    if (z->curve)
-        SL_TRY_GOTO(sl_curve_client(z->curve, s, peer), st, fail);
-    if (hb > 0) {
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_IVL, hb, "ZMQ_HEARTBEAT_IVL"), st, fail);
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TIMEOUT, 3 * hb, "ZMQ_HEARTBEAT_TIMEOUT"), st, fail);
-        SL_TRY_GOTO(set_int(s, ZMQ_HEARTBEAT_TTL, 3 * hb, "ZMQ_HEARTBEAT_TTL"), st, fail);
-    }
-    if (stripe == 0) {
-        snprintf(tag, sizeof tag, "%u-%u", (unsigned)peer, z->nwatches++);
-        if (sl_zmq_watch_start(z->ctx, s, tag, &z->watches[peer]) != SL_OK)
-            z->watches[peer] = NULL;
-    }
-    if (zmq_connect(s, z->endpoints[peer]) != 0) {
-        if (stripe == 0)
-            sl_zmq_watch_stop(s, &z->watches[peer]);
-        st = sl_zmq_fail("transport: rank %u: connecting to rank %u at %s", (unsigned)z->o->rank,
-                         (unsigned)peer, z->endpoints[peer]);
-        goto fail;
-    }
-    *slot = s;
-    *out = s;
-    return SL_OK;
-fail:
-    zmq_close(s);
-    return st;
-}
-
-/* Waits up to timeout_ms for socket s to be ready for events (ZMQ_POLLIN/POLLOUT).
- * SL_ERR_TIMEOUT when it is not. */
-static sl_status_t
-wait_ready(void *s, short events, int timeout_ms, const char *what)
-{
-    zmq_pollitem_t it = {s, 0, events, 0};
-    int rc = zmq_poll(&it, 1, timeout_ms);
-
-    if (rc < 0)
-        return sl_zmq_fail("%s", what);
-    return rc == 0 ? SL_ERR_TIMEOUT : SL_OK;
-}
-
-/* Waits up to wait_ms for room to send on s, asking the socket first (ZMQ_EVENTS makes
- * no system call, where a zmq_poll makes two). */
-static sl_status_t
-room_to_send(void *s, int wait_ms)
-{
-    int events = 0;
-    size_t len = sizeof events;
-
-    if (zmq_getsockopt(s, ZMQ_EVENTS, &events, &len) == 0 && (events & ZMQ_POLLOUT))
-        return SL_OK;
-    return wait_ready(s, ZMQ_POLLOUT, wait_ms, "transport: polling");
-}
-
-/* Queues piece j of n of frame id (header hb, payload) on peer's stripe j, lending its
- * bytes (lend) or copying them; s has room. */
-static sl_status_t
-send_piece(zlink_t *z, void *s, uint32_t peer, const unsigned char *hb, uint64_t id, unsigned j,
-           unsigned n, const unsigned char *payload, uint64_t payload_bytes, int lend)
-{
-    zmq_msg_t head, body;
-    unsigned char *hd, trailer[SL_MAC_TRAILER_BYTES];
-    uint64_t off, len;
-    int more = z->mac ? ZMQ_SNDMORE : 0;
-
-    sl_pieces_span(payload_bytes, n, j, &off, &len);
-    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES) != 0)
-        return sl_zmq_fail("transport: a piece's header");
-    hd = zmq_msg_data(&head);
-    memcpy(hd, hb, SL_WIRE_HEADER_BYTES);
-    sl_pieces_desc(hd + SL_WIRE_HEADER_BYTES, id, j, n);
-    if (lend) {
-        sl_lent_take(&z->lent);
-        /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)(payload + off), len, give_back, z) != 0) {
-            give_back(NULL, z);
-            zmq_msg_close(&head);
-            return sl_zmq_fail("transport: lending %" PRIu64 " bytes", len);
-        }
-    } else if (zmq_msg_init_size(&body, len) != 0) {
-        zmq_msg_close(&head);
-        return sl_zmq_fail("transport: %" PRIu64 " bytes", len);
-    } else {
-        memcpy(zmq_msg_data(&body), payload + off, len);
-    }
-    if (z->mac)
-        sl_frame_mac_seal(z->mac, peer, j, hd, SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES,
-                          payload + off, len, trailer);
-    /* once the first part is queued the rest of the message always is */
-    if (zmq_msg_send(&head, s, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
-        zmq_msg_send(&body, s, ZMQ_DONTWAIT | more) < 0 ||
-        (z->mac && zmq_send(s, trailer, sizeof trailer, ZMQ_DONTWAIT) < 0)) {
-        sl_status_t st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
-                                     (unsigned)peer);
-        zmq_msg_close(&head);
-        zmq_msg_close(&body);
-        return st;
-    }
-    zmq_msg_close(&head);
-    zmq_msg_close(&body);
-    z->stripe_sent[j]++;
-    return SL_OK;
-}
-
-/* Queues the frame (h, header hb, payload) in n pieces to h->receiver, piece j on
- * stripe j, once every stripe has room within wait_ms (< 0: no limit): a frame goes
- * out whole or not at all. */
-static sl_status_t
-send_pieces(zlink_t *z, const sl_wire_header_t *h, const unsigned char *hb, const void *payload,
-            unsigned n, int lend, int wait_ms)
-{
-    uint32_t peer = h->receiver;
-    void *s[SL_PIECE_MAX];
-    double deadline = sl_clock_now() + wait_ms / 1e3;
-    sl_status_t st = SL_OK;
-    uint64_t id;
-
-    for (unsigned j = 0; j < n; j++)
-        SL_TRY(peer_socket(z, peer, j, &s[j]));
-    for (unsigned j = 0; j < n && st == SL_OK; j++) {
-        double left_ms = (deadline - sl_clock_now()) * 1e3;
-        st = room_to_send(s[j], wait_ms < 0 ? -1 : left_ms > 0 ? (int)left_ms : 0);
-    }
-    if (st == SL_ERR_TIMEOUT)
-        return sl_err_set(st, "transport: rank %u: no room to send %s to rank %u within %d ms",
-                          (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
-                          wait_ms);
-    SL_TRY(st);
-    id = z->piece_ids[peer]++;
-    for (unsigned j = 0; j < n; j++)
-        SL_TRY(send_piece(z, s[j], peer, hb, id, j, n, payload, h->payload_bytes, lend));
-    z->sent++;
-    return SL_OK;
-}
-
-/* Queues the frame (h, payload) on the DEALER to h->receiver, lending the payload
- * (SL_SEND_LEND) or copying it; a frame large enough for several stripes in pieces. */
-static sl_status_t
-zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload, int flags, int wait_ms)
-{
-    zlink_t *z = ctx;
-    unsigned char hb[SL_WIRE_HEADER_BYTES];
-    uint64_t payload_bytes = h->payload_bytes;
-    uint32_t peer = h->receiver;
-    zmq_msg_t head, body;
-    void *s = NULL;
-    sl_status_t st;
-    int lend, body_live = 0;
-    unsigned char trailer[SL_MAC_TRAILER_BYTES];
-    unsigned stripe = 0, pieces;
-
-    /* validates before anything is allocated; a MAC'd frame's checksum covers the
-     * header only (sl_wire.h: a local frame) */
-    SL_TRY(z->mac ? sl_wire_encode_head(h, hb) : sl_wire_encode(h, payload, hb));
-    if (z->mac && !sl_frame_mac_ready(z->mac))
-        return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
-                          (unsigned)z->o->rank);
-    pieces = z->o->whole_frames ? 1 : sl_pieces_count(payload_bytes, z->stripes);
-    if (pieces > 1)
-        return send_pieces(z, h, hb, payload, pieces,
-                           (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES,
-                           wait_ms);
-    if (z->stripes > 1 && payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
-        stripe = z->next_stripe[peer]; /* moves on once the frame is queued */
-    SL_TRY(peer_socket(z, peer, stripe, &s));
-    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
-    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
-        return sl_zmq_fail("transport: %" PRIu64 " bytes", payload_bytes);
-    memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
-    if (!lend && payload_bytes)
-        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
-    if (lend) {
-        sl_lent_take(&z->lent);
-        /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, z) !=
-            0) {
-            give_back(NULL, z);
-            zmq_msg_close(&head);
-            return sl_zmq_fail("transport: lending %" PRIu64 " bytes", payload_bytes);
-        }
-        body_live = 1;
-    }
-    st = room_to_send(s, wait_ms);
-    if (st == SL_OK && z->mac) /* a sequence number is used only by a frame that leaves */
-        sl_frame_mac_seal(z->mac, peer, stripe, hb, SL_WIRE_HEADER_BYTES, payload, payload_bytes,
-                          trailer);
-    if (st == SL_OK &&
-        zmq_msg_send(&head, s, ZMQ_DONTWAIT | (lend || z->mac ? ZMQ_SNDMORE : 0)) < 0)
-        st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
-                         (unsigned)peer);
-    /* once the first part is queued the rest of the message always is */
-    if (st == SL_OK && lend) {
-        if (zmq_msg_send(&body, s, ZMQ_DONTWAIT | (z->mac ? ZMQ_SNDMORE : 0)) < 0)
-            st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
-                             (unsigned)peer);
-        else
-            body_live = 0;
-    }
-    if (st == SL_OK && z->mac && zmq_send(s, trailer, sizeof trailer, ZMQ_DONTWAIT) < 0)
-        st = sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank,
-                         (unsigned)peer);
-    zmq_msg_close(&head); /* empty after a successful send */
-    if (body_live)
-        zmq_msg_close(&body); /* gives the payload back */
-    if (st == SL_ERR_TIMEOUT)
-        return sl_err_set(st,
-                          "transport: rank %u: no room to send %s to rank %u within "
-                          "%d ms",
-                          (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
-                          wait_ms);
-    if (st == SL_OK) {
-        z->sent++;
-        z->stripe_sent[stripe]++;
-        if (payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
-            z->next_stripe[peer] = (stripe + 1) % z->stripes;
-    }
-    return st;
-}
-
 /* With frame MACs: checks the last part, the trailer, against the frame before it
  * (header and payload in one part or two) and the sender its header claims, and takes
  * the trailer off. SL_OK with *sender proven, else the drop reason (SL_DROP_FRAMING,
  * SL_DROP_MAC, SL_DROP_REPLAY). */
 static unsigned
-check_trailer(zlink_t *z, zframe_t *f, uint32_t *sender)
+check_trailer(sl_link_zmq_t *z, zframe_t *f, uint32_t *sender)
 {
     zmq_msg_t *t;
     const unsigned char *head;
@@ -654,7 +326,7 @@ check_trailer(zlink_t *z, zframe_t *f, uint32_t *sender)
 /* Drops frame f (reason: a sl_wire_reason_t or SL_DROP_*) that came through the
  * connection of rank idrank (UINT32_MAX: not a shoal node's). */
 static void
-drop_frame(zlink_t *z, zframe_t *f, unsigned reason, uint32_t idrank)
+drop_frame(sl_link_zmq_t *z, zframe_t *f, unsigned reason, uint32_t idrank)
 {
     char detail[160];
 
@@ -670,7 +342,7 @@ drop_frame(zlink_t *z, zframe_t *f, unsigned reason, uint32_t idrank)
  * until its frame is whole, which then becomes *out once it passes every check a frame
  * in one message passes; *out stays NULL meanwhile. */
 static void
-take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
+take_piece(sl_link_zmq_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
 {
     const sl_transport_opts_t *o = z->o;
     unsigned char head[SL_WIRE_HEADER_BYTES];
@@ -686,8 +358,7 @@ take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
     }
     memcpy(head, p0, sizeof head);
     switch (sl_pieces_take(z->pieces, h.sender, head, &h, p0 + SL_WIRE_HEADER_BYTES,
-                           zmq_msg_data(&f->part[1]), zmq_msg_size(&f->part[1]), &whole,
-                           &hash)) {
+                           zmq_msg_data(&f->part[1]), zmq_msg_size(&f->part[1]), &whole, &hash)) {
     case SL_PIECES_HELD:
         release_frame(&f->f);
         return;
@@ -726,7 +397,7 @@ take_piece(zlink_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out)
 static sl_status_t
 zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
     const sl_transport_opts_t *o = z->o;
     zmq_msg_t id, m;
     zframe_t *f;
@@ -745,8 +416,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
         z->have_first = 0;
     } else if (zmq_msg_recv(&id, z->router, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&id);
-        return zmq_errno() == EAGAIN ? SL_OK
-                                     : sl_zmq_fail("transport: rank %u", (unsigned)o->rank);
+        return zmq_errno() == EAGAIN ? SL_OK : sl_zmq_fail("transport: rank %u", (unsigned)o->rank);
     }
     *got = 1;
     more = zmq_msg_more(&id);
@@ -779,7 +449,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
     } else if (z->curve) {
         if (!f || f->nparts == 0 || sl_curve_sender(&f->part[0], &idrank) != 0)
             idrank = UINT32_MAX;
-    } else if (zmq_msg_size(&id) == ID_BYTES && idb[0] == 'S') {
+    } else if (zmq_msg_size(&id) == SL_LINK_ZMQ_ID_BYTES && idb[0] == 'S') {
         for (int i = 3; i >= 0; i--)
             idrank = idrank << 8 | idb[1 + i];
     } else {
@@ -802,8 +472,7 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
             return SL_OK;
         }
     }
-    if (f->nparts == 2 &&
-        zmq_msg_size(&f->part[0]) == SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES) {
+    if (f->nparts == 2 && zmq_msg_size(&f->part[0]) == SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES) {
         take_piece(z, f, idrank, out);
         return SL_OK;
     }
@@ -831,12 +500,12 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
 static sl_status_t
 zmq_wait(void *ctx, int timeout_ms)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
 
     if (z->have_first)
         return SL_OK;
     if (timeout_ms != z->rcvtimeo_ms) {
-        SL_TRY(set_int(z->router, ZMQ_RCVTIMEO, timeout_ms, "ZMQ_RCVTIMEO"));
+        SL_TRY(sl_link_zmq_set_int(z->router, ZMQ_RCVTIMEO, timeout_ms, "ZMQ_RCVTIMEO"));
         z->rcvtimeo_ms = timeout_ms;
     }
     zmq_msg_init(&z->first);
@@ -845,20 +514,18 @@ zmq_wait(void *ctx, int timeout_ms)
         return SL_OK;
     }
     zmq_msg_close(&z->first);
-    return zmq_errno() == EAGAIN ? SL_OK
-                                 : sl_zmq_fail("transport: rank %u", (unsigned)z->o->rank);
+    return zmq_errno() == EAGAIN ? SL_OK : sl_zmq_fail("transport: rank %u", (unsigned)z->o->rank);
 }
 
 static sl_status_t
 zmq_wait_sent(void *ctx, int timeout_ms)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
     uint64_t left = sl_lent_wait(&z->lent, timeout_ms);
 
     if (left)
         return sl_err_set(SL_ERR_TIMEOUT,
-                          "transport: rank %u: %" PRIu64
-                          " lent payloads still queued after %d ms",
+                          "transport: rank %u: %" PRIu64 " lent payloads still queued after %d ms",
                           (unsigned)z->o->rank, left, timeout_ms);
     return SL_OK;
 }
@@ -866,7 +533,7 @@ zmq_wait_sent(void *ctx, int timeout_ms)
 static void
 zmq_stats(const void *ctx, uint64_t *sent, uint64_t *received)
 {
-    const zlink_t *z = ctx;
+    const sl_link_zmq_t *z = ctx;
 
     *sent = z->sent;
     *received = z->received;
@@ -880,7 +547,7 @@ zmq_stats(const void *ctx, uint64_t *sent, uint64_t *received)
 static void
 zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
     int no_linger = 0;
 
     if (peer >= z->o->size || !z->peers)
@@ -900,7 +567,7 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
     /* the next DEALERs get another routing id: the new process's ROUTER may already hold
      * the old DEALER's connection (it reconnected to the same endpoint) and would refuse
      * a second one with the same id, silently */
-    for (int i = 5; i < ID_BYTES && ++z->id[i] == 0; i++)
+    for (int i = 5; i < SL_LINK_ZMQ_ID_BYTES && ++z->id[i] == 0; i++)
         ;
     if (endpoint && z->endpoints &&
         (!z->endpoints[peer] || strcmp(z->endpoints[peer], endpoint) != 0)) {
@@ -915,7 +582,7 @@ zmq_forget(void *ctx, uint32_t peer, const char *endpoint)
 static void
 zmq_watch(void *ctx)
 {
-    zlink_t *z = ctx;
+    sl_link_zmq_t *z = ctx;
 
     for (uint32_t p = 0; p < z->o->size; p++) {
         sl_zmq_watch_news_t news =
@@ -931,7 +598,7 @@ const sl_link_ops_t sl_link_zmq_ops = {
     .open = zmq_open,
     .close = zmq_close_link,
     .serves = zmq_serves,
-    .send = zmq_send_frame,
+    .send = sl_link_zmq_send_frame,
     .recv = zmq_recv_frame,
     .take = NULL,
     .nap_ms = NULL,
