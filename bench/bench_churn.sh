@@ -3,18 +3,19 @@
 # each sync mode: the run without faults, then the same run with one random node
 # SIGKILLed every T seconds, which `shoal run` restarts DELAY_MS later (cluster.restart)
 # and which comes back to the running job, for each T. Per run: the wall time, the
-# tokens trained (every node's steps, less the steps a node skipped when it came back),
+# tokens trained (every node's steps, less the steps no node trained for a dead one),
 # goodput = tokens per second against the fault-free run's of the same trial (each trial
 # runs the fault-free run and then the faulty ones, side by side), the seconds from a node's
 # restart to its first answered round or its admission (the first of the others' "node
 # R joined the run" lines), also in sync rounds of the fault-free run (its node 0's
 # training time per step times the period: 16 steps, 1 for allreduce), the final
-# model's valid perplexity against the fault-free run's, and hangs.
+# model's valid perplexity against the fault-free run's at equal steps and at equal
+# tokens, and hangs.
 #
 #   bench/bench_churn.sh [--nodes "4 8"] [--every "60 20"] [--delay-ms 5000]
 #                        [--modes "gossip-bmuf bmuf allreduce"] [--steps S] [--trials K]
 #                        [--signal KILL|STOP] [--baseline each|first]
-#                        [--set KEY=VALUE]... [--out DIR] [--keep]
+#                        [--equal-tokens yes|no] [--set KEY=VALUE]... [--out DIR] [--keep]
 #   bench/bench_churn.sh --report DIR
 #
 #   --nodes LIST    numbers of nodes, all on this machine (default "4 8")
@@ -31,6 +32,13 @@
 #   --baseline B    each (default): a fault-free run in every trial; first: only in
 #                   trial 1, against which every later trial's goodput and perplexity
 #                   are taken (for many trials that count hangs and lost models)
+#   --equal-tokens yes|no
+#                   yes (default): after each faulty run, the fault-free run again,
+#                   stopped (train.max_steps) at the step where its n nodes have
+#                   trained the faulty run's tokens, on the full run's learning-rate
+#                   schedule (train.schedule.steps S), for the perplexity at equal
+#                   tokens (the fault-free run itself when no tokens were lost); no:
+#                   those runs are not made (the column shows "-")
 #   --set KEY=VALUE passed to every run
 #   --out DIR       run folders, logs, table (default a temp dir, removed unless --keep)
 #   --report DIR    no runs: the table again from DIR, the --out of an earlier run
@@ -45,7 +53,8 @@
 # machine). A node that comes back starts from a live node's state a round or two
 # ahead of the others, so the batches of its share from its death to that step are
 # never trained: they are subtracted from the tokens (the step a node had reached when
-# it was killed is the last step in its metrics.jsonl then). A run that takes more than
+# it was killed is the last step in its metrics.jsonl then), and so are the steps
+# from its death to the end of the run when it never came back. A run that takes more than
 # 3 x the fault-free run's wall + 120 s is killed and counted as a hang; one that ends
 # without the run's model.bin is counted too.
 #
@@ -68,6 +77,7 @@ steps=3000
 trials=1
 signal=KILL
 baseline=each
+equal_tokens=yes
 sets=()
 out=""
 keep=0
@@ -80,7 +90,7 @@ die() {
 
 while [ $# -gt 0 ]; do
     case $1 in
-    --nodes | --every | --delay-ms | --modes | --steps | --trials | --signal | --baseline | --set | --out | --report)
+    --nodes | --every | --delay-ms | --modes | --steps | --trials | --signal | --baseline | --equal-tokens | --set | --out | --report)
         [ $# -ge 2 ] || die "$1 needs a value (see --help)"
         case $1 in
         --nodes) nodes_list=$2 ;;
@@ -90,6 +100,7 @@ while [ $# -gt 0 ]; do
         --steps) steps=$2 ;;
         --trials) trials=$2 ;;
         --baseline) baseline=$2 ;;
+        --equal-tokens) equal_tokens=$2 ;;
         --signal) signal=$2 ;;
         --set) sets+=(--set "$2") ;;
         --out) out=$2 ;;
@@ -116,6 +127,7 @@ done
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
 case $signal in KILL | STOP) ;; *) die "--signal must be KILL or STOP, not '$signal'" ;; esac
 case $baseline in each | first) ;; *) die "--baseline must be each or first, not '$baseline'" ;; esac
+case $equal_tokens in yes | no) ;; *) die "--equal-tokens must be yes or no, not '$equal_tokens'" ;; esac
 if [ -n "$report" ]; then
     [ -r "$report/settings" ] && [ -r "$report/table" ] ||
         die "$report: no settings and table of a run of $me here"
@@ -149,7 +161,8 @@ cpu=$(bench_cpu)
 batch=32 bptt=20 # bench_small_model's
 
 bench_small_model "$data" "$out"
-common=("${small_model[@]}" --set train.max_steps="$steps" --set train.schedule.type=linear
+# the rate decays over the full run's steps, also in a run stopped early at equal tokens
+common=("${small_model[@]}" --set train.schedule.steps="$steps" --set train.schedule.type=linear
     --set run.log_every=10 --set run.checkpoint_every=200
     --set sync.timeout_ms=1000 --set cluster.timeout_ms=5000
     --set cluster.restart.max=1000 --set cluster.restart.delay_ms="$delay_ms")
@@ -183,15 +196,15 @@ kill_every() {
     done
 }
 
-# run_one NAME N T LIMIT_S: one run (T 0: no faults), its stderr timestamped into
-# NAME.log (terse lines: measure reads their fields by position); prints "rc wall_s"
-# (rc 124: killed after LIMIT_S, a hang)
+# run_one NAME N T LIMIT_S [STEPS]: one run of STEPS steps a node (default S; T 0: no
+# faults), its stderr timestamped into NAME.log (terse lines: measure reads their fields
+# by position); prints "rc wall_s" (rc 124: killed after LIMIT_S, a hang)
 run_one() {
-    local name=$1 n=$2 t=$3 limit=$4 start rc=0
+    local name=$1 n=$2 t=$3 limit=$4 max=${5:-$steps} start rc=0
     : >"$out/$name.kills"
     start=$EPOCHREALTIME
     SHOAL_LOG=info SHOAL_LOG_FORMAT=terse "$shoal" run "$conf" "${common[@]}" "${args[@]}" "${sets[@]}" \
-        --set cluster.nodes="$n" --set run.dir="$out/$name" -n "$n" \
+        --set cluster.nodes="$n" --set train.max_steps="$max" --set run.dir="$out/$name" -n "$n" \
         2> >(while IFS= read -r l; do printf '%s %s\n' "$EPOCHREALTIME" "$l"; done >"$out/$name.log") \
         >/dev/null &
     child=$!
@@ -211,28 +224,36 @@ run_one() {
     awk -v s="$start" -v e="$EPOCHREALTIME" -v rc="$rc" 'BEGIN { printf "%d %.1f\n", rc, e - s }'
 }
 
-# measure NAME N RC WALL: "kills comebacks tokens ppl model back_median back_max round_s"
-# of a run (round_s: node 0's training seconds per step times the period)
+# measure NAME N RC WALL [STEPS]: "kills comebacks tokens ppl model back_median back_max
+# round_s" of a run of STEPS steps a node (default S; round_s: node 0's training seconds
+# per step times the period)
 measure() {
-    local name=$1 n=$2 rc=$3 wall=$4 dir=$out/$1 model=yes round
+    local name=$1 n=$2 rc=$3 wall=$4 max=${5:-$steps} dir=$out/$1 model=yes round
     round=$(awk -v t="$(bench_num train_time_s "$dir/node-0/summary.json")" \
         -v s="$(bench_num steps "$dir/node-0/summary.json")" -v p="$period" \
         'BEGIN { if (s > 0) printf "%.4f", t / s * p; else print "nan" }')
     [ -s "$dir/model.bin" ] || model=no
-    # comebacks from the log: "came back at step S" per rank, in order, against the kills
-    awk -v n="$n" -v steps="$steps" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" -v round="$round" \
+    # the steps no node trained: a rank is down from its first kill (a second kill while
+    # it is down, of the stopped process or of its restart, changes nothing) to its
+    # "came back at step S" line, or to the end of the run; kills and log lines merged
+    # by their times
+    awk -v n="$n" -v steps="$max" -v tok="$((batch * bptt))" -v kills="$out/$name.kills" -v round="$round" \
         -v ppl="$(bench_num valid_ppl "$dir/summary.json")" -v model="$model" '
+        function kills_until(t) {
+            while (ki < nk && kt[ki + 1] <= t) { ki++; if (!(kr[ki] in down)) down[kr[ki]] = ks[ki] } }
         BEGIN { while ((getline line < kills) > 0) { split(line, k, " ")
-                    nk++; kr[nk] = k[2]; ks[nk] = k[3] } }
+                    nk++; kt[nk] = k[1] + 0; kr[nk] = k[2]; ks[nk] = k[3] } }
+        { kills_until($1 + 0) }
         / node [0-9]+: train: info: came back at step / {
             r = $3; sub(":", "", r); s = $0; sub(/.*came back at step /, "", s); s += 0
-            for (i = 1; i <= nk; i++) if (kr[i] == r && !used[i]) { used[i] = 1; skipped += s - ks[i]; break }
+            if (r in down) { skipped += s - down[r]; delete down[r] }
             nb++ }
         / shoal run: node [0-9]+ restarted/ { r = $5; restarted[r] = $1 }
         / train: info: step [0-9]+: node [0-9]+ joined the run / {
             r = $9; if (restarted[r] != "" && !(r in first)) { first[r] = 1
                 d = $1 - restarted[r]; back[++m] = d; delete restarted[r]; delete first[r] } }
-        END { total = n * steps - skipped
+        END { kills_until(1e300); for (r in down) skipped += steps - down[r]
+              total = n * steps - skipped
               for (i = 2; i <= m; i++) { x = back[i]; for (j = i - 1; j >= 1 && back[j] > x; j--)
                       back[j + 1] = back[j]; back[j + 1] = x }  # sorted, for the median
               med = m ? back[int((m + 1) / 2)] : 0; mx = m ? back[m] : 0
@@ -240,12 +261,30 @@ measure() {
                   model, med, mx, round }' "$out/$name.log"
 }
 
+# equal_tokens_run NAME N ROW: "ppl steps" of the fault-free run stopped where its N
+# nodes have trained the tokens of the faulty run NAME (its table ROW), on the full
+# run's schedule; the trial's fault-free run when that is all S steps; "- -" when
+# --equal-tokens no or the faulty run left no perplexity
+equal_tokens_run() {
+    local name=$1-equal n=$2 field rc wall at ppl
+    read -ra field <<<"$3"
+    if [ "$equal_tokens" = no ] || [ "${field[9]}" = nan ]; then echo "- -"; return; fi
+    at=$(awk -v t="${field[8]}" -v d="$((n * batch * bptt))" 'BEGIN { printf "%d", t / d + 0.5 }')
+    if [ "$at" -ge "$steps" ]; then echo "${free_ppl:-nan} $steps"; return; fi
+    echo "n=$n $mode: fault-free to step $at (the tokens of $1) ..." >&2
+    read -r rc wall <<<"$(run_one "$name" "$n" 0 100000 "$at")"
+    [ "$rc" = 0 ] || { tail -n 5 "$out/$name.log" >&2; die "the fault-free run $name failed"; }
+    ppl=$(bench_num valid_ppl "$out/$name/summary.json")
+    echo "${ppl:-nan} $at"
+}
+
 run_all() {
     "$shoal" keygen "$out/key" >/dev/null || die "shoal keygen failed"
     echo "# cpu: $cpu"
     echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     : >"$out/table"
-    declare -p nodes_list every delay_ms modes steps trials signal baseline sets cpu >"$out/settings"
+    declare -p nodes_list every delay_ms modes steps trials signal baseline equal_tokens sets cpu \
+        >"$out/settings"
     for n in $nodes_list; do
         for mode in $modes; do
             mode_args "$mode" "$n"
@@ -256,7 +295,8 @@ run_all() {
                     echo "n=$n $mode: fault-free, trial $k ..." >&2
                     read -r rc wall <<<"$(run_one "$name" "$n" 0 100000)"
                     [ "$rc" = 0 ] || { tail -n 5 "$out/$name.log" >&2; die "the fault-free run $name failed"; }
-                    echo "$n $mode 0 $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
+                    echo "$n $mode 0 $k $rc $wall $(measure "$name" "$n" "$rc" "$wall") - -" >>"$out/table"
+                    free_ppl=$(bench_num valid_ppl "$out/$name/summary.json")
                     limit=$(awk -v w="$wall" 'BEGIN { printf "%d", 3 * w + 120 }')
                 fi
                 for t in $every; do
@@ -264,7 +304,9 @@ run_all() {
                     name=n$n-$mode-every$t-$k
                     echo "n=$n $mode: a kill every $t s, trial $k ..." >&2
                     read -r rc wall <<<"$(run_one "$name" "$n" "$t" "$limit")"
-                    echo "$n $mode $t $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")" >>"$out/table"
+                    row="$n $mode $t $k $rc $wall $(measure "$name" "$n" "$rc" "$wall")"
+                    equal=$(equal_tokens_run "$name" "$n" "$row") # not inside echo: its die must stop this
+                    echo "$row $equal" >>"$out/table"
                 done
             done
         done
@@ -276,17 +318,20 @@ run_all() {
 echo
 echo "## churn ($cpu; $steps steps a node, SIG$signal, restart after $delay_ms ms)"
 echo
-echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | back, rounds | valid ppl | ppl vs fault-free | model.bin |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| n | mode | kill every s | trial | exit | wall s | kills | came back | tokens | goodput | back s (median, max) | back, rounds | valid ppl | ppl vs fault-free | vs fault-free, equal tokens | model.bin |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 awk 'NR == FNR { if ($3 == 0) { k = $1 " " $2 " " $4; rate[k] = $9 / $6; ppl[k] = $10; rnd[k] = $14 }
         next }
     { key = $1 " " $2 " " $4; if (!(key in rate)) key = $1 " " $2 " 1"  # --baseline first
       base = rate[key]; bppl = ppl[key]; r = rnd[key] + 0
       g = ($9 / $6) / base; hang = $5 == 124 ? " (hang)" : ""
       rounds = r > 0 ? sprintf("%.1f, %.1f", $12 / r, $13 / r) : "-"
-      printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %s | %+.2f%% | %s |\n",
+      # $15, $16: perplexity and steps of the fault-free run at equal tokens ("-" for
+      # none; absent in tables of older runs)
+      equal = $15 + 0 > 0 && $10 + 0 > 0 ? sprintf("%+.2f%% (%d steps)", 100 * ($10 / $15 - 1), $16) : "-"
+      printf "| %s | %s | %s | %s | %s%s | %.0f | %s | %s | %s | %.1f%% | %.1f, %.1f | %s | %s | %+.2f%% | %s | %s |\n",
           $1, $2, $3 == 0 ? "none" : $3, $4, $5, hang, $6, $7, $8, $9, 100 * g, $12, $13, rounds,
-          $10, 100 * ($10 / bppl - 1), $11 }' "$out/table" "$out/table"
+          $10, 100 * ($10 / bppl - 1), equal, $11 }' "$out/table" "$out/table"
 echo
 awk '$3 != 0 { runs++; if ($5 == 124) hangs++; if ($11 != "yes") nomodel++ }
     END { printf "# %d faulty runs: %d hangs, %d without the run'"'"'s model.bin\n", runs, hangs, nomodel }' "$out/table"
