@@ -1,8 +1,9 @@
 /* The CUDA backend's own kernels: LSTM cell forward/backward, embedding gather and
  * unique-row scatter-add, full and sampled softmax cross-entropy, dropout (the CPU's
  * counter RNG, ported bit for bit), optimizer updates, element-wise ops, sums of
- * squares, 16-bit conversion. Each op queues on the backend's stream; the ones that
- * return a number to the host (sumsq, the softmax losses) wait for it.
+ * squares (the 16-bit conversions are in sl_cuda_half.cu). Each op queues on the
+ * backend's stream; the ones that return a number to the host (sumsq, the softmax
+ * losses) wait for it.
  *
  * Why no cuDNN here: the backend interface is per LSTM cell and per time step (the
  * model interleaves the recurrent gemm, the cell and the projection, and backward
