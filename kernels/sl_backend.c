@@ -83,6 +83,12 @@ sl_backend_destroy(sl_backend_t **b)
     *b = NULL;
 }
 
+int
+sl_backend_on_host(const sl_backend_t *be)
+{
+    return strncmp(be->name, "cpu", 3) == 0;
+}
+
 sl_status_t
 sl_backend_host_alloc(sl_backend_t *be, void **ptr, size_t bytes)
 {

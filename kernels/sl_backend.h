@@ -190,6 +190,11 @@ void sl_backend_destroy(sl_backend_t **b);
  * code, or why there is none. Needs no GPU. */
 void sl_backend_cuda_describe(char *buf, size_t size);
 
+/* 1 where be computes in host memory (cpu), 0 for a device's (cuda): what a caller
+ * decides by it is whether its buffers need a host copy, and how much memory it may
+ * take (a device's is ample next to a window's logits). */
+int sl_backend_on_host(const sl_backend_t *be);
+
 /* be's host_alloc / host_free (above): *ptr gets zeroed staging memory of bytes; free
  * with sl_backend_host_free, which accepts a NULL *ptr and sets *ptr to NULL. */
 sl_status_t sl_backend_host_alloc(sl_backend_t *be, void **ptr, size_t bytes);

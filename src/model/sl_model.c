@@ -255,8 +255,8 @@ alloc_workspace(sl_lm_t *lm)
     SL_TRY(DEV_ALLOC(lm, &lm->dm, mb * hmax, "dm"));
     SL_TRY(DEV_ALLOC(lm, &lm->dc, mb * hmax, "dc"));
 
-    lm->chunk = (int)((strncmp(lm->be->name, "cpu", 3) == 0 ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) /
-                      (size_t)lm->V);
+    lm->chunk =
+        (int)((sl_backend_on_host(lm->be) ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)lm->V);
     if (lm->chunk < 1)
         lm->chunk = 1;
     if (lm->chunk > lm->max_rows)

@@ -23,7 +23,7 @@ sl_staging_needed(const sl_backend_t *be, int nranks, sl_sync_algorithm_t algori
 
     if (nranks < 2 || algorithm == SL_SYNC_NONE)
         return 0;
-    return strncmp(be->name, "cpu", 3) != 0 || (force && strcmp(force, "1") == 0);
+    return !sl_backend_on_host(be) || (force && strcmp(force, "1") == 0);
 }
 
 sl_status_t
