@@ -111,22 +111,17 @@ check_step(const sl_lm_t *lm, const sl_lm_state_t *st, const int32_t *x, const i
     return SL_OK;
 }
 
-/* The recurrent loop's products of a window all use the same W_hh, and with a
- * projection the same W_proj. Where the backend has gemm_packed and packs at its
- * precision, such a weight is packed once for the window (pack_b costs about one
- * product) instead of inside every one of the T products, as a plain gemm does; a
- * window of one step, a generated token's, keeps the plain gemm. pack_window returns
- * the packed op(B) (k, n), or NULL for gemm. */
-enum { PACK_MIN_T = 2 };
-
+/* op(B) (k, n) packed into buf (nbuf floats) for gemm_packed, where packing pays for the
+ * caller (pays), the backend packs at its precision and the copy fits; returns buf, or
+ * NULL: use gemm. */
 static const float *
-pack_window(sl_lm_t *lm, float *buf, size_t nbuf, int trans, int k, int n, const float *b, int ldb,
-            int T)
+pack_operand(sl_lm_t *lm, float *buf, size_t nbuf, int trans, int k, int n, const float *b, int ldb,
+             int pays)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     size_t pf;
 
-    if (!buf || T < PACK_MIN_T)
+    if (!buf || !pays)
         return NULL;
     pf = o->packed_floats(lm->be->ctx, k, n);
     if (pf == 0 || pf > nbuf)
@@ -135,14 +130,21 @@ pack_window(sl_lm_t *lm, float *buf, size_t nbuf, int trans, int k, int n, const
     return buf;
 }
 
+/* The recurrent loop's products of a window all use the same W_hh, and with a
+ * projection the same W_proj. Where the backend has gemm_packed and packs at its
+ * precision, such a weight is packed once for the window (pack_b costs about one
+ * product) instead of inside every one of the T products, as a plain gemm does; a
+ * window of one step, a generated token's, keeps the plain gemm. */
+enum { PACK_MIN_T = 2 };
+
 /* op(W_hh): trans, W_hh^T (R, 4H); else W_hh (4H, R). */
 static const float *
 pack_recurrent(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
 {
     int g4 = 4 * ly->h;
 
-    return pack_window(lm, lm->packed, lm->npacked, trans, trans ? ly->r : g4, trans ? g4 : ly->r,
-                       lm->params + ly->w_hh, ly->r, T);
+    return pack_operand(lm, lm->packed, lm->npacked, trans, trans ? ly->r : g4, trans ? g4 : ly->r,
+                        lm->params + ly->w_hh, ly->r, T >= PACK_MIN_T);
 }
 
 /* op(W_proj): trans, W_proj^T (H, P); else W_proj (P, H). */
@@ -151,11 +153,11 @@ pack_projection(sl_lm_t *lm, const sl_lm_layer_t *ly, int trans, int T)
 {
     if (ly->p == 0)
         return NULL;
-    return pack_window(lm, lm->packed_proj, lm->nproj, trans, trans ? ly->h : ly->p,
-                       trans ? ly->p : ly->h, lm->params + ly->w_proj, ly->h, T);
+    return pack_operand(lm, lm->packed_proj, lm->nproj, trans, trans ? ly->h : ly->p,
+                        trans ? ly->p : ly->h, lm->params + ly->w_proj, ly->h, T >= PACK_MIN_T);
 }
 
-/* C (m, n) = A (m, k) op(B) + beta C, beta 0 or 1: from pack_window's copy, else gemm
+/* C (m, n) = A (m, k) op(B) + beta C, beta 0 or 1: from pack_operand's copy, else gemm
  * on b (ldb) as stored. */
 static void
 window_product(sl_lm_t *lm, const float *packed, int trans, int m, int n, int k, const float *a,
@@ -185,15 +187,13 @@ packed_product(sl_lm_t *lm, int N, int trans_a, int trans_b, int m, int n, int k
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
+    const float *p =
+        pack_operand(lm, lm->packed, lm->npacked, trans_b, k, n, b, ldb, N >= PACK_MIN_ROWS);
 
-    size_t pf = lm->packed && N >= PACK_MIN_ROWS ? o->packed_floats(ctx, k, n) : 0;
-
-    if (pf > 0 && pf <= lm->npacked) {
-        o->pack_b(ctx, trans_b, k, n, b, ldb, lm->packed);
-        o->gemm_packed(ctx, trans_a, m, n, k, a, lda, lm->packed, beta, c, ldc);
-    } else {
+    if (p)
+        o->gemm_packed(ctx, trans_a, m, n, k, a, lda, p, beta, c, ldc);
+    else
         o->gemm(ctx, trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
-    }
 }
 
 /* The recurrent loops replay the backend's recording of themselves where it records
