@@ -258,15 +258,13 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
     if (z->mac && !sl_frame_mac_ready(z->mac))
         return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
+    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     pieces = z->o->whole_frames ? 1 : sl_pieces_count(payload_bytes, z->stripes);
     if (pieces > 1)
-        return send_pieces(z, h, hb, payload, pieces,
-                           (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES,
-                           wait_ms);
+        return send_pieces(z, h, hb, payload, pieces, lend, wait_ms);
     if (z->stripes > 1 && payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
         stripe = z->next_stripe[peer]; /* moves on once the frame is queued */
     SL_TRY(peer_socket(z, peer, stripe, &s));
-    lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
         return sl_zmq_fail("transport: %" PRIu64 " bytes", payload_bytes);
     memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
