@@ -11,6 +11,7 @@
 
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
+#include "common/sl_endian.h"
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
 
@@ -224,8 +225,7 @@ send_average(sl_final_t *f, int nmodels)
     double until;
 
     SL_TRY(SL_ALLOC(&keys, (size_t)f->env.size, "final model receipts"));
-    for (int i = 0; i < 4; i++)
-        count[i] = (unsigned char)((uint32_t)nmodels >> (8 * i));
+    sl_put_u32(count, (uint32_t)nmodels);
     for (int r = f->env.rank + 1; r < f->env.size; r++) {
         sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)r, SL_WIRE_DATA};
         sl_status_t st;
@@ -278,14 +278,13 @@ recv_average(sl_final_t *f, int g, int first_ms, int *nmodels)
 {
     sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
     unsigned char count[4];
-    uint32_t n = 0;
+    uint32_t n;
     size_t got;
 
     SL_TRY(sl_transport_recv(f->env.tr, &k, count, sizeof count, &got, first_ms));
-    for (int i = 0; i < 4; i++)
-        n |= (uint32_t)count[i] << (8 * i);
     if (got != sizeof count)
         return sl_err_set(SL_ERR_INVALID, "its count in %zu bytes, not %zu", got, sizeof count);
+    n = sl_get_u32(count);
     if (n < 2 || n > (uint32_t)(f->env.size - g))
         return sl_err_set(SL_ERR_INVALID, "an average of %u models, not 2 to %d", (unsigned)n,
                           f->env.size - g);
