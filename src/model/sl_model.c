@@ -17,7 +17,8 @@
 /* Floats of full-softmax logits per row chunk: 32 MB on the CPU; 128 MB on a device,
  * whose memory has room and whose output products run faster over all of a window's
  * rows than in chunks (the LSTMP model's 2,240 rows x 10,002 words in one chunk, not
- * three: 4% more tokens/s on an H200, bench/README.md). */
+ * three: 4% more tokens/s on an H200 between two device runs, not side by side;
+ * bench/README.md). */
 #define LOGIT_BUDGET ((size_t)1 << 23)
 #define LOGIT_BUDGET_DEVICE ((size_t)1 << 25)
 #define INIT_CHUNK 65536 /* floats staged on the host per init upload */
