@@ -34,6 +34,41 @@ node_new(uint32_t rank)
     return t;
 }
 
+/* Frame MACs of ranks 0 and 1 of 2, each knowing both session keys (held in sessions,
+ * 2 * SL_MAC_SESSION_BYTES). */
+static void
+macs_new(sl_frame_mac_t *m[2], unsigned char *sessions)
+{
+    for (uint32_t r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_frame_mac_new(&m[r], r, 2), SL_OK);
+        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_frame_mac_session(m[r]),
+               SL_MAC_SESSION_BYTES);
+    }
+    for (uint32_t r = 0; r < 2; r++)
+        sl_frame_mac_learn(m[r], sessions);
+}
+
+/* A new process for rank 1: its frame MAC, which learns rank 0's key from sessions and
+ * leaves its own there in rank 1's place. */
+static sl_frame_mac_t *
+mac_reborn(unsigned char *sessions)
+{
+    sl_frame_mac_t *reborn;
+
+    ck_assert_int_eq(sl_frame_mac_new(&reborn, 1, 2), SL_OK);
+    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_frame_mac_session(reborn), SL_MAC_SESSION_BYTES);
+    sl_frame_mac_learn(reborn, sessions);
+    return reborn;
+}
+
+static void
+macs_destroy(sl_frame_mac_t *m[2], sl_frame_mac_t **reborn)
+{
+    sl_frame_mac_destroy(reborn);
+    for (int r = 0; r < 2; r++)
+        sl_frame_mac_destroy(&m[r]);
+}
+
 /* Frame MACs when a rank's process is new: once rank 1's new session key is installed
  * its old process's frames are refused, the new one's are taken, and the peer's frames
  * to the new process prove nothing to the old one (the pair keys changed). The key held
@@ -43,20 +78,12 @@ START_TEST(test_frame_mac_new_session)
     sl_frame_mac_t *m[3], *reborn;
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES], head[64], old[24], fresh[24], to[24];
 
-    for (uint32_t r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_frame_mac_new(&m[r], r, 2), SL_OK);
-        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_frame_mac_session(m[r]),
-               SL_MAC_SESSION_BYTES);
-    }
-    for (uint32_t r = 0; r < 2; r++)
-        sl_frame_mac_learn(m[r], sessions);
+    macs_new(m, sessions);
     memset(head, 0x33, sizeof head);
     sl_frame_mac_seal(m[1], 0, 0, head, sizeof head, NULL, 0, old);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, old), SL_MAC_OK);
     /* rank 1 again, a new process: it learns rank 0's key, rank 0 installs its new one */
-    ck_assert_int_eq(sl_frame_mac_new(&reborn, 1, 2), SL_OK);
-    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_frame_mac_session(reborn), SL_MAC_SESSION_BYTES);
-    sl_frame_mac_learn(reborn, sessions);
+    reborn = mac_reborn(sessions);
     sl_frame_mac_seal(m[1], 0, 0, head, sizeof head, NULL, 0, old); /* the dead one's next */
     sl_frame_mac_seal(reborn, 0, 0, head, sizeof head, NULL, 0, fresh);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, NULL, 0, fresh), SL_MAC_BAD);
@@ -69,9 +96,7 @@ START_TEST(test_frame_mac_new_session)
     sl_frame_mac_seal(m[0], 1, 0, head, sizeof head, NULL, 0, to);
     ck_assert_int_eq(sl_frame_mac_check(m[1], 0, head, 64, NULL, 0, to), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_check(reborn, 0, head, 64, NULL, 0, to), SL_MAC_OK);
-    sl_frame_mac_destroy(&reborn);
-    for (int r = 0; r < 2; r++)
-        sl_frame_mac_destroy(&m[r]);
+    macs_destroy(m, &reborn);
 }
 END_TEST
 
@@ -85,13 +110,7 @@ START_TEST(test_frame_mac_stripes)
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES], head[64], body[300];
     unsigned char t[3][2][SL_MAC_TRAILER_BYTES], moved[SL_MAC_TRAILER_BYTES], fresh[24];
 
-    for (uint32_t r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_frame_mac_new(&m[r], r, 2), SL_OK);
-        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_frame_mac_session(m[r]),
-               SL_MAC_SESSION_BYTES);
-    }
-    for (uint32_t r = 0; r < 2; r++)
-        sl_frame_mac_learn(m[r], sessions);
+    macs_new(m, sessions);
     memset(head, 0x5a, sizeof head);
     for (size_t i = 0; i < sizeof body; i++)
         body[i] = (unsigned char)(i * 11);
@@ -117,15 +136,11 @@ START_TEST(test_frame_mac_stripes)
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, moved), SL_MAC_BAD);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, t[0][1]), SL_MAC_OK);
     /* a new process for rank 1: stripe 1 counts from 1 again */
-    ck_assert_int_eq(sl_frame_mac_new(&reborn, 1, 2), SL_OK);
-    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_frame_mac_session(reborn), SL_MAC_SESSION_BYTES);
-    sl_frame_mac_learn(reborn, sessions);
+    reborn = mac_reborn(sessions);
     ck_assert_int_eq(sl_frame_mac_set_session(m[0], 1, sl_frame_mac_session(reborn)), 1);
     sl_frame_mac_seal(reborn, 0, 1, head, sizeof head, body, sizeof body, fresh);
     ck_assert_int_eq(sl_frame_mac_check(m[0], 1, head, 64, body, 300, fresh), SL_MAC_OK);
-    sl_frame_mac_destroy(&reborn);
-    for (int r = 0; r < 2; r++)
-        sl_frame_mac_destroy(&m[r]);
+    macs_destroy(m, &reborn);
 }
 END_TEST
 
@@ -137,33 +152,19 @@ START_TEST(test_pair_mac_new_key)
 {
     sl_transport_t *t[2], *reborn;
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
-    const char *eps[2];
     float v[3] = {1, 2, 3}, back[3];
     size_t got;
     sl_wire_key_t to0 = {1, 2, 0, 0, SL_WIRE_DATA}, from1 = {1, 2, 0, 1, SL_WIRE_DATA};
     sl_wire_key_t never = {99, 0, 0, 1, SL_WIRE_DATA};
     double deadline;
 
-    for (uint32_t r = 0; r < 2; r++) {
+    for (uint32_t r = 0; r < 2; r++)
         t[r] = node_new(r);
-        memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
-               SL_MAC_SESSION_BYTES);
-    }
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(t[1]);
-    for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
-        sl_transport_learn_sessions(t[r], sessions);
-    }
+    test_pair_connect(t, 1);
     ck_assert_int_eq(sl_transport_send(t[1], &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, sizeof back, &got, TEST_WAIT_MS), SL_OK);
     reborn = node_new(1);
-    memcpy(sessions, sl_transport_session(t[0]), SL_MAC_SESSION_BYTES);
-    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(reborn), SL_MAC_SESSION_BYTES);
-    sl_transport_learn_sessions(reborn, sessions);
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(reborn);
-    ck_assert_int_eq(sl_transport_connect(reborn, eps), SL_OK);
+    test_pair_join(t[0], reborn, sessions);
     /* before the key: dropped */
     to0.round = from1.round = 2;
     ck_assert_int_eq(sl_transport_send(reborn, &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport/sl_frame_mac.h"
 #include "transport/sl_transport.h"
 
 #include "test_tool.h"
@@ -21,9 +20,6 @@ static void
 pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, int whole_frames,
           const sl_secret_t *secret, int frame_mac)
 {
-    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
-    const char *eps[2];
-
     for (uint32_t r = 0; r < 2; r++) {
         sl_transport_opts_t o;
         sl_transport_opts_default(&o);
@@ -39,17 +35,8 @@ pair_open(sl_transport_t *t[2], unsigned io_threads, unsigned stripes, int whole
         o.whole_frames = whole_frames;
         o.shm = 0; /* everything over ZeroMQ, as between hosts */
         ck_assert_msg(sl_transport_new(&t[r], &o) == SL_OK, "%s", sl_err_msg());
-        if (frame_mac)
-            memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
-                   SL_MAC_SESSION_BYTES);
     }
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(t[1]);
-    for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
-        if (frame_mac)
-            sl_transport_learn_sessions(t[r], sessions);
-    }
+    test_pair_connect(t, frame_mac);
 }
 
 /* floats of a frame in pieces (3 with 3 stripes), of one that takes a stripe whole (64
@@ -62,8 +49,8 @@ enum { BIG = 70001, MID = 20000, SMALL = 100, FRAMES = 12, EACH = BIG + MID + SM
  * large frames whole too, in turn. Checks that nothing was dropped and how many messages
  * each stripe carried. */
 static void
-exchange(unsigned stripes, int whole_frames, int mode, const sl_secret_t *secret,
-         const float *src, float *got)
+exchange(unsigned stripes, int whole_frames, int mode, const sl_secret_t *secret, const float *src,
+         float *got)
 {
     sl_transport_t *t[2];
     size_t n;
@@ -80,11 +67,11 @@ exchange(unsigned stripes, int whole_frames, int mode, const sl_secret_t *secret
             ck_assert_msg(sl_transport_send(t[r], &big, p, BIG, SL_WIRE_FP32, 1.0f, lend, -1) ==
                               SL_OK,
                           "%s", sl_err_msg());
-            ck_assert_msg(sl_transport_send(t[r], &mid, p + BIG, MID, SL_WIRE_FP32, 1.0f, lend,
-                                            -1) == SL_OK,
-                          "%s", sl_err_msg());
-            ck_assert_msg(sl_transport_send(t[r], &small, p + BIG + MID, SMALL, SL_WIRE_FP32,
-                                            1.0f, 0, -1) == SL_OK,
+            ck_assert_msg(
+                sl_transport_send(t[r], &mid, p + BIG, MID, SL_WIRE_FP32, 1.0f, lend, -1) == SL_OK,
+                "%s", sl_err_msg());
+            ck_assert_msg(sl_transport_send(t[r], &small, p + BIG + MID, SMALL, SL_WIRE_FP32, 1.0f,
+                                            0, -1) == SL_OK,
                           "%s", sl_err_msg());
         }
     }

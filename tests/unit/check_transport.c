@@ -56,22 +56,9 @@ node_new(uint32_t rank, const char *bind, const sl_secret_t *secret, int frame_m
 static void
 pair_open(sl_transport_t *t[2], const char *bind, const sl_secret_t *secret, int frame_mac)
 {
-    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
-    const char *eps[2];
-
-    for (uint32_t r = 0; r < 2; r++) {
+    for (uint32_t r = 0; r < 2; r++)
         t[r] = node_new(r, bind, secret, frame_mac);
-        if (frame_mac)
-            memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
-                   SL_MAC_SESSION_BYTES);
-    }
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(t[1]);
-    for (int r = 0; r < 2; r++) {
-        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
-        if (frame_mac)
-            sl_transport_learn_sessions(t[r], sessions);
-    }
+    test_pair_connect(t, frame_mac);
 }
 
 static void
@@ -200,7 +187,6 @@ START_TEST(test_pair_curve)
 {
     sl_transport_t *t[2], *outsider;
     sl_secret_t secret, other;
-    const char *eps[2];
     float v[3] = {1, 2, 3}, back[3];
     size_t got;
     sl_wire_key_t to1 = {5, 2, 0, 1, SL_WIRE_DATA}, from0 = {5, 2, 0, 0, SL_WIRE_DATA};
@@ -219,9 +205,7 @@ START_TEST(test_pair_curve)
     ck_assert_int_eq(sl_transport_recv(t[0], &from1, back, sizeof back, &got, TEST_WAIT_MS), SL_OK);
 
     outsider = node_new(1, NULL, &other, 0);
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(outsider);
-    ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
+    test_pair_join(t[0], outsider, NULL);
     to0.round = 7;
     ck_assert_int_eq(sl_transport_send(outsider, &to0, v, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     deadline = sl_clock_now() + TEST_WAIT_MS / 1000.0;
@@ -290,7 +274,6 @@ START_TEST(test_pair_mac)
 {
     sl_transport_t *t[2], *outsider;
     unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
-    const char *eps[2];
     enum { BIG = 200000 };
     float *big = malloc(BIG * sizeof *big), *back = malloc(BIG * sizeof *back);
     size_t got;
@@ -315,12 +298,7 @@ START_TEST(test_pair_mac)
 
     /* an outsider with session keys of its own, speaking as rank 1 */
     outsider = node_new(1, NULL, NULL, 1);
-    memcpy(sessions, sl_transport_session(t[0]), SL_MAC_SESSION_BYTES);
-    memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(outsider), SL_MAC_SESSION_BYTES);
-    sl_transport_learn_sessions(outsider, sessions);
-    eps[0] = sl_transport_endpoint(t[0]);
-    eps[1] = sl_transport_endpoint(outsider);
-    ck_assert_int_eq(sl_transport_connect(outsider, eps), SL_OK);
+    test_pair_join(t[0], outsider, sessions);
     to0.round = from1.round = 7;
     ck_assert_int_eq(sl_transport_send(outsider, &to0, big, 3, SL_WIRE_FP32, 1.0f, 0, -1), SL_OK);
     deadline = sl_clock_now() + TEST_WAIT_MS / 1000.0;

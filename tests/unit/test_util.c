@@ -26,6 +26,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_frame_mac.h"
 
 #define FINAL_BARRIER_ROUND TEST_FINAL_BARRIER_ROUND
 
@@ -428,6 +429,40 @@ test_cluster_assert_ok(test_cluster_t *c, const char *what)
     else
         snprintf(how, sizeof how, "exited with %d (the check that failed)", WEXITSTATUS(st));
     ck_abort_msg("%s, %d nodes on %s: rank %d %s", what, c->n, c->ipc ? "ipc" : "tcp", r, how);
+}
+
+void
+test_pair_connect(sl_transport_t *t[2], int frame_mac)
+{
+    unsigned char sessions[2 * SL_MAC_SESSION_BYTES];
+    const char *eps[2];
+
+    for (uint32_t r = 0; r < 2; r++) {
+        if (frame_mac)
+            memcpy(sessions + r * SL_MAC_SESSION_BYTES, sl_transport_session(t[r]),
+                   SL_MAC_SESSION_BYTES);
+        eps[r] = sl_transport_endpoint(t[r]);
+    }
+    for (int r = 0; r < 2; r++) {
+        ck_assert_int_eq(sl_transport_connect(t[r], eps), SL_OK);
+        if (frame_mac)
+            sl_transport_learn_sessions(t[r], sessions);
+    }
+}
+
+void
+test_pair_join(sl_transport_t *t0, sl_transport_t *late, unsigned char *sessions)
+{
+    const char *eps[2];
+
+    if (sessions) {
+        memcpy(sessions, sl_transport_session(t0), SL_MAC_SESSION_BYTES);
+        memcpy(sessions + SL_MAC_SESSION_BYTES, sl_transport_session(late), SL_MAC_SESSION_BYTES);
+        sl_transport_learn_sessions(late, sessions);
+    }
+    eps[0] = sl_transport_endpoint(t0);
+    eps[1] = sl_transport_endpoint(late);
+    ck_assert_int_eq(sl_transport_connect(late, eps), SL_OK);
 }
 
 float

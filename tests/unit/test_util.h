@@ -143,6 +143,15 @@ void *test_cluster_out(test_cluster_t *c);
  * step of its own: every node must call it. SL_OK, or the first failing status. */
 sl_status_t test_settle(sl_transport_t *t, uint32_t component, uint64_t round);
 
+/* Connects t[0] and t[1], ranks 0 and 1 of a run of 2, to each other; with frame_mac,
+ * each first learns both session keys, as the rendezvous would hand them over. */
+void test_pair_connect(sl_transport_t *t[2], int frame_mac);
+
+/* Connects late, a second transport for rank 1 (its new process, or an outsider), to t0
+ * alone; with sessions (2 * SL_MAC_SESSION_BYTES; NULL: no frame MACs) late first learns
+ * t0's session key and its own, which sessions holds afterwards. */
+void test_pair_join(sl_transport_t *t0, sl_transport_t *late, unsigned char *sessions);
+
 /* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
  * exact in float whatever the order of addition. */
 float test_node_input(uint32_t k, size_t i);
