@@ -1,11 +1,47 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2154,SC2034 # out, me and command_of are the script's; it reads bench_failed
+# shellcheck disable=SC2154,SC2034 # out, me, keep, child and command_of are the script's; it sets
+# bench_failed, out and tmp_out
 # bench_lib.sh: what the bench scripts share; each sources it (". bench/bench_lib.sh"),
 # none runs it.
 
 # bench_cpu: "<model name>, <N> cpus" of this machine, for the heading of every figure.
 bench_cpu() {
     echo "$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+}
+
+# bench_help: the script's --help, its heading comment from line 2 to the first line
+# that is not a comment, without the "# ".
+bench_help() {
+    awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
+}
+
+# bench_out_dir NAME: makes $out; an empty one becomes a fresh
+# /tmp/shoal-bench-NAME-XXXXXX, also named in tmp_out (for the script's cleanup to
+# remove) unless keep is 1.
+bench_out_dir() {
+    if [ -z "$out" ]; then
+        out=$(mktemp -d "/tmp/shoal-bench-$1-XXXXXX")
+        [ "$keep" = 1 ] || tmp_out=$out
+    fi
+    mkdir -p "$out"
+}
+
+# bench_stop_child: the shoal run in progress ($child; none when empty) stopped and
+# waited for.
+bench_stop_child() {
+    if [ -n "$child" ]; then
+        kill -TERM "$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+    fi
+}
+
+# bench_traps CLEANUP: CLEANUP runs at exit, pass or fail; INT and TERM end the script
+# with a line that says so (exit 130 and 143).
+bench_traps() {
+    # shellcheck disable=SC2064 # the name is meant to expand now; the function runs later
+    trap "$1" EXIT
+    trap 'echo "$me: interrupted" >&2; exit 130' INT
+    trap 'echo "$me: terminated" >&2; exit 143' TERM
 }
 
 # bench_num KEY FILE: a number of a JSON object written one key a line (summary.json);

@@ -104,7 +104,7 @@ while [ $# -gt 0 ]; do
         shift 2
         ;;
     --keep) keep=1; shift ;;
-    -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+    -h | --help) bench_help; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -133,26 +133,17 @@ fi
 [ -x "$scale" ] || die "no $scale: build shoal-scale first or set SHOAL_SCALE"
 [ -r "$data/brown/train.txt" ] || die "no $data/brown/train.txt (set SHOAL_DATA)"
 
-if [ -z "$out" ]; then
-    out=$(mktemp -d /tmp/shoal-bench-scaling-XXXXXX)
-    [ $keep = 1 ] || tmp_out=$out
-fi
-mkdir -p "$out"
+bench_out_dir scaling
 [ -n "$png" ] || png=$PWD/scaling.png
 lab="" child=""
 # pass or fail: the run in progress is stopped (netlab passes TERM on to its nodes and
 # removes its hosts), whatever is left of its hosts removed, then the temp folder
 cleanup() {
-    if [ -n "$child" ]; then
-        kill -TERM "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
+    bench_stop_child
     [ -z "$lab" ] || "$netlab" down "$lab" 2>/dev/null || true
     [ -z "${tmp_out:-}" ] || rm -rf "$tmp_out"
 }
-trap cleanup EXIT
-trap 'echo "$me: interrupted" >&2; exit 130' INT
-trap 'echo "$me: terminated" >&2; exit 143' TERM
+bench_traps cleanup
 
 cpu=$(bench_cpu)
 

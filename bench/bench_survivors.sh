@@ -82,7 +82,7 @@ while [ $# -gt 0 ]; do
         shift 2
         ;;
     --keep) keep=1; shift ;;
-    -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
+    -h | --help) bench_help; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -102,23 +102,14 @@ done
 [ -x "$shoal" ] || die "no $shoal: build shoal first or set SHOAL"
 [ -r "$data/brown/train.txt" ] || die "no $data/brown/train.txt (set SHOAL_DATA)"
 
-if [ -z "$out" ]; then
-    out=$(mktemp -d /tmp/shoal-bench-survivors-XXXXXX)
-    [ $keep = 1 ] || tmp_out=$out
-fi
-mkdir -p "$out"
+bench_out_dir survivors
 child=""
 # pass or fail: the run in progress stopped, then the temp folder
 cleanup() {
-    if [ -n "$child" ]; then
-        kill -TERM "$child" 2>/dev/null || true
-        wait "$child" 2>/dev/null || true
-    fi
+    bench_stop_child
     [ -z "${tmp_out:-}" ] || rm -rf "$tmp_out"
 }
-trap cleanup EXIT
-trap 'echo "$me: interrupted" >&2; exit 130' INT
-trap 'echo "$me: terminated" >&2; exit 143' TERM
+bench_traps cleanup
 
 cpu=$(bench_cpu)
 "$shoal" keygen "$out/key" >/dev/null || die "shoal keygen failed"
