@@ -288,6 +288,28 @@ out:
 
 /* ---- validation ---- */
 
+/* train.global_batch: a whole number of streams per node, and train.batch set to that
+ * number when both are given. Nothing to check while cluster.nodes is auto. */
+static sl_status_t
+check_global_batch(const sl_config_t *cfg, const char *src)
+{
+    int g = cfg->train.global_batch, n = cfg->cluster.nodes;
+
+    if (g < 1 || n < 1)
+        return SL_OK;
+    if (g % n)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s: 'train.global_batch' %d does not split over %d nodes "
+                          "(cluster.nodes); give a multiple of %d",
+                          src, g, n, n);
+    if (cfg->train.batch != g / n)
+        return sl_err_set(SL_ERR_CONFIG,
+                          "%s: 'train.batch' %d on %d nodes is not 'train.global_batch' %d "
+                          "(%d a node); leave train.batch out, or set train.global_batch to 0",
+                          src, cfg->train.batch, n, g, g / n);
+    return SL_OK;
+}
+
 /* sync.overlap_steps tau: a model-averaging algorithm, and below every period that a
  * component can get, so that a block's update is applied before its next sync point. */
 static sl_status_t
@@ -366,6 +388,7 @@ sl_config_validate(const sl_config_t *cfg)
                               src, i, r->period);
     }
     SL_TRY(check_overlap(cfg, src));
+    SL_TRY(check_global_batch(cfg, src));
     SL_TRY(sl_config_check_quant(cfg, src));
     if (!cfg->data.train[0])
         return sl_err_set(SL_ERR_CONFIG, "%s: 'data.train' is required", src);

@@ -116,7 +116,8 @@ typedef struct {
     } model;
 
     struct {
-        int batch;  /* B, default 32 */
+        int batch;  /* B per node, default 32, or global_batch / cluster.nodes */
+        int global_batch; /* sequences a step over all nodes; 0 = train.batch decides */
         int bptt;   /* T, default 35 */
         int epochs; /* default 1 */
         long max_steps; /* stop after this many steps (0 = epochs decide) */

@@ -59,9 +59,13 @@ typedef enum {
 typedef enum { NO_BOUND, CLOSED, OPEN } bound_t;
 
 /* Keys whose default follows another key: run.dir is runs/<run.name>; lr and eps
- * depend on the optimizer. While such a key still holds the default of the other
+ * depend on the optimizer; train.batch is train.global_batch split over cluster.nodes
+ * when the global batch is given. While such a key still holds the default of the other
  * key's old value, a later layer (file, --set) that changes that key moves it along. */
-typedef enum { D_NONE, D_DIR, D_LR, D_EPS } derive_t;
+typedef enum { D_NONE, D_DIR, D_LR, D_EPS, D_BATCH } derive_t;
+
+/* train.batch when train.global_batch is 0 */
+#define SL_CONFIG_DEFAULT_BATCH 32
 
 typedef struct {
     const char *key; /* dotted path, e.g. "train.optimizer.lr" */

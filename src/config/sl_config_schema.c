@@ -156,8 +156,11 @@ const entry_t sl_config_schema[] = {
     {K("model.init_range", T_DOUBLE, model.init_range), .def = "0.1", ABOVE(0),
      .doc = "weights start uniform in [-r, r], biases at 0"},
 
-    {K("train.batch", T_INT, train.batch), .def = "32", AT_LEAST(1),
+    {K("train.batch", T_INT, train.batch), .derive = D_BATCH, AT_LEAST(1),
      .doc = "B: parallel token streams per node"},
+    {K("train.global_batch", T_INT, train.global_batch), .def = "0", AT_LEAST(0),
+     .doc = "streams of one step over all nodes: each node takes global_batch / "
+            "cluster.nodes (train.batch follows; 0 = train.batch decides)"},
     {K("train.bptt", T_INT, train.bptt), .def = "35", AT_LEAST(1),
      .doc = "T: steps of back-propagation through time"},
     {K("train.epochs", T_INT, train.epochs), .def = "1", AT_LEAST(1),

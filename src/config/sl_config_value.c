@@ -186,6 +186,14 @@ sl_config_derived_value(const sl_config_t *cfg, const entry_t *e, value_t *v)
     case D_EPS:
         v->d = sl_config_opt_default_eps[t];
         return SL_OK;
+    case D_BATCH: /* a count of nodes not known yet (auto) splits nothing so far */
+        if (cfg->train.global_batch < 1)
+            v->i = SL_CONFIG_DEFAULT_BATCH;
+        else if (cfg->cluster.nodes < 1 || cfg->train.global_batch < cfg->cluster.nodes)
+            v->i = cfg->train.global_batch; /* sl_config_validate says what is wrong */
+        else
+            v->i = cfg->train.global_batch / cfg->cluster.nodes;
+        return SL_OK;
     case D_NONE:
         break;
     }

@@ -182,6 +182,8 @@ default_text(const entry_t *e, char *buf, size_t n)
 
     if (e->derive == D_DIR) {
         snprintf(buf, n, "runs/<run.name>");
+    } else if (e->derive == D_BATCH) {
+        snprintf(buf, n, "%d, or train.global_batch / cluster.nodes", SL_CONFIG_DEFAULT_BATCH);
     } else if (e->derive != D_NONE) {
         buf[0] = '\0';
         for (int i = 0; sl_config_opt_names[i] && used < n; i++) {

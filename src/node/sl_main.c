@@ -266,8 +266,13 @@ cmd_train(int argc, char **argv)
         free(a.sets);
         return ex;
     }
-    if (cfg.cluster.nodes == SL_CONFIG_AUTO_INT)
-        cfg.cluster.nodes = 1; /* no launcher here: one node */
+    if (cfg.cluster.nodes == SL_CONFIG_AUTO_INT &&
+        sl_config_set(&cfg, "cluster.nodes=1") != SL_OK) { /* no launcher here: one node */
+        fprintf(stderr, "shoal: train: %s\n", sl_err_msg());
+        sl_config_fini(&cfg);
+        free(a.sets);
+        return SL_EXIT_USAGE;
+    }
     if (cfg.cluster.nodes > 1)
         sl_log_warn("train",
                     "cluster.nodes is %d, but shoal train trains one node on all the "
@@ -402,7 +407,13 @@ node_rank_size(const args_t *a, sl_config_t *cfg, const sl_launcher_env_t *env, 
         return SL_EXIT_USAGE;
     }
     if (cfg->cluster.nodes == SL_CONFIG_AUTO_INT) {
-        cfg->cluster.nodes = *size; /* before the run id hashes the configuration */
+        /* before the run id hashes the configuration; as a --set, so that train.batch
+           follows a train.global_batch */
+        snprintf(num, sizeof num, "cluster.nodes=%d", *size);
+        if (sl_config_set(cfg, num) != SL_OK || sl_config_validate(cfg) != SL_OK) {
+            fprintf(stderr, "shoal: node: %s\n", sl_err_msg());
+            return SL_EXIT_USAGE;
+        }
         sl_log_debug("node", "cluster.nodes auto: %d nodes (%s)", *size, size_from);
     }
     if (*size != cfg->cluster.nodes) {

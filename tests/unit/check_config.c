@@ -42,6 +42,7 @@ static const char *const all_keys[] = {"run.name",
                                        "model.output.samples",
                                        "model.init_range",
                                        "train.batch",
+                                       "train.global_batch",
                                        "train.bptt",
                                        "train.epochs",
                                        "train.max_steps",
@@ -537,6 +538,36 @@ START_TEST(test_derived_defaults)
 }
 END_TEST
 
+/* train.batch is train.global_batch over cluster.nodes, and moves with either of them
+ * while it is not given; a count of nodes not known yet (auto) splits nothing. */
+START_TEST(test_global_batch)
+{
+    sl_config_t c;
+
+    sl_config_init(&c);
+    ck_assert_int_eq(c.train.global_batch, 0);
+    test_config_load_ok(&c, "cluster: {nodes: 4}\n");
+    ck_assert_int_eq(c.train.batch, 32); /* no global batch: the node's own default */
+    test_config_load_ok(&c, "train: {global_batch: 32}\n");
+    ck_assert_int_eq(c.train.batch, 8);
+    test_config_set_ok(&c, "cluster.nodes=8");
+    ck_assert_int_eq(c.train.batch, 4);
+    test_config_set_ok(&c, "cluster.nodes=auto");
+    ck_assert_int_eq(c.train.batch, 32);
+    test_config_set_ok(&c, "cluster.nodes=2");
+    ck_assert_int_eq(c.train.batch, 16);
+    test_config_set_ok(&c, "train.global_batch=64");
+    ck_assert_int_eq(c.train.batch, 32);
+    test_config_set_ok(&c, "train.global_batch=0");
+    ck_assert_int_eq(c.train.batch, 32);
+    /* a given train.batch stays; sl_config_validate says when the two disagree */
+    test_config_set_ok(&c, "train.batch=5");
+    test_config_set_ok(&c, "train.global_batch=64");
+    ck_assert_int_eq(c.train.batch, 5);
+    sl_config_fini(&c);
+}
+END_TEST
+
 START_TEST(test_write_round_trip)
 {
     char dir[] = "/tmp/shoal-check-config-XXXXXX", path[128];
@@ -738,6 +769,7 @@ config_suite(void)
     tcase_add_test(core, test_full_file);
     tcase_add_test(core, test_set_each_type);
     tcase_add_test(core, test_derived_defaults);
+    tcase_add_test(core, test_global_batch);
     tcase_add_test(core, test_write_round_trip);
     tcase_add_test(core, test_schema_and_doc);
     tcase_add_test(core, test_examples);

@@ -263,6 +263,14 @@ static const validate_case_t validate_cases[] = {
     {{"data.train=t.txt", "train.max_steps=10", "train.schedule.warmup_steps=11"},
      "<defaults>: 'train.schedule.warmup_steps' (11) is longer than 'train.max_steps' (10)"},
     {{"data.train=t.txt", "train.schedule.warmup_steps=11"}, NULL},
+    {{"data.train=t.txt", "cluster.nodes=4", "train.global_batch=30"},
+     "<defaults>: 'train.global_batch' 30 does not split over 4 nodes (cluster.nodes); give a "
+     "multiple of 4"},
+    {{"data.train=t.txt", "cluster.nodes=4", "train.batch=16", "train.global_batch=32"},
+     "<defaults>: 'train.batch' 16 on 4 nodes is not 'train.global_batch' 32 (8 a node); leave "
+     "train.batch out, or set train.global_batch to 0"},
+    {{"data.train=t.txt", "cluster.nodes=4", "train.batch=8", "train.global_batch=32"}, NULL},
+    {{"data.train=t.txt", "cluster.nodes=auto", "train.global_batch=30"}, NULL},
 };
 
 START_TEST(test_validate)

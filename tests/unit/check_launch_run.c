@@ -371,7 +371,10 @@ START_TEST(test_node_torchrun_env)
 {
     static char port[64];
     char conf[1100], key_set[1200], path[1200], pattern[512], *out, *err, *text, *p;
-    const char *args[] = {"node", conf, "--set", "cluster.nodes=auto", "--set", key_set, NULL};
+    /* the launcher's 2 nodes split the global batch of 4 (the file's batch is 4) */
+    const char *args[] = {"node",  conf,    "--set", "cluster.nodes=auto",
+                          "--set", key_set, "--set", "train.global_batch=4",
+                          NULL};
     pid_t p0, p1;
     int steps = 0;
 
@@ -423,6 +426,12 @@ START_TEST(test_node_torchrun_env)
                      "^\"started_at\": \"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\\.[0-9]{3}Z\",$"));
     ck_assert(line_matches(strstr(text, "\"finished_at\": "),
                            "^\"finished_at\": \"[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z\",$"));
+    free(text);
+    snprintf(path, sizeof path, "%s/torchrun/config.yaml", launch_root);
+    text = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strstr(text, "\n  batch: 2\n") && strstr(text, "\n  global_batch: 4\n"), "%s",
+                  text);
     free(text);
     snprintf(path, sizeof path, "%s/torchrun/node-1/metrics.jsonl", launch_root);
     text = test_read_file(path, NULL);
@@ -688,6 +697,21 @@ START_TEST(test_node_usage_errors)
         free(out);
         free(err);
     }
+    /* a global batch that the launcher's number of nodes does not divide */
+    ck_assert_int_eq(
+        launch_wait(launch_start("usage",
+                                 (const char *[]){"RANK=1", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1",
+                                                  "MASTER_PORT=1", NULL},
+                                 (const char *[]){"node", conf, "--set", "cluster.nodes=auto",
+                                                  "--set", "train.global_batch=4", NULL}),
+                    "usage", &out, &err),
+        2);
+    ck_assert_msg(strstr(err,
+                         ": 'train.global_batch' 4 does not split over 3 nodes (cluster.nodes); "
+                         "give a multiple of 3\n") != NULL,
+                  "%s", err);
+    free(out);
+    free(err);
     ck_assert_int_eq(
         launch_wait(launch_start("usage", NULL, (const char *[]){"run", conf, "-n", "0", NULL}),
                     "usage", &out, &err),
