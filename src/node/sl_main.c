@@ -266,18 +266,19 @@ cmd_train(int argc, char **argv)
         free(a.sets);
         return ex;
     }
-    if (cfg.cluster.nodes == SL_CONFIG_AUTO_INT &&
-        sl_config_set(&cfg, "cluster.nodes=1") != SL_OK) { /* no launcher here: one node */
+    if (cfg.cluster.nodes > 1)
+        sl_log_warn("train",
+                    "cluster.nodes is %d, but shoal train trains one node on all the "
+                    "data, with all of train.global_batch if given (shoal run and shoal node "
+                    "start several)",
+                    cfg.cluster.nodes);
+    /* as a --set, so that train.batch follows a train.global_batch */
+    if (cfg.cluster.nodes != 1 && sl_config_set(&cfg, "cluster.nodes=1") != SL_OK) {
         fprintf(stderr, "shoal: train: %s\n", sl_err_msg());
         sl_config_fini(&cfg);
         free(a.sets);
         return SL_EXIT_USAGE;
     }
-    if (cfg.cluster.nodes > 1)
-        sl_log_warn("train",
-                    "cluster.nodes is %d, but shoal train trains one node on all the "
-                    "data (shoal run and shoal node start several)",
-                    cfg.cluster.nodes);
     sl_train_opts_init(&opts);
     opts.resume = cfg.run.resume && !a.no_resume;
     opts.quiet = a.quiet;

@@ -622,6 +622,32 @@ START_TEST(test_init_run_and_node)
 }
 END_TEST
 
+/* shoal train is one node: it takes the whole of a global batch that a file of 3 nodes
+ * splits (4 a node there), and says that it trains one node. */
+START_TEST(test_train_whole_global_batch)
+{
+    char conf[1100], path[1200], *out, *err, *text;
+
+    if (!launch_have_shoal())
+        return;
+    launch_tiny_yaml(conf, sizeof conf, "trainglobal", 3, ", max_steps: 1");
+    ck_assert_int_eq(launch_wait(launch_start("trainglobal", NULL,
+                                              (const char *[]){"train", conf, "--set",
+                                                               "train.global_batch=12", NULL}),
+                                 "trainglobal", &out, &err),
+                     0);
+    ck_assert_msg(strstr(err, "cluster.nodes is 3, but shoal train trains one node") != NULL, "%s",
+                  err);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "%s/trainglobal/config.yaml", launch_root);
+    text = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strstr(text, "\n  batch: 12\n") && strstr(text, "\n  nodes: 1\n"), "%s", text);
+    free(text);
+}
+END_TEST
+
 /* shoal node checks rank, size and master before it starts anything: exit 2, one line. */
 START_TEST(test_node_usage_errors)
 {
@@ -751,6 +777,7 @@ launch_run_suite(void)
     tcase_add_test(limits, test_node_abort_reaches_peer);
     tcase_add_test(limits, test_node_key_file);
     tcase_add_test(limits, test_node_usage_errors);
+    tcase_add_test(core, test_train_whole_global_batch);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
