@@ -3,7 +3,8 @@
 # Brown (issue 17)? Per corpus, one node (the reference model and optimizer of
 # conf/brown-word.yaml) against n nodes (conf/brown-4nodes-gossip-bmuf.yaml with -n n
 # and sync.algorithm set) for each algorithm, at equal tokens (each node trains on its
-# 1/n of the corpus per epoch), for each seed; one fixed configuration for every corpus.
+# 1/n of the corpus per epoch, with 1/n of the one node's batch: that file's
+# train.global_batch), for each seed; one fixed configuration for every corpus.
 # Prints the CPU model, a Markdown table of the final model's validation perplexity
 # (mean and min-max over the seeds, the gap of the mean to one node's mean) and writes
 # a PNG of the validation curves.

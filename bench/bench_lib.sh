@@ -77,14 +77,16 @@ bench_cpu_time() {
 
 # bench_small_model DATA DIR: sets small_model[] to the --set overrides of the small word
 # model that lets 8 nodes share 2 cores (Brown from DATA, vocabulary 2000, embedding 64,
-# one LSTM of 64, full softmax, 32 x 20 tokens a step), its token cache and the run's
-# key file in DIR, shoal's progress line off and no per-epoch evaluation.
+# one LSTM of 64, full softmax, 32 x 20 tokens a step on each node, whatever the
+# configuration's train.global_batch), its token cache and the run's key file in DIR,
+# shoal's progress line off and no per-epoch evaluation.
 bench_small_model() {
     small_model=(--quiet --set cluster.key_file="$2/key" --set data.cache_dir="$2/cache"
         --set data.train="$1/brown/train.txt" --set data.valid="$1/brown/valid.txt"
         --set data.test="$1/brown/test.txt" --set data.vocab_size=2000
-        --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch=32
-        --set train.bptt=20 --set train.epochs=1000 --set train.eval_every_epoch=false)
+        --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.global_batch=0
+        --set train.batch=32 --set train.bptt=20 --set train.epochs=1000
+        --set train.eval_every_epoch=false)
 }
 
 # Runs kept for reuse (bench_comm.sh, bench_accuracy.sh): run NAME of seed SEED on

@@ -151,7 +151,8 @@ cpu=$(bench_cpu)
 common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cache"
     --set data.train="$data/brown/train.txt" --set data.valid="$data/brown/valid.txt"
     --set data.test="$data/brown/test.txt" --set data.vocab_size=2000
-    --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch=32
+    --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.global_batch=0
+    --set train.batch=32
     --set train.bptt=20 --set train.epochs=1000 --set train.max_steps="$steps"
     --set train.eval_every_epoch=false --set run.log_every="$steps"
     --set run.checkpoint_every=0)
@@ -284,7 +285,8 @@ while read -r n algo seed link _ tok _ _ _ rows; do
     uniq=()
     [ "$rows" = 0 ] || uniq=(--unique-rows "$rows")
     pred=$("$scale" --config "$conf" "${args[@]}" "${sets[@]}" --set data.vocab_size=2000 \
-        --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.batch=32 \
+        --set model.embedding=64 --set "model.layers=[{lstm: 64}]" --set train.global_batch=0 \
+        --set train.batch=32 \
         --set train.bptt=20 --set run.seed="$seed" --nodes "$n" --steps "$steps" \
         --step-ms "$step_ms" --bandwidth "$rate" --latency-ms "$lat" --uplink shared \
         "${uniq[@]}" --json | grep -o '"tokens_per_s": [0-9.e+-]*' | sed 's/.*: //') ||
