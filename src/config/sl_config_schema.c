@@ -258,7 +258,7 @@ const entry_t sl_config_schema[] = {
     {K("sync.neighbours", T_INT, sync.neighbours), .def = "1", AT_LEAST(1),
      .doc = "gossip-*: q neighbours each node averages with per round"},
     {K("sync.block_momentum", T_DOUBLE, sync.block_momentum), .def = "0.9", AT_LEAST(0), BELOW(1),
-     .auto_ok = 1, .doc = "*bmuf: block momentum eta (auto = 1 - 1/n)"},
+     .auto_ok = 1, .doc = "*bmuf: block momentum eta (auto = 1 - 1/m for the m models an average takes: n, q + 1 in gossip)"},
     {K("sync.block_lr", T_DOUBLE, sync.block_lr), .def = "1", ABOVE(0),
      .doc = "*bmuf: block learning rate zeta"},
     {K("sync.nesterov", T_BOOL, sync.nesterov), .def = "true",

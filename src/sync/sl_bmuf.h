@@ -16,11 +16,13 @@ typedef struct {
     sl_block_ref_t ref; /* G = theta_bar - start (BLOCKSTART) or theta_bar - omega (OMEGA) */
 } sl_bmuf_opts_t;
 
-/* Fills o from cfg->sync; block_momentum auto is 1 - 1/n for cfg->cluster.nodes = n,
- * for the whole run: a death does not change it. Only the dead node's neighbours learn
- * of a death, so a live count would differ from node to node; and what made survivors
- * end worse than a run of their number was block updates on a node's own model alone,
- * with a fixed eta as much as with auto (sl_sync_average.c, no_copy_came). */
+/* Fills o from cfg->sync; block_momentum auto is 1 - 1/n for cfg->cluster.nodes = n.
+ * The average sets it for the models it takes (sl_sync_average.c): 1 - 1/n for the
+ * members of bmuf, which a drop changes; 1 - 1/(q + 1) for the q picks of a
+ * neighbourhood, for the whole run. A death does not change that one: only the dead
+ * node's neighbours learn of it, so a live count would differ from node to node; and
+ * what made survivors end worse than a run of their number was block updates on a
+ * node's own model alone, with a fixed eta as much as with auto (no_copy_came). */
 void sl_bmuf_opts_from_config(sl_bmuf_opts_t *o, const sl_config_t *cfg);
 
 /* bar = (self + rows[0] + ... + rows[nrows-1]) / (nrows + 1), rows (nrows, count)

@@ -25,7 +25,7 @@ struct sl_sync_average {
     sl_sync_env_t env;
     sl_liveness_t *lv; /* borrowed */
     int is_bmuf;       /* bmuf, local-bmuf, gossip-bmuf */
-    int eta_auto;      /* block_momentum auto: bmuf's eta is 1 - 1/n for the members */
+    int eta_auto;      /* block_momentum auto: 1 - 1/m for the m models of an average */
     int neighbour;     /* local-*, gossip-*: average over a neighbourhood, not everyone */
     sl_bmuf_opts_t bmuf;
     sl_schedule_t sched;
@@ -129,6 +129,12 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
             max_count = env->comps[c].count;
     if (a->neighbour)
         SL_TRY_GOTO(setup_neighbourhood(a, cfg, max_count), st, fail);
+    /* block momentum auto is 1 - 1/m for the m models an average takes: every node's
+       (n) in bmuf, the node's and its picks' in a neighbourhood. Each node's Delta is
+       its own there, and 1 - 1/n let the nodes' momenta run apart on 8 nodes (bench/
+       README.md, "Accuracy on other corpora") */
+    if (a->eta_auto && a->neighbour)
+        a->bmuf.eta = (float)(1.0 - 1.0 / (double)(a->sched.picks + 1));
     SL_TRY_GOTO(SL_ALLOC(&a->bar, max_count, "sync average"), st, fail);
     SL_TRY_GOTO(setup_rows(a), st, fail);
     if (a->is_bmuf) {
@@ -211,9 +217,8 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
         st = sl_sync_delta_exchange(a->dx, c, round, theta, a->pullers, np, a->chosen, ncw, a->recv,
                                     a->from, got);
     else
-        st = sl_gossip_exchange_coded(e->tr, (uint32_t)c, round, theta, count, e->codec,
-                                      a->pullers, np, a->chosen, ncw, a->recv, a->from, got,
-                                      e->timeout_ms);
+        st = sl_gossip_exchange_coded(e->tr, (uint32_t)c, round, theta, count, e->codec, a->pullers,
+                                      np, a->chosen, ncw, a->recv, a->from, got, e->timeout_ms);
     if (st != SL_OK && st != SL_ERR_TIMEOUT)
         return sl_err_prefix(st, "sync %s round %" PRIu64, e->comps[c].name, round);
     sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, ncw, ncw, a->from, *got,

@@ -274,6 +274,8 @@ typedef struct {
  * fraction */
 #define PAPER 0.5, 1, 1, 0
 #define NO_BMUF 0, 0, 0, 0
+/* block_momentum auto, zeta 1, Nesterov, against the block start */
+#define ETA_AUTO -1, 1, 1, 0
 
 /* A plan of steps steps of a on n nodes over layout, then sl_sync_final; sync and topo
  * (nsync, ntopo bytes) receive its settings and must outlive it. */
@@ -294,10 +296,14 @@ model_plan(const algo_t *a, const char *layout, int n, int steps, int timeout_ms
     int used = snprintf(sync, nsync, "sync={algorithm: %s, neighbours: %d", names[a->hood][a->bmuf],
                         a->q > 0 ? a->q : 1);
 
+    char eta[32] = "auto";
+
+    if (a->eta >= 0)
+        snprintf(eta, sizeof eta, "%g", a->eta);
     if (a->bmuf)
         used += snprintf(sync + used, nsync - (size_t)used,
-                         ", block_momentum: %g, block_lr: %g, nesterov: %s, block_reference: %s",
-                         a->eta, a->zeta, a->nesterov ? "true" : "false",
+                         ", block_momentum: %s, block_lr: %g, nesterov: %s, block_reference: %s",
+                         eta, a->zeta, a->nesterov ? "true" : "false",
                          a->ref_omega ? "omega" : "blockstart");
     ck_assert_int_lt(snprintf(sync + used, nsync - (size_t)used, "}"), (int)(nsync - (size_t)used));
     snprintf(topo, ntopo, "topology.degree=%d", a->degree);
@@ -351,6 +357,12 @@ by_hand(const algo_t *a, const int *per, int n, int steps, const int part[][MAXN
         double want[][MAXN][NP])
 {
     double th[MAXN][NP], om[MAXN][NP], de[MAXN][NP] = {{0}}, st[MAXN][NP];
+    int some[MAXN];
+    /* auto: 1 - 1/m for the m models of an average (node 0's first, as every one),
+       rounded to float as the nodes hold it */
+    double eta = a->eta >= 0
+                     ? a->eta
+                     : (double)(float)(1.0 - 1.0 / (neighbourhood(a, n, 0, 0, 1, some) + 1));
 
     for (int k = 0; k < n; k++)
         for (int i = 0; i < NP; i++)
@@ -387,9 +399,9 @@ by_hand(const algo_t *a, const int *per, int n, int steps, const int part[][MAXN
                         continue;
                     }
                     g = bar - (a->ref_omega ? om[k][i] : st[k][i]);
-                    de[k][i] = a->eta * de[k][i] + a->zeta * g;
+                    de[k][i] = eta * de[k][i] + a->zeta * g;
                     om[k][i] += de[k][i];
-                    th[k][i] = a->nesterov ? om[k][i] + a->eta * de[k][i] : om[k][i];
+                    th[k][i] = a->nesterov ? om[k][i] + eta * de[k][i] : om[k][i];
                     st[k][i] = th[k][i];
                 }
             }
@@ -464,6 +476,11 @@ static const struct {
     {"bmuf n=4", 4, {ALL, 1, 0, 0, PAPER}, 0},
     {"bmuf n=4 omega", 4, {ALL, 1, 0, 0, 0.75, 0.5, 0, 1}, 0},
     {"bmuf n=5", 5, {ALL, 1, 0, 0, PAPER}, 1e-6},
+    /* block momentum auto: 1 - 1/m for the m models of an average: 0.5 for gossip's 2
+     * (not 1 - 1/n), 2/3 for a ring's 3, 0.75 for all 4 */
+    {"gossip-bmuf n=5 q=1 eta auto", 5, {GOSSIP, 1, 1, 1, ETA_AUTO}, 0},
+    {"local-bmuf n=5 eta auto", 5, {RING, 1, 1, 0, ETA_AUTO}, 1e-6},
+    {"bmuf n=4 eta auto", 4, {ALL, 1, 0, 0, ETA_AUTO}, 0},
 };
 
 /* Six steps of each algorithm: every node's parameters after every step equal the
