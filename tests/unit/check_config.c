@@ -542,28 +542,30 @@ END_TEST
  * while it is not given; a count of nodes not known yet (auto) splits nothing. */
 START_TEST(test_global_batch)
 {
+    static const struct {
+        const char *set;
+        int batch;
+    } steps[] = {
+        {"cluster.nodes=4", 32}, /* no global batch: the node's own default */
+        {"train.global_batch=32", 8},
+        {"cluster.nodes=8", 4},
+        {"cluster.nodes=auto", 32},
+        {"cluster.nodes=2", 16},
+        {"train.global_batch=64", 32},
+        {"train.global_batch=0", 32},
+        /* a given train.batch stays; sl_config_validate says when the two disagree */
+        {"train.batch=5", 5},
+        {"train.global_batch=64", 5},
+    };
     sl_config_t c;
 
     sl_config_init(&c);
     ck_assert_int_eq(c.train.global_batch, 0);
-    test_config_load_ok(&c, "cluster: {nodes: 4}\n");
-    ck_assert_int_eq(c.train.batch, 32); /* no global batch: the node's own default */
-    test_config_load_ok(&c, "train: {global_batch: 32}\n");
-    ck_assert_int_eq(c.train.batch, 8);
-    test_config_set_ok(&c, "cluster.nodes=8");
-    ck_assert_int_eq(c.train.batch, 4);
-    test_config_set_ok(&c, "cluster.nodes=auto");
-    ck_assert_int_eq(c.train.batch, 32);
-    test_config_set_ok(&c, "cluster.nodes=2");
-    ck_assert_int_eq(c.train.batch, 16);
-    test_config_set_ok(&c, "train.global_batch=64");
-    ck_assert_int_eq(c.train.batch, 32);
-    test_config_set_ok(&c, "train.global_batch=0");
-    ck_assert_int_eq(c.train.batch, 32);
-    /* a given train.batch stays; sl_config_validate says when the two disagree */
-    test_config_set_ok(&c, "train.batch=5");
-    test_config_set_ok(&c, "train.global_batch=64");
-    ck_assert_int_eq(c.train.batch, 5);
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        test_config_set_ok(&c, steps[i].set);
+        ck_assert_msg(c.train.batch == steps[i].batch, "after %s: batch %d, want %d", steps[i].set,
+                      c.train.batch, steps[i].batch);
+    }
     sl_config_fini(&c);
 }
 END_TEST

@@ -363,6 +363,19 @@ line_matches(const char *p, const char *pattern)
     return ok;
 }
 
+/* The resolved configuration the run in launch_root/run wrote holds both lines. */
+static void
+assert_run_config(const char *run, const char *line1, const char *line2)
+{
+    char path[1200], *text;
+
+    snprintf(path, sizeof path, "%s/%s/config.yaml", launch_root, run);
+    text = test_read_file(path, NULL);
+    ck_assert_msg(text != NULL, "%s: not read", path);
+    ck_assert_msg(strstr(text, line1) && strstr(text, line2), "%s:\n%s", path, text);
+    free(text);
+}
+
 /* Two `shoal node` processes as torchrun starts them: RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT and cluster.nodes auto, no SHOAL_* variable, no flag. Rank 0
  * logs full lines (time, host) with the map (both pids, cpu, lanes), says the run's
@@ -427,12 +440,7 @@ START_TEST(test_node_torchrun_env)
     ck_assert(line_matches(strstr(text, "\"finished_at\": "),
                            "^\"finished_at\": \"[0-9-]{10}T[0-9:]{8}\\.[0-9]{3}Z\",$"));
     free(text);
-    snprintf(path, sizeof path, "%s/torchrun/config.yaml", launch_root);
-    text = test_read_file(path, NULL);
-    ck_assert_ptr_nonnull(text);
-    ck_assert_msg(strstr(text, "\n  batch: 2\n") && strstr(text, "\n  global_batch: 4\n"), "%s",
-                  text);
-    free(text);
+    assert_run_config("torchrun", "\n  batch: 2\n", "\n  global_batch: 4\n");
     snprintf(path, sizeof path, "%s/torchrun/node-1/metrics.jsonl", launch_root);
     text = test_read_file(path, NULL);
     ck_assert_ptr_nonnull(text);
@@ -626,7 +634,7 @@ END_TEST
  * splits (4 a node there), and says that it trains one node. */
 START_TEST(test_train_whole_global_batch)
 {
-    char conf[1100], path[1200], *out, *err, *text;
+    char conf[1100], *out, *err;
 
     if (!launch_have_shoal())
         return;
@@ -640,11 +648,7 @@ START_TEST(test_train_whole_global_batch)
                   err);
     free(out);
     free(err);
-    snprintf(path, sizeof path, "%s/trainglobal/config.yaml", launch_root);
-    text = test_read_file(path, NULL);
-    ck_assert_ptr_nonnull(text);
-    ck_assert_msg(strstr(text, "\n  batch: 12\n") && strstr(text, "\n  nodes: 1\n"), "%s", text);
-    free(text);
+    assert_run_config("trainglobal", "\n  batch: 12\n", "\n  nodes: 1\n");
 }
 END_TEST
 
