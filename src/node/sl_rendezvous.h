@@ -5,11 +5,14 @@
  * endpoint and registers itself in-process; the others connect a DEALER, send one
  * registration and wait for the table. Nodes may start in any order (ZeroMQ keeps a
  * registration until rank 0 has bound). Rank 0 refuses registrations of another run id
- * (a node of another job or configuration), another size, a rank out of range, a rank
- * its key does not prove (with CURVE) or one already registered: it tells the sender
- * why (the sender fails with that reason) without saying anything of the run (no run
- * id: it may be an outsider's probe), logs a warning and keeps waiting for the right
- * nodes. With CURVE (o->secret), a process without the run's secret gets no further
+ * (a node of another job or configuration), another size, a rank out of range, or a
+ * rank its key does not prove (with CURVE): it tells the sender why (the sender fails
+ * with that reason) without saying anything of the run (no run id: it may be an
+ * outsider's probe), logs a warning and keeps waiting for the right nodes. Of two
+ * registrations of one rank, the process started later (the higher generation, below)
+ * holds the rank, and the other is refused the same way: a node killed and started
+ * again while rank 0 gathers comes in, and of two live processes given one rank one
+ * fails at once. With CURVE (o->secret), a process without the run's secret gets no further
  * than the handshake, and the table travels encrypted to authenticated ranks only, so
  * no node is ever handed an endpoint an outsider chose.
  *

@@ -186,7 +186,7 @@ sl_rdv_relay_own(sl_rendezvous_t *r)
         }
         if (!ready)
             continue;
-        st = sl_rdv_take_message(r, r->run_id, r->admit_reg, &m, &got);
+        st = sl_rdv_take_message(r, r->run_id, &m, &got);
         if (st != SL_OK)
             break;
         if (got > 0 && m.kind == KIND_REGISTER) /* not now: it starts again (shoal run) */
