@@ -211,8 +211,11 @@ take_record(sl_sup_t *l, int rank)
         c->status = r->status;
         c->has_train = r->has_train;
         c->train = r->train;
+        if (c->left_out)
+            break; /* stopped by us, the run having ended without it */
+        /* a restart refused only because the run ends leaves it out (sl_sup_node_died) */
         if (r->outcome == SL_NODE_FAILED && r->status == SL_ERR_DROPPED &&
-            sl_sup_may_restart(l, rank)) {
+            sl_sup_restarts_left(l, rank)) {
             c->dropped = 1; /* it comes back like a dead node once reaped */
             snprintf(c->dropped_why, sizeof c->dropped_why, "%s", r->text);
         } else if (r->outcome == SL_NODE_FAILED)
@@ -315,7 +318,7 @@ reap(sl_sup_t *l)
         if (c->judged || !c->exited || c->rec_fd >= 0 || c->log_fd >= 0)
             continue;
         c->judged = 1;
-        if (c->ended && !c->dropped)
+        if (c->left_out || (c->ended && !c->dropped))
             continue;
         /* it said nothing (a crash or a kill; ours, while stopping, do not count), or the
          * others dropped it and it is to come back */
@@ -372,7 +375,8 @@ reset_node(sl_sup_node_t *c, pid_t pid, int rec_fd, int log_fd)
     c->log_fd = log_fd;
     c->rec_got = c->line_len = 0;
     c->exited = c->wstatus = c->ended = c->judged = c->straggler = c->dropped = 0;
-    c->stopped_since = 0;
+    c->left_out = 0;
+    c->stopped_since = c->kill_at = 0;
     c->outcome = SL_NODE_LOST;
     c->status = c->has_train = 0;
     c->gone = 0;
@@ -569,7 +573,7 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     remove_ipc_dir(&l);
 
     for (int i = 0; i < n; i++) {
-        res->node[i].outcome = l.c[i].outcome;
+        res->node[i].outcome = l.c[i].left_out ? SL_NODE_LEFT_OUT : l.c[i].outcome;
         res->node[i].has_train = l.c[i].has_train;
         res->node[i].train = l.c[i].train;
     }
@@ -608,9 +612,9 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)
-            if (l.c[i].outcome != SL_NODE_DONE)
+            if (l.c[i].outcome != SL_NODE_DONE && !l.c[i].left_out)
                 stopped = i;
-        if (stopped < 0) /* every node finished, whatever came after */
+        if (stopped < 0) /* every node finished (but those left out), whatever came after */
             st = SL_OK;
         else if (l.interrupts > 0)
             st = sl_err_set(SL_ERR_SHUTDOWN, "interrupted");
