@@ -408,10 +408,27 @@ typedef struct {
     pthread_cond_t cond;
     int dropped; /* nodes 0 and 1 that have dropped node 2 */
     int deaf;    /* node 1 misses the admission */
+    int stale;   /* node 0 sent node 2 a notice of node 1's admission first */
     long at[MAXN];
 } admit_t;
 
-static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}};
+static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, {0}};
+
+/* What node 2's earlier process, a member then, was sent before it was killed and never
+ * read: the coordinator's notice of node 1's admission (sl_members.c's frame), waiting
+ * at node 2's endpoint for the new process. */
+static void
+send_stale_notice(net_t *net)
+{
+    sl_wire_key_t key = {0, SL_MEMBERS_COMPONENT + 4, 0, 2, SL_WIRE_DATA};
+    unsigned char buf[12];
+
+    sl_put_u32(buf, 1);
+    sl_put_u64(buf + 4, 96);
+    ck_assert_int_eq(
+        sl_transport_send(net->t[0], &key, buf, sizeof buf, SL_WIRE_BYTES, 1.0f, 0, WAIT_MS),
+        SL_OK);
+}
 
 /* Means at rounds from + 1 to ADMIT_AFTER past the admission (polling between them
  * until it comes, when at is -1). */
@@ -474,6 +491,8 @@ member_node(net_t *net, int k)
     adm.at[k] = -1;
     if (st == SL_OK)
         st = sl_members_agree(m, "a test collective");
+    if (k == 0 && adm.stale)
+        send_stale_notice(net); /* before node 2 asks */
     pthread_mutex_lock(&adm.lock);
     adm.dropped++;
     pthread_cond_broadcast(&adm.cond);
@@ -562,6 +581,28 @@ START_TEST(test_admit_missed)
     }
     ck_assert_int_eq(net.st[2], SL_ERR_DROPPED);
     ck_assert_msg(strstr(net.err[2], "no member answers it any more"), "%s", net.err[2]);
+}
+END_TEST
+
+/* As test_admit_comeback, but node 2's endpoint holds a notice of another admission, sent to its
+ * earlier process (a fast churn: bench/README.md, "Churn"): node 2 passes over it, takes
+ * its own, and is admitted as above. */
+START_TEST(test_admit_stale_notice)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    adm.stale = 1;
+    net.n = 3;
+    net.fn[0] = net.fn[1] = member_node;
+    net.fn[2] = newcomer_node;
+    net_run(&net);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(adm.at[k], adm.at[0]);
+        ck_assert_int_eq(net.count[k], 3);
+        ck_assert_int_eq(net.nodes[k], 3);
+    }
 }
 END_TEST
 
@@ -712,6 +753,7 @@ members_suite(void)
     tcase_add_test(limits, test_behind_takes_result);
     tcase_add_test(limits, test_lent_frames_to_the_dead);
     tcase_add_test(limits, test_admit_comeback);
+    tcase_add_test(limits, test_admit_stale_notice);
     tcase_add_test(limits, test_admit_missed);
     tcase_add_test(limits, test_admit_two_comebacks);
     tcase_set_timeout(core, 60);
