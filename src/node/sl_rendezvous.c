@@ -532,15 +532,21 @@ sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t 
  * started again (shoal run, Slurm) and registers anew. The one that does not is refused,
  * so that of two live processes given one rank one fails at once, saying why; one that
  * died hears nothing. (Nothing tells a dead process from a live one for sure: the
- * connection of a crashed host stays open.) 1 when m takes the entry, else 0. */
+ * connection of a crashed host stays open.) The same process registering again (it does
+ * while it waits) only says where its table goes now. 1 when m takes the entry, else 0. */
 static int
 take_rank_again(sl_rendezvous_t *r, const sl_rendezvous_table_t *t, const sl_rdv_message_t *m,
-                const peer_t *held, int asks)
+                peer_t *held, int asks)
 {
     char why[200];
 
     if (m->kind != KIND_REGISTER)
         return 0; /* a presence: its process had a table before */
+    if (m->generation == t->generations[m->rank]) {
+        if (asks)
+            *held = m->peer;
+        return 0;
+    }
     snprintf(why, sizeof why,
              "rank %d is held by a process started later: two nodes were given rank %d, or "
              "this one was started again",

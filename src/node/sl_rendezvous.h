@@ -34,7 +34,10 @@
  *   confirm   "SLRV" u16 version, u16 kind 8, u64 run id, u32 sender, u32 rank, u64
  *             generation: the answer to a session, once the key is installed
  * A generation is the wall-clock time (ns) at which the process made its rendezvous:
- * of two processes for one rank, the later has the higher one.
+ * of two processes for one rank, the later has the higher one. A node sends its
+ * registration again every second while it waits for the table, so that a rank 0 that
+ * died with it and was started again has it too; rank 0 knows the same process again
+ * by its generation (nothing is refused for that).
  * Rank 0 keeps its socket for the run and answers such registrations between steps
  * (sl_rendezvous_admit), with the same checks, and one more: a registration of a
  * generation not above the one rank 0 holds for the rank is refused (an old process,

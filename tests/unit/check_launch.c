@@ -580,6 +580,37 @@ START_TEST(test_rendezvous_rank_started_again)
 }
 END_TEST
 
+/* Rank 0 killed while it gathers and started again (at the same master address): the
+ * nodes that had registered with it, waiting for a table, register again every second,
+ * so the new rank 0 has them too and the rendezvous completes. (Before, they waited for
+ * the dead one's table until their timeout, and the new one for them.) */
+START_TEST(test_rendezvous_master_started_again)
+{
+    char master[1100], log[1100];
+    peer_t p0, back, one, two;
+    outcome_t o;
+    uint64_t id = 0x3333444455556666ULL;
+
+    use_security(_i);
+    snprintf(master, sizeof master, "ipc://%s/rdv-master-again-%d", tmp_root, _i);
+    snprintf(log, sizeof log, "%s/rdv-master-again-%d.log", tmp_root, _i);
+    p0 = spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+    one = spawn(1, 3, id, master, "ipc:///tmp/x/1", 20000, 0);
+    wait_log_text(log, "rank 1 registered from", NULL);
+    spawn_kill(&p0);
+    back = spawn(0, 3, id, master, "ipc:///tmp/x/back", 20000, 0);
+    two = spawn(2, 3, id, master, "ipc:///tmp/x/2", 20000, 0);
+    o = finish(&one);
+    ck_assert_msg(o.status == SL_OK, "rank 1: %s", o.message);
+    ck_assert_str_eq(o.table[0], "ipc:///tmp/x/back");
+    o = finish(&back);
+    ck_assert_msg(o.status == SL_OK, "the new rank 0: %s", o.message);
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/1");
+    o = finish(&two);
+    ck_assert_msg(o.status == SL_OK, "rank 2: %s", o.message);
+}
+END_TEST
+
 /* One node's rendezvous exchange on a thread of the test process. */
 typedef struct {
     sl_rendezvous_t *r;
@@ -738,6 +769,7 @@ launch_suite(void)
     tcase_add_test(limits, test_rendezvous_timeouts);
     tcase_add_loop_test(limits, test_rendezvous_refusals, 0, 2);
     tcase_add_loop_test(limits, test_rendezvous_rank_started_again, 0, 2);
+    tcase_add_loop_test(limits, test_rendezvous_master_started_again, 0, 2);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
