@@ -730,8 +730,8 @@ sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
         SL_TRY(st);
         *at = (long)sl_get_u64(buf + 4);
         *coordinator = (int)r;
-        if (*at == 0)
-            return sl_err_set(SL_ERR_UNSUPPORTED,
+        if (*at == 0) /* as if the members dropped it: no failure of the run (shoal run) */
+            return sl_err_set(SL_ERR_DROPPED,
                               "rejoin: node %u says the run is at its end: too late to come back",
                               (unsigned)r);
         return SL_OK;
