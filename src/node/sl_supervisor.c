@@ -512,6 +512,26 @@ supervise(sl_sup_t *l)
     }
 }
 
+/* A node left out is no failure when the others wrote the run's model; when none did
+ * (the writer was the one left out: it died after the final average), the run ends as
+ * one that lost a node, saying where the model the others put there is. */
+static void
+left_out_unwritten(sl_sup_t *l)
+{
+    int left = -1;
+
+    for (int i = 0; i < l->n; i++) {
+        if (l->c[i].has_train && l->c[i].train.final_models > 0)
+            return;
+        if (l->c[i].left_out && left < 0)
+            left = i;
+    }
+    if (left < 0)
+        return;
+    l->lost = left;
+    snprintf(l->lost_msg, sizeof l->lost_msg, "node %d was left out as the run ended", left);
+}
+
 sl_status_t
 sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_result_t *res)
 {
@@ -577,6 +597,8 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
         res->node[i].has_train = l.c[i].has_train;
         res->node[i].train = l.c[i].train;
     }
+    if (l.culprit < 0 && l.lost < 0 && l.interrupts == 0)
+        left_out_unwritten(&l);
     if (l.culprit >= 0) {
         res->failed_rank = l.culprit;
         st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);

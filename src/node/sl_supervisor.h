@@ -16,7 +16,8 @@
  * finished is stopped (SIGTERM; SIGKILL after the grace period). Either is left out
  * (SL_NODE_LEFT_OUT), one line each ("shoal run: node 1 had not come back (restart 1
  * of 3) when the others had finished: stopping it; bmuf ends without it; 3 of 4 nodes
- * live"), and the run ends well without it.
+ * live"), and the run ends well without it, once the others wrote the run's model (else
+ * as a run that lost a node).
  * The watchdog kills (SIGKILL) a node that for cluster.watchdog_timeouts sync timeouts
  * sent no record, wrote no line and used almost no CPU (stopped, or hung in a system
  * call); it then counts as dead. Each such membership change is one line on o->out

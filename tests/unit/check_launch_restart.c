@@ -476,6 +476,48 @@ START_TEST(test_latecomer_left_out)
 }
 END_TEST
 
+/* The writer (rank 0 of a bmuf run) killed once it has the final average, before it
+ * writes it (the test hook SHOAL_TEST_WRITER_SIGNAL): the run is ending, so it is not
+ * started again but left out; with nobody to write the run's model, the run ends as one
+ * that lost a node (exit 1), naming the copy the others put there. */
+START_TEST(test_writer_left_out)
+{
+    char conf[1100], path[1200], line[1024], *out, *err;
+    const char *const args[] = {"run",
+                                conf,
+                                "--quiet",
+                                "--set",
+                                "cluster.restart={max: 1, delay_ms: 0}",
+                                "--set",
+                                "sync={algorithm: bmuf, timeout_ms: 2000}",
+                                NULL};
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    launch_tiny_yaml(conf, sizeof conf, "writer-out", 3,
+                     ", max_steps: 64, eval_every_epoch: false");
+    ck_assert_int_eq(
+        launch_wait(launch_start("writer-out",
+                                 (const char *[]){"SHOAL_TEST_WRITER_SIGNAL=KILL", NULL}, args),
+                    "writer-out", &out, &err),
+        1);
+    launch_assert_nothing_left();
+    ck_assert_msg(strstr(err, "shoal run: node 0 died (signal 9) at step 64; not restarted: the "
+                              "run is ending; bmuf ends without it; 2 of 3 nodes live\n") != NULL,
+                  "%s", err);
+    snprintf(path, sizeof path, "%s/writer-out/model.bin", launch_root);
+    launch_last_line(err, line, sizeof line);
+    ck_assert_msg(strstr(line, "shoal: node 0 was left out as the run ended (the other nodes "
+                               "finished without it); the run's model, the average of 3 nodes, is "
+                               "the copy the others put there, not evaluated: ") == line,
+                  "%s", err);
+    ck_assert(launch_exists(path));
+    free(out);
+    free(err);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- main */
 
 static Suite *
@@ -492,6 +534,7 @@ launch_restart_suite(void)
     tcase_add_test(limits, test_watchdog_kills_hung);
     tcase_add_test(limits, test_restart_foreign_checkpoint);
     tcase_add_test(limits, test_latecomer_left_out);
+    tcase_add_test(limits, test_writer_left_out);
     suite_add_tcase(s, limits);
     return s;
 }
