@@ -644,6 +644,10 @@ cmd_run(int argc, char **argv)
         double rate = 0;
         for (int i = 0; i < res.nodes; i++) {
             char who[32];
+            if (res.node[i].outcome == SL_NODE_LEFT_OUT) {
+                printf("shoal: node %d: left out: the run ended without it (see above)\n", i);
+                continue;
+            }
             snprintf(who, sizeof who, "node %d: ", i);
             print_done(who, &res.node[i].train);
             rate += res.node[i].train.tokens_per_s;

@@ -204,7 +204,6 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
     }
     sl_curve_destroy(&r->curve);
     sl_rendezvous_table_fini(&r->table);
-    free(r->admit_reg);
     for (int i = 0; r->pending && i < r->o.size; i++)
         if (r->pending[i]) {
             free(r->pending[i]->waiting);
@@ -369,8 +368,7 @@ sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char 
  * endpoint (a wildcard host replaced by from) written; else 0 with the reason. */
 static int
 check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
-                   long key_rank, const char *from, const unsigned char *reg, int *rank, char *ep,
-                   char *why, size_t size)
+                   long key_rank, const char *from, int *rank, char *ep, char *why, size_t size)
 {
     uint64_t their_id;
     uint32_t rk, sz;
@@ -409,9 +407,8 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
                  key_rank);
         return 0;
     }
-    if (kind == KIND_REGISTER && (rk == 0 || reg[rk])) {
-        snprintf(why, size, "rank %u is already registered: two nodes were given rank %u",
-                 (unsigned)rk, (unsigned)rk);
+    if (kind == KIND_REGISTER && rk == 0) { /* rank 0 is this process */
+        snprintf(why, size, "rank 0 is already registered: two nodes were given rank 0");
         return 0;
     }
     eplen = len - REGISTER_BYTES;
@@ -432,8 +429,7 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
 }
 
 sl_status_t
-sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *reg,
-                    sl_rdv_message_t *m, int *got)
+sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, sl_rdv_message_t *m, int *got)
 {
     zmq_msg_t idm, body;
     peer_t p;
@@ -479,7 +475,7 @@ sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *re
                                   why, sizeof why);
     else
         ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
-                                addr ? from : NULL, reg, &m->rank, m->endpoint, why, sizeof why);
+                                addr ? from : NULL, &m->rank, m->endpoint, why, sizeof why);
     if (!ok) {
         sl_rdv_refuse(r, &p, from, why);
         goto out;
@@ -530,6 +526,42 @@ sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t 
     return SL_OK;
 }
 
+/* A registration m of a rank that rank 0 holds already (t's entry, from the socket held;
+ * asks: that one waits for the table): the process started last (the higher generation)
+ * holds the rank, as in sl_rendezvous_admit, since a node killed while rank 0 gathers is
+ * started again (shoal run, Slurm) and registers anew. The one that does not is refused,
+ * so that of two live processes given one rank one fails at once, saying why; one that
+ * died hears nothing. (Nothing tells a dead process from a live one for sure: the
+ * connection of a crashed host stays open.) The same process registering again (it does
+ * while it waits) only says where its table goes now. 1 when m takes the entry, else 0. */
+static int
+take_rank_again(sl_rendezvous_t *r, const sl_rendezvous_table_t *t, const sl_rdv_message_t *m,
+                peer_t *held, int asks)
+{
+    char why[200];
+
+    if (m->kind != KIND_REGISTER)
+        return 0; /* a presence: its process had a table before */
+    if (m->generation == t->generations[m->rank]) {
+        if (asks)
+            *held = m->peer;
+        return 0;
+    }
+    snprintf(why, sizeof why,
+             "rank %d is held by a process started later: two nodes were given rank %d, or "
+             "this one was started again",
+             m->rank, m->rank);
+    if (m->generation <= t->generations[m->rank]) {
+        sl_rdv_refuse(r, &m->peer, "a node", why);
+        return 0;
+    }
+    if (asks)
+        send_reason(r, 0, held, KIND_REFUSAL, why); /* a dead one's connection is gone */
+    sl_log_info("rendezvous",
+                "rank %d registered again, by a process started later: it takes the rank", m->rank);
+    return 1;
+}
+
 static sl_status_t
 serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
       sl_rendezvous_table_t *t)
@@ -578,8 +610,10 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         }
         if (!ready)
             continue;
-        SL_TRY_GOTO(sl_rdv_take_message(r, run_id, reg, &m, &got), st, out);
-        if (got <= 0 || m.kind == KIND_CONFIRM || reg[m.rank])
+        SL_TRY_GOTO(sl_rdv_take_message(r, run_id, &m, &got), st, out);
+        if (got <= 0 || m.kind == KIND_CONFIRM)
+            continue;
+        if (reg[m.rank] && !take_rank_again(r, t, &m, &peers[m.rank], asks[m.rank]))
             continue;
         if (m.kind == KIND_PRESENT && gather_end == 0)
             gather_end = sl_clock_now() + SL_RDV_GATHER_MS / 1000.0;
@@ -588,8 +622,8 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         SL_TRY_GOTO(
             sl_rdv_table_set(t, m.rank, m.endpoint, strlen(m.endpoint), m.session, m.generation),
             st, out);
+        count += !reg[m.rank];
         reg[m.rank] = 1;
-        count++;
     }
     r->rejoined = gather_end > 0;
     SL_TRY_GOTO(sl_rdv_encode_table(r->rejoined ? KIND_REJOIN : KIND_TABLE, run_id, t, &msg, &len),

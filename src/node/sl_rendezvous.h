@@ -5,11 +5,14 @@
  * endpoint and registers itself in-process; the others connect a DEALER, send one
  * registration and wait for the table. Nodes may start in any order (ZeroMQ keeps a
  * registration until rank 0 has bound). Rank 0 refuses registrations of another run id
- * (a node of another job or configuration), another size, a rank out of range, a rank
- * its key does not prove (with CURVE) or one already registered: it tells the sender
- * why (the sender fails with that reason) without saying anything of the run (no run
- * id: it may be an outsider's probe), logs a warning and keeps waiting for the right
- * nodes. With CURVE (o->secret), a process without the run's secret gets no further
+ * (a node of another job or configuration), another size, a rank out of range, or a
+ * rank its key does not prove (with CURVE): it tells the sender why (the sender fails
+ * with that reason) without saying anything of the run (no run id: it may be an
+ * outsider's probe), logs a warning and keeps waiting for the right nodes. Of two
+ * registrations of one rank, the process started later (the higher generation, below)
+ * holds the rank, and the other is refused the same way: a node killed and started
+ * again while rank 0 gathers comes in, and of two live processes given one rank one
+ * fails at once. With CURVE (o->secret), a process without the run's secret gets no further
  * than the handshake, and the table travels encrypted to authenticated ranks only, so
  * no node is ever handed an endpoint an outsider chose.
  *
@@ -31,7 +34,10 @@
  *   confirm   "SLRV" u16 version, u16 kind 8, u64 run id, u32 sender, u32 rank, u64
  *             generation: the answer to a session, once the key is installed
  * A generation is the wall-clock time (ns) at which the process made its rendezvous:
- * of two processes for one rank, the later has the higher one.
+ * of two processes for one rank, the later has the higher one. A node sends its
+ * registration again every second while it waits for the table, so that a rank 0 that
+ * died with it and was started again has it too; rank 0 knows the same process again
+ * by its generation (nothing is refused for that).
  * Rank 0 keeps its socket for the run and answers such registrations between steps
  * (sl_rendezvous_admit), with the same checks, and one more: a registration of a
  * generation not above the one rank 0 holds for the rank is refused (an old process,

@@ -70,8 +70,7 @@ struct sl_rendezvous {
     int rejoined;        /* the run was under way: this node comes back to it */
     uint64_t generation; /* this process's */
     /* once every rank registered: the run's table, kept up to date by
-     * sl_rendezvous_admit (rank 0) or the relayed keys (the others), the run id, and
-     * admit's scratch */
+     * sl_rendezvous_admit (rank 0) or the relayed keys (the others), and the run id */
     sl_rendezvous_table_t table;
     uint64_t run_id;
     /* rank 0: where each rank's socket is (routed[i]: known), the comebacks waiting for
@@ -83,7 +82,6 @@ struct sl_rendezvous {
     unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
     size_t present_len;
     double present_at;
-    unsigned char *admit_reg;
 };
 
 /* A registration, a presence or a confirmation that checked out (sl_rdv_take_message). */
@@ -118,11 +116,10 @@ int sl_rdv_wait_readable(sl_rendezvous_t *r, double deadline);
 /* Sends [id][msg] on the ROUTER without waiting; 0 or the errno. */
 int sl_rdv_send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t len);
 /* Rank 0: takes one message off the ROUTER: *got = 1 with *m when it is a registration,
- * a presence or a confirmation that checks out (reg: the ranks registered, a second
- * registration of one is refused), 0 when the sender was refused (with its reason), -1
- * when none had come. */
-sl_status_t sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *reg,
-                                sl_rdv_message_t *m, int *got);
+ * a presence or a confirmation that checks out (a registration of rank 0, which is this
+ * process, is refused; of another rank registered already, the caller decides), 0 when
+ * the sender was refused (with its reason), -1 when none had come. */
+sl_status_t sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, sl_rdv_message_t *m, int *got);
 /* The table message of kind (KIND_TABLE or KIND_REJOIN), malloc'd. */
 sl_status_t sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
                                 unsigned char **out, size_t *len);

@@ -186,9 +186,11 @@ sl_rdv_relay_own(sl_rendezvous_t *r)
         }
         if (!ready)
             continue;
-        st = sl_rdv_take_message(r, r->run_id, r->admit_reg, &m, &got);
+        st = sl_rdv_take_message(r, r->run_id, &m, &got);
         if (st != SL_OK)
             break;
+        if (got > 0 && m.kind == KIND_REGISTER && m.generation == r->table.generations[m.rank])
+            continue; /* a gathered node's registration again: it has its table */
         if (got > 0 && m.kind == KIND_REGISTER) /* not now: it starts again (shoal run) */
             sl_rdv_refuse(r, &m.peer, "a node",
                           "rank 0 is coming back to the run itself: start this node again");

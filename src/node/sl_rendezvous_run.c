@@ -25,18 +25,16 @@ sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table
         SL_TRY(sl_rdv_table_set(&r->table, i, ep, ep ? strlen(ep) : 0,
                                 t->sessions + (size_t)i * SESSION_BYTES, t->generations[i]));
     }
-    r->admit_reg = calloc((size_t)n, 1);
     r->routes = calloc((size_t)n, sizeof *r->routes);
     r->routed = calloc((size_t)n, 1);
     r->pending = calloc((size_t)n, sizeof *r->pending);
-    if (!r->admit_reg || !r->routes || !r->routed || !r->pending)
+    if (!r->routes || !r->routed || !r->pending)
         return sl_err_set(SL_ERR_NOMEM, "rendezvous: out of memory");
     for (int i = 1; routes && i < n; i++)
         if (routes[i].id_len) {
             r->routes[i] = routes[i];
             r->routed[i] = 1;
         }
-    r->admit_reg[0] = 1; /* a node claiming rank 0 is refused: rank 0 is this one */
     r->run_id = run_id;
     return SL_OK;
 }
@@ -80,7 +78,7 @@ sl_rendezvous_admit(sl_rendezvous_t *r, sl_rdv_event_t *ev, int *rank)
         sl_rdv_message_t m;
         int got, found;
 
-        SL_TRY(sl_rdv_take_message(r, r->run_id, r->admit_reg, &m, &got));
+        SL_TRY(sl_rdv_take_message(r, r->run_id, &m, &got));
         if (got < 0)
             break; /* nothing more has come */
         if (!got)
@@ -90,7 +88,9 @@ sl_rendezvous_admit(sl_rendezvous_t *r, sl_rdv_event_t *ev, int *rank)
             continue;
         }
         if (m.kind == KIND_REGISTER) {
-            if (m.generation <= r->table.generations[m.rank]) {
+            if (m.generation == r->table.generations[m.rank])
+                continue; /* its registration again: the answer is on its way */
+            if (m.generation < r->table.generations[m.rank]) {
                 sl_rdv_refuse(r, &m.peer, "a node",
                               "a process older than the one the run has for this rank");
                 continue;

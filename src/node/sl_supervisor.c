@@ -211,8 +211,11 @@ take_record(sl_sup_t *l, int rank)
         c->status = r->status;
         c->has_train = r->has_train;
         c->train = r->train;
+        if (c->left_out)
+            break; /* stopped by us, the run having ended without it */
+        /* a restart refused only because the run ends leaves it out (sl_sup_node_died) */
         if (r->outcome == SL_NODE_FAILED && r->status == SL_ERR_DROPPED &&
-            sl_sup_may_restart(l, rank)) {
+            sl_sup_restarts_left(l, rank)) {
             c->dropped = 1; /* it comes back like a dead node once reaped */
             snprintf(c->dropped_why, sizeof c->dropped_why, "%s", r->text);
         } else if (r->outcome == SL_NODE_FAILED)
@@ -315,7 +318,7 @@ reap(sl_sup_t *l)
         if (c->judged || !c->exited || c->rec_fd >= 0 || c->log_fd >= 0)
             continue;
         c->judged = 1;
-        if (c->ended && !c->dropped)
+        if (c->left_out || (c->ended && !c->dropped))
             continue;
         /* it said nothing (a crash or a kill; ours, while stopping, do not count), or the
          * others dropped it and it is to come back */
@@ -372,7 +375,8 @@ reset_node(sl_sup_node_t *c, pid_t pid, int rec_fd, int log_fd)
     c->log_fd = log_fd;
     c->rec_got = c->line_len = 0;
     c->exited = c->wstatus = c->ended = c->judged = c->straggler = c->dropped = 0;
-    c->stopped_since = 0;
+    c->left_out = 0;
+    c->stopped_since = c->kill_at = 0;
     c->outcome = SL_NODE_LOST;
     c->status = c->has_train = 0;
     c->gone = 0;
@@ -508,6 +512,26 @@ supervise(sl_sup_t *l)
     }
 }
 
+/* A node left out is no failure when the others wrote the run's model; when none did
+ * (the writer was the one left out: it died after the final average), the run ends as
+ * one that lost a node, saying where the model the others put there is. */
+static void
+left_out_unwritten(sl_sup_t *l)
+{
+    int left = -1;
+
+    for (int i = 0; i < l->n; i++) {
+        if (l->c[i].has_train && l->c[i].train.final_models > 0)
+            return;
+        if (l->c[i].left_out && left < 0)
+            left = i;
+    }
+    if (left < 0)
+        return;
+    l->lost = left;
+    snprintf(l->lost_msg, sizeof l->lost_msg, "node %d was left out as the run ended", left);
+}
+
 sl_status_t
 sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_result_t *res)
 {
@@ -569,10 +593,12 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     remove_ipc_dir(&l);
 
     for (int i = 0; i < n; i++) {
-        res->node[i].outcome = l.c[i].outcome;
+        res->node[i].outcome = l.c[i].left_out ? SL_NODE_LEFT_OUT : l.c[i].outcome;
         res->node[i].has_train = l.c[i].has_train;
         res->node[i].train = l.c[i].train;
     }
+    if (l.culprit < 0 && l.lost < 0 && l.interrupts == 0)
+        left_out_unwritten(&l);
     if (l.culprit >= 0) {
         res->failed_rank = l.culprit;
         st = sl_err_set(l.culprit_st, "%s", l.culprit_msg);
@@ -608,9 +634,9 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)
-            if (l.c[i].outcome != SL_NODE_DONE)
+            if (l.c[i].outcome != SL_NODE_DONE && !l.c[i].left_out)
                 stopped = i;
-        if (stopped < 0) /* every node finished, whatever came after */
+        if (stopped < 0) /* every node finished (but those left out), whatever came after */
             st = SL_OK;
         else if (l.interrupts > 0)
             st = sl_err_set(SL_ERR_SHUTDOWN, "interrupted");

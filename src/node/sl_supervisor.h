@@ -10,6 +10,14 @@
  * again, the same rank with the same arguments but resume on, cluster.restart.delay_ms
  * later, up to cluster.restart.max times per rank; then the run goes on without it
  * (gossip-*, local-*) or stops. A node that failed with an error is not restarted.
+ * Nor is one that dies once the run is ending (a node has trained its last step or
+ * finished: nobody would admit it, and the final model is gathered without it); and a
+ * node started again that has not come back (sent no report) when every other node has
+ * finished is stopped (SIGTERM; SIGKILL after the grace period). Either is left out
+ * (SL_NODE_LEFT_OUT), one line each ("shoal run: node 1 had not come back (restart 1
+ * of 3) when the others had finished: stopping it; bmuf ends without it; 3 of 4 nodes
+ * live"), and the run ends well without it, once the others wrote the run's model (else
+ * as a run that lost a node).
  * The watchdog kills (SIGKILL) a node that for cluster.watchdog_timeouts sync timeouts
  * sent no record, wrote no line and used almost no CPU (stopped, or hung in a system
  * call); it then counts as dead. Each such membership change is one line on o->out
@@ -19,7 +27,8 @@
  *    "live":3,"nodes":4}
  * (step: the node's last report, null before it; why: "died (signal N)", "exited
  * (status N)", "killed by the watchdog", "restarted (restart K of M)", "stopped after
- * another node finished"). The merged progress line counts the live nodes. */
+ * another node finished", "not restarted", "left out"). The merged progress line
+ * counts the live nodes. */
 #ifndef SL_SUPERVISOR_H
 #define SL_SUPERVISOR_H
 
@@ -43,7 +52,14 @@ typedef struct {
 void sl_launch_opts_init(sl_launch_opts_t *o);
 
 /* What each node reported; outcome is one of: */
-enum { SL_NODE_LOST, SL_NODE_DONE, SL_NODE_FAILED, SL_NODE_STOPPED, SL_NODE_INTERRUPTED };
+enum {
+    SL_NODE_LOST,
+    SL_NODE_DONE,
+    SL_NODE_FAILED,
+    SL_NODE_STOPPED,
+    SL_NODE_INTERRUPTED,
+    SL_NODE_LEFT_OUT /* the run ended well without it (see above) */
+};
 
 typedef struct {
     int outcome;
@@ -58,8 +74,8 @@ typedef struct {
 } sl_launch_result_t;
 
 /* Runs cfg->cluster.nodes nodes on this machine (cfg validated; borrowed) and waits for
- * all of them. Returns SL_OK when every node finished; SL_ERR_SHUTDOWN when *interrupt
- * was set (the nodes were passed the signal and saved their checkpoints); else the
+ * all of them. Returns SL_OK when every node finished but those left out; SL_ERR_SHUTDOWN when
+ * *interrupt was set (the nodes were passed the signal and saved their checkpoints); else the
  * failed node's status, message "node 2 failed: <its error>" or "node 2 killed by
  * signal 9" (res->failed_rank). SL_ERR_IO / SL_ERR_NOMEM when pipes, processes or the
  * ipc directory cannot be made. */

@@ -46,6 +46,11 @@ typedef struct {
     int reported;          /* a report came since it was forked */
     char watchdog_why[96]; /* killed by the watchdog: why; "" otherwise */
     char dropped_why[160]; /* dropped: the node's own words */
+    /* the run ended without it, which is no failure: it died as the run was ending and
+     * was not started again, or was started again and had not come back when the others
+     * had finished (then stopped: SIGKILL at kill_at should it still be there) */
+    int left_out;
+    double kill_at;
 } sl_sup_node_t;
 
 typedef struct {
@@ -96,17 +101,27 @@ void sl_sup_say(sl_sup_t *l, const char *fmt, ...) __attribute__((format(printf,
 /* Nodes that are not gone (dead and not, or not yet, started again). */
 int sl_sup_live(const sl_sup_t *l);
 /* A node process that died without its end record, not by our hand: starts it again
- * after cluster.restart.delay_ms while restarts are left and the run goes on, else
- * lets a tolerant run go on without it or fails the run, as sl_supervisor.h says; one
- * membership line and record either way. why: "killed by signal 9", "exited with
+ * after cluster.restart.delay_ms while restarts are left and the run goes on, leaves it
+ * out when only the run's end keeps it from a restart, else lets a tolerant run go on
+ * without it or fails the run, as sl_supervisor.h says; one membership line and record
+ * either way. why: "killed by signal 9", "exited with
  * status 3 without saying why". */
 void sl_sup_node_died(sl_sup_t *l, int rank, const char *why);
-/* Whether rank's process, should it end now, would be started again (cluster.restart). */
+/* Whether rank has restarts left (cluster.restart) in a run that goes on: not stopping,
+ * nothing failed. */
+int sl_sup_restarts_left(const sl_sup_t *l, int rank);
+/* Whether the run is ending: in a run that goes on without a node (tolerant), a node
+ * trained its last step (its last report says so) or finished. */
+int sl_sup_run_ending(const sl_sup_t *l);
+/* Whether rank's process, should it end now, would be started again: restarts left and
+ * the run not ending (a node started then would find nobody to admit it: rank 0 admits
+ * between steps, and the final model is gathered without it). */
 int sl_sup_may_restart(const sl_sup_t *l, int rank);
 /* A sign of progress from rank (a record or a log line): the watchdog starts over. */
 void sl_sup_node_alive(sl_sup_t *l, int rank);
-/* One round of watching, between reads of the pipes: the watchdog, the stragglers of a
- * tolerant run, restarts that are due. */
+/* One round of watching, between reads of the pipes: the watchdog, restarted nodes that
+ * had not come back when the others finished, the stragglers of a tolerant run,
+ * restarts that are due. */
 void sl_sup_watch(sl_sup_t *l);
 
 #endif

@@ -100,9 +100,29 @@ membership(sl_sup_t *l, int rank, const char *why, const char *fmt, ...)
 }
 
 int
-sl_sup_may_restart(const sl_sup_t *l, int rank)
+sl_sup_restarts_left(const sl_sup_t *l, int rank)
 {
     return l->c[rank].restarts < l->cfg->cluster.restart.max && !l->stopping && l->culprit < 0;
+}
+
+int
+sl_sup_run_ending(const sl_sup_t *l)
+{
+    if (!l->tolerant)
+        return 0; /* each node's end is its own */
+    for (int i = 0; i < l->forked; i++) {
+        const sl_sup_node_t *c = &l->c[i];
+        if ((c->ended && c->outcome == SL_NODE_DONE) ||
+            (c->has_report && c->report.total_steps > 0 && c->report.step >= c->report.total_steps))
+            return 1;
+    }
+    return 0;
+}
+
+int
+sl_sup_may_restart(const sl_sup_t *l, int rank)
+{
+    return sl_sup_restarts_left(l, rank) && !sl_sup_run_ending(l);
 }
 
 /* A node that died, was killed by the watchdog, or was dropped by the others (a
@@ -140,6 +160,13 @@ sl_sup_node_died(sl_sup_t *l, int rank, const char *why)
         membership(l, rank, tag, "%s; restarting it in %.1f s (restart %d of %d)", what,
                    cfg->cluster.restart.delay_ms / 1000.0, c->restarts + 1,
                    cfg->cluster.restart.max);
+        return;
+    }
+    if (sl_sup_restarts_left(l, rank)) { /* only the run's end keeps it from a restart */
+        c->left_out = 1;
+        membership(l, rank, "not restarted",
+                   "%s; not restarted: the run is ending; %s ends without it", what,
+                   sl_sync_algorithm_name(cfg->sync.algorithm));
         return;
     }
     /* a node that exits without a word is a bug, not a vanished peer: it stops the run */
@@ -216,7 +243,7 @@ watchdog(sl_sup_t *l, int rank, double now)
     double window_s = cfg->cluster.watchdog_timeouts * sync_timeout_s(cfg), allowed_s, cpu;
     int stopped;
 
-    if (window_s <= 0 || c->ended || c->exited || c->straggler || c->watchdog_why[0])
+    if (window_s <= 0 || c->ended || c->exited || c->straggler || c->left_out || c->watchdog_why[0])
         return;
     if ((cpu = proc_cpu_s(c->pid, &stopped)) < 0)
         return; /* without /proc nothing tells a hung node from a busy one */
@@ -235,6 +262,14 @@ watchdog(sl_sup_t *l, int rank, double now)
     snprintf(c->watchdog_why, sizeof c->watchdog_why, "%g s (%s)", allowed_s,
              stopped ? "stopped by a signal" : "no output, no CPU time");
     kill(c->pid, SIGKILL);
+}
+
+/* A node started again whose new process has not come back (sent no report) is a
+ * latecomer. */
+static int
+latecomer(const sl_sup_node_t *c)
+{
+    return c->restarts > 0 && !c->reported && !c->ended && !c->exited && !c->gone;
 }
 
 /* A tolerant run (every sync algorithm): once a node has finished (its final model gathered and
@@ -262,8 +297,8 @@ kill_stragglers(sl_sup_t *l, double now)
         sl_sup_node_t *c = &l->c[i];
         int stopped;
 
-        if (c->ended || c->exited || c->straggler || c->gone)
-            continue;
+        if (c->ended || c->exited || c->straggler || c->gone || c->left_out || latecomer(c))
+            continue; /* a latecomer is not in the run yet: stop_latecomers */
         if (proc_cpu_s(c->pid, &stopped) < 0 || !stopped) {
             c->stopped_since = 0;
             continue;
@@ -288,19 +323,61 @@ kill_stragglers(sl_sup_t *l, double now)
     }
 }
 
-/* Whether a node has finished the run (its final model gathered and written). */
-static int
-any_finished(const sl_sup_t *l)
+/* Latecomers once every other node has finished (or is gone for good) and one has
+ * finished: nobody is left to admit them (rank 0 admits between steps) and the run's
+ * model is written, so each would wait for rank 0's table until the rendezvous timeout.
+ * Each is stopped (SIGTERM: its rendezvous ends at once; SIGCONT, should it be stopped;
+ * SIGKILL after the grace period) and left out: the run ends well without it. */
+static void
+stop_latecomers(sl_sup_t *l, double now)
 {
-    for (int i = 0; i < l->forked; i++)
-        if (l->c[i].ended && l->c[i].outcome == SL_NODE_DONE)
-            return 1;
-    return 0;
+    int finished = 0, late = 0;
+
+    if (!l->tolerant || l->stopping || l->culprit >= 0 || l->forked < l->n)
+        return;
+    for (int i = 0; i < l->n; i++) {
+        sl_sup_node_t *c = &l->c[i];
+
+        if (c->left_out && !c->exited && c->kill_at > 0 && now >= c->kill_at) {
+            kill(c->pid, SIGKILL);
+            c->kill_at = 0;
+        }
+    }
+    for (int i = 0; i < l->n; i++) {
+        const sl_sup_node_t *c = &l->c[i];
+
+        if (c->left_out)
+            continue;
+        if (c->ended && c->outcome == SL_NODE_DONE) {
+            finished++;
+        } else if (latecomer(c)) {
+            late++;
+        } else if (!c->gone || c->restart_at > 0) {
+            return; /* a node still takes part, or comes back */
+        }
+    }
+    if (!finished || !late)
+        return;
+    for (int i = 0; i < l->n; i++) {
+        sl_sup_node_t *c = &l->c[i];
+
+        if (!latecomer(c) || c->left_out)
+            continue;
+        c->left_out = 1;
+        c->gone = 1;
+        c->kill_at = now + l->o->grace_ms / 1000.0;
+        kill(c->pid, SIGTERM);
+        kill(c->pid, SIGCONT);
+        membership(l, i, "left out",
+                   "had not come back (restart %d of %d) when the others had finished: "
+                   "stopping it; %s ends without it",
+                   c->restarts, l->cfg->cluster.restart.max,
+                   sl_sync_algorithm_name(l->cfg->sync.algorithm));
+    }
 }
 
 /* Starts the nodes whose restart is due; a run that stops restarts nobody, and nor does
- * one whose nodes have begun to finish: a node started then would find nobody to come
- * back to, and the final model is gathered without it. */
+ * one that is ending (sl_sup_may_restart): the node is left out. */
 static void
 restart_due(sl_sup_t *l, double now)
 {
@@ -314,16 +391,10 @@ restart_due(sl_sup_t *l, double now)
         c->restart_at = 0;
         if (l->stopping || l->culprit >= 0)
             continue;
-        if (l->tolerant && any_finished(l)) {
-            if (l->lost < 0) {
-                l->lost = i;
-                snprintf(l->lost_msg, sizeof l->lost_msg,
-                         "node %d %s and was not started again: the others had finished", i,
-                         c->dropped ? "was dropped" : "died");
-            }
+        if (sl_sup_run_ending(l)) {
+            c->left_out = 1;
             membership(l, i, "not restarted",
-                       "not restarted: the others have finished; %s "
-                       "goes on without it",
+                       "not restarted: the run is ending; %s ends without it",
                        sl_sync_algorithm_name(l->cfg->sync.algorithm));
             continue;
         }
@@ -346,6 +417,7 @@ sl_sup_watch(sl_sup_t *l)
     if (!l->stopping)
         for (int i = 0; i < l->forked; i++)
             watchdog(l, i, now);
+    stop_latecomers(l, now);
     kill_stragglers(l, now);
     restart_due(l, now);
 }

@@ -112,7 +112,9 @@ sl_train_catch_up(trainer_t *t)
 /* allreduce, ma, bmuf: the live state of a node that comes back, at its admission
  * (sl_members.h "Admission"): asks for it, then waits for the coordinator's state (with
  * allreduce its optimizer's) and member set after the sync of the admission step (up to
- * cluster.rendezvous_timeout_ms: the members train up to two blocks meanwhile). */
+ * cluster.rendezvous_timeout_ms: the members train up to two blocks meanwhile). A state
+ * of an earlier step is passed over: pushed to an earlier process of this rank, admitted
+ * and killed before it read it, it waited at this rank's endpoint. */
 static sl_status_t
 admitted_state(trainer_t *t, float *params, long *step, int *donor)
 {
@@ -121,9 +123,16 @@ admitted_state(trainer_t *t, float *params, long *step, int *donor)
 
     SL_TRY(sl_sync_join(t->sync, wait_ms, &at, donor));
     sl_log_info("train", "node %d admits this node at step %ld: waiting for it", *donor, at);
-    SL_TRY(sl_rejoin_take(t->opts->transport, *donor, wait_ms, sl_lm_nparams(t->lm), t->sync,
-                          sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE ? t->opt : NULL, params,
-                          step));
+    do {
+        SL_TRY(sl_rejoin_take(t->opts->transport, *donor, wait_ms, sl_lm_nparams(t->lm), t->sync,
+                              sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE ? t->opt : NULL,
+                              params, step));
+        if (*step < at)
+            sl_log_info("train",
+                        "passed over node %d's state of step %ld: it was sent to an earlier "
+                        "process of this rank",
+                        *donor, *step);
+    } while (*step < at);
     if (*step != at)
         return sl_err_set(SL_ERR_FORMAT, "rejoin: node %d sent the state of step %ld, not %ld",
                           *donor, *step, at);

@@ -676,6 +676,34 @@ sl_members_poll(sl_members_t *m, long step, long block, long end, const uint32_t
     return SL_OK;
 }
 
+/* The newcomer: coordinator r's answer to its request, up to wait_ms. A notice of
+ * another rank's admission is passed over: sent to an earlier process of this rank (a
+ * member then, killed before it read it), it waited at this rank's endpoint for the new
+ * one. SL_ERR_TIMEOUT, SL_ERR_FORMAT (a frame of another size), the transport's codes. */
+static sl_status_t
+recv_answer(sl_members_t *m, uint32_t r, int wait_ms, unsigned char *buf)
+{
+    sl_wire_key_t key = admit_key(ADMIT_NOTICE, r);
+    double end = sl_clock_now() + wait_ms / 1000.0;
+
+    for (;;) {
+        double left_ms = (end - sl_clock_now()) * 1000.0;
+        size_t got;
+
+        SL_TRY(sl_transport_recv(m->tr, &key, buf, NOTICE_BYTES, &got,
+                                 left_ms > 0 ? (int)left_ms : 0));
+        if (got != NOTICE_BYTES)
+            return sl_err_set(SL_ERR_FORMAT, "rejoin: node %u sent an admission of %zu bytes",
+                              (unsigned)r, got);
+        if (sl_get_u32(buf) == m->rank)
+            return SL_OK;
+        sl_log_debug("sync",
+                     "passed over node %u's notice of node %u's admission: it was meant "
+                     "for an earlier process of this rank",
+                     (unsigned)r, (unsigned)sl_get_u32(buf));
+    }
+}
+
 sl_status_t
 sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
 {
@@ -683,9 +711,8 @@ sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
     size_t used = 0;
 
     for (uint32_t r = 0; r < m->size; r++) {
-        sl_wire_key_t req = admit_key(ADMIT_REQUEST, r), key = admit_key(ADMIT_NOTICE, r);
+        sl_wire_key_t req = admit_key(ADMIT_REQUEST, r);
         unsigned char buf[NOTICE_BYTES];
-        size_t got;
         sl_status_t st;
 
         if (r == m->rank || !sl_transport_knows(m->tr, r))
@@ -694,20 +721,17 @@ sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator)
             used += (size_t)snprintf(asked + used, sizeof asked - used, "%s%u", used ? ", " : "",
                                      (unsigned)r);
         SL_TRY(sl_transport_send(m->tr, &req, NULL, 0, SL_WIRE_BYTES, 1.0f, 0, -1));
-        st = sl_transport_recv(m->tr, &key, buf, sizeof buf, &got, wait_ms);
+        st = recv_answer(m, r, wait_ms, buf);
         if (st == SL_ERR_TIMEOUT) {
             sl_log_info("sync", "node %u did not answer the request to come back: asking the next",
                         (unsigned)r);
             continue;
         }
         SL_TRY(st);
-        if (got != NOTICE_BYTES || sl_get_u32(buf) != m->rank)
-            return sl_err_set(SL_ERR_FORMAT, "rejoin: node %u sent an admission of %zu bytes",
-                              (unsigned)r, got);
         *at = (long)sl_get_u64(buf + 4);
         *coordinator = (int)r;
-        if (*at == 0)
-            return sl_err_set(SL_ERR_UNSUPPORTED,
+        if (*at == 0) /* as if the members dropped it: no failure of the run (shoal run) */
+            return sl_err_set(SL_ERR_DROPPED,
                               "rejoin: node %u says the run is at its end: too late to come back",
                               (unsigned)r);
         return SL_OK;

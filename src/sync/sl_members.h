@@ -138,7 +138,8 @@ sl_status_t sl_members_poll(sl_members_t *m, long step, long block, long end,
 /* The newcomer: asks the members for admission in rank order (those the transport knows),
  * waiting up to wait_ms for each answer: *at the step it is admitted at, *coordinator who
  * admitted it (and sends the state). SL_ERR_TIMEOUT when nobody answered,
- * SL_ERR_UNSUPPORTED when the run is at its end, SL_ERR_FORMAT for a bad answer. */
+ * SL_ERR_DROPPED when the run is at its end (too late: the members go on without it),
+ * SL_ERR_FORMAT for a bad answer. */
 sl_status_t sl_members_join(sl_members_t *m, int wait_ms, long *at, int *coordinator);
 /* The newcomer at its admission step: the set the coordinator sends (up to wait_ms)
  * becomes this node's. SL_ERR_TIMEOUT, SL_ERR_FORMAT (a set without this node). */

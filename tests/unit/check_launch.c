@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -193,12 +194,13 @@ typedef struct {
     int master_read; /* read_master took the first line */
 } peer_t;
 
-/* Forks a node that waits delay_ms, then meets the others. It writes its master
- * endpoint as it listens ("-" if it could not start), then its status, its message
- * and the table, one line each. The test process itself never touches ZeroMQ. */
+/* Forks a node that waits delay_ms, then meets the others, its debug log into the file
+ * log (NULL: stderr at the default level). It writes its master endpoint as it listens
+ * ("-" if it could not start), then its status, its message and the table, one line
+ * each. The test process itself never touches ZeroMQ. */
 static peer_t
-spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpoint, int timeout_ms,
-      int delay_ms)
+spawn_logged(int rank, int size, uint64_t run_id, const char *master, const char *endpoint,
+             int timeout_ms, int delay_ms, const char *log)
 {
     int p[2];
     peer_t peer;
@@ -215,6 +217,10 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
         FILE *f;
 
         close(p[0]);
+        if (log && freopen(log, "w", stderr)) {
+            setvbuf(stderr, NULL, _IOLBF, 0);
+            sl_log_set_level(SL_LOG_DEBUG);
+        }
         f = fdopen(p[1], "w");
         test_sleep_ms(delay_ms);
         st = sl_rendezvous_new(&r, &o);
@@ -239,6 +245,13 @@ spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpo
     peer.fd = p[0];
     peer.master_read = 0;
     return peer;
+}
+
+static peer_t
+spawn(int rank, int size, uint64_t run_id, const char *master, const char *endpoint, int timeout_ms,
+      int delay_ms)
+{
+    return spawn_logged(rank, size, run_id, master, endpoint, timeout_ms, delay_ms, NULL);
 }
 
 /* The first line the node wrote: its master endpoint. */
@@ -428,9 +441,10 @@ START_TEST(test_rendezvous_timeouts)
 END_TEST
 
 /* Rank 0 refuses another run id, another size and a rank given twice, each with its
- * reason, and still completes with the right nodes. Of the two nodes given rank 1,
- * whichever registers second is refused: it is the one that answers while the other
- * still waits for rank 2 (poll, not a head start). */
+ * reason, and still completes with the right nodes. Of the two live nodes given rank 1,
+ * the one started first is refused, whether it registered first (the other takes the
+ * rank from it) or second: it is the one that answers while the other still waits for
+ * rank 2 (poll, not a head start). */
 START_TEST(test_rendezvous_refusals)
 {
     char master[1100], expect[1400], line[1100];
@@ -471,11 +485,12 @@ START_TEST(test_rendezvous_refusals)
     ck_assert_msg(poll(pf, 2, HANG_S * 1000) > 0, "neither rank 1 was answered (hung?)");
     out = pf[0].revents ? 0 : 1;
     in = 1 - out;
+    ck_assert_int_eq(out, 0);
     o = finish(&dup[out]);
     ck_assert_int_eq(o.status, SL_ERR_INVALID);
     snprintf(expect, sizeof expect,
-             "rendezvous: rank 0 at %s refused rank 1: rank 1 is already registered: two "
-             "nodes were given rank 1",
+             "rendezvous: rank 0 at %s refused rank 1: rank 1 is held by a process started "
+             "later: two nodes were given rank 1, or this one was started again",
              master);
     ck_assert_str_eq(o.message, expect);
 
@@ -492,6 +507,107 @@ START_TEST(test_rendezvous_refusals)
     o = finish(&last);
     ck_assert_msg(o.status == SL_OK, "%s", o.message);
     ck_assert_str_eq(o.table[2], "ipc:///tmp/x/last");
+}
+END_TEST
+
+/* Waits until the file at path holds text (1), or node p (NULL: none; its master line
+ * read) says more (0). The hang guard fails the test after HANG_S. */
+static int
+wait_log_text(const char *path, const char *text, const peer_t *p)
+{
+    double end = sl_clock_now() + HANG_S;
+
+    for (;;) {
+        char *log = test_read_file(path, NULL);
+        int found = log && strstr(log, text);
+        struct pollfd pf = {p ? p->fd : -1, POLLIN, 0};
+
+        free(log);
+        if (found)
+            return 1;
+        if (poll(&pf, 1, 10) > 0)
+            return 0;
+        ck_assert_msg(sl_clock_now() < end, "%s never said \"%s\"", path, text);
+    }
+}
+
+/* Kills a spawned node that is still waiting, so that no process outlives a failure. */
+static void
+spawn_kill(peer_t *p)
+{
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    close(p->fd);
+}
+
+/* A node killed while rank 0 gathers the registrations and started again (shoal run's
+ * restarts, a Slurm requeue) registers again: the new process takes the rank from its
+ * dead predecessor, and the rendezvous completes with its endpoint. (Before, the second
+ * registration was refused as "two nodes were given rank 1", and that node's failure
+ * ended the run: bench/README.md, "Churn".) */
+START_TEST(test_rendezvous_rank_started_again)
+{
+    char master[1100], log[1100], line[1100];
+    peer_t p0, old, again, two;
+    outcome_t o;
+    uint64_t id = 0x2222333344445555ULL;
+
+    use_security(_i);
+    snprintf(master, sizeof master, "ipc://%s/rdv-again-%d", tmp_root, _i);
+    snprintf(log, sizeof log, "%s/rdv-again-%d.log", tmp_root, _i);
+    p0 = spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+    old = spawn(1, 3, id, master, "ipc:///tmp/x/old", HANG_S * 1000, 0);
+    wait_log_text(log, "rank 1 registered from", NULL);
+    spawn_kill(&old);
+    again = spawn(1, 3, id, master, "ipc:///tmp/x/again", HANG_S * 1000, 0);
+    read_master(&again, line, sizeof line);
+    if (!wait_log_text(log, "rank 1 registered again", &again)) {
+        o = finish(&again);
+        spawn_kill(&p0);
+        ck_abort_msg("the new process of rank 1: %s", o.message);
+    }
+    two = spawn(2, 3, id, master, "ipc:///tmp/x/2", HANG_S * 1000, 0);
+    o = finish(&p0);
+    ck_assert_msg(o.status == SL_OK, "%s", o.message);
+    ck_assert_int_eq(o.size, 3);
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/again");
+    ck_assert_str_eq(o.table[2], "ipc:///tmp/x/2");
+    o = finish(&again);
+    ck_assert_msg(o.status == SL_OK, "%s", o.message);
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/again");
+    o = finish(&two);
+    ck_assert_msg(o.status == SL_OK, "%s", o.message);
+}
+END_TEST
+
+/* Rank 0 killed while it gathers and started again (at the same master address): the
+ * nodes that had registered with it, waiting for a table, register again every second,
+ * so the new rank 0 has them too and the rendezvous completes. (Before, they waited for
+ * the dead one's table until their timeout, and the new one for them.) */
+START_TEST(test_rendezvous_master_started_again)
+{
+    char master[1100], log[1100];
+    peer_t p0, back, one, two;
+    outcome_t o;
+    uint64_t id = 0x3333444455556666ULL;
+
+    use_security(_i);
+    snprintf(master, sizeof master, "ipc://%s/rdv-master-again-%d", tmp_root, _i);
+    snprintf(log, sizeof log, "%s/rdv-master-again-%d.log", tmp_root, _i);
+    p0 = spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+    one = spawn(1, 3, id, master, "ipc:///tmp/x/1", 20000, 0);
+    wait_log_text(log, "rank 1 registered from", NULL);
+    spawn_kill(&p0);
+    back = spawn(0, 3, id, master, "ipc:///tmp/x/back", 20000, 0);
+    two = spawn(2, 3, id, master, "ipc:///tmp/x/2", 20000, 0);
+    o = finish(&one);
+    ck_assert_msg(o.status == SL_OK, "rank 1: %s", o.message);
+    ck_assert_str_eq(o.table[0], "ipc:///tmp/x/back");
+    o = finish(&back);
+    ck_assert_msg(o.status == SL_OK, "the new rank 0: %s", o.message);
+    ck_assert_str_eq(o.table[1], "ipc:///tmp/x/1");
+    o = finish(&two);
+    ck_assert_msg(o.status == SL_OK, "rank 2: %s", o.message);
 }
 END_TEST
 
@@ -652,6 +768,8 @@ launch_suite(void)
                         (int)(sizeof bad_sets / sizeof bad_sets[0]));
     tcase_add_test(limits, test_rendezvous_timeouts);
     tcase_add_loop_test(limits, test_rendezvous_refusals, 0, 2);
+    tcase_add_loop_test(limits, test_rendezvous_rank_started_again, 0, 2);
+    tcase_add_loop_test(limits, test_rendezvous_master_started_again, 0, 2);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;

@@ -402,6 +402,122 @@ START_TEST(test_restart_foreign_checkpoint)
 }
 END_TEST
 
+/* shoal's node process named name ("shoal node 2") other than not (0: any), waiting for
+ * it to have its name; the hang guard as wait_err_text's. */
+static pid_t
+node_named(pid_t shoal, const char *name, pid_t not )
+{
+    double t0 = launch_now();
+    pid_t v;
+
+    while ((v = test_child_named(shoal, name)) == 0 || v == not ) {
+        ck_assert_msg(launch_now() - t0 < HANG_S, "no new %s in %d s", name, HANG_S);
+        test_sleep_ms(10);
+    }
+    return v;
+}
+
+/* A node started again that has not come back when the others finish (here it is
+ * stopped, SIGSTOP, as soon as it is forked, while rank 0, which alone admits it, is
+ * stopped too) is stopped by shoal run once both others have finished, with one line,
+ * rather than waiting for a table until the rendezvous timeout: the run ends well (exit 0),
+ * with the final model of the two others. */
+START_TEST(test_latecomer_left_out)
+{
+    char conf[1100], path[1200], *out, *err, *text, *ev[6];
+    const char *const args[] = {"run",
+                                conf,
+                                "--quiet",
+                                "--set",
+                                "cluster.restart={max: 1, delay_ms: 0}",
+                                "--set",
+                                "cluster.watchdog_timeouts=0",
+                                "--set",
+                                "cluster.timeout_ms=2000",
+                                "--set",
+                                "sync={algorithm: bmuf, timeout_ms: 2000}",
+                                NULL};
+    pid_t pid, zero, victim, again;
+    int n;
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    launch_tiny_yaml(conf, sizeof conf, "latecomer", 3,
+                     ", epochs: 1000, max_steps: 1500, eval_every_epoch: false");
+    pid = launch_start("latecomer", NULL, args);
+    snprintf(path, sizeof path, "%s/latecomer/node-0/metrics.jsonl", launch_root);
+    test_wait_file(path, 1, pid, HANG_S);
+    zero = node_named(pid, "shoal node 0", 0);
+    victim = node_named(pid, "shoal node 2", 0);
+    ck_assert_int_eq(kill(zero, SIGSTOP), 0);
+    ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    wait_err_text(pid, "latecomer", "shoal run: node 2 restarted (restart 1 of 1)");
+    again = node_named(pid, "shoal node 2", victim);
+    ck_assert_int_eq(kill(again, SIGSTOP), 0);
+    ck_assert_int_eq(kill(zero, SIGCONT), 0);
+    ck_assert_int_eq(launch_wait(pid, "latecomer", &out, &err), 0);
+    launch_assert_nothing_left();
+    ck_assert_msg(strstr(err, "shoal run: node 2 had not come back (restart 1 of 1) when the "
+                              "others had finished: stopping it; bmuf ends without it; 2 of 3 "
+                              "nodes live\n") != NULL,
+                  "%s", err);
+    ck_assert_msg(strstr(out, "shoal: node 2: left out: the run ended without it") != NULL, "%s",
+                  out);
+    ck_assert_msg(strstr(out, "final model averages 2 nodes") != NULL, "%s", out);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "%s/latecomer/model.bin", launch_root);
+    ck_assert(launch_exists(path));
+    n = events("latecomer", &text, ev, 6);
+    ck_assert_int_eq(n, 3); /* died, restarted, left out */
+    ck_assert_ptr_nonnull(strstr(ev[2], "\"why\":\"left out\",\"live\":2,\"nodes\":3}"));
+    free(text);
+}
+END_TEST
+
+/* The writer (rank 0 of a bmuf run) killed once it has the final average, before it
+ * writes it (the test hook SHOAL_TEST_WRITER_SIGNAL): the run is ending, so it is not
+ * started again but left out; with nobody to write the run's model, the run ends as one
+ * that lost a node (exit 1), naming the copy the others put there. */
+START_TEST(test_writer_left_out)
+{
+    char conf[1100], path[1200], line[1024], *out, *err;
+    const char *const args[] = {"run",
+                                conf,
+                                "--quiet",
+                                "--set",
+                                "cluster.restart={max: 1, delay_ms: 0}",
+                                "--set",
+                                "sync={algorithm: bmuf, timeout_ms: 2000}",
+                                NULL};
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    launch_tiny_yaml(conf, sizeof conf, "writer-out", 3,
+                     ", max_steps: 64, eval_every_epoch: false");
+    ck_assert_int_eq(
+        launch_wait(launch_start("writer-out",
+                                 (const char *[]){"SHOAL_TEST_WRITER_SIGNAL=KILL", NULL}, args),
+                    "writer-out", &out, &err),
+        1);
+    launch_assert_nothing_left();
+    ck_assert_msg(strstr(err, "shoal run: node 0 died (signal 9) at step 64; not restarted: the "
+                              "run is ending; bmuf ends without it; 2 of 3 nodes live\n") != NULL,
+                  "%s", err);
+    snprintf(path, sizeof path, "%s/writer-out/model.bin", launch_root);
+    launch_last_line(err, line, sizeof line);
+    ck_assert_msg(strstr(line, "shoal: node 0 was left out as the run ended (the other nodes "
+                               "finished without it); the run's model, the average of 3 nodes, is "
+                               "the copy the others put there, not evaluated: ") == line,
+                  "%s", err);
+    ck_assert(launch_exists(path));
+    free(out);
+    free(err);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- main */
 
 static Suite *
@@ -417,6 +533,8 @@ launch_restart_suite(void)
     tcase_add_test(limits, test_watchdog_stopped_at_start);
     tcase_add_test(limits, test_watchdog_kills_hung);
     tcase_add_test(limits, test_restart_foreign_checkpoint);
+    tcase_add_test(limits, test_latecomer_left_out);
+    tcase_add_test(limits, test_writer_left_out);
     suite_add_tcase(s, limits);
     return s;
 }

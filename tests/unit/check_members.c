@@ -408,10 +408,27 @@ typedef struct {
     pthread_cond_t cond;
     int dropped; /* nodes 0 and 1 that have dropped node 2 */
     int deaf;    /* node 1 misses the admission */
+    int stale;   /* node 0 sent node 2 a notice of node 1's admission first */
     long at[MAXN];
 } admit_t;
 
-static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, {0}};
+static admit_t adm = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, {0}};
+
+/* What node 2's earlier process, a member then, was sent before it was killed and never
+ * read: the coordinator's notice of node 1's admission (sl_members.c's frame), waiting
+ * at node 2's endpoint for the new process. */
+static void
+send_stale_notice(net_t *net)
+{
+    sl_wire_key_t key = {0, SL_MEMBERS_COMPONENT + 4, 0, 2, SL_WIRE_DATA};
+    unsigned char buf[12];
+
+    sl_put_u32(buf, 1);
+    sl_put_u64(buf + 4, 96);
+    ck_assert_int_eq(
+        sl_transport_send(net->t[0], &key, buf, sizeof buf, SL_WIRE_BYTES, 1.0f, 0, WAIT_MS),
+        SL_OK);
+}
 
 /* Means at rounds from + 1 to ADMIT_AFTER past the admission (polling between them
  * until it comes, when at is -1). */
@@ -474,6 +491,8 @@ member_node(net_t *net, int k)
     adm.at[k] = -1;
     if (st == SL_OK)
         st = sl_members_agree(m, "a test collective");
+    if (k == 0 && adm.stale)
+        send_stale_notice(net); /* before node 2 asks */
     pthread_mutex_lock(&adm.lock);
     adm.dropped++;
     pthread_cond_broadcast(&adm.cond);
@@ -562,6 +581,103 @@ START_TEST(test_admit_missed)
     }
     ck_assert_int_eq(net.st[2], SL_ERR_DROPPED);
     ck_assert_msg(strstr(net.err[2], "no member answers it any more"), "%s", net.err[2]);
+}
+END_TEST
+
+/* Nodes 0 and 1 at the run's end (every step is fewer than SL_MEMBERS_ADMIT_LEAD from
+ * it): node 2 asks to come back and is told it is too late, as SL_ERR_DROPPED, which
+ * shoal run takes for a node left out, not for a failure of the run. */
+static volatile int late_asked;
+
+static void
+late_member(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    mean_t j = {net, k, 0};
+
+    if (st == SL_OK)
+        st = sl_members_agree(m, "a test collective");
+    pthread_mutex_lock(&adm.lock);
+    adm.dropped++;
+    pthread_cond_broadcast(&adm.cond);
+    pthread_mutex_unlock(&adm.lock);
+    for (long step = 1; st == SL_OK; step++) {
+        size_t count = COUNT;
+        const uint32_t *give;
+        int ngive, done;
+
+        pthread_mutex_lock(&adm.lock);
+        done = late_asked;
+        pthread_mutex_unlock(&adm.lock);
+        if (done)
+            break;
+        j.round = (uint64_t)step;
+        st = sl_members_run(m, mean_over, &j, net->out[k], &count, &net->nodes[k], "a mean");
+        if (st == SL_OK)
+            st = sl_members_poll(m, step, ADMIT_BLOCK, step + 1, &give, &ngive);
+    }
+    record(net, k, m, st);
+    sl_members_destroy(&m);
+}
+
+static void
+late_newcomer(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    int coordinator = -1;
+    long at = -1;
+
+    pthread_mutex_lock(&adm.lock);
+    while (adm.dropped < 2)
+        pthread_cond_wait(&adm.cond, &adm.lock);
+    pthread_mutex_unlock(&adm.lock);
+    if (st == SL_OK)
+        st = sl_members_join(m, 20 * WAIT_MS, &at, &coordinator);
+    record(net, k, NULL, st);
+    pthread_mutex_lock(&adm.lock);
+    late_asked = 1;
+    pthread_mutex_unlock(&adm.lock);
+    sl_members_destroy(&m);
+}
+
+START_TEST(test_admit_too_late)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 3;
+    net.fn[0] = net.fn[1] = late_member;
+    net.fn[2] = late_newcomer;
+    net_run(&net);
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+    ck_assert_int_eq(net.st[2], SL_ERR_DROPPED);
+    ck_assert_str_eq(net.err[2],
+                     "rejoin: node 0 says the run is at its end: too late to come back");
+}
+END_TEST
+
+/* As test_admit_comeback, but node 2's endpoint holds a notice of another admission, sent to its
+ * earlier process (a fast churn: bench/README.md, "Churn"): node 2 passes over it, takes
+ * its own, and is admitted as above. */
+START_TEST(test_admit_stale_notice)
+{
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    adm.stale = 1;
+    net.n = 3;
+    net.fn[0] = net.fn[1] = member_node;
+    net.fn[2] = newcomer_node;
+    net_run(&net);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(adm.at[k], adm.at[0]);
+        ck_assert_int_eq(net.count[k], 3);
+        ck_assert_int_eq(net.nodes[k], 3);
+    }
 }
 END_TEST
 
@@ -712,6 +828,8 @@ members_suite(void)
     tcase_add_test(limits, test_behind_takes_result);
     tcase_add_test(limits, test_lent_frames_to_the_dead);
     tcase_add_test(limits, test_admit_comeback);
+    tcase_add_test(limits, test_admit_stale_notice);
+    tcase_add_test(limits, test_admit_too_late);
     tcase_add_test(limits, test_admit_missed);
     tcase_add_test(limits, test_admit_two_comebacks);
     tcase_set_timeout(core, 60);
