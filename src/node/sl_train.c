@@ -459,6 +459,9 @@ train_loop(trainer_t *t, sl_train_result_t *res)
             stop = (polled = poll_hook(t, why, sizeof why)) != SL_OK;
         if (!stop)
             SL_TRY(serve_comebacks(t));
+        /* the nodes already at the end wait for this one while it says it trains */
+        if (!stop && t->opts->transport && sl_sync_transport_free(t->sync))
+            SL_TRY(sl_sync_still_training(t->sync, 0, NULL));
         if ((cfg->run.log_every > 0 && t->cur.step % cfg->run.log_every == 0) ||
             t->cur.step == t->total_steps || stop)
             SL_TRY(sl_report_emit(&t->rep, &t->cur, lr, &res->final_train_loss));
