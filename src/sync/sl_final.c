@@ -285,18 +285,85 @@ wait_step(sl_final_t *f, size_t nkeys, int s, double deadline, sl_transport_fram
     return st;
 }
 
-/* The gatherer: into f->avg the average of the models of the ranks in rank order (the
- * sum is the same on every run), its own params at its rank. Each other rank's is
- * waited for while it is not out (is_out: a late node that is still training keeps
- * sending signs); its components come in order and must be fp32 of their exact size
- * (else SL_ERR_INVALID). Every other rank gets this node's claim until then. *yielded
- * = 1 when a live rank below this one claims too (this node then sends its model
- * there like any other: the lowest gatherer takes over), 2 when a gatherer sent this
- * one its "without you" (it has written the model: this node then writes none). */
+/* The gatherer: rank r's model into f->peer, waited for while r is not out (is_out: a
+ * late node that is still training keeps sending signs), its components in order, each
+ * fp32 of its exact size (else SL_ERR_INVALID). *got = 1 with it. Stops early with
+ * *yielded = 1 when a live rank below this one claims too (this node then sends its
+ * model there like any other: the lowest gatherer takes over), 2 when a gatherer sent
+ * this one its "without you" (it has written the model: this node then writes none).
+ * This node's claim goes to every other rank meanwhile. */
+static sl_status_t
+take_model(sl_final_t *f, int r, double t0, int *got, int *yielded)
+{
+    const sl_sync_env_t *e = &f->env;
+    int c = 0;
+
+    *got = 0;
+    while (c < e->ncomps) {
+        sl_transport_frame_t *fr = NULL;
+        size_t which, nkeys = sign_keys(f, SIGN_DONE), bytes = e->comps[c].count * sizeof(float);
+        sl_status_t st;
+
+        for (int q = 0; q < e->size && !*yielded; q++)
+            if (f->done[q])
+                *yielded = 2;
+            else if (q < e->rank && f->claims[q] && !is_out(f, q, t0))
+                *yielded = 1;
+        if (*yielded)
+            return SL_OK;
+        if (is_out(f, r, t0)) {
+            if (c > 0 || f->at_end[r])
+                sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
+            return SL_OK;
+        }
+        f->keys[nkeys] = (sl_wire_key_t){FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
+        st = wait_step(f, nkeys + 1, SIGN_CLAIM, alive_since(f, r, t0) + e->timeout_ms / 1000.0,
+                       &fr, &which);
+        if (st == SL_ERR_TIMEOUT)
+            continue;
+        SL_TRY(st);
+        if (which < nkeys) {
+            SL_TRY(take_sign(f, &fr));
+            continue;
+        }
+        if (fr->h.encoding != SL_WIRE_FP32 || fr->h.payload_bytes != bytes) {
+            size_t len = (size_t)fr->h.payload_bytes;
+
+            sl_transport_frame_release(&fr);
+            return sl_err_set(SL_ERR_INVALID, "sync: node %d sent %zu bytes of %s, not %zu fp32", r,
+                              len, e->comps[c].name, bytes);
+        }
+        memcpy(f->peer + e->comps[c].offset, fr->payload, bytes);
+        sl_transport_frame_release(&fr);
+        f->sign[r] = sl_clock_now();
+        c++;
+    }
+    *got = 1;
+    return SL_OK;
+}
+
+/* f->avg += m (the first model: f->avg := m), *nmodels counting it. */
+static void
+add_model(sl_final_t *f, const float *m, int *nmodels)
+{
+    if (*nmodels == 0)
+        memcpy(f->avg, m, f->env.nparams * sizeof *m);
+    else
+        for (size_t j = 0; j < f->env.nparams; j++)
+            f->avg[j] += m[j];
+    ++*nmodels;
+}
+
+/* The gatherer: into f->avg the average of its own params and the models of the other
+ * ranks (take_model), in rank order, then those of ranks taken for out on the way that
+ * gave a sign since (come to the end after all: they follow this node's claim), in rank
+ * order again; so the sum is the same on every run with the same arrivals. The ranks
+ * left out get "without you". *yielded as take_model's. */
 static sl_status_t
 gather(sl_final_t *f, const float *params, double t0, int *nmodels, int *yielded)
 {
     const sl_sync_env_t *e = &f->env;
+    int got, late;
 
     *yielded = 0;
     *nmodels = 0;
@@ -305,64 +372,33 @@ gather(sl_final_t *f, const float *params, double t0, int *nmodels, int *yielded
     memset(f->in, 0, (size_t)e->size);
     send_signs(f, SIGN_CLAIM, NULL, 0);
     for (int r = 0; r < e->size; r++) {
-        const float *m = params;
-        int c = 0;
-
-        while (r != e->rank && c < e->ncomps) {
-            sl_transport_frame_t *fr = NULL;
-            size_t which, nkeys = sign_keys(f, SIGN_DONE),
-                          bytes = e->comps[c].count * sizeof(float);
-            sl_status_t st;
-
-            for (int q = 0; q < e->size && !*yielded; q++)
-                if (f->done[q])
-                    *yielded = 2;
-                else if (q < e->rank && f->claims[q] && !is_out(f, q, t0))
-                    *yielded = 1;
-            if (*yielded || is_out(f, r, t0))
-                break;
-            f->keys[nkeys] =
-                (sl_wire_key_t){FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
-            st = wait_step(f, nkeys + 1, SIGN_CLAIM, alive_since(f, r, t0) + e->timeout_ms / 1000.0,
-                           &fr, &which);
-            if (st == SL_ERR_TIMEOUT)
-                continue;
-            SL_TRY(st);
-            if (which < nkeys) {
-                SL_TRY(take_sign(f, &fr));
-                continue;
-            }
-            if (fr->h.encoding != SL_WIRE_FP32 || fr->h.payload_bytes != bytes) {
-                size_t got = (size_t)fr->h.payload_bytes;
-
-                sl_transport_frame_release(&fr);
-                return sl_err_set(SL_ERR_INVALID,
-                                  "sync: node %d sent %zu bytes of %s, not %zu fp32", r, got,
-                                  e->comps[c].name, bytes);
-            }
-            memcpy(f->peer + e->comps[c].offset, fr->payload, bytes);
-            sl_transport_frame_release(&fr);
-            f->sign[r] = sl_clock_now();
-            c++;
+        if (r == e->rank) {
+            add_model(f, params, nmodels);
+            continue;
         }
+        SL_TRY(take_model(f, r, t0, &got, yielded));
         if (*yielded)
             return SL_OK;
-        if (r != e->rank) {
-            if (c < e->ncomps) {
-                if (c > 0 || f->at_end[r])
-                    sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
-                continue;
-            }
-            f->in[r] = 1;
-            m = f->peer;
-        }
-        if (*nmodels == 0)
-            memcpy(f->avg, m, e->nparams * sizeof *m);
-        else
-            for (size_t j = 0; j < e->nparams; j++)
-                f->avg[j] += m[j];
-        ++*nmodels;
+        if (got)
+            add_model(f, f->peer, nmodels);
+        f->in[r] = (unsigned char)got;
     }
+    do {
+        late = 0;
+        for (int r = 0; r < e->size; r++) {
+            if (r == e->rank || f->in[r] || f->out[r])
+                continue;
+            SL_TRY(take_model(f, r, t0, &got, yielded));
+            if (*yielded)
+                return SL_OK;
+            if (got) {
+                sl_log_info("sync", "node %d came to the end late: its final model is in", r);
+                add_model(f, f->peer, nmodels);
+                f->in[r] = 1;
+                late = 1;
+            }
+        }
+    } while (late);
     {
         float inv = 1.0f / (float)*nmodels;
 

@@ -5,6 +5,7 @@
  * node that is not dead, and bad frames of the gathering. */
 #include <check.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +266,85 @@ START_TEST(test_late_end)
 }
 END_TEST
 
+/* test_silent_rank0_follows: rank 0, silent (stopped, or slow to come back), may go on
+ * once node 2 has set this (under tr->mu, tr->cv signalled). */
+static int rank0_go;
+
+/* Rank 0 waits, silent, for rank0_go; node 2 trains on late (sl_sync_still_training):
+ * after LATE_SIGNS / 2 signs of node 1 (so node 1 took rank 0 for out and claimed) it
+ * lets rank 0 go, answers signs until rank 0 has ended its block (it then enters
+ * sl_sync_final at once), and 4 more (a sign period and more), so that rank 0's sign of
+ * the end has reached node 1 before node 2 ends its training. */
+static void
+silent_rank0(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    int n, done0 = 0, after = 0;
+
+    (void)b;
+    (void)p;
+    if (k == 0) {
+        pthread_mutex_lock(&tr->mu);
+        while (!rank0_go)
+            pthread_cond_wait(&tr->cv, &tr->mu);
+        pthread_mutex_unlock(&tr->mu);
+    }
+    while (k == 2 && after < 4) {
+        if (sl_sync_still_training(s, 5000, &n) != SL_OK || n == 0)
+            return; /* late_took stays short: the test fails on it */
+        late_took += n;
+        if (late_took >= LATE_SIGNS / 2 && !rank0_go) {
+            pthread_mutex_lock(&tr->mu);
+            rank0_go = 1;
+            pthread_cond_broadcast(&tr->cv);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        if (done0)
+            after += n;
+        pthread_mutex_lock(&tr->mu);
+        done0 = tr->blocks_done[0] >= 1;
+        pthread_mutex_unlock(&tr->mu);
+    }
+}
+
+/* The split of a churn trial: rank 0 gives no sign while the others come to the end
+ * (it had been restarted and was slow to come back, say), so node 1 takes it for out
+ * and claims the gathering; rank 0 then comes to the end while node 1 still waits for
+ * node 2, which trains on. Rank 0 finds node 1's claim and follows it rather than
+ * gather a model of its own (a second writer), and node 1 takes it in: one writer,
+ * node 1, the average of all three, summed in node 1's order (its rank order, then
+ * rank 0 come late): (p1 + p2 + p0) / 3, held bit for bit by every node. */
+START_TEST(test_silent_rank0_follows)
+{
+    static test_trio_t tr;
+    float want[4], inv = 1.0f / 3.0f;
+
+    rank0_go = 0;
+    late_took = 0;
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 200}",
+                   final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 1;
+    tr.step = silent_rank0;
+    tr.final = 1;
+    test_trio_run(&tr);
+    for (int i = 0; i < 4; i++) {
+        want[i] = tr.p[1][i];
+        want[i] += tr.p[2][i];
+        want[i] += tr.p[0][i];
+        want[i] *= inv;
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        ck_assert_msg(tr.writer[k] == (k == 1), "node %d: writer %d", k, tr.writer[k]);
+        ck_assert_msg(tr.has_avg[k], "node %d holds no average", k);
+        ck_assert_msg(tr.nmodels[k] == 3, "node %d: an average of %d models", k, tr.nmodels[k]);
+        test_assert_floats(tr.avg[k], want, 4);
+    }
+    ck_assert_int_ge(late_took, LATE_SIGNS / 2);
+}
+END_TEST
+
 /* Bad frames of the gathering (test_bad_frames), case by case, from a gatherer node 0
  * that the test plays: the average sent back with a count of 3 bytes; a count of 9
  * models (of 3 nodes); a good count, then 3 of the component's 4 floats; a claim with a
@@ -383,6 +463,7 @@ sync_final_suite(void)
     tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
     tcase_add_test(core, test_late_is_not_dead);
     tcase_add_loop_test(core, test_late_end, 0, 2);
+    tcase_add_test(core, test_silent_rank0_follows);
     tcase_add_loop_test(limits, test_bad_frames, 0, 5);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
