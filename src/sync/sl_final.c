@@ -19,11 +19,12 @@
  * a node's model as component c (to its gatherer); the signs past them, each without
  * payload, in this order: "at the end" (SIGN_HERE), "at the end and gathering"
  * (SIGN_CLAIM), "alive and still training" (SIGN_TRAINING) and "gathered without you"
- * (SIGN_DONE). seq FINAL_BACK: the average the gatherer sends back (send_average): the number of
- * models it averages (FINAL_COUNT, u32 little-endian) first, then its components, and the receipt
- * (no payload) that each node it went to sends as the one past them. A node sends its sign to every
- * peer every sync.timeout_ms / FINAL_SIGN_DIV while it waits; a repeated sign that finds the last
- * one still filed is dropped by the mailbox. */
+ * (SIGN_DONE). seq FINAL_BACK: the average the gatherer sends back (send_average): the
+ * number of models it averages (FINAL_COUNT, u32 little-endian) first, then its
+ * components, and the receipt (no payload) that each node it went to sends as the one
+ * past them. A node sends its sign to every peer every sync.timeout_ms / FINAL_SIGN_DIV
+ * while it waits; a repeated sign that finds the last one still filed is dropped by the
+ * mailbox. */
 #define FINAL_ROUND 1u
 #define FINAL_BACK 1u
 enum { SIGN_HERE, SIGN_CLAIM, SIGN_TRAINING, SIGN_DONE, NSIGNS };

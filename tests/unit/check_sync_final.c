@@ -1,8 +1,9 @@
 /* Tests of src/sync's final model on 3 in-process nodes (threads over loopback
  * transports, test_util.h's trio): a gossip run without rank 0 (who gathers, the average
  * and who gets it back, the waits; nodes agreeing or not on rank 0's death), a node
- * that ends late but trains on (rank 0 or another: one writer, every model in), a late
- * node that is not dead, and bad frames of the gathering. */
+ * that ends late but trains on (rank 0 or another: one writer, every model in), rank 0
+ * silent and then late, following a claim made without it, a late node that is not
+ * dead, and bad frames of the gathering. */
 #include <check.h>
 #include <inttypes.h>
 #include <pthread.h>
