@@ -6,9 +6,10 @@
  * (sl_staging.h). SHOAL_STAGE_SYNC=1 in the environment stages on the cpu backend too,
  * so that tests run those copies without a device. SHOAL_TEST_WRITER_SIGNAL=STOP or KILL,
  * a test hook (writer_test_signal), makes the writer of the run's model raise SIGSTOP or
- * SIGKILL on itself right after the final average; unset it does nothing. Reporting
- * (progress line, metrics records, summary.json) is sl_report.h's; the backend and GPU
- * choice sl_node_backend.h's.
+ * SIGKILL on itself right after the final average, and SHOAL_TEST_LATE_END=N
+ * (late_end_test_hook) makes a gossip or local node end late while it still says it
+ * trains; unset they do nothing. Reporting (progress line, metrics records,
+ * summary.json) is sl_report.h's; the backend and GPU choice sl_node_backend.h's.
  *
  * Mixed precision: cfg->precision goes to the backend's set_precision; with fp16 the
  * loss is scaled (sl_loss_scale.h) and a step whose gradients overflowed is skipped,
@@ -459,6 +460,9 @@ train_loop(trainer_t *t, sl_train_result_t *res)
             stop = (polled = poll_hook(t, why, sizeof why)) != SL_OK;
         if (!stop)
             SL_TRY(serve_comebacks(t));
+        /* the nodes already at the end wait for this one while it says it trains */
+        if (!stop && t->opts->transport && sl_sync_transport_free(t->sync))
+            SL_TRY(sl_sync_still_training(t->sync, 0, NULL));
         if ((cfg->run.log_every > 0 && t->cur.step % cfg->run.log_every == 0) ||
             t->cur.step == t->total_steps || stop)
             SL_TRY(sl_report_emit(&t->rep, &t->cur, lr, &res->final_train_loss));
@@ -592,6 +596,33 @@ writer_test_signal(void)
         raise(SIGKILL);
 }
 
+/* A test hook, so that tests make a node end late while it trains on, without sleeps:
+ * with SHOAL_TEST_LATE_END=N (N >= 1) in the environment a node of a gossip or local
+ * run, at the end of its training, goes on answering the nodes already at the end as
+ * it does between its steps (sl_sync_still_training) until it has taken N of their
+ * signs, then joins the final gathering; it gives up after 3 sync timeouts without
+ * one. Inert when unset; a value that is not a positive number is ignored. */
+static sl_status_t
+late_end_test_hook(trainer_t *t)
+{
+    const char *v = getenv("SHOAL_TEST_LATE_END");
+    char *end;
+    long want = v ? strtol(v, &end, 10) : 0;
+    int quiet = 0, wait_ms = t->cfg->sync.timeout_ms > 0 ? t->cfg->sync.timeout_ms
+                                                         : t->cfg->cluster.timeout_ms;
+
+    if (!v || *end || want < 1 || !t->opts->transport)
+        return SL_OK;
+    for (long took = 0; took < want && quiet < 3;) {
+        int n;
+
+        SL_TRY(sl_sync_still_training(t->sync, wait_ms, &n));
+        took += n;
+        quiet = n ? 0 : quiet + 1;
+    }
+    return SL_OK;
+}
+
 /* End of the run: the final average (every node takes part), valid and test evaluation
  * of this node's model, its model.bin and summary.json; then the run-level files: the
  * writer's, or rank 0's copy of its summary without a sync algorithm. */
@@ -610,6 +641,7 @@ finish(trainer_t *t, sl_train_result_t *res)
         SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm)));
     if (t->stage)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
+    SL_TRY(late_end_test_hook(t));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
     if (writer)
         writer_test_signal();

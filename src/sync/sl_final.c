@@ -1,8 +1,8 @@
 /* The final average (sl_final.h): the ring allreduce of the collective algorithms, and
- * the leaderless final walk of the neighbourhood ones (final_walk below: how it works,
- * its time bounds and when it can give two writers), whose gatherer sends the average
- * back to the nodes in it. Must not change the liveness table nor the parameters it is
- * given; the average goes into its own buffer. */
+ * the gathering of the neighbourhood ones (final_gathering below: who gathers, the
+ * signs of life it waits on, when it can still give two writers), whose gatherer sends
+ * the average back to the nodes in it. Must not change the parameters it is given; the
+ * average goes into its own buffer. */
 #include "sync/sl_final.h"
 
 #include <limits.h>
@@ -15,28 +15,43 @@
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
 
-/* The final gather's frames (SL_WIRE_DATA, final_walk): round FINAL_ROUND; seq 0, the
- * walk: component c of a node's model as component c, a confirmation (one byte: 1 = in
- * the average, 0 = gathered without it) and a claim (no payload) as the two past them;
- * seq FINAL_BACK, the average the gatherer sends back (send_average): the number of
- * models it averages (FINAL_COUNT, u32 little-endian) first, then its components, and
- * the receipt (no payload) that each node it went to sends as the one past them */
+/* The final gathering's frames (SL_WIRE_DATA, round FINAL_ROUND). seq 0: component c of
+ * a node's model as component c (to its gatherer); the signs past them, each without
+ * payload, in this order: "at the end" (SIGN_HERE), "at the end and gathering"
+ * (SIGN_CLAIM), "alive and still training" (SIGN_TRAINING) and "gathered without you"
+ * (SIGN_DONE). seq FINAL_BACK: the average the gatherer sends back (send_average): the
+ * number of models it averages (FINAL_COUNT, u32 little-endian) first, then its
+ * components, and the receipt (no payload) that each node it went to sends as the one
+ * past them. A node sends its sign to every peer every sync.timeout_ms / FINAL_SIGN_DIV
+ * while it waits; a repeated sign that finds the last one still filed is dropped by the
+ * mailbox. */
 #define FINAL_ROUND 1u
 #define FINAL_BACK 1u
-#define FINAL_ACK(f) ((uint32_t)(f)->env.ncomps)
-#define FINAL_CLAIM(f) ((uint32_t)(f)->env.ncomps + 1u)
+enum { SIGN_HERE, SIGN_CLAIM, SIGN_TRAINING, SIGN_DONE, NSIGNS };
+#define FINAL_SIGN(f, s) ((uint32_t)(f)->env.ncomps + (uint32_t)(s))
 #define FINAL_COUNT(f) ((uint32_t)(f)->env.ncomps)
 #define FINAL_RECEIPT(f) ((uint32_t)(f)->env.ncomps + 1u)
+#define FINAL_SIGN_DIV 4
 
 struct sl_final {
     sl_sync_env_t env;
-    const sl_liveness_t *lv; /* borrowed */
-    float *avg, *peer;       /* (nparams) final average; a peer's model (the gatherer) */
-    unsigned char *in;       /* (size) the gatherer: 1 where that rank's model is in avg */
+    float *avg, *peer; /* (nparams) final average; a peer's model (the gatherer) */
+    /* what this node knows of each rank at the end of the run (neighbourhood
+     * algorithms; allocated on first use) */
+    double *sign;          /* (size) sl_clock_now() of its last sign of life; 0: none */
+    unsigned char *at_end; /* (size) it said it is at the end (HERE or CLAIM) */
+    unsigned char *claims; /* (size) it gathers: its last sign was a claim */
+    unsigned char *out;    /* (size) no sign for sync.timeout_ms, or its process is gone */
+    unsigned char *done;   /* (size) it gathered the final model without this node's */
+    unsigned char *sent;   /* (size) this node's model went to it */
+    unsigned char *in;     /* (size) the gatherer: that rank's model is in avg */
+    sl_wire_key_t *keys;   /* ((NSIGNS + 1) size) the keys of one wait */
+    double next_sign;      /* when this node sends its own signs next */
+    uint64_t ends_taken;   /* signs of the end (HERE, CLAIM) taken, for the transport's count */
 };
 
 sl_status_t
-sl_final_new(sl_final_t **out, const sl_sync_env_t *env, const sl_liveness_t *lv)
+sl_final_new(sl_final_t **out, const sl_sync_env_t *env)
 {
     *out = NULL;
     if (env->algo == SL_SYNC_NONE || env->size < 2 || !env->tr)
@@ -44,7 +59,6 @@ sl_final_new(sl_final_t **out, const sl_sync_env_t *env, const sl_liveness_t *lv
                           sl_sync_algorithm_name(env->algo), env->size);
     SL_TRY(SL_CALLOC(out, 1, "final model"));
     (*out)->env = *env;
-    (*out)->lv = lv;
     return SL_OK;
 }
 
@@ -57,7 +71,14 @@ sl_final_destroy(sl_final_t **fp)
         return;
     sl_free(f->avg);
     sl_free(f->peer);
+    sl_free(f->sign);
+    sl_free(f->at_end);
+    sl_free(f->claims);
+    sl_free(f->out);
+    sl_free(f->done);
+    sl_free(f->sent);
     sl_free(f->in);
+    sl_free(f->keys);
     sl_free(f);
     *fp = NULL;
 }
@@ -71,137 +92,322 @@ ms_until(double at)
     return ms <= 0 ? 0 : ms >= (double)INT_MAX ? INT_MAX : (int)ms;
 }
 
-/* A sender of the final walk (final_walk): its model to candidate c, component by
- * component, then a confirmation from c or from a candidate below it (one given up on
- * that answered late), or a claim from a candidate between c and itself, waited for
- * until the sl_clock_now() time until; keys has room for f->env.rank keys. *next = -1 on a
- * confirmation (done: in that candidate's average, *taker = its rank, or left out of
- * it, *taker = -1), the claimant's rank on a claim (*claim = 1), else c + 1: a send that
- * finds no room in time, or nothing coming, is c's failure (logged), not an error.
- * Frames are keyed by their sender, which the transport checks, so a confirmation from
- * c can only be c's. */
+/* The per-rank state of the gathering, zeroed the first time. */
 static sl_status_t
-offer_final(sl_final_t *f, const float *params, int c, double until, sl_wire_key_t *keys, int *next,
-            int *claim, int *taker)
+peers_ready(sl_final_t *f)
 {
-    sl_transport_frame_t *fr = NULL;
-    size_t which, nkeys = 0;
-    int wait_ms, from;
-    unsigned char in = 0;
+    size_t n = (size_t)f->env.size;
+
+    if (f->keys)
+        return SL_OK;
+    SL_TRY(SL_CALLOC(&f->sign, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->at_end, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->claims, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->out, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->done, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->sent, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->in, n, "final model peers"));
+    return SL_ALLOC(&f->keys, (NSIGNS + 1) * n, "final model keys");
+}
+
+/* Sends sign s (SIGN_*) to every other rank r with mask[r] == want (mask NULL: to
+ * every one), without waiting for room: a dead peer's queue may be full, and the sign
+ * goes again sync.timeout_ms / FINAL_SIGN_DIV later anyway. */
+static void
+send_signs(sl_final_t *f, int s, const unsigned char *mask, unsigned char want)
+{
+    for (int r = 0; r < f->env.size; r++) {
+        sl_wire_key_t k = {FINAL_ROUND, FINAL_SIGN(f, s), 0, (uint32_t)r, SL_WIRE_DATA};
+
+        if (r == f->env.rank || (mask && mask[r] != want))
+            continue;
+        if (sl_transport_send(f->env.tr, &k, "", 0, SL_WIRE_BYTES, 1.0f, 0, 0) != SL_OK)
+            sl_log_debug("sync", "final model: sign to node %d: %s", r, sl_err_msg());
+    }
+    f->next_sign = sl_clock_now() + f->env.timeout_ms / 1000.0 / FINAL_SIGN_DIV;
+}
+
+/* The keys of signs SIGN_HERE .. last from every other rank into f->keys; how many. */
+static size_t
+sign_keys(sl_final_t *f, int last)
+{
+    size_t n = 0;
+
+    for (int r = 0; r < f->env.size; r++)
+        for (int s = SIGN_HERE; s <= last && r != f->env.rank; s++)
+            f->keys[n++] =
+                (sl_wire_key_t){FINAL_ROUND, FINAL_SIGN(f, s), 0, (uint32_t)r, SL_WIRE_DATA};
+    return n;
+}
+
+/* Takes a sign (a frame of a sign_keys key; *fr released): signs are empty, anything
+ * else is SL_ERR_INVALID naming the sender. Any sign is a sign of life, and brings a
+ * rank taken for out back. */
+static sl_status_t
+take_sign(sl_final_t *f, sl_transport_frame_t **fr)
+{
+    static const char *const name[NSIGNS] = {"sign of the end", "claim", "sign of training",
+                                             "notice of the final model"};
+    int r = (int)(*fr)->h.sender, s = (int)((*fr)->h.component - FINAL_SIGN(f, 0));
+    unsigned long long bytes = (unsigned long long)(*fr)->h.payload_bytes;
+
+    sl_transport_frame_release(fr);
+    if (bytes != 0)
+        return sl_err_set(SL_ERR_INVALID,
+                          "sync: final model: node %d sent a %s of %llu bytes, not 0", r, name[s],
+                          bytes);
+    f->sign[r] = sl_clock_now();
+    f->out[r] = 0;
+    if (s == SIGN_DONE) {
+        f->done[r] = 1;
+    } else {
+        f->at_end[r] = s != SIGN_TRAINING;
+        f->claims[r] = s == SIGN_CLAIM;
+        f->ends_taken += f->at_end[r];
+    }
+    return SL_OK;
+}
+
+/* How many signs of the end (HERE, CLAIM) the transport has accepted (handed out or
+ * filed) and this node has not taken yet. */
+static uint64_t
+ends_waiting(const sl_final_t *f)
+{
+    sl_transport_stat_t here, claim;
+
+    sl_transport_stat(f->env.tr, SL_WIRE_DATA, FINAL_SIGN(f, SIGN_HERE), &here);
+    sl_transport_stat(f->env.tr, SL_WIRE_DATA, FINAL_SIGN(f, SIGN_CLAIM), &claim);
+    return here.recv_msgs + claim.recv_msgs - f->ends_taken;
+}
+
+/* Takes every sign that has already come, without waiting. */
+static sl_status_t
+drain_signs(sl_final_t *f)
+{
+    size_t nkeys = sign_keys(f, SIGN_DONE);
+
+    for (;;) {
+        sl_transport_frame_t *fr = NULL;
+        sl_status_t st = sl_transport_recv_any(f->env.tr, f->keys, nkeys, 0, &fr, NULL);
+
+        if (st == SL_ERR_TIMEOUT)
+            return SL_OK;
+        if (st != SL_OK)
+            return sl_err_prefix(st, "sync: final model");
+        SL_TRY(take_sign(f, &fr));
+    }
+}
+
+sl_status_t
+sl_final_still_training(sl_final_t *f, int wait_ms, int *signs)
+{
+    int n = 0, any = 0;
+
+    if (signs)
+        *signs = 0;
+    if (!sl_sync_is_neighbourhood(f->env.algo))
+        return SL_OK;
+    SL_TRY(peers_ready(f));
+    /* Only the signs already filed are taken without a wait: a receive that times out
+     * would stand as this node's last miss of each peer in the transport, and so hide
+     * the late answer of a gossip exchange (late is not dead, sl_liveness.h). */
+    while (ends_waiting(f) > 0 || (n == 0 && wait_ms > 0)) {
+        sl_transport_frame_t *fr = NULL;
+        size_t nkeys = sign_keys(f, SIGN_CLAIM);
+        sl_status_t st =
+            sl_transport_recv_any(f->env.tr, f->keys, nkeys, n == 0 ? wait_ms : 0, &fr, NULL);
+
+        if (st == SL_ERR_TIMEOUT)
+            break;
+        if (st != SL_OK)
+            return sl_err_prefix(st, "sync: final model");
+        SL_TRY(take_sign(f, &fr));
+        n++;
+    }
+    for (int r = 0; r < f->env.size; r++)
+        any |= f->at_end[r];
+    /* at once to a node newly at the end, then every sync.timeout_ms / FINAL_SIGN_DIV */
+    if (any && (n > 0 || sl_clock_now() >= f->next_sign))
+        send_signs(f, SIGN_TRAINING, f->at_end, 1);
+    if (signs)
+        *signs = n;
+    return SL_OK;
+}
+
+/* When rank r was last known alive for this node, which entered the gathering at t0:
+ * its last sign, or t0 if that is older. */
+static double
+alive_since(const sl_final_t *f, int r, double t0)
+{
+    return f->sign[r] > t0 ? f->sign[r] : t0;
+}
+
+/* Whether rank r is out of the gathering for this node: its process is gone (its
+ * connection closed: sl_transport_gone), or it gave no sign for sync.timeout_ms since it
+ * was last known alive (alive_since). Logged once, when it goes out; a sign brings it
+ * back (take_sign). */
+static int
+is_out(sl_final_t *f, int r, double t0)
+{
+    int gone;
+
+    if (f->out[r])
+        return 1;
+    gone = sl_transport_gone(f->env.tr, (uint32_t)r);
+    if (!gone && sl_clock_now() < alive_since(f, r, t0) + f->env.timeout_ms / 1000.0)
+        return 0;
+    f->out[r] = 1;
+    if (gone)
+        sl_log_info("sync", "final model: node %d is gone (its connection closed)", r);
+    else
+        sl_log_info("sync", "final model: node %d gave no sign of life for %d ms: not waited for",
+                    r, f->env.timeout_ms);
+    return 1;
+}
+
+/* Sends this node's sign s when it is due, then waits for a frame of the first nkeys of
+ * f->keys until deadline (an sl_clock_now() time) or the next sign, whichever comes
+ * first: SL_ERR_TIMEOUT then (the caller looks again), the transport's errors. */
+static sl_status_t
+wait_step(sl_final_t *f, size_t nkeys, int s, double deadline, sl_transport_frame_t **fr,
+          size_t *which)
+{
     sl_status_t st;
 
-    *next = c + 1;
-    *claim = 0;
-    *taker = -1;
-    for (int i = 0; i < f->env.ncomps; i++) {
-        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)i, 0, (uint32_t)c, SL_WIRE_DATA};
-        st = sl_transport_send(f->env.tr, &k, params + f->env.comps[i].offset,
-                               (uint32_t)f->env.comps[i].count, SL_WIRE_FP32, 1.0f, 0,
-                               f->env.timeout_ms);
-        if (st != SL_OK) {
-            sl_log_warn("sync", "sending this node's final model to node %d: %s; trying node %d", c,
-                        sl_err_msg(), c + 1);
+    if (sl_clock_now() >= f->next_sign)
+        send_signs(f, s, NULL, 0);
+    st = sl_transport_recv_any(f->env.tr, f->keys, nkeys,
+                               ms_until(deadline < f->next_sign ? deadline : f->next_sign), fr,
+                               which);
+    if (st == SL_ERR_TIMEOUT)
+        sl_transport_watch(f->env.tr); /* for is_out's sl_transport_gone */
+    else if (st != SL_OK)
+        st = sl_err_prefix(st, "sync: final model");
+    return st;
+}
+
+/* The gatherer: rank r's model into f->peer, waited for while r is not out (is_out: a
+ * late node that is still training keeps sending signs), its components in order, each
+ * fp32 of its exact size (else SL_ERR_INVALID). *got = 1 with it. Stops early with
+ * *yielded = 1 when a live rank below this one claims too (this node then sends its
+ * model there like any other: the lowest gatherer takes over), 2 when a gatherer sent
+ * this one its "without you" (it has written the model: this node then writes none).
+ * This node's claim goes to every other rank meanwhile. */
+static sl_status_t
+take_model(sl_final_t *f, int r, double t0, int *got, int *yielded)
+{
+    const sl_sync_env_t *e = &f->env;
+    int c = 0;
+
+    *got = 0;
+    while (c < e->ncomps) {
+        sl_transport_frame_t *fr = NULL;
+        size_t which, nkeys = sign_keys(f, SIGN_DONE), bytes = e->comps[c].count * sizeof(float);
+        sl_status_t st;
+
+        for (int q = 0; q < e->size && !*yielded; q++)
+            if (f->done[q])
+                *yielded = 2;
+            else if (q < e->rank && f->claims[q] && !is_out(f, q, t0))
+                *yielded = 1;
+        if (*yielded)
+            return SL_OK;
+        if (is_out(f, r, t0)) {
+            if (c > 0 || f->at_end[r])
+                sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
             return SL_OK;
         }
-    }
-    for (int r = 0; r < f->env.rank; r++)
-        keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, r <= c ? FINAL_ACK(f) : FINAL_CLAIM(f), 0,
-                                        (uint32_t)r, SL_WIRE_DATA};
-    wait_ms = ms_until(until);
-    st = sl_transport_recv_any(f->env.tr, keys, nkeys, wait_ms, &fr, &which);
-    if (st == SL_ERR_TIMEOUT) {
-        sl_log_warn("sync",
-                    "node %d did not confirm this node's final model within %d ms: it may "
-                    "have died; trying node %d",
-                    c, wait_ms, c + 1);
-        return SL_OK;
-    }
-    if (st != SL_OK)
-        return sl_err_prefix(st, "sync: final model");
-    from = (int)keys[which].peer;
-    if (keys[which].component == FINAL_CLAIM(f)) {
-        sl_transport_frame_release(&fr);
-        *next = from;
-        *claim = 1;
-        sl_log_info("sync", "node %d gathers the final model: this node's goes there", from);
-        return SL_OK;
-    }
-    if (fr->h.payload_bytes == 1)
-        memcpy(&in, fr->payload, 1);
-    sl_transport_frame_release(&fr);
-    *next = -1;
-    if (in)
-        *taker = from;
-    else
-        sl_log_warn("sync",
-                    "node %d gathered the final model without this node's (it came too late)",
-                    from);
-    return SL_OK;
-}
-
-/* The gatherer: peer r's whole model into f->peer, its first frame waited for first_ms,
- * each further one sync.timeout_ms. SL_ERR_TIMEOUT when it did not all come. */
-static sl_status_t
-recv_final(sl_final_t *f, int r, int first_ms)
-{
-    for (int c = 0; c < f->env.ncomps; c++) {
-        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
-        size_t got, bytes = f->env.comps[c].count * sizeof(float);
-        SL_TRY(sl_transport_recv(f->env.tr, &k, f->peer + f->env.comps[c].offset, bytes, &got,
-                                 c == 0 ? first_ms : f->env.timeout_ms));
-        if (got != bytes)
-            return sl_err_set(SL_ERR_INVALID, "sync: node %d sent %zu bytes of %s, not %zu", r, got,
-                              f->env.comps[c].name, bytes);
-    }
-    return SL_OK;
-}
-
-/* The gatherer (final_walk): into f->avg the average of its own model and those of the
- * ranks above it that arrive, in rank order (the sum is the same on every run). A
- * peer's first frame is waited for until the sl_clock_now() time deadline; one it holds
- * for dead is not waited for, but taken if it is already here. Every peer above gets a
- * confirmation saying whether its model is in: one that comes too late (or that was
- * wrongly held for dead) then stops its walk there, left out as it always was, rather
- * than walking on to gather (and write) a model of its own. */
-static sl_status_t
-gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
-{
-    sl_wire_key_t ack = {FINAL_ROUND, FINAL_ACK(f), 0, 0, SL_WIRE_DATA};
-    float inv;
-    sl_status_t st;
-
-    if (!f->peer)
-        SL_TRY(SL_ALLOC(&f->peer, f->env.nparams, "a peer's final model"));
-    if (!f->in)
-        SL_TRY(SL_CALLOC(&f->in, (size_t)f->env.size, "the final model's senders"));
-    memcpy(f->avg, params, f->env.nparams * sizeof *params);
-    *nmodels = 1;
-    for (int r = f->env.rank + 1; r < f->env.size; r++) {
-        unsigned char in = 1;
-
-        st = recv_final(f, r, sl_liveness_is_dead(f->lv, r) ? 0 : ms_until(deadline));
-        if (st == SL_ERR_TIMEOUT) {
-            if (!sl_liveness_is_dead(f->lv, r))
-                sl_log_warn("sync", "node %d sent no final model in time: left out of it", r);
-            in = 0;
-        } else if (st != SL_OK) {
-            return sl_err_prefix(st, "sync: final model");
-        } else {
-            for (size_t j = 0; j < f->env.nparams; j++)
-                f->avg[j] += f->peer[j];
-            ++*nmodels;
+        f->keys[nkeys] = (sl_wire_key_t){FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
+        st = wait_step(f, nkeys + 1, SIGN_CLAIM, alive_since(f, r, t0) + e->timeout_ms / 1000.0,
+                       &fr, &which);
+        if (st == SL_ERR_TIMEOUT)
+            continue;
+        SL_TRY(st);
+        if (which < nkeys) {
+            SL_TRY(take_sign(f, &fr));
+            continue;
         }
-        f->in[r] = in;
-        /* a dead node's queue may be full: no wait for room then */
-        ack.peer = (uint32_t)r;
-        if (sl_transport_send(f->env.tr, &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0,
-                              in ? f->env.timeout_ms : 0) != SL_OK &&
-            in)
-            sl_log_warn("sync", "confirming node %d's final model: %s", r, sl_err_msg());
+        if (fr->h.encoding != SL_WIRE_FP32 || fr->h.payload_bytes != bytes) {
+            size_t len = (size_t)fr->h.payload_bytes;
+
+            sl_transport_frame_release(&fr);
+            return sl_err_set(SL_ERR_INVALID, "sync: node %d sent %zu bytes of %s, not %zu fp32", r,
+                              len, e->comps[c].name, bytes);
+        }
+        memcpy(f->peer + e->comps[c].offset, fr->payload, bytes);
+        sl_transport_frame_release(&fr);
+        f->sign[r] = sl_clock_now();
+        c++;
     }
-    inv = 1.0f / (float)*nmodels;
-    for (size_t j = 0; j < f->env.nparams; j++)
-        f->avg[j] *= inv;
+    *got = 1;
+    return SL_OK;
+}
+
+/* f->avg += m (the first model: f->avg := m), *nmodels counting it. */
+static void
+add_model(sl_final_t *f, const float *m, int *nmodels)
+{
+    if (*nmodels == 0)
+        memcpy(f->avg, m, f->env.nparams * sizeof *m);
+    else
+        for (size_t j = 0; j < f->env.nparams; j++)
+            f->avg[j] += m[j];
+    ++*nmodels;
+}
+
+/* The gatherer: into f->avg the average of its own params and the models of the other
+ * ranks (take_model), in rank order, then those of ranks taken for out on the way that
+ * gave a sign since (come to the end after all: they follow this node's claim), in rank
+ * order again; so the sum is the same on every run with the same arrivals. The ranks
+ * left out get "without you". *yielded as take_model's. */
+static sl_status_t
+gather(sl_final_t *f, const float *params, double t0, int *nmodels, int *yielded)
+{
+    const sl_sync_env_t *e = &f->env;
+    int got, late;
+
+    *yielded = 0;
+    *nmodels = 0;
+    if (!f->peer)
+        SL_TRY(SL_ALLOC(&f->peer, e->nparams, "a peer's final model"));
+    memset(f->in, 0, (size_t)e->size);
+    send_signs(f, SIGN_CLAIM, NULL, 0);
+    for (int r = 0; r < e->size; r++) {
+        if (r == e->rank) {
+            add_model(f, params, nmodels);
+            continue;
+        }
+        SL_TRY(take_model(f, r, t0, &got, yielded));
+        if (*yielded)
+            return SL_OK;
+        if (got)
+            add_model(f, f->peer, nmodels);
+        f->in[r] = (unsigned char)got;
+    }
+    do {
+        late = 0;
+        for (int r = 0; r < e->size; r++) {
+            if (r == e->rank || f->in[r] || f->out[r])
+                continue;
+            SL_TRY(take_model(f, r, t0, &got, yielded));
+            if (*yielded)
+                return SL_OK;
+            if (got) {
+                sl_log_info("sync", "node %d came to the end late: its final model is in", r);
+                add_model(f, f->peer, nmodels);
+                f->in[r] = 1;
+                late = 1;
+            }
+        }
+    } while (late);
+    {
+        float inv = 1.0f / (float)*nmodels;
+
+        for (size_t j = 0; j < e->nparams; j++)
+            f->avg[j] *= inv;
+    }
+    /* the ones left out stop rather than gather a model of their own */
+    send_signs(f, SIGN_DONE, f->in, 0);
     return SL_OK;
 }
 
@@ -210,7 +416,8 @@ gather_final(sl_final_t *f, const float *params, double deadline, int *nmodels)
  * from here on still leaves the run its model: each such peer offers its copy as
  * model.bin (sl_run_model_place), and the gatherer's evaluated file, of as many models
  * from a lower rank, replaces it when the gatherer gets that far. The count of models
- * first, then the components; then a receipt from each peer, waited for until one
+ * first, then the components (and this node's claim again when it is due, so that the
+ * peers not served yet go on waiting); then a receipt from each peer, waited for until one
  * sync.timeout_ms from the last send, since a sent frame may still sit in this
  * process's queues (a stop or a kill then would lose it). A peer that takes no frame
  * within sync.timeout_ms or sends no receipt (it died since) is logged and skipped: it
@@ -226,12 +433,14 @@ send_average(sl_final_t *f, int nmodels)
 
     SL_TRY(SL_ALLOC(&keys, (size_t)f->env.size, "final model receipts"));
     sl_put_u32(count, (uint32_t)nmodels);
-    for (int r = f->env.rank + 1; r < f->env.size; r++) {
+    for (int r = 0; r < f->env.size; r++) {
         sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)r, SL_WIRE_DATA};
         sl_status_t st;
 
-        if (!f->in[r])
+        if (r == f->env.rank || !f->in[r])
             continue;
+        if (sl_clock_now() >= f->next_sign) /* the ones still waiting wait on */
+            send_signs(f, SIGN_CLAIM, NULL, 0);
         st = sl_transport_send(f->env.tr, &k, count, sizeof count, SL_WIRE_BYTES, 1.0f, 0,
                                f->env.timeout_ms);
         for (int c = 0; c < f->env.ncomps && st == SL_OK; c++) {
@@ -266,28 +475,30 @@ send_average(sl_final_t *f, int nmodels)
     return SL_OK;
 }
 
-/* A sender whose model is in gatherer g's average: that average into f->avg and the
- * number of models it averages into *nmodels, the count waited for first_ms, each
- * component sync.timeout_ms. SL_ERR_TIMEOUT when it did not all come (g stopped or died
- * before it sent it); SL_ERR_INVALID for a frame of the wrong size or a count g cannot
- * have averaged (itself and this node at least, the ranks from g up at most), the
- * message without its context (take_average adds it). Frames are keyed by their
- * sender, which the transport checks, so they can only be g's. */
+/* A sender whose model is in gatherer g's average, given the frame *count of the
+ * number of models it averages (released here): the average into f->avg and that
+ * number into *nmodels, each component waited for sync.timeout_ms. SL_ERR_TIMEOUT when
+ * it did not all come (g stopped or died while it sent it); SL_ERR_INVALID for a frame
+ * of the wrong size or a count g cannot have averaged (itself and this node at least,
+ * every node at most), the message without its context (take_average adds it). Frames
+ * are keyed by their sender, which the transport checks, so they can only be g's. */
 static sl_status_t
-recv_average(sl_final_t *f, int g, int first_ms, int *nmodels)
+recv_average(sl_final_t *f, int g, sl_transport_frame_t **count, int *nmodels)
 {
-    sl_wire_key_t k = {FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
-    unsigned char count[4];
+    sl_wire_key_t k = {FINAL_ROUND, 0, FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
+    unsigned char bytes4[4];
+    size_t got = (size_t)(*count)->h.payload_bytes;
     uint32_t n;
-    size_t got;
 
-    SL_TRY(sl_transport_recv(f->env.tr, &k, count, sizeof count, &got, first_ms));
-    if (got != sizeof count)
-        return sl_err_set(SL_ERR_INVALID, "its count in %zu bytes, not %zu", got, sizeof count);
-    n = sl_get_u32(count);
-    if (n < 2 || n > (uint32_t)(f->env.size - g))
+    if (got == sizeof bytes4)
+        memcpy(bytes4, (*count)->payload, sizeof bytes4);
+    sl_transport_frame_release(count);
+    if (got != sizeof bytes4)
+        return sl_err_set(SL_ERR_INVALID, "its count in %zu bytes, not %zu", got, sizeof bytes4);
+    n = sl_get_u32(bytes4);
+    if (n < 2 || n > (uint32_t)f->env.size)
         return sl_err_set(SL_ERR_INVALID, "an average of %u models, not 2 to %d", (unsigned)n,
-                          f->env.size - g);
+                          f->env.size);
     for (int c = 0; c < f->env.ncomps; c++) {
         size_t bytes = f->env.comps[c].count * sizeof(float);
 
@@ -302,20 +513,15 @@ recv_average(sl_final_t *f, int g, int first_ms, int *nmodels)
     return SL_OK;
 }
 
-/* A sender whose model gatherer g took: the average g sends back (recv_average),
- * waited for until one sync timeout past until, the end of the window of the candidate
- * it offered to, since g may wait for the ranks above this one until then. *has = 1 with
- * it, and g gets a receipt (send_average waits for it); without it (g stopped or died
- * before it sent it back, or a peer's abort) the node keeps no copy, as before, logged.
- * Bad frames are errors. */
+/* A sender whose model gatherer g took: the rest of the average g sends back after its
+ * count *count (recv_average). *has = 1 with it, and g gets a receipt (send_average
+ * waits for it); without it (g stopped or died while it sent it, or a peer's abort) the
+ * node keeps no copy, as before, logged. Bad frames are errors. */
 static sl_status_t
-take_average(sl_final_t *f, int g, double until, int *nmodels, int *has)
+take_average(sl_final_t *f, int g, sl_transport_frame_t **count, int *nmodels, int *has)
 {
-    int wait_ms = ms_until(until);
-    sl_status_t st;
+    sl_status_t st = recv_average(f, g, count, nmodels);
 
-    wait_ms = wait_ms > INT_MAX - f->env.timeout_ms ? INT_MAX : wait_ms + f->env.timeout_ms;
-    st = recv_average(f, g, wait_ms, nmodels);
     if (st == SL_OK) {
         sl_wire_key_t k = {FINAL_ROUND, FINAL_RECEIPT(f), FINAL_BACK, (uint32_t)g, SL_WIRE_DATA};
 
@@ -333,97 +539,136 @@ take_average(sl_final_t *f, int g, double until, int *nmodels, int *has)
     return SL_OK;
 }
 
-/* The final model of gossip and local runs, where any node may have died: the lowest
- * live rank gathers it, without a coordinator. Candidates c = 0, 1, ... in rank order;
- * node r walks them:
- *   c < r   unless r holds c for dead (sl_liveness_is_dead: then on at once), r sends its model
- *           to c and waits for a confirmation: with one (from c, or late from a
- *           candidate below c) r is done, its model in that average or, when it came
- *           too late, left out; without one (c died, or a send found no room) r tries
- *           c + 1;
- *   c == r  r is the gatherer and the writer: the average of its model and those of the
- *           ranks above it (gather_final), which each get a confirmation saying whether
- *           theirs is in, and those that are in the average itself (send_average) before
- *           r evaluates and writes it, so that they hold it too (take_average) and a
- *           gatherer stopped or killed from then on still leaves the run its model (each
- *           offers its copy: sl_run_model_place). A gatherer above rank 0 first sends
- *           a claim to each rank above it that it waits for: a node still waiting on a
- *           lower candidate goes straight to the claimant (even one it held for dead)
- *           rather than waiting out that candidate's window.
- * Timing. Each node counts from its own entry here (t0); T = sync.timeout_ms and
- * P = size * T (the gatherer receives up to size - 1 models, each frame within T).
- * Candidate c owns the window [c P, (c + 1) P) of every node's clock:
- *   - a sender gives up on c at t0 + (c + 1) P, whatever it knew about the candidates
- *     below c, so it has sent to c by t0 + c P plus its sending time;
- *   - the gatherer c waits for each peer's first frame until t0 + c P + T: T past the
- *     latest a live peer can have sent, for the skew between the nodes' entries and the
- *     sending; then T for each further frame. It stops as soon as every peer it waits
- *     for is in. Its confirmations go out by t0 + c P + T + (receiving), inside the
- *     senders' window while skew + receiving < P - T = (size - 1) T.
- *   - a sender in the average waits for it until T past its window on c: the gatherer
- *     sends it once the last peer is in or given up on, inside that window as above,
- *     and waits up to T for the receipts (a sender that died since costs that T).
- * The deadlines are absolute, so a dead peer costs the gatherer one wait, not one per
- * peer, and nothing compounds from candidate to candidate: node r is done by
- * t0 + r P + T + (receiving) at the latest (a gatherer that waits out a receipt, T
- * more). Nodes may disagree on who is dead (each learns it from its own exchanges);
- * the windows make that safe and the claims make it quick: with rank 0 dead, rank 1
- * gathers at once if it held rank 0 for dead, else after P, and the others follow its
- * claim. With every node alive rank 0 gathers and
- * there are no claims; a node later than T is left out of the average, as it always
- * was (the "without you" confirmation stops its walk). Two writers remain possible
- * when an assumption breaks: a sender that holds every candidate below it for dead
- * while one of them is alive gathers at once (a live node held for dead: it missed
- * SL_SYNC_DEAD_ROUNDS rounds in a row), or a confirmation comes after the sender's
- * window and the sender reaches itself first. Each writer writes the average of the
- * models it got; the run's model.bin is the one that averages more nodes (of as many,
- * the lower writer's: sl_run_model_place), the other is kept beside it. The dead marks are what
- * make a crash cheap; a timeout that keeps live nodes from being taken for dead keeps
- * them safe. */
-static sl_status_t
-final_walk(sl_final_t *f, const float *params, int *writer, int *nmodels, int *has)
+/* The node this one's model goes to: the lowest rank that gathers (claims) and is not
+ * out, else the lowest rank below this one that is not out (it may still claim: this
+ * node waits for it), else this node itself. */
+static int
+pick_gatherer(sl_final_t *f, double t0)
 {
-    double t0 = sl_clock_now(), t = f->env.timeout_ms / 1000.0, p = f->env.size * t;
-    sl_wire_key_t *keys = NULL;
-    int claimed = 0, next, taker;
-    sl_status_t st = SL_OK;
+    for (int r = 0; r < f->env.size; r++)
+        if (r != f->env.rank && f->claims[r] && !is_out(f, r, t0))
+            return r;
+    for (int r = 0; r < f->env.rank; r++)
+        if (!is_out(f, r, t0))
+            return r;
+    return f->env.rank;
+}
 
-    if (f->env.rank > 0)
-        SL_TRY(SL_ALLOC(&keys, (size_t)f->env.rank, "final model keys"));
-    for (int c = 0; c < f->env.rank;) {
-        if (sl_liveness_is_dead(f->lv, c) && !claimed) {
-            c++;
+/* This node's model to gatherer g, component by component; 0 when a send found no room
+ * within sync.timeout_ms (g is taken for out then). */
+static int
+send_model(sl_final_t *f, const float *params, int g)
+{
+    for (int c = 0; c < f->env.ncomps; c++) {
+        sl_wire_key_t k = {FINAL_ROUND, (uint32_t)c, 0, (uint32_t)g, SL_WIRE_DATA};
+
+        if (sl_transport_send(f->env.tr, &k, params + f->env.comps[c].offset,
+                              (uint32_t)f->env.comps[c].count, SL_WIRE_FP32, 1.0f, 0,
+                              f->env.timeout_ms) != SL_OK) {
+            sl_log_warn("sync", "sending this node's final model to node %d: %s", g, sl_err_msg());
+            f->out[g] = 1;
+            return 0;
+        }
+    }
+    f->sent[g] = 1;
+    sl_log_info("sync", "node %d gathers the final model: this node's goes there", g);
+    return 1;
+}
+
+/* The final model of gossip and local runs, where any node may have died or come back,
+ * and the nodes end at different times: the lowest-ranked node alive at the end gathers
+ * it, without a coordinator. Each node, from its entry here (t0), sends every other
+ * rank its sign every T / FINAL_SIGN_DIV (T = sync.timeout_ms): "at the end" (HERE), or
+ * "gathering" (CLAIM) once it gathers; a node still training answers the nodes at the
+ * end with "training" (sl_final_still_training, every step). A rank is out for this
+ * node when its process is gone or it gave no sign for T since it was last known alive
+ * (is_out, from t0 at the earliest), and back on its next sign. So a dead node costs T
+ * once (or nothing when its connection closed), and a late one is waited for as long as
+ * it trains, T past its last sign at most.
+ * Who gathers (pick_gatherer): the lowest claimant, else the lowest rank not out; when
+ * that is this node, it claims. A node that finds a lower one alive never claims; one
+ * that comes to the end and finds a claim follows it, whatever the claimant's rank
+ * (the claimant counts it in as soon as it gives a sign: it is still collecting). A
+ * sender sends its model to its gatherer and waits for the average back (take_average;
+ * the gatherer's signs keep the wait going); a gatherer takes the models of every rank
+ * that is not out in rank order (gather), sends "without you" (DONE) to the others, and
+ * the average back to those in it (send_average), before it evaluates and writes it, so
+ * that a gatherer stopped or killed from then on still leaves the run its model (each
+ * offers its copy: sl_run_model_place). A node that gets a "without you" from its
+ * gatherer, or from any gatherer before its model went anywhere, writes nothing: it
+ * came too late. The signs that came before the node's entry are taken first, so that
+ * it sees a claim made while it was still training.
+ * Two writers remain possible only when the nodes' views cross: a live node that gave
+ * no sign for T (stopped, or a step longer than T) and comes to the end within the
+ * network's latency of a claim made without it. Two claimants that see each other
+ * resolve it (the higher one yields and sends its model to the lower one); a claimant
+ * that gets a "without you" writes nothing. Otherwise each writer writes the average of
+ * the models it got, and the run's model.bin is the one that averages more nodes
+ * (sl_run_model_place). */
+static sl_status_t
+final_gathering(sl_final_t *f, const float *params, int *writer, int *nmodels, int *has)
+{
+    const sl_sync_env_t *e = &f->env;
+    double t0 = sl_clock_now();
+    int me = e->rank, yielded;
+
+    SL_TRY(peers_ready(f));
+    memset(f->sent, 0, (size_t)e->size);
+    send_signs(f, SIGN_HERE, NULL, 0);
+    SL_TRY(drain_signs(f));
+    for (;;) {
+        int g = pick_gatherer(f, t0), sent_any = 0;
+        sl_transport_frame_t *fr = NULL;
+        size_t which, nkeys;
+        sl_status_t st;
+
+        for (int r = 0; r < e->size; r++)
+            sent_any |= f->sent[r];
+        for (int r = 0; r < e->size; r++)
+            if (f->done[r] && (f->sent[r] || !sent_any)) {
+                sl_log_warn("sync",
+                            "node %d gathered the final model without this node's (it came too "
+                            "late)",
+                            r);
+                return SL_OK;
+            }
+        if (g == me) {
+            if (me > 0)
+                sl_log_warn("sync",
+                            "no live node below this one gathers the final model: node %d "
+                            "gathers it and writes the run's model.bin",
+                            me);
+            SL_TRY(gather(f, params, t0, nmodels, &yielded));
+            if (yielded == 1)
+                continue; /* a lower claimant: this node's model goes there */
+            if (yielded == 2) {
+                /* a gatherer wrote it without this one: so without those it took */
+                send_signs(f, SIGN_DONE, f->in, 1);
+                *nmodels = 1;
+                continue; /* reports the "without you" above */
+            }
+            SL_TRY(send_average(f, *nmodels));
+            *writer = *has = 1;
+            return SL_OK;
+        }
+        if (f->claims[g] && !f->sent[g] && !send_model(f, params, g))
+            continue;
+        nkeys = sign_keys(f, SIGN_DONE);
+        for (int r = 0; r < e->size; r++)
+            if (f->sent[r])
+                f->keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK,
+                                                   (uint32_t)r, SL_WIRE_DATA};
+        st = wait_step(f, nkeys, SIGN_HERE, alive_since(f, g, t0) + e->timeout_ms / 1000.0, &fr,
+                       &which);
+        if (st == SL_ERR_TIMEOUT)
+            continue;
+        SL_TRY(st);
+        if (fr->h.seq != FINAL_BACK) {
+            SL_TRY(take_sign(f, &fr));
             continue;
         }
-        SL_TRY_GOTO(offer_final(f, params, c, t0 + (c + 1) * p, keys, &next, &claimed, &taker), st,
-                    out);
-        if (next < 0) { /* taken */
-            if (taker >= 0)
-                st = take_average(f, taker, t0 + (c + 1) * p, nmodels, has);
-            goto out;
-        }
-        c = next;
+        return take_average(f, (int)f->keys[which].peer, &fr, nmodels, has);
     }
-    if (f->env.rank > 0) {
-        sl_wire_key_t claim = {FINAL_ROUND, FINAL_CLAIM(f), 0, 0, SL_WIRE_DATA};
-        sl_log_warn("sync",
-                    "no node below this one took its final model: node %d gathers it and "
-                    "writes the run's model.bin",
-                    f->env.rank);
-        for (int r = f->env.rank + 1; r < f->env.size; r++) {
-            if (sl_liveness_is_dead(f->lv, r))
-                continue;
-            claim.peer = (uint32_t)r;
-            if (sl_transport_send(f->env.tr, &claim, "", 0, SL_WIRE_BYTES, 1.0f, 0, 0) != SL_OK)
-                sl_log_debug("sync", "claim to node %d: %s", r, sl_err_msg());
-        }
-    }
-    SL_TRY_GOTO(gather_final(f, params, t0 + f->env.rank * p + t, nmodels), st, out);
-    SL_TRY_GOTO(send_average(f, *nmodels), st, out);
-    *writer = *has = 1;
-out:
-    sl_free(keys);
-    return st;
 }
 
 /* The final model's inputs: this node's params. */
@@ -462,7 +707,7 @@ sl_final_average(sl_final_t *f, const float *params, const float **avg, int *wri
     if (sl_sync_is_neighbourhood(e->algo)) {
         int has = 0;
 
-        SL_TRY(final_walk(f, params, writer, nmodels, &has));
+        SL_TRY(final_gathering(f, params, writer, nmodels, &has));
         if (has)
             *avg = f->avg;
     } else {

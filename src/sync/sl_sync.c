@@ -6,7 +6,7 @@
  *   sl_grad_allreduce.h the gradient mean of allreduce
  *   sl_liveness.h       who missed, who is dead (gossip-*, local-*)
  *   sl_members.h        the member set of allreduce, ma, bmuf, re-formed when one dies
- *   sl_final.h          the final model (allreduce, or the leaderless final walk)
+ *   sl_final.h          the final model (allreduce, or the leaderless gathering)
  *   sl_sync_state.h     the checkpoint bytes
  *   sl_overlap.h        the worker thread of overlapped sync (sync.overlap_steps > 0)
  *   sl_sync_common.h    what they share (the compression codec, byte counters)
@@ -345,7 +345,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
     else if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(sl_sync_average_new(&s->avg, &s->env, cfg, s->live, params), st, fail);
     if (algo != SL_SYNC_NONE)
-        SL_TRY_GOTO(sl_final_new(&s->final, &s->env, s->live), st, fail);
+        SL_TRY_GOTO(sl_final_new(&s->final, &s->env), st, fail);
     SL_TRY_GOTO(start_overlap(s), st, fail);
     *out = s;
     return SL_OK;
@@ -772,6 +772,17 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
         sl_liveness_end_step(s->live);
     s->time_s += sl_clock_now() - t0;
     return SL_OK;
+}
+
+sl_status_t
+sl_sync_still_training(sl_sync_t *s, int wait_ms, int *signs)
+{
+    if (signs)
+        *signs = 0;
+    if (!s->final)
+        return SL_OK;
+    SL_ASSERT(sl_sync_transport_free(s));
+    return sl_final_still_training(s->final, wait_ms, signs);
 }
 
 sl_status_t

@@ -145,26 +145,34 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
 /* End of the run, every node: the average of the live nodes' params (nparams) into the
  * buffer *avg (owned by s, valid until destroy). ma/bmuf/allreduce: allreduce over the
  * members, every member gets it, the lowest-ranked member (rank 0 unless it was
- * dropped) is the writer. gossip/local: the lowest-ranked live node gathers
- * it: every node offers its params to rank 0, then, when no confirmation comes within
- * its window, to rank 1, and so on (skipping the ranks it holds for dead), and the node
- * whose turn it is averages its own params with those of the ranks above it that arrive
- * in time (a node that died or came too late is left out) and tells each of them
- * whether its params are in; the walk, its time bounds and when it can give two
- * writers are described in sl_final.c (final_walk). With rank 0 alive that is rank 0;
- * with only rank 0 dead it is rank 1, done within (size + 1) * sync.timeout_ms (at
- * once when rank 1 already held rank 0 for dead; the others follow its claim).
+ * dropped) is the writer. gossip/local: the lowest-ranked node alive at the end gathers
+ * it (sl_final.c, final_gathering): every node tells every other that it is at the
+ * end, nodes still training answer that they are (sl_sync_still_training), and a node
+ * waits for each lower rank while it gives signs of life (a rank silent for
+ * sync.timeout_ms, or whose process is gone, is out); the lowest node with no live rank
+ * below it claims the gathering, and every other follows the lowest claim. The gatherer
+ * averages its params with those of every other rank that is not out, waiting for a
+ * late one as long as it trains, up to sync.timeout_ms past its last sign; a node
+ * silent longer is left out (and told so: it writes nothing). With rank 0 alive that is
+ * rank 0, however late it ends; with rank 0 dead, rank 1, at most sync.timeout_ms
+ * later (at once when rank 0's connection closed).
  * The gatherer sends the average back to each node whose params are in it before it
  * returns, so those hold it too (bit for bit), *avg there, unless the gatherer stopped
- * or died before it sent it (waited for until sync.timeout_ms past that node's window
- * on the gatherer; *avg NULL then, as on a node left out).
+ * or died before it sent it (*avg NULL then, as on a node left out).
  * *writer is 1 on the node that should write the run's model, else 0; *nmodels = how
  * many nodes went into *avg (1 where it is NULL). With size 1 or algorithm none:
  * *writer 0, *avg NULL. Errors: the transport's (a peer's abort: SL_ERR_SHUTDOWN), a
- * peer's model or average of the wrong size or count (SL_ERR_INVALID), SL_ERR_NOMEM; a
- * candidate that does not answer is not one. */
+ * peer's model or average of the wrong size or count, or a sign with a payload
+ * (SL_ERR_INVALID), SL_ERR_NOMEM; a node that does not answer is not one. */
 sl_status_t sl_sync_final(sl_sync_t *s, const float *params, const float **avg, int *writer,
                           int *nmodels);
+
+/* gossip-*, local-* (nothing for the others): between steps, with the transport free
+ * (sl_sync_transport_free), tells the nodes already in sl_sync_final that this one is
+ * alive and still training, so that they wait for it (sl_final_still_training: wait_ms,
+ * the wait for the first sign when none has come, 0 in a train loop; *signs, may be
+ * NULL, the signs of the end it took). Errors as sl_sync_final's. */
+sl_status_t sl_sync_still_training(sl_sync_t *s, int wait_ms, int *signs);
 
 /* The sync state a checkpoint carries, so that a resumed run syncs exactly as one that
  * never stopped. Rounds, schedules and random row picks are derived from the step count

@@ -2,9 +2,10 @@
  * tiny Brown run of test_launch.h): the gatherer sends the average back to the others
  * before it evaluates and writes it, so a gatherer stopped (SIGSTOP) or killed right
  * then still leaves the run its model.bin, bit for bit the average; a run without a
- * fault writes the same bits, the gatherer's evaluated file. The moment comes from the
- * test hook SHOAL_TEST_WRITER_SIGNAL (src/node/sl_train.c), no sleep; no process is
- * left behind. */
+ * fault writes the same bits, the gatherer's evaluated file. A node that ends late,
+ * rank 0 or another, is waited for: one writer, the average of all three. The moments
+ * come from the test hooks SHOAL_TEST_WRITER_SIGNAL and SHOAL_TEST_LATE_END
+ * (src/node/sl_train.c), no sleep; no process is left behind. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -24,6 +25,11 @@
 
 #include "test_launch.h"
 #include "test_tool.h"
+
+/* test_late_end_one_writer: the late node takes LATE_SIGNS signs of the two others,
+ * which send one every LATE_MS / 4 once at the end: it ends about 1.5 LATE_MS after
+ * them, later than one sync timeout. */
+enum { LATE_SIGNS = 14, LATE_MS = 3000 };
 
 /* Waits for node pid, which the test hook stops or kills: 1 once it is stopped (it stays
  * so: the caller kills it), 0 once it is gone, killed by sig. After HANG_S seconds it
@@ -98,12 +104,15 @@ run_model(const char *run, int evaluated, size_t *n)
  * timeout long enough that no exchange times out on a loaded machine, so the same
  * configuration ends with the same bits: with sig (SIGSTOP, SIGKILL; 0: none) the writer
  * raises it on itself once it has sent the average back (SHOAL_TEST_WRITER_SIGNAL); a
- * stopped one is killed once the others are done. Every node but a signalled writer
- * exits 0; nothing is left. */
+ * stopped one is killed once the others are done. With late >= 0 (and sig 0) node late
+ * ends late instead (SHOAL_TEST_LATE_END=LATE_SIGNS), under sync.timeout_ms LATE_MS;
+ * errs (3, or NULL) then receives each node's log (malloc'd). Every node but a
+ * signalled writer exits 0; nothing is left. */
 static void
-run_nodes(const char *run, int sig)
+run_nodes_late(const char *run, int sig, int late, char **errs)
 {
-    static char port[64], rank_var[3][16], local_var[3][16], hook[64];
+    static char port[64], rank_var[3][16], local_var[3][16], hook[64], late_hook[64];
+    static char timeout_set[64];
     char conf[1100], key[1100], key_set[1200], tag[3][64], *out, *err;
     const char *keygen[] = {"keygen", key, NULL};
     pid_t pid[3];
@@ -119,17 +128,28 @@ run_nodes(const char *run, int sig)
     snprintf(key_set, sizeof key_set, "cluster.key_file=%s", key);
     snprintf(port, sizeof port, "MASTER_PORT=%d", test_free_port());
     snprintf(hook, sizeof hook, "SHOAL_TEST_WRITER_SIGNAL=%s", sig == SIGSTOP ? "STOP" : "KILL");
+    snprintf(late_hook, sizeof late_hook, "SHOAL_TEST_LATE_END=%d", LATE_SIGNS);
+    snprintf(timeout_set, sizeof timeout_set, "sync.timeout_ms=%d", late >= 0 ? LATE_MS : 20000);
     for (int r = 0; r < 3; r++) {
+        const char *env[8] = {rank_var[r], "WORLD_SIZE=3", local_var[r], "MASTER_ADDR=127.0.0.1",
+                              port};
+        int ne = 5;
+
         snprintf(rank_var[r], sizeof rank_var[r], "RANK=%d", r);
         snprintf(local_var[r], sizeof local_var[r], "LOCAL_RANK=%d", r);
         snprintf(tag[r], sizeof tag[r], "%s%d", run, r);
+        if (sig)
+            env[ne++] = hook;
+        if (r == late)
+            env[ne++] = late_hook;
+        if (late >= 0)
+            env[ne++] = "SHOAL_LOG=info"; /* for the writer's line */
+        env[ne] = NULL;
         pid[r] =
-            launch_start(tag[r],
-                         (const char *[]){rank_var[r], "WORLD_SIZE=3", local_var[r],
-                                          "MASTER_ADDR=127.0.0.1", port, sig ? hook : NULL, NULL},
+            launch_start(tag[r], env,
                          (const char *[]){"node", conf, "--set", "cluster.nodes=auto", "--set",
                                           key_set, "--set", "sync.algorithm=gossip-bmuf", "--set",
-                                          "sync.period=5", "--set", "sync.timeout_ms=20000", NULL});
+                                          "sync.period=5", "--set", timeout_set, NULL});
     }
     /* with rank 0 alive it gathers and writes: the signalled one */
     if (sig)
@@ -137,7 +157,10 @@ run_nodes(const char *run, int sig)
     for (int r = sig ? 1 : 0; r < 3; r++) {
         ck_assert_msg(launch_wait(pid[r], tag[r], &out, &err) == 0, "node %d: %s", r, err);
         free(out);
-        free(err);
+        if (errs)
+            errs[r] = err;
+        else
+            free(err);
     }
     if (stopped) {
         ck_assert_int_eq(kill(pid[0], SIGKILL), 0);
@@ -146,6 +169,12 @@ run_nodes(const char *run, int sig)
     if (sig)
         remove_killed_socket();
     launch_assert_nothing_left();
+}
+
+static void
+run_nodes(const char *run, int sig)
+{
+    run_nodes_late(run, sig, -1, NULL);
 }
 
 /* Without a fault the run's model.bin is the gatherer's evaluated file, bit for bit
@@ -192,6 +221,64 @@ START_TEST(test_writer_stopped_leaves_model)
 }
 END_TEST
 
+/* How many lines of text contain needle. */
+static int
+count_lines(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* A node that ends late but trains on (SHOAL_TEST_LATE_END), rank 0 (case 0: it had
+ * come back, say) or node 2 (case 1), is waited for: exactly one node writes the run's
+ * model.bin, rank 0, and it is bit for bit the mean of the three node models in rank
+ * order; no node is left out. */
+START_TEST(test_late_end_one_writer)
+{
+    char run[32], path[1200], *errs[3] = {NULL, NULL, NULL};
+    float *got, *node[3], inv = 1.0f / 3.0f;
+    size_t n, k;
+    int writers = 0;
+
+    if (!launch_have_shoal())
+        return;
+    snprintf(run, sizeof run, "late-%d", _i);
+    run_nodes_late(run, 0, _i == 0 ? 0 : 2, errs);
+    for (int r = 0; r < 3; r++) {
+        int w = count_lines(errs[r], "train: info: final model: ");
+
+        writers += w;
+        ck_assert_msg(w == (r == 0), "node %d wrote the run's model %d times:\n%s", r, w, errs[r]);
+        ck_assert_msg(count_lines(errs[r], "without this node's") == 0, "node %d left out:\n%s", r,
+                      errs[r]);
+    }
+    ck_assert_int_eq(writers, 1);
+    got = run_model(run, 1, &n);
+    for (int r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s/%s/node-%d/model.bin", launch_root, run, r);
+        node[r] = test_model_params(path, &k);
+        ck_assert_uint_eq(k, n);
+    }
+    for (size_t j = 0; j < n; j++) {
+        float mean = node[0][j];
+        mean += node[1][j];
+        mean += node[2][j];
+        mean *= inv;
+        ck_assert_msg(memcmp(&mean, &got[j], sizeof mean) == 0,
+                      "parameter %zu: model.bin %.9g, the mean of the nodes' %.9g", j, got[j],
+                      mean);
+    }
+    for (int r = 0; r < 3; r++) {
+        free(node[r]);
+        free(errs[r]);
+    }
+    free(got);
+}
+END_TEST
+
 static Suite *
 launch_final_suite(void)
 {
@@ -200,6 +287,7 @@ launch_final_suite(void)
 
     tcase_set_timeout(core, 4 * HANG_S);
     tcase_add_loop_test(core, test_writer_stopped_leaves_model, 0, 2);
+    tcase_add_loop_test(core, test_late_end_one_writer, 0, 2);
     suite_add_tcase(s, core);
     return s;
 }

@@ -1,9 +1,12 @@
-/* Tests of src/sync's final model: a gossip run without rank 0 on 3 in-process nodes
- * (threads over loopback transports, test_util.h's trio): who gathers, the average and
- * who gets it back, the waits; nodes agreeing or not on rank 0's death, a late node that
- * is not dead, and bad frames of the average sent back. */
+/* Tests of src/sync's final model on 3 in-process nodes (threads over loopback
+ * transports, test_util.h's trio): a gossip run without rank 0 (who gathers, the average
+ * and who gets it back, the waits; nodes agreeing or not on rank 0's death), a node
+ * that ends late but trains on (rank 0 or another: one writer, every model in), rank 0
+ * silent and then late, following a claim made without it, a late node that is not
+ * dead, and bad frames of the gathering. */
 #include <check.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,33 +22,32 @@
 #include "test_tool.h"
 #include "test_util.h"
 
-/* The final model of a gossip run without rank 0 (sl_sync_final: every node walks the
- * candidates 0, 1, ... and the first one alive gathers), on 3 in-process nodes of one
- * 4-float component, sync.timeout_ms T = 300, so each candidate's window P = 3 T = 0.9 s.
- * The writer sends its average back to the nodes whose models are in it, which then
- * hold it too, bit for bit:
+/* The final model of a gossip run without rank 0 (sl_sync_final: the lowest node alive
+ * at the end gathers; a rank that gives no sign of life for sync.timeout_ms is out), on
+ * 3 in-process nodes of one 4-float component, sync.timeout_ms T = 300. The writer
+ * sends its average back to the nodes whose models are in it, which then hold it too,
+ * bit for bit:
  *   node 1 = [1, -2, 3, 0.5], node 2 = [3, 4, -1, 1.5] (node 0's values are never sent)
- * case 0: node 0 never runs, no blocks: nodes 1 and 2 each wait P for node 0's
- *   confirmation, then node 1 gathers (and claims node 2): the writer, 2 models,
+ * case 0: node 0 never runs, no blocks: nodes 1 and 2 each wait T for a sign of node 0,
+ *   then node 1 gathers (and claims node 2): the writer, 2 models,
  *   ([1, -2, 3, 0.5] + [3, 4, -1, 1.5]) / 2 = [2, 1, 1, 1]; node 2 is not a writer
  *   but holds it.
- * case 1: only node 2 runs: it gives up on node 0 at P and node 1 at 2 P and writes its
- *   own model, 1 model.
+ * case 1: only node 2 runs: nodes 0 and 1 give no sign for T and it writes its own
+ *   model, 1 model.
  * case 2: the nodes disagree on node 0: gossip-ma q = 1, 3 blocks without node 0, with a
  *   seed where node 1 pulls from node 0 in all three (it times out and keeps its model
  *   each time, then holds node 0 for dead) and node 2 from node 1 (it never misses
  *   node 0; it starts blocks 2 and 3 once node 1 has ended the block before): node 2
  *   becomes ([3, 4, -1, 1.5] + [1, -2, 3, 0.5]) / 2 = [2, 1, 1, 1], then
- *   [1.5, -0.5, 2, 0.75], then [1.25, -1.25, 2.5, 0.625]. Node 1 skips node 0 and
- *   gathers at once; its claim takes node 2 off node 0 before node 0's window is out,
- *   and node 1 writes
+ *   [1.5, -0.5, 2, 0.75], then [1.25, -1.25, 2.5, 0.625]. The gathering does not go by
+ *   the liveness table: both wait T for a sign of node 0, node 1 gathers and writes
  *   ([1, -2, 3, 0.5] + [1.25, -1.25, 2.5, 0.625]) / 2 = [1.125, -1.625, 2.75, 0.5625].
- * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes late: it
- *   enters sl_sync_final once node 0's has returned (after T without node 2): node 0
- *   writes ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25]
- *   and tells node 2 its model is not in, so node 2 stops there rather than walking on
- *   to gather a model of its own (a second writer); node 1 holds the average, node 2
- *   none. */
+ * case 3: every node runs, node 0 = [100, 100, 100, 100], but node 2 comes late and
+ *   silent (no sign of training: it waits, outside the sync, until node 0's
+ *   sl_sync_final has returned): node 0 waits T for it, then writes
+ *   ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25] and tells
+ *   node 2 its model is not in, so node 2 stops there rather than gather a model of its
+ *   own (a second writer); node 1 holds the average, node 2 none. */
 static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
 
 static float
@@ -143,7 +145,7 @@ START_TEST(test_final_without_rank0)
                                      {1.125f, -1.625f, 2.75f, 0.5625f},
                                      {50.5f, 49, 51.5f, 50.25f}};
     static const int writer[4] = {1, 2, 1, 0}, nmodels[4] = {2, 1, 2, 2};
-    const double p = 3 * 0.3;
+    const double t = 0.3;
     char seed[64];
     int w = writer[_i];
 
@@ -181,58 +183,207 @@ START_TEST(test_final_without_rank0)
         ck_assert_int_eq(tr.dead0[1], 1);
         ck_assert_int_eq(tr.dead0[2], 0);
     }
-    /* The windows, as lower bounds that a slow machine cannot break: case 0: node 1
-     * waited out node 0's window before it gathered, and node 2 ended after that (on
-     * node 1's claim or at the end of its own window); case 1: node 2 waited out the
-     * windows of nodes 0 and 1. Case 2: node 1, holding node 0 for dead, gathered
-     * without waiting out its window: the one upper bound, with a whole window of
-     * margin, since only the time tells a claim at once from one after P. Case 3 needs
-     * no clock: without node 0's "without you" node 2 would have walked on and
-     * gathered a model of its own (a second writer, checked above). */
-    if (_i == 0) {
-        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] >= p - 0.01, "node 1: %.3f s",
+    /* The waits, as lower bounds that a slow machine cannot break: case 0: node 1
+     * waited T for a sign of node 0 before it gathered, and node 2 ended after that;
+     * case 1: node 2 waited T for nodes 0 and 1; case 2: node 1, though it held node 0
+     * for dead, waited T too. Case 3 needs no clock: without node 0's "without you"
+     * node 2 would have gathered a model of its own (a second writer, checked above). */
+    if (_i == 0 || _i == 2) {
+        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] >= t - 0.01, "node 1: %.3f s",
                       tr.final_t1[1] - tr.final_t0[1]);
-        ck_assert_msg(tr.final_t1[2] >= tr.final_t0[1] + p - 0.01,
+        ck_assert_msg(tr.final_t1[2] >= tr.final_t0[1] + t - 0.01,
                       "node 2 ended %.3f s after node 1 entered", tr.final_t1[2] - tr.final_t0[1]);
     }
     if (_i == 1)
-        ck_assert_msg(tr.final_t1[2] - tr.final_t0[2] >= 2 * p - 0.01, "node 2: %.3f s",
+        ck_assert_msg(tr.final_t1[2] - tr.final_t0[2] >= t - 0.01, "node 2: %.3f s",
                       tr.final_t1[2] - tr.final_t0[2]);
-    if (_i == 2)
-        ck_assert_msg(tr.final_t1[1] - tr.final_t0[1] < p, "node 1: %.3f s",
-                      tr.final_t1[1] - tr.final_t0[1]);
 }
 END_TEST
 
-/* A gatherer that sends back a bad average (test_bad_average_back), case by case: a
- * count of 3 bytes; a count of 9 models (of 3 nodes); a good count, then 3 of the
- * component's 4 floats. */
-static int bad_back_case;
+/* The late end of a node that trains on while the others are at the end
+ * (test_late_end): node late_rank, before its block 1, answers the signs of the others
+ * as a train loop does between its steps (sl_sync_still_training), until it has taken
+ * LATE_SIGNS of them. The others send theirs every T / 4 (T = 200 ms), so that is
+ * several T after they entered sl_sync_final: an end later than one sync timeout, which
+ * a wait counted from the first arrival would not cover. */
+enum { LATE_SIGNS = 24 };
+static int late_rank, late_took;
 
-/* Node 0 played by the test: takes nodes 1's and 2's models (component 0, 4 floats),
- * tells each it is in, then sends each the bad average of bad_back_case. */
+static void
+end_late(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    (void)tr;
+    (void)b;
+    (void)p;
+    while (k == late_rank && late_took < LATE_SIGNS) {
+        int n;
+
+        if (sl_sync_still_training(s, 5000, &n) != SL_OK || n == 0)
+            return; /* late_took stays short: the test fails on it */
+        late_took += n;
+    }
+}
+
+/* A node that ends late but trains on is waited for, and there is one writer: the
+ * lowest node alive. Case 0: rank 0 ends late (it had come back, say) while nodes 1
+ * and 2 are at the end: they wait for it as long as it says it trains, rather than
+ * gather without it, and rank 0 gathers all three. Case 1: node 2 ends late: rank 0
+ * gathers at once and waits for it. gossip-ma, one block; every node holds the average
+ * of all three models after the block, bit for bit the mean in rank order. */
+START_TEST(test_late_end)
+{
+    static test_trio_t tr;
+    float want[4], inv = 1.0f / 3.0f;
+
+    late_rank = _i == 0 ? 0 : 2;
+    late_took = 0;
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 200}",
+                   final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 1;
+    tr.step = end_late;
+    tr.final = 1;
+    test_trio_run(&tr);
+    for (int i = 0; i < 4; i++) {
+        want[i] = tr.p[0][i];
+        want[i] += tr.p[1][i];
+        want[i] += tr.p[2][i];
+        want[i] *= inv;
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        ck_assert_msg(tr.writer[k] == (k == 0), "node %d: writer %d", k, tr.writer[k]);
+        ck_assert_msg(tr.has_avg[k], "node %d holds no average", k);
+        ck_assert_msg(tr.nmodels[k] == 3, "node %d: an average of %d models", k, tr.nmodels[k]);
+        test_assert_floats(tr.avg[k], want, 4);
+    }
+    ck_assert_int_ge(late_took, LATE_SIGNS);
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        if (k != late_rank)
+            ck_assert_msg(tr.final_t0[late_rank] - tr.final_t0[k] > 0.2,
+                          "node %d entered only %.3f s before node %d", k,
+                          tr.final_t0[late_rank] - tr.final_t0[k], late_rank);
+}
+END_TEST
+
+/* test_silent_rank0_follows: rank 0, silent (stopped, or slow to come back), may go on
+ * once node 2 has set this (under tr->mu, tr->cv signalled). */
+static int rank0_go;
+
+/* Rank 0 waits, silent, for rank0_go; node 2 trains on late (sl_sync_still_training):
+ * after LATE_SIGNS / 2 signs of node 1 (so node 1 took rank 0 for out and claimed) it
+ * lets rank 0 go, answers signs until rank 0 has ended its block (it then enters
+ * sl_sync_final at once), and 4 more (a sign period and more), so that rank 0's sign of
+ * the end has reached node 1 before node 2 ends its training. */
+static void
+silent_rank0(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
+{
+    int n, done0 = 0, after = 0;
+
+    (void)b;
+    (void)p;
+    if (k == 0) {
+        pthread_mutex_lock(&tr->mu);
+        while (!rank0_go)
+            pthread_cond_wait(&tr->cv, &tr->mu);
+        pthread_mutex_unlock(&tr->mu);
+    }
+    while (k == 2 && after < 4) {
+        if (sl_sync_still_training(s, 5000, &n) != SL_OK || n == 0)
+            return; /* late_took stays short: the test fails on it */
+        late_took += n;
+        if (late_took >= LATE_SIGNS / 2 && !rank0_go) {
+            pthread_mutex_lock(&tr->mu);
+            rank0_go = 1;
+            pthread_cond_broadcast(&tr->cv);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        if (done0)
+            after += n;
+        pthread_mutex_lock(&tr->mu);
+        done0 = tr->blocks_done[0] >= 1;
+        pthread_mutex_unlock(&tr->mu);
+    }
+}
+
+/* The split of a churn trial: rank 0 gives no sign while the others come to the end
+ * (it had been restarted and was slow to come back, say), so node 1 takes it for out
+ * and claims the gathering; rank 0 then comes to the end while node 1 still waits for
+ * node 2, which trains on. Rank 0 finds node 1's claim and follows it rather than
+ * gather a model of its own (a second writer), and node 1 takes it in: one writer,
+ * node 1, the average of all three, summed in node 1's order (its rank order, then
+ * rank 0 come late): (p1 + p2 + p0) / 3, held bit for bit by every node. */
+START_TEST(test_silent_rank0_follows)
+{
+    static test_trio_t tr;
+    float want[4], inv = 1.0f / 3.0f;
+
+    rank0_go = 0;
+    late_took = 0;
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 200}",
+                   final_start);
+    tr.comps = final_comp;
+    tr.ncomps = 1;
+    tr.np = 4;
+    tr.blocks = 1;
+    tr.step = silent_rank0;
+    tr.final = 1;
+    test_trio_run(&tr);
+    for (int i = 0; i < 4; i++) {
+        want[i] = tr.p[1][i];
+        want[i] += tr.p[2][i];
+        want[i] += tr.p[0][i];
+        want[i] *= inv;
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        ck_assert_msg(tr.writer[k] == (k == 1), "node %d: writer %d", k, tr.writer[k]);
+        ck_assert_msg(tr.has_avg[k], "node %d holds no average", k);
+        ck_assert_msg(tr.nmodels[k] == 3, "node %d: an average of %d models", k, tr.nmodels[k]);
+        test_assert_floats(tr.avg[k], want, 4);
+    }
+    ck_assert_int_ge(late_took, LATE_SIGNS / 2);
+}
+END_TEST
+
+/* Bad frames of the gathering (test_bad_frames), case by case, from a gatherer node 0
+ * that the test plays: the average sent back with a count of 3 bytes; a count of 9
+ * models (of 3 nodes); a good count, then 3 of the component's 4 floats; a claim with a
+ * payload. */
+static int bad_case;
+
+/* Node 0 played by the test: claims the gathering (a claim to nodes 1 and 2, with 3
+ * bytes in case 3), takes their models (component 0, 4 floats), then sends each the bad
+ * average of bad_case. */
 static void
 bad_gatherer(test_trio_t *tr, int k)
 {
     float model[4];
-    unsigned char in = 1, count[4] = {3, 0, 0, 0};
+    unsigned char count[4] = {3, 0, 0, 0};
     size_t got;
 
     (void)k;
-    if (bad_back_case == 1)
+    if (bad_case == 1)
         count[0] = 9;
     for (uint32_t r = 1; r < TEST_TRIO_N; r++) {
-        sl_wire_key_t model_key = {1, 0, 0, r, SL_WIRE_DATA}, ack = {1, 1, 0, r, SL_WIRE_DATA};
-        sl_wire_key_t back = {1, 1, 1, r, SL_WIRE_DATA};
+        sl_wire_key_t claim = {1, 2, 0, r, SL_WIRE_DATA}; /* component ncomps + 1 */
+
+        tr->st[0] = sl_transport_send(tr->t[0], &claim, "abc", bad_case == 3 ? 3 : 0, SL_WIRE_BYTES,
+                                      1.0f, 0, 5000);
+        if (tr->st[0] != SL_OK) {
+            snprintf(tr->err[0], sizeof tr->err[0], "%s", sl_err_msg());
+            return;
+        }
+    }
+    for (uint32_t r = 1; r < TEST_TRIO_N && bad_case < 3; r++) {
+        sl_wire_key_t model_key = {1, 0, 0, r, SL_WIRE_DATA}, back = {1, 1, 1, r, SL_WIRE_DATA};
 
         tr->st[0] = sl_transport_recv(tr->t[0], &model_key, model, sizeof model, &got, 5000);
         if (tr->st[0] == SL_OK)
-            tr->st[0] = sl_transport_send(tr->t[0], &ack, &in, 1, SL_WIRE_BYTES, 1.0f, 0, 5000);
-        if (tr->st[0] == SL_OK)
-            tr->st[0] = sl_transport_send(tr->t[0], &back, count, bad_back_case == 0 ? 3 : 4,
+            tr->st[0] = sl_transport_send(tr->t[0], &back, count, bad_case == 0 ? 3 : 4,
                                           SL_WIRE_BYTES, 1.0f, 0, 5000);
         back.component = 0;
-        if (tr->st[0] == SL_OK && bad_back_case == 2)
+        if (tr->st[0] == SL_OK && bad_case == 2)
             tr->st[0] = sl_transport_send(tr->t[0], &back, model, 3, SL_WIRE_FP32, 1.0f, 0, 5000);
         if (tr->st[0] != SL_OK) {
             snprintf(tr->err[0], sizeof tr->err[0], "%s", sl_err_msg());
@@ -244,18 +395,40 @@ bad_gatherer(test_trio_t *tr, int k)
     test_trio_wait(tr, 2, 0, 1);
 }
 
-/* Frames of the average sent back are checked: a count of the wrong size, a count the
- * gatherer cannot have averaged, a component of the wrong size are each an error of
- * the node that got it, one line naming the gatherer and what was wrong. */
-START_TEST(test_bad_average_back)
+/* Node 1 played by the test (test_bad_frames case 4): once node 0 claims, sends it a
+ * model of 3 floats, not 4. */
+static void
+short_sender(test_trio_t *tr, int k)
+{
+    sl_wire_key_t claim = {1, 2, 0, 0, SL_WIRE_DATA}, model = {1, 0, 0, 0, SL_WIRE_DATA};
+    const float v[3] = {1, 2, 3};
+    size_t got;
+
+    (void)k;
+    tr->st[1] = sl_transport_recv(tr->t[1], &claim, NULL, 0, &got, 5000);
+    if (tr->st[1] == SL_OK)
+        tr->st[1] = sl_transport_send(tr->t[1], &model, v, 3, SL_WIRE_FP32, 1.0f, 0, 5000);
+    if (tr->st[1] != SL_OK)
+        snprintf(tr->err[1], sizeof tr->err[1], "%s", sl_err_msg());
+    test_trio_wait(tr, 0, 0, 1);
+}
+
+/* Frames of the gathering are checked: a count of the wrong size, a count the gatherer
+ * cannot have averaged, a component of the wrong size sent back, a sign with a payload
+ * are each an error of the node that got it, one line naming the sender and what was
+ * wrong; so is a model of the wrong size sent to the gatherer (case 4: node 2 then
+ * finds node 0 gone silent and writes its own model). */
+START_TEST(test_bad_frames)
 {
     static test_trio_t tr;
-    static const char *const want[3] = {
+    static const char *const want[5] = {
         "sync: the final model sent back by node 0: its count in 3 bytes, not 4",
         "sync: the final model sent back by node 0: an average of 9 models, not 2 to 3",
-        "sync: the final model sent back by node 0: 12 bytes of lstm.0, not 16"};
+        "sync: the final model sent back by node 0: 12 bytes of lstm.0, not 16",
+        "sync: final model: node 0 sent a claim of 3 bytes, not 0",
+        "sync: node 1 sent 12 bytes of lstm.0, not 16 fp32"};
 
-    bad_back_case = _i;
+    bad_case = _i;
     test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 2000}",
                    final_start);
     tr.comps = final_comp;
@@ -263,12 +436,21 @@ START_TEST(test_bad_average_back)
     tr.np = 4;
     tr.blocks = 0;
     tr.final = 1;
-    tr.stand_in[0] = bad_gatherer;
-    tr.fails[1] = tr.fails[2] = 1;
+    if (_i < 4) {
+        tr.stand_in[0] = bad_gatherer;
+        tr.fails[1] = tr.fails[2] = 1;
+    } else {
+        tr.stand_in[1] = short_sender;
+        tr.fails[0] = 1;
+    }
     test_trio_run(&tr);
-    for (int k = 1; k < TEST_TRIO_N; k++) {
+    for (int k = _i < 4 ? 1 : 0; k < (_i < 4 ? TEST_TRIO_N : 1); k++) {
         ck_assert_msg(strcmp(tr.err[k], want[_i]) == 0, "node %d: %s", k, tr.err[k]);
         ck_assert_int_eq(tr.has_avg[k], 0);
+    }
+    if (_i == 4) {
+        ck_assert_int_eq(tr.writer[2], 1);
+        ck_assert_int_eq(tr.nmodels[2], 1);
     }
 }
 END_TEST
@@ -281,7 +463,9 @@ sync_final_suite(void)
 
     tcase_add_loop_test(core, test_final_without_rank0, 0, 4);
     tcase_add_test(core, test_late_is_not_dead);
-    tcase_add_loop_test(limits, test_bad_average_back, 0, 3);
+    tcase_add_loop_test(core, test_late_end, 0, 2);
+    tcase_add_test(core, test_silent_rank0_follows);
+    tcase_add_loop_test(limits, test_bad_frames, 0, 5);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
     suite_add_tcase(s, core);
