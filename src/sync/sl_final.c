@@ -32,6 +32,10 @@ enum { SIGN_HERE, SIGN_CLAIM, SIGN_TRAINING, SIGN_DONE, NSIGNS };
 #define FINAL_COUNT(f) ((uint32_t)(f)->env.ncomps)
 #define FINAL_RECEIPT(f) ((uint32_t)(f)->env.ncomps + 1u)
 #define FINAL_SIGN_DIV 4
+/* A rank is out after this many sync.timeout_ms without a sign: a node still training
+ * answers between steps only, and one of its steps may wait a whole sync.timeout_ms
+ * in an exchange (for a dead neighbour, say) before it can. */
+#define FINAL_SILENCE_TIMEOUTS 2
 
 struct sl_final {
     sl_sync_env_t env;
@@ -41,7 +45,7 @@ struct sl_final {
     double *sign;          /* (size) sl_clock_now() of its last sign of life; 0: none */
     unsigned char *at_end; /* (size) it said it is at the end (HERE or CLAIM) */
     unsigned char *claims; /* (size) it gathers: its last sign was a claim */
-    unsigned char *out;    /* (size) no sign for sync.timeout_ms, or its process is gone */
+    unsigned char *out;    /* (size) no sign for a while (is_out), or its process is gone */
     unsigned char *done;   /* (size) it gathered the final model without this node's */
     unsigned char *sent;   /* (size) this node's model went to it */
     unsigned char *in;     /* (size) the gatherer: that rank's model is in avg */
@@ -242,10 +246,17 @@ alive_since(const sl_final_t *f, int r, double t0)
     return f->sign[r] > t0 ? f->sign[r] : t0;
 }
 
+/* When rank r is out for this node unless it gives a sign before: FINAL_SILENCE_TIMEOUTS
+ * x sync.timeout_ms after it was last known alive (alive_since). */
+static double
+silence_ends(const sl_final_t *f, int r, double t0)
+{
+    return alive_since(f, r, t0) + FINAL_SILENCE_TIMEOUTS * f->env.timeout_ms / 1000.0;
+}
+
 /* Whether rank r is out of the gathering for this node: its process is gone (its
- * connection closed: sl_transport_gone), or it gave no sign for sync.timeout_ms since it
- * was last known alive (alive_since). Logged once, when it goes out; a sign brings it
- * back (take_sign). */
+ * connection closed: sl_transport_gone), or its silence ended (silence_ends). Logged once, when it
+ * goes out; a sign brings it back (take_sign). */
 static int
 is_out(sl_final_t *f, int r, double t0)
 {
@@ -254,14 +265,14 @@ is_out(sl_final_t *f, int r, double t0)
     if (f->out[r])
         return 1;
     gone = sl_transport_gone(f->env.tr, (uint32_t)r);
-    if (!gone && sl_clock_now() < alive_since(f, r, t0) + f->env.timeout_ms / 1000.0)
+    if (!gone && sl_clock_now() < silence_ends(f, r, t0))
         return 0;
     f->out[r] = 1;
     if (gone)
         sl_log_info("sync", "final model: node %d is gone (its connection closed)", r);
     else
         sl_log_info("sync", "final model: node %d gave no sign of life for %d ms: not waited for",
-                    r, f->env.timeout_ms);
+                    r, FINAL_SILENCE_TIMEOUTS * f->env.timeout_ms);
     return 1;
 }
 
@@ -318,8 +329,7 @@ take_model(sl_final_t *f, int r, double t0, int *got, int *yielded)
             return SL_OK;
         }
         f->keys[nkeys] = (sl_wire_key_t){FINAL_ROUND, (uint32_t)c, 0, (uint32_t)r, SL_WIRE_DATA};
-        st = wait_step(f, nkeys + 1, SIGN_CLAIM, alive_since(f, r, t0) + e->timeout_ms / 1000.0,
-                       &fr, &which);
+        st = wait_step(f, nkeys + 1, SIGN_CLAIM, silence_ends(f, r, t0), &fr, &which);
         if (st == SL_ERR_TIMEOUT)
             continue;
         SL_TRY(st);
@@ -581,10 +591,10 @@ send_model(sl_final_t *f, const float *params, int g)
  * rank its sign every T / FINAL_SIGN_DIV (T = sync.timeout_ms): "at the end" (HERE), or
  * "gathering" (CLAIM) once it gathers; a node still training answers the nodes at the
  * end with "training" (sl_final_still_training, every step). A rank is out for this
- * node when its process is gone or it gave no sign for T since it was last known alive
- * (is_out, from t0 at the earliest), and back on its next sign. So a dead node costs T
- * once (or nothing when its connection closed), and a late one is waited for as long as
- * it trains, T past its last sign at most.
+ * node when its process is gone or it gave no sign for 2T since it was last known alive
+ * (is_out, silence_ends, from t0 at the earliest), and back on its next sign. So a dead
+ * node costs 2T once (or nothing when its connection closed), and a late one is waited
+ * for as long as it trains, 2T past its last sign at most.
  * Who gathers (pick_gatherer): the lowest claimant, else the lowest rank not out; when
  * that is this node, it claims. A node that finds a lower one alive never claims; one
  * that comes to the end and finds a claim follows it, whatever the claimant's rank
@@ -599,7 +609,7 @@ send_model(sl_final_t *f, const float *params, int g)
  * came too late. The signs that came before the node's entry are taken first, so that
  * it sees a claim made while it was still training.
  * Two writers remain possible only when the nodes' views cross: a live node that gave
- * no sign for T (stopped, or a step longer than T) and comes to the end within the
+ * no sign for 2T (stopped, or a step longer than 2T) and comes to the end within the
  * network's latency of a claim made without it. Two claimants that see each other
  * resolve it (the higher one yields and sends its model to the lower one); a claimant
  * that gets a "without you" writes nothing. Otherwise each writer writes the average of
@@ -658,8 +668,7 @@ final_gathering(sl_final_t *f, const float *params, int *writer, int *nmodels, i
             if (f->sent[r])
                 f->keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, FINAL_COUNT(f), FINAL_BACK,
                                                    (uint32_t)r, SL_WIRE_DATA};
-        st = wait_step(f, nkeys, SIGN_HERE, alive_since(f, g, t0) + e->timeout_ms / 1000.0, &fr,
-                       &which);
+        st = wait_step(f, nkeys, SIGN_HERE, silence_ends(f, g, t0), &fr, &which);
         if (st == SL_ERR_TIMEOUT)
             continue;
         SL_TRY(st);

@@ -148,14 +148,14 @@ sl_status_t sl_sync_after_step(sl_sync_t *s, float *params, long steps_done);
  * dropped) is the writer. gossip/local: the lowest-ranked node alive at the end gathers
  * it (sl_final.c, final_gathering): every node tells every other that it is at the
  * end, nodes still training answer that they are (sl_sync_still_training), and a node
- * waits for each lower rank while it gives signs of life (a rank silent for
+ * waits for each lower rank while it gives signs of life (a rank silent for twice
  * sync.timeout_ms, or whose process is gone, is out); the lowest node with no live rank
  * below it claims the gathering, and every other follows the lowest claim. The gatherer
  * averages its params with those of every other rank that is not out, waiting for a
- * late one as long as it trains, up to sync.timeout_ms past its last sign; a node
- * silent longer is left out (and told so: it writes nothing). With rank 0 alive that is
- * rank 0, however late it ends; with rank 0 dead, rank 1, at most sync.timeout_ms
- * later (at once when rank 0's connection closed).
+ * late one as long as it trains, up to twice sync.timeout_ms past its last sign; a
+ * node silent longer is left out (and told so: it writes nothing). With rank 0 alive
+ * that is rank 0, however late it ends; with rank 0 dead, rank 1, at most twice
+ * sync.timeout_ms later (at once when rank 0's connection closed).
  * The gatherer sends the average back to each node whose params are in it before it
  * returns, so those hold it too (bit for bit), *avg there, unless the gatherer stopped
  * or died before it sent it (*avg NULL then, as on a node left out).

@@ -145,11 +145,12 @@ START_TEST(test_final_without_rank0)
                                      {1.125f, -1.625f, 2.75f, 0.5625f},
                                      {50.5f, 49, 51.5f, 50.25f}};
     static const int writer[4] = {1, 2, 1, 0}, nmodels[4] = {2, 1, 2, 2};
-    const double t = 0.3;
+    /* T long enough that a loaded machine's stalls do not make a node miss its signs */
+    const double t = 1.5;
     char seed[64];
     int w = writer[_i];
 
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 300}",
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
                    final_start);
     tr.comps = final_comp;
     tr.ncomps = 1;
@@ -237,7 +238,7 @@ START_TEST(test_late_end)
 
     late_rank = _i == 0 ? 0 : 2;
     late_took = 0;
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 200}",
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
                    final_start);
     tr.comps = final_comp;
     tr.ncomps = 1;
@@ -321,7 +322,7 @@ START_TEST(test_silent_rank0_follows)
 
     rank0_go = 0;
     late_took = 0;
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 200}",
+    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
                    final_start);
     tr.comps = final_comp;
     tr.ncomps = 1;
