@@ -1,6 +1,7 @@
 /* The final model of a run (sl_sync_final in sl_sync.h): the average of the live nodes'
  * parameters. ma, bmuf, allreduce: one ring allreduce, every node gets it, rank 0 is the
- * writer. gossip-*, local-*: no coordinator: the lowest-ranked live node gathers it
+ * writer and returns once the others have confirmed they hold it (or one sync.timeout_ms
+ * has passed). gossip-*, local-*: no coordinator: the lowest-ranked live node gathers it
  * (the final walk of sl_final.c: offers in rank order, time windows per candidate,
  * confirmations, claims), so it is written even when rank 0 died, and sends it back to
  * the nodes whose models are in it. Reads who is dead from
