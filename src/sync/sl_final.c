@@ -703,6 +703,50 @@ final_over(void *ctx, const sl_group_t *g, size_t *count)
     return SL_OK;
 }
 
+/* ma, bmuf, allreduce, after the final allreduce over group g: every member but the
+ * writer (g's lowest rank) sends it a receipt (no payload), and the writer waits for
+ * them, until one sync.timeout_ms, before it evaluates and writes. The ring ends on the
+ * writer once the frames it waits for are in, while those it sent last may still sit in
+ * its own queues, and a stop or a kill then would lose them: the others would time out
+ * and average without it. After the receipts every member holds the average. A member
+ * that sends none (it died since, or ended in another set) is logged, not an error. */
+static sl_status_t
+confirm_final(sl_final_t *f, const sl_group_t *g)
+{
+    sl_wire_key_t *keys, k = {FINAL_ROUND, FINAL_RECEIPT(f), FINAL_BACK, g->ranks[0], SL_WIRE_DATA};
+    size_t nkeys = 0;
+    double until = sl_clock_now() + f->env.timeout_ms / 1000.0;
+
+    if ((uint32_t)f->env.rank != g->ranks[0]) {
+        if (sl_transport_send(f->env.tr, &k, "", 0, SL_WIRE_BYTES, 1.0f, 0, f->env.timeout_ms) !=
+            SL_OK)
+            sl_log_debug("sync", "receipt of the final model to node %u: %s", (unsigned)k.peer,
+                         sl_err_msg());
+        return SL_OK;
+    }
+    SL_TRY(SL_ALLOC(&keys, g->n, "final model receipts"));
+    for (uint32_t i = 1; i < g->n; i++) {
+        k.peer = g->ranks[i];
+        keys[nkeys++] = k;
+    }
+    while (nkeys > 0) {
+        sl_transport_frame_t *fr = NULL;
+        size_t which;
+
+        if (sl_transport_recv_any(f->env.tr, keys, nkeys, ms_until(until), &fr, &which) != SL_OK) {
+            sl_log_warn("sync",
+                        "%zu node(s), node %u first, did not confirm that they hold the final "
+                        "model: %s",
+                        nkeys, (unsigned)keys[0].peer, sl_err_msg());
+            break;
+        }
+        sl_transport_frame_release(&fr);
+        keys[which] = keys[--nkeys];
+    }
+    sl_free(keys);
+    return SL_OK;
+}
+
 sl_status_t
 sl_final_average(sl_final_t *f, const float *params, const float **avg, int *writer, int *nmodels)
 {
@@ -728,6 +772,7 @@ sl_final_average(sl_final_t *f, const float *params, const float **avg, int *wri
                             "the final average");
         if (st != SL_OK)
             return sl_sync_collective_failed(st, e->algo, "of the final model", 0);
+        SL_TRY(confirm_final(f, sl_members_group(e->members)));
         *avg = f->avg;
         /* the lowest-ranked member: rank 0 unless it was dropped */
         *writer = (uint32_t)e->rank == sl_members_group(e->members)->ranks[0];

@@ -1,10 +1,11 @@
 /* The final model of a run (sl_sync_final in sl_sync.h): the average of the live nodes'
  * parameters. ma, bmuf, allreduce: one ring allreduce, every node gets it, rank 0 is the
- * writer. gossip-*, local-*: no coordinator: the lowest-ranked node alive at the end
- * gathers it (the gathering of sl_final.c: signs of life, claims, the lowest claimant
- * wins), so it is written even when rank 0 died, waits for a node that is late but
- * still training, and sends the average back to the nodes whose models are in it.
- * Does not read the liveness table: who is alive at the end is its own question.
+ * writer and returns once the others have confirmed they hold it (or one
+ * sync.timeout_ms has passed). gossip-*, local-*: no coordinator: the lowest-ranked node
+ * alive at the end gathers it (the gathering of sl_final.c: signs of life, claims, the
+ * lowest claimant wins), so it is written even when rank 0 died, waits for a node that
+ * is late but still training, and sends the average back to the nodes whose models are
+ * in it. Does not read the liveness table: who is alive at the end is its own question.
  * Not thread-safe; one per node. */
 #ifndef SL_FINAL_H
 #define SL_FINAL_H
