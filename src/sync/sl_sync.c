@@ -14,7 +14,6 @@
  * This file must not exchange anything itself: every frame goes through a part. */
 #include "sync/sl_sync.h"
 
-#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +27,7 @@
 #include "sync/sl_overlap.h"
 #include "sync/sl_sync_average.h"
 #include "sync/sl_sync_common.h"
+#include "sync/sl_sync_periods.h"
 #include "sync/sl_sync_phase.h"
 #include "sync/sl_sync_state.h"
 
@@ -53,147 +53,6 @@ struct sl_sync {
     int64_t *due;      /* (ncomps) for the checkpoint state */
     int ndead;         /* the worker's dead count when an update was last applied */
 };
-
-/* Whether name b is the shard after name a: "x.N" then "x.N+1". */
-static int
-next_shard(const char *a, const char *b)
-{
-    const char *da = strrchr(a, '.'), *db = strrchr(b, '.');
-
-    if (!da || !db || da - a != db - b || strncmp(a, b, (size_t)(da - a)) != 0)
-        return 0;
-    if (!da[1] || !db[1] || strspn(da + 1, "0123456789") != strlen(da + 1) ||
-        strspn(db + 1, "0123456789") != strlen(db + 1))
-        return 0;
-    return atol(db + 1) == atol(da + 1) + 1;
-}
-
-/* "embedding.0 to embedding.7, lstm.0, lstm.1" into buf (n bytes, cut when full): the
- * names of the components c with pick[c] != 0, a run of three or more shards of one
- * table as its first and last, so that 1024 shards still make a short message. */
-static void
-list_names(const sl_sync_t *s, const unsigned char *pick, char *buf, size_t n)
-{
-    size_t used = 0;
-
-    buf[0] = '\0';
-    for (int c = 0; c < s->env.ncomps && used < n; c++) {
-        int last = c;
-        const char *sep = used ? ", " : "";
-
-        if (!pick[c])
-            continue;
-        while (last + 1 < s->env.ncomps && pick[last + 1] &&
-               next_shard(s->env.comps[last].name, s->env.comps[last + 1].name))
-            last++;
-        if (last - c >= 2) {
-            used += (size_t)snprintf(buf + used, n - used, "%s%s to %s", sep, s->env.comps[c].name,
-                                     s->env.comps[last].name);
-            c = last;
-        } else {
-            used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, s->env.comps[c].name);
-        }
-    }
-}
-
-/* H_i of every component: the period of the first sync.periods rule whose glob matches
- * its name, else sync.embedding_period (0: sync.period) for a row shard and sync.period
- * for the others. A rule that gives no component its period, because its glob matches
- * none or only components an earlier rule took, is a mistake in the config (a typo, or
- * a catch-all put first): SL_ERR_CONFIG naming it. */
-static sl_status_t
-resolve_periods(sl_sync_t *s, const sl_config_t *cfg)
-{
-    int nrules = cfg->sync.nperiod_rules;
-    int emb = cfg->sync.embedding_period > 0 ? cfg->sync.embedding_period : cfg->sync.period;
-    unsigned char used[SL_MAX_PERIOD_RULES] = {0}, *pick;
-    char names[640];
-    sl_status_t st = SL_OK;
-
-    if (nrules < 0 || nrules > SL_MAX_PERIOD_RULES)
-        return sl_err_set(SL_ERR_CONFIG, "sync.periods: %d rules, at most %d allowed", nrules,
-                          SL_MAX_PERIOD_RULES);
-    SL_TRY(SL_ALLOC(&s->period, (size_t)s->env.ncomps, "sync periods"));
-    for (int c = 0; c < s->env.ncomps; c++) {
-        s->period[c] = s->env.comps[c].sparse ? emb : cfg->sync.period;
-        for (int r = 0; r < nrules; r++) {
-            const sl_period_rule_t *rule = &cfg->sync.period_rule[r];
-            if (rule->match && fnmatch(rule->match, s->env.comps[c].name, 0) == 0) {
-                s->period[c] = rule->period;
-                used[r] = 1;
-                break;
-            }
-        }
-        if (s->period[c] < 1)
-            return sl_err_set(SL_ERR_CONFIG,
-                              "sync: component %s would sync every %d steps: "
-                              "periods must be at least 1",
-                              s->env.comps[c].name, s->period[c]);
-    }
-    for (int r = 0; r < nrules && st == SL_OK; r++) {
-        const char *glob = cfg->sync.period_rule[r].match;
-        int any = 0;
-
-        if (used[r])
-            continue;
-        SL_TRY(SL_CALLOC(&pick, (size_t)s->env.ncomps, "sync periods"));
-        for (int c = 0; c < s->env.ncomps; c++) {
-            pick[c] = glob && fnmatch(glob, s->env.comps[c].name, 0) == 0;
-            any |= pick[c];
-        }
-        if (any) {
-            list_names(s, pick, names, sizeof names);
-            st = sl_err_set(SL_ERR_CONFIG,
-                            "sync.periods[%d]: '%s' matches only components that an earlier "
-                            "rule gives a period (%s); put the more specific rule first",
-                            r, glob, names);
-        } else {
-            memset(pick, 1, (size_t)s->env.ncomps);
-            list_names(s, pick, names, sizeof names);
-            st = sl_err_set(SL_ERR_CONFIG,
-                            "sync.periods[%d]: '%s' matches no component (the model's: %s)", r,
-                            glob ? glob : "", names);
-        }
-        sl_free(pick);
-    }
-    return st;
-}
-
-/* Once, on rank 0, when sync.periods is given: which components sync how often, or
- * that allreduce has no periods. */
-static sl_status_t
-log_periods(const sl_sync_t *s, const sl_config_t *cfg)
-{
-    unsigned char *pick;
-    char line[1536], names[640];
-    size_t used = 0;
-
-    if (cfg->sync.nperiod_rules == 0 || s->env.rank != 0 || s->env.algo == SL_SYNC_NONE)
-        return SL_OK;
-    if (s->env.algo == SL_SYNC_ALLREDUCE) {
-        sl_log_info("sync", "sync.periods is not used by allreduce: it averages the gradients "
-                            "of every component every step");
-        return SL_OK;
-    }
-    SL_TRY(SL_ALLOC(&pick, (size_t)s->env.ncomps, "sync periods"));
-    line[0] = '\0';
-    for (int c = 0; c < s->env.ncomps && used < sizeof line; c++) {
-        int seen = 0;
-
-        for (int b = 0; b < c; b++)
-            seen |= s->period[b] == s->period[c];
-        if (seen)
-            continue;
-        for (int d = 0; d < s->env.ncomps; d++)
-            pick[d] = s->period[d] == s->period[c];
-        list_names(s, pick, names, sizeof names);
-        used += (size_t)snprintf(line + used, sizeof line - used, "%severy %d steps: %s",
-                                 used ? "; " : "", s->period[c], names);
-    }
-    sl_free(pick);
-    sl_log_info("sync", "periods H_i (sync.periods): %s", line);
-    return SL_OK;
-}
 
 /* Output-embedding shards are the model's "softmax.<s>" (sl_model.h). */
 static int
@@ -324,7 +183,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
             goto fail;
         }
     }
-    SL_TRY_GOTO(resolve_periods(s, cfg), st, fail);
+    SL_TRY_GOTO(sl_sync_periods_resolve(&s->env, cfg, &s->period), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&s->phase, (size_t)ncomps, "sync phases"), st, fail);
     sl_sync_phases(s->period, ncomps, cfg->sync.stagger, s->phase);
     SL_TRY_GOTO(check_overlap(s, cfg), st, fail);
@@ -334,7 +193,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         SL_TRY_GOTO(sl_members_new(&s->members, tr, rank, size, s->env.timeout_ms), st, fail);
         s->env.members = s->members;
     }
-    SL_TRY_GOTO(log_periods(s, cfg), st, fail);
+    SL_TRY_GOTO(sl_sync_periods_log(&s->env, cfg, s->period), st, fail);
     if (cfg->sync.stagger && rank == 0 && algo != SL_SYNC_NONE && algo != SL_SYNC_ALLREDUCE)
         sl_sync_phases_log(comps, s->period, s->phase, ncomps);
     SL_TRY_GOTO(SL_CALLOC(&s->stat, (size_t)ncomps, "sync stats"), st, fail);
