@@ -549,10 +549,12 @@ newcomer_node(net_t *net, int k)
     sl_members_destroy(&m);
 }
 
-/* The admission cases' three nodes: member for nodes 0 and 1, newcomer for node 2. */
+/* The admission cases' three nodes, on a net cleared first: member for nodes 0 and 1,
+ * newcomer for node 2. */
 static void
 run_admission(net_t *net, node_fn member, node_fn newcomer)
 {
+    memset(net, 0, sizeof *net);
     net->n = 3;
     net->fn[0] = net->fn[1] = member;
     net->fn[2] = newcomer;
@@ -577,7 +579,6 @@ START_TEST(test_admit_comeback)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     run_admission(&net, member_node, newcomer_node);
     for (int k = 0; k < 3; k++) {
         assert_admitted(&net, k);
@@ -601,7 +602,6 @@ START_TEST(test_admit_missed)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     adm.deaf = 1;
     run_admission(&net, member_node, newcomer_node);
     for (int k = 0; k < 2; k++) {
@@ -667,7 +667,6 @@ START_TEST(test_admit_too_late)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     run_admission(&net, late_member, late_newcomer);
     for (int k = 0; k < 2; k++)
         ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
@@ -684,7 +683,6 @@ START_TEST(test_admit_stale_notice)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     adm.stale = 1;
     run_admission(&net, member_node, newcomer_node);
     for (int k = 0; k < 3; k++)
