@@ -421,6 +421,26 @@ gather(sl_final_t *f, const float *params, double t0, int *nmodels, int *yielded
     return SL_OK;
 }
 
+/* A receipt (any frame) for each of the nkeys keys, reordered as they come, waited for
+ * until the clock reads until; those still missing then are logged as not confirming
+ * what (a phrase), not an error: the node died since, or ends elsewhere. */
+static void
+await_receipts(sl_final_t *f, sl_wire_key_t *keys, size_t nkeys, double until, const char *what)
+{
+    while (nkeys > 0) {
+        sl_transport_frame_t *fr = NULL;
+        size_t which;
+
+        if (sl_transport_recv_any(f->env.tr, keys, nkeys, ms_until(until), &fr, &which) != SL_OK) {
+            sl_log_warn("sync", "%zu node(s), node %u first, did not confirm %s: %s", nkeys,
+                        (unsigned)keys[0].peer, what, sl_err_msg());
+            return;
+        }
+        sl_transport_frame_release(&fr);
+        keys[which] = keys[--nkeys];
+    }
+}
+
 /* The gatherer, with the average: the average back to each peer whose model is in it,
  * before the gatherer evaluates and writes it, so that a gatherer stopped or killed
  * from here on still leaves the run its model: each such peer offers its copy as
@@ -438,8 +458,6 @@ send_average(sl_final_t *f, int nmodels)
     unsigned char count[4];
     sl_wire_key_t *keys;
     size_t nkeys = 0;
-    int wait_ms;
-    double until;
 
     SL_TRY(SL_ALLOC(&keys, (size_t)f->env.size, "final model receipts"));
     sl_put_u32(count, (uint32_t)nmodels);
@@ -465,22 +483,8 @@ send_average(sl_final_t *f, int nmodels)
             keys[nkeys++] = (sl_wire_key_t){FINAL_ROUND, FINAL_RECEIPT(f), FINAL_BACK, (uint32_t)r,
                                             SL_WIRE_DATA};
     }
-    until = sl_clock_now() + f->env.timeout_ms / 1000.0;
-    while (nkeys > 0) {
-        sl_transport_frame_t *fr = NULL;
-        size_t which;
-
-        wait_ms = ms_until(until);
-        if (sl_transport_recv_any(f->env.tr, keys, nkeys, wait_ms, &fr, &which) != SL_OK) {
-            sl_log_warn("sync",
-                        "%zu node(s), node %u first, did not confirm the final model "
-                        "sent back: %s",
-                        nkeys, (unsigned)keys[0].peer, sl_err_msg());
-            break;
-        }
-        sl_transport_frame_release(&fr);
-        keys[which] = keys[--nkeys];
-    }
+    await_receipts(f, keys, nkeys, sl_clock_now() + f->env.timeout_ms / 1000.0,
+                   "the final model sent back");
     sl_free(keys);
     return SL_OK;
 }
@@ -729,20 +733,7 @@ confirm_final(sl_final_t *f, const sl_group_t *g)
         k.peer = g->ranks[i];
         keys[nkeys++] = k;
     }
-    while (nkeys > 0) {
-        sl_transport_frame_t *fr = NULL;
-        size_t which;
-
-        if (sl_transport_recv_any(f->env.tr, keys, nkeys, ms_until(until), &fr, &which) != SL_OK) {
-            sl_log_warn("sync",
-                        "%zu node(s), node %u first, did not confirm that they hold the final "
-                        "model: %s",
-                        nkeys, (unsigned)keys[0].peer, sl_err_msg());
-            break;
-        }
-        sl_transport_frame_release(&fr);
-        keys[which] = keys[--nkeys];
-    }
+    await_receipts(f, keys, nkeys, until, "that they hold the final model");
     sl_free(keys);
     return SL_OK;
 }

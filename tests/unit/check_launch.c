@@ -540,6 +540,18 @@ spawn_kill(peer_t *p)
     close(p->fd);
 }
 
+/* Rank 0 of 3 of the started-again cases, case i (curve security when i is 1), its
+ * master ipc://<tmp>/<name>-<i> and its debug log <tmp>/<name>-<i>.log written into
+ * master and log (size bytes each). */
+static peer_t
+spawn_logged_zero(const char *name, int i, uint64_t id, char *master, char *log, size_t size)
+{
+    use_security(i);
+    snprintf(master, size, "ipc://%s/%s-%d", tmp_root, name, i);
+    snprintf(log, size, "%s/%s-%d.log", tmp_root, name, i);
+    return spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+}
+
 /* A node killed while rank 0 gathers the registrations and started again (shoal run's
  * restarts, a Slurm requeue) registers again: the new process takes the rank from its
  * dead predecessor, and the rendezvous completes with its endpoint. (Before, the second
@@ -552,10 +564,7 @@ START_TEST(test_rendezvous_rank_started_again)
     outcome_t o;
     uint64_t id = 0x2222333344445555ULL;
 
-    use_security(_i);
-    snprintf(master, sizeof master, "ipc://%s/rdv-again-%d", tmp_root, _i);
-    snprintf(log, sizeof log, "%s/rdv-again-%d.log", tmp_root, _i);
-    p0 = spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+    p0 = spawn_logged_zero("rdv-again", _i, id, master, log, sizeof master);
     old = spawn(1, 3, id, master, "ipc:///tmp/x/old", HANG_S * 1000, 0);
     wait_log_text(log, "rank 1 registered from", NULL);
     spawn_kill(&old);
@@ -591,10 +600,7 @@ START_TEST(test_rendezvous_master_started_again)
     outcome_t o;
     uint64_t id = 0x3333444455556666ULL;
 
-    use_security(_i);
-    snprintf(master, sizeof master, "ipc://%s/rdv-master-again-%d", tmp_root, _i);
-    snprintf(log, sizeof log, "%s/rdv-master-again-%d.log", tmp_root, _i);
-    p0 = spawn_logged(0, 3, id, master, "ipc:///tmp/x/0", HANG_S * 1000, 0, log);
+    p0 = spawn_logged_zero("rdv-master-again", _i, id, master, log, sizeof master);
     one = spawn(1, 3, id, master, "ipc:///tmp/x/1", 20000, 0);
     wait_log_text(log, "rank 1 registered from", NULL);
     spawn_kill(&p0);

@@ -177,24 +177,17 @@ run_nodes(const char *run, int sig)
     run_nodes_late(run, sig, -1, NULL);
 }
 
-/* Without a fault the run's model.bin is the gatherer's evaluated file, bit for bit
- * the mean of the 3 node models in rank order (as the gatherer sums them). With the
- * gatherer stopped or killed right after it sent the average back, the run's model.bin
- * is the copy a sender put there: the same bits. */
-START_TEST(test_writer_stopped_leaves_model)
+/* model, the n floats of run's model.bin, is bit for bit the mean of its 3 node models in
+ * rank order (as the gatherer sums them). */
+static void
+assert_mean_of_nodes(const char *run, const float *model, size_t n)
 {
-    static const int sig[2] = {SIGSTOP, SIGKILL};
-    char whole[32], run[32], path[1200];
-    float *want, *got, *node[3], inv = 1.0f / 3.0f;
-    size_t n, k;
+    char path[1200];
+    float *node[3], inv = 1.0f / 3.0f;
+    size_t k;
 
-    if (!launch_have_shoal())
-        return;
-    snprintf(whole, sizeof whole, "whole-%d", _i);
-    run_nodes(whole, 0);
-    want = run_model(whole, 1, &n);
     for (int r = 0; r < 3; r++) {
-        snprintf(path, sizeof path, "%s/%s/node-%d/model.bin", launch_root, whole, r);
+        snprintf(path, sizeof path, "%s/%s/node-%d/model.bin", launch_root, run, r);
         node[r] = test_model_params(path, &k);
         ck_assert_uint_eq(k, n);
     }
@@ -203,12 +196,31 @@ START_TEST(test_writer_stopped_leaves_model)
         mean += node[1][j];
         mean += node[2][j];
         mean *= inv;
-        ck_assert_msg(memcmp(&mean, &want[j], sizeof mean) == 0,
-                      "parameter %zu: model.bin %.9g, the mean of the nodes' %.9g", j, want[j],
+        ck_assert_msg(memcmp(&mean, &model[j], sizeof mean) == 0,
+                      "parameter %zu: model.bin %.9g, the mean of the nodes' %.9g", j, model[j],
                       mean);
     }
     for (int r = 0; r < 3; r++)
         free(node[r]);
+}
+
+/* Without a fault the run's model.bin is the gatherer's evaluated file, bit for bit
+ * the mean of the 3 node models in rank order (as the gatherer sums them). With the
+ * gatherer stopped or killed right after it sent the average back, the run's model.bin
+ * is the copy a sender put there: the same bits. */
+START_TEST(test_writer_stopped_leaves_model)
+{
+    static const int sig[2] = {SIGSTOP, SIGKILL};
+    char whole[32], run[32];
+    float *want, *got;
+    size_t n, k;
+
+    if (!launch_have_shoal())
+        return;
+    snprintf(whole, sizeof whole, "whole-%d", _i);
+    run_nodes(whole, 0);
+    want = run_model(whole, 1, &n);
+    assert_mean_of_nodes(whole, want, n);
 
     snprintf(run, sizeof run, "%s", sig[_i] == SIGSTOP ? "stopped" : "killed");
     run_nodes(run, sig[_i]);
@@ -238,9 +250,9 @@ count_lines(const char *text, const char *needle)
  * order; no node is left out. */
 START_TEST(test_late_end_one_writer)
 {
-    char run[32], path[1200], *errs[3] = {NULL, NULL, NULL};
-    float *got, *node[3], inv = 1.0f / 3.0f;
-    size_t n, k;
+    char run[32], *errs[3] = {NULL, NULL, NULL};
+    float *got;
+    size_t n;
     int writers = 0;
 
     if (!launch_have_shoal())
@@ -257,24 +269,9 @@ START_TEST(test_late_end_one_writer)
     }
     ck_assert_int_eq(writers, 1);
     got = run_model(run, 1, &n);
-    for (int r = 0; r < 3; r++) {
-        snprintf(path, sizeof path, "%s/%s/node-%d/model.bin", launch_root, run, r);
-        node[r] = test_model_params(path, &k);
-        ck_assert_uint_eq(k, n);
-    }
-    for (size_t j = 0; j < n; j++) {
-        float mean = node[0][j];
-        mean += node[1][j];
-        mean += node[2][j];
-        mean *= inv;
-        ck_assert_msg(memcmp(&mean, &got[j], sizeof mean) == 0,
-                      "parameter %zu: model.bin %.9g, the mean of the nodes' %.9g", j, got[j],
-                      mean);
-    }
-    for (int r = 0; r < 3; r++) {
-        free(node[r]);
+    assert_mean_of_nodes(run, got, n);
+    for (int r = 0; r < 3; r++)
         free(errs[r]);
-    }
     free(got);
 }
 END_TEST

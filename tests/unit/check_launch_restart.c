@@ -55,16 +55,16 @@ wait_err_text(pid_t pid, const char *tag, const char *text)
     }
 }
 
-/* shoal's node process of rank 0 other than not (0: any), waiting for it to have its
- * name; the hang guard as wait_err_text's. */
+/* shoal's node process named name ("shoal node 2") other than not (0: any), waiting for
+ * it to have its name; the hang guard as wait_err_text's. */
 static pid_t
-node_zero(pid_t shoal, pid_t not )
+node_named(pid_t shoal, const char *name, pid_t not )
 {
     double t0 = launch_now();
     pid_t v;
 
-    while ((v = test_child_named(shoal, "shoal node 0")) == 0 || v == not ) {
-        ck_assert_msg(launch_now() - t0 < HANG_S, "no new node 0 in %d s", HANG_S);
+    while ((v = test_child_named(shoal, name)) == 0 || v == not ) {
+        ck_assert_msg(launch_now() - t0 < HANG_S, "no new %s in %d s", name, HANG_S);
         test_sleep_ms(10);
     }
     return v;
@@ -115,7 +115,7 @@ START_TEST(test_run_restart_resumes)
     pid = launch_start("restart", (const char *[]){"SHOAL_LOG=info", NULL}, args);
     snprintf(path, sizeof path, "%s/restart/metrics.jsonl", launch_root);
     test_wait_file(path, 20000, pid, HANG_S);
-    victim = node_zero(pid, 0);
+    victim = node_named(pid, "shoal node 0", 0);
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
     ck_assert_int_eq(launch_wait(pid, "restart", &out, &err), 0);
     launch_assert_nothing_left();
@@ -184,11 +184,11 @@ START_TEST(test_run_restarts_used_up)
     pid = launch_start("used-up", NULL, args);
     snprintf(path, sizeof path, "%s/used-up/metrics.jsonl", launch_root);
     test_wait_file(path, 2000, pid, HANG_S);
-    victim = node_zero(pid, 0);
+    victim = node_named(pid, "shoal node 0", 0);
     ck_assert_int_eq(kill(victim, SIGKILL), 0);
     wait_err_text(pid, "used-up",
                   "shoal run: node 0 restarted (restart 1 of 1); 1 of 1 nodes live\n");
-    again = node_zero(pid, victim);
+    again = node_named(pid, "shoal node 0", victim);
     ck_assert_int_eq(kill(again, SIGKILL), 0);
     ck_assert_int_eq(launch_wait(pid, "used-up", &out, &err), 1);
     launch_assert_nothing_left();
@@ -225,7 +225,7 @@ START_TEST(test_watchdog_kills_stopped)
     pid = launch_start("watch-stop", NULL, args);
     snprintf(path, sizeof path, "%s/watch-stop/metrics.jsonl", launch_root);
     test_wait_file(path, 20000, pid, HANG_S);
-    victim = node_zero(pid, 0);
+    victim = node_named(pid, "shoal node 0", 0);
     ck_assert_int_eq(kill(victim, SIGSTOP), 0);
     ck_assert_int_eq(launch_wait(pid, "watch-stop", &out, &err), 0);
     launch_assert_nothing_left();
@@ -401,21 +401,6 @@ START_TEST(test_restart_foreign_checkpoint)
     free(err);
 }
 END_TEST
-
-/* shoal's node process named name ("shoal node 2") other than not (0: any), waiting for
- * it to have its name; the hang guard as wait_err_text's. */
-static pid_t
-node_named(pid_t shoal, const char *name, pid_t not )
-{
-    double t0 = launch_now();
-    pid_t v;
-
-    while ((v = test_child_named(shoal, name)) == 0 || v == not ) {
-        ck_assert_msg(launch_now() - t0 < HANG_S, "no new %s in %d s", name, HANG_S);
-        test_sleep_ms(10);
-    }
-    return v;
-}
 
 /* A node started again that has not come back when the others finish (here it is
  * stopped, SIGSTOP, as soon as it is forked, while rank 0, which alone admits it, is

@@ -482,21 +482,48 @@ deaf_steps(net_t *net, int k, sl_members_t *m)
     }
 }
 
-static void
-member_node(net_t *net, int k)
+/* Nodes 0 and 1: their members state, agreed on without the silent node 2, which then
+ * may ask to come back (adm.dropped). */
+static sl_status_t
+agree_without_node2(net_t *net, int k, sl_members_t **m)
 {
-    sl_members_t *m = NULL;
-    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    sl_status_t st = sl_members_new(m, net->t[k], k, net->n, WAIT_MS);
 
-    adm.at[k] = -1;
     if (st == SL_OK)
-        st = sl_members_agree(m, "a test collective");
+        st = sl_members_agree(*m, "a test collective");
     if (k == 0 && adm.stale)
         send_stale_notice(net); /* before node 2 asks */
     pthread_mutex_lock(&adm.lock);
     adm.dropped++;
     pthread_cond_broadcast(&adm.cond);
     pthread_mutex_unlock(&adm.lock);
+    return st;
+}
+
+/* Node 2: its members state and, once nodes 0 and 1 have dropped it, its request to
+ * come back. */
+static sl_status_t
+ask_comeback(net_t *net, int k, sl_members_t **m, long *at, int *coordinator)
+{
+    sl_status_t st = sl_members_new(m, net->t[k], k, net->n, WAIT_MS);
+
+    pthread_mutex_lock(&adm.lock);
+    while (adm.dropped < 2)
+        pthread_cond_wait(&adm.cond, &adm.lock);
+    pthread_mutex_unlock(&adm.lock);
+    if (st == SL_OK)
+        st = sl_members_join(*m, 20 * WAIT_MS, at, coordinator);
+    return st;
+}
+
+static void
+member_node(net_t *net, int k)
+{
+    sl_members_t *m = NULL;
+    sl_status_t st;
+
+    adm.at[k] = -1;
+    st = agree_without_node2(net, k, &m);
     if (st == SL_OK && k == 1 && adm.deaf)
         st = deaf_steps(net, k, m);
     else if (st == SL_OK)
@@ -509,15 +536,9 @@ static void
 newcomer_node(net_t *net, int k)
 {
     sl_members_t *m = NULL;
-    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
     int coordinator = -1;
+    sl_status_t st = ask_comeback(net, k, &m, &adm.at[k], &coordinator);
 
-    pthread_mutex_lock(&adm.lock);
-    while (adm.dropped < 2)
-        pthread_cond_wait(&adm.cond, &adm.lock);
-    pthread_mutex_unlock(&adm.lock);
-    if (st == SL_OK)
-        st = sl_members_join(m, 20 * WAIT_MS, &adm.at[k], &coordinator);
     if (st == SL_OK && coordinator != 0)
         st = sl_err_set(SL_ERR_INVALID, "admitted by node %d", coordinator);
     if (st == SL_OK)
@@ -528,6 +549,29 @@ newcomer_node(net_t *net, int k)
     sl_members_destroy(&m);
 }
 
+/* The admission cases' three nodes, on a net cleared first: member for nodes 0 and 1,
+ * newcomer for node 2. */
+static void
+run_admission(net_t *net, node_fn member, node_fn newcomer)
+{
+    memset(net, 0, sizeof *net);
+    net->n = 3;
+    net->fn[0] = net->fn[1] = member;
+    net->fn[2] = newcomer;
+    net_run(net);
+}
+
+/* Node k of an admission that went through: admitted at node 0's step, and its last
+ * mean over the three nodes. */
+static void
+assert_admitted(const net_t *net, int k)
+{
+    ck_assert_msg(net->st[k] == SL_OK, "node %d: %s", k, net->err[k]);
+    ck_assert_int_eq(adm.at[k], adm.at[0]);
+    ck_assert_int_eq(net->count[k], 3);
+    ck_assert_int_eq(net->nodes[k], 3);
+}
+
 /* Nodes 0 and 1 agree on {0, 1} (epoch 1) without node 2; node 2 asks node 0 to come
  * back and is admitted at a multiple of ADMIT_BLOCK: all three then hold {0, 1, 2} at
  * epoch 1 and the last means are over the three. */
@@ -535,18 +579,11 @@ START_TEST(test_admit_comeback)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
-    net.n = 3;
-    net.fn[0] = net.fn[1] = member_node;
-    net.fn[2] = newcomer_node;
-    net_run(&net);
+    run_admission(&net, member_node, newcomer_node);
     for (int k = 0; k < 3; k++) {
-        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
-        ck_assert_int_eq(adm.at[k], adm.at[0]);
+        assert_admitted(&net, k);
         ck_assert_int_eq(adm.at[k] % ADMIT_BLOCK, 0);
-        ck_assert_int_eq(net.count[k], 3);
         ck_assert_int_eq(net.epoch[k], 1);
-        ck_assert_int_eq(net.nodes[k], 3);
         for (int i = 0; i < COUNT; i++)
             ck_assert_msg(net.out[k][i] ==
                               (test_node_input(0, (size_t)i) + test_node_input(1, (size_t)i) +
@@ -565,12 +602,8 @@ START_TEST(test_admit_missed)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     adm.deaf = 1;
-    net.n = 3;
-    net.fn[0] = net.fn[1] = member_node;
-    net.fn[2] = newcomer_node;
-    net_run(&net);
+    run_admission(&net, member_node, newcomer_node);
     for (int k = 0; k < 2; k++) {
         ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
         ck_assert_int_eq(net.count[k], 2);
@@ -593,15 +626,9 @@ static void
 late_member(net_t *net, int k)
 {
     sl_members_t *m = NULL;
-    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
+    sl_status_t st = agree_without_node2(net, k, &m);
     mean_t j = {net, k, 0};
 
-    if (st == SL_OK)
-        st = sl_members_agree(m, "a test collective");
-    pthread_mutex_lock(&adm.lock);
-    adm.dropped++;
-    pthread_cond_broadcast(&adm.cond);
-    pthread_mutex_unlock(&adm.lock);
     for (long step = 1; st == SL_OK; step++) {
         size_t count = COUNT;
         const uint32_t *give;
@@ -625,16 +652,10 @@ static void
 late_newcomer(net_t *net, int k)
 {
     sl_members_t *m = NULL;
-    sl_status_t st = sl_members_new(&m, net->t[k], k, net->n, WAIT_MS);
     int coordinator = -1;
     long at = -1;
+    sl_status_t st = ask_comeback(net, k, &m, &at, &coordinator);
 
-    pthread_mutex_lock(&adm.lock);
-    while (adm.dropped < 2)
-        pthread_cond_wait(&adm.cond, &adm.lock);
-    pthread_mutex_unlock(&adm.lock);
-    if (st == SL_OK)
-        st = sl_members_join(m, 20 * WAIT_MS, &at, &coordinator);
     record(net, k, NULL, st);
     pthread_mutex_lock(&adm.lock);
     late_asked = 1;
@@ -646,11 +667,7 @@ START_TEST(test_admit_too_late)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
-    net.n = 3;
-    net.fn[0] = net.fn[1] = late_member;
-    net.fn[2] = late_newcomer;
-    net_run(&net);
+    run_admission(&net, late_member, late_newcomer);
     for (int k = 0; k < 2; k++)
         ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
     ck_assert_int_eq(net.st[2], SL_ERR_DROPPED);
@@ -666,18 +683,10 @@ START_TEST(test_admit_stale_notice)
 {
     static net_t net;
 
-    memset(&net, 0, sizeof net);
     adm.stale = 1;
-    net.n = 3;
-    net.fn[0] = net.fn[1] = member_node;
-    net.fn[2] = newcomer_node;
-    net_run(&net);
-    for (int k = 0; k < 3; k++) {
-        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
-        ck_assert_int_eq(adm.at[k], adm.at[0]);
-        ck_assert_int_eq(net.count[k], 3);
-        ck_assert_int_eq(net.nodes[k], 3);
-    }
+    run_admission(&net, member_node, newcomer_node);
+    for (int k = 0; k < 3; k++)
+        assert_admitted(&net, k);
 }
 END_TEST
 

@@ -53,6 +53,20 @@ sup_init(sup_t *s, int max)
              "this node came back and was admitted, but no member answers it any more");
 }
 
+/* shoal run's membership records (<run dir>/events.jsonl) hold record; the file is
+ * removed for the next case. */
+static void
+assert_event(const char *record)
+{
+    char path[600], *events;
+
+    snprintf(path, sizeof path, "%s/events.jsonl", tmp_root);
+    events = test_read_file(path, NULL);
+    ck_assert_msg(strstr(events, record), "%s", events);
+    free(events);
+    remove(path);
+}
+
 static void
 sup_fini(sup_t *s)
 {
@@ -64,7 +78,6 @@ sup_fini(sup_t *s)
 START_TEST(test_dropped_node_restarted)
 {
     sup_t s;
-    char path[600], *events;
 
     sup_init(&s, 2);
     ck_assert(sl_sup_may_restart(&s.l, 2));
@@ -77,12 +90,7 @@ START_TEST(test_dropped_node_restarted)
                                  "more); restarting it in 0.1 s (restart 1 of 2); 2 of 3 nodes "
                                  "live\n"),
                   "%s", s.said);
-    snprintf(path, sizeof path, "%s/events.jsonl", tmp_root);
-    events = test_read_file(path, NULL);
-    ck_assert_msg(strstr(events, "\"rank\":2,\"step\":40,\"why\":\"dropped\",\"live\":2"), "%s",
-                  events);
-    free(events);
-    remove(path);
+    assert_event("\"rank\":2,\"step\":40,\"why\":\"dropped\",\"live\":2");
     sup_fini(&s);
 }
 END_TEST
@@ -115,7 +123,6 @@ END_TEST
 START_TEST(test_no_restart_at_run_end)
 {
     sup_t s;
-    char path[600], *events;
 
     sup_init(&s, 2);
     s.c[0].has_report = 1;
@@ -134,12 +141,7 @@ START_TEST(test_no_restart_at_run_end)
                                  "more); not restarted: the run is ending; bmuf ends without it; "
                                  "2 of 3 nodes live\n"),
                   "%s", s.said);
-    snprintf(path, sizeof path, "%s/events.jsonl", tmp_root);
-    events = test_read_file(path, NULL);
-    ck_assert_msg(strstr(events, "\"rank\":2,\"step\":40,\"why\":\"not restarted\",\"live\":2"),
-                  "%s", events);
-    free(events);
-    remove(path);
+    assert_event("\"rank\":2,\"step\":40,\"why\":\"not restarted\",\"live\":2");
     sup_fini(&s);
 }
 END_TEST
@@ -196,7 +198,6 @@ START_TEST(test_latecomer_stopped_at_run_end)
 {
     sup_t s;
     sl_launch_opts_t o;
-    char path[600], *events;
 
     sup_init(&s, 2);
     sl_launch_opts_init(&o);
@@ -227,12 +228,7 @@ START_TEST(test_latecomer_stopped_at_run_end)
                                  "others had finished: stopping it; bmuf ends without it; 2 of 3 "
                                  "nodes live\n"),
                   "%s", s.said);
-    snprintf(path, sizeof path, "%s/events.jsonl", tmp_root);
-    events = test_read_file(path, NULL);
-    ck_assert_msg(strstr(events, "\"rank\":2,\"step\":120,\"why\":\"left out\",\"live\":2"), "%s",
-                  events);
-    free(events);
-    remove(path);
+    assert_event("\"rank\":2,\"step\":120,\"why\":\"left out\",\"live\":2");
     sup_fini(&s);
 }
 END_TEST

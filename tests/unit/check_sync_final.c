@@ -48,6 +48,10 @@
  *   ([100, 100, 100, 100] + [1, -2, 3, 0.5]) / 2 = [50.5, 49, 51.5, 50.25] and tells
  *   node 2 its model is not in, so node 2 stops there rather than gather a model of its
  *   own (a second writer); node 1 holds the average, node 2 none. */
+/* The gathering cases' sync: T = 1.5 s, long enough that a loaded machine's stalls do
+ * not make a node miss its signs. */
+#define GOSSIP_FINAL "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}"
+
 static const sl_component_t final_comp[1] = {{"lstm.0", 0, 4, 0, 0, 0, 0}};
 
 static float
@@ -56,6 +60,41 @@ final_start(int k, int i)
     static const float v[TEST_TRIO_N][4] = {
         {100, 100, 100, 100}, {1, -2, 3, 0.5f}, {3, 4, -1, 1.5f}};
     return i < 4 ? v[k][i] : 0; /* test_trio_init fills TEST_TRIO_NP floats; the model has 4 */
+}
+
+/* The trio of final_start's models (the one component final_comp) under the sync
+ * configuration conf: blocks blocks, step before each, then sl_sync_final when final. */
+static void
+final_trio_init(test_trio_t *tr, const char *conf, int blocks, test_trio_step_fn step, int final)
+{
+    test_trio_init(tr, conf, final_start);
+    tr->comps = final_comp;
+    tr->ncomps = 1;
+    tr->np = 4;
+    tr->blocks = blocks;
+    tr->step = step;
+    tr->final = final;
+}
+
+/* One writer, node writer, and every node holding the average of all three models,
+ * bit for bit the mean summed in the order a, b, c. */
+static void
+assert_mean_of_three(const test_trio_t *tr, int writer, int a, int b, int c)
+{
+    float want[4], inv = 1.0f / 3.0f;
+
+    for (int i = 0; i < 4; i++) {
+        want[i] = tr->p[a][i];
+        want[i] += tr->p[b][i];
+        want[i] += tr->p[c][i];
+        want[i] *= inv;
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        ck_assert_msg(tr->writer[k] == (k == writer), "node %d: writer %d", k, tr->writer[k]);
+        ck_assert_msg(tr->has_avg[k], "node %d holds no average", k);
+        ck_assert_msg(tr->nmodels[k] == 3, "node %d: an average of %d models", k, tr->nmodels[k]);
+        test_assert_floats(tr->avg[k], want, 4);
+    }
 }
 
 /* Node 1 waits T for node 0 in every block, so its pushes come T later each block:
@@ -119,12 +158,8 @@ START_TEST(test_late_is_not_dead)
 {
     static test_trio_t tr;
 
-    test_trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 200}", final_start);
-    tr.comps = final_comp;
-    tr.ncomps = 1;
-    tr.np = 4;
-    tr.blocks = 8;
-    tr.step = late_node2;
+    final_trio_init(&tr, "sync={algorithm: local-ma, period: 1, timeout_ms: 200}", 8, late_node2,
+                    0);
     test_trio_run(&tr);
     for (int k = 0; k < 2; k++) {
         ck_assert_msg(tr.stat[k][0].answered + 8 <= tr.stat[k][0].expected,
@@ -150,14 +185,7 @@ START_TEST(test_final_without_rank0)
     char seed[64];
     int w = writer[_i];
 
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
-                   final_start);
-    tr.comps = final_comp;
-    tr.ncomps = 1;
-    tr.np = 4;
-    tr.blocks = _i == 2 ? 3 : 0;
-    tr.step = lag_node2;
-    tr.final = 1;
+    final_trio_init(&tr, GOSSIP_FINAL, _i == 2 ? 3 : 0, lag_node2, 1);
     tr.alive[0] = _i == 3;
     tr.alive[1] = _i != 1;
     if (_i == 2) {
@@ -234,31 +262,12 @@ end_late(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
 START_TEST(test_late_end)
 {
     static test_trio_t tr;
-    float want[4], inv = 1.0f / 3.0f;
 
     late_rank = _i == 0 ? 0 : 2;
     late_took = 0;
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
-                   final_start);
-    tr.comps = final_comp;
-    tr.ncomps = 1;
-    tr.np = 4;
-    tr.blocks = 1;
-    tr.step = end_late;
-    tr.final = 1;
+    final_trio_init(&tr, GOSSIP_FINAL, 1, end_late, 1);
     test_trio_run(&tr);
-    for (int i = 0; i < 4; i++) {
-        want[i] = tr.p[0][i];
-        want[i] += tr.p[1][i];
-        want[i] += tr.p[2][i];
-        want[i] *= inv;
-    }
-    for (int k = 0; k < TEST_TRIO_N; k++) {
-        ck_assert_msg(tr.writer[k] == (k == 0), "node %d: writer %d", k, tr.writer[k]);
-        ck_assert_msg(tr.has_avg[k], "node %d holds no average", k);
-        ck_assert_msg(tr.nmodels[k] == 3, "node %d: an average of %d models", k, tr.nmodels[k]);
-        test_assert_floats(tr.avg[k], want, 4);
-    }
+    assert_mean_of_three(&tr, 0, 0, 1, 2);
     ck_assert_int_ge(late_took, LATE_SIGNS);
     for (int k = 0; k < TEST_TRIO_N; k++)
         if (k != late_rank)
@@ -318,31 +327,12 @@ silent_rank0(test_trio_t *tr, sl_sync_t *s, int k, int b, float *p)
 START_TEST(test_silent_rank0_follows)
 {
     static test_trio_t tr;
-    float want[4], inv = 1.0f / 3.0f;
 
     rank0_go = 0;
     late_took = 0;
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 1500}",
-                   final_start);
-    tr.comps = final_comp;
-    tr.ncomps = 1;
-    tr.np = 4;
-    tr.blocks = 1;
-    tr.step = silent_rank0;
-    tr.final = 1;
+    final_trio_init(&tr, GOSSIP_FINAL, 1, silent_rank0, 1);
     test_trio_run(&tr);
-    for (int i = 0; i < 4; i++) {
-        want[i] = tr.p[1][i];
-        want[i] += tr.p[2][i];
-        want[i] += tr.p[0][i];
-        want[i] *= inv;
-    }
-    for (int k = 0; k < TEST_TRIO_N; k++) {
-        ck_assert_msg(tr.writer[k] == (k == 1), "node %d: writer %d", k, tr.writer[k]);
-        ck_assert_msg(tr.has_avg[k], "node %d holds no average", k);
-        ck_assert_msg(tr.nmodels[k] == 3, "node %d: an average of %d models", k, tr.nmodels[k]);
-        test_assert_floats(tr.avg[k], want, 4);
-    }
+    assert_mean_of_three(&tr, 1, 1, 2, 0);
     ck_assert_int_ge(late_took, LATE_SIGNS / 2);
 }
 END_TEST
@@ -430,13 +420,8 @@ START_TEST(test_bad_frames)
         "sync: node 1 sent 12 bytes of lstm.0, not 16 fp32"};
 
     bad_case = _i;
-    test_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 2000}",
-                   final_start);
-    tr.comps = final_comp;
-    tr.ncomps = 1;
-    tr.np = 4;
-    tr.blocks = 0;
-    tr.final = 1;
+    final_trio_init(&tr, "sync={algorithm: gossip-ma, neighbours: 1, period: 1, timeout_ms: 2000}",
+                    0, NULL, 1);
     if (_i < 4) {
         tr.stand_in[0] = bad_gatherer;
         tr.fails[1] = tr.fails[2] = 1;
