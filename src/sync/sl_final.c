@@ -54,16 +54,37 @@ struct sl_final {
     uint64_t ends_taken;   /* signs of the end (HERE, CLAIM) taken, for the transport's count */
 };
 
+/* The per-rank state of the gathering (neighbourhood algorithms), zeroed; allocated
+ * with the object, so that the training steps that answer the signs allocate nothing. */
+static sl_status_t
+peers_new(sl_final_t *f)
+{
+    size_t n = (size_t)f->env.size;
+
+    SL_TRY(SL_CALLOC(&f->sign, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->at_end, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->claims, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->out, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->done, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->sent, n, "final model peers"));
+    SL_TRY(SL_CALLOC(&f->in, n, "final model peers"));
+    return SL_ALLOC(&f->keys, (NSIGNS + 1) * n, "final model keys");
+}
+
 sl_status_t
 sl_final_new(sl_final_t **out, const sl_sync_env_t *env)
 {
+    sl_status_t st = SL_OK;
+
     *out = NULL;
     if (env->algo == SL_SYNC_NONE || env->size < 2 || !env->tr)
         return sl_err_set(SL_ERR_INVALID, "sync: no final average for %s on %d nodes",
                           sl_sync_algorithm_name(env->algo), env->size);
     SL_TRY(SL_CALLOC(out, 1, "final model"));
     (*out)->env = *env;
-    return SL_OK;
+    if (sl_sync_is_neighbourhood(env->algo) && (st = peers_new(*out)) != SL_OK)
+        sl_final_destroy(out);
+    return st;
 }
 
 void
@@ -94,24 +115,6 @@ ms_until(double at)
     double ms = ceil((at - sl_clock_now()) * 1000.0);
 
     return ms <= 0 ? 0 : ms >= (double)INT_MAX ? INT_MAX : (int)ms;
-}
-
-/* The per-rank state of the gathering, zeroed the first time. */
-static sl_status_t
-peers_ready(sl_final_t *f)
-{
-    size_t n = (size_t)f->env.size;
-
-    if (f->keys)
-        return SL_OK;
-    SL_TRY(SL_CALLOC(&f->sign, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->at_end, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->claims, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->out, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->done, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->sent, n, "final model peers"));
-    SL_TRY(SL_CALLOC(&f->in, n, "final model peers"));
-    return SL_ALLOC(&f->keys, (NSIGNS + 1) * n, "final model keys");
 }
 
 /* Sends sign s (SIGN_*) to every other rank r with mask[r] == want (mask NULL: to
@@ -211,7 +214,6 @@ sl_final_still_training(sl_final_t *f, int wait_ms, int *signs)
         *signs = 0;
     if (!sl_sync_is_neighbourhood(f->env.algo))
         return SL_OK;
-    SL_TRY(peers_ready(f));
     /* Only the signs already filed are taken without a wait: a receive that times out
      * would stand as this node's last miss of each peer in the transport, and so hide
      * the late answer of a gossip exchange (late is not dead, sl_liveness.h). */
@@ -626,7 +628,6 @@ final_gathering(sl_final_t *f, const float *params, int *writer, int *nmodels, i
     double t0 = sl_clock_now();
     int me = e->rank, yielded;
 
-    SL_TRY(peers_ready(f));
     memset(f->sent, 0, (size_t)e->size);
     send_signs(f, SIGN_HERE, NULL, 0);
     SL_TRY(drain_signs(f));
