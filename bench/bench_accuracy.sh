@@ -15,8 +15,9 @@
 #                           [--corpus-dir DIR] [--out DIR] [--keep] [--table-only]
 #
 #   --corpora LIST     comma/space separated, from: brown (../shared/data/brown),
-#                      shakespeare-word, brown-half (built by bench/accuracy_corpora.sh
-#                      into --corpus-dir when missing); default all three
+#                      shakespeare-word, brown-half, and the held-out kjv and kjv-nt
+#                      (built by bench/accuracy_corpora.sh into --corpus-dir when
+#                      missing; --list there says what each is); default the first three
 #   --nodes LIST       node counts of the multi-node runs (default 4; e.g. 4,8)
 #   --algorithms LIST  sync.algorithm of the multi-node runs (default gossip-bmuf bmuf
 #                      allreduce; any of shoal's: local-bmuf, ma, gossip-ma, ...)
@@ -60,7 +61,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
-all_corpora="brown shakespeare-word brown-half"
+all_corpora="brown shakespeare-word brown-half kjv kjv-nt"
 
 usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -109,7 +110,7 @@ if [ "$quick" = 1 ]; then
     steps=256
     [ -n "$corpora" ] || corpora=shakespeare-word
 fi
-[ -n "${corpora// /}" ] || corpora=$all_corpora
+[ -n "${corpora// /}" ] || corpora="brown shakespeare-word brown-half"
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || die "--seeds: expected a positive integer, got '$seeds'"
 [[ $epochs =~ ^[1-9][0-9]*$ ]] || die "--epochs: expected a positive integer, got '$epochs'"
 [[ $steps =~ ^[0-9]+$ ]] || die "--steps: expected an integer >= 0, got '$steps'"
@@ -140,7 +141,7 @@ corpus_path() {
 }
 for c in $corpora; do
     [ "$c" = brown ] || [ -s "$(corpus_path "$c")/valid.txt" ] || [ "$table_only" = 1 ] ||
-        "$top/bench/accuracy_corpora.sh" --dir "$corpus_dir" >&2 || die "could not build the corpora"
+        "$top/bench/accuracy_corpora.sh" --dir "$corpus_dir" "$c" >&2 || die "could not build corpus $c"
     [ "$table_only" = 1 ] || [ -r "$(corpus_path "$c")/train.txt" ] ||
         die "$c: cannot read $(corpus_path "$c")/train.txt (set SHOAL_DATA or --corpus-dir)"
 done
