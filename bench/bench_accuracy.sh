@@ -67,8 +67,9 @@ usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
+me=bench_accuracy.sh
 die() {
-    echo "bench_accuracy.sh: $*" >&2
+    echo "$me: $*" >&2
     exit 1
 }
 

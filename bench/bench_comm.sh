@@ -71,8 +71,9 @@ usage() {
     sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
+me=bench_comm.sh
 die() {
-    echo "bench_comm.sh: $*" >&2
+    echo "$me: $*" >&2
     exit 1
 }
 
