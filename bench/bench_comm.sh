@@ -60,6 +60,7 @@ int8-p8               algorithm=gossip-bmuf period=8 compression=int8
 int4-p8               algorithm=gossip-bmuf period=8 compression=int4
 int8-top10-p8         algorithm=gossip-bmuf period=8 compression=int8 topk=0.1
 int4-top10-p8         algorithm=gossip-bmuf period=8 compression=int4 topk=0.1
+int4-p16              algorithm=gossip-bmuf period=16 compression=int4
 int4-p32              algorithm=gossip-bmuf period=32 compression=int4
 int4-top10-p32        algorithm=gossip-bmuf period=32 compression=int4 topk=0.1
 int4-top5-p64         algorithm=gossip-bmuf period=64 compression=int4 topk=0.05
