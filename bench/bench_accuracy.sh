@@ -303,7 +303,7 @@ with linespoints lc variable pt 7 ps 0.7 title columnheader(1)
     gnuplot <<EOF
 set terminal pngcairo size $((300 + 500 * n)),560 noenhanced
 set output "$out/curves.png"
-set multiplot layout 1,$n title "valid ppl after each epoch; n nodes: the mean of their own models,\nthen (last point) their average. $cpu; $what"
+set multiplot layout 1,$n title "valid ppl after each epoch; n nodes: the mean of\ntheir own models, then (last point) their average.\n$cpu\n$what"
 set xlabel "training tokens, all nodes (millions)"
 set ylabel "validation perplexity"
 set key top right
