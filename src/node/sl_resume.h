@@ -15,10 +15,13 @@
  * lowest-ranked node that holds it, as a node that comes back does (sl_rejoin.h), with
  * its own checkpoint's optimizer and loss scale when it has one (with allreduce the
  * donor's optimizer) and its rank's data position at that step. Every node logs one
- * line saying which nodes took the step from which. The one case left an error: a node
- * started with --no-resume while another offers a checkpoint (the operator asked both
- * to start over and to go on); every node then stops at once with the same line naming
- * every node's steps. */
+ * line saying which nodes took the step from which. The one case of the agreement left
+ * an error: a node started with --no-resume while another offers a checkpoint (the
+ * operator asked both to start over and to go on; which is meant is not ours to guess);
+ * every node then stops at once with the same line naming every node's steps. Before
+ * the agreement, sl_resume_scan still refuses on its node, in one line, a checkpoint
+ * that does not fit the run (another model, corpus, node count, rank or algorithm) and
+ * one whose generations are both damaged. */
 #ifndef SL_RESUME_H
 #define SL_RESUME_H
 
