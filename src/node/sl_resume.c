@@ -96,10 +96,11 @@ sl_resume_scan(const char *path, const sl_ckpt_ident_t *id, const sl_lm_t *lm,
     return SL_OK;
 }
 
-/* Whether node offer o has step. */
-static int
-offers_step(const sl_resume_steps_t *o, long step)
+int
+sl_resume_holds(const sl_resume_steps_t *o, long step)
 {
+    if (!o->resume)
+        return 0;
     for (int i = 0; i < o->count; i++)
         if (o->step[i] == step)
             return 1;
@@ -158,36 +159,94 @@ describe(char *buf, size_t size, int first, int last, const sl_resume_steps_t *o
         append(buf, size, "%s%ld", i ? "," : "", o->step[i]);
 }
 
+/* Every node's offer into buf, "node 0 has steps 200,100; nodes 1-2 have step 300",
+ * consecutive equal offers together. */
+static void
+describe_all(char *buf, size_t size, const sl_resume_steps_t *all, int n)
+{
+    for (int k = 0; k < n;) {
+        int last = k;
+        while (last + 1 < n && same_offer(&all[last + 1], &all[k]))
+            last++;
+        if (k > 0)
+            append(buf, size, "; ");
+        describe(buf, size, k, last, &all[k]);
+        k = last + 1;
+    }
+}
+
+/* No step common to all, every node resuming: the newest step any node offers, from
+ * the lowest-ranked node that holds it to the others (sl_resume.h). */
+static void
+plan_take(const sl_resume_steps_t *all, int size, sl_resume_plan_t *plan)
+{
+    int ntake = 0, first = 1;
+
+    for (int k = 0; k < size; k++)
+        for (int i = 0; i < all[k].count; i++)
+            if (all[k].step[i] > plan->step)
+                plan->step = all[k].step[i];
+    for (int k = size - 1; k >= 0; k--) {
+        if (sl_resume_holds(&all[k], plan->step))
+            plan->donor = k;
+        else
+            ntake++;
+    }
+    snprintf(plan->note, sizeof plan->note, "resume: no common checkpoint (");
+    describe_all(plan->note, sizeof plan->note, all, size);
+    append(plan->note, sizeof plan->note, "): node%s ", ntake > 1 ? "s" : "");
+    for (int k = 0; k < size;) { /* the takers, runs of consecutive ranks as "2-4" */
+        int last = k;
+        if (sl_resume_holds(&all[k], plan->step)) {
+            k++;
+            continue;
+        }
+        while (last + 1 < size && !sl_resume_holds(&all[last + 1], plan->step))
+            last++;
+        append(plan->note, sizeof plan->note, first ? "%d" : ",%d", k);
+        if (last > k)
+            append(plan->note, sizeof plan->note, "-%d", last);
+        first = 0;
+        k = last + 1;
+    }
+    append(plan->note, sizeof plan->note,
+           " take%s step %ld from node %d (parameters and sync state), as %s that come%s "
+           "back do%s",
+           ntake > 1 ? "" : "s", plan->step, plan->donor, ntake > 1 ? "nodes" : "a node",
+           ntake > 1 ? "" : "s", ntake > 1 ? "" : "es");
+}
+
 sl_status_t
-sl_resume_choose(const sl_resume_steps_t *all, int size, long *step)
+sl_resume_choose(const sl_resume_steps_t *all, int size, sl_resume_plan_t *plan)
 {
     char msg[1024] = "resume: no common checkpoint: ";
-    int any = 0;
+    int any = 0, off = 0;
 
-    *step = -1;
-    for (int k = 0; k < size; k++)
+    memset(plan, 0, sizeof *plan);
+    plan->step = -1;
+    plan->donor = -1;
+    for (int k = 0; k < size; k++) {
         any |= all[k].resume && all[k].count > 0;
+        off |= !all[k].resume;
+    }
     if (!any)
         return SL_OK;
     /* node 0's steps, highest first, are the candidates: the first every node has */
     for (int i = 0; all[0].resume && i < all[0].count; i++) {
         int everyone = 1;
         for (int k = 1; k < size && everyone; k++)
-            everyone = all[k].resume && offers_step(&all[k], all[0].step[i]);
+            everyone = sl_resume_holds(&all[k], all[0].step[i]);
         if (everyone) {
-            *step = all[0].step[i];
+            plan->step = all[0].step[i];
             return SL_OK;
         }
     }
-    for (int k = 0; k < size;) {
-        int last = k;
-        while (last + 1 < size && same_offer(&all[last + 1], &all[k]))
-            last++;
-        if (k > 0)
-            append(msg, sizeof msg, "; ");
-        describe(msg, sizeof msg, k, last, &all[k]);
-        k = last + 1;
+    /* a node told to start over while another goes on: the operator must say which */
+    if (!off) {
+        plan_take(all, size, plan);
+        return SL_OK;
     }
+    describe_all(msg, sizeof msg, all, size);
     append(msg, sizeof msg,
            "; resume every node from one step or none (--no-resume on every node starts "
            "over)");
@@ -225,10 +284,9 @@ decode_offer(const unsigned char *w, int rank, sl_resume_steps_t *o)
 
 sl_status_t
 sl_resume_agree(sl_transport_t *t, int rank, int size, int timeout_ms,
-                const sl_resume_steps_t *mine, long *step)
+                const sl_resume_steps_t *mine, sl_resume_steps_t *all, sl_resume_plan_t *plan)
 {
     sl_collective_opts_t o = {0};
-    sl_resume_steps_t *all = NULL;
     unsigned char *words = NULL;
     size_t *counts = NULL;
     sl_status_t rc;
@@ -237,7 +295,6 @@ sl_resume_agree(sl_transport_t *t, int rank, int size, int timeout_ms,
     o.timeout_ms = timeout_ms;
     SL_TRY_GOTO(SL_ALLOC(&words, (size_t)size * OFFER_WORDS * 8, "resume offers"), rc, out);
     SL_TRY_GOTO(SL_ALLOC(&counts, (size_t)size, "resume offers"), rc, out);
-    SL_TRY_GOTO(SL_ALLOC(&all, (size_t)size, "resume offers"), rc, out);
     for (int k = 0; k < size; k++)
         counts[k] = OFFER_FLOATS;
     encode_offer(words + (size_t)rank * OFFER_WORDS * 8, mine);
@@ -251,9 +308,8 @@ sl_resume_agree(sl_transport_t *t, int rank, int size, int timeout_ms,
     }
     for (int k = 0; k < size; k++)
         SL_TRY_GOTO(decode_offer(words + (size_t)k * OFFER_WORDS * 8, k, &all[k]), rc, out);
-    rc = sl_resume_choose(all, size, step);
+    rc = sl_resume_choose(all, size, plan);
 out:
-    sl_free(all);
     sl_free(counts);
     sl_free(words);
     return rc;

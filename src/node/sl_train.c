@@ -260,8 +260,8 @@ sync_after_step(trainer_t *t)
     return sl_sync_after_step(t->sync, sl_lm_params(t->lm), t->cur.step);
 }
 
-static sl_status_t
-save_checkpoint(trainer_t *t, const sl_train_result_t *res)
+sl_status_t
+sl_train_save_checkpoint(trainer_t *t, const sl_train_result_t *res)
 {
     if (t->saved_step == t->cur.step)
         return SL_OK;
@@ -442,7 +442,7 @@ train_loop(trainer_t *t, sl_train_result_t *res)
              * the step itself was complete (the model sync comes after it) */
             snprintf(why, sizeof why, "%s", sl_err_msg());
             if (t->cur.step > before)
-                SL_TRY(save_checkpoint(t, res));
+                SL_TRY(sl_train_save_checkpoint(t, res));
             if (interrupted(t->opts))
                 return sl_err_set(SL_ERR_SHUTDOWN, "interrupted at step %ld", t->cur.step);
             return sl_err_set(SL_ERR_SHUTDOWN, "%s", why);
@@ -468,7 +468,7 @@ train_loop(trainer_t *t, sl_train_result_t *res)
             SL_TRY(sl_report_emit(&t->rep, &t->cur, lr, &res->final_train_loss));
         if ((cfg->run.checkpoint_every > 0 && t->cur.step % cfg->run.checkpoint_every == 0) ||
             epoch_end || t->cur.step == t->total_steps || stop)
-            SL_TRY(save_checkpoint(t, res));
+            SL_TRY(sl_train_save_checkpoint(t, res));
         if (polled != SL_OK)
             return sl_err_set(polled, "%s", why);
         if (stop)

@@ -6,7 +6,9 @@
  *   checkpoint.bin  parameters, optimizer and hidden state, data cursor
  *   checkpoint.bin.prev  the checkpoint before it (sl_checkpoint.h); a resume takes the
  *                   newest sound one, with several nodes and a sync algorithm the
- *                   newest step all nodes have (sl_resume.h)
+ *                   step the nodes agree on (sl_resume.h: the newest step all have,
+ *                   else the newest any has, which the others take from the lowest
+ *                   node that holds it)
  *   model.bin       the final parameters (same format, read by sl_eval_run)
  *   best.bin, best.json  run.keep_best: the model of the best validation so far
  *   checkpoint-<step>.bin  run.keep_checkpoints K: the last K checkpoints
@@ -44,7 +46,10 @@ typedef struct {
     int rank, nranks; /* this node's share of the training data: rank of nranks; also
                          where its files go (see above) */
     int resume;       /* continue from <dir>/checkpoint.bin (or .prev) when it exists;
-                         with a sync algorithm on several nodes, all or none */
+                         with a sync algorithm on several nodes, from the step they
+                         agree on (sl_resume.h); a node without it takes it from
+                         another; resume off on one node while another resumes: an
+                         error on every node */
     int quiet;        /* no progress lines */
     /* A safetensors file (sl_export.h) whose weights a run that starts at step 0 takes
      * instead of its random initialisation (shoal train --init); NULL: none. Not used

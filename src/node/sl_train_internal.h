@@ -61,9 +61,13 @@ typedef struct {
 /* The sync object over the model's components from the current parameters. */
 sl_status_t sl_train_start_sync(trainer_t *t);
 /* Where the run starts: this node's checkpoint (with a sync algorithm on several nodes,
- * the newest step every node has; sl_resume.h) when resume is on and there is one, the
- * live state for a node that comes back (sl_train_opts_t.rejoin), else step 0. */
+ * the step the nodes agree on; sl_resume.h) when resume is on and there is one, that
+ * step from the lowest-ranked node that holds it when this node does not, the live
+ * state for a node that comes back (sl_train_opts_t.rejoin), else step 0. */
 sl_status_t sl_train_start_at(trainer_t *t, const sl_train_result_t *res);
+/* This node's checkpoint of the current step, with the loss scale (nothing when the
+ * step's is already saved or loaded: saved_step); run.keep_checkpoints kept. */
+sl_status_t sl_train_save_checkpoint(trainer_t *t, const sl_train_result_t *res);
 /* A node that came back into a gossip run, after each sync of its shortest period until
  * it is level: when the others' snapshots show them past its step (it was slower to
  * start than its lead), it skips ahead of them again, as when it came back. */

@@ -12,36 +12,43 @@
 #include "node/sl_resume.h"
 #include "node/sl_train_internal.h"
 
-/* The step to resume from, -1 for a fresh start, and in *from the generation's file:
- * this node's newest sound generation, or with a sync algorithm on several nodes the
- * newest step every node has (sl_resume.h). Every such node takes part, also with
- * resume off (it offers nothing), so that all of them start alike. */
+/* The plan (sl_resume.h): with a sync algorithm on several nodes the nodes' agreement
+ * on the offers, all (nranks entries) filled with every node's; else this node's newest
+ * sound generation, or -1 for a fresh start. In *offer this node's generations and in
+ * from the file of the step when this node holds it, else "". Every node of the
+ * agreement takes part, also with resume off (it offers nothing), so that all of them
+ * start alike. */
 static sl_status_t
-choose_generation(trainer_t *t, const sl_train_result_t *res, long *step, char *from, size_t size)
+choose_generation(trainer_t *t, const sl_train_result_t *res, sl_resume_steps_t *all,
+                  sl_resume_plan_t *plan, sl_resume_offer_t *offer, char *from, size_t size)
 {
-    sl_resume_offer_t offer;
     int agree = t->opts->nranks > 1 && sl_sync_algorithm(t->sync) != SL_SYNC_NONE;
 
-    memset(&offer, 0, sizeof offer);
+    memset(offer, 0, sizeof *offer);
+    memset(plan, 0, sizeof *plan);
+    plan->donor = -1;
+    from[0] = '\0';
     if (t->opts->resume)
-        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
+        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, offer));
     if (agree)
         SL_TRY(sl_resume_agree(t->opts->transport, t->opts->rank, t->opts->nranks,
-                               t->cfg->cluster.rendezvous_timeout_ms, &offer.steps, step));
+                               t->cfg->cluster.rendezvous_timeout_ms, &offer->steps, all, plan));
     else
-        *step = offer.steps.count > 0 ? offer.steps.step[0] : -1;
-    for (int g = 0; *step >= 0 && g < offer.steps.count; g++) {
-        if (offer.steps.step[g] != *step)
+        plan->step = offer->steps.count > 0 ? offer->steps.step[0] : -1;
+    if (plan->donor >= 0)
+        sl_log_info("train", "%s", plan->note);
+    for (int g = 0; plan->step >= 0 && g < offer->steps.count; g++) {
+        if (offer->steps.step[g] != plan->step)
             continue;
-        snprintf(from, size, "%s", offer.path[g]);
+        snprintf(from, size, "%s", offer->path[g]);
         if (g > 0)
             sl_log_warn("train",
                         "resuming from %s at step %ld, the newest step every node has: %s "
                         "(step %ld) goes unused",
-                        offer.path[g], *step, offer.path[0], offer.steps.step[0]);
+                        offer->path[g], plan->step, offer->path[0], offer->steps.step[0]);
         return SL_OK;
     }
-    SL_ASSERT(*step < 0);
+    SL_ASSERT(plan->step < 0 || plan->donor >= 0);
     return SL_OK;
 }
 
@@ -190,6 +197,75 @@ come_back(trainer_t *t, const sl_train_result_t *res)
     return SL_OK;
 }
 
+/* The donor of the start-up plan (sl_resume.h), its checkpoint of the step loaded: the
+ * step, parameters and sync state (with allreduce its optimizer's, the same on every
+ * node) to each node that does not hold the step, by a rejoin's hand-over. */
+static sl_status_t
+hand_over(trainer_t *t, const sl_resume_steps_t *all, long step)
+{
+    const float *params = sl_lm_params(t->lm);
+    int allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
+
+    if (t->stage)
+        SL_TRY(sl_staging_pull(t->stage, params, &params));
+    for (int k = 0; k < t->opts->nranks; k++)
+        if (!sl_resume_holds(&all[k], step))
+            SL_TRY(sl_rejoin_push(t->opts->transport, k, step, params, sl_lm_nparams(t->lm),
+                                  t->sync, allreduce ? t->opt : NULL));
+    return SL_OK;
+}
+
+/* A node without a checkpoint of the agreed step (sl_resume.h), as a node that comes
+ * back: its own newest sound checkpoint, if any, for the optimizer and loss scale; the
+ * step, parameters and sync state (with allreduce the optimizer's) from the donor,
+ * which sends them once it has loaded its checkpoint (up to
+ * cluster.rendezvous_timeout_ms); the hidden state at zero and its rank's data position
+ * at that step. The step is saved at once, so that a restart before the next
+ * checkpoint finds it on every node and resumes it bit for bit. */
+static sl_status_t
+take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_t *offer,
+              const sl_resume_plan_t *plan)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    float *params = NULL;
+    long step = -1;
+    uint64_t digest;
+    int allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
+    char optim[96] = "";
+    sl_status_t st;
+
+    if (offer->steps.count > 0) {
+        SL_TRY(sl_checkpoint_load(offer->path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
+                                  &t->cur));
+        /* a damaged newest file goes at the save below, the sound one stays the previous */
+        t->drop_newest = strcmp(offer->path[0], res->checkpoint) != 0;
+    }
+    restore_loss_scale(t);
+    SL_TRY(SL_ALLOC(&params, n, "parameters"));
+    st = sl_rejoin_take(t->opts->transport, plan->donor, t->cfg->cluster.rendezvous_timeout_ms, n,
+                        t->sync, allreduce ? t->opt : NULL, params, &step);
+    if (st == SL_OK && step != plan->step)
+        st = sl_err_set(SL_ERR_FORMAT, "resume: node %d sent the state of step %ld, not %ld",
+                        plan->donor, step, plan->step);
+    if (st == SL_OK)
+        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
+    digest = sl_rejoin_digest(params, n);
+    sl_free(params);
+    SL_TRY(st);
+    sl_lm_state_reset(t->st);
+    cursor_at(t, step);
+    if (allreduce)
+        snprintf(optim, sizeof optim, " and optimizer state");
+    else if (offer->steps.count > 0)
+        snprintf(optim, sizeof optim, ", with this node's optimizer state of step %ld",
+                 offer->steps.step[0]);
+    sl_log_info("train",
+                "took step %ld of %ld from node %d: its model (parameters %016" PRIx64
+                ") and sync state%s",
+                step, t->total_steps, plan->donor, digest, optim);
+    return sl_train_save_checkpoint(t, res);
+}
+
 /* A fresh start: the weights of opts->init when given (the sync state then starts
  * from them, as from a random initialisation). */
 static sl_status_t
@@ -204,25 +280,22 @@ init_weights(trainer_t *t)
     return SL_OK;
 }
 
-/* Training state, sync and loss-scale state included, from this node's checkpoint (the
- * generation choose_generation picks) when there is one and resume is on. A version 1
- * checkpoint has no sync state: the sync object starts again from the resumed
- * parameters, as if the run began there; versions 1 and 2 have no loss scale: fp16
- * starts it again. */
-sl_status_t
-sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
+/* sl_train_start_at once the come-back case is out of the way; all: nranks entries. */
+static sl_status_t
+start_at(trainer_t *t, const sl_train_result_t *res, sl_resume_steps_t *all)
 {
-    long bpe = t->train_bt.batches_per_epoch, step;
+    long bpe = t->train_bt.batches_per_epoch;
     char from[SL_CKPT_PATH_MAX];
+    sl_resume_offer_t offer;
+    sl_resume_plan_t plan;
 
-    /* with no sync the nodes train alone: its own checkpoint is all it needs */
-    if (t->opts->rejoin && sl_sync_algorithm(t->sync) != SL_SYNC_NONE)
-        return come_back(t, res);
-    SL_TRY(choose_generation(t, res, &step, from, sizeof from));
-    if (step < 0)
+    SL_TRY(choose_generation(t, res, all, &plan, &offer, from, sizeof from));
+    if (plan.step < 0)
         return init_weights(t);
     if (t->opts->init)
         sl_log_info("train", "resuming from a checkpoint: --init %s is not used", t->opts->init);
+    if (!from[0])
+        return take_at_start(t, res, &offer, &plan);
     SL_TRY(sl_checkpoint_load(from, &t->id, t->be, t->lm, t->opt, t->st, t->sync, &t->cur));
     t->drop_newest = strcmp(from, res->checkpoint) != 0;
     if (t->cur.version == 1 && sl_sync_state_bytes(t->sync) > 0) {
@@ -244,5 +317,27 @@ sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
                 t->total_steps, t->cur.epoch + 1, t->cur.batch_index, bpe);
     if (t->cur.step >= t->total_steps)
         sl_log_info("train", "the checkpoint is at the end of the run: nothing left to train");
+    if (plan.donor == t->opts->rank)
+        SL_TRY(hand_over(t, all, plan.step));
     return SL_OK;
+}
+
+/* Training state, sync and loss-scale state included, from this node's checkpoint (the
+ * generation choose_generation picks) when there is one and resume is on, or from the
+ * donor of the start-up plan (take_at_start). A version 1 checkpoint has no sync
+ * state: the sync object starts again from the resumed parameters, as if the run began
+ * there; versions 1 and 2 have no loss scale: fp16 starts it again. */
+sl_status_t
+sl_train_start_at(trainer_t *t, const sl_train_result_t *res)
+{
+    sl_resume_steps_t *all = NULL;
+    sl_status_t st;
+
+    /* with no sync the nodes train alone: its own checkpoint is all it needs */
+    if (t->opts->rejoin && sl_sync_algorithm(t->sync) != SL_SYNC_NONE)
+        return come_back(t, res);
+    SL_TRY(SL_ALLOC(&all, (size_t)(t->opts->nranks > 0 ? t->opts->nranks : 1), "resume offers"));
+    st = start_at(t, res, all);
+    sl_free(all);
+    return st;
 }

@@ -4,9 +4,10 @@
  * two nodes of bmuf and gossip-bmuf resumed with their sync state through shoal run,
  * and from version 1 files without it; two nodes of gossip-bmuf with overlapped sync
  * resumed from a checkpoint taken with an update pending, and the same over tcp;
- * two nodes whose newest checkpoints differ resumed at their common step, and stopped,
- * naming both, when there is none (sl_resume.h); a node directory of another node
- * count refused. Trains tiny models (E 16, one LSTM layer of 16) on a 20000-token
+ * two nodes whose newest checkpoints differ resumed at their common step; the nodes'
+ * plan when there is none (sl_resume.h: the newest step, handed over; a node that
+ * starts over while others resume stops them all, naming each); a node directory of
+ * another node count refused. Trains tiny models (E 16, one LSTM layer of 16) on a 20000-token
  * slice of Brown. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
@@ -282,8 +283,10 @@ START_TEST(test_resume_previous_generation)
 END_TEST
 
 /* The nodes' verdict on their offers (sl_resume_choose): the highest common step; a
- * fresh start when nobody offers one; otherwise one line naming every node's steps,
- * consecutive equal offers together. */
+ * fresh start when nobody offers one; with no common step the newest any node has,
+ * handed by the lowest node that holds it to the others, in one line naming every
+ * node's steps and the takers; a node that starts over while another resumes: one
+ * line naming every node's steps, consecutive equal offers together. */
 START_TEST(test_resume_choose)
 {
     const sl_resume_steps_t ahead[] = {{1, 2, {300, 200}}, {1, 2, {200, 100}}, {1, 1, {200, 0}}},
@@ -294,20 +297,27 @@ START_TEST(test_resume_choose)
                                        {1, 0, {0, 0}},
                                        {0, 0, {0, 0}}},
                             off[] = {{1, 1, {50, 0}}, {0, 0, {0, 0}}};
-    long step = 7;
+    sl_resume_plan_t plan;
 
-    ck_assert_int_eq(sl_resume_choose(ahead, 3, &step), SL_OK);
-    ck_assert_int_eq(step, 200);
-    ck_assert_int_eq(sl_resume_choose(ahead, 2, &step), SL_OK);
-    ck_assert_int_eq(step, 200);
-    ck_assert_int_eq(sl_resume_choose(none, 3, &step), SL_OK);
-    ck_assert_int_eq(step, -1);
-    ck_assert_int_eq(sl_resume_choose(apart, 5, &step), SL_ERR_FORMAT);
+    ck_assert_int_eq(sl_resume_choose(ahead, 3, &plan), SL_OK);
+    ck_assert(plan.step == 200 && plan.donor == -1);
+    ck_assert_int_eq(sl_resume_choose(ahead, 2, &plan), SL_OK);
+    ck_assert(plan.step == 200 && plan.donor == -1);
+    ck_assert_int_eq(sl_resume_choose(none, 3, &plan), SL_OK);
+    ck_assert(plan.step == -1 && plan.donor == -1);
+    ck_assert_int_eq(sl_resume_choose(apart, 4, &plan), SL_OK);
+    ck_assert(plan.step == 300 && plan.donor == 1);
+    ck_assert_str_eq(plan.note, "resume: no common checkpoint (node 0 has steps 200,100; nodes "
+                                "1-2 have step 300; node 3 has none): nodes 0,3 take step 300 "
+                                "from node 1 (parameters and sync state), as nodes that come "
+                                "back do");
+    ck_assert(sl_resume_holds(&apart[1], 300) && !sl_resume_holds(&apart[0], 300));
+    ck_assert_int_eq(sl_resume_choose(apart, 5, &plan), SL_ERR_FORMAT);
     ck_assert_str_eq(sl_err_msg(),
                      "resume: no common checkpoint: node 0 has steps 200,100; nodes 1-2 have "
                      "step 300; node 3 has none; node 4 starts over (--no-resume); resume every "
                      "node from one step or none (--no-resume on every node starts over)");
-    ck_assert_int_eq(sl_resume_choose(off, 2, &step), SL_ERR_FORMAT);
+    ck_assert_int_eq(sl_resume_choose(off, 2, &plan), SL_ERR_FORMAT);
     ck_assert_msg(strstr(sl_err_msg(), "node 0 has step 50; node 1 starts over (--no-resume); "),
                   "%s", sl_err_msg());
 }
@@ -577,19 +587,6 @@ END_TEST
 
 /* ------------------------------------------- multi-node: a common step */
 
-/* shoal ARGS must exit 1 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
-static char *
-shoal_fails(const char *stage, const char *const *args)
-{
-    char path[1024], *log;
-    int rc;
-
-    path_in(path, sizeof path, "staged.log");
-    rc = test_shoal_staged(shoal_bin, path, stage, &log, args);
-    ck_assert_msg(rc == 1, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
-    return log;
-}
-
 /* Node k's checkpoint generations of run from into run to (both created as needed). */
 static void
 copy_node(const char *from, const char *to, int k)
@@ -613,13 +610,12 @@ copy_node(const char *from, const char *to, int k)
 }
 
 /* Two nodes of bmuf (with the unique exchange) and of gossip-bmuf (staged, the GPU
- * nodes' path), a checkpoint every 3 steps. Runs of 9, 6 and 3 steps leave
- * generations (9, 6), (6, 3) and (3). Node 0 at (9, 6) with node 1 at (6, 3): both
- * resume at step 6 (node 0 from its previous generation, saying so) and end exactly as
- * 12 steps straight. Node 0 at (9, 6) with node 1 at (3), or with none: the run stops
- * at once with the line naming both (what every node says: test_agree_cluster), and
- * nothing is trained. Without the agreement bmuf would fail with a misleading
- * allreduce timeout and gossip-bmuf wait for rounds its peer never reaches. */
+ * nodes' path), a checkpoint every 3 steps. Runs of 9 and 6 steps leave generations
+ * (9, 6) and (6, 3). Node 0 at (9, 6) with node 1 at (6, 3): both resume at step 6
+ * (node 0 from its previous generation, saying so) and end exactly as 12 steps
+ * straight. Without the agreement bmuf would fail with a misleading allreduce timeout
+ * and gossip-bmuf wait for rounds its peer never reaches. Nodes with no common step:
+ * check_resume_take.c. */
 START_TEST(test_two_node_common_step)
 {
     const char *sync = resume_syncs[_i].sync, *stage = resume_syncs[_i].stage;
@@ -629,7 +625,7 @@ START_TEST(test_two_node_common_step)
     size_t la, lb;
     static const struct {
         const char *run, *steps;
-    } parts[] = {{"9", "9"}, {"6", "6"}, {"3", "3"}, {"straight", "12"}};
+    } parts[] = {{"9", "9"}, {"6", "6"}, {"straight", "12"}};
 
     if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
         return;
@@ -669,60 +665,56 @@ START_TEST(test_two_node_common_step)
     ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0);
     free(ma);
     free(mb);
-
-    for (int none = 0; none < 2; none++) {
-        snprintf(run, sizeof run, "cs%d-%s", _i, none ? "none" : "apart");
-        snprintf(from, sizeof from, "cs%d-9", _i);
-        copy_node(from, run, 0);
-        snprintf(from, sizeof from, "cs%d-3", _i);
-        copy_node(none ? NULL : from, run, 1);
-        two_node_yaml(conf, sizeof conf, run, sync);
-        log = shoal_fails(stage, (const char *[]){"run", conf, NULL});
-        snprintf(want, sizeof want,
-                 "resume: no common checkpoint: node 0 has steps 9,6; node 1 has %s; resume "
-                 "every node from one step or none (--no-resume on every node starts over)",
-                 none ? "none" : "step 3");
-        ck_assert_msg(count_in(log, want) == 1 && count_in(log, "failed: resume: no common") == 1,
-                      "%s", log);
-        ck_assert_msg(!strstr(log, "resuming from") && !strstr(log, "allreduce"), "%s", log);
-        free(log);
-        snprintf(a, sizeof a, "%s/%s/node-0/checkpoint.bin", tmp_root, run);
-        ck_assert_int_eq(test_ckpt_i64(a, 144), 9);
-    }
 }
 END_TEST
 
 /* Three nodes on a forked cluster agree through sl_resume_agree: node k offers
- * agree_cases[_i].offers[k]; every node must come out with the same step, or the same
- * error line. */
+ * agree_cases[_i].offers[k]; every node must come out with the same plan (and every
+ * node's offer), or the same error line. */
 static const struct {
     sl_resume_steps_t offers[3];
-    long step; /* -2: no common step */
+    long step;
+    int donor; /* -2: an error */
 } agree_cases[] = {
-    {{{1, 2, {30, 20}}, {1, 2, {20, 10}}, {1, 1, {20, 0}}}, 20},
-    {{{1, 0, {0, 0}}, {0, 0, {0, 0}}, {1, 0, {0, 0}}}, -1},
-    {{{1, 2, {30, 20}}, {1, 1, {10, 0}}, {1, 0, {0, 0}}}, -2},
+    {{{1, 2, {30, 20}}, {1, 2, {20, 10}}, {1, 1, {20, 0}}}, 20, -1},
+    {{{1, 0, {0, 0}}, {0, 0, {0, 0}}, {1, 0, {0, 0}}}, -1, -1},
+    {{{1, 2, {30, 20}}, {1, 1, {10, 0}}, {1, 0, {0, 0}}}, 30, 0},
+    {{{1, 2, {30, 20}}, {0, 0, {0, 0}}, {1, 0, {0, 0}}}, -1, -2},
 };
 
 static int
 agree_node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
 {
     const sl_resume_steps_t *offers = c->arg;
-    long step = -7;
-    sl_status_t rc = sl_resume_agree(t, c->rank, c->n, TEST_WAIT_MS, &offers[c->rank], &step);
+    sl_resume_steps_t all[3];
+    sl_resume_plan_t plan;
+    sl_status_t rc = sl_resume_agree(t, c->rank, c->n, TEST_WAIT_MS, &offers[c->rank], all, &plan);
+    int i = (int)((const char *)offers - (const char *)agree_cases[0].offers) /
+            (int)sizeof agree_cases[0];
 
     (void)res;
-    if (offers == agree_cases[2].offers)
+    if (agree_cases[i].donor == -2)
         return rc == SL_ERR_FORMAT &&
                        strcmp(sl_err_msg(), "resume: no common checkpoint: node 0 has steps "
-                                            "30,20; node 1 has step 10; node 2 has none; resume "
-                                            "every node from one step or none (--no-resume on "
-                                            "every node starts over)") == 0
+                                            "30,20; node 1 starts over (--no-resume); node 2 has "
+                                            "none; resume every node from one step or none "
+                                            "(--no-resume on every node starts over)") == 0
                    ? 0
                    : 1;
     if (rc != SL_OK)
         return 2;
-    return step == (offers == agree_cases[0].offers ? 20 : -1) ? 0 : 3;
+    if (plan.step != agree_cases[i].step || plan.donor != agree_cases[i].donor)
+        return 3;
+    for (int k = 0; k < 3; k++)
+        if (all[k].resume != offers[k].resume || all[k].count != offers[k].count ||
+            (all[k].count > 0 && all[k].step[0] != offers[k].step[0]))
+            return 4;
+    if (i == 2 && strcmp(plan.note, "resume: no common checkpoint (node 0 has steps 30,20; node "
+                                    "1 has step 10; node 2 has none): nodes 1-2 take step 30 "
+                                    "from node 0 (parameters and sync state), as nodes that "
+                                    "come back do") != 0)
+        return 5;
+    return 0;
 }
 
 START_TEST(test_agree_cluster)
