@@ -26,9 +26,10 @@
  * the first line says how many ran (the raw ZeroMQ column keeps ZeroMQ's one).
  * --stripes N: shoal's ZeroMQ connections per peer (cluster.stripes; default 0, one per
  * sending I/O thread); the first line says how many, the last how many messages rank 0
- * sent on each (frames, and pieces of frames split over the stripes; the raw ZeroMQ
- * column keeps one connection); --stripes Nw: the same, but large frames take the
- * stripes whole, in turn, never in pieces. Like
+ * sent on each (frames, and pieces of frames split over the stripes: the gossip
+ * snapshots' only, sl_transport_striped_kind, the allreduce's chunks all going whole on
+ * stripe 0; the raw ZeroMQ column keeps one connection); --stripes Nw: the same, but
+ * large snapshots take the stripes whole, in turn, never in pieces. Like
  * shoal itself, it asks the C library to keep freed large blocks
  * (sl_alloc_keep_large_blocks), for all columns alike; the first line says whether it did.
  * The parent forks the nodes, passes endpoints through pipes and kills them all if one
@@ -383,8 +384,8 @@ main(int argc, char **argv)
     else
         snprintf(chunk_text, sizeof chunk_text, "from the size (default, 65536 to %u)",
                  SL_COLLECTIVE_CHUNK_ELEMS);
-    unsigned io = b.io_threads ? b.io_threads
-                               : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
+    unsigned io =
+        b.io_threads ? b.io_threads : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
     unsigned stripes = b.emulate ? 1 : b.stripes ? b.stripes : sl_transport_stripes_auto(io);
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
            "floats, %u ZeroMQ I/O threads a node%s, %u stripe%s a peer%s%s, freed large blocks "

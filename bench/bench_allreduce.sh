@@ -20,9 +20,10 @@
 #                   run is made once per count, taking turns, and its columns come once per
 #                   count (busbw_zmq_s1_GBps, busbw_zmq_s2_GBps, ...); the lanes run takes
 #                   the first count. The "# shoal ring" lines name each run's count, the
-#                   "messages ... per stripe" lines what rank 0 sent on each (frames of
-#                   128 KiB and more go in pieces, one a stripe; 64 to 128 KiB in turn).
-#                   Nw: N stripes, large frames whole and in turn, never in pieces
+#                   "messages ... per stripe" lines what rank 0 sent on each (gossip
+#                   snapshots of 128 KiB and more go in pieces, one a stripe; 64 to 128
+#                   KiB in turn; the allreduce's chunks, of any size, all on stripe 0).
+#                   Nw: N stripes, large snapshots whole and in turn, never in pieces
 #                   ("1 2 2w" weighs the pieces against whole frames)
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns

@@ -220,9 +220,11 @@ const entry_t sl_config_schema[] = {
      .doc = "ZeroMQ I/O threads per node; with 2 or more, receiving and sending run on "
             "different ones (0 = from the machine's cores: 2 from 8 cores on, else 1)"},
     {K("cluster.stripes", T_INT, cluster.stripes), .def = "0", AT_LEAST(0), AT_MOST(16),
-     .doc = "ZeroMQ connections per peer, each on its own sending I/O thread; frames of "
-            "128 KiB and more go in pieces over them, of 64 KiB and more in turn (0 = one "
-            "per sending I/O thread: io_threads minus half of them rounded up, at least 1)"},
+     .doc = "ZeroMQ connections per peer, each on its own sending I/O thread; gossip "
+            "snapshots and other whole states sent to a peer of 128 KiB and more go in "
+            "pieces over them, of 64 KiB and more in turn, a collective's chunks all on the "
+            "first (0 = one per sending I/O thread: io_threads minus half of them rounded "
+            "up, at least 1)"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve",
      .names = sl_config_security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "
@@ -258,7 +260,9 @@ const entry_t sl_config_schema[] = {
     {K("sync.neighbours", T_INT, sync.neighbours), .def = "1", AT_LEAST(1),
      .doc = "gossip-*: q neighbours each node averages with per round"},
     {K("sync.block_momentum", T_DOUBLE, sync.block_momentum), .def = "0.9", AT_LEAST(0), BELOW(1),
-     .auto_ok = 1, .doc = "*bmuf: block momentum eta (auto = 1 - 1/m for the m models an average takes: n, q + 1 in gossip)"},
+     .auto_ok = 1,
+     .doc = "*bmuf: block momentum eta (auto = 1 - 1/m for the m models an average takes: n, q + 1 "
+            "in gossip)"},
     {K("sync.block_lr", T_DOUBLE, sync.block_lr), .def = "1", ABOVE(0),
      .doc = "*bmuf: block learning rate zeta"},
     {K("sync.nesterov", T_BOOL, sync.nesterov), .def = "true",

@@ -5,14 +5,17 @@
  *
  * Stripes (o->stripes > 1): a node opens that many DEALERs to each peer, stripe j's on
  * sending I/O thread j (modulo their number), and its frames of
- * SL_TRANSPORT_STRIPE_MIN_BYTES and more take them in turn, so that several threads
- * and TCP connections carry one peer's large frames at once (one connection is bound
- * by the one thread that writes it); a frame large enough goes in pieces, one on each
- * stripe (sl_zmq_pieces.h), so that even a single frame is carried by several
- * connections, and is put together by the receiver (sl_link_zmq.c). Smaller frames all
- * take stripe 0, in order. Each stripe's DEALERs have a routing id of their own (a ROUTER
- * drops a second connection with an id it holds: the stripe is mixed into the nonce's
- * last byte), and with frame MACs count their own sequence numbers (sl_frame_mac.h). */
+ * SL_TRANSPORT_STRIPE_MIN_BYTES and more of the kinds that carry a whole snapshot or
+ * state to a peer (sl_transport_striped_kind: gossip snapshots, not ring segments)
+ * take them in turn, so that several threads and TCP connections carry one peer's
+ * large frames at once (one connection is bound by the one thread that writes it); a
+ * frame large enough goes in pieces, one on each stripe (sl_zmq_pieces.h), so that even
+ * a single frame is carried by several connections, and is put together by the
+ * receiver (sl_link_zmq.c). Smaller frames, and the collectives' frames of any size,
+ * all take stripe 0, whole and in order. Each stripe's DEALERs have a routing id of
+ * their own (a ROUTER drops a second connection with an id it holds: the stripe is
+ * mixed into the nonce's last byte), and with frame MACs count their own sequence
+ * numbers (sl_frame_mac.h). */
 #include "transport/sl_link_zmq_internal.h"
 
 #include <inttypes.h>
@@ -29,6 +32,37 @@
 #include "transport/sl_zmq_watch.h"
 
 _Static_assert(SL_PIECE_MAX >= SL_TRANSPORT_MAX_STRIPES, "a frame goes in a piece a stripe");
+
+/* Which frames take the stripes: those of the exchanges that send a whole snapshot or
+ * state to one peer, one large frame to it at a time: gossip snapshots (gossip, and MA
+ * and BMUF over a neighbourhood: gossip-*, local-*, the delta snapshots too), the
+ * sparse exchange's row sets and values, a rejoining node's state, point-to-point data
+ * (the final gathering's models and averages, sl_transport_send by hand). The frames
+ * of the collectives (ring allreduce and allgather, chain broadcast: sl_collective.c)
+ * keep to stripe 0, whole, whatever their size, as do the control frames and any kind
+ * added later. Measured on a 16-core Intel Xeon (bench/README.md, "Stripes"), two
+ * stripes with pieces carried a gossip exchange 7-25% faster than one connection in 8
+ * of 9 cells, but slowed the ring allreduce's 16 MiB by 18-43% (a ring step streams a
+ * segment as a window of chunks, which presumably keeps its link busy already, and
+ * pieces add a copy on the receiving side). On one stripe a ring's chunks also arrive
+ * in the order its receiver asks for them (recv_chunk waits for chunk j; one that
+ * overtakes it is filed in the mailbox first). The collectives' results need no order
+ * (every chunk is found by its key): this rule changes how bytes travel, never which
+ * bytes arrive. */
+int
+sl_transport_striped_kind(unsigned kind)
+{
+    switch (kind) {
+    case SL_WIRE_GOSSIP_SNAPSHOT:
+    case SL_WIRE_SPARSE_INDEX:
+    case SL_WIRE_SPARSE_VALUES:
+    case SL_WIRE_STATE:
+    case SL_WIRE_DATA:
+        return 1;
+    default:
+        return 0;
+    }
+}
 
 /* Called by ZeroMQ (usually its I/O thread) when it no longer needs a lent payload. */
 static void
@@ -251,6 +285,9 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
     int lend, body_live = 0;
     unsigned char trailer[SL_MAC_TRAILER_BYTES];
     unsigned stripe = 0, pieces;
+    /* takes the stripes: in pieces, or whole and in turn (sl_transport_striped_kind) */
+    int striped = z->stripes > 1 && sl_transport_striped_kind(h->kind) &&
+                  payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES;
 
     /* validates before anything is allocated; a MAC'd frame's checksum covers the
      * header only (sl_wire.h: a local frame) */
@@ -259,10 +296,10 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
         return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
-    pieces = z->o->whole_frames ? 1 : sl_pieces_count(payload_bytes, z->stripes);
+    pieces = striped && !z->o->whole_frames ? sl_pieces_count(payload_bytes, z->stripes) : 1;
     if (pieces > 1)
         return send_pieces(z, h, hb, payload, pieces, lend, wait_ms);
-    if (z->stripes > 1 && payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
+    if (striped)
         stripe = z->next_stripe[peer]; /* moves on once the frame is queued */
     SL_TRY(peer_socket(z, peer, stripe, &s));
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
@@ -309,7 +346,7 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
     if (st == SL_OK) {
         z->sent++;
         z->stripe_sent[stripe]++;
-        if (payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES)
+        if (striped)
             z->next_stripe[peer] = (stripe + 1) % z->stripes;
     }
     return st;

@@ -11,9 +11,12 @@
  * frames that go over ZeroMQ arrive in the order sent, those through a lane (below) in
  * any order, which the mailbox's keys make harmless. With several stripes
  * (sl_transport_opts_t.stripes) the frames of SL_TRANSPORT_STRIPE_MIN_BYTES and more
- * take the stripes in turn, or go in pieces over them (sl_zmq_pieces.h), and may
- * overtake one another as through a lane; every smaller frame takes stripe 0, in the
- * order sent. A frame that fails validation is
+ * that carry a whole snapshot or state to a peer (sl_transport_striped_kind: gossip
+ * snapshots, sparse rows, a rejoin's state, point-to-point data) take the stripes in
+ * turn, or go in pieces over them (sl_zmq_pieces.h), and may overtake one another as
+ * through a lane; every smaller frame, and every frame of a collective (the ring
+ * allreduce's and allgather's chunks, the broadcast's) whatever its size, takes stripe
+ * 0, whole, in the order sent. A frame that fails validation is
  * dropped, counted per reason (sl_transport_dropped) and logged once per reason.
  * Rounds of one (kind, component) never go back: once a round is asked for, frames of
  * older rounds are stale and dropped ("old round"), and frames of rounds more than
@@ -69,6 +72,13 @@
 #define SL_TRANSPORT_MAX_STRIPES SL_MAC_MAX_STRIPES
 /* Payloads from which a frame may take any stripe; smaller ones keep to stripe 0. */
 #define SL_TRANSPORT_STRIPE_MIN_BYTES 65536u
+/* 1 when frames of kind (sl_wire_kind_t) of SL_TRANSPORT_STRIPE_MIN_BYTES and more take
+ * the stripes (in pieces, or whole in turn): the kinds of exchanges that send a whole
+ * snapshot or state to one peer (gossip snapshots, sparse rows, SL_WIRE_STATE,
+ * SL_WIRE_DATA); 0 for the collectives' kinds (ring allreduce and allgather, chain
+ * broadcast), whose frames always go whole on stripe 0, and for the rest. The rule,
+ * and the figures it rests on, are beside the stripes in sl_link_zmq_send.c. */
+int sl_transport_striped_kind(unsigned kind);
 
 /* Why a frame was dropped: the sl_wire_reason_t codes, then the transport's own. */
 enum {
@@ -109,8 +119,10 @@ typedef struct {
      * 0: one per sending I/O thread (sl_transport_stripes_auto). Stripe j's connections
      * are served by sending thread j (modulo their number), so that the large frames
      * to one peer, split over the stripes or taking them in turn, are written by
-     * several threads at once. A sender's own choice: receivers take any number. 1 with
-     * link emulation (its frames keep their order). */
+     * several threads at once: those of the kinds sl_transport_striped_kind names
+     * (gossip snapshots; a collective's chunks stay on stripe 0). A sender's own
+     * choice: receivers take any number. 1 with link emulation (its frames keep their
+     * order). */
     unsigned stripes;
     /* 1: with several stripes, large frames take them in turn, whole, never in pieces;
      * not a config key: for bench_allreduce --stripes Nw, which weighs the pieces. */

@@ -4,12 +4,14 @@
  * together again. Owns the split rule, the piece descriptor and the frames being put
  * together; must not touch sockets.
  *
- * A frame of payload P bytes goes in n = min(stripes, P / SL_PIECE_MIN_BYTES) pieces
- * when n >= 2 (else whole); piece j holds bytes [j * L, min((j + 1) * L, P)) of the
- * payload, L = P / n rounded up to 64 bytes. Each piece is one message: the frame's
- * header (SL_WIRE_HEADER_BYTES, the same in every piece) and a descriptor in its first
- * part, the piece's bytes in the second (then a MAC trailer with cluster.security: mac,
- * sealed for the piece's stripe). Descriptor (SL_PIECE_DESC_BYTES, little-endian):
+ * A frame of a kind that takes the stripes (sl_transport_striped_kind: not a
+ * collective's) and of payload P bytes goes in n = min(stripes, P / SL_PIECE_MIN_BYTES)
+ * pieces when n >= 2 (else whole); a receiver takes the pieces of any kind. Piece j
+ * holds bytes [j * L, min((j + 1) * L, P)) of the payload, L = P / n rounded up to 64
+ * bytes. Each piece is one message: the frame's header (SL_WIRE_HEADER_BYTES, the same
+ * in every piece) and a descriptor in its first part, the piece's bytes in the second
+ * (then a MAC trailer with cluster.security: mac, sealed for the piece's stripe).
+ * Descriptor (SL_PIECE_DESC_BYTES, little-endian):
  *    0 magic u32 (SL_PIECE_MAGIC)   4 piece j u16   6 pieces n u16   8 frame id u64
  * (the sender's count of frames in pieces to that receiver). Nothing of a piece is
  * trusted: the header is validated before its piece is kept (all but length and
