@@ -38,14 +38,6 @@ static char shoal_bin[1024];
 
 /* ---------------------------------------------------------------- helpers */
 
-/* ---------------------------------------------------------------- helpers */
-
-static void
-path_in(char *out, size_t size, const char *name)
-{
-    snprintf(out, size, "%s/%s", tmp_root, name);
-}
-
 /* Two checkpoints hold the same training state (parameters, optimizer state, hidden
  * state, sync state, counters) when every byte before the metadata section (which
  * names the run) but the training time agrees. */
@@ -373,42 +365,6 @@ static const struct {
     {"{algorithm: gossip-bmuf, period: 2, embedding_period: 4, embedding_shards: 2}", "1"},
 };
 
-/* <tmp>/<run>.yaml: 2 nodes of sync, 12 steps of 8 x 8 (no epoch end, no valid or test
- * split), dropout and sampled softmax so that every random key is used. */
-static void
-two_node_yaml(char *conf, size_t size, const char *run, const char *sync)
-{
-    char yaml[2048], name[128];
-
-    snprintf(name, sizeof name, "%s.yaml", run);
-    path_in(conf, size, name);
-    snprintf(yaml, sizeof yaml,
-             "run: {name: %s, dir: %s/%s, log_every: 4, checkpoint_every: 0}\n"
-             "data: {train: %s/brown/train.txt, vocab_size: 500, max_tokens: 20000,\n"
-             "       cache_dir: %s/cache}\n"
-             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
-             "        output: {type: sampled, samples: 32}}\n"
-             "train: {batch: 8, bptt: 8, max_steps: 12, eval_every_epoch: false,\n"
-             "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
-             "cluster: {nodes: 2, rendezvous_timeout_ms: 20000}\n"
-             "sync: %s\n",
-             run, tmp_root, run, data_dir, tmp_root, sync);
-    test_write_file(conf, yaml, strlen(yaml));
-}
-
-/* shoal ARGS must exit 0 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
-static char *
-shoal_ok(const char *stage, const char *const *args)
-{
-    char path[1024], *log;
-    int rc;
-
-    path_in(path, sizeof path, "staged.log");
-    rc = test_shoal_staged(shoal_bin, path, stage, &log, args);
-    ck_assert_msg(rc == 0, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
-    return log;
-}
-
 static int
 count_in(const char *text, const char *what)
 {
@@ -436,20 +392,22 @@ START_TEST(test_two_node_resume_exact)
     if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
         return;
     snprintf(run, sizeof run, "two-%d-straight", _i);
-    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
-    free(shoal_ok(stage, (const char *[]){"run", conf, "--no-resume", NULL}));
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 2, resume_syncs[_i].sync);
+    free(test_shoal_staged_ok(shoal_bin, tmp_root, stage,
+                              (const char *[]){"run", conf, "--no-resume", NULL}));
 
     snprintf(run, sizeof run, "two-%d-split", _i);
-    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
-    free(shoal_ok(
-        stage, (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 2, resume_syncs[_i].sync);
+    free(test_shoal_staged_ok(
+        shoal_bin, tmp_root, stage,
+        (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
     for (int k = 0; k < 2; k++) {
         snprintf(b, sizeof b, "%s/two-%d-split/node-%d/checkpoint.bin", tmp_root, _i, k);
         snprintf(half, sizeof half, "%s.half", b);
         ck_assert_int_eq(test_ckpt_i64(b, 144), 6);
         ck_assert_int_eq(link(b, half), 0);
     }
-    log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+    log = test_shoal_staged_ok(shoal_bin, tmp_root, stage, (const char *[]){"run", conf, NULL});
     ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
     ck_assert_msg(!strstr(log, "version 1"), "%s", log);
     free(log);
@@ -498,7 +456,7 @@ START_TEST(test_two_node_resume_exact)
 
     /* the same checkpoints as version 1 files: a warning, and another end */
     snprintf(run, sizeof run, "two-%d-v1", _i);
-    two_node_yaml(conf, sizeof conf, run, resume_syncs[_i].sync);
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 2, resume_syncs[_i].sync);
     snprintf(b, sizeof b, "%s/two-%d-v1", tmp_root, _i);
     ck_assert_int_eq(mkdir(b, 0755), 0);
     for (int k = 0; k < 2; k++) {
@@ -515,7 +473,7 @@ START_TEST(test_two_node_resume_exact)
         free(d);
         free(v1);
     }
-    log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+    log = test_shoal_staged_ok(shoal_bin, tmp_root, stage, (const char *[]){"run", conf, NULL});
     ck_assert_msg(count_in(log, "a version 1 checkpoint holds no sync state: ") == 2, "%s", log);
     ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
     free(log);
@@ -544,23 +502,27 @@ START_TEST(test_two_node_overlap_exact)
 
     if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
         return;
-    two_node_yaml(conf, sizeof conf, "overlap-straight", sync);
-    free(shoal_ok("0", (const char *[]){"run", conf, "--no-resume", NULL}));
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, "overlap-straight", data_dir, 2, sync);
+    free(test_shoal_staged_ok(shoal_bin, tmp_root, "0",
+                              (const char *[]){"run", conf, "--no-resume", NULL}));
     snprintf(a, sizeof a, "%s/overlap-straight/model.bin", tmp_root);
     ma = test_model_params(a, &la);
 
-    two_node_yaml(conf, sizeof conf, "overlap-tcp", sync);
-    free(shoal_ok("1", (const char *[]){"run", conf, "--no-resume", "--transport", "tcp", NULL}));
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, "overlap-tcp", data_dir, 2, sync);
+    free(test_shoal_staged_ok(
+        shoal_bin, tmp_root, "1",
+        (const char *[]){"run", conf, "--no-resume", "--transport", "tcp", NULL}));
     snprintf(b, sizeof b, "%s/overlap-tcp/model.bin", tmp_root);
     mb = test_model_params(b, &lb);
     ck_assert_msg(la == lb && memcmp(ma, mb, la * sizeof *ma) == 0,
                   "overlapped sync: tcp and staged differs from ipc");
     free(mb);
 
-    two_node_yaml(conf, sizeof conf, "overlap-split", sync);
-    free(shoal_ok(
-        "0", (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
-    log = shoal_ok("0", (const char *[]){"run", conf, NULL});
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, "overlap-split", data_dir, 2, sync);
+    free(test_shoal_staged_ok(
+        shoal_bin, tmp_root, "0",
+        (const char *[]){"run", conf, "--no-resume", "--set", "train.max_steps=6", NULL}));
+    log = test_shoal_staged_ok(shoal_bin, tmp_root, "0", (const char *[]){"run", conf, NULL});
     ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
     free(log);
     for (int k = 0; k < 2; k++) {
@@ -574,9 +536,10 @@ START_TEST(test_two_node_overlap_exact)
                   "overlapped sync: the resumed run's model differs");
     free(mb);
 
-    two_node_yaml(conf, sizeof conf, "overlap-none", sync);
-    free(shoal_ok(
-        "0", (const char *[]){"run", conf, "--no-resume", "--set", "sync.overlap_steps=0", NULL}));
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, "overlap-none", data_dir, 2, sync);
+    free(test_shoal_staged_ok(
+        shoal_bin, tmp_root, "0",
+        (const char *[]){"run", conf, "--no-resume", "--set", "sync.overlap_steps=0", NULL}));
     snprintf(b, sizeof b, "%s/overlap-none/model.bin", tmp_root);
     mb = test_model_params(b, &lb);
     ck_assert(la == lb && memcmp(ma, mb, la * sizeof *ma) != 0);
@@ -633,9 +596,10 @@ START_TEST(test_two_node_common_step)
         char max[64];
         snprintf(max, sizeof max, "train.max_steps=%s", parts[i].steps);
         snprintf(run, sizeof run, "cs%d-%s", _i, parts[i].run);
-        two_node_yaml(conf, sizeof conf, run, sync);
-        free(shoal_ok(stage, (const char *[]){"run", conf, "--no-resume", every[0], every[1],
-                                              "--set", max, NULL}));
+        test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 2, sync);
+        free(test_shoal_staged_ok(
+            shoal_bin, tmp_root, stage,
+            (const char *[]){"run", conf, "--no-resume", every[0], every[1], "--set", max, NULL}));
     }
     snprintf(a, sizeof a, "%s/cs%d-9/node-0/checkpoint.bin.prev", tmp_root, _i);
     ck_assert_int_eq(test_ckpt_i64(a, 144), 6);
@@ -645,8 +609,9 @@ START_TEST(test_two_node_common_step)
     copy_node(from, run, 0);
     snprintf(from, sizeof from, "cs%d-6", _i);
     copy_node(from, run, 1);
-    two_node_yaml(conf, sizeof conf, run, sync);
-    log = shoal_ok(stage, (const char *[]){"run", conf, every[0], every[1], NULL});
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 2, sync);
+    log = test_shoal_staged_ok(shoal_bin, tmp_root, stage,
+                               (const char *[]){"run", conf, every[0], every[1], NULL});
     ck_assert_msg(count_in(log, "resuming from step 6 of 12") == 2, "%s", log);
     snprintf(want, sizeof want,
              "node-0/checkpoint.bin.prev at step 6, the newest step every node has");

@@ -45,42 +45,6 @@ static const struct {
      "0"},
 };
 
-/* <tmp>/<run>.yaml: 3 nodes of sync, 12 steps of 8 x 8 (no epoch end, no valid or test
- * split), no checkpoint but at the end, dropout and sampled softmax so that every
- * random key is used. */
-static void
-three_node_yaml(char *conf, size_t size, const char *run, const char *sync)
-{
-    char yaml[2048];
-
-    snprintf(conf, size, "%s/%s.yaml", tmp_root, run);
-    snprintf(yaml, sizeof yaml,
-             "run: {name: %s, dir: %s/%s, log_every: 4, checkpoint_every: 0}\n"
-             "data: {train: %s/brown/train.txt, vocab_size: 500, max_tokens: 20000,\n"
-             "       cache_dir: %s/cache}\n"
-             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
-             "        output: {type: sampled, samples: 32}}\n"
-             "train: {batch: 8, bptt: 8, max_steps: 12, eval_every_epoch: false,\n"
-             "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
-             "cluster: {nodes: 3, rendezvous_timeout_ms: 20000}\n"
-             "sync: %s\n",
-             run, tmp_root, run, data_dir, tmp_root, sync);
-    test_write_file(conf, yaml, strlen(yaml));
-}
-
-/* shoal ARGS must exit 0 (SHOAL_STAGE_SYNC=stage); returns its log (malloc'd). */
-static char *
-shoal_ok(const char *stage, const char *const *args)
-{
-    char path[1100], *log;
-    int rc;
-
-    snprintf(path, sizeof path, "%s/staged.log", tmp_root);
-    rc = test_shoal_staged(shoal_bin, path, stage, &log, args);
-    ck_assert_msg(rc == 0, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
-    return log;
-}
-
 static int
 count_in(const char *text, const char *what)
 {
@@ -193,10 +157,11 @@ START_TEST(test_three_node_take)
         return;
     for (int part = 0; part < 2; part++) {
         snprintf(run, sizeof run, "tk%d-%s", _i, part ? "3" : "9");
-        three_node_yaml(conf, sizeof conf, run, sync);
-        free(shoal_ok(stage, (const char *[]){
-                                 "run", conf, "--no-resume", "--set", "run.checkpoint_every=3",
-                                 "--set", part ? "train.max_steps=3" : "train.max_steps=9", NULL}));
+        test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 3, sync);
+        free(test_shoal_staged_ok(
+            shoal_bin, tmp_root, stage,
+            (const char *[]){"run", conf, "--no-resume", "--set", "run.checkpoint_every=3", "--set",
+                             part ? "train.max_steps=3" : "train.max_steps=9", NULL}));
     }
     for (int older = 0; older < 2; older++) {
         snprintf(run, sizeof run, "tk%d-%s", _i, older ? "older" : "none");
@@ -205,8 +170,8 @@ START_TEST(test_three_node_take)
         copy_node(from, run, 1);
         snprintf(from, sizeof from, "tk%d-3", _i);
         copy_node(older ? from : NULL, run, 2);
-        three_node_yaml(conf, sizeof conf, run, sync);
-        log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+        test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 3, sync);
+        log = test_shoal_staged_ok(shoal_bin, tmp_root, stage, (const char *[]){"run", conf, NULL});
         snprintf(want, sizeof want,
                  "resume: no common checkpoint (nodes 0-1 have steps 9,6; node 2 has %s): "
                  "node 2 takes step 9 from node 0 (parameters and sync state), as a node that "
@@ -242,8 +207,8 @@ START_TEST(test_three_node_take)
     snprintf(from, sizeof from, "tk%d-none", _i);
     node_file(a, sizeof a, from, 2, "checkpoint.bin.prev");
     copy_file(a, run, 2, "checkpoint.bin");
-    three_node_yaml(conf, sizeof conf, run, sync);
-    log = shoal_ok(stage, (const char *[]){"run", conf, NULL});
+    test_resume_run_yaml(conf, sizeof conf, tmp_root, run, data_dir, 3, sync);
+    log = test_shoal_staged_ok(shoal_bin, tmp_root, stage, (const char *[]){"run", conf, NULL});
     ck_assert_msg(count_in(log, "resuming from step 9 of 12") == 3, "%s", log);
     ck_assert_msg(!strstr(log, "no common checkpoint") && !strstr(log, "took step"), "%s", log);
     free(log);

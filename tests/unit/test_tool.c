@@ -444,6 +444,39 @@ test_shoal_staged(const char *bin, const char *log_path, const char *stage, char
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+char *
+test_shoal_staged_ok(const char *bin, const char *dir, const char *stage, const char *const *args)
+{
+    char path[1100], *log;
+    int rc;
+
+    snprintf(path, sizeof path, "%s/staged.log", dir);
+    rc = test_shoal_staged(bin, path, stage, &log, args);
+    ck_assert_msg(rc == 0, "shoal %s %s exited %d:\n%s", args[0], args[1], rc, log);
+    return log;
+}
+
+void
+test_resume_run_yaml(char *conf, size_t size, const char *dir, const char *run,
+                     const char *data_dir, int nodes, const char *sync)
+{
+    char yaml[2048];
+
+    snprintf(conf, size, "%s/%s.yaml", dir, run);
+    snprintf(yaml, sizeof yaml,
+             "run: {name: %s, dir: %s/%s, log_every: 4, checkpoint_every: 0}\n"
+             "data: {train: %s/brown/train.txt, vocab_size: 500, max_tokens: 20000,\n"
+             "       cache_dir: %s/cache}\n"
+             "model: {embedding: 16, layers: [{lstm: 16}], dropout: 0.2,\n"
+             "        output: {type: sampled, samples: 32}}\n"
+             "train: {batch: 8, bptt: 8, max_steps: 12, eval_every_epoch: false,\n"
+             "        optimizer: {type: adam, lr: 0.01, clip: 1}}\n"
+             "cluster: {nodes: %d, rendezvous_timeout_ms: 20000}\n"
+             "sync: %s\n",
+             run, dir, run, data_dir, dir, nodes, sync);
+    test_write_file(conf, yaml, strlen(yaml));
+}
+
 void
 test_config_load_ok(sl_config_t *c, const char *yaml)
 {

@@ -124,6 +124,17 @@ int test_shoal_find(char *bin, size_t cap);
 int test_shoal_staged(const char *bin, const char *log_path, const char *stage, char **log,
                       const char *const *args);
 
+/* The same run must exit 0: its log is <dir>/staged.log; returns its text (malloc'd). */
+char *test_shoal_staged_ok(const char *bin, const char *dir, const char *stage,
+                           const char *const *args);
+
+/* Writes <dir>/<run>.yaml, its path into conf (size bytes): the tiny run of the resume
+ * tests, nodes nodes with sync (the YAML value of sync:), 12 steps of 8 x 8 (no epoch
+ * end, no valid or test split), dropout and the sampled softmax so that every random
+ * key is used; run.dir <dir>/<run>, the corpus data_dir/brown, its cache <dir>/cache. */
+void test_resume_run_yaml(char *conf, size_t size, const char *dir, const char *run,
+                          const char *data_dir, int nodes, const char *sync);
+
 /* Loads the YAML text yaml (named t.yaml) into c; fails the test when it does not load. */
 void test_config_load_ok(sl_config_t *c, const char *yaml);
 
