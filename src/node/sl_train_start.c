@@ -176,7 +176,8 @@ come_back(trainer_t *t, const sl_train_result_t *res)
         st = sl_rejoin_fetch(t->opts->transport, n, t->sync, params, &step, &donor);
     if (st == SL_OK)
         st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
-    digest = sl_rejoin_digest(params, n);
+    if (st == SL_OK)
+        digest = sl_rejoin_digest(params, n);
     sl_free(params);
     SL_TRY(st);
     SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm))); /* the donor's overlapped updates */
@@ -229,7 +230,7 @@ take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_
     size_t n = sl_lm_nparams(t->lm);
     float *params = NULL;
     long step = -1;
-    uint64_t digest;
+    uint64_t digest = 0;
     int allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
     char optim[96] = "";
     sl_status_t st;
@@ -249,7 +250,8 @@ take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_
                         plan->donor, step, plan->step);
     if (st == SL_OK)
         st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
-    digest = sl_rejoin_digest(params, n);
+    if (st == SL_OK)
+        digest = sl_rejoin_digest(params, n);
     sl_free(params);
     SL_TRY(st);
     sl_lm_state_reset(t->st);
