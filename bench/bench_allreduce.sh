@@ -5,7 +5,7 @@
 # exists (Debian's OpenMPI: apt-get install openmpi-bin libopenmpi-dev).
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
-#                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w] ..."]
+#                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w][@T] ..."]
 #                            [--tcp-only] [--trials T] [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
@@ -24,7 +24,10 @@
 #                   snapshots of 128 KiB and more go in pieces, one a stripe; 64 to 128
 #                   KiB in turn; the allreduce's chunks, of any size, all on stripe 0).
 #                   Nw: N stripes, large snapshots whole and in turn, never in pieces
-#                   ("1 2 2w" weighs the pieces against whole frames)
+#                   ("1 2 2w" weighs the pieces against whole frames). N@T (or Nw@T):
+#                   that run with T I/O threads in place of --io-threads' count, so
+#                   that "1@2 2@4" weighs the default thread count against more threads
+#                   with more stripes in one invocation
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --trials T      run every program T times, in turn, and print each figure's median
@@ -87,13 +90,22 @@ done
 [[ $trials =~ ^[1-9][0-9]*$ ]] || die "--trials must be a positive integer, not '$trials'"
 read -r -a stripe_list <<<"$stripes"
 for s in "${stripe_list[@]}"; do
-    if ! [[ $s =~ ^[0-9]+w?$ ]] || [ "${s%w}" -gt 16 ]; then
-        die "--stripes: '$s' is not a count from 0 to 16 (then w for whole frames only)"
+    count=${s%@*}
+    if ! [[ $s =~ ^[0-9]+w?(@[0-9]+)?$ ]] || [ "${count%w}" -gt 16 ]; then
+        die "--stripes: '$s' is not a count from 0 to 16 (then w for whole frames only, @T for T I/O threads)"
     fi
 done
 stripes="${stripe_list[*]}" # one space between the counts
 [ -n "$stripes" ] || die "--stripes needs at least one count"
 first_stripes=${stripes%% *}
+
+# stripe_args SPEC: bench_allreduce's stripe and I/O thread options for one --stripes item
+stripe_args() {
+    case $1 in
+        *@*) echo "--stripes ${1%@*} --io-threads ${1#*@}" ;;
+        *) echo "--stripes $1 $io" ;;
+    esac
+}
 [ -f "$builddir/libshoal.a" ] || die "no $builddir/libshoal.a: build shoal first or pass --builddir"
 tmp=$(mktemp -d /tmp/shoal-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -147,14 +159,14 @@ for n in $nodes; do
     for k in $(seq "$trials"); do
         : >"$tmp/shoal.$k"
         if [ $tcp_only = 0 ]; then
-            # shellcheck disable=SC2086
-            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --stripes "$first_stripes" \
+            # shellcheck disable=SC2086,SC2046
+            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $(stripe_args "$first_stripes") \
                 --sizes "$sizes" >"$tmp/shoal.$k" \
                 || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
         fi
         for s in $stripes; do
-            # shellcheck disable=SC2086
-            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $io --stripes "$s" --no-shm \
+            # shellcheck disable=SC2086,SC2046
+            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $(stripe_args "$s") --no-shm \
                 --sizes "$sizes" >"$tmp/zmq_s$s.$k" \
                 || { cat "$tmp/zmq_s$s.$k"; die "bench_allreduce -n $n --no-shm --stripes $s failed"; }
         done
