@@ -56,6 +56,7 @@ data=${SHOAL_DATA:-$top/../shared/data}
 settings_table='
 allreduce-fp32        algorithm=allreduce
 fp32-p8               algorithm=gossip-bmuf period=8
+fp32-p16              algorithm=gossip-bmuf period=16
 int8-p8               algorithm=gossip-bmuf period=8 compression=int8
 int4-p8               algorithm=gossip-bmuf period=8 compression=int4
 int8-top10-p8         algorithm=gossip-bmuf period=8 compression=int8 topk=0.1
