@@ -52,8 +52,9 @@ typedef struct {
 /* Gives the model file at file (complete: saved and renamed into place) the name path
  * (the run's model.bin), unless path holds a model of this run that stays: one of at
  * least mine's steps (fewer: an earlier run's) that averages more nodes' models, or as
- * many offered by a lower rank. So the writer of a collective run, its lowest member,
- * replaces the copies the other members put there first, and of two groups that each
+ * many offered by a lower rank (not the same rank's: that one goes). So the writer of
+ * a collective run, its lowest member, replaces the copies the other members put there
+ * first, and its own unevaluated one with its evaluated file, and of two groups that each
  * took the other for dead and each wrote a model, the bigger group's stays, whichever
  * came last. Decided under a lock on path's directory (sl_file_rename_locked). *placed 1
  * when file took the name, else 0 with file left where it is and *there (may be NULL)

@@ -6,7 +6,8 @@
  * (sl_staging.h). SHOAL_STAGE_SYNC=1 in the environment stages on the cpu backend too,
  * so that tests run those copies without a device. SHOAL_TEST_WRITER_SIGNAL=STOP or KILL,
  * a test hook (writer_test_signal), makes the writer of the run's model raise SIGSTOP or
- * SIGKILL on itself right after the final average, and SHOAL_TEST_LATE_END=N
+ * SIGKILL on itself right after the final average (STOP_EVAL or KILL_EVAL: once it has
+ * put the average, unevaluated, at <run dir>/model.bin), and SHOAL_TEST_LATE_END=N
  * (late_end_test_hook) makes a gossip or local node end late while it still says it
  * trains; unset they do nothing. Reporting (progress line, metrics records,
  * summary.json) is sl_report.h's; the backend and GPU choice sl_node_backend.h's.
@@ -517,8 +518,8 @@ offer_run_model(trainer_t *t, sl_train_result_t *res, int nmodels, int writer, i
 
 /* With a sync algorithm, on the writer sl_sync_final names (rank 0; in gossip and local
  * runs the lowest-ranked live node): the average of the nodes' models (avg) evaluated,
- * offered as <run dir>/model.bin, and with it <run dir>/summary.json (its "rank" is the
- * writer's). Overwrites the parameters. */
+ * offered as <run dir>/model.bin (in place of its unevaluated copy), and with it <run
+ * dir>/summary.json (its "rank" is the writer's). Overwrites the parameters. */
 static sl_status_t
 finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
 {
@@ -553,15 +554,16 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
     return sl_report_summary(&t->rep, &run, res->run_dir, nmodels);
 }
 
-/* On a node other than the writer that holds the final average bit for bit (a member
- * of an ma, bmuf or allreduce run; in a gossip or local run one whose model the
- * gatherer took and sent the average back to): its copy is offered as <run
- * dir>/model.bin. The writer, the lowest member or the gatherer, replaces it with its
- * evaluated file when it gets that far, so that a writer stopped or killed after the
- * final average, or one writing to another host's run directory, still leaves the run
- * its model. Overwrites the parameters. */
+/* The final average avg of nmodels nodes, not evaluated (valid/test NaN), offered as
+ * <run dir>/model.bin by a node that holds it bit for bit: a member other than the
+ * writer (of an ma, bmuf or allreduce run; in a gossip or local run one whose model the
+ * gatherer took and sent the average back to), or the writer itself (writer 1) before
+ * it evaluates anything. The writer replaces it with its evaluated file when it gets
+ * that far (the same rank's file goes: sl_run_model_place), so that a writer stopped or
+ * killed after the final average or in its evaluations, or one writing to another
+ * host's run directory, still leaves the run its model. Overwrites the parameters. */
 static sl_status_t
-place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
+place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels, int writer)
 {
     int placed;
 
@@ -571,28 +573,59 @@ place_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmod
     t->meta.valid_loss = t->meta.test_loss = NAN; /* the writer evaluates it */
     t->meta.valid_step = -1;
     SL_TRY(offer_run_model(t, res, nmodels, 0, &placed));
-    res->placed_models = nmodels;
+    if (!writer)
+        res->placed_models = nmodels;
     if (placed)
         sl_log_info("train",
-                    "this node's copy of the run's model (the average of %d nodes) is %s/model.bin "
-                    "until the writer replaces it with the evaluated one",
-                    nmodels, res->run_dir);
+                    "%s copy of the run's model (the average of %d nodes) is %s/model.bin "
+                    "until %s it with the evaluated one",
+                    writer ? "the writer's" : "this node's", nmodels, res->run_dir,
+                    writer ? "it replaces" : "the writer replaces");
     return SL_OK;
 }
 
-/* A test hook, so that tests stop or kill the writer at the one moment that matters,
+/* The writer, as soon as it has the final average avg: the average put at <run
+ * dir>/model.bin unevaluated, as a member's copy (place_run_model), so that the run
+ * keeps its model if the writer dies in the evaluations that follow; then its own
+ * parameters (a host copy taken first) and metadata back, for the evaluation of this
+ * node's model. */
+static sl_status_t
+writer_place_first(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    sl_model_meta_t meta = t->meta;
+    float *own = NULL;
+    sl_status_t st;
+
+    SL_TRY(SL_ALLOC(&own, n, "this node's parameters"));
+    st = t->be->ops->to_host(t->be->ctx, own, sl_lm_params(t->lm), n * sizeof *own);
+    if (st == SL_OK)
+        st = place_run_model(t, res, avg, nmodels, 1);
+    t->meta = meta;
+    if (st == SL_OK)
+        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), own, n * sizeof *own);
+    sl_free(own);
+    return st;
+}
+
+/* A test hook, so that tests stop or kill the writer at the moments that matter,
  * without sleeps: with SHOAL_TEST_WRITER_SIGNAL=STOP (or KILL) in the environment the
  * writer raises SIGSTOP (or SIGKILL) on itself once it has the final average, which
- * the other nodes then hold too, and before it evaluates or writes it. Inert when
- * unset; another value is ignored. */
+ * the other nodes then hold too, and before it writes or evaluates it (at 0); with
+ * STOP_EVAL (or KILL_EVAL), once it has put that average at <run dir>/model.bin, not
+ * evaluated, as it starts its evaluations (at 1). Inert when unset; another value is
+ * ignored. */
 static void
-writer_test_signal(void)
+writer_test_signal(int at)
 {
     const char *sig = getenv("SHOAL_TEST_WRITER_SIGNAL");
+    const char *tail = at ? "_EVAL" : ""; /* after STOP or KILL */
 
-    if (sig && strcmp(sig, "STOP") == 0)
+    if (!sig || strlen(sig) != 4 + strlen(tail) || strcmp(sig + 4, tail) != 0)
+        return;
+    if (strncmp(sig, "STOP", 4) == 0)
         raise(SIGSTOP);
-    else if (sig && strcmp(sig, "KILL") == 0)
+    else if (strncmp(sig, "KILL", 4) == 0)
         raise(SIGKILL);
 }
 
@@ -623,9 +656,10 @@ late_end_test_hook(trainer_t *t)
     return SL_OK;
 }
 
-/* End of the run: the final average (every node takes part), valid and test evaluation
- * of this node's model, its model.bin and summary.json; then the run-level files: the
- * writer's, or rank 0's copy of its summary without a sync algorithm. */
+/* End of the run: the final average (every node takes part; the writer puts it at <run
+ * dir>/model.bin at once, not evaluated), valid and test evaluation of this node's
+ * model, its model.bin and summary.json; then the run-level files: the writer's, or
+ * rank 0's copy of its summary without a sync algorithm. */
 static sl_status_t
 finish(trainer_t *t, sl_train_result_t *res)
 {
@@ -644,7 +678,11 @@ finish(trainer_t *t, sl_train_result_t *res)
     SL_TRY(late_end_test_hook(t));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
     if (writer)
-        writer_test_signal();
+        writer_test_signal(0);
+    if (writer && avg) {
+        SL_TRY(writer_place_first(t, res, avg, nmodels));
+        writer_test_signal(1);
+    }
     SL_TRY(sl_report_membership(&t->rep, t->sync, t->cur.step));
     if (t->has_valid && t->valid_step != t->cur.step) {
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
@@ -667,7 +705,7 @@ finish(trainer_t *t, sl_train_result_t *res)
     if (writer && avg)
         return finish_run_model(t, res, avg, nmodels);
     if (avg)
-        SL_TRY(place_run_model(t, res, avg, nmodels));
+        SL_TRY(place_run_model(t, res, avg, nmodels, 0));
     if (t->opts->nranks > 1 && t->opts->rank == 0)
         return sl_report_summary(&t->rep, res, res->run_dir, 1);
     return SL_OK;

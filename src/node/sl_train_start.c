@@ -146,6 +146,63 @@ admitted_state(trainer_t *t, float *params, long *step, int *donor)
     return sl_sync_enter(t->sync, *donor, sl_transport_timeout_ms(t->opts->transport));
 }
 
+/* The state of a live node, the donor, into params (nparams): with plan, the start-up
+ * plan's step from its donor (up to cluster.rendezvous_timeout_ms; with allreduce the
+ * optimizer's too); else, for a node that comes back, from the node that admits it
+ * (admit: allreduce, ma, bmuf) or the first that answers (sl_rejoin_fetch). */
+static sl_status_t
+donor_state(trainer_t *t, const sl_resume_plan_t *plan, int admit, float *params, long *step,
+            int *donor)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    int allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
+
+    if (!plan && admit)
+        return admitted_state(t, params, step, donor);
+    if (!plan)
+        return sl_rejoin_fetch(t->opts->transport, n, t->sync, params, step, donor);
+    *donor = plan->donor;
+    SL_TRY(sl_rejoin_take(t->opts->transport, plan->donor, t->cfg->cluster.rendezvous_timeout_ms, n,
+                          t->sync, allreduce ? t->opt : NULL, params, step));
+    if (*step != plan->step)
+        return sl_err_set(SL_ERR_FORMAT, "resume: node %d sent the state of step %ld, not %ld",
+                          plan->donor, *step, plan->step);
+    return SL_OK;
+}
+
+/* A node that takes its state from a donor (donor_state: plan and admit as there),
+ * come back or without the agreed step at the start: its own newest sound checkpoint of
+ * offer, if any, for the optimizer and loss scale; then the donor's step (*step),
+ * parameters, copied to the device, with their digest once they have arrived
+ * (*digest), and sync state; the hidden state at zero; the cursor at that step, or,
+ * for a node that comes back into a gossip or local run (no plan, not admit), ahead of
+ * it (rejoin_step), catching up. The caller logs it. */
+static sl_status_t
+take_from_donor(trainer_t *t, const sl_resume_offer_t *offer, const sl_resume_plan_t *plan,
+                int admit, long *step, int *donor, uint64_t *digest)
+{
+    size_t n = sl_lm_nparams(t->lm);
+    float *params = NULL;
+    sl_status_t st;
+
+    if (offer->steps.count > 0)
+        SL_TRY(sl_checkpoint_load(offer->path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
+                                  &t->cur));
+    restore_loss_scale(t);
+    SL_TRY(SL_ALLOC(&params, n, "parameters"));
+    st = donor_state(t, plan, admit, params, step, donor);
+    if (st == SL_OK)
+        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
+    if (st == SL_OK)
+        *digest = sl_rejoin_digest(params, n);
+    sl_free(params);
+    SL_TRY(st);
+    sl_lm_state_reset(t->st);
+    t->catching_up = !plan && !admit;
+    cursor_at(t, t->catching_up ? rejoin_step(t, *step) : *step);
+    return SL_OK;
+}
+
 /* A node that comes back (sl_train_opts_t.rejoin): its own newest sound checkpoint
  * for the optimizer and loss scale, then the live step, parameters and sync state (with
  * allreduce, ma and bmuf at its admission into the members; allreduce takes the live
@@ -153,45 +210,21 @@ admitted_state(trainer_t *t, float *params, long *step, int *donor)
 static sl_status_t
 come_back(trainer_t *t, const sl_train_result_t *res)
 {
-    size_t n = sl_lm_nparams(t->lm);
     sl_resume_offer_t offer;
-    float *params = NULL;
-    long step, from;
-    uint64_t digest;
+    long from;
+    uint64_t digest = 0;
     sl_sync_algorithm_t algo = sl_sync_algorithm(t->sync);
     int donor, admit = algo == SL_SYNC_ALLREDUCE || algo == SL_SYNC_MA || algo == SL_SYNC_BMUF;
-    sl_status_t st;
 
     memset(&offer, 0, sizeof offer);
     if (t->opts->resume)
         SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, &offer));
-    if (offer.steps.count > 0)
-        SL_TRY(sl_checkpoint_load(offer.path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
-                                  &t->cur));
-    restore_loss_scale(t);
-    SL_TRY(SL_ALLOC(&params, n, "parameters"));
-    if (admit)
-        st = admitted_state(t, params, &step, &donor);
-    else
-        st = sl_rejoin_fetch(t->opts->transport, n, t->sync, params, &step, &donor);
-    if (st == SL_OK)
-        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
-    if (st == SL_OK)
-        digest = sl_rejoin_digest(params, n);
-    sl_free(params);
-    SL_TRY(st);
+    SL_TRY(take_from_donor(t, &offer, NULL, admit, &from, &donor, &digest));
     SL_TRY(sl_sync_flush(t->sync, sl_lm_params(t->lm))); /* the donor's overlapped updates */
-    sl_lm_state_reset(t->st);
-    from = step;
-    if (!admit) {
-        step = rejoin_step(t, step);
-        t->catching_up = 1;
-    }
-    cursor_at(t, step);
     sl_log_info("train",
                 "came back at step %ld of %ld with node %d's model (parameters %016" PRIx64
                 ") and sync state of step %ld%s",
-                step, t->total_steps, donor, digest, from,
+                t->cur.step, t->total_steps, donor, digest, from,
                 algo == SL_SYNC_ALLREDUCE ? " and optimizer state"
                 : offer.steps.count > 0   ? " and this node's optimizer state"
                                           : "");
@@ -227,36 +260,16 @@ static sl_status_t
 take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_t *offer,
               const sl_resume_plan_t *plan)
 {
-    size_t n = sl_lm_nparams(t->lm);
-    float *params = NULL;
     long step = -1;
     uint64_t digest = 0;
-    int allreduce = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE;
+    int donor;
     char optim[96] = "";
-    sl_status_t st;
 
-    if (offer->steps.count > 0) {
-        SL_TRY(sl_checkpoint_load(offer->path[0], &t->id, t->be, t->lm, t->opt, t->st, t->sync,
-                                  &t->cur));
-        /* a damaged newest file goes at the save below, the sound one stays the previous */
+    /* a damaged newest file goes at the save below, the sound one stays the previous */
+    if (offer->steps.count > 0)
         t->drop_newest = strcmp(offer->path[0], res->checkpoint) != 0;
-    }
-    restore_loss_scale(t);
-    SL_TRY(SL_ALLOC(&params, n, "parameters"));
-    st = sl_rejoin_take(t->opts->transport, plan->donor, t->cfg->cluster.rendezvous_timeout_ms, n,
-                        t->sync, allreduce ? t->opt : NULL, params, &step);
-    if (st == SL_OK && step != plan->step)
-        st = sl_err_set(SL_ERR_FORMAT, "resume: node %d sent the state of step %ld, not %ld",
-                        plan->donor, step, plan->step);
-    if (st == SL_OK)
-        st = t->be->ops->to_device(t->be->ctx, sl_lm_params(t->lm), params, n * sizeof *params);
-    if (st == SL_OK)
-        digest = sl_rejoin_digest(params, n);
-    sl_free(params);
-    SL_TRY(st);
-    sl_lm_state_reset(t->st);
-    cursor_at(t, step);
-    if (allreduce)
+    SL_TRY(take_from_donor(t, offer, plan, 0, &step, &donor, &digest));
+    if (sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE)
         snprintf(optim, sizeof optim, " and optimizer state");
     else if (offer->steps.count > 0)
         snprintf(optim, sizeof optim, ", with this node's optimizer state of step %ld",
@@ -264,7 +277,7 @@ take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_
     sl_log_info("train",
                 "took step %ld of %ld from node %d: its model (parameters %016" PRIx64
                 ") and sync state%s",
-                step, t->total_steps, plan->donor, digest, optim);
+                step, t->total_steps, donor, digest, optim);
     return sl_train_save_checkpoint(t, res);
 }
 

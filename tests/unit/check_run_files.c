@@ -384,7 +384,8 @@ offer(const char *dir, long step, int rank, int models, uint64_t seed)
 
 /* The run's model.bin among several offers: an earlier run's file (fewer steps) gives
  * way; of this run's, the one averaging more nodes stays, and of as many, the lower
- * rank's, whatever the order of the offers; a damaged file gives way. */
+ * rank's, whatever the order of the offers, while the same rank's gives way (the
+ * writer's evaluated file replaces its unevaluated copy); a damaged file gives way. */
 START_TEST(test_run_model_place)
 {
     char dir[1200], path[1200], want[1200];
@@ -398,7 +399,8 @@ START_TEST(test_run_model_place)
     ck_assert(offer(dir, 200, 1, 3, 4));  /* as many, lower rank: the writer over a copy */
     ck_assert(!offer(dir, 200, 0, 1, 5)); /* a group of one */
     ck_assert(offer(dir, 200, 3, 4, 6));  /* a bigger group */
-    offered_model(dir, "want.bin", 200, 3, 4, 6);
+    ck_assert(offer(dir, 200, 3, 4, 8));  /* the same rank's: an evaluated file over its copy */
+    offered_model(dir, "want.bin", 200, 3, 4, 8);
     snprintf(want, sizeof want, "%s/want.bin", dir);
     assert_same_params(path, want);
     test_write_file(path, "not a model", 11);
