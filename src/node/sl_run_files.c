@@ -242,20 +242,43 @@ typedef struct {
     sl_run_model_t *there;
 } offer_t;
 
+sl_status_t
+sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap)
+{
+    int n = cfg->run.dir && cfg->run.dir[0] ? snprintf(out, cap, "%s", cfg->run.dir)
+                                            : snprintf(out, cap, "runs/%s", cfg->run.name);
+
+    if (n < 0 || (size_t)n >= cap)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)",
+                          cfg->run.dir && cfg->run.dir[0] ? cfg->run.dir : cfg->run.name);
+    return SL_OK;
+}
+
+int
+sl_run_model_inspect(const char *path, sl_run_model_t *m, int *evaluated)
+{
+    sl_ckpt_info_t info;
+
+    if (sl_checkpoint_inspect(path, &info) != SL_OK)
+        return 0;
+    m->step = info.cur.step;
+    m->models = info.has_meta ? info.meta.models_averaged : 1;
+    m->rank = info.id.rank;
+    *evaluated = info.has_meta && (!isnan(info.meta.valid_loss) || !isnan(info.meta.test_loss));
+    sl_checkpoint_info_fini(&info);
+    return 1;
+}
+
 /* Whether the model at path is one of this run that stays against o->mine (what it
  * is into *o->there). */
 static int
 run_model_stays(const char *path, void *ctx)
 {
     const offer_t *o = ctx;
-    sl_ckpt_info_t info;
+    int evaluated;
 
-    if (sl_checkpoint_inspect(path, &info) != SL_OK)
+    if (!sl_run_model_inspect(path, o->there, &evaluated))
         return 0; /* none, or a damaged one */
-    o->there->step = info.cur.step;
-    o->there->models = info.has_meta ? info.meta.models_averaged : 1;
-    o->there->rank = info.id.rank;
-    sl_checkpoint_info_fini(&info);
     return o->there->step >= o->mine->step &&
            (o->there->models > o->mine->models ||
             (o->there->models == o->mine->models && o->there->rank < o->mine->rank));

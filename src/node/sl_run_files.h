@@ -49,6 +49,15 @@ typedef struct {
     int rank;
 } sl_run_model_t;
 
+/* The run's directory, where its model.bin goes: run.dir, else runs/<run.name>, into
+ * out (cap bytes). SL_ERR_INVALID when it does not fit. */
+sl_status_t sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap);
+
+/* What the model file at path is, when it can be read: *m (its steps, how many nodes'
+ * models it averages, the rank that offered it) and *evaluated (1 when it carries a
+ * validation or test loss). 0 when there is none or it is damaged. */
+int sl_run_model_inspect(const char *path, sl_run_model_t *m, int *evaluated);
+
 /* Gives the model file at file (complete: saved and renamed into place) the name path
  * (the run's model.bin), unless path holds a model of this run that stays: one of at
  * least mine's steps (fewer: an earlier run's) that averages more nodes' models, or as

@@ -25,6 +25,7 @@
 #include "common/sl_log.h"
 #include "node/sl_ipc_dir.h"
 #include "node/sl_run_child.h"
+#include "node/sl_run_files.h"
 #include "node/sl_supervisor_int.h"
 
 void
@@ -532,6 +533,33 @@ left_out_unwritten(sl_sup_t *l)
     snprintf(l->lost_msg, sizeof l->lost_msg, "node %d was left out as the run ended", left);
 }
 
+/* The end of a run that lost a node and whose writer reported no model: what is at
+ * the run's model.bin, if anything (a copy of the average that a member, or the writer
+ * before it evaluated, put there). run_dir: a finished node's, else the config's. */
+static sl_status_t
+unwritten_model(const sl_sup_t *l, const char *run_dir, const char *others)
+{
+    char dir[SL_TRAIN_PATH_MAX], path[SL_TRAIN_PATH_MAX + 16];
+    sl_run_model_t m;
+    int evaluated;
+
+    if (!run_dir) {
+        if (sl_run_dir_path(l->cfg, dir, sizeof dir) != SL_OK)
+            dir[0] = 0;
+        run_dir = dir;
+    }
+    snprintf(path, sizeof path, "%s/model.bin", run_dir);
+    if (!*run_dir || !sl_run_model_inspect(path, &m, &evaluated))
+        return sl_err_set(SL_ERR_INVALID,
+                          "%s (%s finished without it); no node wrote the run's model.bin",
+                          l->lost_msg, others);
+    return sl_err_set(SL_ERR_INVALID,
+                      "%s (%s finished without it); the run's model, the average of %d nodes at "
+                      "step %ld, is node %d's copy%s: %s",
+                      l->lost_msg, others, m.models, m.step, m.rank,
+                      evaluated ? "" : ", not evaluated", path);
+}
+
 sl_status_t
 sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_result_t *res)
 {
@@ -622,15 +650,8 @@ sl_launch_run(const sl_config_t *cfg, const sl_launch_opts_t *o, sl_launch_resul
                             "%s (%s finished without it); the run's model, the average of %d "
                             "nodes, was written by node %d: %s/model.bin",
                             l.lost_msg, others, l.c[w].train.final_models, w, l.c[w].train.run_dir);
-        else if (p >= 0)
-            st = sl_err_set(SL_ERR_INVALID,
-                            "%s (%s finished without it); the run's model, the average of %d "
-                            "nodes, is the copy the others put there, not evaluated: %s/model.bin",
-                            l.lost_msg, others, l.c[p].train.placed_models, l.c[p].train.run_dir);
         else
-            st = sl_err_set(SL_ERR_INVALID,
-                            "%s (%s finished without it); no node wrote the run's model.bin",
-                            l.lost_msg, others);
+            st = unwritten_model(&l, p >= 0 ? l.c[p].train.run_dir : NULL, others);
     } else {
         int stopped = -1;
         for (int i = 0; i < n && stopped < 0; i++)

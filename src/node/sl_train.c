@@ -106,12 +106,7 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
 {
     char name[SL_TRAIN_PATH_MAX], path[SL_TRAIN_PATH_MAX];
 
-    if (cfg->run.dir && cfg->run.dir[0]) {
-        SL_TRY(join_path(res->run_dir, cfg->run.dir, ""));
-    } else {
-        SL_TRY(join_path(name, "runs", cfg->run.name));
-        SL_TRY(join_path(res->run_dir, name, ""));
-    }
+    SL_TRY(sl_run_dir_path(cfg, res->run_dir, sizeof res->run_dir));
     if (opts->nranks > 1) {
         snprintf(name, sizeof name, "node-%d", opts->rank);
         SL_TRY(join_path(res->dir, res->run_dir, name));

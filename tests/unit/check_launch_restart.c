@@ -464,7 +464,7 @@ END_TEST
 /* The writer (rank 0 of a bmuf run) killed once it has the final average, before it
  * writes it (the test hook SHOAL_TEST_WRITER_SIGNAL): the run is ending, so it is not
  * started again but left out; with nobody to write the run's model, the run ends as one
- * that lost a node (exit 1), naming the copy the others put there. */
+ * that lost a node (exit 1), naming the copy the lowest other member put there. */
 START_TEST(test_writer_left_out)
 {
     char conf[1100], path[1200], line[1024], *out, *err;
@@ -494,9 +494,10 @@ START_TEST(test_writer_left_out)
     snprintf(path, sizeof path, "%s/writer-out/model.bin", launch_root);
     launch_last_line(err, line, sizeof line);
     ck_assert_msg(strstr(line, "shoal: node 0 was left out as the run ended (the other nodes "
-                               "finished without it); the run's model, the average of 3 nodes, is "
-                               "the copy the others put there, not evaluated: ") == line,
+                               "finished without it); the run's model, the average of 3 nodes at "
+                               "step 64, is node 1's copy, not evaluated: ") == line,
                   "%s", err);
+    ck_assert_msg(strstr(line, path) != NULL, "%s", err);
     ck_assert(launch_exists(path));
     free(out);
     free(err);
