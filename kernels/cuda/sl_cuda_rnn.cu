@@ -58,6 +58,7 @@ typedef struct {
     size_t model_off;
     size_t off;
     long long s_row, s_col;
+    int turned; /* cuDNN's shape: 0 {1, rows, cols}, 1 {1, cols, rows}, -1 square */
 } piece_t;
 
 typedef struct {
@@ -162,9 +163,11 @@ piece_strides(sl_cuda_t *cu, cudnnTensorDescriptor_t d, piece_t *pc, const char 
     if (nb == 3 && dims[1] == pc->rows && dims[2] == pc->cols) {
         pc->s_row = strides[1];
         pc->s_col = strides[2];
+        pc->turned = pc->rows == pc->cols ? -1 : 0;
     } else if (nb == 3 && dims[1] == pc->cols && dims[2] == pc->rows) {
         pc->s_row = strides[2];
         pc->s_col = strides[1];
+        pc->turned = 1;
     } else {
         return sl_err_set(SL_ERR_DEVICE,
                           "%s: lstm_layer_new: %s: cuDNN's shape %d x %d x %d is not %d x %d",
@@ -218,17 +221,18 @@ out:
 
 /* The layer's pieces: gate k's input and recurrent matrices (linLayerID k, 4 + k), its
  * bias (on linLayerID k, where SINGLE_INP_BIAS puts it; on 4 + k if cuDNN has it there
- * instead), the projection (8). */
+ * instead), the projection (8). A square matrix's shape cannot tell {1, rows, cols}
+ * from its transpose: it follows the others (the documented order when all are square). */
 static sl_status_t
 map_weights(sl_cuda_t *cu, layer_t *L)
 {
-    int found;
+    int found, turned[2] = {0, 0};
 
     L->npiece = 0;
     for (int k = 0; k < 4; k++) {
-        piece_t in = {0, L->h, L->in, (size_t)k * L->h * L->in, 0, 0, 0};
-        piece_t rec = {1, L->h, L->r, (size_t)k * L->h * L->r, 0, 0, 0};
-        piece_t bias = {2, L->h, 1, (size_t)k * L->h, 0, 0, 0};
+        piece_t in = {0, L->h, L->in, (size_t)k * L->h * L->in, 0, 0, 0, 0};
+        piece_t rec = {1, L->h, L->r, (size_t)k * L->h * L->r, 0, 0, 0, 0};
+        piece_t bias = {2, L->h, 1, (size_t)k * L->h, 0, 0, 0, 0};
 
         SL_TRY(find_piece(cu, L, k, 0, &in, &found));
         if (!found)
@@ -249,13 +253,31 @@ map_weights(sl_cuda_t *cu, layer_t *L)
         L->piece[L->npiece++] = bias;
     }
     if (L->p > 0) {
-        piece_t proj = {3, L->p, L->h, 0, 0, 0, 0};
+        piece_t proj = {3, L->p, L->h, 0, 0, 0, 0, 0};
 
         SL_TRY(find_piece(cu, L, 8, 0, &proj, &found));
         if (!found)
             return sl_err_set(SL_ERR_DEVICE, "%s: lstm_layer_new: cuDNN has no projection matrix",
                               cu->name);
         L->piece[L->npiece++] = proj;
+    }
+    for (int i = 0; i < L->npiece; i++)
+        if (L->piece[i].cols > 1 && L->piece[i].turned >= 0)
+            turned[L->piece[i].turned]++;
+    if (turned[0] && turned[1])
+        return sl_err_set(SL_ERR_DEVICE,
+                          "%s: lstm_layer_new: cuDNN's matrices are of two orientations (%d "
+                          "rows x cols, %d cols x rows)",
+                          cu->name, turned[0], turned[1]);
+    for (int i = 0; i < L->npiece; i++) {
+        piece_t *pc = &L->piece[i];
+
+        if (pc->turned < 0 && turned[1]) {
+            long long st = pc->s_row;
+
+            pc->s_row = pc->s_col;
+            pc->s_col = st;
+        }
     }
     return SL_OK;
 }
