@@ -531,6 +531,11 @@ static const sl_backend_ops_t cuda_ops = {
     .lstm_layer_free = sl_cuda_lstm_layer_free,
     .lstm_layer_forward = sl_cuda_lstm_layer_forward,
     .lstm_layer_backward = sl_cuda_lstm_layer_backward,
+#else /* spelt out: C++ warns of a member left out */
+    .lstm_layer_new = NULL,
+    .lstm_layer_free = NULL,
+    .lstm_layer_forward = NULL,
+    .lstm_layer_backward = NULL,
 #endif
     .embedding_gather = sl_cuda_embedding_gather,
     .embedding_scatter_add = sl_cuda_embedding_scatter_add,

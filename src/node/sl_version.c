@@ -26,7 +26,8 @@ sl_version_print(FILE *out)
     fprintf(out, "cuDNN: %s, linked into the CUDA module (device_options.lstm cudnn)\n",
             SL_CUDNN_FOUND);
 #else
-    fprintf(out, "cuDNN: not found at build time (device_options.lstm: fused only)\n");
+    fprintf(out, "cuDNN: not linked (not found at build time, or --without-cudnn): "
+                 "device_options.lstm fused only\n");
 #endif
     return SL_OK;
 }
