@@ -72,8 +72,10 @@ typedef struct {
     float *ws, *dws; /* the weights in cuDNN's layout, and their gradients */
     size_t work_bytes, reserve_bytes;
     void *work, *reserve;
-    int32_t *seq;  /* (max_b) device: every stream's length, T */
-    int *host_seq; /* (max_b) the same on the host, for the data descriptors */
+    int32_t *seq;   /* (max_b) device: every stream's length, T */
+    int *host_seq;  /* (max_b) the same on the host, for the data descriptors */
+    float *hy, *cy; /* (max_b, R), (max_b, H): the last h and c where the caller's memory is
+                       not 16-byte aligned (a model state's layers lie end to end) */
     piece_t piece[MAX_PIECES];
     int npiece;
 } layer_t;
@@ -404,6 +406,8 @@ sl_cuda_lstm_layer_free(void *ctx, void *layer)
     cudaFree(L->work);
     cudaFree(L->reserve);
     cudaFree(L->seq);
+    cudaFree(L->hy);
+    cudaFree(L->cy);
     sl_free(L->host_seq);
     sl_free(L);
 }
@@ -455,6 +459,8 @@ layer_init(sl_cuda_t *cu, layer_t *L, int max_t)
     SL_CUDA_TRY(cu, cudaMalloc(&L->dws, L->ws_bytes), what);
     SL_CUDA_TRY(cu, cudaMemsetAsync(L->ws, 0, L->ws_bytes, cu->stream), what);
     SL_CUDA_TRY(cu, cudaMalloc(&L->seq, (size_t)L->max_b * sizeof(int32_t)), what);
+    SL_CUDA_TRY(cu, cudaMalloc(&L->hy, (size_t)L->max_b * (size_t)L->r * sizeof(float)), what);
+    SL_CUDA_TRY(cu, cudaMalloc(&L->cy, (size_t)L->max_b * (size_t)L->h * sizeof(float)), what);
     SL_TRY(SL_CALLOC(&L->host_seq, (size_t)L->max_b, "LSTM layer lengths"));
     SL_TRY(map_weights(cu, L));
     /* the temporary spaces of the largest window, so that training allocates none */
@@ -533,6 +539,7 @@ sl_cuda_lstm_layer_forward(void *ctx, void *layer, int train, int t, int b, cons
     layer_t *L = (layer_t *)layer;
     const char *what = "lstm_layer_forward";
     float *const tensors[4] = {(float *)w_ih, (float *)w_hh, (float *)bias, (float *)w_proj};
+    float *hy, *cy;
 
     if (!layer_enter(cu, what))
         return;
@@ -542,10 +549,23 @@ sl_cuda_lstm_layer_forward(void *ctx, void *layer, int train, int t, int b, cons
     }
     if (!set_window(cu, L, t, b, what) || !move_pieces(cu, L, 1, tensors))
         return;
-    DNN(cu, what, cudnnRNNForward,
-        ((cudnnHandle_t)cu->dnn, L->rnn, train ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
-         L->seq, L->xd, x, L->yd, y, L->hd, h0, h_t, L->cd, c0, c_t, L->ws_bytes, L->ws,
-         L->work_bytes, L->work, L->reserve_bytes, L->reserve));
+    hy = (uintptr_t)h_t % 16 ? L->hy : h_t;
+    cy = (uintptr_t)c_t % 16 ? L->cy : c_t;
+    if (DNN(cu, what, cudnnRNNForward,
+            ((cudnnHandle_t)cu->dnn, L->rnn,
+             train ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE, L->seq, L->xd, x, L->yd, y,
+             L->hd, h0, hy, L->cd, c0, cy, L->ws_bytes, L->ws, L->work_bytes, L->work,
+             L->reserve_bytes, L->reserve)) &&
+        hy != h_t)
+        sl_cuda_check(cu,
+                      cudaMemcpyAsync(h_t, hy, (size_t)b * L->r * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, cu->stream),
+                      what);
+    if (cu->err == SL_OK && cy != c_t)
+        sl_cuda_check(cu,
+                      cudaMemcpyAsync(c_t, cy, (size_t)b * L->h * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, cu->stream),
+                      what);
 }
 
 void
