@@ -135,6 +135,33 @@ struct sl_backend_ops {
     void (*lstm_cell_backward)(void *ctx, int b, int h, const float *gates, const float *c_prev,
                                const float *c, const float *dm, float *dc, float *dgates);
 
+    /* Optional (NULL where a backend has none: cpu, and cuda built without cuDNN; the
+     * model then runs the cell above step by step): a whole LSTM(P) layer over a window
+     * in one library call (cuDNN's RNN API), the same function as the model's per-cell
+     * path within fp32 rounding. lstm_layer_new: a layer of input size in, cell H, projection
+     * P (0 = none) for windows of up to max_t steps of max_b streams; SL_ERR_UNSUPPORTED
+     * (message set) where it cannot run them (a precision other than fp32, P > H), SL_ERR_DEVICE
+     * for a library failure. lstm_layer_free accepts NULL.
+     * lstm_layer_forward: x (T*B, in) time-major (row t*B + b), the model's weights w_ih
+     * (4H, in), w_hh (4H, R), b (4H) (gate order i, f, g, o), w_proj (P, H) or NULL, the
+     * state h0 (B, R), c0 (B, H) -> y (T*B, R), the last step's h_t (B, R) and c_t (B, H).
+     * train: keep what backward needs in the layer, until its next forward.
+     * lstm_layer_backward, after a train forward of the same T, B, x, h0, c0, y and weights:
+     * dy (T*B, R) -> dx (T*B, in) (written), the weight gradients added into dw_ih, dw_hh,
+     * db, dw_proj (NULL without projection). The gradient into h0 and c0 is not
+     * computed (truncated BPTT). They fail as any op does (recorded in the backend),
+     * and are never recorded (record_begin). */
+    sl_status_t (*lstm_layer_new)(void *ctx, void **layer, int in, int h, int p, int max_t,
+                                  int max_b);
+    void (*lstm_layer_free)(void *ctx, void *layer);
+    void (*lstm_layer_forward)(void *ctx, void *layer, int train, int t, int b, const float *x,
+                               const float *w_ih, const float *w_hh, const float *bias,
+                               const float *w_proj, const float *h0, const float *c0, float *y,
+                               float *h_t, float *c_t);
+    void (*lstm_layer_backward)(void *ctx, void *layer, int t, int b, const float *x,
+                                const float *h0, const float *c0, const float *y, const float *dy,
+                                float *dx, float *dw_ih, float *dw_hh, float *db, float *dw_proj);
+
     /* out (n, d) row i = table row ids[i]. */
     void (*embedding_gather)(void *ctx, int n, int d, const float *table, const int32_t *ids,
                              float *out);

@@ -8,9 +8,13 @@
  * gemm_packed. The recordings (CUDA graphs) are in sl_cuda_replay.cu, the 16-bit
  * conversion kernels in sl_cuda_half.cu.
  *
- * cuDNN is not used: see sl_cuda_kernels.cu for why its RNN API does not fit the
- * per-cell interface; configure only reports whether it is installed. */
+ * Where configure found cuDNN (HAVE_CUDNN), the whole-layer LSTM ops come from cuDNN's
+ * RNN API (sl_cuda_rnn.cu), beside the per-cell kernels (device_options.lstm). */
 #include "config.h"
+
+#ifdef HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -470,6 +474,7 @@ cuda_destroy(void *ctx)
     cudaSetDevice(cu->device);
     if (cu->stream)
         cudaStreamSynchronize(cu->stream);
+    sl_cuda_rnn_fini(cu);
     if (cu->half_buf)
         cudaFree(cu->half_buf);
     if (cu->blas_ws)
@@ -521,6 +526,17 @@ static const sl_backend_ops_t cuda_ops = {
     .bias_grad = cuda_bias_grad,
     .lstm_cell_forward = sl_cuda_lstm_cell_forward,
     .lstm_cell_backward = sl_cuda_lstm_cell_backward,
+#ifdef HAVE_CUDNN
+    .lstm_layer_new = sl_cuda_lstm_layer_new,
+    .lstm_layer_free = sl_cuda_lstm_layer_free,
+    .lstm_layer_forward = sl_cuda_lstm_layer_forward,
+    .lstm_layer_backward = sl_cuda_lstm_layer_backward,
+#else /* spelt out: C++ warns of a member left out */
+    .lstm_layer_new = NULL,
+    .lstm_layer_free = NULL,
+    .lstm_layer_forward = NULL,
+    .lstm_layer_backward = NULL,
+#endif
     .embedding_gather = sl_cuda_embedding_gather,
     .embedding_scatter_add = sl_cuda_embedding_scatter_add,
     .softmax_xent = sl_cuda_softmax_xent,
@@ -531,26 +547,28 @@ static const sl_backend_ops_t cuda_ops = {
     .adam_update = sl_cuda_adam_update,
 };
 
-/* "CUDA 13.0 (driver 13.0), cuBLAS 13.1.0, cuDNN not used, device NVIDIA H100, sm_90". */
+/* "CUDA 13.0 (driver 13.0), cuBLAS 13.1.0, cuDNN 9.19 (LSTM layers), device NVIDIA H100,
+ * sm_90": the cuDNN the module links (its version at run time), or "cuDNN not linked". */
 static void
 describe_init(sl_cuda_t *cu, const cudaDeviceProp *prop)
 {
     int rt = 0, drv = 0, blas = 0;
+    char dnn[48] = "cuDNN not linked";
 
+#ifdef HAVE_CUDNN
+    {
+        size_t v = cudnnGetVersion(); /* 91900 for 9.19.0 */
+        snprintf(dnn, sizeof dnn, "cuDNN %zu.%zu.%zu (LSTM layers)", v / 10000, v % 10000 / 100,
+                 v % 100);
+    }
+#endif
     cudaRuntimeGetVersion(&rt);
     cudaDriverGetVersion(&drv);
     cublasGetVersion(cu->blas, &blas);
     snprintf(cu->desc, sizeof cu->desc,
-             "CUDA %d.%d (driver %d.%d), cuBLAS %d.%d.%d, cuDNN not used%s%s%s, device %s, "
-             "sm_%d%d",
-             rt / 1000, rt % 1000 / 10, drv / 1000, drv % 1000 / 10, blas / 10000,
-             blas % 10000 / 100, blas % 100,
-#ifdef SL_CUDNN_FOUND
-             " (", SL_CUDNN_FOUND, " installed)",
-#else
-             "", "", "",
-#endif
-             prop->name, prop->major, prop->minor);
+             "CUDA %d.%d (driver %d.%d), cuBLAS %d.%d.%d, %s, device %s, sm_%d%d", rt / 1000,
+             rt % 1000 / 10, drv / 1000, drv % 1000 / 10, blas / 10000, blas % 10000 / 100,
+             blas % 100, dnn, prop->name, prop->major, prop->minor);
 }
 
 /* SHOAL_CUDA_GRAPHS: 1 (or unset) records the recurrent loops as CUDA graphs, 0 runs

@@ -43,6 +43,8 @@ typedef struct {
     double *partial;            /* (SL_CUDA_MAX_BLOCKS) per-block sums of the reductions */
     sl_cuda_result_t *d_result; /* device side of a reduction's result */
     sl_cuda_result_t *h_result; /* pinned host copy */
+    void *dnn;                  /* cudnnHandle_t on stream, made by the first lstm_layer_new
+                                   (sl_cuda_rnn.cu, HAVE_CUDNN); NULL until then */
     sl_status_t err;            /* first failure of an op that returns no status; SL_OK if none */
     char err_msg[384];
     char desc[384]; /* describe() */
@@ -127,6 +129,23 @@ void sl_cuda_pack_half(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, co
                        int ld, void *dst, int ldp);
 void sl_cuda_pack_half_t(sl_cuda_t *cu, sl_precision_t fmt, int rows, int cols, const float *src,
                          int ld, void *dst, int ldp);
+
+/* The whole-layer LSTM ops through cuDNN (sl_cuda_rnn.cu, built with HAVE_CUDNN only),
+ * same contracts as sl_backend.h; sl_cuda_rnn_fini destroys the cuDNN handle (any
+ * build: nothing to do without cuDNN). */
+void sl_cuda_rnn_fini(sl_cuda_t *cu);
+#ifdef HAVE_CUDNN
+sl_status_t sl_cuda_lstm_layer_new(void *ctx, void **layer, int in, int h, int p, int max_t,
+                                   int max_b);
+void sl_cuda_lstm_layer_free(void *ctx, void *layer);
+void sl_cuda_lstm_layer_forward(void *ctx, void *layer, int train, int t, int b, const float *x,
+                                const float *w_ih, const float *w_hh, const float *bias,
+                                const float *w_proj, const float *h0, const float *c0, float *y,
+                                float *h_t, float *c_t);
+void sl_cuda_lstm_layer_backward(void *ctx, void *layer, int t, int b, const float *x,
+                                 const float *h0, const float *c0, const float *y, const float *dy,
+                                 float *dx, float *dw_ih, float *dw_hh, float *db, float *dw_proj);
+#endif
 
 /* The recording ops (sl_cuda_replay.cu), same contracts as sl_backend.h. */
 int sl_cuda_record_begin(void *ctx);

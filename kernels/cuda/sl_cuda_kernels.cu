@@ -5,13 +5,12 @@
  * backend's stream; the ones that return a number to the host (sumsq, the softmax
  * losses) wait for it.
  *
- * Why no cuDNN here: the backend interface is per LSTM cell and per time step (the
- * model interleaves the recurrent gemm, the cell and the projection, and backward
- * takes dc in and out per step), while cuDNN's RNN API (cudnnRNNForward and
- * cudnnRNNBackwardData/Weights_v8) runs whole layers over all T steps with its own
- * weight layout; it cannot run one cell on gates that the caller computed. Its
- * softmax would only replace the max/sum passes that are fused here with the loss
- * and the gradient. */
+ * The cell here is per time step (the model interleaves the recurrent gemm, the cell
+ * and the projection, and backward takes dc in and out per step); cuDNN's RNN API runs
+ * whole layers over all T steps with its own weight layout, so it is a separate op,
+ * lstm_layer_* in sl_cuda_rnn.cu (device_options.lstm picks one or the other). cuDNN's
+ * softmax would only replace the max/sum passes that are fused here with the loss and
+ * the gradient. */
 #include "config.h"
 
 #include <math.h>

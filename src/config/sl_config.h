@@ -223,6 +223,10 @@ typedef struct {
 
     char *device;    /* cpu | cuda | cuda:N, default cpu */
     char *precision; /* fp32 (bf16, fp16 with the CUDA backend), default fp32 */
+
+    struct {
+        char *lstm; /* the LSTM layers on a GPU: auto | cudnn | fused, default auto */
+    } device_options;
 } sl_config_t;
 
 /* Fills every field with its default. Call sl_config_fini to free strings. */

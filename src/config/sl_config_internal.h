@@ -25,6 +25,7 @@ extern const char *const sl_config_level_names[];
 extern const char *const sl_config_output_names[];
 extern const char *const sl_config_opt_names[];
 extern const char *const sl_config_sched_names[];
+extern const char *const sl_config_lstm_names[];
 extern const char *const sl_config_precision_names[]; /* precision is a checked string */
 extern const char *const sl_config_transport_names[];
 extern const char *const sl_config_security_names[];

@@ -11,6 +11,7 @@ const char *const sl_config_output_names[] = {"full", "sampled", NULL};
 const char *const sl_config_opt_names[] = {"sgd", "adagrad", "adam", NULL};
 const char *const sl_config_sched_names[] = {"constant", "epoch_decay", "linear", NULL};
 const char *const sl_config_precision_names[] = {"fp32", "bf16", "fp16", NULL};
+const char *const sl_config_lstm_names[] = {"auto", "cudnn", "fused", NULL};
 const char *const sl_config_transport_names[] = {"ipc", "tcp", NULL};
 const char *const sl_config_security_names[] = {"curve", "mac", "none", NULL};
 const char *const sl_config_sync_names[] = {

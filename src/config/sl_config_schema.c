@@ -321,6 +321,11 @@ const entry_t sl_config_schema[] = {
      .doc = "cpu, cuda (the node's local-rank GPU) or cuda:N"},
     {K("precision", T_STR, precision), .def = "fp32", .names = sl_config_precision_names,
      .doc = "compute precision; bf16 and fp16 need the CUDA backend"},
+
+    {K("device_options.lstm", T_STR, device_options.lstm), .def = "auto",
+     .names = sl_config_lstm_names,
+     .doc = "LSTM layers on a GPU: cuDNN's whole-layer RNN, shoal's fused cells, or the "
+            "faster on the model's shapes (timed at the first training step)"},
 };
 
 const size_t sl_config_nkeys = sizeof sl_config_schema / sizeof sl_config_schema[0];

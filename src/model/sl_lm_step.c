@@ -6,8 +6,11 @@
  * sl_model_internal.h, which also names the symbols V, E, H, P, R, T, B, N, S). */
 #include "model/sl_model.h"
 
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
+#include "common/sl_log.h"
 #include "common/sl_rng.h"
 #include "model/sl_model_internal.h"
 #include "model/sl_sampler.h"
@@ -316,12 +319,44 @@ forward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, co
     }
 }
 
-/* Forward through embedding and layers for the ids in d_x. Per layer, the input
- * projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds only
- * r_{t-1} W_hh^T and runs the fused cell. Activations stay for backward; the state
- * advances to the last step. drop: apply dropout with keys from dkey. */
+/* Layer l over the window by the per-step path: its input projection, the recurrent
+ * loop (replayed where recorded), the state advanced to the last step. */
 static void
-forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
+fused_layer_forward(sl_lm_t *lm, sl_lm_state_t *st, int l, int T, int B, const float *in, int sym)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    const float *w = lm->params;
+    sl_lm_layer_t *ly = &lm->layer[l];
+    int h = ly->h, g4 = 4 * ly->h, r = ly->r, N = T * B;
+    const float *whh, *proj;
+    int recording;
+
+    if (l == 0 && sym) {
+        symbol_projection_forward(lm, N, sym);
+    } else {
+        packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
+                       ly->gates, g4);
+        o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
+    }
+    whh = pack_recurrent(lm, ly, 1, T);
+    proj = pack_projection(lm, ly, 1, T);
+    if (!loop_replayed(lm, &ly->loop[0], T, B, whh, proj, &recording)) {
+        forward_steps(lm, ly, T, B, whh, proj);
+        loop_recorded(lm, &ly->loop[0], recording);
+    }
+    o->copy(ctx, (size_t)B * (size_t)r, ly->rs + (size_t)(N - B) * (size_t)r, st->h[l]);
+    o->copy(ctx, (size_t)B * (size_t)h, ly->c + (size_t)(N - B) * (size_t)h, st->c[l]);
+}
+
+/* Forward through embedding and layers for the ids in d_x. Per layer (fused path), the
+ * input projection of all T steps is one (N, in) x (in, 4H) gemm; each step then adds
+ * only r_{t-1} W_hh^T and runs the fused cell; or (cudnn path) the backend's
+ * whole-layer op (train: keeping what its backward needs). Activations stay for
+ * backward; the state advances to the last step. drop: apply dropout with keys from
+ * dkey. */
+static void
+forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym, int train)
 {
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
@@ -334,27 +369,16 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym)
         o->dropout(ctx, (size_t)N * (size_t)lm->E, lm->dropout, dropout_key(dkey, 0), lm->x0);
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
-        int h = ly->h, g4 = 4 * ly->h, r = ly->r;
-        const float *whh, *proj;
-        int recording;
+        int h = ly->h, r = ly->r;
 
         o->copy(ctx, (size_t)B * (size_t)r, st->h[l], ly->h0);
         o->copy(ctx, (size_t)B * (size_t)h, st->c[l], ly->c0);
-        if (l == 0 && sym) {
-            symbol_projection_forward(lm, N, sym);
-        } else {
-            packed_product(lm, N, 0, 1, N, g4, ly->in, in, ly->in, w + ly->w_ih, ly->in, 0.0f,
-                           ly->gates, g4);
-            o->add_bias(ctx, N, g4, w + ly->b, ly->gates);
-        }
-        whh = pack_recurrent(lm, ly, 1, T);
-        proj = pack_projection(lm, ly, 1, T);
-        if (!loop_replayed(lm, &ly->loop[0], T, B, whh, proj, &recording)) {
-            forward_steps(lm, ly, T, B, whh, proj);
-            loop_recorded(lm, &ly->loop[0], recording);
-        }
-        o->copy(ctx, (size_t)B * (size_t)r, ly->rs + (size_t)(N - B) * (size_t)r, st->h[l]);
-        o->copy(ctx, (size_t)B * (size_t)h, ly->c + (size_t)(N - B) * (size_t)h, st->c[l]);
+        if (lm->lstm_cudnn)
+            o->lstm_layer_forward(ctx, ly->dnn, train, T, B, in, w + ly->w_ih, w + ly->w_hh,
+                                  w + ly->b, ly->p > 0 ? w + ly->w_proj : NULL, ly->h0, ly->c0,
+                                  ly->rs, st->h[l], st->c[l]);
+        else
+            fused_layer_forward(lm, st, l, T, B, in, sym);
         if (drop) {
             o->copy(ctx, (size_t)N * (size_t)r, ly->rs, ly->drop);
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), ly->drop);
@@ -475,7 +499,8 @@ backward_steps(sl_lm_t *lm, sl_lm_layer_t *ly, int T, int B, const float *whh, c
 }
 
 /* Backward through the layers (top down) and the embedding, from dbuf[0] = d loss /
- * d top. Per layer the steps run in reverse: dr_t (from above, plus dgates_{t+1} W_hh
+ * d top. Per layer, on the cudnn path, the backend's whole-layer backward; on the fused
+ * path the steps run in reverse: dr_t (from above, plus dgates_{t+1} W_hh
  * accumulated into it in place) -> projection -> cell -> dgates_t. Then the weight
  * gradients of all T steps at once: dW_ih = dG^T X, dW_hh = dG[1..]^T r[..T-1] + the
  * t = 0 term with the carried state, db = column sums, dW_proj = dR^T M, and the input
@@ -494,17 +519,26 @@ backward(sl_lm_t *lm, const sl_lm_state_t *st, int T, int drop, uint64_t dkey, i
         sl_lm_layer_t *ly = &lm->layer[l];
         int h = ly->h, g4 = 4 * ly->h, r = ly->r, in = ly->in;
         float *dr = lm->dbuf[cur];
-        const float *x, *whh = pack_recurrent(lm, ly, 0, T), *proj = pack_projection(lm, ly, 0, T);
+        const float *x, *whh, *proj;
         int recording;
 
         if (drop)
             o->dropout(ctx, (size_t)N * (size_t)r, lm->dropout, dropout_key(dkey, l + 1), dr);
+        x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
+        if (lm->lstm_cudnn) { /* dX into the other buffer, the weight gradients added */
+            cur = 1 - cur;
+            o->lstm_layer_backward(ctx, ly->dnn, T, B, x, ly->h0, ly->c0, ly->rs, dr, lm->dbuf[cur],
+                                   gw + ly->w_ih, gw + ly->w_hh, gw + ly->b,
+                                   ly->p > 0 ? gw + ly->w_proj : NULL);
+            continue;
+        }
+        whh = pack_recurrent(lm, ly, 0, T);
+        proj = pack_projection(lm, ly, 0, T);
         o->zero(ctx, (size_t)B * (size_t)h, lm->dc);
         if (!loop_replayed(lm, &ly->loop[1], T, B, whh, proj, &recording)) {
             backward_steps(lm, ly, T, B, whh, proj, dr);
             loop_recorded(lm, &ly->loop[1], recording);
         }
-        x = l == 0 ? lm->x0 : (drop ? lm->layer[l - 1].drop : lm->layer[l - 1].rs);
         if (l == 0 && sym)
             symbol_projection_backward(lm, N, sym);
         else
@@ -571,28 +605,111 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     return o->to_device(ctx, lm->d_pos_in, lm->pos_in, (size_t)N * i4);
 }
 
-sl_status_t
-sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y, int bptt,
-                 const sl_step_keys_t *keys, double *loss_sum)
+/* The compute of a training step on the ids prepare_ids uploaded: gradients zeroed,
+ * forward, output layer, backward. */
+static void
+train_compute(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, double *loss_sum)
 {
-    const sl_backend_ops_t *o = lm->be->ops;
-    int N, drop = lm->dropout > 0.0f, sym;
-    sl_status_t rc;
+    int N = T * st->batch, drop = lm->dropout > 0.0f;
+    int sym = lm->lstm_cudnn ? 0 : per_symbol(lm, N, drop);
 
-    SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
-    N = bptt * st->batch;
-    lm->stepped = 0;
-    rc = prepare_ids(lm, x, y, N, keys->sample_key);
-    if (rc != SL_OK)
-        return sl_err_prefix(rc, "training step");
-    o->zero(lm->be->ctx, lm->nparams, lm->grads);
-    sym = per_symbol(lm, N, drop);
-    forward(lm, st, bptt, drop, keys->dropout_key, sym);
+    lm->be->ops->zero(lm->be->ctx, lm->nparams, lm->grads);
+    forward(lm, st, T, drop, keys->dropout_key, sym, 1);
     if (lm->sampled)
         output_sampled(lm, N, lm->dbuf[0], loss_sum);
     else
         output_full(lm, N, lm->d_out, lm->loss_scale / (float)N, lm->dbuf[0], loss_sum);
-    backward(lm, st, bptt, drop, keys->dropout_key, sym);
+    backward(lm, st, T, drop, keys->dropout_key, sym);
+}
+
+/* device_options.lstm auto: PICK_RUNS training windows on each path, the state put
+ * back after each (forward kept the window's start in h0, c0), the best of the last
+ * PICK_TIMED as its time; the fused path's first windows run op by op and record its
+ * loops, the later ones replay them, as training will. */
+enum { PICK_RUNS = 5, PICK_TIMED = 2 };
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static sl_status_t
+time_path(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, double *best)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    void *ctx = lm->be->ctx;
+    int B = st->batch;
+
+    *best = HUGE_VAL;
+    for (int i = 0; i < PICK_RUNS; i++) {
+        double t0, dt, loss;
+        sl_status_t rc;
+
+        SL_TRY(o->sync(ctx));
+        t0 = now_s();
+        train_compute(lm, st, T, keys, &loss);
+        rc = o->sync(ctx);
+        dt = now_s() - t0;
+        if (i >= PICK_RUNS - PICK_TIMED && dt < *best)
+            *best = dt;
+        for (int l = 0; l < lm->L; l++) {
+            const sl_lm_layer_t *ly = &lm->layer[l];
+
+            o->copy(ctx, (size_t)B * (size_t)ly->r, ly->h0, st->h[l]);
+            o->copy(ctx, (size_t)B * (size_t)ly->h, ly->c0, st->c[l]);
+        }
+        SL_TRY(rc);
+    }
+    return o->sync(ctx);
+}
+
+static sl_status_t
+pick_lstm(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys)
+{
+    double fused, cudnn;
+    sl_status_t rc;
+
+    lm->lstm_pending = 0;
+    lm->lstm_cudnn = 0;
+    if (sl_lm_lstm_layers_new(lm) != SL_OK) {
+        sl_log_info("model", "device_options.lstm auto: fused (cudnn: %s)", sl_err_msg());
+        return SL_OK;
+    }
+    SL_TRY(time_path(lm, st, T, keys, &fused));
+    lm->lstm_cudnn = 1;
+    rc = time_path(lm, st, T, keys, &cudnn);
+    if (rc != SL_OK) {
+        sl_log_warn("model", "device_options.lstm auto: fused (cudnn failed: %s)", sl_err_msg());
+        sl_lm_lstm_layers_free(lm);
+        return SL_OK;
+    }
+    sl_log_info("model",
+                "device_options.lstm auto: cudnn %.3f ms, fused %.3f ms a training window "
+                "(T %d, B %d): %s",
+                1e3 * cudnn, 1e3 * fused, T, st->batch, cudnn < fused ? "cudnn" : "fused");
+    if (cudnn >= fused)
+        sl_lm_lstm_layers_free(lm);
+    return SL_OK;
+}
+
+sl_status_t
+sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y, int bptt,
+                 const sl_step_keys_t *keys, double *loss_sum)
+{
+    sl_status_t rc;
+
+    SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
+    lm->stepped = 0;
+    rc = prepare_ids(lm, x, y, bptt * st->batch, keys->sample_key);
+    if (rc != SL_OK)
+        return sl_err_prefix(rc, "training step");
+    if (lm->lstm_pending)
+        SL_TRY(pick_lstm(lm, st, bptt, keys));
+    train_compute(lm, st, bptt, keys, loss_sum);
     lm->stepped = 1;
     return SL_OK;
 }
@@ -609,7 +726,7 @@ sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     N = bptt * st->batch;
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)N * sizeof(int32_t)));
     SL_TRY(o->to_device(ctx, lm->d_out, y, (size_t)N * sizeof(int32_t)));
-    forward(lm, st, bptt, 0, 0, 0);
+    forward(lm, st, bptt, 0, 0, 0, 0);
     output_full(lm, N, lm->d_out, 0.0f, NULL, loss_sum);
     return SL_OK;
 }
@@ -623,7 +740,7 @@ sl_lm_next_logits(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, float *logit
 
     SL_TRY(check_step(lm, st, x, x, 1, "next-token step"));
     SL_TRY(o->to_device(ctx, lm->d_x, x, (size_t)B * sizeof(int32_t)));
-    forward(lm, st, 1, 0, 0, 0);
+    forward(lm, st, 1, 0, 0, 0, 0);
     for (int r0 = 0; r0 < B; r0 += lm->chunk) {
         int n = B - r0 < lm->chunk ? B - r0 : lm->chunk;
         o->gemm(ctx, 0, 1, n, V, R, 1.0f, lm->top + (size_t)r0 * (size_t)R, R, lm->params + lm->out,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/sl_alloc.h"
+#include "common/sl_log.h"
 #include "common/sl_rng.h"
 #include "model/sl_model_internal.h"
 #include "model/sl_sampler.h"
@@ -355,6 +356,78 @@ sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_shards, sl_co
 }
 
 sl_status_t
+sl_lm_lstm_layers_new(sl_lm_t *lm)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+
+    for (int l = 0; l < lm->L; l++) {
+        sl_lm_layer_t *ly = &lm->layer[l];
+        sl_status_t rc;
+
+        if (ly->dnn)
+            continue;
+        rc = o->lstm_layer_new(lm->be->ctx, &ly->dnn, ly->in, ly->h, ly->p, lm->max_bptt,
+                               lm->max_batch);
+        if (rc != SL_OK) {
+            sl_lm_lstm_layers_free(lm);
+            return sl_err_prefix(rc, "layer %d", l + 1);
+        }
+    }
+    return SL_OK;
+}
+
+void
+sl_lm_lstm_layers_free(sl_lm_t *lm)
+{
+    for (int l = 0; l < lm->L; l++) {
+        if (lm->layer[l].dnn)
+            lm->be->ops->lstm_layer_free(lm->be->ctx, lm->layer[l].dnn);
+        lm->layer[l].dnn = NULL;
+    }
+    lm->lstm_cudnn = 0;
+}
+
+/* device_options.lstm, a GPU's setting: the CPU backend runs fused whatever it says
+ * (so a GPU run's configuration evaluates on the CPU). On a device: fused; cudnn: the
+ * backend's whole-layer op for every layer, made now, so that a module without it
+ * (built without cuDNN) or a precision it refuses (bf16) is this call's one-line error;
+ * auto: fused where the backend has no such op, else decided at the first training
+ * step (sl_lm_step.c). */
+static sl_status_t
+lstm_setup(sl_lm_t *lm, const sl_config_t *cfg)
+{
+    const char *mode = cfg->device_options.lstm;
+    sl_status_t rc;
+
+    if (strcmp(mode, "fused") == 0 || sl_backend_on_host(lm->be))
+        return SL_OK;
+    if (!lm->be->ops->lstm_layer_new) {
+        if (strcmp(mode, "cudnn") == 0)
+            return sl_err_set(SL_ERR_UNSUPPORTED,
+                              "device_options.lstm: cudnn: device %s has no cuDNN LSTM layers "
+                              "(its shoal-cuda.so was built without cuDNN): use fused or auto",
+                              lm->be->name);
+        sl_log_debug("model", "device_options.lstm auto: fused (shoal-cuda.so has no cuDNN)");
+        return SL_OK;
+    }
+    if (strcmp(mode, "cudnn") != 0) {
+        lm->lstm_pending = 1;
+        return SL_OK;
+    }
+    rc = sl_lm_lstm_layers_new(lm);
+    if (rc != SL_OK)
+        return sl_err_prefix(rc, "device_options.lstm: cudnn");
+    lm->lstm_cudnn = 1;
+    return SL_OK;
+}
+
+const char *
+sl_lm_lstm_path(const sl_lm_t *lm)
+{
+    return lm->lstm_pending ? "auto" : lm->lstm_cudnn ? "cudnn" : "fused";
+}
+
+sl_status_t
 sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_shards,
           int max_batch, sl_backend_t *be)
 {
@@ -381,6 +454,7 @@ sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_s
     SL_TRY_GOTO(DEV_ALLOC(lm, &lm->grads, lm->nparams, "gradients"), st, fail);
     SL_TRY_GOTO(alloc_workspace(lm), st, fail);
     SL_TRY_GOTO(sl_lm_init_params(lm, cfg->run.seed), st, fail);
+    SL_TRY_GOTO(lstm_setup(lm, cfg), st, fail);
     *out = lm;
     return SL_OK;
 fail:
@@ -399,6 +473,7 @@ sl_lm_destroy(sl_lm_t **plm)
         for (int d = 0; d < 2; d++)
             if (lm->layer[l].loop[d].rec)
                 lm->be->ops->record_free(lm->be->ctx, lm->layer[l].loop[d].rec);
+    sl_lm_lstm_layers_free(lm);
     for (int i = 0; i < lm->ndev; i++)
         lm->be->ops->free(lm->be->ctx, lm->dev[i]);
     sl_sampler_fini(&lm->sampler);

@@ -33,12 +33,12 @@
 
 typedef struct {
     char name[32];
-    size_t offset;     /* first element in the flat buffer */
-    size_t count;      /* elements */
-    int sparse;        /* 1: rows of an embedding (exchanged by row), 0: dense */
-    long row_begin;    /* sparse: first vocabulary row of this shard */
-    long rows;         /* sparse: rows in the shard; dense: 0 */
-    int row_len;       /* sparse: elements per row */
+    size_t offset;  /* first element in the flat buffer */
+    size_t count;   /* elements */
+    int sparse;     /* 1: rows of an embedding (exchanged by row), 0: dense */
+    long row_begin; /* sparse: first vocabulary row of this shard */
+    long rows;      /* sparse: rows in the shard; dense: 0 */
+    int row_len;    /* sparse: elements per row */
 } sl_component_t;
 
 typedef struct sl_lm sl_lm_t;
@@ -52,8 +52,8 @@ typedef struct sl_lm_state sl_lm_state_t;
  * eval batch); cfg->train.bptt is the largest T a step accepts. All buffers are sized
  * here, so steps allocate nothing. cfg is only read during the call. SL_ERR_INVALID for
  * sizes out of range (sampled softmax needs 1 <= samples < vocab_size), SL_ERR_NOMEM. */
-sl_status_t sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size,
-                      int embedding_shards, int max_batch, sl_backend_t *be);
+sl_status_t sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_shards,
+                      int max_batch, sl_backend_t *be);
 void sl_lm_destroy(sl_lm_t **lm);
 
 /* The most components a model with embedding_shards row shards per embedding has:
@@ -69,8 +69,8 @@ sl_status_t sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_s
                          sl_component_t *comp, int cap, int *ncomp, size_t *nparams);
 
 size_t sl_lm_nparams(const sl_lm_t *lm);
-float *sl_lm_params(sl_lm_t *lm);  /* backend memory, nparams floats */
-float *sl_lm_grads(sl_lm_t *lm);   /* same layout */
+float *sl_lm_params(sl_lm_t *lm); /* backend memory, nparams floats */
+float *sl_lm_grads(sl_lm_t *lm);  /* same layout */
 int sl_lm_ncomponents(const sl_lm_t *lm);
 const sl_component_t *sl_lm_component(const sl_lm_t *lm, int i);
 /* Deterministic re-initialisation (same result as at sl_lm_new with cfg->run.seed ==
@@ -102,13 +102,15 @@ typedef struct {
  * the state, returns the summed loss (nats) in *loss_sum. Sampled or full softmax as
  * configured. Also records the embedding rows touched (see sl_lm_touched_rows).
  * x, y, keys are host memory. SL_ERR_INVALID when bptt is outside [1, train.bptt], an
- * id is outside [0, V), or st belongs to another model; nothing is changed then. */
-sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
-                             const int32_t *y, int bptt, const sl_step_keys_t *keys,
-                             double *loss_sum);
+ * id is outside [0, V), or st belongs to another model; nothing is changed then. With
+ * device_options.lstm auto on a backend that has both LSTM paths, the first call first
+ * times a few windows of each on these x, y (the state restored after each) and logs
+ * one line with both times and the choice. */
+sl_status_t sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y,
+                             int bptt, const sl_step_keys_t *keys, double *loss_sum);
 /* Forward only, full softmax, no dropout: summed loss of T*B tokens; advances state. */
-sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x,
-                             const int32_t *y, int bptt, double *loss_sum);
+sl_status_t sl_lm_eval_batch(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t *y,
+                             int bptt, double *loss_sum);
 
 /* Forward one step, no dropout: feeds x (B ids, B = the state's batch, host memory),
  * advances the state and writes the output layer's logits (B, V) to host memory
@@ -128,5 +130,11 @@ void sl_lm_set_loss_scale(sl_lm_t *lm, float scale);
  * negatives with sampled softmax, all V rows with full softmax. Only these rows of the
  * embedding / softmax gradients can be nonzero. */
 const int32_t *sl_lm_touched_rows(const sl_lm_t *lm, int output, int *count);
+
+/* The path the LSTM layers run (device_options.lstm): "cudnn" (the backend's whole-layer
+ * op, cuDNN's RNN API), "fused" (per-step gemms and the fused cell), or "auto" while
+ * auto has not yet timed the two (at the first training step; until then evaluation
+ * runs fused). */
+const char *sl_lm_lstm_path(const sl_lm_t *lm);
 
 #endif

@@ -44,6 +44,8 @@ typedef struct {
     float *h0, *c0;  /* (max_batch, R), (max_batch, H) state the step started from */
     /* the recordings of the forward and the backward recurrent loop */
     sl_lm_loop_t loop[2];
+    void *dnn; /* the backend's whole-layer op (lstm_layer_new), while the model
+                  runs the cudnn path or is about to time it; else NULL */
 } sl_lm_layer_t;
 
 struct sl_lm {
@@ -62,36 +64,40 @@ struct sl_lm {
     float *params, *grads;
     sl_component_t *comp;
     int ncomp;
+    /* device_options.lstm: the layers run the backend's whole-layer op (lstm_cudnn, the
+       cudnn path) or the per-step gemms and fused cell; lstm_pending: auto, decided by
+       timing both at the first training step (sl_lm_step.c) */
+    int lstm_cudnn, lstm_pending;
 
     /* device workspace */
-    float *x0;        /* (N, E) embedded input, dropout applied */
-    const float *top; /* (N, R_L) input of the output layer (last r or its dropout) */
-    float *dgates;    /* (N, 4 Hmax) */
-    float *dbuf[2];   /* (N, max(E, Rmax)) gradients w.r.t. layer outputs / inputs */
-    float *dm, *dc;   /* (max_batch, Hmax) */
-    float *packed;    /* (npacked) one operand packed by pack_b for gemm_packed: a layer's
-                         W_hh either way round, or a weight gradient's input (sl_lm_step.c);
-                         NULL where the backend has no gemm_packed */
-    size_t npacked;   /* floats */
+    float *x0;          /* (N, E) embedded input, dropout applied */
+    const float *top;   /* (N, R_L) input of the output layer (last r or its dropout) */
+    float *dgates;      /* (N, 4 Hmax) */
+    float *dbuf[2];     /* (N, max(E, Rmax)) gradients w.r.t. layer outputs / inputs */
+    float *dm, *dc;     /* (max_batch, Hmax) */
+    float *packed;      /* (npacked) one operand packed by pack_b for gemm_packed: a layer's
+                           W_hh either way round, or a weight gradient's input (sl_lm_step.c);
+                           NULL where the backend has no gemm_packed */
+    size_t npacked;     /* floats */
     float *packed_proj; /* (nproj) a layer's W_proj packed for the projections of the
                          recurrent loops, either way round; NULL where not packed */
-    size_t nproj;     /* floats */
-    float *sym;       /* (nsym, 4 H_0) layer 0's input projection per distinct input id
-                         of a training window, forward, and its gate gradients summed per
-                         id, backward (sl_lm_step.c, per_symbol) */
-    float *sym_in;    /* (nsym, E) their embedding rows, then those rows' gradients */
-    int nsym;         /* min(V, max_rows / 2): distinct ids at most where it pays */
+    size_t nproj;       /* floats */
+    float *sym;         /* (nsym, 4 H_0) layer 0's input projection per distinct input id
+                           of a training window, forward, and its gate gradients summed per
+                           id, backward (sl_lm_step.c, per_symbol) */
+    float *sym_in;      /* (nsym, E) their embedding rows, then those rows' gradients */
+    int nsym;           /* min(V, max_rows / 2): distinct ids at most where it pays */
     int32_t *d_slot_in; /* (N) each position's index in the unique input rows */
-    int32_t *d_iota;  /* (max_rows) 0, 1, 2, ...: unit offsets and positions */
-    float *logits;    /* (chunk, V) full softmax, or (N, 1+S) sampled */
-    int chunk;        /* rows of a full-softmax chunk */
-    float *ones;      /* (max_rows) all 1: rank-1 gemms for biases and columns */
-    float *wg;        /* sampled: (N+S, R_L) gathered W_out rows, targets then negatives;
-                         reused for their gradients */
-    float *bg, *dbg;  /* sampled: (N+S) gathered output biases and their gradients */
-    float *logq;      /* sampled: (N+S) log expected counts, targets then negatives */
-    int32_t *d_x;     /* (N) input ids */
-    int32_t *d_out;   /* (N+S) targets, then the negatives */
+    int32_t *d_iota;    /* (max_rows) 0, 1, 2, ...: unit offsets and positions */
+    float *logits;      /* (chunk, V) full softmax, or (N, 1+S) sampled */
+    int chunk;          /* rows of a full-softmax chunk */
+    float *ones;        /* (max_rows) all 1: rank-1 gemms for biases and columns */
+    float *wg;          /* sampled: (N+S, R_L) gathered W_out rows, targets then negatives;
+                           reused for their gradients */
+    float *bg, *dbg;    /* sampled: (N+S) gathered output biases and their gradients */
+    float *logq;        /* sampled: (N+S) log expected counts, targets then negatives */
+    int32_t *d_x;       /* (N) input ids */
+    int32_t *d_out;     /* (N+S) targets, then the negatives */
     int32_t *d_rows_in, *d_off_in, *d_pos_in;    /* unique input rows, offsets, positions */
     int32_t *d_rows_out, *d_off_out, *d_pos_out; /* same for output rows (sampled) */
     void *dev[SL_LM_MAX_DEV_ALLOCS];
@@ -122,5 +128,10 @@ struct sl_lm_state {
     float *h[SL_MAX_LAYERS]; /* (batch, R) last layer output r */
     float *c[SL_MAX_LAYERS]; /* (batch, H) last cell state */
 };
+
+/* sl_model.c: the backend's whole-layer LSTM op for every layer (ly->dnn), and their
+ * release (the model then runs the fused path). */
+sl_status_t sl_lm_lstm_layers_new(sl_lm_t *lm);
+void sl_lm_lstm_layers_free(sl_lm_t *lm);
 
 #endif /* SL_MODEL_INTERNAL_H */

@@ -23,9 +23,11 @@ sl_version_print(FILE *out)
     fprintf(out, "; SHOAL_CPU_ISA picks a lower one)\n");
     fprintf(out, "CUDA module: %s\n", cuda);
 #ifdef SL_CUDNN_FOUND
-    fprintf(out, "cuDNN: %s at build time, not used yet\n", SL_CUDNN_FOUND);
+    fprintf(out, "cuDNN: %s, linked into the CUDA module (device_options.lstm cudnn)\n",
+            SL_CUDNN_FOUND);
 #else
-    fprintf(out, "cuDNN: not found at build time\n");
+    fprintf(out, "cuDNN: not linked (not found at build time, or --without-cudnn): "
+                 "device_options.lstm fused only\n");
 #endif
     return SL_OK;
 }

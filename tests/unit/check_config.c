@@ -105,6 +105,7 @@ static const char *const all_keys[] = {"run.name",
                                        "embedding.seed_groups",
                                        "device",
                                        "precision",
+                                       "device_options.lstm",
                                        NULL};
 
 /* Field-by-field equality (source excepted), written without the schema table. */
@@ -180,6 +181,7 @@ assert_config_equal(const sl_config_t *a, const sl_config_t *b)
     ck_assert_str_eq(a->embedding.seed_groups, b->embedding.seed_groups);
     ck_assert_str_eq(a->device, b->device);
     ck_assert_str_eq(a->precision, b->precision);
+    ck_assert_str_eq(a->device_options.lstm, b->device_options.lstm);
 }
 
 /* The written YAML of c, malloc'd. */
@@ -265,6 +267,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.train.loss_scale.growth_interval, 2000);
     ck_assert_str_eq(c.device, "cpu");
     ck_assert_str_eq(c.precision, "fp32");
+    ck_assert_str_eq(c.device_options.lstm, "auto");
     /* defaults alone do not validate: there is no training text */
     ck_assert_int_eq(sl_config_validate(&c), SL_ERR_CONFIG);
     ck_assert_str_eq(sl_err_msg(), "<defaults>: 'data.train' is required");
@@ -360,7 +363,8 @@ static const char full_yaml[] =
     "       periods: [{match: \"embedding.*\", period: 128}, {period: 4, match: lstm.1}],\n"
     "       stagger: true}\n"
     "device: cuda:1\n"
-    "precision: bf16\n";
+    "precision: bf16\n"
+    "device_options: {lstm: cudnn}\n";
 
 START_TEST(test_full_file)
 {
@@ -429,6 +433,7 @@ START_TEST(test_full_file)
     ck_assert_int_eq(c.sync.keep_node_models, 0);
     ck_assert_str_eq(c.device, "cuda:1");
     ck_assert_str_eq(c.precision, "bf16");
+    ck_assert_str_eq(c.device_options.lstm, "cudnn");
     ck_assert_int_eq(sl_config_validate(&c), SL_OK);
     sl_config_fini(&c);
 }
@@ -619,7 +624,8 @@ START_TEST(test_write_round_trip)
     ck_assert_ptr_nonnull(
         strstr(text, "\n  periods:\n    - {match: \"embedding.*\", period: 128}\n"
                      "    - {match: lstm.1, period: 4}\n  stagger: true\n  timeout_ms:"));
-    ck_assert_ptr_nonnull(strstr(text, "\ndevice: cuda:1\nprecision: bf16\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\ndevice: cuda:1\nprecision: bf16\ndevice_options:\n"
+                                       "  lstm: "));
     ck_assert_ptr_nonnull(
         strstr(text, "\n  train: \"\\x01\\x85\\x9f\\uFFFE\\uFFFF\xc2\xa0\xe2\x80\xa8\"\n"));
     for (int i = 0; all_keys[i]; i++) {

@@ -33,7 +33,7 @@ static const bad_case_t bad_yaml[] = {
      "x.yaml:1:9: unknown key 'outptu' in 'model' (did you mean 'output'?)"},
     {"train.batch: 5",
      "x.yaml:1:1: unknown key 'train.batch' at top level (expected one of: run, data, model, "
-     "train, cluster, topology, sync, embedding, device, precision)"},
+     "train, cluster, topology, sync, embedding, device, precision, device_options)"},
     /* wrong types */
     {"run:\n  name: x\ntrain:\n  batch: lots\n",
      "x.yaml:4:10: 'train.batch' must be an integer, got 'lots'"},
@@ -70,6 +70,8 @@ static const bad_case_t bad_yaml[] = {
     {"device: gpu", "x.yaml:1:9: 'device' must be cpu, cuda or cuda:N (got 'gpu')"},
     {"device: cuda:x", "x.yaml:1:9: 'device' must be cpu, cuda or cuda:N (got 'cuda:x')"},
     {"precision: fp8", "x.yaml:1:12: 'precision' must be one of: fp32, bf16, fp16 (got 'fp8')"},
+    {"device_options: {lstm: cuDNN}",
+     "x.yaml:1:24: 'device_options.lstm' must be one of: auto, cudnn, fused (got 'cuDNN')"},
     /* syntax and shape */
     {"run:\n  name: [x\n", "x.yaml:3:1: YAML syntax error: did not find expected ',' or ']'"},
     {"run:\n\tname: x\n",
@@ -534,7 +536,7 @@ START_TEST(test_control_characters)
     snprintf(expect, sizeof expect,
              "--set %.57s...:1:1: unknown key '%.57s...' at top level "
              "(expected one of: run, data, model, train, cluster, topology, sync, embedding, "
-             "device, precision)",
+             "device, precision, device_options)",
              long_set, long_set);
     ck_assert_str_eq(sl_err_msg(), expect);
     ck_assert_int_eq(c.run.threads, 1);
