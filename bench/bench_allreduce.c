@@ -384,8 +384,8 @@ main(int argc, char **argv)
     else
         snprintf(chunk_text, sizeof chunk_text, "from the size (default, 65536 to %u)",
                  SL_COLLECTIVE_CHUNK_ELEMS);
-    unsigned io =
-        b.io_threads ? b.io_threads : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
+    unsigned io = b.io_threads ? b.io_threads
+                               : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN), 0);
     unsigned stripes = b.emulate ? 1 : b.stripes ? b.stripes : sl_transport_stripes_auto(io);
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
            "floats, %u ZeroMQ I/O threads a node%s, %u stripe%s a peer%s%s, freed large blocks "

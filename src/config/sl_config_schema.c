@@ -218,7 +218,8 @@ const entry_t sl_config_schema[] = {
      .doc = "large frames to nodes on the same machine go through shared memory"},
     {K("cluster.io_threads", T_INT, cluster.io_threads), .def = "0", AT_LEAST(0), AT_MOST(64),
      .doc = "ZeroMQ I/O threads per node; with 2 or more, receiving and sending run on "
-            "different ones (0 = from the machine's cores: 2 from 8 cores on, else 1)"},
+            "different ones (0 = from the machine's cores: 2 from 8 cores on, else 1; gossip-* "
+            "and local-* runs 4 from 16 cores on)"},
     {K("cluster.stripes", T_INT, cluster.stripes), .def = "0", AT_LEAST(0), AT_MOST(16),
      .doc = "ZeroMQ connections per peer, each on its own sending I/O thread; gossip "
             "snapshots and other whole states sent to a peer of 128 KiB and more go in "

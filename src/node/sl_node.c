@@ -21,6 +21,7 @@
 #include "node/sl_node_census.h"
 #include "node/sl_rendezvous.h"
 #include "node/sl_report.h"
+#include "sync/sl_sync_common.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_transport.h"
 
@@ -145,7 +146,11 @@ open_transport(node_t *n, uint64_t run_id)
     to.size = (uint32_t)n->o->size;
     to.timeout_ms = cfg->cluster.timeout_ms;
     to.shm = cfg->cluster.shared_memory;
-    to.io_threads = (unsigned)cfg->cluster.io_threads;
+    to.io_threads =
+        cfg->cluster.io_threads > 0
+            ? (unsigned)cfg->cluster.io_threads
+            : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN),
+                                           sl_sync_is_neighbourhood(cfg->sync.algorithm));
     to.stripes = (unsigned)cfg->cluster.stripes;
     to.secret = cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
     to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;

@@ -71,8 +71,10 @@ sl_transport_opts_default(sl_transport_opts_t *o)
 }
 
 unsigned
-sl_transport_io_threads_auto(long cores)
+sl_transport_io_threads_auto(long cores, int snapshots)
 {
+    if (snapshots && cores >= SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS)
+        return 4u;
     return cores >= SL_TRANSPORT_IO_THREAD_CORES ? 2u : 1u;
 }
 
@@ -81,7 +83,9 @@ sl_transport_stripes_auto(unsigned io_threads)
 {
     unsigned sending = io_threads - (io_threads + 1) / 2;
 
-    return sending < 1 ? 1u : sending > SL_TRANSPORT_MAX_STRIPES ? SL_TRANSPORT_MAX_STRIPES : sending;
+    return sending < 1                          ? 1u
+           : sending > SL_TRANSPORT_MAX_STRIPES ? SL_TRANSPORT_MAX_STRIPES
+                                                : sending;
 }
 
 /* Mailbox release callback for frames it holds, and for frames handed out. */
@@ -179,7 +183,7 @@ sl_transport_new(sl_transport_t **out, const sl_transport_opts_t *o)
              o->bind_endpoint ? o->bind_endpoint : "tcp://127.0.0.1:*");
     t->o.bind_endpoint = t->bind;
     if (t->o.io_threads == 0)
-        t->o.io_threads = sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN));
+        t->o.io_threads = sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN), 0);
     if (t->o.stripes == 0)
         t->o.stripes = sl_transport_stripes_auto(t->o.io_threads);
     if (o->emulate_bits_per_s > 0 || o->emulate_latency_ms > 0 || o->emulate_jitter_ms > 0) {

@@ -68,6 +68,10 @@
 /* Online CPUs from which a node takes two ZeroMQ I/O threads by default, one for
  * sending and one for receiving (sl_transport_io_threads_auto). */
 #define SL_TRANSPORT_IO_THREAD_CORES 8
+/* Online CPUs from which a node whose traffic is mostly whole snapshots to one peer
+ * (gossip and local runs) takes four, two of them sending, each on a stripe of its own
+ * (bench/README.md, "Stripes by kind": +3 to +25% gossip throughput on 16 cores). */
+#define SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS 16
 /* The most connections a node opens to one peer (sl_transport_opts_t.stripes). */
 #define SL_TRANSPORT_MAX_STRIPES SL_MAC_MAX_STRIPES
 /* Payloads from which a frame may take any stripe; smaller ones keep to stripe 0. */
@@ -162,9 +166,12 @@ typedef struct {
 void sl_transport_opts_default(sl_transport_opts_t *o);
 
 /* The I/O threads that io_threads 0 stands for on a machine with cores online CPUs:
- * 2 from SL_TRANSPORT_IO_THREAD_CORES on, else 1 (where the node's own thread and its
- * peers' already share few cores, a second I/O thread only adds switches). */
-unsigned sl_transport_io_threads_auto(long cores);
+ * with snapshots (a run whose frames are mostly whole snapshots to one peer, which take
+ * the stripes: gossip and local algorithms) 4 from SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS
+ * on; else 2 from SL_TRANSPORT_IO_THREAD_CORES on, else 1 (where the node's own thread
+ * and its peers' already share few cores, a second I/O thread only adds switches). A
+ * transport created with io_threads 0 takes the rule without snapshots. */
+unsigned sl_transport_io_threads_auto(long cores, int snapshots);
 /* The stripes that stripes 0 stands for with io_threads I/O threads: one per thread
  * that sends (io_threads minus the first half, rounded up), at least 1. */
 unsigned sl_transport_stripes_auto(unsigned io_threads);

@@ -576,15 +576,25 @@ START_TEST(test_bad_arguments)
     o.io_threads = SL_TRANSPORT_MAX_IO_THREADS + 1;
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(sl_err_msg(), "cluster.io_threads 65"));
-    /* 0: from the cores, one I/O thread below SL_TRANSPORT_IO_THREAD_CORES, two from it on */
-    ck_assert_uint_eq(sl_transport_io_threads_auto(1), 1);
-    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES - 1), 1);
-    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES), 2);
-    ck_assert_uint_eq(sl_transport_io_threads_auto(256), 2);
+    /* 0: from the cores, one I/O thread below SL_TRANSPORT_IO_THREAD_CORES, two from it
+     * on, and with snapshots four from SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS on */
+    for (int snapshots = 0; snapshots <= 1; snapshots++) {
+        ck_assert_uint_eq(sl_transport_io_threads_auto(1, snapshots), 1);
+        ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES - 1, snapshots),
+                          1);
+        ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES, snapshots), 2);
+        ck_assert_uint_eq(
+            sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS - 1, snapshots), 2);
+    }
+    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS, 0), 2);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(SL_TRANSPORT_IO_THREAD_CORES_SNAPSHOTS, 1), 4);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(256, 0), 2);
+    ck_assert_uint_eq(sl_transport_io_threads_auto(256, 1), 4);
+    ck_assert_uint_eq(sl_transport_stripes_auto(4), 2);
     o.io_threads = 0;
     ck_assert_int_eq(sl_transport_new(&t, &o), SL_OK);
     ck_assert_uint_eq(sl_transport_io_threads(t),
-                      sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN)));
+                      sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN), 0));
 
     sl_wire_key_t k = {0, 0, 0, 0, SL_WIRE_DATA};
     ck_assert_int_eq(sl_transport_send(t, &k, v, 2, SL_WIRE_FP32, 1.0f, 0, -1), SL_ERR_INVALID);
