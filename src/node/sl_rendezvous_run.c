@@ -19,6 +19,8 @@ sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table
 {
     int n = t->size;
 
+    if (n < 1) /* no table to keep (and no negative sizes for the allocations below) */
+        return sl_err_set(SL_ERR_INVALID, "rendezvous: a table of %d nodes", n);
     SL_TRY(sl_rdv_table_alloc(&r->table, n));
     for (int i = 0; i < n; i++) {
         const char *ep = t->endpoints[i];
