@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # bench_comm.sh: perplexity against bytes on the wire (issue 18). Per corpus, one node
 # (shoal train) against 4 nodes (shoal run) at equal tokens (each node trains on its
-# quarter of the corpus per epoch), for each sync setting of the list below and each
-# seed; the same settings on every corpus, nothing retuned. Per setting and corpus: the
-# final model's validation perplexity (mean and min-max over the seeds), the bytes each
-# node sent per step (summary.json's wire.bytes_per_step, the mean over the 4 nodes), the
-# ratio to allreduce in fp32 (what a ring allreduce of fp32 gradients sends per node and
-# step) and the gap to the single node's mean perplexity; a Markdown table and a Pareto
-# PNG (perplexity against bytes per node per step, log x).
+# quarter of the corpus per epoch, with a quarter of the single node's batch: the
+# recipe of conf/brown-4nodes-gossip-bmuf.yaml on every corpus), for each sync setting
+# of the list below and each seed; the same settings on every corpus, nothing retuned.
+# Per setting and corpus: the final model's validation perplexity (mean and min-max
+# over the seeds), the bytes each node sent per step (summary.json's
+# wire.bytes_per_step, the mean over the 4 nodes), the ratio to allreduce in fp32 (what
+# a ring allreduce of fp32 gradients sends per node and step) and the gap to the single
+# node's mean perplexity; a Markdown table and a Pareto PNG (perplexity against bytes
+# per node per step, log x).
 #
 #   bench/bench_comm.sh [--corpora LIST] [--settings LIST] [--seeds N] [--epochs E]
 #                       [--steps S] [--quick] [--set KEY=VALUE]... [--out DIR]
@@ -20,11 +22,11 @@
 #   --settings LIST  a subset of the settings (--list prints them); default all
 #   --seeds N        run.seed 1..N for every run, the single node's too (default 3)
 #   --epochs E       train.epochs of every run (default 3, the issue's setting)
-#   --steps S        train.max_steps of each of the 4 nodes, 4 S for the single node
-#                    (equal tokens); 0 = the epochs decide (default 0)
-#   --quick          a small version to try the script: 1 seed, 1 epoch, 80 steps per
-#                    node (320 single), so period 64 syncs once; its figures are not
-#                    the benchmark's
+#   --steps S        train.max_steps of every run, the single node's too: the 4 nodes
+#                    split one node's batch (train.global_batch), so equal steps are
+#                    equal tokens; 0 = the epochs decide (default 0)
+#   --quick          a small version to try the script: 1 seed, 1 epoch, 64 steps a
+#                    run, so period 64 syncs once; its figures are not the benchmark's
 #   --set KEY=VALUE  passed to every run after the settings' keys
 #   --out DIR        run directories (DIR/CORPUS/SETTING-sSEED), logs, table.md,
 #                    pareto.dat and pareto.png (default runs/comm). A run's command line
@@ -136,7 +138,7 @@ cpu=$(bench_cpu)
 
 # The command of run $2 (a setting or "single") with seed $3 on corpus $1, into cmd.
 command_of() {
-    local corpus=$1 name=$2 seed=$3 one four k s1=0 s4=0 common
+    local corpus=$1 name=$2 seed=$3 one four k s1=0 s4=0 common split=()
     case $corpus in
     brown)
         one=$top/conf/brown-word.yaml
@@ -148,15 +150,19 @@ command_of() {
         one=$top/conf/shakespeare-char.yaml
         four=$one
         common=(--set "data.train=$data/tinyshakespeare/input.txt")
+        # the Brown 4-node recipe's: one node's batch (that file's 32) split over the
+        # nodes, so that the four take as many steps as one node
+        split=(--set train.global_batch=32)
         ;;
     esac
-    [ "$steps" = 0 ] || { s1=$((4 * steps)); s4=$steps; }
+    [ "$steps" = 0 ] || { s1=$steps; s4=$steps; }
     common+=(--set "train.epochs=$epochs" --set "run.seed=$seed" --set run.threads=1
         --set run.log_every=50)
     if [ "$name" = single ]; then
         cmd=("$shoal" train "$one" "${common[@]}" --set "train.max_steps=$s1")
     else
-        cmd=("$shoal" run "$four" -n 4 "${common[@]}" --set "train.max_steps=$s4"
+        cmd=("$shoal" run "$four" -n 4 "${common[@]}" ${split[@]+"${split[@]}"}
+            --set "train.max_steps=$s4"
             --set sync.block_momentum=auto --set sync.embedding_period=0)
         for k in $(keys_of "$name"); do
             cmd+=(--set "sync.$k")
@@ -193,7 +199,7 @@ done
 [ -s "$listing" ] || die "no finished run under $out matches these options"
 
 what="$epochs epoch(s), $([ "$steps" = 0 ] && echo "every step of them" ||
-    echo "$steps steps per node ($((4 * steps)) single)"), $seeds seed(s)$(
+    echo "$steps steps a run"), $seeds seed(s)$(
     [ "$quick" = 0 ] || echo ", --quick")"
 python3 - "$out" "$listing" "$cpu" "$what" <<'EOF'
 import json, os, sys
