@@ -115,6 +115,13 @@ sl_status_t sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t 
  * frees; accepts NULL, NULLs *r. */
 void sl_rendezvous_destroy(sl_rendezvous_t **r);
 
+/* Before sl_rendezvous_exchange: ended (NULL: none) is asked at once, then about once
+ * a second, with ctx, while this node waits and has heard from no other (the other
+ * ranks: for rank 0's table; rank 0: while no other rank has registered or said it is
+ * present); any status but SL_OK, its message set, ends the wait with it (sl_node.c:
+ * SL_ERR_ENDED when the run's files say that the run ended without this node). */
+void sl_rendezvous_ask_ended(sl_rendezvous_t *r, sl_status_t (*ended)(void *ctx), void *ctx);
+
 /* The master endpoint with a wildcard port resolved ("tcp://127.0.0.1:41234"). */
 const char *sl_rendezvous_master(const sl_rendezvous_t *r);
 
@@ -130,7 +137,8 @@ const char *sl_rendezvous_master(const sl_rendezvous_t *r);
  *                    refused rank 2: <reason>"; a bad endpoint
  *   SL_ERR_FORMAT    a malformed table
  *   SL_ERR_SHUTDOWN  *interrupt was set
- *   SL_ERR_TRANSPORT a socket failed */
+ *   SL_ERR_TRANSPORT a socket failed
+ *   and what sl_rendezvous_ask_ended's function returned */
 sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                                    const unsigned char *session, sl_rendezvous_table_t *table);
 

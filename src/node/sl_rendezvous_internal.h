@@ -82,6 +82,9 @@ struct sl_rendezvous {
     unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
     size_t present_len;
     double present_at;
+    /* asked while this node waits for the others (sl_rendezvous_ask_ended); NULL: none */
+    sl_status_t (*ended)(void *ctx);
+    void *ended_ctx;
 };
 
 /* A registration, a presence or a confirmation that checked out (sl_rdv_take_message). */
