@@ -371,6 +371,17 @@ sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char 
     send_reason(r, 0, p, KIND_REFUSAL, why);
 }
 
+void
+sl_rdv_busy(sl_rendezvous_t *r, const sl_rdv_message_t *m)
+{
+    sl_log_info("rendezvous",
+                "rank %d registered while this rank 0 comes back itself: told it to register "
+                "again, it is admitted once this node runs",
+                m->rank);
+    send_reason(r, r->run_id, &m->peer, KIND_BUSY,
+                "rank 0 is coming back to the run itself: register again in a while");
+}
+
 /* Checks a registration against the run: 1 when accepted, with the rank and its
  * endpoint (a wildcard host replaced by from) written; else 0 with the reason. */
 static int

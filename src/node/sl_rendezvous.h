@@ -33,6 +33,10 @@
  *             key, u64 generation: rank 0 to another rank, rank's new process's key
  *   confirm   "SLRV" u16 version, u16 kind 8, u64 run id, u32 sender, u32 rank, u64
  *             generation: the answer to a session, once the key is installed
+ *   busy      "SLRV" u16 version, u16 kind 9, u64 run id, reason text: rank 0, coming
+ *             back itself and relaying its own key, to a node of this run that
+ *             registers then: it registers again (every second, as it does) and is
+ *             admitted once rank 0 runs; its wait starts again with each busy
  * A generation is the wall-clock time (ns) at which the process made its rendezvous:
  * of two processes for one rank, the later has the higher one. A node sends its
  * registration again every second while it waits for the table, so that a rank 0 that
@@ -59,6 +63,9 @@
  * frames), so that none of its frames, its hello first, comes before its key. A rank 0
  * that comes back sends its own key to the ranks it gathered, the same way, and waits
  * for them before it goes on; a rank it finds later gets it with its presence answered.
+ * A node that registers while it waits is told it is busy, not refused: it comes back
+ * once rank 0 admits nodes (a refusal failed it, and under shoal run, which does not
+ * restart a node that failed with an error, ended the run).
  * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
  * in the address it saw the registration come from (for its own entry: the master's
  * host), so that the table holds addresses the others can connect to. */

@@ -191,9 +191,10 @@ sl_rdv_relay_own(sl_rendezvous_t *r)
             break;
         if (got > 0 && m.kind == KIND_REGISTER && m.generation == r->table.generations[m.rank])
             continue; /* a gathered node's registration again: it has its table */
-        if (got > 0 && m.kind == KIND_REGISTER) /* not now: it starts again (shoal run) */
-            sl_rdv_refuse(r, &m.peer, "a node",
-                          "rank 0 is coming back to the run itself: start this node again");
+        /* not now: it registers again, and comes back once this node admits nodes
+         * (a refusal failed it, and under shoal run ended the run) */
+        if (got > 0 && m.kind == KIND_REGISTER)
+            sl_rdv_busy(r, &m);
         else if (got > 0 && m.kind == KIND_CONFIRM && m.about == 0 &&
                  m.generation == r->generation && waiting[m.rank]) {
             waiting[m.rank] = 0;

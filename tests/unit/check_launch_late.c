@@ -11,11 +11,15 @@
 #include "config.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "common/sl_clock.h"
+#include "common/sl_log.h"
+#include "node/sl_rendezvous.h"
 #include "test_launch.h"
 #include "test_tool.h"
 
@@ -130,6 +134,142 @@ START_TEST(test_late_node_ends)
 }
 END_TEST
 
+/* ------------------------------------------- a registration while rank 0 comes back */
+
+static sl_secret_t secret;
+
+/* One node's rendezvous exchange (run id 0x5eed) on a thread of the test process. */
+typedef struct {
+    sl_rendezvous_t *r;
+    char endpoint[64];
+    unsigned char session[SL_RDV_SESSION_BYTES];
+    sl_rendezvous_table_t t;
+    sl_status_t st;
+    char msg[512];
+    volatile int done;
+    pthread_t thread;
+} exchange_t;
+
+static void *
+exchange_main(void *arg)
+{
+    exchange_t *x = arg;
+
+    x->st = sl_rendezvous_exchange(x->r, 0x5eed, x->endpoint, x->session, &x->t);
+    snprintf(x->msg, sizeof x->msg, "%s", x->st == SL_OK ? "" : sl_err_msg());
+    x->done = 1;
+    return NULL;
+}
+
+/* Rank rank of 3 at master under CURVE, relaying session keys (cluster.security: mac),
+ * with a session key of byte fill; its exchange started on a thread. */
+static void
+exchange_start(exchange_t *x, int rank, const char *master, unsigned char fill)
+{
+    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, NULL, &secret, 1};
+
+    memset(x, 0, sizeof *x);
+    ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
+    snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d-%d", rank, fill);
+    memset(x->session, fill, sizeof x->session);
+    ck_assert_int_eq(pthread_create(&x->thread, NULL, exchange_main, x), 0);
+}
+
+static void
+exchange_end(exchange_t *x)
+{
+    ck_assert_int_eq(pthread_join(x->thread, NULL), 0);
+    sl_rendezvous_table_fini(&x->t);
+    sl_rendezvous_destroy(&x->r);
+}
+
+/* Rank 1 between its steps: says it is present, installs and confirms a relayed key
+ * (when confirm); the rank whose key came, or -1. */
+static int
+rank1_step(exchange_t *one, int confirm)
+{
+    int rank;
+
+    ck_assert_int_eq(sl_rendezvous_present(one->r, &rank), SL_OK);
+    if (rank >= 0 && confirm)
+        sl_rendezvous_confirm(one->r, rank);
+    test_sleep_ms(5); /* a step */
+    return rank;
+}
+
+/* Under cluster.security: mac, rank 0 comes back to a run (ranks 1 and 2 ran with its
+ * dead predecessor; rank 2 died too) and relays its own new key to rank 1, the node it
+ * gathered; a new process for rank 2 registers just then. It is told to register again
+ * (busy) and comes back once the new rank 0 runs: the live ranks confirm its key, and
+ * it gets the table with rank 0's new key. (Before, it was refused, "rank 0 is coming
+ * back to the run itself: start this node again", and failed; under shoal run a node
+ * that fails with an error is not restarted but ends the run.) */
+START_TEST(test_registration_while_rank0_comes_back)
+{
+    char master[1100], log[1100], *text;
+    exchange_t node[3], zero, back;
+    double end;
+    int came = 0, rank;
+
+    ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
+    snprintf(master, sizeof master, "ipc://%s/rdv-busy", launch_root);
+    snprintf(log, sizeof log, "%s/rdv-busy.log", launch_root);
+    ck_assert_ptr_nonnull(freopen(log, "w", stderr)); /* this test's process only */
+    setvbuf(stderr, NULL, _IOLBF, 0);
+    sl_log_set_level(SL_LOG_INFO);
+    for (int r = 0; r < 3; r++)
+        exchange_start(&node[r], r, master, (unsigned char)(r + 1));
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(pthread_join(node[r].thread, NULL), 0);
+        ck_assert_msg(node[r].st == SL_OK, "rank %d: %s", r, node[r].msg);
+    }
+    /* ranks 0 and 2 die; rank 0 starts again and gathers rank 1, which is present */
+    for (int r = 0; r < 3; r += 2) {
+        sl_rendezvous_table_fini(&node[r].t);
+        sl_rendezvous_destroy(&node[r].r);
+    }
+    exchange_start(&zero, 0, master, 0x55);
+    for (end = sl_clock_now() + HANG_S; rank1_step(&node[1], 0) != 0;)
+        ck_assert_msg(sl_clock_now() < end, "rank 1 never got the new rank 0's key");
+    /* rank 0 now waits for rank 1 to confirm its key: rank 2's new process registers */
+    exchange_start(&back, 2, master, 0x77);
+    for (end = sl_clock_now() + HANG_S; !back.done;) {
+        int said = (text = test_read_file(log, NULL)) && strstr(text, "told it to register again");
+        free(text);
+        if (said)
+            break;
+        ck_assert_msg(sl_clock_now() < end, "rank 0 never answered rank 2's registration");
+        test_sleep_ms(5);
+    }
+    ck_assert_msg(!back.done, "rank 2's new process: %s", back.msg);
+    sl_rendezvous_confirm(node[1].r, 0);
+    for (end = sl_clock_now() + HANG_S; !zero.done;) {
+        ck_assert_msg(sl_clock_now() < end, "the new rank 0 never ended its rendezvous");
+        test_sleep_ms(5);
+    }
+    ck_assert_msg(zero.st == SL_OK, "the new rank 0: %s", zero.msg);
+    ck_assert_int_eq(sl_rendezvous_rejoined(zero.r), 1);
+    /* the run goes on: rank 0 admits between its steps, rank 1 confirms rank 2's key */
+    for (end = sl_clock_now() + HANG_S; !back.done;) {
+        sl_rdv_event_t ev;
+        ck_assert_msg(sl_clock_now() < end, "rank 2 never came back");
+        ck_assert_int_eq(sl_rendezvous_admit(zero.r, &ev, &rank), SL_OK);
+        came += ev == SL_RDV_CAME_BACK && rank == 2;
+        rank1_step(&node[1], 1);
+    }
+    ck_assert_msg(back.st == SL_OK, "rank 2's new process: %s", back.msg);
+    ck_assert_int_eq(came, 1);
+    ck_assert_int_eq(sl_rendezvous_rejoined(back.r), 1);
+    ck_assert_int_eq(back.t.sessions[0], 0x55); /* the new rank 0's key */
+    ck_assert_int_eq(back.t.sessions[SL_RDV_SESSION_BYTES], 2);
+    ck_assert_int_eq(sl_rendezvous_session(node[1].r, 2)[0], 0x77);
+    exchange_end(&back);
+    exchange_end(&zero);
+    sl_rendezvous_table_fini(&node[1].t);
+    sl_rendezvous_destroy(&node[1].r);
+}
+END_TEST
+
 static Suite *
 launch_late_suite(void)
 {
@@ -138,6 +278,7 @@ launch_late_suite(void)
 
     tcase_set_timeout(tc, 4 * HANG_S);
     tcase_add_test(tc, test_late_node_ends);
+    tcase_add_test(tc, test_registration_while_rank0_comes_back);
     suite_add_tcase(s, tc);
     return s;
 }
