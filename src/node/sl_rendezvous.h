@@ -41,7 +41,10 @@
  * of two processes for one rank, the later has the higher one. A node sends its
  * registration again every second while it waits for the table, so that a rank 0 that
  * died with it and was started again has it too; rank 0 knows the same process again
- * by its generation (nothing is refused for that).
+ * by its generation (nothing is refused for that). During the run it answers such a
+ * registration again, where it came from (the answer to the first may have been lost
+ * with a connection that broke and came back under a new ZeroMQ identity); while the
+ * live ranks have yet to confirm the node's key, the answer will go there.
  * Rank 0 keeps its socket for the run and answers such registrations between steps
  * (sl_rendezvous_admit), with the same checks, and one more: a registration of a
  * generation not above the one rank 0 holds for the rank is refused (an old process,

@@ -148,6 +148,13 @@ int sl_rdv_send_session(sl_rendezvous_t *r, const peer_t *p, int rank);
 /* Rank 0, between steps: node m->rank comes back with its registration m: relays its
  * key and answers it once the others confirmed (at once when none is to). */
 sl_status_t sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m);
+/* Rank 0, between steps: registration m again from a process the table has for its
+ * rank (the same generation): one registration already answered, the answer maybe
+ * lost (its connection to rank 0 broke and came back under a new ZeroMQ identity,
+ * where the answer went to the old one), or one still waiting for confirmations. The
+ * table goes (again) where m came from, or, while the confirmations are awaited, will
+ * go there. */
+sl_status_t sl_rdv_answer_again(sl_rendezvous_t *r, const sl_rdv_message_t *m);
 /* Rank 0: takes confirmation m; answers the comebacks all confirmed, or whose time is
  * up. */
 sl_status_t sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m);

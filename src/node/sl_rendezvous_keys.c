@@ -133,6 +133,27 @@ sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m)
 }
 
 sl_status_t
+sl_rdv_answer_again(sl_rendezvous_t *r, const sl_rdv_message_t *m)
+{
+    unsigned char *msg = NULL;
+    size_t len = 0;
+    int e;
+
+    r->routes[m->rank] = m->peer; /* the keys of later comebacks go there too */
+    r->routed[m->rank] = 1;
+    if (r->pending[m->rank]) { /* waiting for confirmations: the answer goes there */
+        r->pending[m->rank]->peer = m->peer;
+        return SL_OK;
+    }
+    SL_TRY(sl_rdv_encode_table(KIND_REJOIN, r->run_id, &r->table, &msg, &len));
+    if ((e = sl_rdv_send_to(r, &m->peer, msg, len)) != 0)
+        sl_log_warn("rendezvous", "could not send the table to rank %d again: %s", m->rank,
+                    zmq_strerror(e));
+    free(msg);
+    return SL_OK;
+}
+
+sl_status_t
 sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m)
 {
     double now = sl_clock_now();

@@ -6,12 +6,18 @@
  * of the model's step (a job started again whole) and a node whose run.dir holds no
  * model (one not shared between hosts) still wait, and time out as before. The tiny
  * two-node run of test_launch.h, the launcher's variables of srun, a free tcp port for
- * the master; no process is left behind. */
+ * the master; no process is left behind.
+ * And two nodes coming back under cluster.security: mac that a relay left without a
+ * table (in-process rendezvous on threads, over ipc): one that registers while rank 0
+ * comes back itself is told to register again and comes back, and one whose answer was
+ * lost has it again; before, each failed, and under shoal run its failure ended the
+ * run. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +26,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "node/sl_rendezvous.h"
+#include "node/sl_rendezvous_internal.h" /* a process's generation, given to a second one */
 #include "test_launch.h"
 #include "test_tool.h"
 
@@ -162,17 +169,31 @@ exchange_main(void *arg)
 }
 
 /* Rank rank of 3 at master under CURVE, relaying session keys (cluster.security: mac),
- * with a session key of byte fill; its exchange started on a thread. */
+ * with a session key of byte fill, stopped when *stop is set (may be NULL); its
+ * exchange not started yet. */
 static void
-exchange_start(exchange_t *x, int rank, const char *master, unsigned char fill)
+exchange_open(exchange_t *x, int rank, const char *master, unsigned char fill,
+              volatile sig_atomic_t *stop)
 {
-    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, NULL, &secret, 1};
+    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, stop, &secret, 1};
 
     memset(x, 0, sizeof *x);
     ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
     snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d-%d", rank, fill);
     memset(x->session, fill, sizeof x->session);
+}
+
+static void
+exchange_go(exchange_t *x)
+{
     ck_assert_int_eq(pthread_create(&x->thread, NULL, exchange_main, x), 0);
+}
+
+static void
+exchange_start(exchange_t *x, int rank, const char *master, unsigned char fill)
+{
+    exchange_open(x, rank, master, fill, NULL);
+    exchange_go(x);
 }
 
 static void
@@ -270,6 +291,79 @@ START_TEST(test_registration_while_rank0_comes_back)
 }
 END_TEST
 
+/* Three ranks under cluster.security: mac meet; rank 2's process dies; the first
+ * exchanges of an ended run are done with (ranks 0 and 1 go on). */
+static void
+meet_then_lose_rank2(exchange_t *node, const char *master)
+{
+    ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
+    for (int r = 0; r < 3; r++)
+        exchange_start(&node[r], r, master, (unsigned char)(r + 1));
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(pthread_join(node[r].thread, NULL), 0);
+        ck_assert_msg(node[r].st == SL_OK, "rank %d: %s", r, node[r].msg);
+    }
+    sl_rendezvous_table_fini(&node[2].t);
+    sl_rendezvous_destroy(&node[2].r);
+}
+
+/* A new process for rank 2 comes back under mac: rank 0 relays its key to rank 1 and
+ * waits for the confirmation; meanwhile the node's connection to rank 0 breaks and
+ * comes back under a new ZeroMQ identity (here: a second rendezvous of the same
+ * process's generation; the first one closed), so rank 0's answer would go where
+ * nobody is. Its registration, sent again every second, has it answered where it came
+ * from, and it gets the table with rank 1's key. (Before, rank 0 took the registration
+ * again for one whose answer was on its way and ignored it: the node waited for the
+ * rendezvous timeout and failed, and under shoal run the run ended.) */
+START_TEST(test_answer_lost_sent_again)
+{
+    char master[1100];
+    exchange_t node[3], first, again;
+    static volatile sig_atomic_t stop;
+    double end;
+    int came = 0, rank;
+
+    snprintf(master, sizeof master, "ipc://%s/rdv-again", launch_root);
+    meet_then_lose_rank2(node, master);
+    exchange_open(&first, 2, master, 0x77, &stop);
+    exchange_go(&first);
+    for (end = sl_clock_now() + HANG_S; !came;) {
+        sl_rdv_event_t ev;
+        ck_assert_msg(sl_clock_now() < end, "rank 0 never saw rank 2 come back");
+        ck_assert_int_eq(sl_rendezvous_admit(node[0].r, &ev, &rank), SL_OK);
+        came = ev == SL_RDV_CAME_BACK && rank == 2;
+        test_sleep_ms(5);
+    }
+    for (end = sl_clock_now() + HANG_S; rank1_step(&node[1], 0) != 2;)
+        ck_assert_msg(sl_clock_now() < end, "rank 1 never got rank 2's new key");
+    /* the connection breaks: the process registers again on a new one */
+    stop = 1;
+    ck_assert_int_eq(pthread_join(first.thread, NULL), 0);
+    ck_assert_msg(!first.done || first.st == SL_ERR_SHUTDOWN, "%s", first.msg);
+    exchange_open(&again, 2, master, 0x77, NULL);
+    again.r->generation = first.r->generation; /* the same process */
+    sl_rendezvous_table_fini(&first.t);
+    sl_rendezvous_destroy(&first.r);
+    exchange_go(&again);
+    sl_rendezvous_confirm(node[1].r, 2);
+    for (end = sl_clock_now() + HANG_S; !again.done;) {
+        sl_rdv_event_t ev;
+        ck_assert_msg(sl_clock_now() < end, "rank 2 never had its table");
+        ck_assert_int_eq(sl_rendezvous_admit(node[0].r, &ev, &rank), SL_OK);
+        ck_assert_int_eq(ev, SL_RDV_NOTHING); /* no second comeback */
+        rank1_step(&node[1], 1);
+    }
+    ck_assert_msg(again.st == SL_OK, "rank 2: %s", again.msg);
+    ck_assert_int_eq(sl_rendezvous_rejoined(again.r), 1);
+    ck_assert_int_eq(again.t.sessions[SL_RDV_SESSION_BYTES], 2);
+    exchange_end(&again);
+    for (int r = 1; r >= 0; r--) {
+        sl_rendezvous_table_fini(&node[r].t);
+        sl_rendezvous_destroy(&node[r].r);
+    }
+}
+END_TEST
+
 static Suite *
 launch_late_suite(void)
 {
@@ -279,6 +373,7 @@ launch_late_suite(void)
     tcase_set_timeout(tc, 4 * HANG_S);
     tcase_add_test(tc, test_late_node_ends);
     tcase_add_test(tc, test_registration_while_rank0_comes_back);
+    tcase_add_test(tc, test_answer_lost_sent_again);
     suite_add_tcase(s, tc);
     return s;
 }
