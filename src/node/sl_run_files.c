@@ -362,7 +362,10 @@ sl_run_end_watch_check(sl_run_end_watch_t *w, const sl_config_t *cfg, int nodes)
     ours = !info.train_state && info.has_meta && info.id.nodes == nodes &&
            info.id.sync == cfg->sync.algorithm &&
            strncmp(info.meta.run_name, cfg->run.name, sizeof info.meta.run_name - 1) == 0 &&
-           info.cur.step > w->own_step;
+           info.cur.step > w->own_step &&
+           /* the end of this configuration's run, not of one it continues for longer */
+           (info.cur.epoch >= cfg->train.epochs ||
+            (cfg->train.max_steps > 0 && info.cur.step >= cfg->train.max_steps));
     step = info.cur.step;
     sl_checkpoint_info_fini(&info);
     if (!ours)

@@ -79,7 +79,8 @@ sl_status_t sl_run_model_place(const char *file, const char *path, const sl_run_
  * left to admit it once the others finished. The sign is the run's model.bin in the run
  * directory (the directory this node's config names: a run.dir that other hosts do not
  * share shows none): a model file of a run of this run.name, this number of nodes and
- * this sync.algorithm, written no earlier than this node's newest checkpoint
+ * this sync.algorithm, at the end of this configuration's run (train.epochs done, or
+ * train.max_steps), written no earlier than this node's newest checkpoint
  * (<run dir>/node-R/checkpoint.bin, or its previous generation) and of a later step (any
  * step when the node has none). A node that finished the run itself holds a checkpoint
  * of the model's step, so a job started again whole still meets as before, and the

@@ -38,13 +38,13 @@
 static char key_set[1200];
 
 /* `shoal node CONF` as srun's task rank of 2 (SLURM_PROCID, SLURM_NTASKS) with rank 0's
- * rendezvous at 127.0.0.1:port, the rendezvous timeout timeout_ms and run.dir dir
- * (NULL: the configuration's); its exit status, its stderr into *err. */
+ * rendezvous at 127.0.0.1:port, the rendezvous timeout timeout_ms and one more --set
+ * (NULL: none); its exit status, its stderr into *err. */
 static int
-late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms, const char *dir,
+late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms, const char *set,
           char **err)
 {
-    static char procid[32], portvar[48], timeout[64], dirset[1200];
+    static char procid[32], portvar[48], timeout[64];
     const char *const env[] = {
         procid, "SLURM_NTASKS=2", "SLURM_LOCALID=0", "SHOAL_MASTER_ADDR=127.0.0.1", portvar, NULL};
     const char *args[16] = {"node", conf, "--quiet", SETS, "--set", timeout};
@@ -54,10 +54,9 @@ late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms,
     snprintf(procid, sizeof procid, "SLURM_PROCID=%d", rank);
     snprintf(portvar, sizeof portvar, "SHOAL_MASTER_PORT=%d", port);
     snprintf(timeout, sizeof timeout, "cluster.rendezvous_timeout_ms=%d", timeout_ms);
-    if (dir) {
-        snprintf(dirset, sizeof dirset, "run.dir=%s", dir);
+    if (set) {
         args[11] = "--set";
-        args[12] = dirset;
+        args[12] = set;
     }
     rc = launch_wait(launch_start(tag, env, args), tag, &out, err);
     free(out);
@@ -114,6 +113,11 @@ START_TEST(test_late_node_ends)
 
     /* node 1 died after its checkpoint of step 8: the run ended without it */
     lose_last_checkpoint(1);
+    /* but not a run that continues that one for longer (the model is not its end) */
+    ck_assert_int_eq(late_node("longer", conf, 1, port, 2000, "train.max_steps=32", &err), 1);
+    ck_assert_msg(strstr(err, "no table from rank 0") != NULL, "%s", err);
+    free(err);
+    launch_assert_nothing_left();
     ck_assert_int_eq(late_node("node1", conf, 1, port, 60000, NULL, &err), 0);
     snprintf(want, sizeof want,
              "shoal: node 1: the run ended without this node at step 16 (its model is at %s; "
@@ -125,7 +129,7 @@ START_TEST(test_late_node_ends)
     launch_assert_nothing_left();
 
     /* the same where its run.dir (another host's disk) holds no model: it times out */
-    snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", launch_root);
+    snprintf(elsewhere, sizeof elsewhere, "run.dir=%s/elsewhere", launch_root);
     ck_assert_int_eq(late_node("unshared", conf, 1, port, 2000, elsewhere, &err), 1);
     ck_assert_msg(strstr(err, "no table from rank 0") != NULL, "%s", err);
     free(err);
