@@ -61,6 +61,7 @@ sl_status_str(sl_status_t st)
     case SL_ERR_DEVICE: return "device error";
     case SL_ERR_UNSUPPORTED: return "unsupported";
     case SL_ERR_DROPPED: return "dropped";
+    case SL_ERR_ENDED: return "run ended";
     }
     return "unknown error";
 }

@@ -19,7 +19,8 @@ enum {
     SL_ERR_TRANSPORT = -8,   /* ZeroMQ failure */
     SL_ERR_DEVICE = -9,      /* CUDA / cuBLAS / cuDNN failure */
     SL_ERR_UNSUPPORTED = -10, /* feature not built in or not available */
-    SL_ERR_DROPPED = -11      /* the run's members dropped this node: it may come back */
+    SL_ERR_DROPPED = -11,     /* the run's members dropped this node: it may come back */
+    SL_ERR_ENDED = -12        /* the run this node would join had ended without it */
 };
 
 /* Records a formatted message for the calling thread and returns code, so that

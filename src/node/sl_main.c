@@ -215,7 +215,7 @@ install_run_handlers(void)
 static int
 exit_status(sl_status_t rc)
 {
-    if (rc == SL_OK)
+    if (rc == SL_OK || rc == SL_ERR_ENDED) /* a node with nothing to come back to */
         return SL_EXIT_OK;
     return rc == SL_ERR_CONFIG ? SL_EXIT_USAGE : SL_EXIT_RUNTIME;
 }

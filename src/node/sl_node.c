@@ -21,6 +21,7 @@
 #include "node/sl_node_census.h"
 #include "node/sl_rendezvous.h"
 #include "node/sl_report.h"
+#include "node/sl_run_files.h"
 #include "sync/sl_sync_common.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_transport.h"
@@ -68,7 +69,18 @@ typedef struct {
     int peer_stopped;
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
     char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
+    sl_run_end_watch_t end;      /* whether the run ended without it (run_ended) */
 } node_t;
+
+/* The rendezvous' question while it waits for the others: has the run ended without
+ * this node? (sl_run_end_watch_check: its model.bin says so) */
+static sl_status_t
+run_ended(void *ctx)
+{
+    node_t *n = ctx;
+
+    return sl_run_end_watch_check(&n->end, n->cfg, n->o->size);
+}
 
 /* Between steps, the rendezvous of the run: rank 0 admits the nodes that come back and
  * learns the live ones it did not know; the others say they are present. Under
@@ -337,6 +349,11 @@ meet_peers(node_t *n)
     ro.secret = n->cfg->cluster.security != SL_SECURITY_NONE ? &n->secret : NULL;
     ro.relay_sessions = n->cfg->cluster.security == SL_SECURITY_MAC;
     SL_TRY(sl_rendezvous_new(&rdv, &ro));
+    /* shoal run stops a restarted node itself once the others have finished; a node
+     * that starts over (--no-resume) has nothing to come back to anyway */
+    if (!o->supervised && o->resume &&
+        sl_run_end_watch_init(&n->end, n->cfg, o->rank, o->size) == SL_OK)
+        sl_rendezvous_ask_ended(rdv, run_ended, n);
     snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
     if (o->rank == 0 && o->on_master)
         o->on_master(o->hook_ctx, master);

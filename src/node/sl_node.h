@@ -33,6 +33,12 @@ typedef struct {
      * to the nodes it forks); NULL: read cluster.key_file. Borrowed. */
     const sl_secret_t *secret;
     int resume; /* continue from this node's checkpoint when there is one */
+    /* Started by shoal run, whose supervisor stops a restarted node left waiting once
+     * the others have finished. Otherwise (srun, mpirun, torchrun, by hand) a node that
+     * resumes and waits for the others asks about once a second whether the run ended
+     * without it (sl_run_end_watch_t, its run's model.bin) and then ends with
+     * SL_ERR_ENDED, "the run ended without this node ...: nothing to come back to". */
+    int supervised;
     /* A safetensors file whose weights the node takes when it starts fresh (step 0),
      * as sl_train_opts_t.init; NULL: a random initialisation. Borrowed. */
     const char *init;
@@ -64,7 +70,9 @@ typedef struct {
 
 /* One node (cfg validated; borrowed). Returns SL_OK, SL_ERR_SHUTDOWN when interrupted
  * or stopped by a peer (res->peer_stopped; message "stopped: node 2 failed: ..."),
- * or the error that made it fail (message set), after telling its peers. */
+ * SL_ERR_ENDED when it was started once the run had ended without it (unless
+ * supervised, above; nothing trained), or the error that made it fail (message set),
+ * after telling its peers. */
 sl_status_t sl_node_run(const sl_config_t *cfg, const sl_node_opts_t *o, sl_node_result_t *res);
 
 /* Splits "HOST:PORT" (the cluster.master syntax; port 0 allowed when zero_ok) into

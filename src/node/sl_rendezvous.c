@@ -219,6 +219,13 @@ sl_rendezvous_destroy(sl_rendezvous_t **rp)
     *rp = NULL;
 }
 
+void
+sl_rendezvous_ask_ended(sl_rendezvous_t *r, sl_status_t (*ended)(void *ctx), void *ctx)
+{
+    r->ended = ended;
+    r->ended_ctx = ctx;
+}
+
 const char *
 sl_rendezvous_master(const sl_rendezvous_t *r)
 {
@@ -362,6 +369,17 @@ sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char 
 {
     sl_log_warn("rendezvous", "refused a registration from %s: %s", from, why);
     send_reason(r, 0, p, KIND_REFUSAL, why);
+}
+
+void
+sl_rdv_busy(sl_rendezvous_t *r, const sl_rdv_message_t *m)
+{
+    sl_log_info("rendezvous",
+                "rank %d registered while this rank 0 comes back itself: told it to register "
+                "again, it is admitted once this node runs",
+                m->rank);
+    send_reason(r, r->run_id, &m->peer, KIND_BUSY,
+                "rank 0 is coming back to the run itself: register again in a while");
 }
 
 /* Checks a registration against the run: 1 when accepted, with the rank and its
@@ -567,7 +585,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
       sl_rendezvous_table_t *t)
 {
     int n = r->o.size, count = 1;
-    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0;
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0, asked = 0;
     unsigned char *reg = calloc((size_t)n, 1), *asks = calloc((size_t)n, 1), *msg = NULL;
     peer_t *peers = calloc((size_t)n, sizeof *peers); /* every rank's socket */
     char own[SL_RDV_ENDPOINT_MAX], host[SL_RDV_ENDPOINT_MAX], *colon;
@@ -602,6 +620,13 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
         if (sl_clock_now() >= deadline) {
             st = timed_out_waiting(r, reg, count);
             goto out;
+        }
+        /* nobody heard from yet: a rank 0 started again once the others had finished? */
+        if (r->ended && count == 1 && gather_end == 0 &&
+            sl_clock_now() - asked >= SL_RDV_PRESENT_MS / 1000.0) {
+            asked = sl_clock_now();
+            if ((st = r->ended(r->ended_ctx)) != SL_OK)
+                goto out;
         }
         ready = sl_rdv_wait_readable(r, gather_end > 0 ? gather_end : deadline);
         if (ready < 0) {

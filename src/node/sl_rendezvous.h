@@ -33,11 +33,18 @@
  *             key, u64 generation: rank 0 to another rank, rank's new process's key
  *   confirm   "SLRV" u16 version, u16 kind 8, u64 run id, u32 sender, u32 rank, u64
  *             generation: the answer to a session, once the key is installed
+ *   busy      "SLRV" u16 version, u16 kind 9, u64 run id, reason text: rank 0, coming
+ *             back itself and relaying its own key, to a node of this run that
+ *             registers then: it registers again (every second, as it does) and is
+ *             admitted once rank 0 runs; its wait starts again with each busy
  * A generation is the wall-clock time (ns) at which the process made its rendezvous:
  * of two processes for one rank, the later has the higher one. A node sends its
  * registration again every second while it waits for the table, so that a rank 0 that
  * died with it and was started again has it too; rank 0 knows the same process again
- * by its generation (nothing is refused for that).
+ * by its generation (nothing is refused for that). During the run it answers such a
+ * registration again, where it came from (the answer to the first may have been lost
+ * with a connection that broke and came back under a new ZeroMQ identity); while the
+ * live ranks have yet to confirm the node's key, the answer will go there.
  * Rank 0 keeps its socket for the run and answers such registrations between steps
  * (sl_rendezvous_admit), with the same checks, and one more: a registration of a
  * generation not above the one rank 0 holds for the rank is refused (an old process,
@@ -59,6 +66,9 @@
  * frames), so that none of its frames, its hello first, comes before its key. A rank 0
  * that comes back sends its own key to the ranks it gathered, the same way, and waits
  * for them before it goes on; a rank it finds later gets it with its presence answered.
+ * A node that registers while it waits is told it is busy, not refused: it comes back
+ * once rank 0 admits nodes (a refusal failed it, and under shoal run, which does not
+ * restart a node that failed with an error, ended the run).
  * A node that listens on every interface registers "tcp://0.0.0.0:PORT"; rank 0 puts
  * in the address it saw the registration come from (for its own entry: the master's
  * host), so that the table holds addresses the others can connect to. */
@@ -115,6 +125,13 @@ sl_status_t sl_rendezvous_new(sl_rendezvous_t **out, const sl_rendezvous_opts_t 
  * frees; accepts NULL, NULLs *r. */
 void sl_rendezvous_destroy(sl_rendezvous_t **r);
 
+/* Before sl_rendezvous_exchange: ended (NULL: none) is asked at once, then about once
+ * a second, with ctx, while this node waits and has heard from no other (the other
+ * ranks: for rank 0's table; rank 0: while no other rank has registered or said it is
+ * present); any status but SL_OK, its message set, ends the wait with it (sl_node.c:
+ * SL_ERR_ENDED when the run's files say that the run ended without this node). */
+void sl_rendezvous_ask_ended(sl_rendezvous_t *r, sl_status_t (*ended)(void *ctx), void *ctx);
+
 /* The master endpoint with a wildcard port resolved ("tcp://127.0.0.1:41234"). */
 const char *sl_rendezvous_master(const sl_rendezvous_t *r);
 
@@ -130,7 +147,8 @@ const char *sl_rendezvous_master(const sl_rendezvous_t *r);
  *                    refused rank 2: <reason>"; a bad endpoint
  *   SL_ERR_FORMAT    a malformed table
  *   SL_ERR_SHUTDOWN  *interrupt was set
- *   SL_ERR_TRANSPORT a socket failed */
+ *   SL_ERR_TRANSPORT a socket failed
+ *   and what sl_rendezvous_ask_ended's function returned */
 sl_status_t sl_rendezvous_exchange(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                                    const unsigned char *session, sl_rendezvous_table_t *table);
 

@@ -40,7 +40,8 @@ enum {
     KIND_REJOIN = 5,
     KIND_PRESENT = 6,
     KIND_SESSION = 7,
-    KIND_CONFIRM = 8
+    KIND_CONFIRM = 8,
+    KIND_BUSY = 9
 };
 #define SL_RDV_PRESENT_MS 1000
 #define SL_RDV_GATHER_MS 3000
@@ -82,6 +83,10 @@ struct sl_rendezvous {
     unsigned char present[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
     size_t present_len;
     double present_at;
+    int busy_said; /* the others: rank 0's busy answer was logged */
+    /* asked while this node waits for the others (sl_rendezvous_ask_ended); NULL: none */
+    sl_status_t (*ended)(void *ctx);
+    void *ended_ctx;
 };
 
 /* A registration, a presence or a confirmation that checked out (sl_rdv_take_message). */
@@ -125,6 +130,10 @@ sl_status_t sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezv
                                 unsigned char **out, size_t *len);
 /* Refuses a sender (from: how the log names it) with the reason. */
 void sl_rdv_refuse(sl_rendezvous_t *r, const peer_t *p, const char *from, const char *why);
+/* Rank 0 come back itself, while it relays its own key: tells the node of registration
+ * m (one of this run that checks out) to register again in a while (a busy answer),
+ * rather than refusing it: it waits on, and comes back once rank 0 admits nodes. */
+void sl_rdv_busy(sl_rendezvous_t *r, const sl_rdv_message_t *m);
 /* Once the table is complete: keeps a copy (rank 0: for sl_rendezvous_admit, with the
  * routes to the ranks, routes[i] with an id_len of 0 unknown; routes NULL on the others). */
 sl_status_t sl_rdv_keep_table(sl_rendezvous_t *r, uint64_t run_id, const sl_rendezvous_table_t *t,
@@ -139,6 +148,13 @@ int sl_rdv_send_session(sl_rendezvous_t *r, const peer_t *p, int rank);
 /* Rank 0, between steps: node m->rank comes back with its registration m: relays its
  * key and answers it once the others confirmed (at once when none is to). */
 sl_status_t sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m);
+/* Rank 0, between steps: registration m again from a process the table has for its
+ * rank (the same generation): one registration already answered, the answer maybe
+ * lost (its connection to rank 0 broke and came back under a new ZeroMQ identity,
+ * where the answer went to the old one), or one still waiting for confirmations. The
+ * table goes (again) where m came from, or, while the confirmations are awaited, will
+ * go there. */
+sl_status_t sl_rdv_answer_again(sl_rendezvous_t *r, const sl_rdv_message_t *m);
 /* Rank 0: takes confirmation m; answers the comebacks all confirmed, or whose time is
  * up. */
 sl_status_t sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m);

@@ -8,6 +8,7 @@
 
 #include "common/sl_clock.h"
 #include "common/sl_endian.h"
+#include "common/sl_log.h"
 #include "node/sl_rendezvous_internal.h"
 #include "transport/sl_zmq_status.h"
 
@@ -50,7 +51,8 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
 }
 
 /* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
- * or a status < 0. */
+ * 2 for a busy answer (rank 0 comes back itself: this node registers again), or a
+ * status < 0. */
 static int
 take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
 {
@@ -73,6 +75,15 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
         rc = decode_table(r, run_id, d, len, t);
         rc = rc == SL_OK ? 1 : rc;
         r->rejoined = sl_rdv_head_kind(d, len) == KIND_REJOIN;
+        break;
+    case KIND_BUSY:
+        rc = len >= HEAD_BYTES && sl_get_u64(d + 8) == run_id ? 2 : 0;
+        if (rc && !r->busy_said)
+            sl_log_info("rendezvous",
+                        "rank 0 at %s is coming back to the run itself: rank %d registers "
+                        "again until it is admitted",
+                        sl_rdv_shown(r->master), r->o.rank);
+        r->busy_said |= rc != 0;
         break;
     case KIND_REFUSAL:
     case KIND_GIVE_UP: {
@@ -127,12 +138,19 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
         return sl_zmq_fail("rendezvous: registering with rank 0 at %s", sl_rdv_shown(r->master));
-    for (double sent = sl_clock_now();;) {
+    for (double sent = sl_clock_now(), asked = 0;;) {
         int ready;
         if (sl_rdv_interrupted(r))
             return sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
         if (sl_clock_now() >= deadline)
             break;
+        /* a node started again once the others had finished: nobody will answer */
+        if (r->ended && sl_clock_now() - asked >= SL_RDV_PRESENT_MS / 1000.0) {
+            sl_status_t st;
+            asked = sl_clock_now();
+            if ((st = r->ended(r->ended_ctx)) != SL_OK)
+                return st;
+        }
         /* again every second while no table comes: a rank 0 that died with the
          * registration, started again (a run under churn), has it then; it knows this
          * process's own again by its generation */
@@ -143,7 +161,12 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
         ready = sl_rdv_wait_readable(r, deadline);
         if (ready < 0)
             return ready;
-        if (ready && (ready = take_answer(r, run_id, t)) != 0)
+        if (ready && (ready = take_answer(r, run_id, t)) == 2) {
+            /* rank 0 lives and will admit this node: the wait starts again */
+            deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
+            continue;
+        }
+        if (ready)
             /* the copy: the keys relayed during the run replace its entries */
             return ready < 0 ? ready : sl_rdv_keep_table(r, run_id, t, NULL);
     }

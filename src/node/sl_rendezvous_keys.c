@@ -133,6 +133,27 @@ sl_rdv_comeback(sl_rendezvous_t *r, const sl_rdv_message_t *m)
 }
 
 sl_status_t
+sl_rdv_answer_again(sl_rendezvous_t *r, const sl_rdv_message_t *m)
+{
+    unsigned char *msg = NULL;
+    size_t len = 0;
+    int e;
+
+    r->routes[m->rank] = m->peer; /* the keys of later comebacks go there too */
+    r->routed[m->rank] = 1;
+    if (r->pending[m->rank]) { /* waiting for confirmations: the answer goes there */
+        r->pending[m->rank]->peer = m->peer;
+        return SL_OK;
+    }
+    SL_TRY(sl_rdv_encode_table(KIND_REJOIN, r->run_id, &r->table, &msg, &len));
+    if ((e = sl_rdv_send_to(r, &m->peer, msg, len)) != 0)
+        sl_log_warn("rendezvous", "could not send the table to rank %d again: %s", m->rank,
+                    zmq_strerror(e));
+    free(msg);
+    return SL_OK;
+}
+
+sl_status_t
 sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m)
 {
     double now = sl_clock_now();
@@ -191,9 +212,10 @@ sl_rdv_relay_own(sl_rendezvous_t *r)
             break;
         if (got > 0 && m.kind == KIND_REGISTER && m.generation == r->table.generations[m.rank])
             continue; /* a gathered node's registration again: it has its table */
-        if (got > 0 && m.kind == KIND_REGISTER) /* not now: it starts again (shoal run) */
-            sl_rdv_refuse(r, &m.peer, "a node",
-                          "rank 0 is coming back to the run itself: start this node again");
+        /* not now: it registers again, and comes back once this node admits nodes
+         * (a refusal failed it, and under shoal run ended the run) */
+        if (got > 0 && m.kind == KIND_REGISTER)
+            sl_rdv_busy(r, &m);
         else if (got > 0 && m.kind == KIND_CONFIRM && m.about == 0 &&
                  m.generation == r->generation && waiting[m.rank]) {
             waiting[m.rank] = 0;

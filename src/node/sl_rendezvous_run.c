@@ -90,8 +90,11 @@ sl_rendezvous_admit(sl_rendezvous_t *r, sl_rdv_event_t *ev, int *rank)
             continue;
         }
         if (m.kind == KIND_REGISTER) {
-            if (m.generation == r->table.generations[m.rank])
-                continue; /* its registration again: the answer is on its way */
+            if (m.generation == r->table.generations[m.rank]) {
+                /* its registration again: its answer is on its way, or was lost */
+                SL_TRY(sl_rdv_answer_again(r, &m));
+                continue;
+            }
             if (m.generation < r->table.generations[m.rank]) {
                 sl_rdv_refuse(r, &m.peer, "a node",
                               "a process older than the one the run has for this rank");

@@ -116,6 +116,7 @@ sl_run_child_main(const sl_config_t *cfg, const sl_launch_opts_t *lo, pid_t pare
     no.ipc_dir = ipc_dir;
     no.secret = secret;
     no.resume = lo->resume;
+    no.supervised = 1; /* shoal run decides when a restarted node is too late */
     no.init = lo->init;
     no.quiet = 1;
     no.interrupt = &child_stop;

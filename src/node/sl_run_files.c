@@ -293,3 +293,89 @@ sl_run_model_place(const char *file, const char *path, const sl_run_model_t *min
 
     return sl_file_rename_locked(file, path, run_model_stays, &o, placed);
 }
+
+sl_status_t
+sl_run_end_watch_init(sl_run_end_watch_t *w, const sl_config_t *cfg, int rank, int nodes)
+{
+    char dir[RUN_PATH_MAX];
+
+    memset(w, 0, sizeof *w);
+    w->own_step = -1;
+    SL_TRY(sl_run_dir_path(cfg, dir, sizeof dir));
+    snprintf(w->model, sizeof w->model, "%s/model.bin", dir);
+    if (nodes < 2 || rank < 0 || rank >= nodes)
+        return sl_err_set(SL_ERR_INVALID, "node %d of %d: no run to come back to", rank, nodes);
+    snprintf(w->checkpoint, sizeof w->checkpoint, "%s/node-%d/checkpoint.bin", dir, rank);
+    return SL_OK;
+}
+
+static int
+time_before(struct timespec a, struct timespec b)
+{
+    return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+/* The node's newest sound checkpoint generation: its step and the newest write time. */
+static void
+read_own(sl_run_end_watch_t *w)
+{
+    char prev[RUN_PATH_MAX + 64];
+    const char *paths[2] = {w->checkpoint, prev};
+
+    w->own_read = 1;
+    if (sl_checkpoint_prev_path(w->checkpoint, prev, sizeof prev) != SL_OK)
+        prev[0] = '\0';
+    for (int i = 0; i < 2; i++) {
+        sl_ckpt_info_t info;
+        struct stat sb;
+
+        if (!paths[i][0] || stat(paths[i], &sb) != 0 ||
+            sl_checkpoint_inspect(paths[i], &info) != SL_OK)
+            continue;
+        if (info.train_state && info.cur.step > w->own_step)
+            w->own_step = info.cur.step;
+        if (info.train_state && time_before(w->own_at, sb.st_mtim))
+            w->own_at = sb.st_mtim;
+        sl_checkpoint_info_fini(&info);
+    }
+}
+
+sl_status_t
+sl_run_end_watch_check(sl_run_end_watch_t *w, const sl_config_t *cfg, int nodes)
+{
+    struct stat sb;
+    sl_ckpt_info_t info;
+    int ours;
+    long step;
+    char own[64];
+
+    if (stat(w->model, &sb) != 0 ||
+        (sb.st_mtim.tv_sec == w->model_at.tv_sec && sb.st_mtim.tv_nsec == w->model_at.tv_nsec &&
+         sb.st_size == w->model_size))
+        return SL_OK; /* none, or the one that said no already */
+    w->model_at = sb.st_mtim;
+    w->model_size = sb.st_size;
+    if (!w->own_read)
+        read_own(w);
+    if (time_before(sb.st_mtim, w->own_at) || sl_checkpoint_inspect(w->model, &info) != SL_OK)
+        return SL_OK; /* older than this node's checkpoint, or being written, or damaged */
+    ours = !info.train_state && info.has_meta && info.id.nodes == nodes &&
+           info.id.sync == cfg->sync.algorithm &&
+           strncmp(info.meta.run_name, cfg->run.name, sizeof info.meta.run_name - 1) == 0 &&
+           info.cur.step > w->own_step &&
+           /* the end of this configuration's run, not of one it continues for longer */
+           (info.cur.epoch >= cfg->train.epochs ||
+            (cfg->train.max_steps > 0 && info.cur.step >= cfg->train.max_steps));
+    step = info.cur.step;
+    sl_checkpoint_info_fini(&info);
+    if (!ours)
+        return SL_OK;
+    if (w->own_step >= 0)
+        snprintf(own, sizeof own, "this node's newest checkpoint: step %ld", w->own_step);
+    else
+        snprintf(own, sizeof own, "this node has no checkpoint");
+    return sl_err_set(SL_ERR_ENDED,
+                      "the run ended without this node at step %ld (its model is at %s; %s): "
+                      "nothing to come back to",
+                      step, w->model, own);
+}

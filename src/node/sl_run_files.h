@@ -6,6 +6,9 @@
 #ifndef SL_RUN_FILES_H
 #define SL_RUN_FILES_H
 
+#include <sys/types.h>
+#include <time.h>
+
 #include "common/sl_status.h"
 #include "config/sl_config.h"
 
@@ -70,5 +73,36 @@ int sl_run_model_inspect(const char *path, sl_run_model_t *m, int *evaluated);
  * what stayed. SL_ERR_IO. */
 sl_status_t sl_run_model_place(const char *file, const char *path, const sl_run_model_t *mine,
                                int *placed, sl_run_model_t *there);
+
+/* A node started again for its rank (shoal node under srun, mpirun, torchrun) that waits
+ * for the others at the rendezvous, asking whether the run ended without it: nobody is
+ * left to admit it once the others finished. The sign is the run's model.bin in the run
+ * directory (the directory this node's config names: a run.dir that other hosts do not
+ * share shows none): a model file of a run of this run.name, this number of nodes and
+ * this sync.algorithm, at the end of this configuration's run (train.epochs done, or
+ * train.max_steps), written no earlier than this node's newest checkpoint
+ * (<run dir>/node-R/checkpoint.bin, or its previous generation) and of a later step (any
+ * step when the node has none). A node that finished the run itself holds a checkpoint
+ * of the model's step, so a job started again whole still meets as before, and the
+ * model of an earlier run that this one started over from or continues is older than
+ * the node's checkpoints. */
+typedef struct {
+    char model[4096 + 16];      /* <run dir>/model.bin */
+    char checkpoint[4096 + 32]; /* <run dir>/node-R/checkpoint.bin */
+    int own_read;               /* the node's own checkpoints were looked at */
+    long own_step;              /* the step of its newest one; -1: none */
+    struct timespec own_at;     /* when the newest of them was written */
+    struct timespec model_at;   /* the model.bin looked at last (its time and size) */
+    off_t model_size;
+} sl_run_end_watch_t;
+
+/* For node rank of nodes (> 1) of the run cfg. SL_ERR_INVALID when the paths do not fit. */
+sl_status_t sl_run_end_watch_init(sl_run_end_watch_t *w, const sl_config_t *cfg, int rank,
+                                  int nodes);
+/* SL_OK while there is no sign that the run ended; SL_ERR_ENDED, when there is, with
+ * the message "the run ended without this node at step S (its model is at PATH; this
+ * node's newest checkpoint: step C): nothing to come back to" ("this node has no
+ * checkpoint" when none). Reads the model again only once its time or size changed. */
+sl_status_t sl_run_end_watch_check(sl_run_end_watch_t *w, const sl_config_t *cfg, int nodes);
 
 #endif
