@@ -38,7 +38,8 @@
 #   --list           print the settings and their sync keys, and exit
 #   -h, --help       this text
 #
-# Every 4-node run has sync.block_momentum auto (1 - 1/n), sync.embedding_period 0 and
+# Every 4-node run has sync.block_momentum auto (1 - 1/m for the m models an average
+# takes: 0.5 for gossip-bmuf with q = 1), sync.embedding_period 0 and
 # the setting's keys; int8 and int4 always carry error feedback (doc/config.md,
 # "Quantized deltas"). No run evaluates a test split (data.test is emptied for Brown):
 # the table has none. Environment: SHOAL (default <repo>/build/shoal), SHOAL_DATA

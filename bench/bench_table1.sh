@@ -24,7 +24,7 @@
 #   --set KEY=VALUE  passed on to every run (e.g. --set data.max_tokens=100000 for a
 #                  smoke test, --set device=cuda on a GPU: the 4 nodes share it, or
 #                  --set sync.block_momentum=0.9 against the configurations' auto,
-#                  1 - 1/n)
+#                  1 - 1/m for the m models an average takes)
 #   --table-only   only build the table and the plot from every finished run DIR
 #                  holds, whatever its options (without it, from the runs whose
 #                  options match this invocation's)
