@@ -23,6 +23,7 @@
 #include "config/sl_config.h"
 #include "node/sl_rendezvous.h"
 
+#include "test_exchange.h"
 #include "test_tool.h"
 
 static char tmp_root[] = "/tmp/shoal-check-launch-XXXXXX";
@@ -617,60 +618,10 @@ START_TEST(test_rendezvous_master_started_again)
 }
 END_TEST
 
-/* One node's rendezvous exchange on a thread of the test process. */
-typedef struct {
-    sl_rendezvous_t *r;
-    char endpoint[64];
-    unsigned char session[SL_RDV_SESSION_BYTES];
-    sl_rendezvous_table_t t;
-    sl_status_t st;
-    char msg[512];
-    volatile int done;
-    pthread_t thread;
-} exchange_t;
-
-static void *
-exchange_main(void *arg)
-{
-    exchange_t *x = arg;
-
-    x->st = sl_rendezvous_exchange(x->r, 0x5eed, x->endpoint, x->session, &x->t);
-    snprintf(x->msg, sizeof x->msg, "%s", x->st == SL_OK ? "" : sl_err_msg());
-    x->done = 1;
-    return NULL;
-}
-
-/* Rank rank of 3 at master, relaying session keys, with a session key of byte fill
- * (its generation: now); its exchange not started yet. */
-static void
-exchange_open(exchange_t *x, int rank, const char *master, unsigned char fill)
-{
-    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, NULL, &run_secret, 1};
-
-    memset(x, 0, sizeof *x);
-    ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
-    snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d", rank);
-    memset(x->session, fill, sizeof x->session);
-}
-
-static void
-exchange_go(exchange_t *x)
-{
-    ck_assert_int_eq(pthread_create(&x->thread, NULL, exchange_main, x), 0);
-}
-
-static void
-exchange_end(exchange_t *x)
-{
-    ck_assert_int_eq(pthread_join(x->thread, NULL), 0);
-    sl_rendezvous_table_fini(&x->t);
-    sl_rendezvous_destroy(&x->r);
-}
-
 /* Rank 0 admits between "steps" until x's exchange ended (HANG_S at most); the events
  * it reported counted into came[rank]. */
 static void
-admit_until_done(exchange_t *r0, exchange_t *x, int *came)
+admit_until_done(test_exchange_t *r0, test_exchange_t *x, int *came)
 {
     double end = sl_clock_now() + HANG_S;
 
@@ -694,24 +645,24 @@ admit_until_done(exchange_t *r0, exchange_t *x, int *came)
 START_TEST(test_rendezvous_relay)
 {
     char master[1100];
-    exchange_t node[3], old, back;
+    test_exchange_t node[3], old, back;
     int came[3] = {0, 0, 0}, rank = -1;
     double end;
 
     use_security(1);
     snprintf(master, sizeof master, "ipc://%s/rdv-relay", tmp_root);
     for (int r = 0; r < 3; r++) {
-        exchange_open(&node[r], r, master, (unsigned char)(r + 1));
-        exchange_go(&node[r]);
+        test_exchange_open(&node[r], r, master, &run_secret, (unsigned char)(r + 1), NULL);
+        test_exchange_go(&node[r]);
     }
     for (int r = 0; r < 3; r++) {
         ck_assert_int_eq(pthread_join(node[r].thread, NULL), 0);
         ck_assert_msg(node[r].st == SL_OK, "rank %d: %s", r, node[r].msg);
     }
     /* rank 2's process dies; an old one, then the new one, start again for it */
-    exchange_open(&old, 2, master, 0x66); /* its turn comes below */
-    exchange_open(&back, 2, master, 0x77);
-    exchange_go(&back);
+    test_exchange_open(&old, 2, master, &run_secret, 0x66, NULL); /* its turn comes below */
+    test_exchange_open(&back, 2, master, &run_secret, 0x77, NULL);
+    test_exchange_go(&back);
     for (end = sl_clock_now() + HANG_S; came[2] == 0;) {
         sl_rdv_event_t ev;
         ck_assert_msg(sl_clock_now() < end, "rank 0 never saw rank 2 come back");
@@ -736,7 +687,7 @@ START_TEST(test_rendezvous_relay)
     ck_assert_int_eq(sl_rendezvous_rejoined(back.r), 1);
     ck_assert_int_eq(back.t.sessions[1 * SL_RDV_SESSION_BYTES], 2);
     /* the old process: refused, and nothing changes */
-    exchange_go(&old);
+    test_exchange_go(&old);
     admit_until_done(&node[0], &old, came);
     ck_assert_int_eq(old.st, SL_ERR_INVALID);
     ck_assert_msg(strstr(old.msg, "older than the one the run has"), "%s", old.msg);
@@ -744,8 +695,8 @@ START_TEST(test_rendezvous_relay)
     ck_assert_int_eq(sl_rendezvous_session(node[0].r, 2)[0], 0x77);
     ck_assert_int_eq(sl_rendezvous_present(node[1].r, &rank), SL_OK);
     ck_assert_int_eq(rank, -1);
-    exchange_end(&old);
-    exchange_end(&back);
+    test_exchange_end(&old);
+    test_exchange_end(&back);
     for (int r = 2; r >= 0; r--) {
         sl_rendezvous_table_fini(&node[r].t);
         sl_rendezvous_destroy(&node[r].r);

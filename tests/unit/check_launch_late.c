@@ -27,6 +27,7 @@
 #include "common/sl_log.h"
 #include "node/sl_rendezvous.h"
 #include "node/sl_rendezvous_internal.h" /* a process's generation, given to a second one */
+#include "test_exchange.h"
 #include "test_launch.h"
 #include "test_tool.h"
 
@@ -149,69 +150,18 @@ END_TEST
 
 static sl_secret_t secret;
 
-/* One node's rendezvous exchange (run id 0x5eed) on a thread of the test process. */
-typedef struct {
-    sl_rendezvous_t *r;
-    char endpoint[64];
-    unsigned char session[SL_RDV_SESSION_BYTES];
-    sl_rendezvous_table_t t;
-    sl_status_t st;
-    char msg[512];
-    volatile int done;
-    pthread_t thread;
-} exchange_t;
-
-static void *
-exchange_main(void *arg)
-{
-    exchange_t *x = arg;
-
-    x->st = sl_rendezvous_exchange(x->r, 0x5eed, x->endpoint, x->session, &x->t);
-    snprintf(x->msg, sizeof x->msg, "%s", x->st == SL_OK ? "" : sl_err_msg());
-    x->done = 1;
-    return NULL;
-}
-
-/* Rank rank of 3 at master under CURVE, relaying session keys (cluster.security: mac),
- * with a session key of byte fill, stopped when *stop is set (may be NULL); its
- * exchange not started yet. */
+/* A rank's exchange under this file's secret, started. */
 static void
-exchange_open(exchange_t *x, int rank, const char *master, unsigned char fill,
-              volatile sig_atomic_t *stop)
+exchange_start(test_exchange_t *x, int rank, const char *master, unsigned char fill)
 {
-    sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, stop, &secret, 1};
-
-    memset(x, 0, sizeof *x);
-    ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
-    snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d-%d", rank, fill);
-    memset(x->session, fill, sizeof x->session);
-}
-
-static void
-exchange_go(exchange_t *x)
-{
-    ck_assert_int_eq(pthread_create(&x->thread, NULL, exchange_main, x), 0);
-}
-
-static void
-exchange_start(exchange_t *x, int rank, const char *master, unsigned char fill)
-{
-    exchange_open(x, rank, master, fill, NULL);
-    exchange_go(x);
-}
-
-static void
-exchange_end(exchange_t *x)
-{
-    ck_assert_int_eq(pthread_join(x->thread, NULL), 0);
-    sl_rendezvous_table_fini(&x->t);
-    sl_rendezvous_destroy(&x->r);
+    test_exchange_open(x, rank, master, &secret, fill, NULL);
+    test_exchange_go(x);
 }
 
 /* Rank 1 between its steps: says it is present, installs and confirms a relayed key
  * (when confirm); the rank whose key came, or -1. */
 static int
-rank1_step(exchange_t *one, int confirm)
+rank1_step(test_exchange_t *one, int confirm)
 {
     int rank;
 
@@ -232,7 +182,7 @@ rank1_step(exchange_t *one, int confirm)
 START_TEST(test_registration_while_rank0_comes_back)
 {
     char master[1100], log[1100], *text;
-    exchange_t node[3], zero, back;
+    test_exchange_t node[3], zero, back;
     double end;
     int came = 0, rank;
 
@@ -288,8 +238,8 @@ START_TEST(test_registration_while_rank0_comes_back)
     ck_assert_int_eq(back.t.sessions[0], 0x55); /* the new rank 0's key */
     ck_assert_int_eq(back.t.sessions[SL_RDV_SESSION_BYTES], 2);
     ck_assert_int_eq(sl_rendezvous_session(node[1].r, 2)[0], 0x77);
-    exchange_end(&back);
-    exchange_end(&zero);
+    test_exchange_end(&back);
+    test_exchange_end(&zero);
     sl_rendezvous_table_fini(&node[1].t);
     sl_rendezvous_destroy(&node[1].r);
 }
@@ -298,7 +248,7 @@ END_TEST
 /* Three ranks under cluster.security: mac meet; rank 2's process dies; the first
  * exchanges of an ended run are done with (ranks 0 and 1 go on). */
 static void
-meet_then_lose_rank2(exchange_t *node, const char *master)
+meet_then_lose_rank2(test_exchange_t *node, const char *master)
 {
     ck_assert_int_eq(sl_secret_make(&secret), SL_OK);
     for (int r = 0; r < 3; r++)
@@ -322,15 +272,15 @@ meet_then_lose_rank2(exchange_t *node, const char *master)
 START_TEST(test_answer_lost_sent_again)
 {
     char master[1100];
-    exchange_t node[3], first, again;
+    test_exchange_t node[3], first, again;
     static volatile sig_atomic_t stop;
     double end;
     int came = 0, rank;
 
     snprintf(master, sizeof master, "ipc://%s/rdv-again", launch_root);
     meet_then_lose_rank2(node, master);
-    exchange_open(&first, 2, master, 0x77, &stop);
-    exchange_go(&first);
+    test_exchange_open(&first, 2, master, &secret, 0x77, &stop);
+    test_exchange_go(&first);
     for (end = sl_clock_now() + HANG_S; !came;) {
         sl_rdv_event_t ev;
         ck_assert_msg(sl_clock_now() < end, "rank 0 never saw rank 2 come back");
@@ -344,11 +294,11 @@ START_TEST(test_answer_lost_sent_again)
     stop = 1;
     ck_assert_int_eq(pthread_join(first.thread, NULL), 0);
     ck_assert_msg(!first.done || first.st == SL_ERR_SHUTDOWN, "%s", first.msg);
-    exchange_open(&again, 2, master, 0x77, NULL);
+    test_exchange_open(&again, 2, master, &secret, 0x77, NULL);
     again.r->generation = first.r->generation; /* the same process */
     sl_rendezvous_table_fini(&first.t);
     sl_rendezvous_destroy(&first.r);
-    exchange_go(&again);
+    test_exchange_go(&again);
     sl_rendezvous_confirm(node[1].r, 2);
     for (end = sl_clock_now() + HANG_S; !again.done;) {
         sl_rdv_event_t ev;
@@ -360,7 +310,7 @@ START_TEST(test_answer_lost_sent_again)
     ck_assert_msg(again.st == SL_OK, "rank 2: %s", again.msg);
     ck_assert_int_eq(sl_rendezvous_rejoined(again.r), 1);
     ck_assert_int_eq(again.t.sessions[SL_RDV_SESSION_BYTES], 2);
-    exchange_end(&again);
+    test_exchange_end(&again);
     for (int r = 1; r >= 0; r--) {
         sl_rendezvous_table_fini(&node[r].t);
         sl_rendezvous_destroy(&node[r].r);
