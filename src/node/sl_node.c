@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "node/sl_ipc_dir.h"
 #include "node/sl_node_backend.h"
@@ -70,15 +71,22 @@ typedef struct {
     char ipc_path[IPC_PATH_MAX]; /* the ipc socket file this node bound; "" if none */
     char ipc_dir[IPC_PATH_MAX];  /* made by this node for it; "" if none */
     sl_run_end_watch_t end;      /* whether the run ended without it (run_ended) */
+    double end_from;             /* sl_clock_now() from which run_ended looks */
 } node_t;
 
 /* The rendezvous' question while it waits for the others: has the run ended without
- * this node? (sl_run_end_watch_check: its model.bin says so) */
+ * this node? (sl_run_end_watch_check: its model.bin says so) Only once a quarter of the
+ * rendezvous timeout has passed with no answer: the same files are left when a whole
+ * job is started again after the run ended without this node (a requeue), and then the
+ * others come, meet it and hand it the last step (README, "Which step a run resumes
+ * from"); a node started alone has nobody to wait for. */
 static sl_status_t
 run_ended(void *ctx)
 {
     node_t *n = ctx;
 
+    if (sl_clock_now() < n->end_from)
+        return SL_OK;
     return sl_run_end_watch_check(&n->end, n->cfg, n->o->size);
 }
 
@@ -352,8 +360,10 @@ meet_peers(node_t *n)
     /* shoal run stops a restarted node itself once the others have finished; a node
      * that starts over (--no-resume) has nothing to come back to anyway */
     if (!o->supervised && o->resume &&
-        sl_run_end_watch_init(&n->end, n->cfg, o->rank, o->size) == SL_OK)
+        sl_run_end_watch_init(&n->end, n->cfg, o->rank, o->size) == SL_OK) {
+        n->end_from = sl_clock_now() + n->cfg->cluster.rendezvous_timeout_ms / 4000.0;
         sl_rendezvous_ask_ended(rdv, run_ended, n);
+    }
     snprintf(master, sizeof master, "%s", sl_rendezvous_master(rdv) + 6); /* after tcp:// */
     if (o->rank == 0 && o->on_master)
         o->on_master(o->hook_ctx, master);

@@ -35,7 +35,8 @@ typedef struct {
     int resume; /* continue from this node's checkpoint when there is one */
     /* Started by shoal run, whose supervisor stops a restarted node left waiting once
      * the others have finished. Otherwise (srun, mpirun, torchrun, by hand) a node that
-     * resumes and waits for the others asks about once a second whether the run ended
+     * resumes and waits for the others asks, about once a second once a quarter of the
+     * rendezvous timeout has passed with no answer, whether the run ended
      * without it (sl_run_end_watch_t, its run's model.bin) and then ends with
      * SL_ERR_ENDED, "the run ended without this node ...: nothing to come back to". */
     int supervised;

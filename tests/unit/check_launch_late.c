@@ -38,19 +38,16 @@
 
 static char key_set[1200];
 
-/* `shoal node CONF` as srun's task rank of 2 (SLURM_PROCID, SLURM_NTASKS) with rank 0's
- * rendezvous at 127.0.0.1:port, the rendezvous timeout timeout_ms and one more --set
- * (NULL: none); its exit status, its stderr into *err. */
-static int
-late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms, const char *set,
-          char **err)
+/* Starts `shoal node CONF` as srun's task rank of 2 (SLURM_PROCID, SLURM_NTASKS) with
+ * rank 0's rendezvous at 127.0.0.1:port, the rendezvous timeout timeout_ms and one more
+ * --set (NULL: none); its pid. */
+static pid_t
+late_start(const char *tag, const char *conf, int rank, int port, int timeout_ms, const char *set)
 {
-    static char procid[32], portvar[48], timeout[64];
+    char procid[32], portvar[48], timeout[64];
     const char *const env[] = {
         procid, "SLURM_NTASKS=2", "SLURM_LOCALID=0", "SHOAL_MASTER_ADDR=127.0.0.1", portvar, NULL};
     const char *args[16] = {"node", conf, "--quiet", SETS, "--set", timeout};
-    char *out;
-    int rc;
 
     snprintf(procid, sizeof procid, "SLURM_PROCID=%d", rank);
     snprintf(portvar, sizeof portvar, "SHOAL_MASTER_PORT=%d", port);
@@ -59,7 +56,17 @@ late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms,
         args[11] = "--set";
         args[12] = set;
     }
-    rc = launch_wait(launch_start(tag, env, args), tag, &out, err);
+    return launch_start(tag, env, args);
+}
+
+/* late_start's node waited for: its exit status, its stderr into *err. */
+static int
+late_node(const char *tag, const char *conf, int rank, int port, int timeout_ms, const char *set,
+          char **err)
+{
+    char *out;
+    int rc = launch_wait(late_start(tag, conf, rank, port, timeout_ms, set), tag, &out, err);
+
     free(out);
     return rc;
 }
@@ -119,7 +126,7 @@ START_TEST(test_late_node_ends)
     ck_assert_msg(strstr(err, "no table from rank 0") != NULL, "%s", err);
     free(err);
     launch_assert_nothing_left();
-    ck_assert_int_eq(late_node("node1", conf, 1, port, 60000, NULL, &err), 0);
+    ck_assert_int_eq(late_node("node1", conf, 1, port, 20000, NULL, &err), 0);
     snprintf(want, sizeof want,
              "shoal: node 1: the run ended without this node at step 16 (its model is at %s; "
              "this node's newest checkpoint: step 8): nothing to come back to\n",
@@ -127,6 +134,21 @@ START_TEST(test_late_node_ends)
     ck_assert_msg(strstr(err, want) != NULL, "%s", err);
     ck_assert_msg(strstr(err, "no table") == NULL, "%s", err);
     free(err);
+    launch_assert_nothing_left();
+
+    /* the whole job started again with those files (a requeue): rank 0 comes, the two
+     * meet and node 1 takes the last step from node 0; both end well */
+    {
+        pid_t p1 = late_start("requeue1", conf, 1, port, 20000, NULL);
+        pid_t p0 = late_start("requeue0", conf, 0, port, 20000, NULL);
+        ck_assert_int_eq(launch_wait(p1, "requeue1", &out, &err), 0);
+        ck_assert_msg(strstr(err, "nothing to come back to") == NULL, "%s", err);
+        free(out);
+        free(err);
+        ck_assert_int_eq(launch_wait(p0, "requeue0", &out, &err), 0);
+        free(out);
+        free(err);
+    }
     launch_assert_nothing_left();
 
     /* the same where its run.dir (another host's disk) holds no model: it times out */
@@ -138,7 +160,7 @@ START_TEST(test_late_node_ends)
 
     /* rank 0 started again late: nobody registers, the run's model says why */
     lose_last_checkpoint(0);
-    ck_assert_int_eq(late_node("node0", conf, 0, port, 60000, NULL, &err), 0);
+    ck_assert_int_eq(late_node("node0", conf, 0, port, 20000, NULL, &err), 0);
     ck_assert_msg(strstr(err, "shoal: node 0: the run ended without this node at step 16") != NULL,
                   "%s", err);
     free(err);
