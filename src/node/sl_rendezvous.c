@@ -77,6 +77,15 @@ sl_rdv_interrupted(const sl_rendezvous_t *r)
     return r->o.interrupt && *r->o.interrupt;
 }
 
+sl_status_t
+sl_rdv_ask_ended(sl_rendezvous_t *r)
+{
+    if (!r->ended || sl_clock_now() - r->ended_asked < SL_RDV_PRESENT_MS / 1000.0)
+        return SL_OK;
+    r->ended_asked = sl_clock_now();
+    return r->ended(r->ended_ctx);
+}
+
 void
 sl_rdv_format_seconds(int ms, char *buf, size_t size)
 {
@@ -585,7 +594,7 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
       sl_rendezvous_table_t *t)
 {
     int n = r->o.size, count = 1;
-    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0, asked = 0;
+    double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0, gather_end = 0;
     unsigned char *reg = calloc((size_t)n, 1), *asks = calloc((size_t)n, 1), *msg = NULL;
     peer_t *peers = calloc((size_t)n, sizeof *peers); /* every rank's socket */
     char own[SL_RDV_ENDPOINT_MAX], host[SL_RDV_ENDPOINT_MAX], *colon;
@@ -622,12 +631,8 @@ serve(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned 
             goto out;
         }
         /* nobody heard from yet: a rank 0 started again once the others had finished? */
-        if (r->ended && count == 1 && gather_end == 0 &&
-            sl_clock_now() - asked >= SL_RDV_PRESENT_MS / 1000.0) {
-            asked = sl_clock_now();
-            if ((st = r->ended(r->ended_ctx)) != SL_OK)
-                goto out;
-        }
+        if (count == 1 && gather_end == 0 && (st = sl_rdv_ask_ended(r)) != SL_OK)
+            goto out;
         ready = sl_rdv_wait_readable(r, gather_end > 0 ? gather_end : deadline);
         if (ready < 0) {
             st = ready;

@@ -87,6 +87,7 @@ struct sl_rendezvous {
     /* asked while this node waits for the others (sl_rendezvous_ask_ended); NULL: none */
     sl_status_t (*ended)(void *ctx);
     void *ended_ctx;
+    double ended_asked; /* sl_clock_now() when it was last asked; 0: never */
 };
 
 /* A registration, a presence or a confirmation that checked out (sl_rdv_take_message). */
@@ -109,6 +110,9 @@ const char *sl_rdv_shown(const char *endpoint);
 /* Printable ASCII, 1 to SL_RDV_ENDPOINT_MAX - 1 bytes, tcp:// or ipc://. */
 int sl_rdv_good_endpoint(const char *s, size_t len);
 int sl_rdv_interrupted(const sl_rendezvous_t *r);
+/* Asks the function sl_rendezvous_ask_ended gave (if any) whether the run ended without
+ * this node, at most once every SL_RDV_PRESENT_MS: SL_OK when not due or not ended. */
+sl_status_t sl_rdv_ask_ended(sl_rendezvous_t *r);
 void sl_rdv_format_seconds(int ms, char *buf, size_t size);
 sl_status_t sl_rdv_table_alloc(sl_rendezvous_table_t *t, int size);
 /* Sets (or replaces) rank's entry: endpoint (len bytes; 0: unknown, NULL), session

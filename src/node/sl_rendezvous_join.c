@@ -138,19 +138,14 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
     /* the connection's pipe exists from zmq_connect on: this queues, it does not wait */
     if (zmq_send(r->sock, msg, REGISTER_BYTES + len, ZMQ_DONTWAIT) < 0)
         return sl_zmq_fail("rendezvous: registering with rank 0 at %s", sl_rdv_shown(r->master));
-    for (double sent = sl_clock_now(), asked = 0;;) {
+    for (double sent = sl_clock_now();;) {
         int ready;
         if (sl_rdv_interrupted(r))
             return sl_err_set(SL_ERR_SHUTDOWN, "rendezvous: interrupted");
         if (sl_clock_now() >= deadline)
             break;
         /* a node started again once the others had finished: nobody will answer */
-        if (r->ended && sl_clock_now() - asked >= SL_RDV_PRESENT_MS / 1000.0) {
-            sl_status_t st;
-            asked = sl_clock_now();
-            if ((st = r->ended(r->ended_ctx)) != SL_OK)
-                return st;
-        }
+        SL_TRY(sl_rdv_ask_ended(r));
         /* again every second while no table comes: a rank 0 that died with the
          * registration, started again (a run under churn), has it then; it knows this
          * process's own again by its generation */
