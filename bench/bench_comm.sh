@@ -62,6 +62,7 @@ fp32-p8               algorithm=gossip-bmuf period=8
 fp32-p16              algorithm=gossip-bmuf period=16
 int8-p8               algorithm=gossip-bmuf period=8 compression=int8
 int4-p8               algorithm=gossip-bmuf period=8 compression=int4
+int4-b64-p8           algorithm=gossip-bmuf period=8 compression=int4 quant_block=64
 int8-top10-p8         algorithm=gossip-bmuf period=8 compression=int8 topk=0.1
 int4-top10-p8         algorithm=gossip-bmuf period=8 compression=int4 topk=0.1
 int4-p16              algorithm=gossip-bmuf period=16 compression=int4
