@@ -201,7 +201,7 @@ block_scale(const sl_quant_t *q, float m)
 
 sl_status_t
 sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t base, uint64_t key,
-                int all, void *out, size_t cap, size_t *bytes)
+                void *out, size_t cap, size_t *bytes)
 {
     unsigned char *p = out, *scales, *values;
     size_t k, ib = 0, nblocks, total;
@@ -216,7 +216,7 @@ sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t 
         if (!isfinite(q->v[i]))
             return sl_err_set(SL_ERR_INVALID, "quantizer: value %zu is %g", i, (double)q->v[i]);
     }
-    k = all ? n : sl_quant_entries(q, n);
+    k = sl_quant_entries(q, n);
     sparse = k < n;
     if (sparse) {
         uint32_t prev = 0;

@@ -50,13 +50,13 @@ void sl_quant_topk(const float *x, size_t n, size_t k, uint64_t *keys, uint32_t 
 
 /* Encodes x (n floats, borrowed; n <= max_n) into out (cap bytes, caller's; at least
  * sl_quant_max_bytes) as a payload with the given base (sl_wire_quant.h), *bytes its
- * length; all: every entry whatever sync.topk (the weights of a keyframe). resid (n floats) or
+ * length. resid (n floats) or
  * NULL: error feedback: x + resid is what is encoded, and resid becomes (x + resid) - what the
  * receiver decodes. key: the stochastic rounding's stream (value i draws at counter i); unused with
  * nearest. SL_ERR_INVALID when a value (after feedback) is NaN or infinite (nothing written, resid
  * unchanged) or cap is short. */
 sl_status_t sl_quant_encode(sl_quant_t *q, const float *x, float *resid, size_t n, uint64_t base,
-                            uint64_t key, int all, void *out, size_t cap, size_t *bytes);
+                            uint64_t key, void *out, size_t cap, size_t *bytes);
 
 /* Decodes payload (bytes bytes of wire encoding, borrowed: a received frame's) as a
  * vector of n values into x (n floats, caller's): x = the values (0 where an entry was

@@ -13,6 +13,7 @@
 #include "common/sl_rng.h"
 #include "embed/sl_quant.h"
 #include "topology/sl_ring.h"
+#include "transport/sl_collective.h"
 #include "transport/sl_wire_quant.h"
 
 #define NO_ROUND UINT64_MAX /* a mirror that holds nothing valid yet */
@@ -108,19 +109,58 @@ link_of(const sl_sync_delta_t *d, uint32_t r)
     return -1;
 }
 
-/* One push of component c at round to puller p (link j): a keyframe (the weights) or
- * the change since the last push, then out[j] moves by what the puller will decode. A
- * push that cannot be queued is skipped, and the next one on the link is a keyframe. */
+/* The payload of a keyframe: the weights themselves, in fp32, which the puller's mirror
+ * becomes. Not quantized: that would round whole weights, not a change, and put the
+ * error (at int4 some percent of a weight) into the puller's average of that round.
+ * SL_ERR_INVALID when theta is not finite. */
+static sl_status_t
+encode_keyframe(const float *theta, size_t n, float *mirror, const void **payload, uint32_t *count,
+                unsigned *encoding)
+{
+    if (!sl_floats_finite(theta, n))
+        return sl_err_set(SL_ERR_INVALID, "the weights are not finite");
+    memcpy(mirror, theta, n * sizeof *mirror);
+    *payload = theta;
+    *count = (uint32_t)n;
+    *encoding = SL_WIRE_FP32;
+    return SL_OK;
+}
+
+/* The payload of a delta: the change of theta since the puller's mirror, quantized
+ * against base, and the mirror moves by what the puller will decode. SL_ERR_INVALID
+ * when theta is not finite. */
+static sl_status_t
+encode_delta(sl_sync_delta_t *d, const sl_wire_key_t *key, uint64_t base, const float *theta,
+             size_t n, float *mirror, const void **payload, uint32_t *count, unsigned *encoding)
+{
+    uint64_t kw[5] = {d->seed, 'Q', key->component, key->round,
+                      (uint64_t)d->env.rank << 32 | key->peer};
+    size_t bytes;
+
+    for (size_t i = 0; i < n; i++)
+        d->diff[i] = theta[i] - mirror[i];
+    SL_TRY(sl_quant_encode(d->q, d->diff, NULL, n, base, sl_hash_u64s(kw, 5), d->payload,
+                           d->max_bytes, &bytes));
+    *encoding = sl_quant_wire_encoding(d->q);
+    SL_TRY(sl_quant_decode(d->q, *encoding, d->payload, bytes, n, mirror, 1, NULL));
+    *payload = d->payload;
+    *count = (uint32_t)bytes;
+    return SL_OK;
+}
+
+/* One push of component c at round to puller p (link j): every
+ * SL_SYNC_DELTA_KEYFRAME_PUSHES-th a keyframe, else a delta. A push that cannot be
+ * queued is skipped, and the next one on the link is a keyframe. */
 static sl_status_t
 push(sl_sync_delta_t *d, int c, uint64_t round, const float *theta, uint32_t p, int j)
 {
     const sl_component_t *cp = &d->env.comps[c];
-    size_t n = cp->count, at = (size_t)j * (size_t)d->env.ncomps + (size_t)c, bytes;
+    size_t n = cp->count, at = (size_t)j * (size_t)d->env.ncomps + (size_t)c;
     float *mirror = d->out + (size_t)j * d->env.nparams + cp->offset;
-    int key_frame;
-    uint64_t kw[5] = {d->seed, 'Q', (uint64_t)c, round, (uint64_t)d->env.rank << 32 | p};
     sl_wire_key_t key = {round, (uint32_t)c, 0, p, SL_WIRE_GOSSIP_SNAPSHOT};
-    uint32_t back = sl_transport_comebacks(d->env.tr, p);
+    uint32_t back = sl_transport_comebacks(d->env.tr, p), count = 0;
+    const void *payload = NULL;
+    unsigned enc = 0;
     sl_status_t st;
 
     if (back != d->comebacks[j]) { /* a new process for p holds nothing of ours: keyframes */
@@ -128,22 +168,17 @@ push(sl_sync_delta_t *d, int c, uint64_t round, const float *theta, uint32_t p, 
         for (int k = 0; k < d->env.ncomps; k++)
             d->out_pushes[(size_t)j * (size_t)d->env.ncomps + (size_t)k] = 0;
     }
-    key_frame = d->out_pushes[at] % SL_SYNC_DELTA_KEYFRAME_PUSHES == 0;
-
-    for (size_t i = 0; i < n; i++)
-        d->diff[i] = key_frame ? theta[i] : theta[i] - mirror[i];
-    st = sl_quant_encode(d->q, d->diff, NULL, n,
-                         key_frame ? SL_WIRE_QUANT_ABSOLUTE : d->out_round[at], sl_hash_u64s(kw, 5),
-                         key_frame, d->payload, d->max_bytes, &bytes);
-    if (st != SL_OK) {
+    if (d->out_pushes[at] % SL_SYNC_DELTA_KEYFRAME_PUSHES == 0)
+        st = encode_keyframe(theta, n, mirror, &payload, &count, &enc);
+    else
+        st = encode_delta(d, &key, d->out_round[at], theta, n, mirror, &payload, &count, &enc);
+    if (st == SL_ERR_INVALID) { /* a model that is not finite: the pullers go without it */
         sl_log_warn("gossip", "rank %d: %s round %" PRIu64 ": push to rank %u skipped: %s",
                     d->env.rank, cp->name, round, (unsigned)p, sl_err_msg());
-        return SL_OK; /* a model that is not finite: the pullers go without it */
+        return SL_OK;
     }
-    SL_TRY(sl_quant_decode(d->q, sl_quant_wire_encoding(d->q), d->payload, bytes, n, mirror,
-                           !key_frame, NULL));
-    st = sl_transport_send(d->env.tr, &key, d->payload, (uint32_t)bytes,
-                           sl_quant_wire_encoding(d->q), 1.0f, 0, 0);
+    SL_TRY(st);
+    st = sl_transport_send(d->env.tr, &key, payload, count, enc, 1.0f, 0, 0);
     if (st == SL_ERR_TIMEOUT) {
         sl_log_warn("gossip", "rank %d: push to rank %u skipped: %s", d->env.rank, (unsigned)p,
                     sl_err_msg());
@@ -167,6 +202,19 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
     sl_wire_quant_t h;
     sl_status_t st;
 
+    if (f->h.encoding == SL_WIRE_FP32) { /* a keyframe */
+        if (f->h.count != n || !sl_floats_copy_finite(row, f->payload, n)) {
+            char what[160];
+            snprintf(what, sizeof what, "keyframe of %s: %u fp32 values, expected %zu finite ones",
+                     cp->name, (unsigned)f->h.count, n);
+            sl_transport_refuse(d->env.tr, &f, SL_DROP_BAD_SIZE, what);
+            return SL_ERR_INVALID;
+        }
+        sl_transport_frame_release(&f);
+        memcpy(mirror, row, n * sizeof *mirror);
+        d->in_round[at] = round;
+        return SL_OK;
+    }
     if (f->h.encoding != sl_quant_wire_encoding(d->q) ||
         sl_wire_quant_parse(f->h.encoding, f->payload, f->h.payload_bytes, (uint32_t)n, &h, NULL) !=
             SL_OK) {
@@ -177,7 +225,7 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
         sl_transport_refuse(d->env.tr, &f, SL_DROP_BAD_SIZE, what);
         return SL_ERR_INVALID;
     }
-    if (h.base != SL_WIRE_QUANT_ABSOLUTE && (h.base != d->in_round[at] || h.base == NO_ROUND)) {
+    if (h.base != d->in_round[at] || h.base == NO_ROUND) {
         /* a push this node missed: not the sender's fault; its keyframe will mend it */
         if (!d->warned_base++)
             sl_log_warn("gossip",
@@ -187,8 +235,7 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
         sl_transport_frame_release(&f);
         return SL_ERR_INVALID;
     }
-    st = sl_quant_decode(d->q, f->h.encoding, f->payload, f->h.payload_bytes, n, mirror,
-                         h.base != SL_WIRE_QUANT_ABSOLUTE, NULL);
+    st = sl_quant_decode(d->q, f->h.encoding, f->payload, f->h.payload_bytes, n, mirror, 1, NULL);
     sl_transport_frame_release(&f);
     SL_TRY(st); /* parsed above: cannot fail */
     d->in_round[at] = round;

@@ -17,7 +17,9 @@
  * missed, a restart) leaves the message out of its average, and every
  * SL_SYNC_DELTA_KEYFRAME_PUSHES-th push on a link (the first one included, so also after
  * a resume or a rejoin, and the first to a neighbour's new process, known by its hello)
- * carries the quantized weights themselves, after which both mirrors agree again. The
+ * carries the weights themselves in fp32, after which both mirrors agree again, bit for
+ * bit. Not quantized: a keyframe in int4 rounds whole weights (not a change) by some
+ * percent of them, and that error would go into the puller's average of that round. The
  * mirrors are not checkpointed for that reason.
  *
  * Memory: two copies of the model per link (2 x min(2k, n-1) x nparams floats).
@@ -32,7 +34,7 @@
 #include "config/sl_config.h"
 #include "sync/sl_sync_common.h"
 
-/* Pushes per link from one absolute (keyframe) message to the next. */
+/* Pushes per link from one keyframe (the weights in fp32) to the next. */
 #define SL_SYNC_DELTA_KEYFRAME_PUSHES 16u
 
 typedef struct sl_sync_delta sl_sync_delta_t;

@@ -8,8 +8,7 @@
  *    4 u32 block        values per scale, 1 .. SL_WIRE_QUANT_MAX_BLOCK
  *    8 u32 entries      values sent, 0 .. n: n = dense, fewer = sparse with indices
  *   12 u32 index_bytes  bytes of the index stream; 0 when dense
- *   16 u64 base         what the values are a change against (the sender's meaning;
- *                       SL_WIRE_QUANT_ABSOLUTE: the values themselves)
+ *   16 u64 base         what the values are a change against (the sender's meaning)
  *   24 index stream     sparse: entries LEB128 gaps, index_j = index_(j-1) + 1 + gap_j
  *                       from index_(-1) = -1: sorted and unique by construction, each
  *                       checked < n, at most 5 bytes each, no byte left over
@@ -28,7 +27,6 @@
 
 #define SL_WIRE_QUANT_HEAD_BYTES 24u
 #define SL_WIRE_QUANT_MAX_BLOCK 65536u
-#define SL_WIRE_QUANT_ABSOLUTE UINT64_MAX
 /* Largest bytes of one index gap in the stream (LEB128 of a u32). */
 #define SL_WIRE_QUANT_MAX_GAP_BYTES 5u
 

@@ -58,7 +58,7 @@ check_round_trip(sl_compress_t enc, uint32_t block, sl_rounding_t r)
     uint64_t base;
 
     fill(x, N, 7 + block);
-    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 42, 99, 0, buf, sizeof buf, &bytes), SL_OK);
+    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 42, 99, buf, sizeof buf, &bytes), SL_OK);
     ck_assert_uint_eq(bytes, sl_wire_quant_bytes(sl_quant_wire_encoding(q), block, N, 0));
     ck_assert_int_eq(sl_quant_decode(q, sl_quant_wire_encoding(q), buf, bytes, N, y, 0, &base),
                      SL_OK);
@@ -116,15 +116,13 @@ check_feedback(sl_compress_t enc, sl_rounding_t r, double topk)
                 i % BLOCK == 0 ? 1.0f : (float)(step * (0.3 + 0.1 * (sl_rng_double(&rng) - 0.5)));
             truth[i] += x[i];
         }
-        ck_assert_int_eq(sl_quant_encode(q, x, resid, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0,
-                                         buf, sizeof buf, &bytes),
+        ck_assert_int_eq(sl_quant_encode(q, x, resid, N, 7, (uint64_t)t, buf, sizeof buf, &bytes),
                          SL_OK);
         ck_assert_int_eq(sl_quant_decode(q, sl_quant_wire_encoding(q), buf, bytes, N, y, 0, NULL),
                          SL_OK);
         for (size_t i = 0; i < N; i++)
             sent[i] += y[i];
-        ck_assert_int_eq(sl_quant_encode(p, x, NULL, N, SL_WIRE_QUANT_ABSOLUTE, (uint64_t)t, 0, buf,
-                                         sizeof buf, &bytes),
+        ck_assert_int_eq(sl_quant_encode(p, x, NULL, N, 7, (uint64_t)t, buf, sizeof buf, &bytes),
                          SL_OK);
         ck_assert_int_eq(
             sl_quant_decode(p, sl_quant_wire_encoding(p), buf, bytes, N, plain, 0, NULL), SL_OK);
@@ -181,13 +179,13 @@ START_TEST(test_quant_stochastic_unbiased)
 
         for (int d = 0; d < DRAWS; d++) {
             ck_assert_int_eq(
-                sl_quant_encode(s, x, NULL, M, 0, 1000 + (uint64_t)d, 0, a, sizeof a, &na), SL_OK);
+                sl_quant_encode(s, x, NULL, M, 0, 1000 + (uint64_t)d, a, sizeof a, &na), SL_OK);
             ck_assert_int_eq(sl_quant_decode(s, sl_quant_wire_encoding(s), a, na, M, y, 0, NULL),
                              SL_OK);
             for (int i = 0; i < M; i++)
                 mean[i] += y[i] / (double)DRAWS;
         }
-        ck_assert_int_eq(sl_quant_encode(n, x, NULL, M, 0, 0, 0, b, sizeof b, &nb), SL_OK);
+        ck_assert_int_eq(sl_quant_encode(n, x, NULL, M, 0, 0, b, sizeof b, &nb), SL_OK);
         ck_assert_int_eq(sl_quant_decode(n, sl_quant_wire_encoding(n), b, nb, M, z, 0, NULL),
                          SL_OK);
         for (int i = 0; i < M; i++) {
@@ -198,11 +196,11 @@ START_TEST(test_quant_stochastic_unbiased)
         /* int4 nearest rounds 0.3 to 2/7 = 0.2857: a bias far beyond that tolerance */
         if (encs[e] == SL_COMPRESS_INT4)
             ck_assert(fabs(z[1] - x[1]) > 10 * 0.5 / qmax / sqrt((double)DRAWS));
-        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 77, 0, a, sizeof a, &na), SL_OK);
-        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 77, 0, b, sizeof b, &nb), SL_OK);
+        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 77, a, sizeof a, &na), SL_OK);
+        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 77, b, sizeof b, &nb), SL_OK);
         ck_assert_uint_eq(na, nb);
         ck_assert_mem_eq(a, b, na);
-        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 78, 0, b, sizeof b, &nb), SL_OK);
+        ck_assert_int_eq(sl_quant_encode(s, x, NULL, M, 0, 78, b, sizeof b, &nb), SL_OK);
         ck_assert_int_ne(memcmp(a, b, na), 0);
         sl_quant_destroy(&s);
         sl_quant_destroy(&n);
@@ -238,7 +236,7 @@ START_TEST(test_quant_topk)
         ck_assert_msg(better < k, "entry %u ranks %zu", (unsigned)idx[j], better);
     }
     ck_assert_uint_eq(sl_quant_entries(q, N), k);
-    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, 0, a, sizeof a, &na), SL_OK);
+    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, a, sizeof a, &na), SL_OK);
     ck_assert_int_eq(sl_wire_quant_parse(SL_WIRE_INT8, a, na, N, &h, NULL), SL_OK);
     ck_assert_uint_eq(h.entries, k);
     ck_assert_uint_gt(h.index_bytes, 0);
@@ -251,13 +249,9 @@ START_TEST(test_quant_topk)
             ck_assert_float_eq(y[i], 0.0f);
         }
     }
-    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, 0, b, sizeof b, &nb), SL_OK);
+    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, b, sizeof b, &nb), SL_OK);
     ck_assert_uint_eq(na, nb);
     ck_assert_mem_eq(a, b, na);
-    /* all: a keyframe sends every entry whatever topk */
-    ck_assert_int_eq(sl_quant_encode(q, x, NULL, N, 3, 0, 1, b, sizeof b, &nb), SL_OK);
-    ck_assert_int_eq(sl_wire_quant_parse(SL_WIRE_INT8, b, nb, N, &h, NULL), SL_OK);
-    ck_assert_uint_eq(h.entries, N);
     /* all magnitudes equal: the first k indices, whatever the signs */
     for (size_t i = 0; i < N; i++)
         y[i] = i % 3 ? 0.5f : -0.5f;
@@ -282,7 +276,7 @@ payload(unsigned char *p, unsigned enc, int sparse)
     size_t bytes;
 
     ck_assert_int_eq(sl_quant_new(&q, &o, 10), SL_OK);
-    ck_assert_int_eq(sl_quant_encode(q, x, NULL, 10, 0, 0, 0, p, 256, &bytes), SL_OK);
+    ck_assert_int_eq(sl_quant_encode(q, x, NULL, 10, 0, 0, p, 256, &bytes), SL_OK);
     sl_quant_destroy(&q);
     return bytes;
 }
@@ -404,7 +398,7 @@ START_TEST(test_quant_bad_payloads)
             ck_assert_float_eq(x[i], 3.0f);
         /* the encoder: a NaN is refused, not sent */
         x[4] = NAN;
-        ck_assert_int_eq(sl_quant_encode(q, x, NULL, 10, 0, 0, 0, p, sizeof p, &bytes),
+        ck_assert_int_eq(sl_quant_encode(q, x, NULL, 10, 0, 0, p, sizeof p, &bytes),
                          SL_ERR_INVALID);
         sl_quant_destroy(&q);
     }

@@ -131,7 +131,8 @@ max_diff(const test_trio_t *a, const test_trio_t *b)
  * blocks of 4 the nodes end within one quantization step of the largest value (about
  * 2.5 / 127) of where fp32 weights take them, not 30 of them: what one message drops
  * the next one carries. int4 likewise within 2.5 / 7. Every value travels as int8 /
- * int4 (no fp32 bytes), and the result is not fp32's (the quantized path ran). Then
+ * int4 but the keyframes' (pushes 0 and 16 on each of the 2 links: fp32), and the
+ * result is not fp32's (the quantized path ran). Then
  * gossip-ma, where only the pullers get a push each round, and top-k. */
 START_TEST(test_delta_trio_quantized)
 {
@@ -160,7 +161,8 @@ START_TEST(test_delta_trio_quantized)
         for (int k = 0; k < TEST_TRIO_N; k++)
             for (int c = 0; c < TEST_TRIO_NC; c++) {
                 ck_assert_uint_gt(q.stat[k][c].sent_enc_bytes[runs[r].enc], 0);
-                ck_assert_uint_eq(q.stat[k][c].sent_enc_bytes[SL_WIRE_FP32], 0);
+                ck_assert_uint_eq(q.stat[k][c].sent_enc_bytes[SL_WIRE_FP32],
+                                  2 * 2 * test_trio_comps[c].count * sizeof(float));
                 ck_assert_uint_eq(q.stat[k][c].answered, q.stat[k][c].expected);
             }
     }
@@ -242,7 +244,8 @@ pair_delta(sl_transport_t *t, int k, const sl_component_t *comp, const sl_config
  * collects it): round 4's delta is against round 3, which node 1's copy is not of, so
  * it is left out (got 0; a short timeout, since that is what is tested) and so is every
  * delta up to the link's next keyframe, the 16th push, which node 1 takes again, and from
- * then on node 1 rebuilds node 0's weights within one int8 step once more. */
+ * then on node 1 rebuilds node 0's weights within one int8 step once more. A keyframe
+ * gives node 1 the weights bit for bit. */
 START_TEST(test_delta_missed_push)
 {
     enum { C = 64 };
@@ -286,10 +289,76 @@ START_TEST(test_delta_missed_push)
         }
         ck_assert_msg(st == SL_OK && got == 1, "round %d: %s", (int)round, sl_err_msg());
         ck_assert_uint_eq(from[0], 0);
+        if (round == 1 || round == 17) /* keyframes carry the weights in fp32 */
+            ck_assert_mem_eq(recv, theta, sizeof theta);
         for (int i = 0; i < C; i++)
             ck_assert_msg(fabsf(recv[i] - theta[i]) <= (round + 1.0f) / 127 * 0.5f * 1.01f,
                           "round %d, %d: %g for %g", (int)round, i, (double)recv[i],
                           (double)theta[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        sl_sync_delta_destroy(&d[k]);
+        sl_transport_destroy(&t[k]);
+    }
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* Keyframes are fp32 frames, so a forged one is checked like any snapshot: with a NaN,
+ * or of another length, it is refused (counted as a bad size) and node 1 goes without
+ * node 0 that round; node 0's own first push, a keyframe, is then taken bit for bit,
+ * and its next, a delta, within one int8 step. */
+START_TEST(test_delta_forged_keyframe)
+{
+    enum { C = 64 };
+    static const sl_component_t comp[1] = {{"lstm.0", 0, C, 0, 0, 0, 0}};
+    sl_transport_t *t[2];
+    const char *eps[2];
+    sl_sync_delta_t *d[2];
+    sl_config_t cfg;
+    float theta[C], recv[C];
+    uint32_t from[1], one = 1, zero = 0;
+
+    sl_log_set_level(SL_LOG_ERROR);
+    for (int k = 0; k < 2; k++) {
+        t[k] = pair_transport(k);
+        eps[k] = sl_transport_endpoint(t[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
+    sl_config_init(&cfg);
+    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
+    for (int k = 0; k < 2; k++)
+        d[k] = pair_delta(t[k], k, comp, &cfg);
+    for (uint64_t round = 1; round <= 4; round++) {
+        sl_wire_key_t key = {round, 0, 0, 1, SL_WIRE_GOSSIP_SNAPSHOT};
+        size_t got = 9;
+        sl_status_t st;
+
+        for (int i = 0; i < C; i++)
+            theta[i] = (float)cos(0.2 * (double)(i + (int)round));
+        if (round == 1)
+            theta[5] = NAN;
+        if (round <= 2)
+            ck_assert_int_eq(sl_transport_send(t[0], &key, theta, round == 1 ? C : C - 1,
+                                               SL_WIRE_FP32, 1.0f, 0, 0),
+                             SL_OK);
+        else
+            ck_assert_int_eq(
+                sl_sync_delta_exchange(d[0], 0, round, theta, &one, 1, NULL, 0, NULL, NULL, &got),
+                SL_OK);
+        st = sl_sync_delta_exchange(d[1], 0, round, theta, NULL, 0, &zero, 1, recv, from, &got);
+        if (round <= 2) {
+            ck_assert_int_eq(st, SL_ERR_TIMEOUT);
+            ck_assert_uint_eq(got, 0);
+            ck_assert_uint_eq(sl_transport_dropped(t[1], SL_DROP_BAD_SIZE), round);
+            continue;
+        }
+        ck_assert_msg(st == SL_OK && got == 1, "round %d: %s", (int)round, sl_err_msg());
+        if (round == 3)
+            ck_assert_mem_eq(recv, theta, sizeof theta);
+        for (int i = 0; i < C; i++)
+            ck_assert_float_eq_tol(recv[i], theta[i], 2.0f / 127 * 0.5f * 1.01f);
     }
     for (int k = 0; k < 2; k++) {
         sl_sync_delta_destroy(&d[k]);
@@ -375,6 +444,7 @@ sync_delta_suite(void)
     tcase_add_test(core, test_delta_bmuf_bf16);
     tcase_add_test(core, test_delta_missed_push);
     tcase_add_test(core, test_delta_comeback);
+    tcase_add_test(core, test_delta_forged_keyframe);
     suite_add_tcase(s, core);
     return s;
 }
