@@ -203,11 +203,17 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
     sl_status_t st;
 
     if (f->h.encoding == SL_WIRE_FP32) { /* a keyframe */
-        if (f->h.count != n || !sl_floats_copy_finite(row, f->payload, n)) {
-            char what[160];
-            snprintf(what, sizeof what, "keyframe of %s: %u fp32 values, expected %zu finite ones",
-                     cp->name, (unsigned)f->h.count, n);
+        char what[160];
+
+        if (f->h.count != n) {
+            snprintf(what, sizeof what, "keyframe of %s: %u values, expected %zu", cp->name,
+                     (unsigned)f->h.count, n);
             sl_transport_refuse(d->env.tr, &f, SL_DROP_BAD_SIZE, what);
+            return SL_ERR_INVALID;
+        }
+        if (!sl_floats_copy_finite(row, f->payload, n)) {
+            snprintf(what, sizeof what, "keyframe of %s left out of the average", cp->name);
+            sl_transport_refuse(d->env.tr, &f, SL_DROP_NONFINITE, what);
             return SL_ERR_INVALID;
         }
         sl_transport_frame_release(&f);
