@@ -239,6 +239,35 @@ pair_delta(sl_transport_t *t, int k, const sl_component_t *comp, const sl_config
     return d;
 }
 
+/* The pair of the tests below, int8, connected: t[k], d[k] and cfg, for pair_close. */
+static void
+pair_open(sl_transport_t *t[2], sl_sync_delta_t *d[2], sl_config_t *cfg, const sl_component_t *comp)
+{
+    const char *eps[2];
+
+    sl_log_set_level(SL_LOG_ERROR);
+    for (int k = 0; k < 2; k++) {
+        t[k] = pair_transport(k);
+        eps[k] = sl_transport_endpoint(t[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
+    sl_config_init(cfg);
+    ck_assert_int_eq(sl_config_set(cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
+    for (int k = 0; k < 2; k++)
+        d[k] = pair_delta(t[k], k, comp, cfg);
+}
+
+static void
+pair_close(sl_transport_t *t[2], sl_sync_delta_t *d[2], sl_config_t *cfg)
+{
+    for (int k = 0; k < 2; k++) {
+        sl_sync_delta_destroy(&d[k]);
+        sl_transport_destroy(&t[k]);
+    }
+    sl_config_fini(cfg);
+}
+
 /* Two nodes on loopback transports in this thread, node 0 pushing to node 1 (a push is
  * queued at once, so one thread can play both). Node 1 misses round 3's push (it never
  * collects it): round 4's delta is against round 3, which node 1's copy is not of, so
@@ -251,23 +280,12 @@ START_TEST(test_delta_missed_push)
     enum { C = 64 };
     static const sl_component_t comp[1] = {{"lstm.0", 0, C, 0, 0, 0, 0}};
     sl_transport_t *t[2];
-    const char *eps[2];
     sl_sync_delta_t *d[2];
     sl_config_t cfg;
     float theta[C], recv[C];
     uint32_t from[1], one = 1, zero = 0;
 
-    sl_log_set_level(SL_LOG_ERROR);
-    for (int k = 0; k < 2; k++) {
-        t[k] = pair_transport(k);
-        eps[k] = sl_transport_endpoint(t[k]);
-    }
-    for (int k = 0; k < 2; k++)
-        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
-    sl_config_init(&cfg);
-    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
-    for (int k = 0; k < 2; k++)
-        d[k] = pair_delta(t[k], k, comp, &cfg);
+    pair_open(t, d, &cfg, comp);
     for (uint64_t round = 1; round <= 20; round++) {
         size_t got = 9;
         sl_status_t st;
@@ -296,11 +314,7 @@ START_TEST(test_delta_missed_push)
                           "round %d, %d: %g for %g", (int)round, i, (double)recv[i],
                           (double)theta[i]);
     }
-    for (int k = 0; k < 2; k++) {
-        sl_sync_delta_destroy(&d[k]);
-        sl_transport_destroy(&t[k]);
-    }
-    sl_config_fini(&cfg);
+    pair_close(t, d, &cfg);
 }
 END_TEST
 
@@ -313,23 +327,12 @@ START_TEST(test_delta_forged_keyframe)
     enum { C = 64 };
     static const sl_component_t comp[1] = {{"lstm.0", 0, C, 0, 0, 0, 0}};
     sl_transport_t *t[2];
-    const char *eps[2];
     sl_sync_delta_t *d[2];
     sl_config_t cfg;
     float theta[C], recv[C];
     uint32_t from[1], one = 1, zero = 0;
 
-    sl_log_set_level(SL_LOG_ERROR);
-    for (int k = 0; k < 2; k++) {
-        t[k] = pair_transport(k);
-        eps[k] = sl_transport_endpoint(t[k]);
-    }
-    for (int k = 0; k < 2; k++)
-        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
-    sl_config_init(&cfg);
-    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
-    for (int k = 0; k < 2; k++)
-        d[k] = pair_delta(t[k], k, comp, &cfg);
+    pair_open(t, d, &cfg, comp);
     for (uint64_t round = 1; round <= 4; round++) {
         sl_wire_key_t key = {round, 0, 0, 1, SL_WIRE_GOSSIP_SNAPSHOT};
         size_t got = 9;
@@ -361,11 +364,7 @@ START_TEST(test_delta_forged_keyframe)
         for (int i = 0; i < C; i++)
             ck_assert_float_eq_tol(recv[i], theta[i], 2.0f / 127 * 0.5f * 1.01f);
     }
-    for (int k = 0; k < 2; k++) {
-        sl_sync_delta_destroy(&d[k]);
-        sl_transport_destroy(&t[k]);
-    }
-    sl_config_fini(&cfg);
+    pair_close(t, d, &cfg);
 }
 END_TEST
 
@@ -384,17 +383,7 @@ START_TEST(test_delta_comeback)
     uint32_t from[1], one = 1, zero = 0;
     double dl;
 
-    sl_log_set_level(SL_LOG_ERROR);
-    sl_config_init(&cfg);
-    ck_assert_int_eq(sl_config_set(&cfg, "sync={algorithm: gossip-ma, compression: int8}"), SL_OK);
-    for (int k = 0; k < 2; k++)
-        t[k] = pair_transport(k);
-    for (int k = 0; k < 2; k++)
-        eps[k] = sl_transport_endpoint(t[k]);
-    for (int k = 0; k < 2; k++)
-        ck_assert_int_eq(sl_transport_connect(t[k], eps), SL_OK);
-    for (int k = 0; k < 2; k++)
-        d[k] = pair_delta(t[k], k, comp, &cfg);
+    pair_open(t, d, &cfg, comp);
     for (uint64_t round = 1; round <= 6; round++) {
         size_t got = 0;
 
@@ -415,6 +404,7 @@ START_TEST(test_delta_comeback)
         sl_sync_delta_destroy(&d[1]);
         sl_transport_destroy(&t[1]);
         t[1] = pair_transport(1);
+        eps[0] = sl_transport_endpoint(t[0]);
         eps[1] = sl_transport_endpoint(t[1]);
         ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
         ck_assert_int_eq(sl_transport_announce(t[1], 5000), SL_OK);
@@ -425,11 +415,7 @@ START_TEST(test_delta_comeback)
         }
         d[1] = pair_delta(t[1], 1, comp, &cfg);
     }
-    for (int k = 0; k < 2; k++) {
-        sl_sync_delta_destroy(&d[k]);
-        sl_transport_destroy(&t[k]);
-    }
-    sl_config_fini(&cfg);
+    pair_close(t, d, &cfg);
 }
 END_TEST
 
