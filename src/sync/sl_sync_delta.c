@@ -202,20 +202,8 @@ take(sl_sync_delta_t *d, int c, uint64_t round, sl_transport_frame_t *f, int j, 
     sl_wire_quant_t h;
     sl_status_t st;
 
-    if (f->h.encoding == SL_WIRE_FP32) { /* a keyframe */
-        char what[160];
-
-        if (f->h.count != n) {
-            snprintf(what, sizeof what, "keyframe of %s: %u values, expected %zu", cp->name,
-                     (unsigned)f->h.count, n);
-            sl_transport_refuse(d->env.tr, &f, SL_DROP_BAD_SIZE, what);
-            return SL_ERR_INVALID;
-        }
-        if (!sl_floats_copy_finite(row, f->payload, n)) {
-            snprintf(what, sizeof what, "keyframe of %s left out of the average", cp->name);
-            sl_transport_refuse(d->env.tr, &f, SL_DROP_NONFINITE, what);
-            return SL_ERR_INVALID;
-        }
+    if (f->h.encoding == SL_WIRE_FP32) { /* a keyframe: an fp32 snapshot, checked as one */
+        SL_TRY(sl_gossip_take_snapshot(d->env.tr, f, NULL, SL_WIRE_FP32, row, n));
         sl_transport_frame_release(&f);
         memcpy(mirror, row, n * sizeof *mirror);
         d->in_round[at] = round;

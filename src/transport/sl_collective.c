@@ -536,13 +536,9 @@ sl_floats_copy_finite(float *restrict dst, const void *restrict src, size_t n)
     return !(bad & 0x80000000u);
 }
 
-/* A peer's snapshot f into dst (count floats). A snapshot this node cannot use (another
- * size or encoding, one that does not decode, non-finite values) would stop or poison
- * the run if taken: it is refused (f released) and SL_ERR_INVALID returned, for the
- * caller to leave its sender out; on SL_OK f is still the caller's. */
-static sl_status_t
-take_snapshot(sl_transport_t *t, sl_transport_frame_t *f, const sl_codec_t *codec, unsigned enc,
-              float *dst, size_t count)
+sl_status_t
+sl_gossip_take_snapshot(sl_transport_t *t, sl_transport_frame_t *f, const sl_codec_t *codec,
+                        unsigned enc, float *dst, size_t count)
 {
     char what[96];
 
@@ -642,7 +638,7 @@ sl_gossip_exchange_coded(sl_transport_t *t, uint32_t component, uint64_t round, 
         if (st != SL_OK)
             goto out;
         keys[which] = keys[--left]; /* this sender's one snapshot of the round */
-        st = take_snapshot(t, f, codec, enc, recv + *got * count, count);
+        st = sl_gossip_take_snapshot(t, f, codec, enc, recv + *got * count, count);
         if (st == SL_ERR_INVALID)
             continue; /* refused: left out of this round, as if it had not answered */
         if (st != SL_OK) {

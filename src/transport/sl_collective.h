@@ -125,6 +125,14 @@ sl_status_t sl_gossip_exchange(sl_transport_t *t, uint32_t component, uint64_t r
                                const float *mine, size_t count, const uint32_t *pullers,
                                size_t npullers, const uint32_t *chosen, size_t nchosen, float *recv,
                                uint32_t *from, size_t *got, int timeout_ms);
+/* A peer's snapshot f (count values of encoding enc, decoded by codec; NULL: fp32) into
+ * dst (count floats). A snapshot this node cannot use (another size or encoding, one
+ * that does not decode, non-finite values) would stop or poison the run if taken: it is
+ * refused (f released; counted as a bad size or not finite) and SL_ERR_INVALID returned,
+ * for the caller to leave its sender out; on SL_OK f is still the caller's. */
+sl_status_t sl_gossip_take_snapshot(sl_transport_t *t, sl_transport_frame_t *f,
+                                    const sl_codec_t *codec, unsigned enc, float *dst,
+                                    size_t count);
 /* The same with the snapshots encoded by codec (borrowed; NULL: fp32): mine is encoded
  * once, the snapshots received are decoded into recv. A snapshot that does not decode
  * is refused as above. */
