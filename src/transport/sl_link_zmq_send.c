@@ -24,6 +24,7 @@
 #include <zmq.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_hash.h"
 #include "transport/sl_curve.h"
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_lent.h"
@@ -188,67 +189,79 @@ room_to_send(void *s, int wait_ms)
     return wait_ready(s, ZMQ_POLLOUT, wait_ms, "transport: polling");
 }
 
-/* Queues piece j of n of frame id (header hb, payload) on peer's stripe j, lending its
- * bytes (lend) or copying them; s has room. */
+/* The payload's bytes [off, off + len) copied to dst, hashed on the way into sum when
+ * the frame's checksum covers its payload (sum not NULL; sl_hash_bulk_add_copy). */
+static void
+copy_payload(sl_hash_bulk_t *sum, void *dst, const unsigned char *payload, uint64_t off,
+             uint64_t len)
+{
+    if (sum)
+        sl_hash_bulk_add_copy(sum, dst, payload + off, len, off);
+    else
+        memcpy(dst, payload + off, len);
+}
+
+/* The checksum into header hb (sl_wire_encode_head's) once the payload was copied into
+ * sum, or, lent, from the payload where it lies. */
+static void
+set_payload_hash(unsigned char *hb, const sl_hash_bulk_t *sum, int lend, const void *payload,
+                 uint64_t payload_bytes)
+{
+    sl_wire_set_checksum(hb, lend ? sl_wire_checksum(hb, payload, payload_bytes)
+                                  : sl_hash_bulk_final(sum));
+}
+
+/* Queues piece j of n of frame id (header hb, body: its bytes, lent or copied) on
+ * peer's stripe j; s has room. body is closed either way. */
 static sl_status_t
 send_piece(sl_link_zmq_t *z, void *s, uint32_t peer, const unsigned char *hb, uint64_t id,
-           unsigned j, unsigned n, const unsigned char *payload, uint64_t payload_bytes, int lend)
+           unsigned j, unsigned n, zmq_msg_t *body)
 {
-    zmq_msg_t head, body;
+    zmq_msg_t head;
     unsigned char *hd, trailer[SL_MAC_TRAILER_BYTES];
-    uint64_t off, len;
     int more = z->mac ? ZMQ_SNDMORE : 0;
 
-    sl_pieces_span(payload_bytes, n, j, &off, &len);
-    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES) != 0)
+    if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES) != 0) {
+        zmq_msg_close(body);
         return sl_zmq_fail("transport: a piece's header");
+    }
     hd = zmq_msg_data(&head);
     memcpy(hd, hb, SL_WIRE_HEADER_BYTES);
     sl_pieces_desc(hd + SL_WIRE_HEADER_BYTES, id, j, n);
-    if (lend) {
-        sl_lent_take(&z->lent);
-        /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)(payload + off), len, give_back, z) != 0) {
-            give_back(NULL, z);
-            zmq_msg_close(&head);
-            return sl_zmq_fail("transport: lending %" PRIu64 " bytes", len);
-        }
-    } else if (zmq_msg_init_size(&body, len) != 0) {
-        zmq_msg_close(&head);
-        return sl_zmq_fail("transport: %" PRIu64 " bytes", len);
-    } else {
-        memcpy(zmq_msg_data(&body), payload + off, len);
-    }
     if (z->mac)
         sl_frame_mac_seal(z->mac, peer, j, hd, SL_WIRE_HEADER_BYTES + SL_PIECE_DESC_BYTES,
-                          payload + off, len, trailer);
+                          zmq_msg_data(body), zmq_msg_size(body), trailer);
     /* once the first part is queued the rest of the message always is */
     if (zmq_msg_send(&head, s, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0 ||
-        zmq_msg_send(&body, s, ZMQ_DONTWAIT | more) < 0 ||
+        zmq_msg_send(body, s, ZMQ_DONTWAIT | more) < 0 ||
         (z->mac && zmq_send(s, trailer, sizeof trailer, ZMQ_DONTWAIT) < 0)) {
         sl_status_t st =
             sl_zmq_fail("transport: rank %u to rank %u", (unsigned)z->o->rank, (unsigned)peer);
         zmq_msg_close(&head);
-        zmq_msg_close(&body);
+        zmq_msg_close(body);
         return st;
     }
     zmq_msg_close(&head);
-    zmq_msg_close(&body);
+    zmq_msg_close(body);
     z->stripe_sent[j]++;
     return SL_OK;
 }
 
 /* Queues the frame (h, header hb, payload) in n pieces to h->receiver, piece j on
  * stripe j, once every stripe has room within wait_ms (< 0: no limit): a frame goes
- * out whole or not at all. */
+ * out whole or not at all. The pieces' bodies are made first (lent, or copied and
+ * hashed on the way when sum is not NULL), since every piece's header carries the
+ * checksum of the whole. */
 static sl_status_t
-send_pieces(sl_link_zmq_t *z, const sl_wire_header_t *h, const unsigned char *hb,
-            const void *payload, unsigned n, int lend, int wait_ms)
+send_pieces(sl_link_zmq_t *z, const sl_wire_header_t *h, unsigned char *hb, const void *payload,
+            unsigned n, int lend, sl_hash_bulk_t *sum, int wait_ms)
 {
     uint32_t peer = h->receiver;
     void *s[SL_PIECE_MAX];
+    zmq_msg_t body[SL_PIECE_MAX];
     double deadline = sl_clock_now() + wait_ms / 1e3;
     sl_status_t st = SL_OK;
+    unsigned made = 0;
     uint64_t id;
 
     for (unsigned j = 0; j < n; j++)
@@ -262,9 +275,42 @@ send_pieces(sl_link_zmq_t *z, const sl_wire_header_t *h, const unsigned char *hb
                           (unsigned)z->o->rank, sl_wire_kind_name(h->kind), (unsigned)peer,
                           wait_ms);
     SL_TRY(st);
+    for (; made < n; made++) {
+        uint64_t off, len;
+
+        sl_pieces_span(h->payload_bytes, n, made, &off, &len);
+        if (lend) {
+            sl_lent_take(&z->lent);
+            /* ZeroMQ only reads it; the cast drops const for its signature */
+            if (zmq_msg_init_data(&body[made], (void *)((uintptr_t)payload + off), len, give_back,
+                                  z) != 0) {
+                give_back(NULL, z);
+                st = sl_zmq_fail("transport: lending %" PRIu64 " bytes", len);
+                break;
+            }
+        } else if (zmq_msg_init_size(&body[made], len) != 0) {
+            st = sl_zmq_fail("transport: %" PRIu64 " bytes", len);
+            break;
+        } else {
+            copy_payload(sum, zmq_msg_data(&body[made]), payload, off, len);
+        }
+    }
+    if (st != SL_OK) {
+        while (made > 0)
+            zmq_msg_close(&body[--made]);
+        return st;
+    }
+    if (sum)
+        set_payload_hash(hb, sum, lend, payload, h->payload_bytes);
     id = z->piece_ids[peer]++;
-    for (unsigned j = 0; j < n; j++)
-        SL_TRY(send_piece(z, s[j], peer, hb, id, j, n, payload, h->payload_bytes, lend));
+    for (unsigned j = 0; j < n; j++) {
+        st = send_piece(z, s[j], peer, hb, id, j, n, &body[j]);
+        if (st != SL_OK) { /* the pieces not handed to send_piece yet */
+            for (unsigned k = j + 1; k < n; k++)
+                zmq_msg_close(&body[k]);
+            return st;
+        }
+    }
     z->sent++;
     return SL_OK;
 }
@@ -285,28 +331,37 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
     int lend, body_live = 0;
     unsigned char trailer[SL_MAC_TRAILER_BYTES];
     unsigned stripe = 0, pieces;
+    sl_hash_bulk_t sum, *hashing = NULL;
     /* takes the stripes: in pieces, or whole and in turn (sl_transport_striped_kind) */
     int striped = z->stripes > 1 && sl_transport_striped_kind(h->kind) &&
                   payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES;
 
-    /* validates before anything is allocated; a MAC'd frame's checksum covers the
-     * header only (sl_wire.h: a local frame) */
-    SL_TRY(z->mac ? sl_wire_encode_head(h, hb) : sl_wire_encode(h, payload, hb));
+    /* validates before anything is allocated. The checksum covers the payload, but for
+     * a MAC'd frame's (sl_wire.h: a local frame): its hash is taken as the payload is
+     * copied, or from a lent payload itself, and put in the header before it leaves. */
+    SL_TRY(sl_wire_encode_head(h, hb));
+    if (!z->mac) {
+        sl_hash_bulk_init(&sum, sl_wire_checksum_seed(hb), payload_bytes);
+        hashing = &sum;
+    }
     if (z->mac && !sl_frame_mac_ready(z->mac))
         return sl_err_set(SL_ERR_INVALID, "transport: rank %u: no session keys yet",
                           (unsigned)z->o->rank);
     lend = (flags & SL_SEND_LEND) && payload_bytes >= SL_TRANSPORT_ZEROCOPY_BYTES;
     pieces = striped && !z->o->whole_frames ? sl_pieces_count(payload_bytes, z->stripes) : 1;
     if (pieces > 1)
-        return send_pieces(z, h, hb, payload, pieces, lend, wait_ms);
+        return send_pieces(z, h, hb, payload, pieces, lend, hashing, wait_ms);
     if (striped)
         stripe = z->next_stripe[peer]; /* moves on once the frame is queued */
     SL_TRY(peer_socket(z, peer, stripe, &s));
     if (zmq_msg_init_size(&head, SL_WIRE_HEADER_BYTES + (lend ? 0 : payload_bytes)) != 0)
         return sl_zmq_fail("transport: %" PRIu64 " bytes", payload_bytes);
-    memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
     if (!lend && payload_bytes)
-        memcpy((char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, payload_bytes);
+        copy_payload(hashing, (char *)zmq_msg_data(&head) + SL_WIRE_HEADER_BYTES, payload, 0,
+                     payload_bytes);
+    if (hashing)
+        set_payload_hash(hb, hashing, lend, payload, payload_bytes);
+    memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
     if (lend) {
         sl_lent_take(&z->lent);
         /* ZeroMQ only reads it; the cast drops const for its signature */

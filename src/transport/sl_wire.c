@@ -235,6 +235,12 @@ sl_wire_encode_head(const sl_wire_header_t *h, unsigned char out[SL_WIRE_HEADER_
     return SL_OK;
 }
 
+void
+sl_wire_set_checksum(unsigned char head[SL_WIRE_HEADER_BYTES], uint64_t checksum)
+{
+    sl_put_u64(head + SL_WIRE_CHECKSUM_OFFSET, checksum);
+}
+
 sl_status_t
 sl_wire_encode_local(const sl_wire_header_t *h, const void *payload, unsigned char *out)
 {

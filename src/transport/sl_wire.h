@@ -141,6 +141,11 @@ uint64_t sl_wire_checksum_seed(const unsigned char *head);
 sl_status_t sl_wire_encode(const sl_wire_header_t *h, const void *payload,
                            unsigned char out[SL_WIRE_HEADER_BYTES]);
 
+/* Puts checksum into a header that sl_wire_encode_head wrote: for a sender that hashes
+ * the payload as it copies it, checksum = sl_hash_bulk(payload, payload_bytes,
+ * sl_wire_checksum_seed(head)), the value sl_wire_encode would have put there. */
+void sl_wire_set_checksum(unsigned char head[SL_WIRE_HEADER_BYTES], uint64_t checksum);
+
 /* Local frames, the frames in a shared-memory lane (sl_shm_lane.h), hash their header
  * only: their checksum is sl_wire_checksum(head, NULL, 0). Nothing corrupts bytes
  * between two mappings of one page, and a peer that scribbled over a slot could do so

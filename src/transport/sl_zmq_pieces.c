@@ -9,14 +9,11 @@
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 
-/* Bytes copied then hashed at a time: they are still in the cache when hashed. */
-#define COPY_BLOCK_BYTES 65536u
-
 typedef struct {
     uint64_t id;
     uint32_t sender;
-    unsigned n;     /* pieces of the frame */
-    uint32_t have;  /* bit j: piece j is in */
+    unsigned n;    /* pieces of the frame */
+    uint32_t have; /* bit j: piece j is in */
     unsigned char head[SL_WIRE_HEADER_BYTES];
     unsigned char *buf; /* (payload_bytes) */
     uint64_t bytes;
@@ -164,12 +161,10 @@ sl_pieces_take(sl_pieces_t *p, uint32_t sender, const unsigned char *head,
         return SL_PIECES_FULL;
     if (e->n != n || memcmp(e->head, head, SL_WIRE_HEADER_BYTES) != 0 || (e->have >> j & 1u))
         return SL_PIECES_BAD; /* the frame held stays: its own pieces may still come */
-    for (uint64_t at = 0; at < len; at += COPY_BLOCK_BYTES) {
-        size_t block = len - at < COPY_BLOCK_BYTES ? (size_t)(len - at) : COPY_BLOCK_BYTES;
-        memcpy(e->buf + off + at, (const unsigned char *)data + at, block);
-        if (p->hash) /* off and at are multiples of 64: sl_hash_bulk_add's blocks */
-            sl_hash_bulk_add(&e->sum, e->buf + off + at, block, off + at);
-    }
+    if (p->hash)              /* off is a multiple of 64: sl_hash_bulk_add's blocks */
+        sl_hash_bulk_add_copy(&e->sum, e->buf + off, data, len, off);
+    else
+        memcpy(e->buf + off, data, len);
     e->have |= 1u << j;
     if (e->have != (1u << n) - 1)
         return SL_PIECES_HELD;

@@ -19,7 +19,7 @@
  * piece's exact length, every piece of a frame must carry the same header, and the whole
  * frame is validated again, checksum included, once its last piece is in. The checksum
  * is computed in the pass that copies the pieces into place, a block of each at a time
- * while it is in the cache (sl_hash_bulk_add): the frame's payload is read once. */
+ * while it is in the cache (sl_hash_bulk_add_copy): the frame's payload is read once. */
 #ifndef SL_ZMQ_PIECES_H
 #define SL_ZMQ_PIECES_H
 

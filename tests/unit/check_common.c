@@ -152,6 +152,41 @@ START_TEST(test_hash_bulk)
 }
 END_TEST
 
+/* sl_hash_bulk_add_copy: the bytes copied exactly and hashed as sl_hash_bulk_add would,
+ * whole or in pieces cut at 64-byte blocks, across its copy blocks (16 KiB) and not. */
+START_TEST(test_hash_bulk_add_copy)
+{
+    enum { N = 3 * 16384 + 1000 };
+    static unsigned char src[N], dst[N + 1];
+    const size_t cuts[] = {0, 64, 16384, 16384 + 4096, 2 * 16384 - 64, N};
+    sl_rng_t r;
+
+    sl_rng_init(&r, 9);
+    for (size_t i = 0; i < N; i++)
+        src[i] = (unsigned char)sl_rng_below(&r, 256);
+    for (size_t len = 0; len <= N; len += len < 300 ? 1 : 4099) {
+        sl_hash_bulk_t s;
+
+        memset(dst, 0xa5, sizeof dst);
+        sl_hash_bulk_init(&s, 11, len);
+        sl_hash_bulk_add_copy(&s, dst, src, len, 0);
+        ck_assert_uint_eq(sl_hash_bulk_final(&s), sl_hash_bulk(src, len, 11));
+        ck_assert(memcmp(dst, src, len) == 0);
+        ck_assert_uint_eq(dst[len], 0xa5); /* not a byte more */
+    }
+    for (size_t c = 1; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
+        sl_hash_bulk_t s;
+
+        memset(dst, 0, sizeof dst);
+        sl_hash_bulk_init(&s, 11, N);
+        sl_hash_bulk_add_copy(&s, dst + cuts[c], src + cuts[c], N - cuts[c], cuts[c]);
+        sl_hash_bulk_add_copy(&s, dst, src, cuts[c], 0);
+        ck_assert_uint_eq(sl_hash_bulk_final(&s), sl_hash_bulk(src, N, 11));
+        ck_assert(memcmp(dst, src, N) == 0);
+    }
+}
+END_TEST
+
 START_TEST(test_atomic_file)
 {
     char dir[] = "/tmp/shoal-check-XXXXXX";
@@ -476,6 +511,7 @@ common_suite(void)
     tcase_add_test(core, test_rng_counter_based);
     tcase_add_test(core, test_hash_split_independent);
     tcase_add_test(core, test_hash_bulk);
+    tcase_add_test(core, test_hash_bulk_add_copy);
     tcase_add_test(core, test_atomic_file);
     tcase_add_test(core, test_atomic_keep_and_links);
     tcase_add_test(core, test_half_conversions);
