@@ -12,8 +12,8 @@
 typedef struct {
     uint64_t id;
     uint32_t sender;
-    unsigned n;    /* pieces of the frame */
-    uint32_t have; /* bit j: piece j is in */
+    unsigned n;     /* pieces of the frame */
+    uint32_t have;  /* bit j: piece j is in */
     unsigned char head[SL_WIRE_HEADER_BYTES];
     unsigned char *buf; /* (payload_bytes) */
     uint64_t bytes;
@@ -161,7 +161,8 @@ sl_pieces_take(sl_pieces_t *p, uint32_t sender, const unsigned char *head,
         return SL_PIECES_FULL;
     if (e->n != n || memcmp(e->head, head, SL_WIRE_HEADER_BYTES) != 0 || (e->have >> j & 1u))
         return SL_PIECES_BAD; /* the frame held stays: its own pieces may still come */
-    if (p->hash)              /* off is a multiple of 64: sl_hash_bulk_add's blocks */
+    /* off is a multiple of 64, as sl_hash_bulk_add's blocks need */
+    if (p->hash)
         sl_hash_bulk_add_copy(&e->sum, e->buf + off, data, len, off);
     else
         memcpy(e->buf + off, data, len);
