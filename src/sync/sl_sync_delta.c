@@ -112,14 +112,14 @@ link_of(const sl_sync_delta_t *d, uint32_t r)
 /* The payload of a keyframe: the weights themselves, in fp32, which the puller's mirror
  * becomes. Not quantized: that would round whole weights, not a change, and put the
  * error (at int4 some percent of a weight) into the puller's average of that round.
- * SL_ERR_INVALID when theta is not finite. */
+ * SL_ERR_INVALID when theta is not finite (the mirror then holds part of it, which the
+ * next push, a keyframe again, overwrites). */
 static sl_status_t
 encode_keyframe(const float *theta, size_t n, float *mirror, const void **payload, uint32_t *count,
                 unsigned *encoding)
 {
-    if (!sl_floats_finite(theta, n))
+    if (!sl_floats_copy_finite(mirror, theta, n))
         return sl_err_set(SL_ERR_INVALID, "the weights are not finite");
-    memcpy(mirror, theta, n * sizeof *mirror);
     *payload = theta;
     *count = (uint32_t)n;
     *encoding = SL_WIRE_FP32;

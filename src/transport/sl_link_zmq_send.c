@@ -189,6 +189,19 @@ room_to_send(void *s, int wait_ms)
     return wait_ready(s, ZMQ_POLLOUT, wait_ms, "transport: polling");
 }
 
+/* m made to carry len bytes at p without a copy: lent to ZeroMQ until give_back. */
+static sl_status_t
+lend_body(sl_link_zmq_t *z, zmq_msg_t *m, const void *p, uint64_t len)
+{
+    sl_lent_take(&z->lent);
+    /* ZeroMQ only reads it; the cast drops const for its signature */
+    if (zmq_msg_init_data(m, (void *)(uintptr_t)p, len, give_back, z) != 0) {
+        give_back(NULL, z);
+        return sl_zmq_fail("transport: lending %" PRIu64 " bytes", len);
+    }
+    return SL_OK;
+}
+
 /* The payload's bytes [off, off + len) copied to dst, hashed on the way into sum when
  * the frame's checksum covers its payload (sum not NULL; sl_hash_bulk_add_copy). */
 static void
@@ -280,14 +293,9 @@ send_pieces(sl_link_zmq_t *z, const sl_wire_header_t *h, unsigned char *hb, cons
 
         sl_pieces_span(h->payload_bytes, n, made, &off, &len);
         if (lend) {
-            sl_lent_take(&z->lent);
-            /* ZeroMQ only reads it; the cast drops const for its signature */
-            if (zmq_msg_init_data(&body[made], (void *)((uintptr_t)payload + off), len, give_back,
-                                  z) != 0) {
-                give_back(NULL, z);
-                st = sl_zmq_fail("transport: lending %" PRIu64 " bytes", len);
+            st = lend_body(z, &body[made], (const unsigned char *)payload + off, len);
+            if (st != SL_OK)
                 break;
-            }
         } else if (zmq_msg_init_size(&body[made], len) != 0) {
             st = sl_zmq_fail("transport: %" PRIu64 " bytes", len);
             break;
@@ -363,13 +371,10 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
         set_payload_hash(hb, hashing, lend, payload, payload_bytes);
     memcpy(zmq_msg_data(&head), hb, SL_WIRE_HEADER_BYTES);
     if (lend) {
-        sl_lent_take(&z->lent);
-        /* ZeroMQ only reads it; the cast drops const for its signature */
-        if (zmq_msg_init_data(&body, (void *)(uintptr_t)payload, payload_bytes, give_back, z) !=
-            0) {
-            give_back(NULL, z);
+        st = lend_body(z, &body, payload, payload_bytes);
+        if (st != SL_OK) {
             zmq_msg_close(&head);
-            return sl_zmq_fail("transport: lending %" PRIu64 " bytes", payload_bytes);
+            return st;
         }
         body_live = 1;
     }
