@@ -557,9 +557,15 @@ key_eq(const sl_wire_key_t *a, const sl_wire_key_t *b)
            a->peer == b->peer && a->kind == b->kind;
 }
 
+/* A frame filed while this node's connection to its sender is lost (and not come
+ * again) was sent before it went: the last of a killed process, still in the socket
+ * when the loss was noticed. It proves nothing alive, and must not bring back a rank
+ * already taken for dead (sl_transport_gone stays true). */
 static void
 mark_heard(sl_transport_t *t, const sl_wire_key_t *k)
 {
+    if (t->down_at[k->peer] > 0)
+        return;
     t->heard_before[k->peer] = t->heard[k->peer];
     t->heard[k->peer] = sl_clock_now();
     t->heard_key[k->peer] = *k;

@@ -326,7 +326,8 @@ size_t sl_transport_pending(const sl_transport_t *t);
  * ahead within the mailbox's reach, was last accepted (sl_clock_now() time), or the frame of the
  * last receive from rank that timed out came late (late is not dead); 0 if none was. Other stale
  * frames, frames too far ahead, frames of a (kind, component) not asked for yet and refused frames
- * do not count: a peer that talks but does not answer is not heard. */
+ * do not count: a peer that talks but does not answer is not heard; nor do frames filed while
+ * the connection to rank is lost (sl_transport_gone: the last frames of a dead process). */
 double sl_transport_last_heard(const sl_transport_t *t, uint32_t rank);
 /* Takes what the links learnt about their connections (a peer's went, or came again)
  * without waiting; call it between exchanges, from the thread that uses the transport. */
