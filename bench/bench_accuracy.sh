@@ -12,6 +12,7 @@
 #   bench/bench_accuracy.sh [--corpora LIST] [--nodes LIST] [--algorithms LIST]
 #                           [--seeds N] [--epochs E] [--steps S] [--quick]
 #                           [--set KEY=VALUE]... [--set-nodes KEY=VALUE]...
+#                           [--variant NAME:KEY=VALUE]...
 #                           [--corpus-dir DIR] [--out DIR] [--keep] [--table-only]
 #
 #   --corpora LIST     comma/space separated, from: brown (../shared/data/brown),
@@ -32,9 +33,15 @@
 #   --set KEY=VALUE    passed to every run, the single node's too (e.g. a schedule, so
 #                      that both sides have it)
 #   --set-nodes KEY=VALUE  passed to the multi-node runs only (sync.* keys)
+#   --variant NAME:KEY=VALUE  a setting of the multi-node runs of variant NAME (letters,
+#                      digits, _; repeat it for more settings of one variant): with
+#                      variants, each algorithm and node count runs once per variant,
+#                      as ALGORITHM-nN-NAME, so that settings of one algorithm are
+#                      compared side by side in one invocation (e.g. --variant
+#                      p8:sync.period=8 --variant p16:sync.period=16)
 #   --corpus-dir DIR   the built corpora (default accuracy_corpora.sh's)
-#   --out DIR          run directories (DIR/CORPUS/RUN-sSEED, RUN = single or
-#                      ALGORITHM-nN), logs, table.md, curves.dat and curves.png (default
+#   --out DIR          run directories (DIR/CORPUS/RUN-sSEED, RUN = single,
+#                      ALGORITHM-nN or ALGORITHM-nN-VARIANT), logs, table.md, curves.dat and curves.png (default
 #                      runs/accuracy). A run's command line is kept in its .cmd file: a
 #                      finished run is reused only when that line matches this
 #                      invocation's; otherwise it is run again
@@ -86,6 +93,8 @@ keep=0
 table_only=0
 extra=()
 extra_nodes=()
+variants=""             # variant names, in the order first given
+declare -A variant_sets # NAME -> its KEY=VALUE settings, one a line
 while [ $# -gt 0 ]; do
     case $1 in
     --corpora) [ $# -ge 2 ] || die "--corpora needs a value"; corpora=${2//,/ }; shift 2 ;;
@@ -97,6 +106,14 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --set) [ $# -ge 2 ] || die "--set needs KEY=VALUE"; extra+=(--set "$2"); shift 2 ;;
     --set-nodes) [ $# -ge 2 ] || die "--set-nodes needs KEY=VALUE"; extra_nodes+=(--set "$2"); shift 2 ;;
+    --variant)
+        [ $# -ge 2 ] || die "--variant needs NAME:KEY=VALUE"
+        [[ $2 =~ ^([A-Za-z0-9_]+):([^=]+=.*)$ ]] ||
+            die "--variant: expected NAME:KEY=VALUE (NAME of letters, digits, _), got '$2'"
+        case " $variants " in *" ${BASH_REMATCH[1]} "*) ;; *) variants+=" ${BASH_REMATCH[1]}" ;; esac
+        variant_sets[${BASH_REMATCH[1]}]+="${BASH_REMATCH[2]}"$'\n'
+        shift 2
+        ;;
     --corpus-dir) [ $# -ge 2 ] || die "--corpus-dir needs a directory"; corpus_dir=$2; shift 2 ;;
     --out) [ $# -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
     --keep) keep=1; shift ;;
@@ -149,20 +166,27 @@ done
 mkdir -p "$out"
 cpu=$(bench_cpu)
 
-# The runs of one corpus and seed: single, then ALGORITHM-nN.
+# The runs of one corpus and seed: single, then ALGORITHM-nN, or ALGORITHM-nN-VARIANT for
+# each variant.
 run_names() {
-    local n a
+    local n a v
     echo single
     for n in $node_counts; do
         for a in $algorithms; do
-            echo "$a-n$n"
+            if [ -z "$variants" ]; then
+                echo "$a-n$n"
+            else
+                for v in $variants; do
+                    echo "$a-n$n-$v"
+                done
+            fi
         done
     done
 }
 
 # The command of run $2 with seed $3 on corpus $1, into cmd.
 command_of() {
-    local corpus=$1 name=$2 seed=$3 dir n common
+    local corpus=$1 name=$2 seed=$3 dir n tail kv common
     dir=$(corpus_path "$corpus")
     common=(--set "data.train=$dir/train.txt" --set "data.valid=$dir/valid.txt" --set data.test=
         --set "train.epochs=$epochs" --set "run.seed=$seed" --set run.threads=1
@@ -171,10 +195,16 @@ command_of() {
         cmd=("$shoal" train "$top/conf/brown-word.yaml" "${common[@]}" --set "train.max_steps=$steps"
             ${extra[@]+"${extra[@]}"})
     else
-        n=${name##*-n}
+        tail=${name##*-n} # N, or N-VARIANT
+        n=${tail%%-*}
         cmd=("$shoal" run "$top/conf/brown-4nodes-gossip-bmuf.yaml" -n "$n" "${common[@]}"
-            --set "train.max_steps=$((steps / n))" --set "sync.algorithm=${name%-n*}"
+            --set "train.max_steps=$((steps / n))" --set "sync.algorithm=${name%-n"$tail"}"
             ${extra[@]+"${extra[@]}"} ${extra_nodes[@]+"${extra_nodes[@]}"})
+        if [ "$tail" != "$n" ]; then
+            while IFS= read -r kv; do
+                [ -z "$kv" ] || cmd+=(--set "$kv")
+            done <<<"${variant_sets[${tail#*-}]}"
+        fi
     fi
     cmd+=(--set "run.dir=$out/$corpus/$name-s$seed")
 }
@@ -211,6 +241,9 @@ done
 what="$epochs epoch(s), $([ "$steps" = 0 ] && echo "every step of them" ||
     echo "$steps single-node steps"), $seeds seed(s)$([ "$quick" = 0 ] || echo ", --quick")"
 opts="${extra[*]+${extra[*]}}${extra_nodes[*]+ nodes only: ${extra_nodes[*]}}"
+for v in $variants; do
+    opts+="${opts:+; }$v: $(printf '%s' "${variant_sets[$v]}" | tr '\n' ' ' | sed 's/ $//')"
+done
 python3 - "$out" "$listing" "$cpu" "$what" "$opts" <<'EOF'
 import json, math, os, sys
 
@@ -268,7 +301,7 @@ for corpus in dict.fromkeys(c for c, _ in order):
         r = runs[(c, name)]
         p = mean(r["ppl"])
         gap = "%+.1f%%" % (100 * (p / base - 1)) if base and name != "single" else "-"
-        nodes = "1" if name == "single" else name.rsplit("-n", 1)[1]
+        nodes = "1" if name == "single" else name.rsplit("-n", 1)[1].split("-")[0]
         lines.append("| " + " | ".join([corpus, name, nodes, str(len(r["ppl"])), "%.2f" % p,
                                         "%.2f-%.2f" % (min(r["ppl"]), max(r["ppl"])), gap]) + " |")
         # the mean curve over the seeds, at the points every seed has
