@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_cpu.h"
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
 #include "common/sl_rng.h"
@@ -220,32 +221,6 @@ time_op(const sl_backend_t *be, int k, int op, bufs_t *b)
     }
 }
 
-/* "# cpu: MODEL (family F, model M)" from /proc/cpuinfo, where there is one. */
-static void
-print_cpu(void)
-{
-    char line[256], name[128] = "unknown", family[16] = "?", model[16] = "?";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    while (f && fgets(line, sizeof line, f)) {
-        char *v = strchr(line, ':');
-
-        if (!v)
-            continue;
-        v += v[1] == ' ' ? 2 : 1;
-        v[strcspn(v, "\n")] = '\0';
-        if (strncmp(line, "model name", 10) == 0 && strcmp(name, "unknown") == 0)
-            snprintf(name, sizeof name, "%s", v);
-        else if (strncmp(line, "cpu family", 10) == 0 && family[0] == '?')
-            snprintf(family, sizeof family, "%s", v);
-        else if (strncmp(line, "model\t", 6) == 0 && model[0] == '?')
-            snprintf(model, sizeof model, "%s", v);
-    }
-    if (f)
-        fclose(f);
-    printf("# cpu: %s (family %s, model %s)\n", name, family, model);
-}
-
 static int
 cmp_double(const void *x, const void *y)
 {
@@ -359,7 +334,7 @@ main(int argc, char **argv)
     for (int i = 0; i < PARAMS; i++)
         b.v1[i] = b.v1[i] < 0 ? -b.v1[i] : b.v1[i]; /* Adam's v >= 0 */
 
-    print_cpu();
+    bench_print_cpu();
     printf("# %d thread(s), %d rounds, builds taking turns; us per call (median%s), then the "
            "first build's speed-up over each other one\n",
            threads, rounds, use_cpu_time ? ", process CPU time" : "");

@@ -5,7 +5,7 @@
  *   bench_hash [--rounds R]
  *
  * Per size, R rounds (default 5) of about 0.5 s of hashes each; the best round's GB/s
- * (the least disturbed by other work on a shared machine). The first line names the CPU
+ * (the least disturbed by other work on a shared machine). The first lines name the CPU
  * and the path sl_hash_bulk takes on it (avx2, or portable). */
 #include "config.h"
 
@@ -14,30 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_cpu.h"
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
 #include "common/sl_hash.h"
-
-/* "model name" of /proc/cpuinfo into name. */
-static void
-cpu_name(char *name, size_t size)
-{
-    char line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-
-    snprintf(name, size, "unknown");
-    while (f && fgets(line, sizeof line, f)) {
-        char *v = strchr(line, ':');
-        if (v && strncmp(line, "model name", 10) == 0) {
-            v += v[1] == ' ' ? 2 : 1;
-            v[strcspn(v, "\n")] = '\0';
-            snprintf(name, size, "%s", v);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-}
 
 static volatile uint64_t sink; /* every hash goes here: none is optimized away */
 
@@ -72,7 +52,6 @@ int
 main(int argc, char **argv)
 {
     static const size_t sizes[] = {16384, 262144, (size_t)4 << 20, (size_t)64 << 20};
-    char cpu[128];
     int rounds = 5;
 
     for (int i = 1; i < argc; i++) {
@@ -87,9 +66,8 @@ main(int argc, char **argv)
         fprintf(stderr, "bench_hash: --rounds 1..100\n");
         return 2;
     }
-    cpu_name(cpu, sizeof cpu);
-    printf("# cpu: %s; sl_hash_bulk path: %s\n", cpu,
-           __builtin_cpu_supports("avx2") ? "avx2" : "portable");
+    bench_print_cpu();
+    printf("# sl_hash_bulk path: %s\n", __builtin_cpu_supports("avx2") ? "avx2" : "portable");
     printf("%-10s %12s %17s\n", "bytes", "hash_GBps", "copy_hash_GBps");
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         size_t bytes = sizes[k], reps = (size_t)(5e8 / (double)bytes) + 1;

@@ -1,0 +1,9 @@
+/* The CPU line every figure of the C benchmarks carries. */
+#ifndef BENCH_CPU_H
+#define BENCH_CPU_H
+
+/* Prints "# cpu: MODEL (family F, model M)" from /proc/cpuinfo ("unknown" and "?" where
+ * it has none). */
+void bench_print_cpu(void);
+
+#endif
