@@ -4,16 +4,22 @@
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
  *                   [--sizes "256K 1M ..."] [--emulate RATE,LATENCY_MS[,JITTER_MS]]
- *                   [--io-threads N] [--stripes N[w]]
+ *                   [--io-threads N] [--stripes N[w]] [--only LOOPS] [--reps N]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
- * 1000) after one warm-up. Columns:
+ * 1000; --reps N: N) after one warm-up. Columns:
  *   allreduce_ms  one sl_allreduce_sum of SIZE bytes of floats
  *   busbw_GBps    2(n-1)/n * SIZE / time (the bytes each link carries; NCCL's metric)
  *   gossip_GBps   SIZE / time of one sl_gossip_exchange (push to rank-1, collect from
  *                 rank+1): what one node receives per second
  *   rawzmq_GBps   the same pattern with bare PUSH/PULL sockets, zmq_send/zmq_recv of
  *                 SIZE bytes (no header, no checksum, no mailbox)
+ *   *_cpu_us      the CPU time of one operation of that loop, every node's process with
+ *                 all its threads (ZeroMQ's I/O threads too) together, in microseconds
+ *                 (CLOCK_PROCESS_CPUTIME_ID over the timed repetitions): what it costs
+ *                 the machine, which a loaded machine's wall time hides
+ * --only LOOPS: time only these of allreduce, gossip and raw (comma-separated); the
+ * others' columns print "-", and a profiler attached to the nodes sees one loop alone.
  * shoal's frames of 16 KiB and more between these processes go through shared-memory
  * lanes (sl_shm_lane.h) unless --no-shm; the last line says how many did. --curve: the
  * nodes share a run secret and every ZeroMQ connection is CURVE-authenticated and
@@ -41,9 +47,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bench/bench_cpu.h"
 #include "common/sl_alloc.h"
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
@@ -55,6 +63,12 @@
 #define MAXN 16
 #define EP 256
 
+/* The loops timed at each size, in this order; --only picks some. */
+enum { LOOP_ALLREDUCE, LOOP_GOSSIP, LOOP_RAW, NLOOPS };
+static const char *const loop_names[NLOOPS] = {"allreduce", "gossip", "raw"};
+static const char *const cpu_columns[NLOOPS] = {"allreduce_cpu_us", "gossip_cpu_us",
+                                                "rawzmq_cpu_us"};
+
 typedef struct {
     int n, ipc, no_shm, curve, mac;
     unsigned io_threads;                                  /* --io-threads; 0: from the cores */
@@ -64,6 +78,8 @@ typedef struct {
     const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
     size_t chunk;
+    unsigned only; /* bit k: loop k is timed */
+    int reps;      /* --reps; 0: from the size */
     size_t sizes[32];
     int nsizes;
     char dir[64];
@@ -72,10 +88,12 @@ typedef struct {
 /* 256 MiB moved per timing, 5 to 1000 repetitions: a few hundred milliseconds each, so
  * that a scheduler hiccup on a shared machine is a small part of it */
 static int
-reps_for(size_t bytes)
+reps_for(const bench_t *b, size_t bytes)
 {
     size_t r = ((size_t)256 << 20) / (bytes ? bytes : 1);
 
+    if (b->reps)
+        return b->reps;
     return r < 5 ? 5 : r > 1000 ? 1000 : (int)r;
 }
 
@@ -106,6 +124,60 @@ gbps(double bytes, double seconds)
     return bytes / seconds / 1e9;
 }
 
+/* CPU seconds of this process, all its threads */
+static double
+cpu_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* What one node needs for one operation of any loop. */
+typedef struct {
+    sl_transport_t *t;
+    void *push, *pull; /* raw ZeroMQ: to the left, from the right */
+    /* rounds count per kind and component: a receiver refuses frames more than a few
+     * rounds ahead of the last one it asked for (sl_mailbox.h) */
+    uint64_t ar_round, go_round;
+    uint32_t puller, chosen;
+    sl_collective_opts_t co;
+} peer_t;
+
+/* One operation of loop k on count floats; 0 when it went through. */
+static int
+run_once(peer_t *p, int k, float *buf, float *recv, size_t count)
+{
+    size_t bytes = count * sizeof(float), got;
+    uint32_t from;
+
+    switch (k) {
+    case LOOP_ALLREDUCE:
+        return sl_allreduce_sum(p->t, 0, p->ar_round++, buf, count, &p->co) == SL_OK ? 0 : -1;
+    case LOOP_GOSSIP:
+        return sl_gossip_exchange(p->t, 1, p->go_round++, buf, count, &p->puller, 1, &p->chosen, 1,
+                                  recv, &from, &got, 60000) == SL_OK
+                   ? 0
+                   : -1;
+    default:
+        return zmq_send(p->push, buf, bytes, 0) == (int)bytes &&
+                       zmq_recv(p->pull, recv, bytes, 0) == (int)bytes
+                   ? 0
+                   : -1;
+    }
+}
+
+/* A figure of loop k, or "-" where --only left it out. */
+static void
+print_figure(const bench_t *b, int k, int width, const char *format, double v)
+{
+    if (b->only & (1u << k))
+        printf(format, width, v);
+    else
+        printf(" %*s", width, "-");
+}
+
 static void
 node(const bench_t *b, int rank, int up, int down)
 {
@@ -114,13 +186,16 @@ node(const bench_t *b, int rank, int up, int down)
     char bind[128], eps[2 * MAXN][EP];
     const char *table[MAXN];
     int n = b->n, left = (rank + n - 1) % n;
-    /* rounds count per kind and component: a receiver refuses frames more than a few
-     * rounds ahead of the last one it asked for (sl_mailbox.h) */
-    uint64_t round = 1, ar_round = 1, go_round = 1;
-    uint32_t puller = (uint32_t)left, chosen = (uint32_t)((rank + 1) % n), from;
-    sl_collective_opts_t co = {b->chunk, 0, 0, NULL};
-    size_t got, len = EP;
+    uint64_t round = 1; /* barriers' */
+    size_t len = EP;
     void *ctx = zmq_ctx_new(), *pull = zmq_socket(ctx, ZMQ_PULL), *push = zmq_socket(ctx, ZMQ_PUSH);
+    peer_t p = {.push = push,
+                .pull = pull,
+                .ar_round = 1,
+                .go_round = 1,
+                .puller = (uint32_t)left,
+                .chosen = (uint32_t)((rank + 1) % n),
+                .co = {.chunk_elems = b->chunk}};
     int zero = 0;
 
     sl_log_set_level(SL_LOG_ERROR);
@@ -145,6 +220,7 @@ node(const bench_t *b, int rank, int up, int down)
     o.bind_endpoint = bind;
     if (sl_transport_new(&t, &o) != SL_OK)
         die(rank, "transport");
+    p.t = t;
     zmq_setsockopt(pull, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof zero);
     if (b->ipc)
@@ -176,61 +252,54 @@ node(const bench_t *b, int rank, int up, int down)
 
     for (int s = 0; s < b->nsizes; s++) {
         size_t bytes = b->sizes[s], count = bytes / sizeof(float);
-        int reps = reps_for(bytes);
-        float *buf = malloc(bytes), *recv = malloc(bytes);
-        double t0 = 0, ar, go, raw;
+        int reps = reps_for(b, bytes);
+        float *buf = malloc(bytes), *recv = malloc(bytes), cpu_us[NLOOPS] = {0};
+        double wall[NLOOPS] = {0};
 
         if (!buf || !recv)
             die(rank, "out of memory");
-        for (size_t i = 0; i < count; i++)
-            buf[i] = (float)(i % 7);
-        /* allreduce: one warm-up, then timed */
-        for (int r = 0; r <= reps; r++) {
-            if (r == 1) {
-                if (sl_barrier(t, round++, 0) != SL_OK)
-                    die(rank, "barrier");
-                t0 = sl_clock_now();
+        for (int k = 0; k < NLOOPS; k++) {
+            double t0 = 0, c0 = 0;
+
+            if (!(b->only & (1u << k)))
+                continue;
+            /* an allreduce's sums grow n-fold each time, up to infinity, which a gossip
+             * receiver refuses: every loop starts from the same payload */
+            for (size_t i = 0; i < count; i++)
+                buf[i] = (float)(i % 7);
+            /* one warm-up, then timed */
+            for (int r = 0; r <= reps; r++) {
+                if (r == 1) {
+                    if (sl_barrier(t, round++, 0) != SL_OK)
+                        die(rank, "barrier");
+                    t0 = sl_clock_now();
+                    c0 = cpu_now();
+                }
+                if (run_once(&p, k, buf, recv, count) != 0)
+                    die(rank, loop_names[k]);
             }
-            if (sl_allreduce_sum(t, 0, ar_round++, buf, count, &co) != SL_OK)
-                die(rank, "allreduce");
+            wall[k] = (sl_clock_now() - t0) / reps;
+            cpu_us[k] = (float)((cpu_now() - c0) / reps * 1e6);
         }
-        ar = (sl_clock_now() - t0) / reps;
-        /* the sums grew n-fold each time, up to infinity, which a gossip receiver refuses */
-        for (size_t i = 0; i < count; i++)
-            buf[i] = (float)(i % 7);
-        /* gossip push/collect of the same payload */
-        for (int r = 0; r <= reps; r++) {
-            if (r == 1) {
-                if (sl_barrier(t, round++, 0) != SL_OK)
-                    die(rank, "barrier");
-                t0 = sl_clock_now();
-            }
-            if (sl_gossip_exchange(t, 1, go_round++, buf, count, &puller, 1, &chosen, 1, recv,
-                                   &from, &got, 60000) != SL_OK)
-                die(rank, "gossip");
-        }
-        go = (sl_clock_now() - t0) / reps;
-        /* raw ZeroMQ: send to the left, receive from the right */
-        for (int r = 0; r <= reps; r++) {
-            if (r == 1) {
-                if (sl_barrier(t, round++, 0) != SL_OK)
-                    die(rank, "barrier");
-                t0 = sl_clock_now();
-            }
-            if (zmq_send(push, buf, bytes, 0) != (int)bytes ||
-                zmq_recv(pull, recv, bytes, 0) != (int)bytes)
-                die(rank, "raw zmq");
-        }
-        raw = (sl_clock_now() - t0) / reps;
+        /* every node's CPU time together, after the timings (a few small frames, which the
+         * last line's message counts include) */
+        if (sl_allreduce_sum(t, 0, p.ar_round++, cpu_us, NLOOPS, &p.co) != SL_OK)
+            die(rank, "allreduce of the CPU times");
         if (rank == 0) {
             char name[32];
             if (bytes >= ((size_t)1 << 20))
                 snprintf(name, sizeof name, "%zuMiB", bytes >> 20);
             else
                 snprintf(name, sizeof name, "%zuKiB", bytes >> 10);
-            printf("%-8s %12.3f %10.3f %11.3f %11.3f\n", name, ar * 1e3,
-                   gbps(2.0 * (n - 1) / n * (double)bytes, ar), gbps((double)bytes, go),
-                   gbps((double)bytes, raw));
+            printf("%-8s", name);
+            print_figure(b, LOOP_ALLREDUCE, 12, " %*.3f", wall[LOOP_ALLREDUCE] * 1e3);
+            print_figure(b, LOOP_ALLREDUCE, 10, " %*.3f",
+                         gbps(2.0 * (n - 1) / n * (double)bytes, wall[LOOP_ALLREDUCE]));
+            print_figure(b, LOOP_GOSSIP, 11, " %*.3f", gbps((double)bytes, wall[LOOP_GOSSIP]));
+            print_figure(b, LOOP_RAW, 11, " %*.3f", gbps((double)bytes, wall[LOOP_RAW]));
+            for (int k = 0; k < NLOOPS; k++)
+                print_figure(b, k, (int)strlen(cpu_columns[k]), " %*.1f", cpu_us[k]);
+            printf("\n");
             fflush(stdout);
         }
         free(buf);
@@ -268,6 +337,25 @@ parse_size(const char *s)
     return (size_t)v / sizeof(float) * sizeof(float);
 }
 
+/* --only LOOPS into b->only; -1 when a name is none of loop_names. */
+static int
+parse_only(const char *arg, bench_t *b)
+{
+    char copy[128], *save = NULL;
+
+    snprintf(copy, sizeof copy, "%s", arg);
+    b->only = 0;
+    for (char *tok = strtok_r(copy, " ,", &save); tok; tok = strtok_r(NULL, " ,", &save)) {
+        int k = 0;
+        while (k < NLOOPS && strcmp(tok, loop_names[k]))
+            k++;
+        if (k == NLOOPS)
+            return -1;
+        b->only |= 1u << k;
+    }
+    return b->only ? 0 : -1;
+}
+
 /* --emulate RATE,LATENCY_MS[,JITTER_MS] into b; -1 when it is not that. */
 static int
 parse_emulate(const char *arg, bench_t *b)
@@ -295,7 +383,7 @@ parse_emulate(const char *arg, bench_t *b)
 int
 main(int argc, char **argv)
 {
-    bench_t b = {.n = 2, .chunk = 0};
+    bench_t b = {.n = 2, .chunk = 0, .only = (1u << NLOOPS) - 1};
     const char *sizes = "256K 1M 4M 16M 64M";
     pid_t pids[MAXN];
     int up[MAXN][2], down[MAXN][2], failed = 0;
@@ -351,11 +439,27 @@ main(int argc, char **argv)
                         b.emulate);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+            if (parse_only(argv[++i], &b) != 0) {
+                fprintf(stderr,
+                        "bench_allreduce: --only %s: need one or more of allreduce, gossip "
+                        "and raw, comma-separated\n",
+                        argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || v < 1 || v > 1000000) {
+                fprintf(stderr, "bench_allreduce: --reps %s: need 1 to 1000000\n", argv[i]);
+                return 2;
+            }
+            b.reps = (int)v;
         } else {
             fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
                             "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"] "
                             "[--emulate RATE,LATENCY_MS[,JITTER_MS]] [--io-threads N] "
-                            "[--stripes N[w]]\n");
+                            "[--stripes N[w]] [--only allreduce,gossip,raw] [--reps N]\n");
             return 2;
         }
     }
@@ -387,6 +491,7 @@ main(int argc, char **argv)
     unsigned io = b.io_threads ? b.io_threads
                                : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN), 0);
     unsigned stripes = b.emulate ? 1 : b.stripes ? b.stripes : sl_transport_stripes_auto(io);
+    bench_print_cpu();
     printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
            "floats, %u ZeroMQ I/O threads a node%s, %u stripe%s a peer%s%s, freed large blocks "
            "%s, load before %.2f on %ld cpus\n",
@@ -399,8 +504,8 @@ main(int argc, char **argv)
            stripes == 1 ? "" : "s", b.stripes || b.emulate ? "" : " (from the I/O threads)",
            stripes > 1 && b.whole_frames ? " (whole frames in turn, no pieces)" : "",
            kept ? "kept" : "given back", loads[0], sysconf(_SC_NPROCESSORS_ONLN));
-    printf("%-8s %12s %10s %11s %11s\n", "size", "allreduce_ms", "busbw_GBps", "gossip_GBps",
-           "rawzmq_GBps");
+    printf("%-8s %12s %10s %11s %11s %s %s %s\n", "size", "allreduce_ms", "busbw_GBps",
+           "gossip_GBps", "rawzmq_GBps", cpu_columns[0], cpu_columns[1], cpu_columns[2]);
     fflush(stdout);
     for (int i = 0; i < b.n; i++) {
         if (pipe(up[i]) || pipe(down[i]))

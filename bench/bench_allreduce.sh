@@ -44,8 +44,10 @@
 # node (sl_gossip_exchange, then bare PUSH/PULL; a gossip snapshot over 8 MiB does not
 # fit a lane); mpi_* for MPI_Allreduce with OpenMPI's default transports (shared
 # memory: compare with busbw_GBps) and mpitcp_* with TCP loopback only (--mca btl
-# tcp,self: compare with busbw_zmq_GBps). Each timing moves 256 MiB (5 to 1000
-# repetitions). The machine is shared: the load average is printed before and after
+# tcp,self: compare with busbw_zmq_GBps); gossip_zmq_cpu_us and rawzmq_cpu_us, the CPU
+# time of one such exchange, every node's process and all its threads together, in
+# microseconds (ZeroMQ only, the first stripe count). Each timing moves 256 MiB (5 to
+# 1000 repetitions). The machine is shared: the load average is printed before and after
 # each run. Figures only: it never fails on speed; it exits non-zero when a run fails.
 set -euo pipefail
 
@@ -112,8 +114,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 cc=${CC:-gcc}
 # shellcheck disable=SC2046
-"$cc" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" \
-    "$top/bench/bench_allreduce.c" "$builddir/libshoal.a" \
+"$cc" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" -I"$builddir" \
+    "$top/bench/bench_allreduce.c" "$top/bench/bench_cpu.c" "$builddir/libshoal.a" \
     $(pkg-config --cflags --libs libzmq libsodium yaml-0.1) \
     -lpthread -lm -o "$tmp/bench_allreduce" || die "building bench_allreduce failed"
 have_mpi=0
@@ -186,9 +188,9 @@ for n in $nodes; do
     done
     for s in $stripes; do zfiles+=("$tmp/zmq_s$s.txt"); done
     if [ $tcp_only = 0 ]; then
-        grep '^#' "$tmp/shoal.1" | grep -v 'load after' || true
+        grep '^#' "$tmp/shoal.1" | grep -v 'load after\|^# cpu:' || true
     fi
-    for s in $stripes; do grep '^#' "$tmp/zmq_s$s.1" | grep -v 'load after' || true; done
+    for s in $stripes; do grep '^#' "$tmp/zmq_s$s.1" | grep -v 'load after\|^# cpu:' || true; done
     [ "$trials" = 1 ] || echo "# medians of $trials trials, the programs taking turns"
     # one line per size: shoal's columns (ZeroMQ-only ones per stripe count), then MPI's,
     # joined on the size; the rows follow the lanes run, or the first ZeroMQ run
@@ -201,7 +203,9 @@ for n in $nodes; do
         FILENAME == ARGV[2] { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
         FILENAME != ARGV[ARGC - 1] {
             for (z = 1; z <= nz; z++)
-                if (FILENAME == ARGV[2 + z]) { zbw[z, $1] = $3; zgo[z, $1] = $4; zraw[z, $1] = $5 }
+                if (FILENAME == ARGV[2 + z]) {
+                    zbw[z, $1] = $3; zgo[z, $1] = $4; zraw[z, $1] = $5; zgocpu[z, $1] = $7; zrawcpu[z, $1] = $8
+                }
             next
         }
         FNR == 1 {
@@ -214,6 +218,7 @@ for n in $nodes; do
             h = h col("rawzmq_GBps", 11)
             if (have_mpi && lanes) h = h col("mpi_ms", 10) col("mpi_GBps", 9)
             if (have_mpi) h = h col("mpitcp_ms", 12) col("mpitcp_GBps", 11)
+            h = h col("gossip_zmq_cpu_us", 17) col("rawzmq_cpu_us", 13)
             print h
         }
         {
@@ -225,6 +230,7 @@ for n in $nodes; do
             r = r col(lanes ? $5 : zraw[1, $1], 11)
             if (have_mpi && lanes) r = r col(mpi_ms[$1], 10) col(mpi_bw[$1], 9)
             if (have_mpi) r = r col(tcp_ms[$1], 12) col(tcp_bw[$1], 11)
+            r = r col(sprintf("%.1f", zgocpu[1, $1]), 17) col(sprintf("%.1f", zrawcpu[1, $1]), 13)
             print r
         }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "${zfiles[@]}" "$main"
     echo "# load after each trial: $(grep -h 'load after' "$tmp"/zmq_s"$first_stripes".[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"

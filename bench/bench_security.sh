@@ -59,8 +59,8 @@ tmp=$(mktemp -d /tmp/shoal-bench-security-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 # shellcheck disable=SC2046
-"${CC:-gcc}" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" \
-    "$top/bench/bench_allreduce.c" "$builddir/libshoal.a" \
+"${CC:-gcc}" -std=c11 -D_GNU_SOURCE -O2 -I"$top/src" -I"$top" -I"$builddir" \
+    "$top/bench/bench_allreduce.c" "$top/bench/bench_cpu.c" "$builddir/libshoal.a" \
     $(pkg-config --cflags --libs libzmq libsodium) -lpthread -lm -o "$tmp/bench_allreduce" \
     || die "building bench_allreduce failed"
 
