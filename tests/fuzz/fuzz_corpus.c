@@ -21,7 +21,8 @@
  * every text valid UTF-8 with as many tokens as counted here, train (+ held-out valid)
  * the ids sl_tokenize gives the training text. The corpus is then written with
  * sl_token_cache_write and read back equal, and loaded again from the token cache
- * sl_corpus_load wrote, equal.
+ * sl_corpus_load wrote, equal; when data.vocab_size was not set, setting the same
+ * number with sl_config_set gives with that cache what it gives without.
  *
  * Mode 1, cache image: the rest of the input is a token cache file, read with
  * sl_token_cache_read for the level of bit 0 and the hash in the image's own header
@@ -397,10 +398,43 @@ check_corpus(const sl_corpus_t *c, const sl_config_t *cfg, const parts_t *pt)
     }
 }
 
-/* The corpus through sl_token_cache_write and _read, and again through sl_corpus_load
- * from the cache that the first load wrote. */
+/* A cache built under a data.vocab_size that no one set (a default may keep fewer
+ * words) serves the same number given with --set as a fresh build does: the same
+ * corpus, or the same error. cfg gets the --set. */
 static void
-check_round_trips(const sl_corpus_t *c, const sl_config_t *cfg)
+check_cache_explicit(sl_config_t *cfg, const char *cached)
+{
+    char set[64], msg[2048];
+    sl_corpus_t a, b;
+    sl_status_t sa, sb;
+
+    if (sl_config_key_where(cfg, "data.vocab_size"))
+        return;
+    snprintf(set, sizeof set, "data.vocab_size=%d", cfg->data.vocab_size);
+    if (sl_config_set(cfg, set) != SL_OK)
+        broken("sl_config_set refused a vocab_size", sl_err_msg());
+    sa = sl_corpus_load(&a, cfg);
+    snprintf(msg, sizeof msg, "%s", sa == SL_OK ? "" : sl_err_msg());
+    if (sa == SL_OK && !a.from_cache)
+        broken("a load under --set data.vocab_size did not use the token cache", "");
+    unlink(cached);
+    sb = sl_corpus_load(&b, cfg);
+    if (sa != sb || (sa != SL_OK && strcmp(msg, sl_err_msg()) != 0))
+        broken("a token cache changes what --set data.vocab_size gives", msg);
+    if (sa == SL_OK) {
+        sl_tokens_t *const pa[3] = {&a.train, &a.valid, &a.test};
+        sl_tokens_t *const pb[3] = {&b.train, &b.valid, &b.test};
+        check_same("a token cache changes the corpus of a --set data.vocab_size", a.vocab, pa,
+                   b.vocab, pb);
+    }
+    sl_corpus_fini(&a);
+    sl_corpus_fini(&b);
+}
+
+/* The corpus through sl_token_cache_write and _read, and again through sl_corpus_load
+ * from the cache that the first load wrote; then check_cache_explicit. */
+static void
+check_round_trips(const sl_corpus_t *c, sl_config_t *cfg)
 {
     sl_tokens_t *const pc[3] = {(sl_tokens_t *)&c->train, (sl_tokens_t *)&c->valid,
                                 (sl_tokens_t *)&c->test};
@@ -436,6 +470,7 @@ check_round_trips(const sl_corpus_t *c, const sl_config_t *cfg)
                    again.vocab, pa);
     }
     sl_corpus_fini(&again);
+    check_cache_explicit(cfg, cached);
     unlink(cached);
 }
 
