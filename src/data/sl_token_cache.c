@@ -218,6 +218,10 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_vocab_
         st = corrupt(path, "checksum mismatch");
         goto out;
     }
+    if (memcmp(pad, "\0\0\0", pad4(h.text_bytes)) != 0) {
+        st = corrupt(path, "padding not zero");
+        goto out;
+    }
     for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
         SL_TRY_GOTO(check_ids(path, parts[k]->ids, parts[k]->len, (int32_t)h.nvocab), st, out);
     SL_TRY_GOTO(load_vocab(path, &h, counts, lens, text, vocab), st, out);
