@@ -48,7 +48,7 @@
 #include "data/sl_data_internal.h"
 
 #define SEP 0x1e
-#define CACHE_SUM_SEED 0x746f6b656e73ULL /* sl_token_cache.c's; the round trip checks it */
+#define CACHE_SUM_SEED 0x746f6b656e73ULL /* sl_token_cache.c's; fuzz_cache checks it */
 #define CACHE_HEADER_BYTES 72
 #define CACHE_HASH_AT 16
 
@@ -600,6 +600,8 @@ fuzz_cache(unsigned flags, const unsigned char *p, size_t n)
         fclose(fp);
         if (back_len != n || memcmp(back, img, n) != 0)
             broken("a cache that was read is written back as other bytes", "");
+        if (sl_hash_bytes(back, n - 8, CACHE_SUM_SEED) != get_u64(back + n - 8))
+            broken("CACHE_SUM_SEED is not sl_token_cache.c's: resealing is wrong", "");
         free(back);
         sl_vocab_destroy(&v);
         for (int k = 0; k < 3; k++)
