@@ -21,7 +21,8 @@
  * every text valid UTF-8 with as many tokens as counted here, train (+ held-out valid)
  * the ids sl_tokenize gives the training text. The corpus is then written with
  * sl_token_cache_write and read back equal, and loaded again from the token cache
- * sl_corpus_load wrote, equal; when data.vocab_size was not set, setting the same
+ * sl_corpus_load wrote, equal; with a byte of that cache's body flipped it is rebuilt,
+ * equal, and used again; when data.vocab_size was not set, setting the same
  * number with sl_config_set gives with that cache what it gives without.
  *
  * Mode 1, cache image: the rest of the input is a token cache file, read with
@@ -398,6 +399,39 @@ check_corpus(const sl_corpus_t *c, const sl_config_t *cfg, const parts_t *pt)
     }
 }
 
+/* A damaged cache (one byte after the header flipped: mode 1 damages headers) is rebuilt: the
+ * corpus loads the same, not from the cache, and the cache is whole again. */
+static void
+check_cache_damaged(const sl_corpus_t *c, const sl_config_t *cfg, const char *cached)
+{
+    sl_tokens_t *const pc[3] = {(sl_tokens_t *)&c->train, (sl_tokens_t *)&c->valid,
+                                (sl_tokens_t *)&c->test};
+    FILE *fp = fopen(cached, "r+b");
+    long bytes, at;
+    int ch;
+    sl_corpus_t again;
+
+    if (!fp || fseek(fp, 0, SEEK_END) != 0 || (bytes = ftell(fp)) <= CACHE_HEADER_BYTES)
+        abort();
+    at = CACHE_HEADER_BYTES + (long)(c->hash % (uint64_t)(bytes - CACHE_HEADER_BYTES));
+    if (fseek(fp, at, SEEK_SET) != 0 || (ch = fgetc(fp)) == EOF || fseek(fp, at, SEEK_SET) != 0 ||
+        fputc(ch ^ 0x01, fp) == EOF || fclose(fp) != 0)
+        abort();
+    if (sl_corpus_load(&again, cfg) != SL_OK)
+        broken("a damaged token cache makes the corpus fail", sl_err_msg());
+    if (again.from_cache)
+        broken("a damaged token cache was used", "");
+    {
+        sl_tokens_t *const pa[3] = {&again.train, &again.valid, &again.test};
+        check_same("the corpus rebuilt over a damaged cache differs", c->vocab, pc, again.vocab,
+                   pa);
+    }
+    sl_corpus_fini(&again);
+    if (sl_corpus_load(&again, cfg) != SL_OK || !again.from_cache)
+        broken("the rebuilt token cache is not used", sl_err_msg());
+    sl_corpus_fini(&again);
+}
+
 /* A cache built under a data.vocab_size that no one set (a default may keep fewer
  * words) serves the same number given with --set as a fresh build does: the same
  * corpus, or the same error. cfg gets the --set. */
@@ -470,6 +504,7 @@ check_round_trips(const sl_corpus_t *c, sl_config_t *cfg)
                    again.vocab, pa);
     }
     sl_corpus_fini(&again);
+    check_cache_damaged(c, cfg, cached);
     check_cache_explicit(cfg, cached);
     unlink(cached);
 }
