@@ -19,7 +19,8 @@
  * must be what sl_data.h promises: specials in place, ids in range, ids in order of
  * descending count (ties in byte order), counts that are the training occurrences,
  * every text valid UTF-8 with as many tokens as counted here, train (+ held-out valid)
- * the ids sl_tokenize gives the training text. The corpus is then written with
+ * the ids sl_tokenize gives the training text, its words interned one by one into a
+ * small table that grows given the same ids. The corpus is then written with
  * sl_token_cache_write and read back equal, and loaded again from the token cache
  * sl_corpus_load wrote, equal; with a byte of that cache's body flipped it is rebuilt,
  * equal, and used again; when data.vocab_size was not set, setting the same
@@ -246,6 +247,29 @@ check_vocab(const sl_vocab_t *v, sl_level_t level, sl_tokens_t *const parts[3])
                 broken("token id out of range", part_name[k]);
 }
 
+/* The words of v interned one by one into a table that starts small, so that it grows
+ * (the corpus's own tables start at 4096 words, which a fuzzer's inputs do not reach):
+ * each gets the id it has in v and is found there, and interning it again adds nothing. */
+static void
+check_vocab_growth(const sl_vocab_t *v)
+{
+    sl_vocab_t *g = NULL;
+    int32_t id;
+
+    if (sl_vocab_new(&g, 1) != SL_OK)
+        broken("sl_vocab_new failed", sl_err_msg());
+    for (int i = 0; i < v->size; i++)
+        if (sl_vocab_intern(g, v->text + v->off[i], v->len[i], &id) != SL_OK || id != i)
+            broken("a growing table gives a word another id", sl_err_msg());
+    for (int i = 0; i < v->size; i++)
+        if (sl_vocab_find(g, v->text + v->off[i], v->len[i]) != i ||
+            sl_vocab_intern(g, v->text + v->off[i], v->len[i], &id) != SL_OK || id != i)
+            broken("a grown table does not find a word at its id", "");
+    if (g->size != v->size || g->text_len != v->text_len || g->nslots < 2 * (size_t)g->size)
+        broken("a grown table's sizes are off", "");
+    sl_vocab_destroy(&g);
+}
+
 /* Two corpora (or a corpus and a cache) hold the same vocabulary and ids. */
 static void
 check_same(const char *what, const sl_vocab_t *a, sl_tokens_t *const pa[3], const sl_vocab_t *b,
@@ -343,6 +367,7 @@ check_corpus(const sl_corpus_t *c, const sl_config_t *cfg, const parts_t *pt)
     long *seen;
 
     check_vocab(v, level, parts);
+    check_vocab_growth(v);
     for (int k = 0; k < 3; k++) {
         if (pt->present[k] && ref_utf8_invalid_at(pt->text[k], pt->len[k]) != pt->len[k])
             broken("a text with invalid UTF-8 was loaded", part_name[k]);
