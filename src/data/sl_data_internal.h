@@ -58,10 +58,10 @@ int32_t sl_vocab_find(const sl_vocab_t *v, const char *word, size_t len);
 #define SL_TOKEN_CACHE_PARTS 3
 
 /* Loads the cache file at path into *vocab (a new table) and parts[0..2] (ids the
- * caller frees) when it exists and its magic, version, hash, level, sizes, checksum and
- * ids are all right. SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT
- * "path: corrupt token cache (why)", SL_ERR_NOMEM; on any error *vocab is NULL and the
- * parts are zeroed. */
+ * caller frees) when it exists and its magic, version, hash, level, sizes, checksum,
+ * ids and words are all right (<unk> and <eos> at the ids the header gives them).
+ * SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT "path: corrupt token
+ * cache (why)", SL_ERR_NOMEM; on any error *vocab is NULL and the parts are zeroed. */
 sl_status_t sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level,
                                 sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS]);
 /* Writes vocab and parts (borrowed) atomically to path under hash and level. SL_ERR_IO

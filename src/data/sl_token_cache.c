@@ -99,6 +99,12 @@ check_ids(const char *path, const int32_t *ids, size_t n, int32_t nvocab)
     return SL_OK;
 }
 
+static int
+is_word(const sl_vocab_t *v, int32_t id, const char *word)
+{
+    return v->len[id] == strlen(word) && memcmp(v->text + v->off[id], word, v->len[id]) == 0;
+}
+
 /* Rebuilds the vocabulary table from counts, lengths and text, checking that every
  * word ends where its length says and that no word appears twice. */
 static sl_status_t
@@ -130,6 +136,12 @@ load_vocab(const char *path, const cache_header_t *h, const int64_t *counts, con
     if (at != h->text_bytes) {
         sl_vocab_destroy(&v);
         return corrupt(path, "vocabulary text");
+    }
+    /* the specials are where the header says, under their names (the corpus's and a
+     * model file's vocabulary find them by name) */
+    if (!is_word(v, h->unk, "<unk>") || (h->eos >= 0 && !is_word(v, h->eos, "<eos>"))) {
+        sl_vocab_destroy(&v);
+        return corrupt(path, "special ids do not name <unk> and <eos>");
     }
     v->unk = h->unk;
     v->eos = h->eos;
@@ -204,6 +216,10 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_vocab_
     }
     if (fread(&stored, sizeof stored, 1, fp) != 1 || stored != sl_hash_final(&sum)) {
         st = corrupt(path, "checksum mismatch");
+        goto out;
+    }
+    if (memcmp(pad, "\0\0\0", pad4(h.text_bytes)) != 0) {
+        st = corrupt(path, "padding not zero");
         goto out;
     }
     for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++)
