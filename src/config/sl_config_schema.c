@@ -133,7 +133,7 @@ const entry_t sl_config_schema[] = {
      .doc = "validation text (\"\" = none, or see data.valid_fraction)"},
     {K("data.test", T_STR, data.test), .def = "", .doc = "test text (\"\" = none)"},
     {K("data.level", T_ENUM, data.level), .def = "word", .names = sl_config_level_names,
-     .doc = "tokens: whitespace-separated words, or UTF-8 characters"},
+     .doc = "tokens: words between spaces, tabs and line ends, or UTF-8 characters"},
     {K("data.vocab_size", T_INT, data.vocab_size), .def = "10000", AT_LEAST(0),
      .doc = "word: the top N training words (+ <unk>, <eos>); char: 0 = every character"},
     {K("data.valid_fraction", T_DOUBLE, data.valid_fraction), .def = "0", AT_LEAST(0), BELOW(1),
