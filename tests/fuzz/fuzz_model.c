@@ -5,7 +5,8 @@
  * first writes the architecture hash that the header's sizes give (header offset 24),
  * bit 0 then the checksum (the last 8 bytes), so that the checks behind them are
  * reached. The file goes through sl_checkpoint_inspect, sl_model_file_open on the cpu
- * backend (1 thread, windows of BPTT steps) and, when it opens, sl_checkpoint_check
+ * backend (1 thread, windows of the file's own train.bptt, as shoal score, sample and
+ * export open it) and, when it opens, sl_checkpoint_check
  * with its own identity, then for a checkpoint sl_checkpoint_check and
  * sl_checkpoint_load with an optimizer and hidden state. Mode bit 2 set: a safetensors
  * file through sl_st_read, every tensor read back, and sl_import_safetensors into a
@@ -35,7 +36,7 @@
 
 #define CKPT_HASH_SEED 0x53484f414c434b50ull /* sl_checkpoint.c's, "SHOALCKP" */
 #define OFF_ARCH 24
-#define BPTT 3
+#define BPTT 3 /* the tiny model's */
 #define MODE_CHECKSUM 1u
 #define MODE_ARCH 2u
 #define MODE_SAFETENSORS 4u
@@ -199,13 +200,13 @@ check_checkpoint(size_t size)
             broken("sl_checkpoint_inspect took an inconsistent file", path);
         sl_checkpoint_info_fini(&info);
     }
-    st = sl_model_file_open(&m, path, "cpu", 1, BPTT);
+    st = sl_model_file_open(&m, path, "cpu", 1, 0);
     if (st != SL_OK) {
         check_failure(st, "sl_model_file_open");
         return;
     }
     if (sl_lm_nparams(m.lm) != m.info.nparams || sl_vocab_size(m.vocab) != m.info.id.vocab ||
-        m.cfg.train.bptt != BPTT)
+        m.cfg.train.bptt != m.info.meta.bptt)
         broken("sl_model_file_open built another model than the file's", path);
     {
         sl_ckpt_ident_t id;
