@@ -350,6 +350,11 @@ read_model(sl_model_meta_t *m, const char *name, rbuf_t *r)
     if ((unsigned)m->output > SL_OUTPUT_SAMPLED || m->embedding < 1 || m->bptt < 1 ||
         m->batch < 1 || m->samples < 0)
         return bad(name, "sizes out of range", "MODL");
+    if (m->bptt > SL_MAX_BPTT) { /* the windows of shoal score and sample: buffers */
+        char what[64];
+        snprintf(what, sizeof what, "train.bptt %d above %d", m->bptt, SL_MAX_BPTT);
+        return bad(name, what, "MODL");
+    }
     for (int l = 0; l < m->nlayers; l++)
         if (m->layers[l].hidden < 1 || m->layers[l].projection < 0)
             return bad(name, "sizes out of range", "MODL");

@@ -127,6 +127,18 @@ START_TEST(test_meta_round_trip_and_damage)
     memcpy(bad + test_meta_record(bad, 0, "MODL"), "XTRA", 4);
     assert_refused(bad, len, "no MODL record");
     free(bad);
+    /* train.bptt up to SL_MAX_BPTT: shoal score's and sample's buffers follow it (found
+     * by tests/fuzz/fuzz_model: a 1 KB file that asked for 5 GB) */
+    m.bptt = SL_MAX_BPTT + 1;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "train.bptt 10001 above 10000 in the record MODL");
+    free(bad);
+    m.bptt = SL_MAX_BPTT;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    ck_assert_msg(sl_model_meta_decode(&back, "x.bin", bad, len) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(back.bptt, SL_MAX_BPTT);
+    sl_model_meta_fini(&back);
+    free(bad);
     free(enc);
     sl_vocab_destroy(&v);
     sl_config_fini(&cfg);
