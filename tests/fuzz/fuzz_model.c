@@ -4,7 +4,9 @@
  * Input: [mode u8][file bytes]. Mode bit 2 clear: a checkpoint or model file; bit 1
  * first writes the architecture hash that the header's sizes give (header offset 24),
  * bit 0 then the checksum (the last 8 bytes), so that the checks behind them are
- * reached. The file goes through sl_checkpoint_inspect, sl_model_file_open on the cpu
+ * reached; bit 3: the file is preceded by a text, [u16 le length][text], that a model
+ * which opens scores as shoal score does (sl_tokenize and sl_score_tokens, then
+ * sl_score_lines). The file goes through sl_checkpoint_inspect, sl_model_file_open on the cpu
  * backend (1 thread, windows of the file's own train.bptt, as shoal score, sample and
  * export open it) and, when it opens, sl_checkpoint_check
  * with its own identity, then for a checkpoint sl_checkpoint_check and
@@ -33,6 +35,7 @@
 #include "node/sl_export.h"
 #include "node/sl_model_file.h"
 #include "node/sl_node_backend.h"
+#include "node/sl_score.h"
 
 #define CKPT_HASH_SEED 0x53484f414c434b50ull /* sl_checkpoint.c's, "SHOALCKP" */
 #define OFF_ARCH 24
@@ -40,6 +43,8 @@
 #define MODE_CHECKSUM 1u
 #define MODE_ARCH 2u
 #define MODE_SAFETENSORS 4u
+#define MODE_TEXT 8u
+#define TEXT_NAME "fuzz.txt"
 /* the tiny model that safetensors files are imported into */
 #define TINY_VOCAB 10
 #define TINY_E 3
@@ -106,20 +111,69 @@ write_file(const uint8_t *data, size_t size)
         broken("cannot write", path);
 }
 
-/* A failure: not SL_ERR_NOMEM, one plain line "PATH: text". */
+/* A failure: not SL_ERR_NOMEM, one plain line "NAME: text" (or "NAME:LINE: text"). */
 static void
-check_failure(sl_status_t st, const char *who)
+check_named_failure(sl_status_t st, const char *who, const char *name)
 {
     const char *msg = sl_err_msg();
-    size_t n = strlen(path);
+    size_t n = strlen(name);
 
     if (st == SL_ERR_NOMEM)
         broken(who, msg);
     for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
         if (*p < 0x20 || *p == 0x7f)
             broken("message not on one plain line", msg);
-    if (strncmp(msg, path, n) != 0 || strncmp(msg + n, ": ", 2) != 0 || !msg[n + 2])
-        broken("message does not start with 'PATH: '", msg);
+    if (strncmp(msg, name, n) != 0 || msg[n] != ':' || !msg[n + 1])
+        broken("message does not start with the file's name", msg);
+}
+
+/* The same for the file at path: "PATH: text". */
+static void
+check_failure(sl_status_t st, const char *who)
+{
+    check_named_failure(st, who, path);
+    if (sl_err_msg()[strlen(path) + 1] != ' ')
+        broken("message does not start with 'PATH: '", sl_err_msg());
+}
+
+static sl_status_t
+count_line(void *ctx, long line, long tokens, double loss_sum)
+{
+    long *lines = ctx;
+
+    (void)loss_sum;
+    if (line != *lines + 1 || tokens < 1)
+        broken("sl_score_lines: lines out of order or empty", TEXT_NAME);
+    *lines = line;
+    return SL_OK;
+}
+
+/* text scored with the model m, whole (sl_tokenize, sl_score_tokens) and line by line:
+ * what shoal score does with a file. */
+static void
+score_text(sl_model_file_t *m, const char *text, size_t len)
+{
+    sl_tokens_t tok;
+    sl_score_t sc;
+    long lines = 0;
+    sl_status_t st = sl_tokenize(m->vocab, m->level, TEXT_NAME, text, len, 1, &tok);
+
+    if (st != SL_OK) {
+        check_named_failure(st, "sl_tokenize", TEXT_NAME);
+    } else {
+        st = sl_score_tokens(m->lm, &tok, sl_vocab_unk(m->vocab), m->cfg.train.bptt,
+                             SL_MODEL_FILE_STREAMS, TEXT_NAME, &sc);
+        if (st != SL_OK)
+            check_named_failure(st, "sl_score_tokens", TEXT_NAME);
+        else if (sc.tokens != (long)tok.len || sc.scored < 1 || sc.scored > sc.tokens ||
+                 sc.unk > sc.tokens)
+            broken("sl_score_tokens: counts out of range", TEXT_NAME);
+        free(tok.ids);
+    }
+    st = sl_score_lines(m->lm, m->vocab, m->level, TEXT_NAME, text, len, m->cfg.train.bptt,
+                        count_line, &lines);
+    if (st != SL_OK)
+        check_named_failure(st, "sl_score_lines", TEXT_NAME);
 }
 
 /* The checkpoint's architecture hash and checksum, as the mode says. */
@@ -186,7 +240,7 @@ check_train_state(sl_model_file_t *m, const sl_ckpt_ident_t *own)
 }
 
 static void
-check_checkpoint(size_t size)
+check_checkpoint(size_t size, const char *text, size_t text_len)
 {
     sl_ckpt_info_t info;
     sl_model_file_t m;
@@ -214,6 +268,14 @@ check_checkpoint(size_t size)
         sl_ckpt_ident_init(&id, &m.cfg, m.info.id.vocab, m.info.id.corpus_hash, 0, 1);
         if (sl_checkpoint_check(path, &id, m.lm, NULL, NULL, NULL, NULL, &damaged) != SL_OK)
             broken("a model that opened does not check", sl_err_msg());
+        if (text) {
+            char *t = malloc(text_len ? text_len : 1); /* exact size, as the file */
+            if (!t)
+                abort();
+            memcpy(t, text, text_len);
+            score_text(&m, t, text_len);
+            free(t);
+        }
         if (m.info.train_state)
             check_train_state(&m, &id);
     }
@@ -255,6 +317,8 @@ check_safetensors(void)
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    const char *text = NULL;
+    size_t text_len = 0;
     unsigned mode;
     uint8_t *b;
 
@@ -262,17 +326,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     setup();
     mode = data[0];
-    b = malloc(size);
+    data++;
+    size--;
+    if ((mode & MODE_TEXT) && !(mode & MODE_SAFETENSORS)) {
+        if (size < 2 || (size_t)(data[0] | data[1] << 8) > size - 2)
+            return 0;
+        text_len = (size_t)(data[0] | data[1] << 8);
+        text = (const char *)data + 2;
+        data += 2 + text_len;
+        size -= 2 + text_len;
+    }
+    b = malloc(size ? size : 1); /* exact size: ASan sees overreads */
     if (!b)
         abort();
-    memcpy(b, data + 1, size - 1);
+    memcpy(b, data, size);
     if (!(mode & MODE_SAFETENSORS))
-        reseal(b, size - 1, mode);
-    write_file(b, size - 1);
+        reseal(b, size, mode);
+    write_file(b, size);
     free(b);
     if (mode & MODE_SAFETENSORS)
         check_safetensors();
     else
-        check_checkpoint(size - 1);
+        check_checkpoint(size, text, text_len);
     return 0;
 }
