@@ -17,6 +17,7 @@
  * the path, never SL_ERR_NOMEM (nothing is allocated from a header before the file's
  * size backs it); what they accept is consistent (sizes, vocabulary, verdicts). A
  * broken promise prints what broke and aborts. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +197,17 @@ reseal(uint8_t *b, size_t size, unsigned mode)
         sl_put_u64(b + size - 8, sl_hash_bytes(b, size - 8, CKPT_HASH_SEED));
 }
 
+/* The settings a model file gives within the ranges of the configuration keys (shoal
+ * export writes them into its JSON file, shoal eval and sample use them). */
+static int
+settings_in_range(const sl_config_t *c)
+{
+    return c->model.dropout >= 0.0 && c->model.dropout < 1.0 && c->model.init_range > 0.0 &&
+           isfinite(c->model.init_range) && c->model.samples >= 0 && c->data.vocab_size >= 0 &&
+           c->data.valid_fraction >= 0.0 && c->data.valid_fraction < 1.0 &&
+           c->data.max_tokens >= 0 && c->train.batch >= 1;
+}
+
 /* A checkpoint's training state, loaded as a resumed run would with the optimizer and
  * batch shape its header names (up to the streams the model was built for). */
 static void
@@ -262,6 +274,8 @@ check_checkpoint(size_t size, const char *text, size_t text_len)
     if (sl_lm_nparams(m.lm) != m.info.nparams || sl_vocab_size(m.vocab) != m.info.id.vocab ||
         m.cfg.train.bptt != m.info.meta.bptt)
         broken("sl_model_file_open built another model than the file's", path);
+    if (!settings_in_range(&m.cfg))
+        broken("a model file's settings that no configuration may have", path);
     {
         sl_ckpt_ident_t id;
         int damaged;

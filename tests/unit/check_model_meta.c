@@ -139,6 +139,28 @@ START_TEST(test_meta_round_trip_and_damage)
     ck_assert_int_eq(back.bptt, SL_MAX_BPTT);
     sl_model_meta_fini(&back);
     free(bad);
+    /* settings in the ranges of their configuration keys: shoal export wrote an
+     * infinite init range as "inf" into its JSON file */
+    m.bptt = 35;
+    m.init_range = INFINITY;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
+    free(bad);
+    m.init_range = 0.1;
+    m.dropout = 1.0;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
+    free(bad);
+    m.dropout = 0.0;
+    m.valid_fraction = NAN;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "settings out of range in the record DATA");
+    free(bad);
+    m.valid_fraction = 0.0;
+    m.vocab_limit = -1;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "settings out of range in the record DATA");
+    free(bad);
     free(enc);
     sl_vocab_destroy(&v);
     sl_config_fini(&cfg);
