@@ -218,6 +218,8 @@ parse_string(parser_t *p, char *out, size_t cap, int ctrl_ok)
             break;
         if (cp < 0x20)
             return bad(p, "control character in a string");
+        if (cp == 0x7f && !ctrl_ok) /* DEL: JSON takes it, a one-line message does not */
+            return bad(p, "control character in a name");
         if (cp == '\\') {
             cp = p->pos < p->len ? (unsigned char)p->s[p->pos++] : 0;
             if (cp == 'u') {
@@ -230,7 +232,7 @@ parse_string(parser_t *p, char *out, size_t cap, int ctrl_ok)
             } else {
                 return bad(p, "bad escape in a string");
             }
-            if (cp < 0x20 && !ctrl_ok)
+            if ((cp < 0x20 || cp == 0x7f) && !ctrl_ok)
                 return bad(p, "control character in a name");
             if (!put_utf8(out, &n, cap, cp))
                 return bad(p, "string too long");

@@ -13,6 +13,8 @@
 #include "common/sl_status.h"
 
 #define SL_MAX_LAYERS 8
+/* train.bptt's most: the readers of a model file size its buffers by it */
+#define SL_MAX_BPTT 10000
 #define SL_MAX_PERIOD_RULES 32 /* entries of sync.periods */
 /* A number key's value when the file says "auto": the key's documented rule decides. */
 #define SL_CONFIG_AUTO (-1.0)

@@ -293,6 +293,10 @@ read_data(sl_model_meta_t *m, const char *name, rbuf_t *r)
         return bad(name, "unknown data level", "DATA");
     if (rule != SL_MODEL_META_UNK_RULE)
         return bad(name, "unknown rule for tokens outside the vocabulary", "DATA");
+    /* the ranges of data.vocab_size, valid_fraction and max_tokens */
+    if (m->vocab_limit < 0 || !(m->valid_fraction >= 0.0 && m->valid_fraction < 1.0) ||
+        m->max_tokens < 0)
+        return bad(name, "settings out of range", "DATA");
     m->level = (sl_level_t)level;
     return SL_OK;
 }
@@ -350,6 +354,15 @@ read_model(sl_model_meta_t *m, const char *name, rbuf_t *r)
     if ((unsigned)m->output > SL_OUTPUT_SAMPLED || m->embedding < 1 || m->bptt < 1 ||
         m->batch < 1 || m->samples < 0)
         return bad(name, "sizes out of range", "MODL");
+    /* those of model.dropout and init_range: an infinite range went into export's JSON */
+    if (!(m->dropout >= 0.0 && m->dropout < 1.0) ||
+        !(m->init_range > 0.0 && isfinite(m->init_range)))
+        return bad(name, "dropout or init range out of range", "MODL");
+    if (m->bptt > SL_MAX_BPTT) { /* the windows of shoal score and sample: buffers */
+        char what[64];
+        snprintf(what, sizeof what, "train.bptt %d above %d", m->bptt, SL_MAX_BPTT);
+        return bad(name, what, "MODL");
+    }
     for (int l = 0; l < m->nlayers; l++)
         if (m->layers[l].hidden < 1 || m->layers[l].projection < 0)
             return bad(name, "sizes out of range", "MODL");

@@ -82,7 +82,8 @@ sl_status_t sl_model_meta_encode(const sl_model_meta_t *m, unsigned char **out, 
 /* Reads a section of len bytes into m (which then owns its vocabulary). Every failure
  * is SL_ERR_FORMAT "<name>: model metadata: <what>" (a length past its record, a
  * missing record, a duplicate word, specials that are not <unk> and <eos>, sizes out
- * of range), and leaves m zeroed. */
+ * of range, train.bptt above SL_MAX_BPTT, settings outside the ranges of their
+ * configuration keys), and leaves m zeroed. */
 sl_status_t sl_model_meta_decode(sl_model_meta_t *m, const char *name, const unsigned char *p,
                                  size_t len);
 

@@ -55,6 +55,7 @@ static sl_status_t
 open_model(sl_model_file_t *m, const char *device, int threads, int bptt)
 {
     sl_ckpt_ident_t id;
+    sl_status_t st;
     int vocab;
 
     if (!m->info.has_meta)
@@ -76,7 +77,10 @@ open_model(sl_model_file_t *m, const char *device, int threads, int bptt)
     sl_ckpt_ident_init(&id, &m->cfg, vocab, m->info.id.corpus_hash, 0, 1);
     SL_TRY(check_arch(m, &id));
     SL_TRY(sl_node_backend_open(&m->cfg, 0, &m->be));
-    SL_TRY(sl_lm_new(&m->lm, &m->cfg, vocab, 1, SL_MODEL_FILE_STREAMS, m->be));
+    /* the model's errors name the file: its sizes made them */
+    st = sl_lm_new(&m->lm, &m->cfg, vocab, 1, SL_MODEL_FILE_STREAMS, m->be);
+    if (st != SL_OK)
+        return sl_err_prefix(st, "%s", m->path);
     return sl_checkpoint_load(m->path, &id, m->be, m->lm, NULL, NULL, NULL, NULL);
 }
 

@@ -30,7 +30,8 @@ typedef struct {
  * for windows of up to bptt steps (0: the training run's train.bptt). Errors, one line
  * starting with the path: the file's own (sl_checkpoint_inspect), SL_ERR_FORMAT "no
  * vocabulary in this model file (...)" for a file written before version 4 (shoal eval
- * evaluates it with its training corpus), the backend's. m is zeroed on error. */
+ * evaluates it with its training corpus), the model's for the file's sizes (sl_lm_new);
+ * and the backend's for device, as it says them. m is zeroed on error. */
 sl_status_t sl_model_file_open(sl_model_file_t *m, const char *path, const char *device,
                                int threads, int bptt);
 /* Frees everything m holds (safe on a zeroed m, and twice). */

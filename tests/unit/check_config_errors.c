@@ -52,8 +52,9 @@ static const bad_case_t bad_yaml[] = {
     {"train: {optimizer: sgd}", "x.yaml:1:20: 'train.optimizer' must be a mapping, got 'sgd'"},
     /* out of range */
     {"train: {batch: 0}", "x.yaml:1:16: 'train.batch' must be at least 1, got 0"},
-    {"train: {bptt: 2147483648}",
-     "x.yaml:1:15: 'train.bptt' must be at most 2147483647, got 2147483648"},
+    {"train: {batch: 2147483648}",
+     "x.yaml:1:16: 'train.batch' must be at most 2147483647, got 2147483648"},
+    {"train: {bptt: 10001}", "x.yaml:1:15: 'train.bptt' must be at most 10000, got 10001"},
     {"model: {dropout: 1.0}", "x.yaml:1:18: 'model.dropout' must be less than 1, got 1.0"},
     {"model: {init_range: 0}", "x.yaml:1:21: 'model.init_range' must be greater than 0, got 0"},
     {"data: {valid_fraction: -0.1}",

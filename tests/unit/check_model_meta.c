@@ -127,6 +127,40 @@ START_TEST(test_meta_round_trip_and_damage)
     memcpy(bad + test_meta_record(bad, 0, "MODL"), "XTRA", 4);
     assert_refused(bad, len, "no MODL record");
     free(bad);
+    /* train.bptt up to SL_MAX_BPTT: shoal score's and sample's buffers follow it (found
+     * by tests/fuzz/fuzz_model: a 1 KB file that asked for 5 GB) */
+    m.bptt = SL_MAX_BPTT + 1;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "train.bptt 10001 above 10000 in the record MODL");
+    free(bad);
+    m.bptt = SL_MAX_BPTT;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    ck_assert_msg(sl_model_meta_decode(&back, "x.bin", bad, len) == SL_OK, "%s", sl_err_msg());
+    ck_assert_int_eq(back.bptt, SL_MAX_BPTT);
+    sl_model_meta_fini(&back);
+    free(bad);
+    /* settings in the ranges of their configuration keys: shoal export wrote an
+     * infinite init range as "inf" into its JSON file */
+    m.bptt = 35;
+    m.init_range = INFINITY;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
+    free(bad);
+    m.init_range = 0.1;
+    m.dropout = 1.0;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
+    free(bad);
+    m.dropout = 0.0;
+    m.valid_fraction = NAN;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "settings out of range in the record DATA");
+    free(bad);
+    m.valid_fraction = 0.0;
+    m.vocab_limit = -1;
+    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
+    assert_refused(bad, len, "settings out of range in the record DATA");
+    free(bad);
     free(enc);
     sl_vocab_destroy(&v);
     sl_config_fini(&cfg);
