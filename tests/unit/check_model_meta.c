@@ -46,6 +46,18 @@ assert_refused(const unsigned char *p, size_t len, const char *fragment)
     ck_assert_ptr_null(m.vocab);
 }
 
+/* m, encoded as it stands, is refused with fragment in the message. */
+static void
+assert_encoded_refused(const sl_model_meta_t *m, const char *fragment)
+{
+    unsigned char *enc;
+    size_t len;
+
+    ck_assert_int_eq(sl_model_meta_encode(m, &enc, &len), SL_OK);
+    assert_refused(enc, len, fragment);
+    free(enc);
+}
+
 START_TEST(test_meta_round_trip_and_damage)
 {
     sl_config_t cfg;
@@ -130,9 +142,7 @@ START_TEST(test_meta_round_trip_and_damage)
     /* train.bptt up to SL_MAX_BPTT: shoal score's and sample's buffers follow it (found
      * by tests/fuzz/fuzz_model: a 1 KB file that asked for 5 GB) */
     m.bptt = SL_MAX_BPTT + 1;
-    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
-    assert_refused(bad, len, "train.bptt 10001 above 10000 in the record MODL");
-    free(bad);
+    assert_encoded_refused(&m, "train.bptt 10001 above 10000 in the record MODL");
     m.bptt = SL_MAX_BPTT;
     ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
     ck_assert_msg(sl_model_meta_decode(&back, "x.bin", bad, len) == SL_OK, "%s", sl_err_msg());
@@ -143,24 +153,16 @@ START_TEST(test_meta_round_trip_and_damage)
      * infinite init range as "inf" into its JSON file */
     m.bptt = 35;
     m.init_range = INFINITY;
-    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
-    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
-    free(bad);
+    assert_encoded_refused(&m, "dropout or init range out of range in the record MODL");
     m.init_range = 0.1;
     m.dropout = 1.0;
-    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
-    assert_refused(bad, len, "dropout or init range out of range in the record MODL");
-    free(bad);
+    assert_encoded_refused(&m, "dropout or init range out of range in the record MODL");
     m.dropout = 0.0;
     m.valid_fraction = NAN;
-    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
-    assert_refused(bad, len, "settings out of range in the record DATA");
-    free(bad);
+    assert_encoded_refused(&m, "settings out of range in the record DATA");
     m.valid_fraction = 0.0;
     m.vocab_limit = -1;
-    ck_assert_int_eq(sl_model_meta_encode(&m, &bad, &len), SL_OK);
-    assert_refused(bad, len, "settings out of range in the record DATA");
-    free(bad);
+    assert_encoded_refused(&m, "settings out of range in the record DATA");
     free(enc);
     sl_vocab_destroy(&v);
     sl_config_fini(&cfg);
