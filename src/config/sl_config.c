@@ -342,6 +342,23 @@ check_overlap(const sl_config_t *cfg, const char *src)
     return SL_OK;
 }
 
+int
+sl_config_number_in_range(const char *key, double value)
+{
+    const entry_t *e = sl_config_find_entry(key);
+    value_t v = {0};
+    char why[160];
+
+    SL_ASSERT(e && (e->type == T_INT || e->type == T_LONG || e->type == T_DOUBLE));
+    if (e->type == T_DOUBLE)
+        v.d = value;
+    else if (!(value >= -0x1p63 && value < 0x1p63)) /* beyond long long: beyond any key's */
+        return 0;
+    else
+        v.i = (long long)value;
+    return !sl_config_bad_value(e, &v, 0, "", why, sizeof why);
+}
+
 sl_status_t
 sl_config_validate(const sl_config_t *cfg)
 {

@@ -264,6 +264,10 @@ const char *sl_config_key_where(const sl_config_t *cfg, const char *key);
 
 /* Cross-field checks after all overrides (required keys, sizes that must agree). */
 sl_status_t sl_config_validate(const sl_config_t *cfg);
+/* 1 when value is one that the number key (a dotted path of an integer or number key,
+ * "model.dropout") accepts in a configuration: for settings read from elsewhere (a model
+ * file's), so that the schema stays the one place of every range. */
+int sl_config_number_in_range(const char *key, double value);
 
 /* Writes the resolved config as YAML that sl_config_load_file reads back equal. */
 sl_status_t sl_config_write_yaml(const sl_config_t *cfg, FILE *out);

@@ -293,9 +293,9 @@ read_data(sl_model_meta_t *m, const char *name, rbuf_t *r)
         return bad(name, "unknown data level", "DATA");
     if (rule != SL_MODEL_META_UNK_RULE)
         return bad(name, "unknown rule for tokens outside the vocabulary", "DATA");
-    /* the ranges of data.vocab_size, valid_fraction and max_tokens */
-    if (m->vocab_limit < 0 || !(m->valid_fraction >= 0.0 && m->valid_fraction < 1.0) ||
-        m->max_tokens < 0)
+    if (!sl_config_number_in_range("data.vocab_size", m->vocab_limit) ||
+        !sl_config_number_in_range("data.valid_fraction", m->valid_fraction) ||
+        !sl_config_number_in_range("data.max_tokens", (double)m->max_tokens))
         return bad(name, "settings out of range", "DATA");
     m->level = (sl_level_t)level;
     return SL_OK;
@@ -354,9 +354,9 @@ read_model(sl_model_meta_t *m, const char *name, rbuf_t *r)
     if ((unsigned)m->output > SL_OUTPUT_SAMPLED || m->embedding < 1 || m->bptt < 1 ||
         m->batch < 1 || m->samples < 0)
         return bad(name, "sizes out of range", "MODL");
-    /* those of model.dropout and init_range: an infinite range went into export's JSON */
-    if (!(m->dropout >= 0.0 && m->dropout < 1.0) ||
-        !(m->init_range > 0.0 && isfinite(m->init_range)))
+    /* an infinite init range went into export's JSON */
+    if (!sl_config_number_in_range("model.dropout", m->dropout) ||
+        !sl_config_number_in_range("model.init_range", m->init_range))
         return bad(name, "dropout or init range out of range", "MODL");
     if (m->bptt > SL_MAX_BPTT) { /* the windows of shoal score and sample: buffers */
         char what[64];
