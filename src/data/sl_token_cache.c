@@ -99,12 +99,6 @@ check_ids(const char *path, const int32_t *ids, size_t n, int32_t nvocab)
     return SL_OK;
 }
 
-static int
-is_word(const sl_vocab_t *v, int32_t id, const char *word)
-{
-    return v->len[id] == strlen(word) && memcmp(v->text + v->off[id], word, v->len[id]) == 0;
-}
-
 /* Rebuilds the vocabulary table from counts, lengths and text, checking that every
  * word ends where its length says and that no word appears twice. */
 static sl_status_t
@@ -139,7 +133,8 @@ load_vocab(const char *path, const cache_header_t *h, const int64_t *counts, con
     }
     /* the specials are where the header says, under their names (the corpus's and a
      * model file's vocabulary find them by name) */
-    if (!is_word(v, h->unk, "<unk>") || (h->eos >= 0 && !is_word(v, h->eos, "<eos>"))) {
+    if (sl_vocab_find(v, "<unk>", 5) != h->unk ||
+        (h->eos >= 0 && sl_vocab_find(v, "<eos>", 5) != h->eos)) {
         sl_vocab_destroy(&v);
         return corrupt(path, "special ids do not name <unk> and <eos>");
     }
