@@ -47,7 +47,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -122,16 +121,6 @@ static double
 gbps(double bytes, double seconds)
 {
     return bytes / seconds / 1e9;
-}
-
-/* CPU seconds of this process, all its threads */
-static double
-cpu_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* What one node needs for one operation of any loop. */
@@ -273,13 +262,13 @@ node(const bench_t *b, int rank, int up, int down)
                     if (sl_barrier(t, round++, 0) != SL_OK)
                         die(rank, "barrier");
                     t0 = sl_clock_now();
-                    c0 = cpu_now();
+                    c0 = bench_cpu_seconds();
                 }
                 if (run_once(&p, k, buf, recv, count) != 0)
                     die(rank, loop_names[k]);
             }
             wall[k] = (sl_clock_now() - t0) / reps;
-            cpu_us[k] = (float)((cpu_now() - c0) / reps * 1e6);
+            cpu_us[k] = (float)((bench_cpu_seconds() - c0) / reps * 1e6);
         }
         /* every node's CPU time together, after the timings (a few small frames, which the
          * last line's message counts include) */

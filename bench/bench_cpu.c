@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 void
 bench_print_cpu(void)
@@ -29,4 +30,13 @@ bench_print_cpu(void)
     if (f)
         fclose(f);
     printf("# cpu: %s (family %s, model %s)\n", name, family, model);
+}
+
+double
+bench_cpu_seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -5,5 +5,7 @@
 /* Prints "# cpu: MODEL (family F, model M)" from /proc/cpuinfo ("unknown" and "?" where
  * it has none). */
 void bench_print_cpu(void);
+/* CPU seconds of this process, all its threads (CLOCK_PROCESS_CPUTIME_ID). */
+double bench_cpu_seconds(void);
 
 #endif

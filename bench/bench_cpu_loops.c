@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench/bench_cpu.h"
 #include "common/sl_alloc.h"
@@ -195,12 +194,7 @@ static int use_cpu_time; /* --cpu-time */
 static double
 clock_s(void)
 {
-    struct timespec ts;
-
-    if (!use_cpu_time)
-        return sl_clock_now();
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return use_cpu_time ? bench_cpu_seconds() : sl_clock_now();
 }
 
 /* Microseconds per call over enough calls for about 20 ms. */
