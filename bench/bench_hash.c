@@ -67,7 +67,7 @@ main(int argc, char **argv)
         return 2;
     }
     bench_print_cpu();
-    printf("# sl_hash_bulk path: %s\n", __builtin_cpu_supports("avx2") ? "avx2" : "portable");
+    printf("# sl_hash_bulk path: %s\n", sl_hash_bulk_path());
     printf("%-10s %12s %17s\n", "bytes", "hash_GBps", "copy_hash_GBps");
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         size_t bytes = sizes[k], reps = (size_t)(5e8 / (double)bytes) + 1;

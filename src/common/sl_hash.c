@@ -254,3 +254,13 @@ sl_hash_bulk(const void *data, size_t bytes, uint64_t seed)
     sl_hash_bulk_add(&s, data, bytes, 0);
     return sl_hash_bulk_final(&s);
 }
+
+const char *
+sl_hash_bulk_path(void)
+{
+#ifdef HAVE_AVX2_PATH
+    if (have_avx2())
+        return "avx2";
+#endif
+    return "portable";
+}

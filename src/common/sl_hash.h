@@ -44,5 +44,7 @@ void sl_hash_bulk_add(sl_hash_bulk_t *s, const void *data, size_t len, uint64_t 
 void sl_hash_bulk_add_copy(sl_hash_bulk_t *s, void *dst, const void *src, size_t len, uint64_t at);
 /* Once every byte was added: sl_hash_bulk of the whole. */
 uint64_t sl_hash_bulk_final(const sl_hash_bulk_t *s);
+/* The loop sl_hash_bulk takes on this CPU: "avx2" or "portable" (for benchmarks). */
+const char *sl_hash_bulk_path(void);
 
 #endif
