@@ -465,8 +465,9 @@ print_dot(FILE *out, topo_t *t)
             s->nodes, s->degree, s->neighbours, s->seed, t->round, t->component);
     fprintf(out, "    layout = neato;\n    node [shape = circle];\n");
     for (int i = 0; i < s->nodes; i++) {
-        double radius = s->nodes < 6 ? 90.0 : 15.0 * s->nodes, a = 2 * M_PI * i / s->nodes;
-        fprintf(out, "    %d [pos = \"%.1f,%.1f!\"];\n", i, radius * sin(a) + 0.0,
+        /* neato reads pos in inches: about 1.25 in between neighbours */
+        double radius = s->nodes < 6 ? 1.25 : 0.2 * s->nodes, a = 2 * M_PI * i / s->nodes;
+        fprintf(out, "    %d [pos = \"%.3f,%.3f!\"];\n", i, radius * sin(a) + 0.0,
                 radius * cos(a) + 0.0); /* + 0.0: no "-0.0" */
     }
     fprintf(out, "    edge [dir = none, color = gray70];\n");
