@@ -473,7 +473,7 @@ gp_quoted(FILE *out, const char *str)
 /* The gnuplot script: log-log points of U mean against N, the fit, and U = N (the
  * rows a dense allgather would send). Data inline, so no temporary file. */
 static void
-print_gnuplot(FILE *out, const stats_t *s, const char *png)
+print_gnuplot(FILE *out, const stats_t *s)
 {
     fputs("if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
           "    set terminal pngcairo size 900,600 noenhanced\n"
@@ -481,9 +481,7 @@ print_gnuplot(FILE *out, const stats_t *s, const char *png)
           "    set terminal png size 900,600 noenhanced\n"
           "}\n",
           out);
-    fputs("set output ", out);
-    gp_quoted(out, png);
-    fputs("\nset title ", out);
+    fputs("set title ", out);
     gp_quoted(out, s->corpus);
     fprintf(out, "\nset logscale xy\nset grid\nset key top left\n"
                  "set xlabel 'tokens per step N = G x K'\nset ylabel 'unique types U'\n"
@@ -500,17 +498,10 @@ print_gnuplot(FILE *out, const stats_t *s, const char *png)
     fputs(", x with lines dt 2 title 'U = N (dense allgather)'\n", out);
 }
 
-typedef struct {
-    const stats_t *s;
-    const char *png;
-} plot_t;
-
 static void
 write_plot(FILE *to, void *ctx)
 {
-    const plot_t *p = ctx;
-
-    print_gnuplot(to, p->s, p->png);
+    print_gnuplot(to, ctx);
 }
 
 /* Pipes the script into `gnuplot`. */
@@ -524,10 +515,10 @@ render_png(const stats_t *s, const char *png)
                 png);
         return EXIT_RUNTIME;
     }
-    plot_t p = {s, png};
     static const char *const argv[] = {"gnuplot", NULL};
-    return sl_tool_pipe("shoal-corpus-stats", argv, png, write_plot, &p) == 0 ? EXIT_OK
-                                                                              : EXIT_RUNTIME;
+    /* the writer only reads the statistics */
+    return sl_tool_pipe("shoal-corpus-stats", argv, png, write_plot, (void *)s) == 0 ? EXIT_OK
+                                                                                     : EXIT_RUNTIME;
 }
 
 int

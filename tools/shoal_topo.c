@@ -494,7 +494,7 @@ write_dot(FILE *to, void *ctx)
     print_dot(to, ctx);
 }
 
-/* Pipes the DOT graph into `dot -Tpng -o FILE`. */
+/* Pipes the DOT graph into `dot -Tpng`, its output into png. */
 static int
 render_png(topo_t *t, const char *png)
 {
@@ -505,7 +505,7 @@ render_png(topo_t *t, const char *png)
                 png);
         return EXIT_RUNTIME;
     }
-    const char *const argv[] = {"dot", "-Tpng", "-o", png, NULL};
+    static const char *const argv[] = {"dot", "-Tpng", NULL};
     return sl_tool_pipe("shoal-topo", argv, png, write_dot, t) == 0 ? EXIT_OK : EXIT_RUNTIME;
 }
 

@@ -86,14 +86,39 @@ sl_file_temp_name(const char *path, char *out, size_t size)
     return SL_OK;
 }
 
+/* What lstat says path is, for a refusal; NULL for a regular file or nothing there. */
+static const char *
+not_regular(const char *path)
+{
+    struct stat sb;
+
+    if (lstat(path, &sb) != 0 || S_ISREG(sb.st_mode))
+        return NULL;
+    if (S_ISDIR(sb.st_mode))
+        return "a directory";
+    if (S_ISLNK(sb.st_mode))
+        return "a symbolic link";
+    if (S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode))
+        return "a device";
+    if (S_ISFIFO(sb.st_mode))
+        return "a FIFO";
+    return "a socket";
+}
+
 sl_status_t
 sl_atomic_open(sl_atomic_file_t *f, const char *path)
 {
     size_t n = strlen(path) + 32;
+    const char *kind;
     sl_status_t st;
     int fd;
 
     memset(f, 0, sizeof *f);
+    kind = not_regular(path);
+    if (kind)
+        return sl_err_set(
+            SL_ERR_IO, "%s: is %s, not a regular file; shoal replaces only regular files%s", path,
+            kind, strcmp(kind, "a symbolic link") == 0 ? " (give the path it points to)" : "");
     f->path = strdup(path);
     f->tmp_path = malloc(n);
     if (!f->path || !f->tmp_path) {
@@ -298,6 +323,15 @@ sl_file_remove_stale_temps(const char *path, int *removed)
     if (removed)
         *removed = n;
     return SL_OK;
+}
+
+int
+sl_file_same(const char *a, const char *b)
+{
+    struct stat sa, sb;
+
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }
 
 sl_status_t

@@ -17,7 +17,10 @@ sl_status_t sl_file_read_all(const char *path, char **data, size_t *len);
  * file is always a new file: whatever was at its name (left by a crashed process of the
  * same pid, or a link planted there) is unlinked first -- unlink never follows a link --
  * and it is created with O_EXCL | O_NOFOLLOW, mode 0644 less the umask, so no write can
- * land in another file. */
+ * land in another file. Only a regular file (or nothing) at path is replaced: a
+ * directory, symbolic link, device or FIFO there is SL_ERR_IO ("path: is a device: ...")
+ * before anything is written, so that no rename takes the place of /dev/null or of a
+ * link's name. */
 typedef struct {
     FILE *fp;
     char *path;
@@ -55,6 +58,9 @@ sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
 sl_status_t sl_file_rename_locked(const char *from, const char *path,
                                   int (*keep)(const char *path, void *ctx), void *ctx,
                                   int *renamed);
+
+/* 1 when paths a and b both exist and are one file (links followed), else 0. */
+int sl_file_same(const char *a, const char *b);
 
 /* mkdir -p; SL_ERR_IO naming the part that failed. */
 sl_status_t sl_file_mkdirs(const char *path);

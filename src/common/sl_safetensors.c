@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "common/sl_endian.h"
-#include "common/sl_file.h"
 
 #define MAX_TENSORS 65536
 
@@ -88,32 +87,30 @@ write_floats(sl_atomic_file_t *f, const float *x, uint64_t n)
 }
 
 sl_status_t
-sl_st_write(const char *path, const sl_st_out_t *t, int n, const char *const *meta)
+sl_st_write_temp(sl_atomic_file_t *f, const char *path, const sl_st_out_t *t, int n,
+                 const char *const *meta)
 {
-    sl_atomic_file_t f;
     unsigned char len8[8];
     char *header = NULL;
     size_t hlen = 0;
     sl_status_t st;
 
     SL_TRY(build_header(t, n, meta, &header, &hlen));
-    st = sl_atomic_open(&f, path);
+    st = sl_atomic_open(f, path);
     if (st != SL_OK) {
         free(header);
         return st;
     }
     sl_put_u64(len8, hlen);
-    st = sl_atomic_write(&f, len8, sizeof len8);
+    st = sl_atomic_write(f, len8, sizeof len8);
     if (st == SL_OK)
-        st = sl_atomic_write(&f, header, hlen);
+        st = sl_atomic_write(f, header, hlen);
     for (int i = 0; st == SL_OK && i < n; i++)
-        st = write_floats(&f, t[i].data, elements(t[i].shape, t[i].ndim));
+        st = write_floats(f, t[i].data, elements(t[i].shape, t[i].ndim));
     free(header);
-    if (st != SL_OK) {
-        sl_atomic_abort(&f);
-        return st;
-    }
-    return sl_atomic_commit(&f);
+    if (st != SL_OK)
+        sl_atomic_abort(f);
+    return st;
 }
 
 /* ---- reading ---- */

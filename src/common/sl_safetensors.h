@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/sl_file.h"
 #include "common/sl_status.h"
 
 #define SL_ST_MAX_DIMS 8
@@ -24,11 +25,13 @@ typedef struct {
     const float *data;
 } sl_st_out_t;
 
-/* Writes the n tensors to path atomically (temp file, fsync, rename), as F32, in the
- * order given, with the metadata pairs meta[0]: meta[1], ... (NULL-terminated, NULL for
- * none; plain strings). The header is padded with spaces to a multiple of 8 bytes, so
- * the data is aligned. SL_ERR_IO, SL_ERR_NOMEM. */
-sl_status_t sl_st_write(const char *path, const sl_st_out_t *t, int n, const char *const *meta);
+/* Opens f on path (sl_atomic_open) and writes the n tensors into its temp file, as F32,
+ * in the order given, with the metadata pairs meta[0]: meta[1], ... (NULL-terminated,
+ * NULL for none; plain strings); the caller commits f (the file then replaces path) or
+ * aborts it. The header is padded with spaces to a multiple of 8 bytes, so the data is
+ * aligned. SL_ERR_IO, SL_ERR_NOMEM, f then aborted. */
+sl_status_t sl_st_write_temp(sl_atomic_file_t *f, const char *path, const sl_st_out_t *t, int n,
+                             const char *const *meta);
 
 /* A tensor of a file read. */
 typedef struct {

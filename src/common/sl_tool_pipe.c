@@ -6,8 +6,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "common/sl_file.h"
 
 int
 sl_tool_on_path(const char *name)
@@ -27,16 +30,33 @@ sl_tool_on_path(const char *name)
     return 0;
 }
 
+/* Whether the program exited 0 and wrote something to f. */
+static int
+wrote_output(pid_t pid, sl_atomic_file_t *f)
+{
+    int status;
+    struct stat sb;
+
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+           fstat(fileno(f->fp), &sb) == 0 && sb.st_size > 0;
+}
+
 int
 sl_tool_pipe(const char *tool, const char *const *argv, const char *output,
              sl_tool_writer_fn writer, void *ctx)
 {
-    int fd[2], status;
+    sl_atomic_file_t out;
+    int fd[2];
     pid_t pid;
     FILE *to;
 
+    if (sl_atomic_open(&out, output) != SL_OK) {
+        fprintf(stderr, "%s: %s\n", tool, sl_err_msg());
+        return -1;
+    }
     if (pipe(fd) != 0) {
         fprintf(stderr, "%s: pipe: %s\n", tool, strerror(errno));
+        sl_atomic_abort(&out);
         return -1;
     }
     fflush(NULL); /* nothing buffered may be written twice */
@@ -45,10 +65,12 @@ sl_tool_pipe(const char *tool, const char *const *argv, const char *output,
         fprintf(stderr, "%s: fork: %s\n", tool, strerror(errno));
         close(fd[0]);
         close(fd[1]);
+        sl_atomic_abort(&out);
         return -1;
     }
     if (pid == 0) {
         dup2(fd[0], STDIN_FILENO);
+        dup2(fileno(out.fp), STDOUT_FILENO);
         close(fd[0]);
         close(fd[1]);
         execvp(argv[0], (char *const *)argv);
@@ -64,8 +86,13 @@ sl_tool_pipe(const char *tool, const char *const *argv, const char *output,
     } else {
         close(fd[1]);
     }
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (!wrote_output(pid, &out)) {
         fprintf(stderr, "%s: %s failed to write %s\n", tool, argv[0], output);
+        sl_atomic_abort(&out);
+        return -1;
+    }
+    if (sl_atomic_commit(&out) != SL_OK) {
+        fprintf(stderr, "%s: %s\n", tool, sl_err_msg());
         return -1;
     }
     return 0;

@@ -14,12 +14,14 @@ int sl_tool_on_path(const char *name);
 typedef void (*sl_tool_writer_fn)(FILE *to, void *ctx);
 
 /* Runs argv (argv[0] looked up on PATH, the array NULL-terminated) with what
- * writer(to, ctx) writes as its standard input, and waits for it. output names the file
- * the program is to write. Returns 0 when it exited 0; otherwise -1 after one line on
- * stderr starting with "TOOL: " (tool, the caller's name): "pipe: ...", "fork: ...",
- * "cannot run PROG: ..." (from the child, which then exits 127) or "PROG failed to
- * write OUTPUT". SIGPIPE is ignored from then on, so that a program that dies early is
- * reported through its exit status. */
+ * writer(to, ctx) writes as its standard input, and waits for it. What the program
+ * writes on its standard output becomes the file output, atomically (sl_atomic_open):
+ * output appears, or replaces a regular file, only when the program exited 0 and wrote
+ * something; otherwise nothing changes. Returns 0 then; otherwise -1 after one line on
+ * stderr starting with "TOOL: " (tool, the caller's name): output's own ("OUTPUT: is a
+ * directory, ..."), "pipe: ...", "fork: ...", "cannot run PROG: ..." (from the child,
+ * which then exits 127) or "PROG failed to write OUTPUT". SIGPIPE is ignored from then
+ * on, so that a program that dies early is reported through its exit status. */
 int sl_tool_pipe(const char *tool, const char *const *argv, const char *output,
                  sl_tool_writer_fn writer, void *ctx);
 

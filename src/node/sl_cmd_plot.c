@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/sl_cli.h"
+#include "common/sl_file.h"
 #include "common/sl_tool_pipe.h"
 #include "node/sl_help.h"
 #include "node/sl_plot.h"
@@ -27,7 +28,7 @@ plot_writer(FILE *to, void *ctx)
 {
     const plot_job_t *job = ctx;
 
-    sl_plot_script(to, job->runs, job->n, job->png, job->axes, job->naxes);
+    sl_plot_script(to, job->runs, job->n, NULL, job->axes, job->naxes);
 }
 
 /* The runs read: the script on stdout, or the PNG through gnuplot; the exit status. */
@@ -46,6 +47,12 @@ draw(plot_job_t *job, int script)
         sl_plot_script(stdout, job->runs, job->n, job->png, job->axes, job->naxes);
         return SL_EXIT_OK;
     }
+    for (int i = 0; i < job->n; i++)
+        if (sl_file_same(job->runs[i].path, job->png)) {
+            fprintf(stderr, "shoal: plot: %s is the metrics file %s reads: give another -o\n",
+                    job->png, job->runs[i].path);
+            return SL_EXIT_RUNTIME;
+        }
     if (!sl_tool_on_path("gnuplot")) {
         fprintf(stderr,
                 "shoal: plot: gnuplot is not on PATH: install it (Debian: gnuplot-nox, "

@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_export.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,18 +95,44 @@ write_json_body(FILE *fp, const sl_config_t *cfg, const json_src_t *src, const c
     fputs("  ]\n}\n", fp);
 }
 
+/* The JSON file into f's temp file for path, as sl_st_write_temp does the weights. */
 static sl_status_t
-write_json(const char *path, const sl_config_t *cfg, const json_src_t *src, const char *weights)
+write_json_temp(sl_atomic_file_t *f, const char *path, const sl_config_t *cfg,
+                const json_src_t *src, const char *weights)
 {
-    sl_atomic_file_t f;
-
-    SL_TRY(sl_atomic_open(&f, path));
-    write_json_body(f.fp, cfg, src, weights);
-    if (ferror(f.fp)) {
-        sl_atomic_abort(&f);
-        return sl_err_set(SL_ERR_IO, "%s: cannot write", path);
+    SL_TRY(sl_atomic_open(f, path));
+    write_json_body(f->fp, cfg, src, weights);
+    if (fflush(f->fp) != 0 || ferror(f->fp)) {
+        sl_status_t st =
+            sl_err_set(SL_ERR_IO, "%s: cannot write: %s", f->tmp_path, strerror(errno));
+        sl_atomic_abort(f);
+        return st;
     }
-    return sl_atomic_commit(&f);
+    return SL_OK;
+}
+
+/* Both files written whole before either replaces anything, so that a failed export
+ * (a full disk, a directory in the JSON file's place) leaves the old pair as it was. */
+static sl_status_t
+write_pair(const char *out, const sl_st_out_t *w, int n, const char *json, const sl_config_t *cfg,
+           const json_src_t *src)
+{
+    static const char *meta[] = {"format", "pt", "producer", "shoal", NULL};
+    sl_atomic_file_t wf, jf;
+    sl_status_t st;
+
+    SL_TRY(sl_st_write_temp(&wf, out, w, n, meta));
+    st = write_json_temp(&jf, json, cfg, src, base_name(out));
+    if (st != SL_OK) {
+        sl_atomic_abort(&wf);
+        return st;
+    }
+    st = sl_atomic_commit(&wf);
+    if (st != SL_OK) {
+        sl_atomic_abort(&jf);
+        return st;
+    }
+    return sl_atomic_commit(&jf);
 }
 
 /* The model file's parameters into *host (malloc'd by sl_alloc, their count in
@@ -144,7 +171,6 @@ static sl_status_t
 write_export(const sl_config_t *cfg, const json_src_t *src, const float *host, size_t count,
              const char *out, sl_export_result_t *res)
 {
-    static const char *meta[] = {"format", "pt", "producer", "shoal", NULL};
     sl_lm_tensor_t t[SL_LM_MAX_TENSORS];
     sl_st_out_t w[SL_LM_MAX_TENSORS];
     float *zeros = NULL;
@@ -168,13 +194,23 @@ write_export(const sl_config_t *cfg, const json_src_t *src, const float *host, s
         w[i].shape[1] = t[i].shape[1];
         w[i].data = t[i].zeros ? zeros : host + t[i].offset;
     }
-    SL_TRY_GOTO(sl_st_write(out, w, n, meta), st, done);
-    SL_TRY_GOTO(write_json(res->json, cfg, src, base_name(out)), st, done);
+    SL_TRY_GOTO(write_pair(out, w, n, res->json, cfg, src), st, done);
     res->tensors = n;
     res->nparams = nparams;
 done:
     sl_free(zeros);
     return st;
+}
+
+/* The JSON path of out into res, and neither output the model file itself. */
+static sl_status_t
+check_outputs(const char *model, const char *out, sl_export_result_t *res)
+{
+    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
+    if (sl_file_same(model, out) || sl_file_same(model, res->json))
+        return sl_err_set(SL_ERR_INVALID, "%s: is the model file %s itself: export it elsewhere",
+                          sl_file_same(model, out) ? out : res->json, model);
+    return SL_OK;
 }
 
 sl_status_t
@@ -188,7 +224,7 @@ sl_export_safetensors(const sl_config_t *cfg, const char *model, const char *out
     sl_status_t st;
 
     memset(res, 0, sizeof *res);
-    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
+    SL_TRY(check_outputs(model, out, res));
     SL_TRY(sl_corpus_load(&corpus, cfg));
     src.vocab = corpus.vocab;
     SL_TRY_GOTO(read_params(cfg, &corpus, model, &host, &nparams, &src.step), st, done);
@@ -210,7 +246,7 @@ sl_export_self_contained(const char *model, const char *out, const char *version
     sl_status_t st;
 
     memset(res, 0, sizeof *res);
-    SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
+    SL_TRY(check_outputs(model, out, res));
     /* one thread: the export computes nothing */
     SL_TRY(sl_model_file_open(&m, model, "cpu", 1, 0));
     src = (json_src_t){m.vocab, m.info.meta.run_name, model, m.info.cur.step, version};

@@ -416,10 +416,13 @@ sl_plot_script(FILE *out, const sl_plot_run_t *runs, int n, const char *png,
             "    set terminal png size %d,560 noenhanced\n"
             "}\n",
             naxes > 1 ? 700 * naxes : 900, naxes > 1 ? 700 * naxes : 900);
-    fputs("set output ", out);
-    quoted(out, png);
+    if (png) {
+        fputs("set output ", out);
+        quoted(out, png);
+        fputc('\n', out);
+    }
     fprintf(out,
-            "\nset multiplot layout 1,%d title 'perplexity: training (lines), validation "
+            "set multiplot layout 1,%d title 'perplexity: training (lines), validation "
             "(dashed, points)'\nset logscale y\nset grid\nset key top right\nset ylabel "
             "'perplexity'\n",
             naxes);

@@ -47,8 +47,9 @@ sl_status_t sl_plot_check_axes(const sl_plot_run_t *runs, int n, const sl_plot_x
                                int naxes);
 
 /* Writes the gnuplot script that draws runs[0..n) into png (a PNG, the runs in distinct
- * colours, a logarithmic perplexity axis, one panel per axis, left to right) to out.
- * The wall-clock panel shows the points that have a wall time. */
+ * colours, a logarithmic perplexity axis, one panel per axis, left to right) to out;
+ * png NULL: to gnuplot's standard output. The wall-clock panel shows the points that
+ * have a wall time. */
 void sl_plot_script(FILE *out, const sl_plot_run_t *runs, int n, const char *png,
                     const sl_plot_x_t *axes, int naxes);
 

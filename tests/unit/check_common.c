@@ -280,6 +280,54 @@ START_TEST(test_atomic_keep_and_links)
 }
 END_TEST
 
+/* Only a regular file is replaced: a directory, a link or a FIFO at the path is refused
+ * before any temp file exists, and stays as it was. */
+START_TEST(test_atomic_only_regular)
+{
+    char dir[] = "/tmp/shoal-check-XXXXXX";
+    char path[256], target[256], tmp[256];
+    static const char *const kinds[] = {"a directory", "a symbolic link", "a FIFO"};
+    sl_atomic_file_t f;
+    struct stat sb;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/out", dir);
+    snprintf(target, sizeof target, "%s/target", dir);
+    snprintf(tmp, sizeof tmp, "%s/out.tmp.%ld", dir, (long)getpid());
+    test_write_file(target, "target", 6);
+    for (int k = 0; k < 3; k++) {
+        if (k == 0)
+            ck_assert_int_eq(mkdir(path, 0700), 0);
+        else if (k == 1)
+            ck_assert_int_eq(symlink(target, path), 0);
+        else
+            ck_assert_int_eq(mkfifo(path, 0600), 0);
+        ck_assert_int_eq(sl_atomic_open(&f, path), SL_ERR_IO);
+        ck_assert_msg(strstr(sl_err_msg(), path) && strstr(sl_err_msg(), kinds[k]) &&
+                          strstr(sl_err_msg(), "not a regular file"),
+                      "%s", sl_err_msg());
+        ck_assert_int_ne(access(tmp, F_OK), 0);
+        ck_assert_int_eq(lstat(path, &sb), 0);
+        ck_assert(k == 0   ? S_ISDIR(sb.st_mode)
+                  : k == 1 ? S_ISLNK(sb.st_mode)
+                           : S_ISFIFO(sb.st_mode));
+        ck_assert_int_eq(k == 0 ? rmdir(path) : unlink(path), 0);
+    }
+    assert_content(target, "target");
+    /* one file under two names is the same; two files are not, nor a missing one */
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(sl_file_same(path, target), 1);
+    ck_assert_int_eq(sl_file_same(target, target), 1);
+    unlink(path);
+    test_write_file(path, "target", 6);
+    ck_assert_int_eq(sl_file_same(path, target), 0);
+    unlink(path);
+    ck_assert_int_eq(sl_file_same(path, target), 0);
+    unlink(target);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 /* Only "<name>.tmp.<digits>" beside name goes; a link there is removed, its target kept. */
 START_TEST(test_remove_stale_temps)
 {
@@ -410,8 +458,8 @@ START_TEST(test_sort_compare)
 END_TEST
 
 /* Runs sl_log_init, as at a process's start, with SHOAL_LOG=level and SHOAL_LOG_FORMAT=
- * format (NULL: unset), then one debug and one info line tagged "node 3"; returns what went to stderr
- * (malloc'd). */
+ * format (NULL: unset), then one debug and one info line tagged "node 3"; returns what went to
+ * stderr (malloc'd). */
 static char *
 log_lines(const char *level, const char *format)
 {
@@ -521,6 +569,7 @@ common_suite(void)
     tcase_add_test(limits, test_alloc_overflow);
     tcase_add_test(limits, test_alloc_keep_large_blocks);
     tcase_add_test(limits, test_sort_compare);
+    tcase_add_test(limits, test_atomic_only_regular);
     tcase_add_test(limits, test_remove_stale_temps);
     tcase_add_test(limits, test_log_terse_and_bad_values);
     suite_add_tcase(s, limits);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/sl_endian.h"
@@ -640,6 +641,83 @@ START_TEST(test_bad_files_cli)
 }
 END_TEST
 
+/* Files in dir whose names hold ".tmp." (what an interrupted atomic write leaves). */
+static int
+count_temps(const char *dir)
+{
+    char cmd[PATH_MAX + 64];
+
+    snprintf(cmd, sizeof cmd, "exit $(ls -a '%s' | grep -c '[.]tmp[.]')", dir);
+    return WEXITSTATUS(system(cmd));
+}
+
+/* path holds expect (len bytes). */
+static void
+assert_file_is(const char *path, const char *expect, size_t len)
+{
+    size_t got;
+    char *data = test_read_file(path, &got);
+
+    ck_assert_msg(data && got == len && memcmp(data, expect, len) == 0, "%s changed", path);
+    free(data);
+}
+
+/* A failed export changes nothing: writes that fail (the file size limited, as a full
+ * disk would: SIGXFSZ ignored, so write says EFBIG) or a directory where the JSON file
+ * goes leave the earlier pair (stand-ins here) byte for byte, and no temp file; an OUT
+ * that is the model file itself is refused. */
+START_TEST(test_failed_export_keeps_files)
+{
+    static const char old_w[] = "earlier weights", old_j[] = "earlier json";
+    sl_config_t cfg;
+    sl_train_result_t res;
+    char out[PATH_MAX], json[PATH_MAX], bin[PATH_MAX], limit[128], o[4096], e[4096], *model;
+    size_t mlen;
+    struct stat sb;
+
+    trained(&cfg, "kept", &res);
+    path_in(out, sizeof out, "pair", "kept.safetensors");
+    path_in(json, sizeof json, "pair", "kept.json");
+    export_cli(&res, out);
+    ck_assert(stat(out, &sb) == 0 && sb.st_size > 4096);
+    test_write_file(out, old_w, strlen(old_w));
+    test_write_file(json, old_j, strlen(old_j));
+    model = test_read_file(res.model, &mlen);
+    ck_assert(model && test_shoal_find(bin, sizeof bin));
+    /* in blocks of 512 (dash) or 1024 bytes (bash): below the weights' size either way */
+    snprintf(limit, sizeof limit, "trap '' XFSZ; ulimit -f %ld; exec \"$0\" \"$@\"",
+             (long)sb.st_size / 4096);
+    {
+        const char *args[] = {"-c",       limit,         bin, "export", res.model,
+                              "--format", "safetensors", out, NULL};
+        ck_assert_int_eq(test_tool_run("/bin/sh", o, sizeof o, e, sizeof e, NULL, args), 1);
+        ck_assert_msg(strstr(e, "File too large") && strchr(e, '\n') == e + strlen(e) - 1, "%s", e);
+    }
+    assert_file_is(out, old_w, strlen(old_w));
+    assert_file_is(json, old_j, strlen(old_j));
+    ck_assert_int_eq(unlink(json), 0);
+    ck_assert_int_eq(mkdir(json, 0700), 0);
+    {
+        const char *args[] = {"export", res.model, "--format", "safetensors", out, NULL};
+        ck_assert_int_eq(shoal(o, sizeof o, e, sizeof e, args), 1);
+        ck_assert_msg(strstr(e, "kept.json: is a directory, not a regular file"), "%s", e);
+    }
+    assert_file_is(out, old_w, strlen(old_w));
+    ck_assert_int_eq(rmdir(json), 0);
+    {
+        const char *args[] = {"export", res.model, "--format", "safetensors", res.model, NULL};
+        ck_assert_int_eq(shoal(o, sizeof o, e, sizeof e, args), 1);
+        ck_assert_msg(strstr(e, "is the model file"), "%s", e);
+    }
+    assert_file_is(res.model, model, mlen);
+    path_in(out, sizeof out, "pair", "");
+    ck_assert_int_eq(count_temps(out), 0);
+    ck_assert_int_eq(count_temps(res.run_dir), 0);
+    free(model);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
 static Suite *
 export_suite(void)
 {
@@ -655,6 +733,7 @@ export_suite(void)
     tcase_add_test(limits, test_bad_files);
     tcase_add_test(limits, test_bad_files_cli);
     tcase_add_test(limits, test_damaged_files);
+    tcase_add_test(limits, test_failed_export_keeps_files);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;

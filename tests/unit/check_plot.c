@@ -295,6 +295,60 @@ START_TEST(test_no_gnuplot)
 }
 END_TEST
 
+/* path (a stand-in gnuplot in bin/): the shell script body, made executable. */
+static void
+stand_in(const char *bin, const char *body)
+{
+    char path[1200];
+
+    mkdir(bin, 0700);
+    snprintf(path, sizeof path, "%s/gnuplot", bin);
+    test_write_file(path, body, strlen(body));
+    ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+/* The PNG replaces -o only when gnuplot exited 0 and wrote something: a failing or
+ * silent gnuplot, an -o that is the metrics file or a directory leave everything as it
+ * was, no temp file either. */
+START_TEST(test_output_kept)
+{
+    static const char *const fails[] = {"#!/bin/sh\nread -r l; printf partial; exit 1\n",
+                                        "#!/bin/sh\nwhile read -r l; do :; done\n"};
+    char a[1100], png[1100], bin[1100], metrics[1200], *data;
+    size_t len;
+
+    write_metrics("kept", "", 40);
+    in_tmp(a, sizeof a, "kept");
+    in_tmp(png, sizeof png, "kept/old.png");
+    in_tmp(bin, sizeof bin, "bin");
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", a);
+    stand_in(bin, "#!/bin/sh\nwhile IFS= read -r l; do printf '%s\\n' \"$l\"; done\n");
+    ck_assert_msg(plot(bin, (const char *const[]){a, "-o", png, NULL}) == 0, "%s", err);
+    data = test_read_file(png, &len); /* the script itself, from the stand-in's stdout */
+    ck_assert(data && strstr(data, "set multiplot") && !strstr(data, "set output '"));
+    free(data);
+    test_write_file(png, "old", 3);
+    for (int i = 0; i < 2; i++) {
+        stand_in(bin, fails[i]);
+        ck_assert_int_eq(plot(bin, (const char *const[]){a, "-o", png, NULL}), 1);
+        ck_assert_msg(strstr(err, "shoal: plot: gnuplot failed to write ") && strstr(err, png),
+                      "%s", err);
+        data = test_read_file(png, &len);
+        ck_assert(data && strcmp(data, "old") == 0);
+        free(data);
+    }
+    ck_assert_int_eq(plot(bin, (const char *const[]){a, "-o", metrics, NULL}), 1);
+    ck_assert_msg(strstr(err, "is the metrics file"), "%s", err);
+    ck_assert_int_eq(plot(bin, (const char *const[]){a, "-o", a, NULL}), 1);
+    ck_assert_msg(strstr(err, "is a directory, not a regular file") &&
+                      strchr(err, '\n') == err + strlen(err) - 1,
+                  "%s", err);
+    /* the run's directory holds its metrics, the old PNG and nothing else */
+    snprintf(bin, sizeof bin, "test \"$(ls '%s' | tr '\\n' ' ')\" = 'metrics.jsonl old.png '", a);
+    ck_assert_int_eq(system(bin), 0);
+}
+END_TEST
+
 START_TEST(test_not_a_run)
 {
     char a[1100], e[1100];
@@ -327,6 +381,7 @@ suite(void)
     suite_add_tcase(s, c);
     c = tcase_create("limits");
     tcase_add_test(c, test_no_gnuplot);
+    tcase_add_test(c, test_output_kept);
     tcase_add_test(c, test_not_a_run);
     tcase_add_test(c, test_wall_errors);
     suite_add_tcase(s, c);

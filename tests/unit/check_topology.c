@@ -559,8 +559,9 @@ START_TEST(test_topo_config)
 }
 END_TEST
 
-/* --png pipes the DOT graph into `dot -Tpng -o FILE`: a stand-in dot (shell builtins
- * only, PATH is its directory) copies its input to FILE; a failing one is exit 1. */
+/* --png pipes the DOT graph into `dot -Tpng`, its output into FILE: a stand-in dot
+ * (shell builtins only, PATH is its directory) copies its input; a failing one is exit 1
+ * and leaves FILE as it was. */
 START_TEST(test_topo_png)
 {
     static char out[1 << 16], err[4096];
@@ -574,8 +575,8 @@ START_TEST(test_topo_png)
     snprintf(png, sizeof png, "%s/ring.png", dir);
     f = fopen(dot, "w");
     ck_assert_ptr_nonnull(f);
-    fputs("#!/bin/sh\n[ \"$1 $2\" = \"-Tpng -o\" ] || exit 3\n"
-          "while IFS= read -r l; do printf '%s\\n' \"$l\"; done > \"$3\"\n",
+    fputs("#!/bin/sh\n[ \"$*\" = -Tpng ] || exit 3\n"
+          "while IFS= read -r l; do printf '%s\\n' \"$l\"; done\n",
           f);
     fclose(f);
     ck_assert_int_eq(chmod(dot, 0755), 0);
@@ -590,7 +591,7 @@ START_TEST(test_topo_png)
     ck_assert_ptr_nonnull(fgets(out, sizeof out, f));
     ck_assert_str_eq(out, "digraph shoal_topology {\n");
     fclose(f);
-    unlink(png);
+    test_write_file(png, "old", 3);
 
     f = fopen(dot, "w");
     ck_assert_ptr_nonnull(f);
@@ -601,6 +602,10 @@ START_TEST(test_topo_png)
                      1);
     ck_assert_ptr_nonnull(strstr(err, "shoal-topo: dot failed to write"));
     ck_assert_int_eq(count_lines(err), 1);
+    f = fopen(png, "r");
+    ck_assert(f && fgets(out, sizeof out, f) && strcmp(out, "old") == 0);
+    fclose(f);
+    unlink(png);
     unlink(dot);
     rmdir(dir);
 }
