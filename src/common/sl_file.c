@@ -344,10 +344,14 @@ sl_file_mkdirs(const char *path)
     for (char *s = p + 1;; s++) {
         if (*s == '/' || *s == '\0') {
             char c = *s;
+            struct stat sb;
+
             *s = '\0';
-            if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-                sl_status_t st =
-                    sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
+            /* a file of that name is no directory (mkdir says only EEXIST) */
+            if (mkdir(p, 0777) != 0 &&
+                (errno != EEXIST || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+                sl_status_t st = sl_err_set(SL_ERR_IO, "%s: cannot create directory: %s", p,
+                                            strerror(errno == EEXIST ? ENOTDIR : errno));
                 free(p);
                 return st;
             }

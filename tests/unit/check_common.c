@@ -205,6 +205,13 @@ START_TEST(test_atomic_file)
     ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
     ck_assert_int_eq(sl_atomic_write(&f, "old", 3), SL_OK);
     ck_assert_int_eq(sl_atomic_commit(&f), SL_OK);
+    /* a file where a directory should be, last or within */
+    ck_assert_int_eq(sl_file_mkdirs(path), SL_ERR_IO);
+    ck_assert_msg(strstr(sl_err_msg(), "x.bin: cannot create directory: Not a directory"), "%s",
+                  sl_err_msg());
+    snprintf(path, sizeof path, "%s/x.bin/sub", dir);
+    ck_assert_int_eq(sl_file_mkdirs(path), SL_ERR_IO);
+    snprintf(path, sizeof path, "%s/x.bin", dir);
     /* an aborted rewrite leaves the old content */
     ck_assert_int_eq(sl_atomic_open(&f, path), SL_OK);
     ck_assert_int_eq(sl_atomic_write(&f, "new!", 4), SL_OK);
