@@ -1,6 +1,6 @@
 /* Run-directory housekeeping: set aside a previous run's files, keep the last K
- * checkpoints, record the best validation model, choose the run's model
- * (sl_run_files.h). */
+ * checkpoints, record the best validation model, choose the run's model, write the
+ * run's config.yaml (sl_run_files.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "node/sl_run_files.h"
 
@@ -15,6 +15,7 @@
 
 #include "common/sl_file.h"
 #include "common/sl_log.h"
+#include "config/sl_config_paths.h"
 #include "node/sl_checkpoint.h"
 #include "node/sl_metrics.h"
 
@@ -378,4 +379,28 @@ sl_run_end_watch_check(sl_run_end_watch_t *w, const sl_config_t *cfg, int nodes)
                       "the run ended without this node at step %ld (its model is at %s; %s): "
                       "nothing to come back to",
                       step, w->model, own);
+}
+
+sl_status_t
+sl_run_write_config(const sl_config_t *cfg, const char *run_dir)
+{
+    char path[4096];
+    sl_config_t abs;
+    sl_atomic_file_t f;
+    sl_status_t rc;
+    int n = snprintf(path, sizeof path, "%s/config.yaml", run_dir);
+
+    if (n < 0 || (size_t)n >= sizeof path)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", run_dir);
+    SL_TRY(sl_config_copy(&abs, cfg));
+    rc = sl_config_absolute_paths(&abs);
+    if (rc == SL_OK && (rc = sl_atomic_open(&f, path)) == SL_OK) {
+        rc = sl_config_write_yaml(&abs, f.fp);
+        if (rc != SL_OK)
+            sl_atomic_abort(&f);
+        else
+            rc = sl_atomic_commit(&f);
+    }
+    sl_config_fini(&abs);
+    return rc;
 }

@@ -1,8 +1,9 @@
 /* The run directory's housekeeping around the trainer's files (sl_train.h): the files a
  * previous run left set aside when a run starts over (--no-resume), the last K
  * checkpoints kept (run.keep_checkpoints), and the record of the best validation model
- * (run.keep_best: best.bin, written by the trainer, and best.json, written here), and
- * which model the run's model.bin is when several nodes offer one. */
+ * (run.keep_best: best.bin, written by the trainer, and best.json, written here),
+ * which model the run's model.bin is when several nodes offer one, and the run's
+ * config.yaml. */
 #ifndef SL_RUN_FILES_H
 #define SL_RUN_FILES_H
 
@@ -55,6 +56,10 @@ typedef struct {
 /* The run's directory, where its model.bin goes: run.dir, else runs/<run.name>, into
  * out (cap bytes). SL_ERR_INVALID when it does not fit. */
 sl_status_t sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap);
+
+/* <run_dir>/config.yaml: cfg resolved, its paths made absolute so that it works from
+ * any directory, written atomically. */
+sl_status_t sl_run_write_config(const sl_config_t *cfg, const char *run_dir);
 
 /* What the model file at path is, when it can be read: *m (its steps, how many nodes'
  * models it averages, the rank that offered it) and *evaluated (1 when it carries a

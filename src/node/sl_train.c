@@ -30,7 +30,6 @@
 #include "common/sl_file.h"
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
-#include "config/sl_config_paths.h"
 #include "data/sl_data.h"
 #include "embed/sl_seed_groups.h"
 #include "kernels/sl_backend.h"
@@ -77,34 +76,12 @@ join_path(char *out, const char *dir, const char *name)
     return SL_OK;
 }
 
-/* The resolved config with absolute paths, so that it works from any directory. */
-static sl_status_t
-write_config(const sl_config_t *cfg, const char *path)
-{
-    sl_config_t abs;
-    sl_atomic_file_t f;
-    sl_status_t rc;
-
-    SL_TRY(sl_config_copy(&abs, cfg));
-    rc = sl_config_absolute_paths(&abs);
-    if (rc == SL_OK && (rc = sl_atomic_open(&f, path)) == SL_OK) {
-        rc = sl_config_write_yaml(&abs, f.fp);
-        if (rc != SL_OK)
-            sl_atomic_abort(&f);
-        else
-            rc = sl_atomic_commit(&f);
-    }
-    sl_config_fini(&abs);
-    return rc;
-}
-
 /* The run directory, this node's directory and the paths inside; a run that starts
- * over sets the previous run's files aside (sl_run_files.h); writes config.yaml
- * (rank 0). */
+ * over sets the previous run's files aside (sl_run_files.h). */
 static sl_status_t
 setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res)
 {
-    char name[SL_TRAIN_PATH_MAX], path[SL_TRAIN_PATH_MAX];
+    char name[SL_TRAIN_PATH_MAX];
 
     SL_TRY(sl_run_dir_path(cfg, res->run_dir, sizeof res->run_dir));
     if (opts->nranks > 1) {
@@ -123,10 +100,7 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
         if (opts->nranks > 1 && opts->rank == 0)
             SL_TRY(sl_run_set_aside(res->run_dir));
     }
-    if (opts->rank != 0)
-        return SL_OK;
-    SL_TRY(join_path(path, res->run_dir, "config.yaml"));
-    return write_config(cfg, path);
+    return SL_OK;
 }
 
 /* A batcher of EVAL_BATCH streams over a whole split; *has = 0 when the split is absent. */
@@ -762,6 +736,9 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     res->nparams = sl_lm_nparams(t.lm);
     SL_TRY_GOTO(setup_sync(&t), rc, out);
     SL_TRY_GOTO(sl_train_start_at(&t, res), rc, out);
+    /* only now: a configuration the checkpoint refuses leaves the run's own */
+    if (opts->rank == 0)
+        SL_TRY_GOTO(sl_run_write_config(cfg, res->run_dir), rc, out);
     sl_run_best_read(res->dir, t.cur.step, &t.best);
     if (cfg->run.keep_best && !t.has_valid)
         sl_log_warn("train", "run.keep_best: there is no validation split, so no best model");

@@ -347,13 +347,14 @@ START_TEST(test_watchdog_kills_hung)
 }
 END_TEST
 
-/* A run of another model beside a run's checkpoint is refused with one line; started
+/* A run of another model beside a run's checkpoint is refused with one line, its
+ * config.yaml left as the run wrote it; started
  * over (--no-resume) it first sets that run's files aside in previous/ (the checkpoint,
  * and the metrics.jsonl that here is a FIFO no node could write), so it trains, and its
  * restarts (always resuming) could only ever find its own checkpoints. */
 START_TEST(test_restart_foreign_checkpoint)
 {
-    char conf[1100], path[1200], today[512], *out, *err;
+    char conf[1100], path[1200], today[512], *out, *err, *config;
     struct stat sb;
 
     if (!launch_have_shoal())
@@ -365,6 +366,9 @@ START_TEST(test_restart_foreign_checkpoint)
                      0);
     free(out);
     free(err);
+    snprintf(path, sizeof path, "%s/foreign/config.yaml", launch_root);
+    config = test_read_file(path, NULL);
+    ck_assert_ptr_nonnull(config);
     /* today's refusal: the other model resuming from that checkpoint */
     ck_assert_int_eq(launch_wait(launch_start("foreign", NULL,
                                               (const char *[]){"run", conf, "--set",
@@ -375,6 +379,10 @@ START_TEST(test_restart_foreign_checkpoint)
     ck_assert_msg(strstr(today, "checkpoint was written for a different model") != NULL, "%s", err);
     free(out);
     free(err);
+    out = test_read_file(path, NULL); /* the run's configuration is still its own */
+    ck_assert_msg(out && strcmp(out, config) == 0, "config.yaml changed:\n%s", out);
+    free(out);
+    free(config);
 
     snprintf(path, sizeof path, "%s/foreign/metrics.jsonl", launch_root);
     ck_assert_int_eq(unlink(path), 0);
