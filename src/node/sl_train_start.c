@@ -28,8 +28,18 @@ choose_generation(trainer_t *t, const sl_train_result_t *res, sl_resume_steps_t 
     memset(plan, 0, sizeof *plan);
     plan->donor = -1;
     from[0] = '\0';
-    if (t->opts->resume)
-        SL_TRY(sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, offer));
+    if (t->opts->resume) {
+        sl_status_t rc =
+            sl_resume_scan(res->checkpoint, &t->id, t->lm, t->opt, t->st, t->sync, offer);
+        char why[2200];
+
+        if (rc != SL_OK && rc != SL_ERR_NOMEM) {
+            snprintf(why, sizeof why, "%s", sl_err_msg());
+            return sl_err_set(rc, "%s (--no-resume starts the run over, setting its files aside)",
+                              why);
+        }
+        SL_TRY(rc);
+    }
     if (agree)
         SL_TRY(sl_resume_agree(t->opts->transport, t->opts->rank, t->opts->nranks,
                                t->cfg->cluster.rendezvous_timeout_ms, &offer->steps, all, plan));

@@ -31,6 +31,9 @@
 #include "test_tool.h"
 #include "test_util.h"
 
+/* What a refused resume adds to the checkpoint's own message. */
+#define NO_RESUME " (--no-resume starts the run over, setting its files aside)"
+
 static char tmp_root[] = "/tmp/shoal-check-node-resume-XXXXXX";
 static char data_dir[1024];
 
@@ -255,9 +258,10 @@ START_TEST(test_resume_previous_generation)
     test_tiny_config(&c_full, tmp_root, data_dir, "gen", "train.max_steps=150",
                      "run.checkpoint_every=25", NULL);
     ck_assert_int_eq(test_train(&c_full, 1, &r), SL_ERR_FORMAT);
-    snprintf(want, sizeof want,
-             "%s: checksum mismatch (file corrupt); %s: truncated: %zu bytes, expected %zu", b,
-             prev, len - 1, len);
+    snprintf(
+        want, sizeof want,
+        "%s: checksum mismatch (file corrupt); %s: truncated: %zu bytes, expected %zu" NO_RESUME, b,
+        prev, len - 1, len);
     ck_assert_str_eq(sl_err_msg(), want);
     { /* both kept as they were */
         size_t lb, lp;
@@ -342,7 +346,7 @@ START_TEST(test_resume_other_node_count_refused)
                      "data.test=''", "data.valid_fraction=0", NULL);
     opts.nranks = 2;
     ck_assert_int_eq(sl_train_run(&cfg, &opts, &r), SL_ERR_FORMAT);
-    snprintf(want, sizeof want, "%s: written by node 0 of 4, this is node 0 of 2", ckpt);
+    snprintf(want, sizeof want, "%s: written by node 0 of 4, this is node 0 of 2" NO_RESUME, ckpt);
     ck_assert_str_eq(sl_err_msg(), want);
     after = test_read_file(ckpt, &la);
     ck_assert(la == lb && memcmp(before, after, lb) == 0);
