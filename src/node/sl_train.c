@@ -490,7 +490,8 @@ offer_run_model(trainer_t *t, sl_train_result_t *res, int nmodels, int writer, i
  * offered as <run dir>/model.bin (in place of its unevaluated copy), and with it <run
  * dir>/summary.json (its "rank" is the writer's). Overwrites the parameters. */
 static sl_status_t
-finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels)
+finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmodels,
+                 const int known[2])
 {
     sl_train_result_t run = *res;
     const sl_batcher_t *bt[2] = {&t->valid_bt, &t->test_bt};
@@ -504,7 +505,8 @@ finish_run_model(trainer_t *t, sl_train_result_t *res, const float *avg, int nmo
         long tokens;
         if (!has[i])
             continue;
-        SL_TRY(evaluate(t->lm, t->est, bt[i], t->x, t->y, t->opts, loss[i], &tokens));
+        if (!known[i]) /* else run's loss is this node's, of the same model */
+            SL_TRY(evaluate(t->lm, t->est, bt[i], t->x, t->y, t->opts, loss[i], &tokens));
         SL_TRY(sl_report_final_eval(&t->rep, t->cur.step, nmodels, split[i], *loss[i]));
     }
     run.has_valid = t->has_valid;
@@ -634,7 +636,7 @@ finish(trainer_t *t, sl_train_result_t *res)
 {
     double loss;
     const float *avg, *params = sl_lm_params(t->lm);
-    int writer, nmodels;
+    int writer, nmodels, same, known[2] = {0, 0};
 
     /* overlapped syncs still pending go into the final models (the last checkpoint keeps
      * them pending, so that a longer run resumed from it continues bit for bit) */
@@ -646,6 +648,9 @@ finish(trainer_t *t, sl_train_result_t *res)
         SL_TRY(sl_staging_pull(t->stage, params, &params));
     SL_TRY(late_end_test_hook(t));
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
+    /* an average that is this node's model bit for bit (allreduce; ma or bmuf synced at
+     * the last step) is not evaluated twice: this node's evaluations below stand for it */
+    same = avg && memcmp(avg, params, sl_lm_nparams(t->lm) * sizeof *avg) == 0;
     if (writer)
         writer_test_signal(0);
     if (writer && avg) {
@@ -657,12 +662,14 @@ finish(trainer_t *t, sl_train_result_t *res)
         SL_TRY(eval_split(t, &t->valid_bt, "valid", &loss));
         res->has_valid = 1;
         res->valid_loss = loss;
+        known[0] = same;
         SL_TRY(note_valid(t, res, loss));
     }
     if (t->has_test) {
         SL_TRY(eval_split(t, &t->test_bt, "test", &loss));
         res->has_test = 1;
         res->test_loss = loss;
+        known[1] = same;
     }
     if (t->cfg->sync.keep_node_models || sl_sync_algorithm(t->sync) == SL_SYNC_NONE)
         SL_TRY(sl_checkpoint_save(res->model, &t->id, &t->cur, t->be, t->lm, NULL, NULL, NULL));
@@ -672,7 +679,7 @@ finish(trainer_t *t, sl_train_result_t *res)
         sl_wire_report_log(&w);
     }
     if (writer && avg)
-        return finish_run_model(t, res, avg, nmodels);
+        return finish_run_model(t, res, avg, nmodels, known);
     if (avg)
         SL_TRY(place_run_model(t, res, avg, nmodels, 0));
     if (t->opts->nranks > 1 && t->opts->rank == 0)

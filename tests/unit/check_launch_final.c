@@ -7,7 +7,8 @@
  * at the end (the other node killed), it still leaves the run its model. A node that ends late,
  * rank 0 or another, is waited for: one writer, the average of all three. The moments
  * come from the test hooks SHOAL_TEST_WRITER_SIGNAL and SHOAL_TEST_LATE_END
- * (src/node/sl_train.c), no sleep; no process is left behind. */
+ * (src/node/sl_train.c), no sleep; no process is left behind. The final evaluation is
+ * that of the run's model, whether node 0's own evaluation stands for it or not. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -23,7 +24,9 @@
 #include <unistd.h>
 
 #include "common/sl_status.h"
+#include "config/sl_config.h"
 #include "node/sl_checkpoint.h"
+#include "node/sl_train.h"
 
 #include "test_launch.h"
 #include "test_tool.h"
@@ -400,6 +403,57 @@ START_TEST(test_late_end_one_writer)
 }
 END_TEST
 
+/* The run's final evaluation is its model's: model.bin's valid loss is what evaluating
+ * that file gives, when the average is node 0's model bit for bit (allreduce on 2
+ * nodes: node 0's own evaluation stands for it, loop 0) and when it is not
+ * (gossip-bmuf on 3, loop 1: node 0's own loss is another). */
+START_TEST(test_final_eval_is_the_models)
+{
+    static const char *const algo[2] = {"sync.algorithm=allreduce", "sync.algorithm=gossip-bmuf"};
+    const int nodes = _i == 0 ? 2 : 3;
+    char run[32], conf[1100], path[1200], n[8], *out, *err;
+    double final, own;
+    sl_ckpt_info_t info;
+    sl_eval_result_t ev;
+    sl_config_t cfg;
+
+    if (!launch_have_shoal())
+        return;
+    test_become_subreaper();
+    snprintf(run, sizeof run, "final-%d", _i);
+    snprintf(n, sizeof n, "%d", nodes);
+    launch_tiny_yaml(conf, sizeof conf, run, nodes, ", max_steps: 20");
+    ck_assert_int_eq(
+        launch_wait(launch_start(run, NULL,
+                                 (const char *[]){"run", conf, "-n", n, "--set", algo[_i], NULL}),
+                    run, &out, &err),
+        0);
+    free(out);
+    free(err);
+    launch_assert_nothing_left();
+    for (int r = -1; r < 1; r++) { /* the run's model, then node 0's */
+        if (r < 0)
+            snprintf(path, sizeof path, "%s/%s/model.bin", launch_root, run);
+        else
+            snprintf(path, sizeof path, "%s/%s/node-0/model.bin", launch_root, run);
+        ck_assert_msg(sl_checkpoint_inspect(path, &info) == SL_OK, "%s", sl_err_msg());
+        ck_assert(info.has_meta &&
+                  (r < 0 ? info.meta.models_averaged == nodes : info.meta.models_averaged < 2));
+        *(r < 0 ? &final : &own) = info.meta.valid_loss;
+        sl_checkpoint_info_fini(&info);
+    }
+    sl_config_init(&cfg);
+    ck_assert(sl_config_load_file(&cfg, conf) == SL_OK);
+    snprintf(path, sizeof path, "%s/%s/model.bin", launch_root, run);
+    ck_assert_msg(sl_eval_run(&cfg, path, "valid", &ev) == SL_OK, "%s", sl_err_msg());
+    sl_config_fini(&cfg);
+    ck_assert_msg(fabs(ev.loss - final) <= 1e-9 * ev.loss, "%s: valid loss %.9g, evaluated %.9g",
+                  path, final, ev.loss);
+    ck_assert_msg((own == final) == (_i == 0), "node 0's valid loss %.9g, the run's %.9g", own,
+                  final);
+}
+END_TEST
+
 static Suite *
 launch_final_suite(void)
 {
@@ -410,6 +464,7 @@ launch_final_suite(void)
     tcase_add_loop_test(core, test_writer_stopped_leaves_model, 0, 3);
     tcase_add_loop_test(core, test_late_end_one_writer, 0, 2);
     tcase_add_test(core, test_lone_writer_killed_evaluating);
+    tcase_add_loop_test(core, test_final_eval_is_the_models, 0, 2);
     suite_add_tcase(s, core);
     return s;
 }
