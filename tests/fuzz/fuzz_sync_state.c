@@ -18,7 +18,8 @@
  * reader gives (length, header, no bit at or beyond a set's rows, due >= -1). On SL_OK:
  * the contract holds in the view, the state saved again is the input (the corrections
  * of a component with nothing pending are 0 there), and loading that gives the same
- * arrays; the state one byte shorter and one byte longer is refused. On an error: it is
+ * arrays; the state one byte shorter and one byte longer is refused (and saving into
+ * one byte more is SL_ERR_INVALID, writing nothing). On an error: it is
  * SL_ERR_FORMAT with a one-line message starting "sync: ", and nothing in the view
  * changed. A broken promise prints what broke and aborts. With FUZZ_SYNC_STATE_LOG set
  * each input's outcome is printed (to see what a seed reaches). */
@@ -307,6 +308,25 @@ load_refused(shape_t *sh, const unsigned char *src, size_t len, const char *what
     free(buf);
 }
 
+/* Saving the view into len bytes that are not its length: SL_ERR_INVALID "sync: ...",
+ * and nothing written. */
+static void
+save_refused(const shape_t *sh, size_t len)
+{
+    unsigned char *buf = exact(len), *was = exact(len);
+
+    memset(buf, 0xa5, len);
+    memset(was, 0xa5, len);
+    sl_err_clear();
+    if (sl_sync_state_view_save(&sh->v, buf, len) != SL_ERR_INVALID ||
+        strncmp(sl_err_msg(), "sync: ", 6) != 0)
+        broken("a save into the wrong length is not SL_ERR_INVALID \"sync: ...\"");
+    if (len && memcmp(buf, was, len) != 0)
+        broken("a refused save wrote");
+    free(buf);
+    free(was);
+}
+
 /* A state the view took: saved again it is buf (corrections of the components with
  * nothing pending zeroed), and that loads back to the same arrays. */
 static void
@@ -383,6 +403,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(longer, buf, len);
         longer[len] = 0;
         load_refused(&sh, longer, len + 1, "one byte more");
+        save_refused(&sh, len + 1);
         free(longer);
     }
     if (verbose)
