@@ -130,8 +130,21 @@ sl_sync_state_view_save(const sl_sync_state_view_t *v, void *buf, size_t len)
     return SL_OK;
 }
 
+/* Whether the n little-endian floats at p are all finite (a NaN or an infinity has
+ * every exponent bit set). */
+static int
+finite_floats(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++, p += 4)
+        if ((sl_get_u32(p) & 0x7f800000u) == 0x7f800000u)
+            return 0;
+    return 1;
+}
+
 /* Checks buf (len bytes) against the view's state shape before anything changes:
- * the header, and no row set bit at or beyond its shard's rows. */
+ * the header, every BMUF value finite, no row set bit at or beyond its shard's rows,
+ * every pending update due at step -1 or later with finite corrections (a checkpoint
+ * is a file, and a node that comes back takes the state from the network). */
 static sl_status_t
 check_state(const sl_sync_state_view_t *v, const unsigned char *buf, size_t len)
 {
@@ -158,6 +171,8 @@ check_state(const sl_sync_state_view_t *v, const unsigned char *buf, size_t len)
                           sl_sync_algorithm_name((sl_sync_algorithm_t)sl_get_u32(buf)),
                           sl_get_u32(buf + 4), sl_get_u64(buf + 16), sl_get_u64(buf + 8), a, nsets,
                           words, n);
+    if (!finite_floats(buf + STATE_HEADER_BYTES, 3 * n))
+        return sl_err_set(SL_ERR_FORMAT, "sync: the %s state holds a value that is not finite", a);
     p = buf + STATE_HEADER_BYTES + 3 * 4 * n;
     for (int c = 0; c < v->ncomps; c++) {
         size_t nw;
@@ -172,11 +187,19 @@ check_state(const sl_sync_state_view_t *v, const unsigned char *buf, size_t len)
             return sl_err_set(SL_ERR_FORMAT, "sync: touched rows of %s beyond its %ld rows",
                               v->comps[c].name, v->touched[c].rows);
     }
-    for (int c = 0; v->ncorr && c < v->ncomps; c++, p += 8)
-        if ((int64_t)sl_get_u64(p) < -1)
+    for (int c = 0; v->ncorr && c < v->ncomps; c++) {
+        int64_t due = (int64_t)sl_get_u64(p + 8 * (size_t)c);
+        const unsigned char *corr = p + 8 * (size_t)v->ncomps + 4 * v->comps[c].offset;
+
+        if (due < -1)
             return sl_err_set(SL_ERR_FORMAT,
                               "sync: the update pending for %s is due at step %" PRId64,
-                              v->comps[c].name, (int64_t)sl_get_u64(p));
+                              v->comps[c].name, due);
+        if (due >= 0 && !finite_floats(corr, v->comps[c].count))
+            return sl_err_set(SL_ERR_FORMAT,
+                              "sync: the update pending for %s holds a value that is not finite",
+                              v->comps[c].name);
+    }
     return SL_OK;
 }
 

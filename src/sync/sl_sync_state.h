@@ -35,8 +35,9 @@ size_t sl_sync_state_view_bytes(const sl_sync_state_view_t *v);
  * else SL_ERR_INVALID). */
 sl_status_t sl_sync_state_view_save(const sl_sync_state_view_t *v, void *buf, size_t len);
 /* Replaces the view's arrays and sets with buf's (len bytes, borrowed), after checking
- * all of it: a wrong length, a header that does not match the view or a row set bit
- * beyond its shard's rows is SL_ERR_FORMAT ("sync: ...") and nothing changes. */
+ * all of it: a wrong length, a header that does not match the view, a BMUF value that
+ * is not finite, a row set bit beyond its shard's rows, or a pending update due before
+ * step -1 or not finite is SL_ERR_FORMAT ("sync: ...") and nothing changes. */
 sl_status_t sl_sync_state_view_load(const sl_sync_state_view_t *v, const void *buf, size_t len);
 
 #endif

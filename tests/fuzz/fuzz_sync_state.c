@@ -15,7 +15,8 @@
  *            so the components tile ncorr)
  * The view's arrays start with pseudo-random values (row sets only within their rows,
  * due >= -1), so that a change is seen. The load must give the verdict a plain reference
- * reader gives (length, header, no bit at or beyond a set's rows, due >= -1). On SL_OK:
+ * reader gives (length, header, every BMUF value finite, no bit at or beyond a set's
+ * rows, due >= -1, the corrections of a pending update finite). On SL_OK:
  * the contract holds in the view, the state saved again is the input (the corrections
  * of a component with nothing pending are 0 there), and loading that gives the same
  * arrays; the state one byte shorter and one byte longer is refused (and saving into
@@ -23,6 +24,7 @@
  * SL_ERR_FORMAT with a one-line message starting "sync: ", and nothing in the view
  * changed. A broken promise prints what broke and aborts. With FUZZ_SYNC_STATE_LOG set
  * each input's outcome is printed (to see what a seed reaches). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +242,17 @@ ref_header(const shape_t *sh, unsigned char *h)
 }
 
 /* The reference reader's verdict: 1 when buf is a state this view takes. */
+/* The float at p (little-endian) is finite: a plain isfinite, not the reader's test. */
+static int
+ref_finite(const unsigned char *p)
+{
+    uint32_t bits = sl_get_u32(p);
+    float x;
+
+    memcpy(&x, &bits, sizeof x);
+    return isfinite(x);
+}
+
 static int
 ref_accepts(const shape_t *sh, const unsigned char *buf, size_t len)
 {
@@ -253,19 +266,30 @@ ref_accepts(const shape_t *sh, const unsigned char *buf, size_t len)
         return 1;
     if (memcmp(buf, h, HEADER_BYTES) != 0)
         return 0;
+    for (size_t i = 0; i < 3 * sh->v.n; i++)
+        if (!ref_finite(buf + HEADER_BYTES + 4 * i))
+            return 0;
     p = buf + HEADER_BYTES + 12 * sh->v.n;
     for (int c = 0; c < sh->v.ncomps; c++)
         for (size_t w = 0; w < sh->words[c]; w++, p += 8)
             for (long r = 64 * (long)w; r < 64 * (long)w + 64; r++)
                 if (r >= sh->sets[c].rows && (sl_get_u64(p) >> (r - 64 * (long)w) & 1))
                     return 0;
-    for (int c = 0; sh->v.ncorr && c < sh->v.ncomps; c++, p += 8)
-        if ((int64_t)sl_get_u64(p) < -1)
+    for (int c = 0; sh->v.ncorr && c < sh->v.ncomps; c++) {
+        const unsigned char *corr = p + 8 * (size_t)sh->v.ncomps + 4 * sh->v.comps[c].offset;
+        int64_t due = (int64_t)sl_get_u64(p + 8 * (size_t)c);
+
+        if (due < -1)
             return 0;
+        for (size_t i = 0; due >= 0 && i < sh->v.comps[c].count; i++)
+            if (!ref_finite(corr + 4 * i))
+                return 0;
+    }
     return 1;
 }
 
-/* The view after a successful load: no bit at or beyond a set's rows, due >= -1. */
+/* The view after a successful load: no bit at or beyond a set's rows, due >= -1, every
+ * BMUF value and pending correction finite. */
 static void
 check_view(const shape_t *sh)
 {
@@ -275,7 +299,13 @@ check_view(const shape_t *sh)
                 broken("a touched row at or beyond its set's rows");
         if (sh->v.ncorr && sh->v.due[c] < -1)
             broken("a pending update due before step -1");
+        for (size_t i = 0; sh->v.ncorr && sh->v.due[c] >= 0 && i < sh->v.comps[c].count; i++)
+            if (!isfinite(sh->v.corr[sh->v.comps[c].offset + i]))
+                broken("a pending correction not finite");
     }
+    for (size_t i = 0; i < sh->v.n; i++)
+        if (!isfinite(sh->v.omega[i]) || !isfinite(sh->v.delta[i]) || !isfinite(sh->v.start[i]))
+            broken("a BMUF value not finite");
 }
 
 /* Loads len bytes of src (an exact-size copy) where load must refuse them: SL_ERR_FORMAT
