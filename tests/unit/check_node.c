@@ -145,7 +145,10 @@ START_TEST(test_failed_run_keeps_files)
     sl_config_fini(&ok);
     test_tiny_config(&ok, tmp_root, data_dir, "keep", "train.max_steps=10", NULL);
     ck_assert_int_eq(test_train(&ok, 1, &r), SL_ERR_FORMAT);
-    snprintf(set, sizeof set, "%s: checksum mismatch (file corrupt)", ckpt);
+    snprintf(set, sizeof set,
+             "%s: checksum mismatch (file corrupt) (--no-resume starts the run over, setting "
+             "its files aside)",
+             ckpt);
     ck_assert_str_eq(sl_err_msg(), set);
     c1 = test_read_file(ckpt, &cl1);
     ck_assert(cl0 == cl1 && memcmp(c0, c1, cl0) == 0);
