@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,7 +26,10 @@ static char tmp_root[] = "/tmp/shoal-check-rejoin-XXXXXX";
 static char data_dir[1024];
 static char shoal_bin[1024];
 
-enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures */
+/* A guard against a hang, not a timing the test measures: a wait for a node's line, or a
+ * run that writes no metrics for that long (a loaded machine makes a run slower, not
+ * silent) */
+enum { HANG_S = 120 };
 
 /* <tmp>/<run>.yaml: 3 nodes under cluster.security (curve or mac), a small model that
  * trains for some 10 s, sync waits of sync_ms, every component synced every period steps. */
@@ -88,19 +92,45 @@ start_node(const char *tag, const char *conf, int rank, const char *master)
                                              master, "--quiet", NULL});
 }
 
-/* Waits for pid (killing it and failing after HANG_S) and returns its exit status. */
-static int
-wait_node(pid_t pid)
+/* The bytes of metrics the nodes of run have written so far: they grow while it trains. */
+static long
+run_metrics_bytes(const char *run)
 {
-    for (int i = 0; i < HANG_S * 10; i++) {
+    char path[1100];
+    struct stat sb;
+    long bytes = 0;
+
+    for (int r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, r);
+        if (stat(path, &sb) == 0)
+            bytes += (long)sb.st_size;
+    }
+    return bytes;
+}
+
+/* Waits for pid, a node of run (or its shoal run), and returns its exit status; kills it
+ * and fails once run has written no metrics for HANG_S. Not a deadline on the whole run,
+ * which takes 100 s and more on two loaded cores. */
+static int
+wait_node(pid_t pid, const char *run)
+{
+    long seen = -1;
+
+    for (int quiet = 0; quiet < HANG_S * 10; quiet++) {
+        long bytes = run_metrics_bytes(run);
         int ws;
+
         if (waitpid(pid, &ws, WNOHANG) == pid)
             return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (bytes != seen) {
+            seen = bytes;
+            quiet = 0;
+        }
         usleep(100000);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    ck_abort_msg("shoal node %d hung", (int)pid);
+    ck_abort_msg("shoal node %d of %s hung: no metrics for %d s", (int)pid, run, HANG_S);
     return -1;
 }
 
@@ -193,7 +223,7 @@ wait_all(const char *run, int v, pid_t pid[3])
     char tag[64];
 
     for (int r = 0; r < 3; r++) {
-        int rc = wait_node(pid[r]);
+        int rc = wait_node(pid[r], run);
         if (rc != 0) {
             snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
             ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
@@ -462,7 +492,7 @@ START_TEST(test_run_restart_comes_back)
     victim = test_child_named(pid, name);
     ck_assert_int_gt(victim, 0);
     kill(victim, SIGKILL);
-    rc = wait_node(pid);
+    rc = wait_node(pid, run);
     log = node_log(run);
     snprintf(want[0], sizeof want[0], "shoal run: node %d restarted (restart 1 of 2)", v);
     snprintf(want[1], sizeof want[1], "node %d: train: info: came back at step", v);
