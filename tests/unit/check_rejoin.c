@@ -335,37 +335,41 @@ last_step(const char *run, int rank)
 }
 
 /* A node that comes back slower than its lead: node 2 killed and started again in a
- * gossip-bmuf run of period 32, stopped (SIGSTOP) as soon as it says it came back and
- * before its first sync, and let go once the others are four rounds past the step it
- * came back at. Behind, its snapshots would reach them as stale and it would never be
- * counted back; it finds itself behind at its first sync, skips ahead of them again, and
- * the final model averages all three nodes. */
+ * gossip-bmuf run of period 32, stopped as soon as it says it came back and before its
+ * first step (it stops itself: SHOAL_TEST_REJOIN_SIGNAL, src/node/sl_train_start.c), and
+ * let go once the others are four rounds past the step it came back at. Behind, its
+ * snapshots would reach them as stale and it would never be counted back; it finds
+ * itself behind at its first sync, skips ahead of them again, and the final model
+ * averages all three nodes. */
 START_TEST(test_comes_back_behind)
 {
-    char conf[1100], run[] = "behind", tag[64], path[1100], *log[3];
+    char conf[1100], run[] = "behind", tag[64], *log[3], *text;
     const char *came;
-    long at = -1;
+    long at;
     pid_t pid[3];
+    int ws = 0;
 
     test_become_subreaper();
     make_key(run);
     write_conf(conf, sizeof conf, run, "curve", "gossip-bmuf", 5000, 1000, 32);
+    /* only a process that comes back reads it: node 2's second */
+    ck_assert_int_eq(setenv("SHOAL_TEST_REJOIN_SIGNAL", "STOP", 1), 0);
     kill_and_restart(run, conf, 2, "node 2 left the run (its connection closed", pid);
-    snprintf(path, sizeof path, "%s/%s-2b.log", tmp_root, run);
-    /* polled every millisecond: the node has 32 steps to its first sync */
-    for (int i = 0; i < HANG_S * 1000 && at < 0; i++) {
-        char *text = test_read_file(path, NULL); /* NULL until the child made it */
+    for (int i = 0; i < HANG_S * 10; i++) {
+        pid_t got = waitpid(pid[2], &ws, WNOHANG | WUNTRACED);
 
-        if (text && (came = strstr(text, "came back at step ")))
-            at = atol(came + strlen("came back at step "));
-        free(text);
-        if (at < 0) {
-            ck_assert_msg(waitpid(pid[2], NULL, WNOHANG) == 0, "node 2 exited before it came back");
-            usleep(1000);
-        }
+        ck_assert_int_ge(got, 0);
+        if (got == pid[2])
+            break;
+        usleep(100000);
     }
-    ck_assert_int_ge(at, 0);
-    kill(pid[2], SIGSTOP);
+    ck_assert_msg(WIFSTOPPED(ws), "node 2 did not stop once it came back (wait status %#x)", ws);
+    snprintf(tag, sizeof tag, "%s-2b", run);
+    text = node_log(tag);
+    came = strstr(text, "came back at step ");
+    ck_assert_msg(came != NULL, "%s", text);
+    at = atol(came + strlen("came back at step "));
+    free(text);
     for (int i = 0; i < HANG_S * 10 && last_step(run, 0) < at + 4 * 32; i++) {
         ck_assert_msg(waitpid(pid[0], NULL, WNOHANG) == 0, "node 0 ended while node 2 stood");
         usleep(100000);
