@@ -363,9 +363,10 @@ START_TEST(test_comes_back_behind)
             break;
         usleep(100000);
     }
-    ck_assert_msg(WIFSTOPPED(ws), "node 2 did not stop once it came back (wait status %#x)", ws);
     snprintf(tag, sizeof tag, "%s-2b", run);
     text = node_log(tag);
+    ck_assert_msg(WIFSTOPPED(ws), "node 2 did not stop once it came back (wait status %#x):\n%s",
+                  ws, text);
     came = strstr(text, "came back at step ");
     ck_assert_msg(came != NULL, "%s", text);
     at = atol(came + strlen("came back at step "));
