@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,7 +26,10 @@ static char tmp_root[] = "/tmp/shoal-check-rejoin-XXXXXX";
 static char data_dir[1024];
 static char shoal_bin[1024];
 
-enum { HANG_S = 120 }; /* a guard against a hang, not a timing the test measures */
+/* A guard against a hang, not a timing the test measures: a wait for a node's line, or a
+ * run that writes no metrics for that long (a loaded machine makes a run slower, not
+ * silent) */
+enum { HANG_S = 120 };
 
 /* <tmp>/<run>.yaml: 3 nodes under cluster.security (curve or mac), a small model that
  * trains for some 10 s, sync waits of sync_ms, every component synced every period steps. */
@@ -88,19 +92,45 @@ start_node(const char *tag, const char *conf, int rank, const char *master)
                                              master, "--quiet", NULL});
 }
 
-/* Waits for pid (killing it and failing after HANG_S) and returns its exit status. */
-static int
-wait_node(pid_t pid)
+/* The bytes of metrics the nodes of run have written so far: they grow while it trains. */
+static long
+run_metrics_bytes(const char *run)
 {
-    for (int i = 0; i < HANG_S * 10; i++) {
+    char path[1100];
+    struct stat sb;
+    long bytes = 0;
+
+    for (int r = 0; r < 3; r++) {
+        snprintf(path, sizeof path, "%s/%s/node-%d/metrics.jsonl", tmp_root, run, r);
+        if (stat(path, &sb) == 0)
+            bytes += (long)sb.st_size;
+    }
+    return bytes;
+}
+
+/* Waits for pid, a node of run (or its shoal run), and returns its exit status; kills it
+ * and fails once run has written no metrics for HANG_S. Not a deadline on the whole run,
+ * which takes 100 s and more on two loaded cores. */
+static int
+wait_node(pid_t pid, const char *run)
+{
+    long seen = -1;
+
+    for (int quiet = 0; quiet < HANG_S * 10; quiet++) {
+        long bytes = run_metrics_bytes(run);
         int ws;
+
         if (waitpid(pid, &ws, WNOHANG) == pid)
             return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (bytes != seen) {
+            seen = bytes;
+            quiet = 0;
+        }
         usleep(100000);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    ck_abort_msg("shoal node %d hung", (int)pid);
+    ck_abort_msg("shoal node %d of %s hung: no metrics for %d s", (int)pid, run, HANG_S);
     return -1;
 }
 
@@ -193,7 +223,7 @@ wait_all(const char *run, int v, pid_t pid[3])
     char tag[64];
 
     for (int r = 0; r < 3; r++) {
-        int rc = wait_node(pid[r]);
+        int rc = wait_node(pid[r], run);
         if (rc != 0) {
             snprintf(tag, sizeof tag, r == v ? "%s-%db" : "%s-%d", run, r);
             ck_abort_msg("node %d exited with %d:\n%s", r, rc, node_log(tag));
@@ -305,37 +335,42 @@ last_step(const char *run, int rank)
 }
 
 /* A node that comes back slower than its lead: node 2 killed and started again in a
- * gossip-bmuf run of period 32, stopped (SIGSTOP) as soon as it says it came back and
- * before its first sync, and let go once the others are four rounds past the step it
- * came back at. Behind, its snapshots would reach them as stale and it would never be
- * counted back; it finds itself behind at its first sync, skips ahead of them again, and
- * the final model averages all three nodes. */
+ * gossip-bmuf run of period 32, stopped as soon as it says it came back and before its
+ * first step (it stops itself: SHOAL_TEST_REJOIN_SIGNAL, src/node/sl_train_start.c), and
+ * let go once the others are four rounds past the step it came back at. Behind, its
+ * snapshots would reach them as stale and it would never be counted back; it finds
+ * itself behind at its first sync, skips ahead of them again, and the final model
+ * averages all three nodes. */
 START_TEST(test_comes_back_behind)
 {
-    char conf[1100], run[] = "behind", tag[64], path[1100], *log[3];
+    char conf[1100], run[] = "behind", tag[64], *log[3], *text;
     const char *came;
-    long at = -1;
+    long at;
     pid_t pid[3];
+    int ws = 0;
 
     test_become_subreaper();
     make_key(run);
     write_conf(conf, sizeof conf, run, "curve", "gossip-bmuf", 5000, 1000, 32);
+    /* only a process that comes back reads it: node 2's second */
+    ck_assert_int_eq(setenv("SHOAL_TEST_REJOIN_SIGNAL", "STOP", 1), 0);
     kill_and_restart(run, conf, 2, "node 2 left the run (its connection closed", pid);
-    snprintf(path, sizeof path, "%s/%s-2b.log", tmp_root, run);
-    /* polled every millisecond: the node has 32 steps to its first sync */
-    for (int i = 0; i < HANG_S * 1000 && at < 0; i++) {
-        char *text = test_read_file(path, NULL); /* NULL until the child made it */
+    for (int i = 0; i < HANG_S * 10; i++) {
+        pid_t got = waitpid(pid[2], &ws, WNOHANG | WUNTRACED);
 
-        if (text && (came = strstr(text, "came back at step ")))
-            at = atol(came + strlen("came back at step "));
-        free(text);
-        if (at < 0) {
-            ck_assert_msg(waitpid(pid[2], NULL, WNOHANG) == 0, "node 2 exited before it came back");
-            usleep(1000);
-        }
+        ck_assert_int_ge(got, 0);
+        if (got == pid[2])
+            break;
+        usleep(100000);
     }
-    ck_assert_int_ge(at, 0);
-    kill(pid[2], SIGSTOP);
+    snprintf(tag, sizeof tag, "%s-2b", run);
+    text = node_log(tag);
+    ck_assert_msg(WIFSTOPPED(ws), "node 2 did not stop once it came back (wait status %#x):\n%s",
+                  ws, text);
+    came = strstr(text, "came back at step ");
+    ck_assert_msg(came != NULL, "%s", text);
+    at = atol(came + strlen("came back at step "));
+    free(text);
     for (int i = 0; i < HANG_S * 10 && last_step(run, 0) < at + 4 * 32; i++) {
         ck_assert_msg(waitpid(pid[0], NULL, WNOHANG) == 0, "node 0 ended while node 2 stood");
         usleep(100000);
@@ -462,7 +497,7 @@ START_TEST(test_run_restart_comes_back)
     victim = test_child_named(pid, name);
     ck_assert_int_gt(victim, 0);
     kill(victim, SIGKILL);
-    rc = wait_node(pid);
+    rc = wait_node(pid, run);
     log = node_log(run);
     snprintf(want[0], sizeof want[0], "shoal run: node %d restarted (restart 1 of 2)", v);
     snprintf(want[1], sizeof want[1], "node %d: train: info: came back at step", v);

@@ -58,7 +58,10 @@ test_main_in_tmp(Suite *s, char *tmp_root, const char *prog)
         return 1;
     }
     rc = test_main(s);
-    test_remove_tree(tmp_root);
+    if (rc != EXIT_SUCCESS && getenv("SHOAL_TEST_KEEP")) /* the failed case's logs, to read */
+        fprintf(stderr, "%s: failed; %s kept (SHOAL_TEST_KEEP)\n", prog, tmp_root);
+    else
+        test_remove_tree(tmp_root);
     return rc;
 }
 

@@ -25,7 +25,8 @@
 int test_main(Suite *s);
 /* The same inside a private temporary folder: tmp_root, a mkdtemp(3) template such as
  * "/tmp/shoal-check-x-XXXXXX", is made first (1, with a line naming prog, when it
- * cannot be) and removed with everything in it afterwards, pass or fail. */
+ * cannot be) and removed with everything in it afterwards, pass or fail; kept, with a line
+ * naming it, when a case failed and SHOAL_TEST_KEEP is set (the nodes' logs of a flaky run). */
 int test_main_in_tmp(Suite *s, char *tmp_root, const char *prog);
 /* Removes path and everything below it; nothing when it is not there. */
 void test_remove_tree(const char *path);
