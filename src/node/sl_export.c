@@ -206,10 +206,13 @@ done:
 static sl_status_t
 check_outputs(const char *model, const char *out, sl_export_result_t *res)
 {
+    const char *same;
+
     SL_TRY(sl_export_json_path(out, res->json, sizeof res->json));
-    if (sl_file_same(model, out) || sl_file_same(model, res->json))
+    same = sl_file_same(model, out) ? out : sl_file_same(model, res->json) ? res->json : NULL;
+    if (same)
         return sl_err_set(SL_ERR_INVALID, "%s: is the model file %s itself: export it elsewhere",
-                          sl_file_same(model, out) ? out : res->json, model);
+                          same, model);
     return SL_OK;
 }
 

@@ -579,18 +579,10 @@ writer_place_first(trainer_t *t, sl_train_result_t *res, const float *avg, int n
     return st;
 }
 
-/* A test hook, so that tests stop or kill the writer at the moments that matter,
- * without sleeps: with SHOAL_TEST_WRITER_SIGNAL=STOP (or KILL) in the environment the
- * writer raises SIGSTOP (or SIGKILL) on itself once it has the final average, which
- * the other nodes then hold too, and before it writes or evaluates it (at 0); with
- * STOP_EVAL (or KILL_EVAL), once it has put that average at <run dir>/model.bin, not
- * evaluated, as it starts its evaluations (at 1). Inert when unset; another value is
- * ignored. */
-static void
-writer_test_signal(int at)
+void
+sl_train_test_signal(const char *var, const char *tail)
 {
-    const char *sig = getenv("SHOAL_TEST_WRITER_SIGNAL");
-    const char *tail = at ? "_EVAL" : ""; /* after STOP or KILL */
+    const char *sig = getenv(var);
 
     if (!sig || strlen(sig) != 4 + strlen(tail) || strcmp(sig + 4, tail) != 0)
         return;
@@ -598,6 +590,18 @@ writer_test_signal(int at)
         raise(SIGSTOP);
     else if (strncmp(sig, "KILL", 4) == 0)
         raise(SIGKILL);
+}
+
+/* A test hook, so that tests stop or kill the writer at the moments that matter,
+ * without sleeps: with SHOAL_TEST_WRITER_SIGNAL=STOP (or KILL) in the environment the
+ * writer raises SIGSTOP (or SIGKILL) on itself once it has the final average, which
+ * the other nodes then hold too, and before it writes or evaluates it (at 0); with
+ * STOP_EVAL (or KILL_EVAL), once it has put that average at <run dir>/model.bin, not
+ * evaluated, as it starts its evaluations (at 1). */
+static void
+writer_test_signal(int at)
+{
+    sl_train_test_signal("SHOAL_TEST_WRITER_SIGNAL", at ? "_EVAL" : "");
 }
 
 /* A test hook, so that tests make a node end late while it trains on, without sleeps:
@@ -650,7 +654,7 @@ finish(trainer_t *t, sl_train_result_t *res)
     SL_TRY(sl_sync_final(t->sync, params, &avg, &writer, &nmodels));
     /* an average that is this node's model bit for bit (allreduce; ma or bmuf synced at
      * the last step) is not evaluated twice: this node's evaluations below stand for it */
-    same = avg && memcmp(avg, params, sl_lm_nparams(t->lm) * sizeof *avg) == 0;
+    same = writer && avg && memcmp(avg, params, sl_lm_nparams(t->lm) * sizeof *avg) == 0;
     if (writer)
         writer_test_signal(0);
     if (writer && avg) {

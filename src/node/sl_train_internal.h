@@ -72,5 +72,9 @@ sl_status_t sl_train_save_checkpoint(trainer_t *t, const sl_train_result_t *res)
  * it is level: when the others' snapshots show them past its step (it was slower to
  * start than its lead), it skips ahead of them again, as when it came back. */
 void sl_train_catch_up(trainer_t *t);
+/* The test hooks' signal (inert unless the environment asks): with var=STOP<tail> (or
+ * KILL<tail>) in the environment this process raises SIGSTOP (or SIGKILL) on itself;
+ * another value is ignored. */
+void sl_train_test_signal(const char *var, const char *tail);
 
 #endif

@@ -3,9 +3,7 @@
  * way, from a live node's state (sl_rejoin.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/sl_alloc.h"
@@ -215,22 +213,6 @@ take_from_donor(trainer_t *t, const sl_resume_offer_t *offer, const sl_resume_pl
     return SL_OK;
 }
 
-/* A test hook, so that a test holds a node that came back at the moment that matters
- * without racing it: with SHOAL_TEST_REJOIN_SIGNAL=STOP in the environment a node that
- * came back raises SIGSTOP on itself once it has said so, before its first step
- * (check_rejoin's test_comes_back_behind lets it go once the others are rounds ahead;
- * watching its log for the line instead, the test had to stop it within the steps to
- * its first sync, 50-150 ms on a loaded machine). Inert when unset; another value is
- * ignored. */
-static void
-rejoin_test_signal(void)
-{
-    const char *sig = getenv("SHOAL_TEST_REJOIN_SIGNAL");
-
-    if (sig && strcmp(sig, "STOP") == 0)
-        raise(SIGSTOP);
-}
-
 /* A node that comes back (sl_train_opts_t.rejoin): its own newest sound checkpoint
  * for the optimizer and loss scale, then the live step, parameters and sync state (with
  * allreduce, ma and bmuf at its admission into the members; allreduce takes the live
@@ -256,7 +238,11 @@ come_back(trainer_t *t, const sl_train_result_t *res)
                 algo == SL_SYNC_ALLREDUCE ? " and optimizer state"
                 : offer.steps.count > 0   ? " and this node's optimizer state"
                                           : "");
-    rejoin_test_signal();
+    /* a test hook, so that a test holds a node that came back at the moment that matters
+     * without racing it: SHOAL_TEST_REJOIN_SIGNAL=STOP stops it once it has said so,
+     * before its first step (check_rejoin's test_comes_back_behind lets it go once the
+     * others are rounds ahead) */
+    sl_train_test_signal("SHOAL_TEST_REJOIN_SIGNAL", "");
     return SL_OK;
 }
 
