@@ -114,7 +114,14 @@ wants_help(const char *arg)
 typedef struct {
     const char *file;
     sl_level_t level;
+    int *header_done; /* the TSV header is written (once, for all the files) */
 } line_ctx_t;
+
+static void
+print_header(sl_level_t level)
+{
+    printf("file\tline\ttokens\tloss\t%s\n", level == SL_LEVEL_CHAR ? "bpc" : "ppl");
+}
 
 static sl_status_t
 print_line(void *ctx, long line, long tokens, double sum)
@@ -122,6 +129,10 @@ print_line(void *ctx, long line, long tokens, double sum)
     const line_ctx_t *c = ctx;
     double loss = tokens > 0 ? sum / (double)tokens : NAN;
 
+    if (!*c->header_done) { /* with the first row: an error before it leaves stdout empty */
+        print_header(c->level);
+        *c->header_done = 1;
+    }
     printf("%s\t%ld\t%ld\t%.6f\t%.*f\n", c->file, line, tokens, loss,
            c->level == SL_LEVEL_CHAR ? 4 : 2,
            c->level == SL_LEVEL_CHAR ? loss / log(2.0) : exp(loss));
@@ -161,8 +172,9 @@ read_input(const char *file, char **data, size_t *len)
     return SL_OK;
 }
 
+/* Scores file as a whole, or line by line when header_done is not NULL (TSV rows). */
 static sl_status_t
-score_file(sl_model_file_t *m, const char *file, int per_line)
+score_file(sl_model_file_t *m, const char *file, int *header_done)
 {
     const char *name = strcmp(file, "-") == 0 ? "stdin" : file;
     sl_tokens_t tok;
@@ -172,8 +184,8 @@ score_file(sl_model_file_t *m, const char *file, int per_line)
     sl_status_t st;
 
     SL_TRY(read_input(file, &data, &len));
-    if (per_line) {
-        line_ctx_t c = {name, m->level};
+    if (header_done) {
+        line_ctx_t c = {name, m->level, header_done};
         st = sl_score_lines(m->lm, m->vocab, m->level, name, data, len, m->cfg.train.bptt,
                             print_line, &c);
         free(data);
@@ -202,7 +214,7 @@ sl_cmd_score(int argc, char **argv)
 {
     device_opts_t d = {NULL, 1};
     const char *model = NULL, **files;
-    int nfiles = 0, per_line = 0, ex = SL_EXIT_OK;
+    int nfiles = 0, per_line = 0, header_done = 0, ex = SL_EXIT_OK;
     sl_model_file_t m;
     char vocab[192];
 
@@ -241,11 +253,11 @@ sl_cmd_score(int argc, char **argv)
         free(files);
         return runtime_error();
     }
-    if (per_line)
-        printf("file\tline\ttokens\tloss\t%s\n", m.level == SL_LEVEL_CHAR ? "bpc" : "ppl");
     for (int i = 0; i < nfiles && ex == SL_EXIT_OK; i++)
-        if (score_file(&m, files[i], per_line) != SL_OK)
+        if (score_file(&m, files[i], per_line ? &header_done : NULL) != SL_OK)
             ex = runtime_error();
+    if (per_line && !header_done && ex == SL_EXIT_OK) /* files without a line */
+        print_header(m.level);
     fflush(stdout);
     /* after the results, so that an error stays the only line */
     sl_model_file_describe_vocab(&m, vocab, sizeof vocab);
@@ -340,10 +352,6 @@ sl_cmd_sample(int argc, char **argv)
         return ex;
     if (sl_model_file_open(&m, model, d.device, (int)d.threads, 0) != SL_OK)
         return runtime_error();
-    if (o.prompt && *o.prompt) {
-        fputs(o.prompt, stdout);
-        last_newline = o.prompt[strlen(o.prompt) - 1] == '\n';
-    }
     st = sl_generate(m.lm, m.vocab, m.level, &o, print_token, &last_newline);
     if (!last_newline)
         putchar('\n');

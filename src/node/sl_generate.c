@@ -57,6 +57,8 @@ sl_generate(sl_lm_t *lm, const sl_vocab_t *v, sl_level_t level, const sl_generat
     /* a line starts where the prompt ends with a newline, or where there is none */
     line_start = plen == 0 || prompt[plen - 1] == '\n';
     x = sl_score_line_start(v, level);
+    if (plen > 0) /* only a prompt that reads is written */
+        SL_TRY_GOTO(fn(ctx, -1, prompt, plen), rc, out);
     for (size_t i = 0; i < tok.len; i++) {
         SL_TRY_GOTO(sl_lm_next_logits(lm, st, &x, logits), rc, out);
         x = tok.ids[i];

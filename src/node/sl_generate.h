@@ -16,15 +16,15 @@
 #include "model/sl_token_pick.h"
 
 typedef struct {
-    const char *prompt; /* UTF-8 text the model reads first (not repeated); "" or NULL:
-                           none */
+    const char *prompt; /* UTF-8 text the model reads first, handed to the callback
+                           whole (id -1) once it tokenizes; "" or NULL: none */
     long tokens;        /* tokens to generate */
     sl_pick_opts_t pick;
     uint64_t seed;
 } sl_generate_opts_t;
 
-/* Called with each generated token: its id and its text (bytes, as written). A status
- * other than SL_OK stops generation and is returned. */
+/* Called with the prompt (id -1), then with each generated token: its id and its text
+ * (bytes, as written). A status other than SL_OK stops generation and is returned. */
 typedef sl_status_t (*sl_generate_fn)(void *ctx, int id, const char *text, size_t len);
 
 /* Generates o->tokens tokens with lm (one stream) over vocabulary v at level. Errors:

@@ -86,6 +86,26 @@ score_line(sl_lm_t *lm, sl_lm_state_t *st, const sl_tokens_t *tok, int start, in
     return SL_OK;
 }
 
+/* The length of the line at text (len bytes left), its newline included. */
+static size_t
+line_bytes(const char *text, size_t len)
+{
+    const char *nl = memchr(text, '\n', len);
+
+    return nl ? (size_t)(nl - text) + 1 : len;
+}
+
+/* Line number line of text (n bytes at text) tokenized; name:LINE in its errors. */
+static sl_status_t
+tokenize_line(const sl_vocab_t *v, sl_level_t level, const char *name, long line, const char *text,
+              size_t n, sl_tokens_t *tok)
+{
+    char where[1100];
+
+    snprintf(where, sizeof where, "%s:%ld", name, line);
+    return sl_tokenize(v, level, where, text, n, 1, tok);
+}
+
 sl_status_t
 sl_score_lines(sl_lm_t *lm, const sl_vocab_t *v, sl_level_t level, const char *name,
                const char *text, size_t len, int bptt, sl_score_line_fn fn, void *ctx)
@@ -97,18 +117,25 @@ sl_score_lines(sl_lm_t *lm, const sl_vocab_t *v, sl_level_t level, const char *n
     long line = 0;
     sl_status_t rc;
 
+    /* every line reads before the first is reported: a bad one fails the text whole */
+    for (size_t n; at < len; at += n) {
+        sl_tokens_t tok;
+
+        n = line_bytes(text + at, len - at);
+        SL_TRY(tokenize_line(v, level, name, ++line, text + at, n, &tok));
+        free(tok.ids);
+    }
+    at = 0;
+    line = 0;
     SL_TRY_GOTO(sl_lm_state_new(lm, 1, &st), rc, out);
     SL_TRY_GOTO(SL_ALLOC(&x, (size_t)bptt, "score inputs"), rc, out);
     SL_TRY_GOTO(SL_ALLOC(&y, (size_t)bptt, "score targets"), rc, out);
     while (at < len) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t n = nl ? (size_t)(nl - (text + at)) + 1 : len - at;
-        char where[1100];
+        size_t n = line_bytes(text + at, len - at);
         sl_tokens_t tok;
         double sum;
 
-        snprintf(where, sizeof where, "%s:%ld", name, ++line);
-        SL_TRY_GOTO(sl_tokenize(v, level, where, text + at, n, 1, &tok), rc, out);
+        SL_TRY_GOTO(tokenize_line(v, level, name, ++line, text + at, n, &tok), rc, out);
         rc = score_line(lm, st, &tok, start, bptt, x, y, &sum);
         if (rc == SL_OK)
             rc = fn(ctx, line, (long)tok.len, sum);

@@ -41,7 +41,8 @@ int sl_score_line_start(const sl_vocab_t *v, sl_level_t level);
 typedef sl_status_t (*sl_score_line_fn)(void *ctx, long line, long tokens, double loss_sum);
 
 /* Scores each line of text (len bytes; name in messages, "name:LINE: ..." for a line's
- * bad UTF-8) on its own, windows of up to bptt steps, and calls fn after each. A last
+ * bad UTF-8, found before fn is first called) on its own, windows of up to bptt steps,
+ * and calls fn after each. A last
  * line without a newline is a line; nothing after a final newline is. fn's status
  * other than SL_OK stops it and is returned. */
 sl_status_t sl_score_lines(sl_lm_t *lm, const sl_vocab_t *v, sl_level_t level, const char *name,

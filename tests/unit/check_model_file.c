@@ -83,6 +83,7 @@ static void
 assert_one_line_error(int got, int want, const char *const *fragments)
 {
     ck_assert_msg(got == want, "exit %d, want %d; stderr: %s", got, want, err);
+    ck_assert_msg(out[0] == '\0', "stdout: %s", out);
     ck_assert_msg(count_lines(err) == 1 && strncmp(err, "shoal: ", 7) == 0, "stderr: %s", err);
     for (; *fragments; fragments++)
         ck_assert_msg(strstr(err, *fragments) != NULL, "'%s' not in stderr: %s", *fragments, err);
@@ -562,6 +563,8 @@ START_TEST(test_bad_model_files)
                           (const char *[]){"--top-p must be", NULL});
     assert_one_line_error(run_shoal((const char *[]){"sample", model, "--temperature", "-1", NULL}),
                           2, (const char *[]){"--temperature must be", NULL});
+    assert_one_line_error(run_shoal((const char *[]){"sample", model, "--prompt", "ok \xff", NULL}),
+                          1, (const char *[]){"prompt: invalid UTF-8 at byte 3", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, NULL}), 2,
                           (const char *[]){"missing FILE", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, "/nonexistent.txt", NULL}), 1,
@@ -571,6 +574,10 @@ START_TEST(test_bad_model_files)
                           (const char *[]){bad, "invalid UTF-8 at byte 0", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, bad, "--per-line", NULL}), 1,
                           (const char *[]){bad, ":1: invalid UTF-8 at byte 0", NULL});
+    /* a bad line after good ones: no row of the good ones either */
+    test_write_file(bad, "the jury\nsaid \xff\n", 15);
+    assert_one_line_error(run_shoal((const char *[]){"score", model, bad, "--per-line", NULL}), 1,
+                          (const char *[]){bad, ":2: invalid UTF-8 at byte 5", NULL});
     sl_config_fini(&ccfg);
     sl_config_fini(&cfg);
 }
