@@ -503,16 +503,25 @@ check_container(const char *path, const unsigned char *data, size_t len, header_
     return SL_OK;
 }
 
-/* Training state of version 2: the same node of a run of as many nodes, the same sync
- * algorithm, and a sync state of the size this node's sync object keeps. */
+/* Training state of version 2: the same node of a run of as many nodes. Checked before
+ * the optimizer and the batch, which another node count changes too (a global batch
+ * split over the nodes): the node count is what the operator changed. */
+static sl_status_t
+check_node(const char *path, const header_t *hd, const sl_ckpt_ident_t *id)
+{
+    if (hd->version > 1 && (hd->id.nodes != id->nodes || hd->id.rank != id->rank))
+        return sl_err_set(SL_ERR_FORMAT, "%s: written by node %d of %d, this is node %d of %d",
+                          path, hd->id.rank, hd->id.nodes, id->rank, id->nodes);
+    return SL_OK;
+}
+
+/* Training state of version 2: the same sync algorithm, and a sync state of the size
+ * this node's sync object keeps. */
 static sl_status_t
 check_run(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, const sl_sync_t *sync)
 {
     if (hd->version == 1)
         return SL_OK;
-    if (hd->id.nodes != id->nodes || hd->id.rank != id->rank)
-        return sl_err_set(SL_ERR_FORMAT, "%s: written by node %d of %d, this is node %d of %d",
-                          path, hd->id.rank, hd->id.nodes, id->rank, id->nodes);
     if (hd->id.sync != id->sync)
         return sl_err_set(
             SL_ERR_FORMAT, "%s: checkpoint was written with sync.algorithm %s; the config has %s",
@@ -557,6 +566,7 @@ check_identity(const char *path, const header_t *hd, const sl_ckpt_ident_t *id, 
                           "%s: a model file without training state (training resumes only "
                           "from a checkpoint)",
                           path);
+    SL_TRY(check_node(path, hd, id));
     if (hd->id.optimizer != id->optimizer)
         return sl_err_set(
             SL_ERR_FORMAT, "%s: checkpoint was written with optimizer %s; the config has %s", path,

@@ -320,8 +320,9 @@ START_TEST(test_resume_choose)
 END_TEST
 
 /* Node 0 of a 4-node run (sync none: no transport needed) checkpoints; the same node
- * directory resumed as node 0 of 2 is refused with one line naming both, and the
- * checkpoint stays as it was. */
+ * directory resumed as node 0 of 2, with twice the batch (a global batch split over 2),
+ * is refused with one line naming both node counts, and the checkpoint stays as it
+ * was. */
 START_TEST(test_resume_other_node_count_refused)
 {
     sl_config_t cfg;
@@ -343,7 +344,7 @@ START_TEST(test_resume_other_node_count_refused)
 
     sl_config_fini(&cfg);
     test_tiny_config(&cfg, tmp_root, data_dir, "nodes", "train.max_steps=4", "data.valid=''",
-                     "data.test=''", "data.valid_fraction=0", NULL);
+                     "data.test=''", "data.valid_fraction=0", "train.batch=64", NULL);
     opts.nranks = 2;
     ck_assert_int_eq(sl_train_run(&cfg, &opts, &r), SL_ERR_FORMAT);
     snprintf(want, sizeof want, "%s: written by node 0 of 4, this is node 0 of 2" NO_RESUME, ckpt);
