@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/sl_log.h"
 #include "node/sl_metrics.h"
 
 /* Colours that tell runs apart on screen and in print (Tableau 10). */
@@ -133,6 +134,7 @@ sl_plot_read(sl_plot_run_t *run, const char *dir)
 {
     char *path = metrics_of(dir), *line = NULL;
     size_t cap_t = 0, cap_v = 0, size = 0, lineno = 0;
+    ssize_t got;
     sl_status_t st = SL_OK;
     FILE *f;
 
@@ -149,9 +151,15 @@ sl_plot_read(sl_plot_run_t *run, const char *dir)
     }
     run->label = label_of(dir);
     run->path = path;
-    while (st == SL_OK && getline(&line, &size, f) > 0) {
+    while (st == SL_OK && (got = getline(&line, &size, f)) > 0) {
         double v[SL_PLOT_COLS] = {0};
         lineno++;
+        /* a line without its newline is the last, being written (or cut short by a
+         * node that died; a resumed run drops it) */
+        if (line[got - 1] != '\n') {
+            sl_log_info("plot", "%s:%zu: an unfinished last line, left out", path, lineno);
+            break;
+        }
         if (line[0] != '{') {
             st = sl_err_set(SL_ERR_FORMAT, "%s:%zu: not a JSON object", path, lineno);
             break;

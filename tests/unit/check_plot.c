@@ -240,6 +240,16 @@ START_TEST(test_wall_errors)
              "(2026-11-27T10:15:07.123Z)\n",
              path);
     ck_assert_str_eq(err, expect);
+    /* the same line cut short at the end of the file (a run writing it, or a node that
+     * died): left out, the lines before it plotted */
+    {
+        const char *text =
+            "{\"step\":10,\"ppl\":5,\"time_s\":1,\"wall_time\":\"2026-11-27T10:15:10Z\"}\n"
+            "{\"step\":20,\"ppl\":4,\"time_s\":2,\"wall_time\":\"2026-1";
+        test_write_file(path, text, strlen(text));
+    }
+    ck_assert_int_eq(plot(NULL, (const char *const[]){a, "--script", NULL}), 0);
+    ck_assert_ptr_nonnull(strstr(out, "$train0 << EOD\n10 5 1\nEOD\n"));
 }
 END_TEST
 
