@@ -270,10 +270,11 @@ static const char train_help[] =
     "  SHOAL_LOG=warn shoal train conf/brown-word.yaml --quiet\n";
 
 static const char eval_help[] =
-    "Usage: shoal eval CONF.yaml --checkpoint FILE [--split valid|test] [--set KEY=VALUE]...\n"
+    "Usage: shoal eval CONF.yaml [--checkpoint FILE] [--split valid|test] [--set KEY=VALUE]...\n"
     "\n"
-    "Evaluate the parameters in FILE (a checkpoint.bin or model.bin) on the valid or\n"
-    "test split CONF.yaml names, with the full softmax, and print e.g.\n"
+    "Evaluate the parameters in FILE (a checkpoint.bin or model.bin; default: the\n"
+    "run's model.bin, in the run directory CONF.yaml names) on the valid or test\n"
+    "split CONF.yaml names, with the full softmax, and print e.g.\n"
     "  valid ppl 245.31 (loss 5.5025, 57576 tokens)\n"
     "  vocabulary: the model's own (10002 entries, word level)\n"
     "(bits per character, bpc, for character-level models). The split may be any text\n"
@@ -283,13 +284,15 @@ static const char eval_help[] =
     "data.train is used, with a warning when the data differs from its training run's.\n"
     "\n"
     "Options:\n"
-    "  --checkpoint FILE  the checkpoint or model file to evaluate (required)\n"
+    "  --checkpoint FILE  the checkpoint or model file to evaluate (default: the run's\n"
+    "                     model.bin)\n"
     "  --split SPLIT      valid (default) or test\n"
     "  --set KEY=VALUE    override a configuration key (repeatable)\n"
     "  -h, --help         show this help and exit\n"
     "\n"
     "Example:\n"
-    "  shoal eval runs/brown-word/config.yaml --checkpoint runs/brown-word/model.bin\n";
+    "  shoal eval runs/brown-word/config.yaml --split test\n"
+    "  shoal eval conf/brown-word.yaml --checkpoint runs/brown-word/checkpoint.bin\n";
 
 static const char score_help[] =
     "Usage: shoal score MODEL FILE... [--per-line] [--device DEV] [--threads N]\n"

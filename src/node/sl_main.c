@@ -29,6 +29,7 @@
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
+#include "node/sl_run_files.h"
 #include "node/sl_version.h"
 #include "node/sl_cmd_plot.h"
 #include "node/sl_supervisor.h"
@@ -151,8 +152,6 @@ parse_args(const char *command, int argc, char **argv, args_t *a, int accept)
     }
     if (!a->conf)
         return sl_cmd_usage(command, "missing CONF.yaml");
-    if (accept_eval && !a->checkpoint)
-        return sl_cmd_usage(command, "missing --checkpoint FILE");
     if (!a->split)
         a->split = "valid";
     return -1;
@@ -312,12 +311,31 @@ cmd_train(int argc, char **argv)
     return ex;
 }
 
+/* Without --checkpoint: the run's model.bin, the one the configuration's run wrote at its
+ * end. */
+static sl_status_t
+run_model(const sl_config_t *cfg, char *path, size_t cap)
+{
+    char dir[4096];
+
+    SL_TRY(sl_run_dir_path(cfg, dir, sizeof dir));
+    if (snprintf(path, cap, "%s/model.bin", dir) >= (int)cap)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", dir);
+    if (access(path, F_OK) != 0)
+        return sl_err_set(SL_ERR_IO,
+                          "%s: no such file: the run has not finished (give --checkpoint FILE, "
+                          "e.g. %s/%scheckpoint.bin)",
+                          path, dir, cfg->cluster.nodes > 1 ? "node-0/" : "");
+    return SL_OK;
+}
+
 static int
 cmd_eval(int argc, char **argv)
 {
     args_t a;
     sl_config_t cfg;
     sl_eval_result_t res;
+    char model[4096 + 16];
     sl_status_t rc;
     int ex = parse_args("eval", argc, argv, &a, OPT_EVAL);
 
@@ -329,7 +347,11 @@ cmd_eval(int argc, char **argv)
         free(a.sets);
         return ex;
     }
-    rc = sl_eval_run(&cfg, a.checkpoint, a.split, &res);
+    rc = SL_OK;
+    if (!a.checkpoint)
+        rc = run_model(&cfg, model, sizeof model);
+    if (rc == SL_OK)
+        rc = sl_eval_run(&cfg, a.checkpoint ? a.checkpoint : model, a.split, &res);
     if (rc == SL_OK) {
         if (res.level == SL_LEVEL_CHAR)
             printf("%s bpc %.3f (loss %.4f, %ld tokens)\n", a.split, res.loss / log(2.0), res.loss,

@@ -394,6 +394,20 @@ START_TEST(test_cli)
     ck_assert_double_eq_tol(printed_loss, valid_loss, 1e-4);
     ck_assert_ptr_nonnull(strstr(out, ", 60000 tokens)\n"));
     free(out), free(err);
+    /* without --checkpoint: the run's model.bin, the same figures */
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"eval", conf, NULL}), 0);
+    ck_assert_double_eq_tol(strtod(strstr(out, "(loss ") + 6, NULL), printed_loss, 1e-12);
+    free(out), free(err);
+    snprintf(summary, sizeof summary, "run.dir=%s/none", tmp_root);
+    ck_assert_int_eq(run_shoal(&out, &err, (const char *[]){"eval", conf, "--set", summary, NULL}),
+                     1);
+    snprintf(expect, sizeof expect,
+             "shoal: %s/none/model.bin: no such file: the run has not finished (give "
+             "--checkpoint FILE, e.g. %s/none/checkpoint.bin)\n",
+             tmp_root, tmp_root);
+    ck_assert_str_eq(err, expect);
+    ck_assert_str_eq(out, "");
+    free(out), free(err);
     ck_assert_int_eq(
         run_shoal(&out, &err,
                   (const char *[]){"eval", conf, "--checkpoint", model, "--split", "test", NULL}),
