@@ -8,7 +8,7 @@
 
 #include "common/sl_alloc.h"
 #include "common/sl_log.h"
-#include "node/sl_export.h"
+#include "node/sl_import.h"
 #include "node/sl_resume.h"
 #include "node/sl_train_internal.h"
 
@@ -301,12 +301,22 @@ take_at_start(trainer_t *t, const sl_train_result_t *res, const sl_resume_offer_
 static sl_status_t
 init_weights(trainer_t *t)
 {
+    int rows;
+
     if (!t->opts->init)
         return SL_OK;
-    SL_TRY(sl_import_safetensors(t->opts->init, t->cfg, t->id.vocab, t->be, t->lm));
+    SL_TRY(sl_import_weights(t->opts->init, t->cfg, t->corpus.vocab, t->be, t->lm, &rows));
     sl_sync_destroy(&t->sync);
     SL_TRY(sl_train_start_sync(t));
-    sl_log_info("train", "weights from %s (%zu parameters)", t->opts->init, sl_lm_nparams(t->lm));
+    if (rows < 0)
+        sl_log_info("train", "weights from %s (%zu parameters)", t->opts->init,
+                    sl_lm_nparams(t->lm));
+    else
+        sl_log_info("train",
+                    "weights from %s (%zu parameters): the rows of %d of the vocabulary's %d "
+                    "entries taken by word%s",
+                    t->opts->init, sl_lm_nparams(t->lm), rows, sl_vocab_size(t->corpus.vocab),
+                    rows < sl_vocab_size(t->corpus.vocab) ? ", the others' at random" : "");
     return SL_OK;
 }
 
