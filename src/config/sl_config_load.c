@@ -612,9 +612,36 @@ mark_of_offset(const char *text, size_t len, size_t offset)
     return m;
 }
 
+/* The byte of text (len bytes) at mark m (0-based line and column in characters), or
+ * 0 past the end. */
+static unsigned char
+byte_at_mark(const char *text, size_t len, yaml_mark_t m)
+{
+    const unsigned char *u = (const unsigned char *)text;
+    size_t line = 0, column = 0;
+
+    for (size_t i = 0; i < len;) {
+        size_t brk = line_break_bytes(u + i, len - i);
+
+        if (line == m.line && column == m.column)
+            return u[i];
+        if (brk) {
+            line++;
+            column = 0;
+            i += brk;
+            continue;
+        }
+        while (++i < len && (u[i] & 0xc0) == 0x80) /* the character's continuation bytes */
+            ;
+        column++;
+    }
+    return 0;
+}
+
 /* libyaml's problem as "YAML syntax error: ..." at its place; a problem found at the end
  * of input without a final newline is put at the end of the last line, not on a line
- * that does not exist (--set values have no newline). */
+ * that does not exist (--set values have no newline). A tab where a token should start
+ * is named: editors insert them, and YAML indents with spaces only. */
 static sl_status_t
 yaml_error(const load_t *ld, const yaml_parser_t *p, const char *text, size_t len)
 {
@@ -626,7 +653,10 @@ yaml_error(const load_t *ld, const yaml_parser_t *p, const char *text, size_t le
         m = mark_of_offset(text, len, p->problem_offset);
     if (m.line > end.line)
         m = end;
-    return sl_config_err_at(ld, m, "YAML syntax error: %s", p->problem);
+    return sl_config_err_at(ld, m, "YAML syntax error: %s%s", p->problem,
+                            byte_at_mark(text, len, m) == '\t' && !strstr(p->problem, "tab")
+                                ? " (a tab: YAML indents with spaces only)"
+                                : "");
 }
 
 /* Parses text as one YAML document (a second document is an error, not ignored). */

@@ -76,7 +76,10 @@ static const bad_case_t bad_yaml[] = {
     /* syntax and shape */
     {"run:\n  name: [x\n", "x.yaml:3:1: YAML syntax error: did not find expected ',' or ']'"},
     {"run:\n\tname: x\n",
-     "x.yaml:2:1: YAML syntax error: found character that cannot start any token"},
+     "x.yaml:2:1: YAML syntax error: found character that cannot start any token (a tab: YAML "
+     "indents with spaces only)"},
+    {"run: {name: x}\n@", "x.yaml:2:1: YAML syntax error: found character that cannot start any "
+                          "token"},
     {"run: {name: *nowhere}", "x.yaml:1:13: YAML syntax error: found undefined alias"},
     {"- a\n- b\n", "x.yaml:1:1: top level must be a mapping"},
     {"just text", "x.yaml:1:1: top level must be a mapping"},
