@@ -494,22 +494,49 @@ test_config_set_ok(sl_config_t *c, const char *assignment)
     ck_assert_msg(st == SL_OK, "--set %s failed: %s", assignment, sl_err_msg());
 }
 
-int
-test_free_port(void)
+/* Binds a tcp socket of 127.0.0.1 to port (0: one the kernel picks) and returns the
+ * port bound, or -1 when it is taken. */
+static int
+bind_port(int port)
 {
     struct sockaddr_in a;
     socklen_t len = sizeof a;
-    int s = socket(AF_INET, SOCK_STREAM, 0), port;
+    int s = socket(AF_INET, SOCK_STREAM, 0), ok;
 
     ck_assert_int_ge(s, 0);
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    ck_assert_int_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
+    a.sin_port = htons((uint16_t)port);
+    ok = bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+         getsockname(s, (struct sockaddr *)&a, &len) == 0;
     close(s);
-    return port;
+    return ok ? ntohs(a.sin_port) : -1;
+}
+
+/* A random port from 10000 up to the kernel's ephemeral range: a port of that range
+ * (what bind to port 0 gives) is also handed to outgoing connections, ZeroMQ's and the
+ * other tests', one of which may take it before the node binds it, or while a
+ * restarted rank 0 is down. Where the range starts too low, the kernel's pick. */
+int
+test_free_port(void)
+{
+    static uint64_t calls;
+    unsigned lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+
+    if (f) {
+        if (fscanf(f, "%u %u", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    for (int tries = 0; lo > 11000 && tries < 200; tries++) {
+        uint64_t words[3] = {(uint64_t)getpid(), (uint64_t)(now_s() * 1e9), ++calls};
+        int port = bind_port(10000 + (int)(sl_hash_bytes(words, sizeof words, 0) % (lo - 10000)));
+        if (port > 0)
+            return port;
+    }
+    return bind_port(0);
 }
 
 void

@@ -142,7 +142,8 @@ void test_config_load_ok(sl_config_t *c, const char *yaml);
 /* Applies the --set assignment ("key=value") to c; fails the test when it fails. */
 void test_config_set_ok(sl_config_t *c, const char *assignment);
 
-/* A free tcp port of 127.0.0.1 (bound, read back, closed) for a master address. */
+/* A free tcp port of 127.0.0.1 (bound, read back, closed) for a master address, below
+ * the kernel's ephemeral range where it can, so that no outgoing connection takes it. */
 int test_free_port(void);
 
 /* Makes this process adopt its descendants' orphans (Linux; nothing elsewhere), so
