@@ -22,14 +22,23 @@ sl_status_t
 sl_file_read_all(const char *path, char **data, size_t *len)
 {
     FILE *fp;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
 
     *data = NULL;
     *len = 0;
     fp = fopen(path, "rb");
     if (!fp)
         return sl_err_set(SL_ERR_IO, "%s: %s", path, strerror(errno));
+    return sl_file_read_rest(fp, path, data, len);
+}
+
+sl_status_t
+sl_file_read_rest(FILE *fp, const char *path, char **data, size_t *len)
+{
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+
+    *data = NULL;
+    *len = 0;
     for (;;) {
         if (n + 65536 + 1 > cap) {
             size_t ncap = cap ? cap * 2 : 1 << 20;

@@ -11,6 +11,9 @@
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, *len excludes the NUL).
  * SL_ERR_IO "path: reason" when missing or unreadable. Caller frees with free(). */
 sl_status_t sl_file_read_all(const char *path, char **data, size_t *len);
+/* The same for what is left to read of fp (path names it in errors), which it closes:
+ * a pipe is read once, where opening it again would wait for another writer. */
+sl_status_t sl_file_read_rest(FILE *fp, const char *path, char **data, size_t *len);
 
 /* Atomic writer: writes go to "path.tmp.<pid>"; commit fsyncs, renames over path and
  * fsyncs the directory; abort removes the temp file and leaves path untouched. The temp

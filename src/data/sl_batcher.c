@@ -2,6 +2,9 @@
  * streams that are read T tokens at a time (time-major x[t*B + b], targets one later). */
 #include "data/sl_data.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* floor(k * len / n) without the overflow of k * len: with len = q*n + r it is
  * k*q + floor(k*r / n), and k*r < n*n fits easily. */
 static size_t
@@ -21,7 +24,8 @@ sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nrank
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return sl_err_set(SL_ERR_INVALID, "batcher: rank %d of %d is out of range", rank, nranks);
     if (batch < 1 || bptt < 1)
-        return sl_err_set(SL_ERR_INVALID, "batcher: train.batch %d and train.bptt %d must be positive", batch,
+        return sl_err_set(SL_ERR_INVALID,
+                          "batcher: train.batch %d and train.bptt %d must be positive", batch,
                           bptt);
     lo = share_start(tokens->len, rank, nranks);
     hi = share_start(tokens->len, rank + 1, nranks);
@@ -38,6 +42,22 @@ sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nrank
     bt->bptt = bptt;
     bt->stream_len = (long)(bt->share_len / (size_t)batch);
     bt->batches_per_epoch = (bt->stream_len - 1) / bptt;
+    return SL_OK;
+}
+
+sl_status_t
+sl_batcher_keep_share(sl_batcher_t *bt, sl_tokens_t *tokens)
+{
+    int32_t *own = malloc(bt->share_len * sizeof *own); /* tokens' ids are free()d */
+
+    if (!own)
+        return sl_err_set(SL_ERR_NOMEM, "out of memory for a share of %zu training tokens",
+                          bt->share_len);
+    memcpy(own, bt->share, bt->share_len * sizeof *own);
+    free(tokens->ids);
+    tokens->ids = own;
+    tokens->len = bt->share_len;
+    bt->share = own;
     return SL_OK;
 }
 

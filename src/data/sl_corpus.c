@@ -1,10 +1,12 @@
 /* Corpus loading: read the files, hash their bytes with the settings, reuse the token
  * cache or tokenize (words or code points), build the count-ordered vocabulary, map
  * every token to its id and split off validation and max_tokens. */
+#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/sl_file.h"
 #include "common/sl_hash.h"
@@ -229,8 +231,9 @@ build_vocab(const char *path, const sl_vocab_t *types, int32_t eos_type, int32_t
             e[ncand++] = (entry_t){types->count[t], types->text + types->off[t], types->len[t], t};
     keep = vocab_size ? vocab_size : ncand;
     if (keep > ncand && !vocab_where) {
-        sl_log_info("data", "%s has %d distinct %s, fewer than the default data.vocab_size %d: "
-                            "the vocabulary keeps them all",
+        sl_log_info("data",
+                    "%s has %d distinct %s, fewer than the default data.vocab_size %d: "
+                    "the vocabulary keeps them all",
                     path, ncand, what, vocab_size);
         keep = ncand;
     } else if (keep > ncand) {
@@ -305,10 +308,9 @@ build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg)
         st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
         goto out;
     }
-    SL_TRY_GOTO(
-        build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size,
-                    sl_config_key_where(cfg, "data.vocab_size"), &c->vocab, map),
-        st, out);
+    SL_TRY_GOTO(build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size,
+                            sl_config_key_where(cfg, "data.vocab_size"), &c->vocab, map),
+                st, out);
     for (size_t i = 0; i < n_all; i++)
         raw.ids[i] = map[raw.ids[i]];
     if (n_train < n_all) {
@@ -337,20 +339,14 @@ out:
 
 /* Identity of the data: every file's bytes (with a presence flag and length, so that
  * moving bytes between files changes it) and every setting that changes the ids. */
+static void hash_settings(sl_hash_t *h, const sl_config_t *cfg);
+
 static uint64_t
 corpus_hash(const source_t *src, const sl_config_t *cfg)
 {
     sl_hash_t h;
-    double frac = cfg->data.valid_fraction;
-    uint64_t words[5];
 
-    words[0] = SL_DATA_FORMAT_VERSION;
-    words[1] = (uint64_t)cfg->data.level;
-    words[2] = (uint64_t)(int64_t)cfg->data.vocab_size;
-    memcpy(&words[3], &frac, sizeof frac);
-    words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
-    sl_hash_init(&h, CORPUS_HASH_SEED);
-    sl_hash_update(&h, words, sizeof words);
+    hash_settings(&h, cfg);
     for (int k = 0; k < NSRC; k++) {
         uint64_t head[2] = {src[k].path != NULL, src[k].len};
         sl_hash_update(&h, head, sizeof head);
@@ -401,26 +397,128 @@ check_settings(const sl_config_t *cfg)
     return SL_OK;
 }
 
-/* Reads one split's file; a failure names the key and where the configuration set it
+/* A failure st reading split k's file, with the key and where the configuration set it
  * ("conf/x.yaml:21:10: data.train: ...: No such file or directory"). */
 static sl_status_t
-read_source(const sl_config_t *cfg, int k, source_t *src)
+source_error(const sl_config_t *cfg, int k, const source_t *src, sl_status_t st)
 {
     const char *at = sl_config_key_where(cfg, src_key[k]);
-    sl_status_t st = sl_file_read_all(src->path, &src->data, &src->len);
 
-    if (st == SL_OK)
-        return SL_OK;
     if (!at)
         return sl_err_prefix(st, "%s", src_key[k]);
     if (src->path[0] != '/' && strncmp(at, "--set", 5) != 0) {
         char why[512];
         snprintf(why, sizeof why, "%s", sl_err_msg());
-        return sl_err_set(st, "%s: %s: %s (a relative path is read beside the configuration "
-                              "file, else from the working directory)",
+        return sl_err_set(st,
+                          "%s: %s: %s (a relative path is read beside the configuration "
+                          "file, else from the working directory)",
                           at, src_key[k], why);
     }
     return sl_err_prefix(st, "%s: %s", at, src_key[k]);
+}
+
+/* Reads one split's file whole. */
+static sl_status_t
+read_source(const sl_config_t *cfg, int k, source_t *src)
+{
+    sl_status_t st = sl_file_read_all(src->path, &src->data, &src->len);
+
+    return st == SL_OK ? SL_OK : source_error(cfg, k, src, st);
+}
+
+/* Split k's part of the corpus hash (corpus_hash's: a head, then the bytes) into h, and
+ * the training text into sha, read a piece at a time: with a valid token cache the
+ * texts are then never held whole (a node of a large corpus holds its ids only). A
+ * file that is not regular (a pipe) is read whole into src. */
+static sl_status_t
+hash_source(const sl_config_t *cfg, int k, source_t *src, sl_hash_t *h,
+            crypto_hash_sha256_state *sha)
+{
+    unsigned char buf[1 << 16];
+    uint64_t head[2] = {src->path != NULL, 0};
+    size_t got, total = 0;
+    struct stat sb;
+    sl_status_t st = SL_OK;
+    FILE *fp;
+
+    if (!src->path) {
+        sl_hash_update(h, head, sizeof head);
+        return SL_OK;
+    }
+    if (!(fp = fopen(src->path, "rb")))
+        return source_error(cfg, k, src,
+                            sl_err_set(SL_ERR_IO, "%s: %s", src->path, strerror(errno)));
+    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if ((st = sl_file_read_rest(fp, src->path, &src->data, &src->len)) != SL_OK)
+            return source_error(cfg, k, src, st);
+        head[1] = src->len;
+        sl_hash_update(h, head, sizeof head);
+        sl_hash_update(h, src->data, src->len);
+        if (k == SRC_TRAIN)
+            crypto_hash_sha256_update(sha, (const unsigned char *)src->data, src->len);
+        return SL_OK;
+    }
+    head[1] = (uint64_t)sb.st_size;
+    sl_hash_update(h, head, sizeof head);
+    while ((got = fread(buf, 1, sizeof buf, fp)) > 0) {
+        sl_hash_update(h, buf, got);
+        if (k == SRC_TRAIN)
+            crypto_hash_sha256_update(sha, buf, got);
+        total += got;
+    }
+    if (ferror(fp))
+        st = sl_err_set(SL_ERR_IO, "%s: read error: %s", src->path, strerror(errno));
+    else if (total != (size_t)sb.st_size)
+        st = sl_err_set(SL_ERR_IO, "%s: changed while it was read", src->path);
+    fclose(fp);
+    return st == SL_OK ? SL_OK : source_error(cfg, k, src, st);
+}
+
+/* The settings' part of the corpus hash into h. */
+static void
+hash_settings(sl_hash_t *h, const sl_config_t *cfg)
+{
+    double frac = cfg->data.valid_fraction;
+    uint64_t words[5];
+
+    words[0] = SL_DATA_FORMAT_VERSION;
+    words[1] = (uint64_t)cfg->data.level;
+    words[2] = (uint64_t)(int64_t)cfg->data.vocab_size;
+    memcpy(&words[3], &frac, sizeof frac);
+    words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
+    sl_hash_init(h, CORPUS_HASH_SEED);
+    sl_hash_update(h, words, sizeof words);
+}
+
+/* The corpus hash (of the settings and the three texts) and the training text's
+ * SHA-256, reading the files a piece at a time. */
+static sl_status_t
+hash_sources(const sl_config_t *cfg, source_t *src, uint64_t *hash, unsigned char *sha256)
+{
+    crypto_hash_sha256_state sha;
+    sl_hash_t h;
+
+    hash_settings(&h, cfg);
+    crypto_hash_sha256_init(&sha);
+    for (int k = 0; k < NSRC; k++)
+        SL_TRY(hash_source(cfg, k, &src[k], &h, &sha));
+    *hash = sl_hash_final(&h);
+    crypto_hash_sha256_final(&sha, sha256);
+    return SL_OK;
+}
+
+/* Reads the texts hash_sources hashed (those it did not read whole); SL_ERR_IO when
+ * they are no longer the bytes it hashed. */
+static sl_status_t
+read_sources(const sl_config_t *cfg, source_t *src, uint64_t hash)
+{
+    for (int k = 0; k < NSRC; k++)
+        if (src[k].path && !src[k].data)
+            SL_TRY(read_source(cfg, k, &src[k]));
+    if (corpus_hash(src, cfg) != hash)
+        return sl_err_set(SL_ERR_IO, "%s: the corpus changed while it was read",
+                          src[SRC_TRAIN].path);
+    return SL_OK;
 }
 
 /* A cached vocabulary was built from the same data.vocab_size, but perhaps as a default
@@ -459,15 +557,10 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
 
     memset(corpus, 0, sizeof *corpus);
     SL_TRY(check_settings(cfg));
-    for (int k = 0; k < NSRC; k++) {
+    for (int k = 0; k < NSRC; k++)
         if (src[k].path && !*src[k].path)
             src[k].path = NULL;
-        if (src[k].path)
-            SL_TRY_GOTO(read_source(cfg, k, &src[k]), st, out);
-    }
-    hash = corpus_hash(src, cfg);
-    crypto_hash_sha256(corpus->train_sha256, (const unsigned char *)src[SRC_TRAIN].data,
-                       src[SRC_TRAIN].len);
+    SL_TRY_GOTO(hash_sources(cfg, src, &hash, corpus->train_sha256), st, out);
     dir = cache_dir(cfg);
     if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
         path = NULL;
@@ -486,6 +579,7 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
         sl_err_clear();
     }
     if (!corpus->from_cache) {
+        SL_TRY_GOTO(read_sources(cfg, src, hash), st, out);
         SL_TRY_GOTO(build(corpus, src, cfg), st, out);
         corpus->hash = hash;
         if (!path)

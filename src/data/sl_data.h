@@ -99,6 +99,9 @@ typedef struct {
 /* SL_ERR_INVALID "... does not fit ..." when the share is too short for B x (T+1). */
 sl_status_t sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nranks,
                             int batch, int bptt);
+/* Makes tokens (bt's, malloc'd) hold bt's share only, a copy, freeing the whole, and bt
+ * read from it: the same batches, a node's memory for its share alone. SL_ERR_NOMEM. */
+sl_status_t sl_batcher_keep_share(sl_batcher_t *bt, sl_tokens_t *tokens);
 /* Fills x and y (T*B each, caller-owned) with batch index i (0 <= i < batches_per_epoch). */
 void sl_batcher_get(const sl_batcher_t *bt, long i, int32_t *x, int32_t *y);
 

@@ -151,6 +151,9 @@ setup_model(trainer_t *t)
     if (sl_batcher_init(&t->train_bt, &t->corpus.train, t->opts->rank, t->opts->nranks, b, bptt) !=
         SL_OK)
         return sl_err_prefix(SL_ERR_INVALID, "train split");
+    /* of a large corpus every node would otherwise hold all of it for the whole run */
+    if (t->opts->nranks > 1)
+        SL_TRY(sl_batcher_keep_share(&t->train_bt, &t->corpus.train));
     SL_TRY(eval_batcher(&t->valid_bt, &t->corpus.valid, "valid", bptt, &t->has_valid));
     SL_TRY(eval_batcher(&t->test_bt, &t->corpus.test, "test", bptt, &t->has_test));
 

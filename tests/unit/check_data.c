@@ -1,12 +1,15 @@
 /* Unit tests of src/data: word and character vocabularies worked by hand, the real
- * Brown and tinyshakespeare corpora, UTF-8 and input errors, the token cache, and the
- * batcher. Files go to a temporary directory that the parent process removes. */
+ * Brown and tinyshakespeare corpora, a corpus from a pipe, UTF-8 and input errors, and
+ * the token cache (the batcher: check_batcher.c). Files go to a temporary directory
+ * that the parent process removes. */
 #include <check.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -239,6 +242,56 @@ START_TEST(test_word_valid_fraction_and_max_tokens)
     assert_ids(&c.train, want, 5);
     assert_ids(&c.valid, want_valid, 3);
     sl_corpus_fini(&c);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
+/* A writer of text into the FIFO at path, in a child process. */
+static pid_t
+fifo_writer(const char *path, const char *text, size_t len)
+{
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY);
+        _exit(fd >= 0 && write(fd, text, len) == (ssize_t)len && close(fd) == 0 ? 0 : 1);
+    }
+    return pid;
+}
+
+/* A training text from a pipe (process substitution, <(zcat ...)) is read once, whole,
+ * where a file is hashed a piece at a time: the same ids, corpus hash and SHA-256 as the
+ * file's, so that the second read of the pipe finds the file's token cache. */
+START_TEST(test_pipe_corpus)
+{
+    const char *file = write_file("small.txt", small_text, sizeof small_text - 1);
+    const char *fifo = tmp_path("small.fifo");
+    unsigned char want_sha[32];
+    sl_config_t cfg, pcfg;
+    sl_corpus_t c, p;
+    int status;
+
+    cfg_make(&cfg, file, "", NULL, SL_LEVEL_WORD, 0);
+    ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_OK);
+    crypto_hash_sha256(want_sha, (const unsigned char *)small_text, sizeof small_text - 1);
+    ck_assert(memcmp(c.train_sha256, want_sha, 32) == 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    cfg_make(&pcfg, fifo, "", NULL, SL_LEVEL_WORD, 0);
+    for (int round = 0; round < 2; round++) {
+        pid_t pid = fifo_writer(fifo, small_text, sizeof small_text - 1);
+        ck_assert_msg(sl_corpus_load(&p, &pcfg) == SL_OK, "%s", sl_err_msg());
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        ck_assert_uint_eq(p.hash, c.hash);
+        ck_assert_int_eq(p.from_cache, 1); /* the file's cache, read back */
+        ck_assert(memcmp(p.train_sha256, want_sha, 32) == 0);
+        assert_ids(&p.train, c.train.ids, c.train.len);
+        sl_corpus_fini(&p);
+    }
+    unlink(fifo);
+    sl_corpus_fini(&c);
+    sl_config_fini(&pcfg);
     sl_config_fini(&cfg);
 }
 END_TEST
@@ -639,75 +692,6 @@ START_TEST(test_cache_unwritable)
 }
 END_TEST
 
-/* Tokens 0..19, B = 3, T = 2: streams of L = 6 ([0..5], [6..11], [12..17]; 18 and 19
- * dropped), (6 - 1) / 2 = 2 batches. */
-START_TEST(test_batcher_exact)
-{
-    int32_t ids[20], x[6], y[6];
-    for (int i = 0; i < 20; i++)
-        ids[i] = i;
-    sl_tokens_t tok = {ids, 20};
-    sl_batcher_t bt;
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 0, 1, 3, 2), SL_OK);
-    ck_assert_int_eq(bt.stream_len, 6);
-    ck_assert_int_eq(bt.batches_per_epoch, 2);
-    ck_assert_uint_eq(bt.share_len, 20);
-
-    static const int32_t x0[] = {0, 6, 12, 1, 7, 13}, y0[] = {1, 7, 13, 2, 8, 14};
-    static const int32_t x1[] = {2, 8, 14, 3, 9, 15}, y1[] = {3, 9, 15, 4, 10, 16};
-    sl_batcher_get(&bt, 0, x, y);
-    ck_assert(memcmp(x, x0, sizeof x) == 0 && memcmp(y, y0, sizeof y) == 0);
-    sl_batcher_get(&bt, 1, x, y);
-    ck_assert(memcmp(x, x1, sizeof x) == 0 && memcmp(y, y1, sizeof y) == 0);
-}
-END_TEST
-
-/* Ranks 0..3 of 4 over 103 tokens: shares [0,25) [25,51) [51,77) [77,103). */
-START_TEST(test_batcher_shares)
-{
-    int32_t ids[103];
-    for (int i = 0; i < 103; i++)
-        ids[i] = i;
-    sl_tokens_t tok = {ids, 103};
-    static const size_t starts[] = {0, 25, 51, 77, 103};
-    size_t covered = 0;
-    for (int k = 0; k < 4; k++) {
-        sl_batcher_t bt;
-        int32_t x[2], y[2];
-        ck_assert_int_eq(sl_batcher_init(&bt, &tok, k, 4, 2, 1), SL_OK);
-        ck_assert_uint_eq((size_t)(bt.share - ids), starts[k]);
-        ck_assert_uint_eq(bt.share_len, starts[k + 1] - starts[k]);
-        ck_assert_uint_eq((size_t)(bt.share - ids), covered); /* starts where the last ended */
-        covered += bt.share_len;
-        /* the last batch of a stream stays inside the share */
-        sl_batcher_get(&bt, bt.batches_per_epoch - 1, x, y);
-        ck_assert_int_lt(y[1], (int32_t)starts[k + 1]);
-        ck_assert_int_ge(x[0], (int32_t)starts[k]);
-    }
-    ck_assert_uint_eq(covered, 103);
-}
-END_TEST
-
-START_TEST(test_batcher_too_short)
-{
-    static int32_t ids[4608];
-    sl_tokens_t tok = {ids, 1000};
-    sl_batcher_t bt;
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 0, 4, 32, 35), SL_ERR_INVALID);
-    ck_assert_str_eq(sl_err_msg(), "rank 0 of 4: a share of 250 tokens (of 1000) does not fit "
-                                   "train.batch 32 x train.bptt 35, which needs at least 1152 "
-                                   "(32 x 36)");
-    /* 1152 a rank is exactly enough for one batch; one token less is not */
-    tok.len = 4608;
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 3, 4, 32, 35), SL_OK);
-    ck_assert_int_eq(bt.batches_per_epoch, 1);
-    tok.len = 4607;
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 0, 4, 32, 35), SL_ERR_INVALID);
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 4, 4, 32, 35), SL_ERR_INVALID);
-    ck_assert_int_eq(sl_batcher_init(&bt, &tok, 0, 1, 0, 35), SL_ERR_INVALID);
-}
-END_TEST
-
 static Suite *
 data_suite(void)
 {
@@ -717,19 +701,17 @@ data_suite(void)
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_word_vocab_by_hand);
     tcase_add_test(core, test_word_valid_fraction_and_max_tokens);
+    tcase_add_test(core, test_pipe_corpus);
     tcase_add_test(core, test_brown_first_line);
     tcase_add_test(core, test_brown_full_and_cache);
     tcase_add_test(core, test_char_shakespeare);
     tcase_add_test(core, test_char_multibyte);
-    tcase_add_test(core, test_batcher_exact);
-    tcase_add_test(core, test_batcher_shares);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_unchecked_fixture(limits, make_tmpdir, remove_tmpdir);
     tcase_add_test(limits, test_invalid_utf8);
     tcase_add_test(limits, test_input_errors);
     tcase_add_test(limits, test_cache_unwritable);
-    tcase_add_test(limits, test_batcher_too_short);
     suite_add_tcase(s, limits);
     return s;
 }
