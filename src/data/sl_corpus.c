@@ -2,11 +2,14 @@
  * cache or tokenize (words or code points), build the count-ordered vocabulary, map
  * every token to its id and split off validation and max_tokens. */
 #include <errno.h>
+#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/sl_file.h"
 #include "common/sl_hash.h"
@@ -540,6 +543,61 @@ check_cached_vocab(const sl_corpus_t *c, const sl_config_t *cfg, const char *pat
                       have);
 }
 
+/* The token cache at path into corpus when it is there and sound (corpus->from_cache
+ * set), the corpus left as it was when not; a corrupt one is warned about when warn is
+ * set. Errors: a cached vocabulary smaller than the data.vocab_size asked for. */
+static sl_status_t
+read_cache(sl_corpus_t *corpus, const sl_config_t *cfg, const char *path, uint64_t hash,
+           const char *train, int warn)
+{
+    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
+                                                      &corpus->test};
+    sl_status_t st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts);
+
+    if (st == SL_OK)
+        st = check_cached_vocab(corpus, cfg, train);
+    if (st == SL_OK) {
+        corpus->hash = hash;
+        corpus->from_cache = 1;
+        return SL_OK;
+    }
+    if (st != SL_ERR_FORMAT && st != SL_ERR_IO)
+        return st;
+    if (st == SL_ERR_FORMAT && warn)
+        sl_log_warn("data", "%s; rebuilding it", sl_err_msg());
+    sl_err_clear();
+    return SL_OK;
+}
+
+/* An exclusive lock on <path>.lock (in dir), so that of the processes that start on one
+ * corpus together (the nodes of a host, or of a shared file system) one tokenizes it and
+ * the others read its cache; -1 when there is none to have (a file system without
+ * locks): each then builds it, as without a lock. Says so when it waits. */
+static int
+lock_cache(const char *dir, const char *path)
+{
+    char name[4200];
+    int fd;
+
+    if (snprintf(name, sizeof name, "%s.lock", path) >= (int)sizeof name ||
+        sl_file_mkdirs(dir) != SL_OK) {
+        sl_err_clear();
+        return -1;
+    }
+    if ((fd = open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        return fd;
+    if (errno == EWOULDBLOCK) {
+        sl_log_info("data", "%s: another process is building this token cache; waiting for it",
+                    path);
+        if (flock(fd, LOCK_EX) == 0)
+            return fd;
+    }
+    close(fd);
+    return -1;
+}
+
 /* A cache that is absent or unreadable is silently rebuilt, a corrupt one with a
  * warning; a cache that cannot be written costs one warning and nothing else. */
 sl_status_t
@@ -550,8 +608,7 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
         {cfg->data.train, NULL, 0}, {cfg->data.valid, NULL, 0}, {cfg->data.test, NULL, 0}};
     char *dir = NULL, *path = NULL;
     uint64_t hash;
-    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
-                                                      &corpus->test};
+    int lock = -1;
     const sl_tokens_t *const cparts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
                                                              &corpus->test};
 
@@ -565,18 +622,11 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
     if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
         path = NULL;
     if (path) {
-        st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts);
-        if (st == SL_OK)
-            st = check_cached_vocab(corpus, cfg, src[SRC_TRAIN].path);
-        if (st == SL_OK) {
-            corpus->hash = hash;
-            corpus->from_cache = 1;
-        } else if (st == SL_ERR_FORMAT) {
-            sl_log_warn("data", "%s; rebuilding it", sl_err_msg());
-        } else if (st != SL_ERR_IO) {
-            goto out;
+        SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, 0), st, out);
+        if (!corpus->from_cache) { /* it may have been built while this process waited */
+            lock = lock_cache(dir, path);
+            SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, 1), st, out);
         }
-        sl_err_clear();
     }
     if (!corpus->from_cache) {
         SL_TRY_GOTO(read_sources(cfg, src, hash), st, out);
@@ -595,6 +645,8 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
                 src[SRC_TRAIN].path, corpus->train.len, corpus->valid.len, corpus->test.len,
                 corpus->vocab->size, corpus->from_cache ? " (token cache)" : "");
 out:
+    if (lock >= 0)
+        close(lock);
     for (int k = 0; k < NSRC; k++)
         free(src[k].data);
     free(dir);

@@ -9,7 +9,10 @@
  * Invalid UTF-8 is an error naming the byte offset, at both levels.
  *
  * Token ids of train/valid/test are cached in one binary file named by a hash of the
- * corpus bytes and the settings; a valid cache is reused, a corrupt one rebuilt.
+ * corpus bytes and the settings; a valid cache is reused, a corrupt one rebuilt. The
+ * process that builds a cache holds a lock on <cache>.lock, which others that missed
+ * the cache wait for before they read it again (on a file system without locks each
+ * builds it).
  *
  * Settings (cfg->data): vocab_size 0 keeps every distinct training token (at both
  * levels). Without a valid file, valid_fraction f > 0 keeps the first
