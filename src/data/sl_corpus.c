@@ -340,10 +340,24 @@ out:
     return st;
 }
 
+/* The settings' part of the corpus hash into h. */
+static void
+hash_settings(sl_hash_t *h, const sl_config_t *cfg)
+{
+    double frac = cfg->data.valid_fraction;
+    uint64_t words[5];
+
+    words[0] = SL_DATA_FORMAT_VERSION;
+    words[1] = (uint64_t)cfg->data.level;
+    words[2] = (uint64_t)(int64_t)cfg->data.vocab_size;
+    memcpy(&words[3], &frac, sizeof frac);
+    words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
+    sl_hash_init(h, CORPUS_HASH_SEED);
+    sl_hash_update(h, words, sizeof words);
+}
+
 /* Identity of the data: every file's bytes (with a presence flag and length, so that
  * moving bytes between files changes it) and every setting that changes the ids. */
-static void hash_settings(sl_hash_t *h, const sl_config_t *cfg);
-
 static uint64_t
 corpus_hash(const source_t *src, const sl_config_t *cfg)
 {
@@ -475,22 +489,6 @@ hash_source(const sl_config_t *cfg, int k, source_t *src, sl_hash_t *h,
         st = sl_err_set(SL_ERR_IO, "%s: changed while it was read", src->path);
     fclose(fp);
     return st == SL_OK ? SL_OK : source_error(cfg, k, src, st);
-}
-
-/* The settings' part of the corpus hash into h. */
-static void
-hash_settings(sl_hash_t *h, const sl_config_t *cfg)
-{
-    double frac = cfg->data.valid_fraction;
-    uint64_t words[5];
-
-    words[0] = SL_DATA_FORMAT_VERSION;
-    words[1] = (uint64_t)cfg->data.level;
-    words[2] = (uint64_t)(int64_t)cfg->data.vocab_size;
-    memcpy(&words[3], &frac, sizeof frac);
-    words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
-    sl_hash_init(h, CORPUS_HASH_SEED);
-    sl_hash_update(h, words, sizeof words);
 }
 
 /* The corpus hash (of the settings and the three texts) and the training text's
