@@ -50,25 +50,12 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     return SL_OK;
 }
 
-/* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
- * 2 for a busy answer (rank 0 comes back itself: this node registers again), or a
- * status < 0. */
-static int
-take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+int
+sl_rdv_read_answer(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *d, size_t len,
+                   sl_rendezvous_table_t *t)
 {
-    zmq_msg_t m;
-    const unsigned char *d;
-    size_t len;
     int rc;
 
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
-        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
-        zmq_msg_close(&m);
-        return rc;
-    }
-    d = zmq_msg_data(&m);
-    len = zmq_msg_size(&m);
     switch (sl_rdv_head_kind(d, len)) {
     case KIND_TABLE:
     case KIND_REJOIN:
@@ -108,6 +95,23 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
                         sl_rdv_shown(r->master), len);
         break;
     }
+    return rc;
+}
+
+/* Takes one answer from rank 0 off the socket (sl_rdv_read_answer); 0 when none came. */
+static int
+take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+{
+    zmq_msg_t m;
+    int rc;
+
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
+        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
+        zmq_msg_close(&m);
+        return rc;
+    }
+    rc = sl_rdv_read_answer(r, run_id, zmq_msg_data(&m), zmq_msg_size(&m), t);
     zmq_msg_close(&m);
     return rc;
 }
