@@ -17,7 +17,7 @@ static sl_status_t
 decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
              sl_rendezvous_table_t *t)
 {
-    const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
+    const unsigned char *p, *end = m + len;
     sl_status_t st;
 
     if (len < HEAD_BYTES + 4 || sl_get_u64(m + 8) != run_id ||
@@ -25,6 +25,7 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
         return sl_err_set(SL_ERR_FORMAT,
                           "rendezvous: rank 0 at %s sent a table for another run or size",
                           sl_rdv_shown(r->master));
+    p = m + HEAD_BYTES + 4; /* within the message now */
     SL_TRY(sl_rdv_table_alloc(t, r->o.size));
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
