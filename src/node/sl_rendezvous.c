@@ -434,8 +434,11 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
                  key_rank);
         return 0;
     }
-    if (kind == KIND_REGISTER && rk == 0) { /* rank 0 is this process */
-        snprintf(why, size, "rank 0 is already registered: two nodes were given rank 0");
+    if (rk == 0) { /* rank 0 is this process, which sends no presence */
+        snprintf(why, size, "%s",
+                 kind == KIND_REGISTER
+                     ? "rank 0 is already registered: two nodes were given rank 0"
+                     : "a presence of rank 0, which is this node: two nodes were given rank 0");
         return 0;
     }
     eplen = len - REGISTER_BYTES;

@@ -164,8 +164,8 @@ ref_message(const settings_t *s, const unsigned char *m, size_t len, sl_rdv_mess
         le32(m + 20) != (uint32_t)s->size)
         return 0;
     rank = le32(m + 16);
-    if (rank >= (uint32_t)s->size || (s->key_rank >= 0 && s->key_rank != (long)rank) ||
-        (kind == KIND_REGISTER && rank == 0) || !ref_endpoint(m + 64, len - 64))
+    if (rank >= (uint32_t)s->size || (s->key_rank >= 0 && s->key_rank != (long)rank) || rank == 0 ||
+        !ref_endpoint(m + 64, len - 64))
         return 0;
     want->rank = (int)rank;
     memcpy(want->session, m + 24, 32);
