@@ -434,8 +434,11 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
                  key_rank);
         return 0;
     }
-    if (kind == KIND_REGISTER && rk == 0) { /* rank 0 is this process */
-        snprintf(why, size, "rank 0 is already registered: two nodes were given rank 0");
+    if (rk == 0) { /* rank 0 is this process, which sends no presence */
+        snprintf(why, size, "%s",
+                 kind == KIND_REGISTER
+                     ? "rank 0 is already registered: two nodes were given rank 0"
+                     : "a presence of rank 0, which is this node: two nodes were given rank 0");
         return 0;
     }
     eplen = len - REGISTER_BYTES;
@@ -452,6 +455,28 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
         return 0;
     }
     *rank = (int)rk;
+    return 1;
+}
+
+int
+sl_rdv_check_message(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *d, size_t len,
+                     long key_rank, const char *from, sl_rdv_message_t *m, char *why, size_t size)
+{
+    sl_rdv_message_t got;
+
+    memset(&got, 0, sizeof got);
+    got.kind = sl_rdv_head_kind(d, len);
+    if (got.kind == KIND_CONFIRM) {
+        if (!sl_rdv_check_confirm(r, run_id, d, len, key_rank, &got, why, size))
+            return 0;
+    } else {
+        if (!check_registration(r, run_id, d, len, key_rank, from, &got.rank, got.endpoint, why,
+                                size))
+            return 0;
+        memcpy(got.session, d + HEAD_BYTES + 8, SESSION_BYTES);
+        got.generation = sl_get_u64(d + HEAD_BYTES + 8 + SESSION_BYTES);
+    }
+    *m = got;
     return 1;
 }
 
@@ -496,13 +521,8 @@ sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, sl_rdv_message_t *m, in
         uint32_t kr;
         key_rank = sl_curve_sender(&body, &kr) == 0 ? (long)kr : LONG_MAX;
     }
-    m->kind = sl_rdv_head_kind(zmq_msg_data(&body), zmq_msg_size(&body));
-    if (m->kind == KIND_CONFIRM)
-        ok = sl_rdv_check_confirm(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank, m,
-                                  why, sizeof why);
-    else
-        ok = check_registration(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
-                                addr ? from : NULL, &m->rank, m->endpoint, why, sizeof why);
+    ok = sl_rdv_check_message(r, run_id, zmq_msg_data(&body), zmq_msg_size(&body), key_rank,
+                              addr ? from : NULL, m, why, sizeof why);
     if (!ok) {
         sl_rdv_refuse(r, &p, from, why);
         goto out;
@@ -511,9 +531,6 @@ sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, sl_rdv_message_t *m, in
     *got = 1;
     if (m->kind == KIND_CONFIRM)
         goto out;
-    memcpy(m->session, (const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8, SESSION_BYTES);
-    m->generation =
-        sl_get_u64((const unsigned char *)zmq_msg_data(&body) + HEAD_BYTES + 8 + SESSION_BYTES);
     sl_log_debug("rendezvous", "rank %d %s from %s: %s", m->rank,
                  m->kind == KIND_PRESENT ? "is present" : "registered", from, m->endpoint);
 out:

@@ -129,6 +129,14 @@ int sl_rdv_send_to(sl_rendezvous_t *r, const peer_t *p, const void *msg, size_t 
  * process, is refused; of another rank registered already, the caller decides), 0 when
  * the sender was refused (with its reason), -1 when none had come. */
 sl_status_t sl_rdv_take_message(sl_rendezvous_t *r, uint64_t run_id, sl_rdv_message_t *m, int *got);
+/* Rank 0: checks message d (len bytes, as it came from the network) against the run: a
+ * registration or a presence (from: the sender's address, for an endpoint on every
+ * interface; NULL: unknown) or a confirmation (sl_rdv_check_confirm), from the rank
+ * key_rank proves (-1: no security; LONG_MAX: none). 1 with *m written whole (its peer
+ * zeroed, the caller's to set), or 0 with a one-line reason in why and *m untouched. */
+int sl_rdv_check_message(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *d,
+                         size_t len, long key_rank, const char *from, sl_rdv_message_t *m,
+                         char *why, size_t size);
 /* The table message of kind (KIND_TABLE or KIND_REJOIN), malloc'd. */
 sl_status_t sl_rdv_encode_table(unsigned kind, uint64_t run_id, const sl_rendezvous_table_t *t,
                                 unsigned char **out, size_t *len);
@@ -167,6 +175,18 @@ sl_status_t sl_rdv_pending_step(sl_rendezvous_t *r, const sl_rdv_message_t *m);
  * half the rendezvous timeout (the ones that did not then drop its frames). */
 sl_status_t sl_rdv_relay_own(sl_rendezvous_t *r);
 
+/* Not rank 0: one answer from rank 0 (d, len bytes, as it came from the network) to
+ * this node's registration (t empty): 1 with the table (KIND_TABLE or KIND_REJOIN, which
+ * sets r->rejoined) in t, 0 for something to ignore, 2 for a busy answer (rank 0 comes
+ * back itself: this node registers again), or a status < 0 with a one-line message and
+ * t empty: SL_ERR_INVALID refused, SL_ERR_TIMEOUT rank 0 gave up, SL_ERR_FORMAT not a
+ * table of this run, or a malformed one. */
+int sl_rdv_read_answer(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *d, size_t len,
+                       sl_rendezvous_table_t *t);
+/* Not rank 0, during the run: a session message from rank 0 (d, len bytes): the rank
+ * whose newer key it brings, taken into r's table, or -1 (not one, another run, an older
+ * or the same key, this node's own rank), the table untouched. */
+int sl_rdv_take_relay(sl_rendezvous_t *r, const unsigned char *d, size_t len);
 /* Not rank 0: registers and waits for the table (sl_rendezvous_exchange). */
 sl_status_t sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint,
                         const unsigned char *session, sl_rendezvous_table_t *t);

@@ -17,7 +17,7 @@ static sl_status_t
 decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, size_t len,
              sl_rendezvous_table_t *t)
 {
-    const unsigned char *p = m + HEAD_BYTES + 4, *end = m + len;
+    const unsigned char *p, *end = m + len;
     sl_status_t st;
 
     if (len < HEAD_BYTES + 4 || sl_get_u64(m + 8) != run_id ||
@@ -25,6 +25,7 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
         return sl_err_set(SL_ERR_FORMAT,
                           "rendezvous: rank 0 at %s sent a table for another run or size",
                           sl_rdv_shown(r->master));
+    p = m + HEAD_BYTES + 4; /* within the message now */
     SL_TRY(sl_rdv_table_alloc(t, r->o.size));
     for (int i = 0; i < r->o.size; i++) {
         size_t l;
@@ -50,25 +51,12 @@ decode_table(const sl_rendezvous_t *r, uint64_t run_id, const unsigned char *m, 
     return SL_OK;
 }
 
-/* Handles one answer from rank 0: 1 with the table filled, 0 for something to ignore,
- * 2 for a busy answer (rank 0 comes back itself: this node registers again), or a
- * status < 0. */
-static int
-take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+int
+sl_rdv_read_answer(sl_rendezvous_t *r, uint64_t run_id, const unsigned char *d, size_t len,
+                   sl_rendezvous_table_t *t)
 {
-    zmq_msg_t m;
-    const unsigned char *d;
-    size_t len;
     int rc;
 
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
-        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
-        zmq_msg_close(&m);
-        return rc;
-    }
-    d = zmq_msg_data(&m);
-    len = zmq_msg_size(&m);
     switch (sl_rdv_head_kind(d, len)) {
     case KIND_TABLE:
     case KIND_REJOIN:
@@ -108,6 +96,23 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
                         sl_rdv_shown(r->master), len);
         break;
     }
+    return rc;
+}
+
+/* Takes one answer from rank 0 off the socket (sl_rdv_read_answer); 0 when none came. */
+static int
+take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
+{
+    zmq_msg_t m;
+    int rc;
+
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, r->sock, ZMQ_DONTWAIT) < 0) {
+        rc = zmq_errno() == EAGAIN ? 0 : sl_zmq_fail("rendezvous: receiving");
+        zmq_msg_close(&m);
+        return rc;
+    }
+    rc = sl_rdv_read_answer(r, run_id, zmq_msg_data(&m), zmq_msg_size(&m), t);
     zmq_msg_close(&m);
     return rc;
 }

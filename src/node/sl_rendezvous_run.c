@@ -127,10 +127,8 @@ sl_rendezvous_session(const sl_rendezvous_t *r, int rank)
                                              : NULL;
 }
 
-/* A session message from rank 0 (d, len bytes): the rank whose newer key it brings,
- * taken into the table, or -1 (not one, another run, an older or the same key). */
-static int
-take_relay(sl_rendezvous_t *r, const unsigned char *d, size_t len)
+int
+sl_rdv_take_relay(sl_rendezvous_t *r, const unsigned char *d, size_t len)
 {
     uint32_t about;
     uint64_t gen;
@@ -172,7 +170,7 @@ sl_rendezvous_present(sl_rendezvous_t *r, int *rank)
                 break;
             return sl_zmq_fail("rendezvous: receiving from rank 0");
         }
-        *rank = take_relay(r, zmq_msg_data(&m), zmq_msg_size(&m));
+        *rank = sl_rdv_take_relay(r, zmq_msg_data(&m), zmq_msg_size(&m));
         zmq_msg_close(&m);
     }
     return SL_OK;

@@ -11,7 +11,8 @@
  * table (in-process rendezvous on threads, over ipc): one that registers while rank 0
  * comes back itself is told to register again and comes back, and one whose answer was
  * lost has it again; before, each failed, and under shoal run its failure ended the
- * run. */
+ * run. And a presence of rank 0 sent to rank 0 during the run (security none) is
+ * refused. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
 
@@ -22,8 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/sl_clock.h"
+#include "common/sl_endian.h"
 #include "common/sl_log.h"
 #include "node/sl_rendezvous.h"
 #include "node/sl_rendezvous_internal.h" /* a process's generation, given to a second one */
@@ -340,6 +343,64 @@ START_TEST(test_answer_lost_sent_again)
 }
 END_TEST
 
+/* A presence of rank 0 during the run, from a process that is not rank 0 (without
+ * security anyone on the machine can send one), of a process started later than it:
+ * rank 0 refuses it as it refuses a registration of rank 0 (it is rank 0 itself, and
+ * sends no presence). Before, it took it: its own endpoint and key in the table it gives
+ * the nodes that come back were the sender's, and it said it had found rank 0. */
+START_TEST(test_presence_of_rank0_refused)
+{
+    char master[1100], own[SL_RDV_ENDPOINT_MAX];
+    static const char fake[] = "tcp://127.0.0.1:1";
+    unsigned char msg[REGISTER_BYTES + sizeof fake], answer[600];
+    test_exchange_t node[3];
+    void *ctx, *s;
+    int zero = 0, n = -1, rank;
+    double end;
+
+    snprintf(master, sizeof master, "ipc://%s/rdv-presence0", launch_root);
+    for (int r = 0; r < 3; r++) {
+        test_exchange_open(&node[r], r, master, NULL, (unsigned char)(r + 1), NULL);
+        test_exchange_go(&node[r]);
+    }
+    for (int r = 0; r < 3; r++) {
+        ck_assert_int_eq(pthread_join(node[r].thread, NULL), 0);
+        ck_assert_msg(node[r].st == SL_OK, "rank %d: %s", r, node[r].msg);
+    }
+    snprintf(own, sizeof own, "%s", sl_rendezvous_endpoint(node[0].r, 0));
+    ctx = zmq_ctx_new();
+    ck_assert_ptr_nonnull(ctx);
+    s = zmq_socket(ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    ck_assert_int_eq(zmq_connect(s, master), 0);
+    sl_rdv_put_head(msg, KIND_PRESENT, 0x5eed);
+    sl_put_u32(msg + HEAD_BYTES, 0);
+    sl_put_u32(msg + HEAD_BYTES + 4, 3);
+    memset(msg + HEAD_BYTES + 8, 0xee, SESSION_BYTES);
+    sl_put_u64(msg + HEAD_BYTES + 8 + SESSION_BYTES, UINT64_MAX);
+    memcpy(msg + REGISTER_BYTES, fake, sizeof fake - 1);
+    ck_assert_int_eq(zmq_send(s, msg, sizeof msg - 1, 0), (int)sizeof msg - 1);
+    for (end = sl_clock_now() + HANG_S; n < 0;) {
+        sl_rdv_event_t ev;
+        ck_assert_msg(sl_clock_now() < end, "rank 0 never answered the presence of rank 0");
+        ck_assert_int_eq(sl_rendezvous_admit(node[0].r, &ev, &rank), SL_OK);
+        ck_assert_msg(ev == SL_RDV_NOTHING, "rank 0 took a presence of rank 0 (event %d)", ev);
+        n = zmq_recv(s, answer, sizeof answer, ZMQ_DONTWAIT);
+        test_sleep_ms(5);
+    }
+    ck_assert_int_eq(sl_rdv_head_kind(answer, (size_t)n), KIND_REFUSAL);
+    ck_assert_str_eq(sl_rendezvous_endpoint(node[0].r, 0), own);
+    ck_assert_int_eq(sl_rendezvous_session(node[0].r, 0)[0], 1);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    for (int r = 0; r < 3; r++) {
+        sl_rendezvous_table_fini(&node[r].t);
+        sl_rendezvous_destroy(&node[r].r);
+    }
+}
+END_TEST
+
 static Suite *
 launch_late_suite(void)
 {
@@ -350,6 +411,7 @@ launch_late_suite(void)
     tcase_add_test(tc, test_late_node_ends);
     tcase_add_test(tc, test_registration_while_rank0_comes_back);
     tcase_add_test(tc, test_answer_lost_sent_again);
+    tcase_add_test(tc, test_presence_of_rank0_refused);
     suite_add_tcase(s, tc);
     return s;
 }
