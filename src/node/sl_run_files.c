@@ -6,10 +6,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,6 +244,55 @@ typedef struct {
     const sl_run_model_t *mine;
     sl_run_model_t *there;
 } offer_t;
+
+/* Who holds the lock file fd, as it says (printable, one line), into who. */
+static void
+lock_holder(int fd, char *who, size_t size)
+{
+    ssize_t n = pread(fd, who, size - 1, 0);
+
+    who[n > 0 ? n : 0] = '\0';
+    who[strcspn(who, "\n")] = '\0';
+    for (char *p = who; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    if (!*who)
+        snprintf(who, size, "which has not said who it is yet");
+}
+
+sl_status_t
+sl_run_lock(const char *dir, int *fd)
+{
+    char path[RUN_PATH_MAX + 8], who[320], host[256] = "?", now[40];
+    int f;
+
+    *fd = -1;
+    if (snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_LOCK) >= (int)sizeof path)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", dir);
+    if ((f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return sl_err_set(SL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) { /* no locks on this file system */
+            sl_log_debug("run", "%s: no lock to take (%s)", path, strerror(errno));
+            close(f);
+            return SL_OK;
+        }
+        lock_holder(f, who, sizeof who);
+        close(f);
+        return sl_err_set(SL_ERR_IO,
+                          "%s: in use by another shoal process (%s); two runs in one directory "
+                          "would overwrite each other's files",
+                          dir, who);
+    }
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(who, sizeof who, "pid %ld on %s since %s\n", (long)getpid(), host,
+             sl_log_utc_now(now, sizeof now));
+    if (ftruncate(f, 0) != 0 || pwrite(f, who, strlen(who), 0) < 0)
+        sl_log_debug("run", "%s: cannot say who holds it: %s", path, strerror(errno));
+    *fd = f;
+    return SL_OK;
+}
 
 sl_status_t
 sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap)

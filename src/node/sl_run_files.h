@@ -16,6 +16,16 @@
 #define SL_RUN_PREVIOUS_DIR "previous" /* <dir>/previous: what a run started over left */
 #define SL_RUN_BEST_MODEL "best.bin"
 #define SL_RUN_BEST_JSON "best.json"
+#define SL_RUN_LOCK ".lock" /* <dir>/.lock: held by the process that trains there */
+
+/* Takes the lock of dir (<dir>/.lock, flock) for this process, *fd its descriptor (-1
+ * where the file system has no locks: the run goes on as without one), released when
+ * fd closes or the process ends, however it ends; the lock file names the holder. So a
+ * run started twice on one directory (a job submitted twice, requeued while it still
+ * runs) stops at once with one line, before it moves or writes anything, rather than
+ * two processes writing the same checkpoints. SL_ERR_IO "DIR: in use by another shoal
+ * process (pid N on HOST since TIME); ...", or when the lock file cannot be opened. */
+sl_status_t sl_run_lock(const char *dir, int *fd);
 
 /* A run that starts over must not leave the previous run's results looking like its own
  * should it fail or be interrupted: moves model.bin, summary.json, best.bin, best.json,

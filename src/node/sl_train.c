@@ -79,7 +79,8 @@ join_path(char *out, const char *dir, const char *name)
 /* The run directory, this node's directory and the paths inside; a run that starts
  * over sets the previous run's files aside (sl_run_files.h). */
 static sl_status_t
-setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res)
+setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_result_t *res,
+              int *lock)
 {
     char name[SL_TRAIN_PATH_MAX];
 
@@ -93,6 +94,7 @@ setup_run_dir(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resu
     SL_TRY(join_path(res->checkpoint, res->dir, "checkpoint.bin"));
     SL_TRY(join_path(res->model, res->dir, "model.bin"));
     SL_TRY(sl_file_mkdirs(res->dir));
+    SL_TRY(sl_run_lock(res->dir, lock));
     /* the temp file of a save that a crash interrupted, maybe as large as the model */
     SL_TRY(sl_file_remove_stale_temps(res->checkpoint, NULL));
     if (!opts->resume && !opts->rejoin) {
@@ -723,6 +725,8 @@ trainer_fini(trainer_t *t)
     if (t->corpus_loaded)
         sl_corpus_fini(&t->corpus);
     sl_backend_destroy(&t->be);
+    if (t->dir_lock >= 0)
+        close(t->dir_lock); /* last, with the run's files closed: the directory is free */
 }
 
 sl_status_t
@@ -739,11 +743,12 @@ sl_train_run(const sl_config_t *cfg, const sl_train_opts_t *opts, sl_train_resul
     t.opts = opts;
     t.saved_step = -1;
     t.valid_step = -1;
+    t.dir_lock = -1;
     res->level = cfg->data.level;
     res->final_train_loss = NAN;
     sl_report_init(&t.rep, cfg, opts);
 
-    SL_TRY_GOTO(setup_run_dir(cfg, opts, res), rc, out);
+    SL_TRY_GOTO(setup_run_dir(cfg, opts, res, &t.dir_lock), rc, out);
     SL_TRY_GOTO(sl_node_backend_open(cfg, opts->rank, &t.be), rc, out);
     SL_TRY_GOTO(sl_loss_scale_init(&t.ls, cfg), rc, out);
     SL_TRY_GOTO(setup_model(&t), rc, out);

@@ -56,6 +56,7 @@ typedef struct {
     int catching_up;               /* came back into a gossip run: not yet level with the others
                                       (sl_train_catch_up) */
     sl_run_best_t best;            /* run.keep_best: the best validation so far */
+    int dir_lock;                  /* this node's directory's lock (sl_run_lock); -1: none */
 } trainer_t;
 
 /* The sync object over the model's components from the current parameters. */

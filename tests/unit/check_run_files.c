@@ -3,8 +3,9 @@
  * each the training state of its step; run.keep_best keeps the model of the best
  * validation (not the last one) with its loss in best.json; a run started over that
  * is interrupted or fails leaves the previous run's model.bin and summary.json in
- * previous/, never in its place; the saved config.yaml has absolute paths and works
- * from another directory. Tiny word models on a slice of Brown. */
+ * previous/, never in its place; a directory in use by another run is refused; the
+ * saved config.yaml has absolute paths and works from another directory. Tiny word models on a
+ * slice of Brown. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/sl_log.h"
@@ -266,6 +268,63 @@ START_TEST(test_start_over)
 }
 END_TEST
 
+/* A run directory in use: a second run there, resumed or started over, stops with one
+ * line naming the holder (this process) and leaves every file as it was; the lock goes
+ * with the process that held it, however it ends (a child killed with SIGKILL). */
+START_TEST(test_dir_in_use)
+{
+    sl_config_t cfg;
+    sl_train_result_t res;
+    char dir[1100], model[1200], want[1400], *before, *after;
+    size_t lb, la;
+    int fd, fd2, gate[2];
+    pid_t pid;
+
+    small_config(&cfg, "busy", "train.epochs=1", NULL);
+    test_train_ok(&cfg, 0, &res);
+    snprintf(dir, sizeof dir, "%s", res.dir);
+    snprintf(model, sizeof model, "%s/model.bin", dir);
+    before = test_read_file(model, &lb);
+    ck_assert_int_eq(sl_run_lock(dir, &fd), SL_OK);
+    ck_assert_int_ge(fd, 0);
+    snprintf(want, sizeof want, "%s: in use by another shoal process (pid %ld on ", dir,
+             (long)getpid());
+    for (int resume = 0; resume < 2; resume++) {
+        ck_assert_int_eq(test_train(&cfg, resume, &res), SL_ERR_IO);
+        ck_assert_msg(strncmp(sl_err_msg(), want, strlen(want)) == 0, "%s", sl_err_msg());
+        ck_assert_ptr_null(strchr(sl_err_msg(), '\n'));
+        ck_assert_msg(!exists(dir, "previous"), "a refused start over set files aside");
+        after = test_read_file(model, &la);
+        ck_assert(la == lb && memcmp(before, after, lb) == 0);
+        free(after);
+    }
+    close(fd);
+    ck_assert_int_eq(sl_run_lock(dir, &fd), SL_OK); /* free again once closed */
+    close(fd);
+
+    /* held by a child that then dies of SIGKILL */
+    ck_assert_int_eq(pipe(gate), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        _exit(sl_run_lock(dir, &fd2) == SL_OK && write(gate[1], "x", 1) == 1 ? pause() : 1);
+    }
+    {
+        char c;
+        ck_assert_int_eq(read(gate[0], &c, 1), 1);
+    }
+    ck_assert_int_eq(sl_run_lock(dir, &fd), SL_ERR_IO);
+    kill(pid, SIGKILL);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    ck_assert_int_eq(sl_run_lock(dir, &fd), SL_OK);
+    close(fd);
+    close(gate[0]);
+    close(gate[1]);
+    free(before);
+    sl_config_fini(&cfg);
+}
+END_TEST
+
 /* config.yaml written by a run that was given relative paths, loaded from another
  * directory: every path in it is absolute, and it evaluates the run's model to the
  * run's own validation loss. */
@@ -423,6 +482,7 @@ run_files_suite(void)
     tcase_add_test(core, test_keep_best_resumed);
     tcase_add_test(core, test_saved_config_elsewhere);
     tcase_add_test(limits, test_start_over);
+    tcase_add_test(limits, test_dir_in_use);
     suite_add_tcase(s, core);
     suite_add_tcase(s, limits);
     return s;
