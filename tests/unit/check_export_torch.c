@@ -137,7 +137,7 @@ export_torch_suite(void)
 int
 main(void)
 {
-    char given[PATH_MAX], cmd[PATH_MAX + 64];
+    char cmd[PATH_MAX + 64];
 
     snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", python());
     if (system(cmd) != 0) {
@@ -146,9 +146,7 @@ main(void)
                python());
         return 77;
     }
-    test_data_dir(given, sizeof given);
-    if (!realpath(given, data_dir))
-        snprintf(data_dir, sizeof data_dir, "%s", given);
+    test_data_dir_absolute(data_dir, sizeof data_dir);
     sl_log_set_level(SL_LOG_WARN);
     return test_main_in_tmp(export_torch_suite(), tmp_root, "check_export_torch");
 }

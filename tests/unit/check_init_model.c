@@ -232,11 +232,7 @@ init_model_suite(void)
 int
 main(void)
 {
-    char given[PATH_MAX];
-
-    test_data_dir(given, sizeof given);
-    if (!realpath(given, data_dir))
-        snprintf(data_dir, sizeof data_dir, "%s", given);
+    test_data_dir_absolute(data_dir, sizeof data_dir);
     sl_log_set_level(SL_LOG_WARN);
     return test_main_in_tmp(init_model_suite(), tmp_root, "check_init_model");
 }

@@ -491,12 +491,8 @@ run_files_suite(void)
 int
 main(void)
 {
-    char given[1024];
-
-    test_data_dir(given, sizeof given);
     /* absolute: test_saved_config_elsewhere links to it from another directory */
-    if (!realpath(given, data_dir))
-        snprintf(data_dir, sizeof data_dir, "%s", given);
+    test_data_dir_absolute(data_dir, sizeof data_dir);
     sl_log_set_level(SL_LOG_WARN);
     return test_main_in_tmp(run_files_suite(), tmp_root, "check_run_files");
 }

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -89,6 +90,15 @@ test_data_dir(char *buf, size_t cap)
         snprintf(buf, cap, "%s", data);
     else
         snprintf(buf, cap, "%s/../shared/data", src ? src : "..");
+}
+
+void
+test_data_dir_absolute(char *buf, size_t cap)
+{
+    char given[PATH_MAX], full[PATH_MAX];
+
+    test_data_dir(given, sizeof given);
+    snprintf(buf, cap, "%s", realpath(given, full) ? full : given);
 }
 
 int

@@ -33,6 +33,9 @@ void test_remove_tree(const char *path);
 /* The corpora folder into buf (cap bytes): $SHOAL_DATA, else
  * $SHOAL_SRCDIR/../shared/data (SHOAL_SRCDIR defaulting to ".."). */
 void test_data_dir(char *buf, size_t cap);
+/* The same made absolute (as given when it does not resolve), for paths that are read
+ * from another directory. */
+void test_data_dir_absolute(char *buf, size_t cap);
 
 /* Writes $SHOAL_BUILDDIR/tools/NAME (default ./tools/NAME) to bin (cap bytes). Returns
  * 1 when it is executable, else 0 after a line on stderr saying the case is skipped. */
