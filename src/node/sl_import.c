@@ -100,7 +100,7 @@ import_model(const char *path, const sl_config_t *cfg, const sl_vocab_t *vocab, 
              sl_lm_t *lm, int *rows)
 {
     sl_lm_tensor_t have[SL_LM_MAX_TENSORS], want[SL_LM_MAX_TENSORS];
-    size_t nfile, nrun = sl_lm_nparams(lm);
+    size_t nfile, nrun;
     float *file = NULL, *host = NULL;
     int nhave, nwant;
     sl_model_file_t m;
@@ -114,6 +114,7 @@ import_model(const char *path, const sl_config_t *cfg, const sl_vocab_t *vocab, 
     }
     SL_TRY_GOTO(sl_lm_tensors(&m.cfg, sl_vocab_size(m.vocab), have, &nhave, &nfile), st, out);
     SL_TRY_GOTO(sl_lm_tensors(cfg, sl_vocab_size(vocab), want, &nwant, &nrun), st, out);
+    SL_ASSERT(nrun == sl_lm_nparams(lm));
     SL_TRY_GOTO(check_tensors(path, have, nhave, want, nwant), st, out);
     SL_TRY_GOTO(SL_ALLOC(&file, nfile, "the file's parameters"), st, out);
     SL_TRY_GOTO(SL_ALLOC(&host, nrun, "parameters"), st, out);
