@@ -232,6 +232,11 @@ build_vocab(const char *path, const sl_vocab_t *types, int32_t eos_type, int32_t
     for (int32_t t = 0; t < types->size; t++)
         if (t != eos_type && t != unk_type && types->count[t] > 0)
             e[ncand++] = (entry_t){types->count[t], types->text + types->off[t], types->len[t], t};
+    if (ncand == 0) { /* word level: empty lines, or literal <unk>s; nothing to learn */
+        st = sl_err_set(SL_ERR_INVALID, "%s: corpus has no %s%s", path, what,
+                        unk_count ? " but <unk>" : " (its lines are empty)");
+        goto out;
+    }
     keep = vocab_size ? vocab_size : ncand;
     if (keep > ncand && !vocab_where) {
         sl_log_info("data",

@@ -679,6 +679,11 @@ START_TEST(test_input_errors)
 
     expect_error("", 0, SL_LEVEL_WORD, 0, SL_ERR_INVALID, "%s: corpus is empty");
     expect_error("", 0, SL_LEVEL_CHAR, 0, SL_ERR_INVALID, "%s: corpus is empty");
+    /* lines, but no word to learn */
+    expect_error("\n \n\t\n", 5, SL_LEVEL_WORD, 0, SL_ERR_INVALID,
+                 "%s: corpus has no words (its lines are empty)");
+    expect_error("<unk> <unk>\n", 12, SL_LEVEL_WORD, 0, SL_ERR_INVALID,
+                 "%s: corpus has no words but <unk>");
     /* a vocabulary size that nobody set (its default) is capped at what the corpus
        has; one that a file or --set gave is an error naming the key and its place */
     cfg_make(&cfg, good, NULL, NULL, SL_LEVEL_WORD, 20000);
