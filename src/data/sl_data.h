@@ -50,11 +50,11 @@ typedef struct {
 
 /* Reads, tokenizes (or loads from cache) everything cfg->data names. Errors:
  * missing/unreadable file (SL_ERR_IO "FILE: No such file or directory"), empty
- * corpus (SL_ERR_INVALID "FILE: corpus is empty"; at word level also a training text without words,
- * "FILE: corpus has no words (its lines are empty)" or "... but <unk>"), invalid UTF-8
- * (SL_ERR_FORMAT "FILE: invalid UTF-8 at byte N"), vocab_size larger than the distinct words of the
- * corpus (SL_ERR_INVALID). Messages start with the file name. The corpus owns its
- * vocabulary and ids; on error it is left zeroed. */
+ * corpus (SL_ERR_INVALID "FILE: corpus is empty"; at word level also a training text
+ * without words, "FILE: corpus has no words (its lines are empty)" or "... but <unk>"),
+ * invalid UTF-8 (SL_ERR_FORMAT "FILE: invalid UTF-8 at byte N"), vocab_size larger than
+ * the distinct words of the corpus (SL_ERR_INVALID). Messages start with the file name.
+ * The corpus owns its vocabulary and ids; on error it is left zeroed. */
 sl_status_t sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg);
 /* Frees vocabulary and ids and zeroes the struct (safe on a zeroed one). */
 void sl_corpus_fini(sl_corpus_t *corpus);
