@@ -4,6 +4,7 @@
  * that the parent process removes. */
 #include <check.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +247,8 @@ START_TEST(test_word_valid_fraction_and_max_tokens)
 }
 END_TEST
 
-/* A writer of text into the FIFO at path, in a child process. */
+/* A writer of text into the FIFO at path, in a child process that gives up after 60 s
+ * (a reader that never came must not leave it behind). */
 static pid_t
 fifo_writer(const char *path, const char *text, size_t len)
 {
@@ -254,7 +256,10 @@ fifo_writer(const char *path, const char *text, size_t len)
 
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        int fd = open(path, O_WRONLY);
+        int fd;
+
+        alarm(60);
+        fd = open(path, O_WRONLY);
         _exit(fd >= 0 && write(fd, text, len) == (ssize_t)len && close(fd) == 0 ? 0 : 1);
     }
     return pid;
@@ -280,8 +285,12 @@ START_TEST(test_pipe_corpus)
     cfg_make(&pcfg, fifo, "", NULL, SL_LEVEL_WORD, 0);
     for (int round = 0; round < 2; round++) {
         pid_t pid = fifo_writer(fifo, small_text, sizeof small_text - 1);
-        ck_assert_msg(sl_corpus_load(&p, &pcfg) == SL_OK, "%s", sl_err_msg());
+        sl_status_t st = sl_corpus_load(&p, &pcfg);
+
+        if (st != SL_OK)
+            kill(pid, SIGKILL); /* it may wait for a reader still */
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(st == SL_OK, "%s", sl_err_msg());
         ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         ck_assert_uint_eq(p.hash, c.hash);
         ck_assert_int_eq(p.from_cache, 1); /* the file's cache, read back */
