@@ -307,6 +307,7 @@ START_TEST(test_dir_in_use)
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        alarm(60); /* never outlives a test that failed before it killed it */
         _exit(sl_run_lock(dir, &fd2) == SL_OK && write(gate[1], "x", 1) == 1 ? pause() : 1);
     }
     {
