@@ -10,11 +10,61 @@
 #define MAX_BRACKETS 16 /* per item */
 #define MAX_DIGITS 9    /* a number in brackets; keeps the arithmetic in a long */
 #define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
+#define SHOWN 60 /* bytes of the list a message quotes */
 
 typedef struct {
     const char *list, *what; /* for messages */
     char why[160];
+    char shown[SHOWN + 1], ch[8];
 } scan_t;
+
+/* s into buf (n + 1 bytes) as message text, with each byte that is not printable ASCII
+ * written \xNN, as much as n bytes hold; returns the bytes of s written. */
+static size_t
+escape(const char *s, char *buf, size_t n)
+{
+    size_t used = 0, i = 0;
+
+    for (; s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c >= 0x20 && c < 0x7f) {
+            if (used + 1 > n)
+                break;
+            buf[used++] = (char)c;
+        } else {
+            if (used + 4 > n)
+                break;
+            snprintf(buf + used, 5, "\\x%02x", c);
+            used += 4;
+        }
+    }
+    buf[used] = '\0';
+    return i;
+}
+
+/* The list for a message (one line: a list comes from outside): escaped, cut at SHOWN
+ * bytes with "...". */
+static const char *
+shown(scan_t *sc)
+{
+    if (sc->list[escape(sc->list, sc->shown, SHOWN)]) {
+        escape(sc->list, sc->shown, SHOWN - 3);
+        strcat(sc->shown, "...");
+    }
+    return sc->shown;
+}
+
+/* The character c for a message, quoted: 'x', or '\xNN' when it is not printable. */
+static const char *
+quoted(scan_t *sc, char c)
+{
+    char one[2] = {c, '\0'}, e[5];
+
+    escape(one, e, 4);
+    snprintf(sc->ch, sizeof sc->ch, "'%s'", e);
+    return sc->ch;
+}
 
 static sl_status_t bad(scan_t *sc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -26,7 +76,7 @@ bad(scan_t *sc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(sc->why, sizeof sc->why, fmt, ap);
     va_end(ap);
-    return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a Slurm host list: %s", sc->what, sc->list,
+    return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a Slurm host list: %s", sc->what, shown(sc),
                       sc->why);
 }
 
@@ -62,8 +112,8 @@ bracket(scan_t *sc, const char *open, long pick, char *num, size_t size, long *c
         if (!number(&p, &lo, &width))
             return strspn(p, "0123456789") > MAX_DIGITS
                        ? bad(sc, "the number at byte %d is too long", (int)(p - sc->list) + 1)
-                       : bad(sc, "'%c' at byte %d: a range in brackets is N or N-M", *p ? *p : '?',
-                             (int)(p - sc->list) + 1);
+                       : bad(sc, "%s at byte %d: a range in brackets is N or N-M",
+                             quoted(sc, *p ? *p : '?'), (int)(p - sc->list) + 1);
         hi = lo;
         if (*p == '-') {
             p++;
@@ -84,7 +134,7 @@ bracket(scan_t *sc, const char *open, long pick, char *num, size_t size, long *c
         if (*p == ']')
             break;
         if (*p != ',')
-            return *p ? bad(sc, "'%c' at byte %d: a range in brackets is N or N-M", *p,
+            return *p ? bad(sc, "%s at byte %d: a range in brackets is N or N-M", quoted(sc, *p),
                             (int)(p - sc->list) + 1)
                       : bad(sc, "'[' at byte %d is not closed", (int)(open - sc->list) + 1);
         p++;
@@ -120,7 +170,7 @@ item(scan_t *sc, const char *s, size_t len, long pick, char *host, size_t size, 
         } else if (*p == ']') {
             return bad(sc, "']' at byte %d has no '['", (int)(p - sc->list) + 1);
         } else if (!strchr(NAME_CHARS, *p)) {
-            return bad(sc, "'%c' at byte %d is not a host name character", *p,
+            return bad(sc, "%s at byte %d is not a host name character", quoted(sc, *p),
                        (int)(p - sc->list) + 1);
         }
     }
@@ -146,7 +196,7 @@ item(scan_t *sc, const char *s, size_t len, long pick, char *host, size_t size, 
         }
         if (used + tl >= size)
             return sl_err_set(SL_ERR_CONFIG, "%s: a host name of '%s' is longer than %zu bytes",
-                              sc->what, sc->list, size - 1);
+                              sc->what, shown(sc), size - 1);
         memcpy(host + used, text, tl);
         used += tl;
     }
@@ -158,7 +208,7 @@ sl_status_t
 sl_hostlist_host(const char *list, const char *what, long index, char *host, size_t size,
                  long *count)
 {
-    scan_t sc = {list, what, ""};
+    scan_t sc = {list, what, "", "", ""};
     const char *s = list;
     long total = 0, found = 0;
 
@@ -189,9 +239,10 @@ sl_hostlist_host(const char *list, const char *what, long index, char *host, siz
             break;
         s = p + 1;
     }
-    if (host && !found)
-        return sl_err_set(SL_ERR_CONFIG, "%s '%s' has %ld host%s, no host %ld", what, list, total,
-                          total == 1 ? "" : "s", index + 1);
+    if (host && !found) /* index + 1 in unsigned long: index may be LONG_MAX */
+        return sl_err_set(SL_ERR_CONFIG, "%s '%s' has %ld host%s, no host %s%lu", what, shown(&sc),
+                          total, total == 1 ? "" : "s", index < -1 ? "-" : "",
+                          index < -1 ? -(unsigned long)index - 1 : (unsigned long)index + 1);
     if (count)
         *count = total;
     return SL_OK;

@@ -6,6 +6,7 @@
  * environment as an array. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,16 @@ static const bad_env_t bad_envs[] = {
     {{"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=12", "SLURM_STEP_NODELIST=n[1-2",
       "SLURM_JOB_NODELIST=n[1-2]", NULL},
      1, "SLURM_STEP_NODELIST 'n[1-2' is not a Slurm host list: '[' at byte 2 is not closed"},
+    /* values from outside stay one line of printable text, cut at 60 bytes */
+    {{"SLURM_PROCID=0", "SLURM_NTASKS=2\n\x1b[2J", NULL}, 0,
+     "SLURM_NTASKS '2\\x0a\\x1b[2J' is not a number of nodes (1 to 65536)"},
+    {{"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=gpu01",
+      "MASTER_PORT=1234567890123456789012345678901234567890123456789012345678901234567890", NULL},
+     1, "MASTER_PORT '123456789012345678901234567890123456789012345678901234567...' is not a port "
+        "(1 to 65535)"},
+    {{"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_JOB_ID=12", "SLURM_JOB_NODELIST=gpu\xc3\xa9", NULL},
+     1, "SLURM_JOB_NODELIST 'gpu\\xc3\\xa9' is not a Slurm host list: '\\xc3' at byte 4 is not a "
+        "host name character"},
 };
 
 START_TEST(test_env_errors)
@@ -251,6 +262,15 @@ START_TEST(test_hostlist_limits)
                      SL_ERR_CONFIG);
     ck_assert_int_eq(sl_hostlist_host("abcde[10-11]", "L", 1, host, sizeof host, NULL), SL_OK);
     ck_assert_str_eq(host, "abcde11");
+    /* indexes no host has, LONG_MAX among them (its "host N" is index + 1) */
+    ck_assert_int_eq(sl_hostlist_host("n[1-2]", "L", LONG_MAX, host, sizeof host, NULL),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "L 'n[1-2]' has 2 hosts, no host 9223372036854775808");
+    ck_assert_int_eq(sl_hostlist_host("n[1-2]", "L", LONG_MIN, host, sizeof host, NULL),
+                     SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "L 'n[1-2]' has 2 hosts, no host -9223372036854775807");
+    ck_assert_int_eq(sl_hostlist_host("n[1-2]", "L", -1, host, sizeof host, NULL), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "L 'n[1-2]' has 2 hosts, no host 0");
 }
 END_TEST
 
