@@ -7,62 +7,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sl_cli.h"
+
 #define MAX_BRACKETS 16 /* per item */
 #define MAX_DIGITS 9    /* a number in brackets; keeps the arithmetic in a long */
 #define NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_"
-#define SHOWN 60 /* bytes of the list a message quotes */
 
 typedef struct {
     const char *list, *what; /* for messages */
     char why[160];
-    char shown[SHOWN + 1], ch[8];
+    char shown[SL_CLI_SHOWN + 1], ch[8];
 } scan_t;
 
-/* s into buf (n + 1 bytes) as message text, with each byte that is not printable ASCII
- * written \xNN, as much as n bytes hold; returns the bytes of s written. */
-static size_t
-escape(const char *s, char *buf, size_t n)
-{
-    size_t used = 0, i = 0;
-
-    for (; s[i]; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c >= 0x20 && c < 0x7f) {
-            if (used + 1 > n)
-                break;
-            buf[used++] = (char)c;
-        } else {
-            if (used + 4 > n)
-                break;
-            snprintf(buf + used, 5, "\\x%02x", c);
-            used += 4;
-        }
-    }
-    buf[used] = '\0';
-    return i;
-}
-
-/* The list for a message (one line: a list comes from outside): escaped, cut at SHOWN
- * bytes with "...". */
+/* The list for a message (one line: a list comes from outside). */
 static const char *
 shown(scan_t *sc)
 {
-    if (sc->list[escape(sc->list, sc->shown, SHOWN)]) {
-        escape(sc->list, sc->shown, SHOWN - 3);
-        strcat(sc->shown, "...");
-    }
-    return sc->shown;
+    return sl_cli_shown(sc->list, sc->shown);
 }
 
 /* The character c for a message, quoted: 'x', or '\xNN' when it is not printable. */
 static const char *
 quoted(scan_t *sc, char c)
 {
-    char one[2] = {c, '\0'}, e[5];
+    char one[2] = {c, '\0'}, e[SL_CLI_SHOWN + 1];
 
-    escape(one, e, 4);
-    snprintf(sc->ch, sizeof sc->ch, "'%s'", e);
+    snprintf(sc->ch, sizeof sc->ch, "'%s'", sl_cli_shown(one, e));
     return sc->ch;
 }
 

@@ -10,9 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sl_cli.h"
 #include "node/sl_hostlist.h"
-
-#define SHOWN 60 /* bytes of a value a message quotes */
 
 extern char **environ;
 
@@ -41,43 +40,6 @@ lookup(const char *const *env, const char *name)
     return NULL;
 }
 
-/* s into buf (n + 1 bytes) as message text, with each byte that is not printable ASCII
- * written \xNN, as much as n bytes hold; returns the bytes of s written. */
-static size_t
-escape(const char *s, char *buf, size_t n)
-{
-    size_t used = 0, i = 0;
-
-    for (; s[i]; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c >= 0x20 && c < 0x7f) {
-            if (used + 1 > n)
-                break;
-            buf[used++] = (char)c;
-        } else {
-            if (used + 4 > n)
-                break;
-            snprintf(buf + used, 5, "\\x%02x", c);
-            used += 4;
-        }
-    }
-    buf[used] = '\0';
-    return i;
-}
-
-/* A variable's value for a message (one line: it comes from outside), into buf:
- * escaped, cut at SHOWN bytes with "...". */
-static const char *
-shown(const char *s, char buf[SHOWN + 1])
-{
-    if (s[escape(s, buf, SHOWN)]) {
-        escape(s, buf, SHOWN - 3);
-        strcat(buf, "...");
-    }
-    return buf;
-}
-
 /* A decimal number in [lo, hi] (digits only, at most 9); 0 when s is none. */
 static int
 decimal(const char *s, long lo, long hi, long *out)
@@ -96,7 +58,7 @@ sl_launcher_env_parse(const char *const *env, sl_launcher_env_t *out)
     const char *r = NULL, *n = NULL, *l;
     size_t i;
     long rank, size, local;
-    char v[SHOWN + 1];
+    char v[SL_CLI_SHOWN + 1];
 
     memset(out, 0, sizeof *out);
     out->launcher = SL_LAUNCHER_NONE;
@@ -116,16 +78,16 @@ sl_launcher_env_parse(const char *const *env, sl_launcher_env_t *out)
     out->size_var = launchers[i].size;
     if (!decimal(n, 1, SL_LAUNCHER_MAX_SIZE, &size))
         return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a number of nodes (1 to %d)",
-                          out->size_var, shown(n, v), SL_LAUNCHER_MAX_SIZE);
+                          out->size_var, sl_cli_shown(n, v), SL_LAUNCHER_MAX_SIZE);
     if (!decimal(r, 0, size - 1, &rank))
         return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a rank of %ld nodes (0 to %ld)",
-                          out->rank_var, shown(r, v), size, size - 1);
+                          out->rank_var, sl_cli_shown(r, v), size, size - 1);
     out->rank = (int)rank;
     out->size = (int)size;
     if ((l = lookup(env, launchers[i].local)) != NULL) {
         if (!decimal(l, 0, size - 1, &local))
             return sl_err_set(SL_ERR_CONFIG, "%s '%s' is not a local rank of %ld nodes (0 to %ld)",
-                              launchers[i].local, shown(l, v), size, size - 1);
+                              launchers[i].local, sl_cli_shown(l, v), size, size - 1);
         out->local_rank = (int)local;
         out->local_var = launchers[i].local;
     }
@@ -143,7 +105,7 @@ torchrun_master(const char *const *env, int *found, char *host, size_t size, int
     const char *agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");
     int next = agent && strcmp(agent, "True") == 0;
     long v;
-    char s[SHOWN + 1];
+    char s[SL_CLI_SHOWN + 1];
 
     if (!a && !p)
         return SL_OK;
@@ -151,10 +113,10 @@ torchrun_master(const char *const *env, int *found, char *host, size_t size, int
         return sl_err_set(SL_ERR_CONFIG, "%s is set but %s is not; torchrun sets both",
                           a ? "MASTER_ADDR" : "MASTER_PORT", a ? "MASTER_PORT" : "MASTER_ADDR");
     if (!*a || strlen(a) >= size)
-        return sl_err_set(SL_ERR_CONFIG, "MASTER_ADDR '%s' is not a host name", shown(a, s));
+        return sl_err_set(SL_ERR_CONFIG, "MASTER_ADDR '%s' is not a host name", sl_cli_shown(a, s));
     if (!decimal(p, 1, next ? 65534 : 65535, &v))
-        return sl_err_set(SL_ERR_CONFIG, "MASTER_PORT '%s' is not a port (1 to %d)", shown(p, s),
-                          next ? 65534 : 65535);
+        return sl_err_set(SL_ERR_CONFIG, "MASTER_PORT '%s' is not a port (1 to %d)",
+                          sl_cli_shown(p, s), next ? 65534 : 65535);
     snprintf(host, size, "%s", a);
     *port = (int)v + next;
     snprintf(from, from_size, "MASTER_ADDR:MASTER_PORT%s", next ? " + 1" : "");
@@ -172,7 +134,7 @@ slurm_master(const char *const *env, int under_srun, int *found, char *host, siz
     const char *job = lookup(env, "SLURM_JOB_ID"), *step = NULL, *list = NULL, *list_var = NULL;
     long id;
     unsigned long long step_id = 0; /* Slurm's special steps are near 2^32 */
-    char s[SHOWN + 1];
+    char s[SL_CLI_SHOWN + 1];
 
     for (size_t i = under_srun ? 0 : 1; i < 3 && !list; i++)
         if ((list = lookup(env, lists[i])) != NULL)
@@ -184,11 +146,12 @@ slurm_master(const char *const *env, int under_srun, int *found, char *host, siz
                           job ? "SLURM_JOB_ID" : "SLURM_JOB_NODELIST",
                           job ? "SLURM_JOB_NODELIST" : "SLURM_JOB_ID");
     if (!decimal(job, 0, 999999999, &id))
-        return sl_err_set(SL_ERR_CONFIG, "SLURM_JOB_ID '%s' is not a job id", shown(job, s));
+        return sl_err_set(SL_ERR_CONFIG, "SLURM_JOB_ID '%s' is not a job id", sl_cli_shown(job, s));
     if (under_srun && (step = lookup(env, "SLURM_STEP_ID")) != NULL) {
         size_t n = strspn(step, "0123456789");
         if (n == 0 || n > 10 || step[n] != '\0')
-            return sl_err_set(SL_ERR_CONFIG, "SLURM_STEP_ID '%s' is not a step id", shown(step, s));
+            return sl_err_set(SL_ERR_CONFIG, "SLURM_STEP_ID '%s' is not a step id",
+                              sl_cli_shown(step, s));
         step_id = strtoull(step, NULL, 10);
     }
     SL_TRY(sl_hostlist_host(list, list_var, 0, host, size, NULL));
