@@ -13,6 +13,8 @@
 #include "common/sl_cli.h"
 #include "node/sl_hostlist.h"
 
+#define HOST_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_:[]%"
+
 extern char **environ;
 
 static const struct {
@@ -112,8 +114,10 @@ torchrun_master(const char *const *env, int *found, char *host, size_t size, int
     if (!a || !p)
         return sl_err_set(SL_ERR_CONFIG, "%s is set but %s is not; torchrun sets both",
                           a ? "MASTER_ADDR" : "MASTER_PORT", a ? "MASTER_PORT" : "MASTER_ADDR");
-    if (!*a || strlen(a) >= size)
-        return sl_err_set(SL_ERR_CONFIG, "MASTER_ADDR '%s' is not a host name", sl_cli_shown(a, s));
+    /* a name or an address (IPv6 in brackets, with a zone): it goes into an endpoint */
+    if (!*a || strlen(a) >= size || a[strspn(a, HOST_CHARS)])
+        return sl_err_set(SL_ERR_CONFIG, "MASTER_ADDR '%s' is not a host name or address",
+                          sl_cli_shown(a, s));
     if (!decimal(p, 1, next ? 65534 : 65535, &v))
         return sl_err_set(SL_ERR_CONFIG, "MASTER_PORT '%s' is not a port (1 to %d)",
                           sl_cli_shown(p, s), next ? 65534 : 65535);
