@@ -2,13 +2,10 @@
  * streams that are read T tokens at a time (time-major x[t*B + b], targets one later). */
 #include "data/sl_data.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 /* floor(k * len / n) without the overflow of k * len: with len = q*n + r it is
  * k*q + floor(k*r / n), and k*r < n*n fits easily. */
-static size_t
-share_start(size_t len, int k, int n)
+size_t
+sl_batcher_share_start(size_t len, int k, int n)
 {
     size_t q = len / (size_t)n, r = len % (size_t)n;
 
@@ -19,6 +16,13 @@ sl_status_t
 sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nranks, int batch,
                 int bptt)
 {
+    return sl_batcher_init_at(bt, tokens, 0, tokens->len, rank, nranks, batch, bptt);
+}
+
+sl_status_t
+sl_batcher_init_at(sl_batcher_t *bt, const sl_tokens_t *tokens, size_t from, size_t all, int rank,
+                   int nranks, int batch, int bptt)
+{
     size_t lo, hi, need;
 
     if (nranks < 1 || rank < 0 || rank >= nranks)
@@ -27,37 +31,22 @@ sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nrank
         return sl_err_set(SL_ERR_INVALID,
                           "batcher: train.batch %d and train.bptt %d must be positive", batch,
                           bptt);
-    lo = share_start(tokens->len, rank, nranks);
-    hi = share_start(tokens->len, rank + 1, nranks);
+    lo = sl_batcher_share_start(all, rank, nranks);
+    hi = sl_batcher_share_start(all, rank + 1, nranks);
     need = (size_t)batch * ((size_t)bptt + 1);
     if (hi - lo < need)
         return sl_err_set(SL_ERR_INVALID,
                           "rank %d of %d: a share of %zu tokens (of %zu) "
                           "does not fit train.batch %d x train.bptt %d, which needs at least %zu "
                           "(%d x %d)",
-                          rank, nranks, hi - lo, tokens->len, batch, bptt, need, batch, bptt + 1);
-    bt->share = tokens->ids + lo;
+                          rank, nranks, hi - lo, all, batch, bptt, need, batch, bptt + 1);
+    SL_ASSERT(from <= lo && hi <= from + tokens->len);
+    bt->share = tokens->ids + (lo - from);
     bt->share_len = hi - lo;
     bt->batch = batch;
     bt->bptt = bptt;
     bt->stream_len = (long)(bt->share_len / (size_t)batch);
     bt->batches_per_epoch = (bt->stream_len - 1) / bptt;
-    return SL_OK;
-}
-
-sl_status_t
-sl_batcher_keep_share(sl_batcher_t *bt, sl_tokens_t *tokens)
-{
-    int32_t *own = malloc(bt->share_len * sizeof *own); /* tokens' ids are free()d */
-
-    if (!own)
-        return sl_err_set(SL_ERR_NOMEM, "out of memory for a share of %zu training tokens",
-                          bt->share_len);
-    memcpy(own, bt->share, bt->share_len * sizeof *own);
-    free(tokens->ids);
-    tokens->ids = own;
-    tokens->len = bt->share_len;
-    bt->share = own;
     return SL_OK;
 }
 

@@ -547,21 +547,24 @@ check_cached_vocab(const sl_corpus_t *c, const sl_config_t *cfg, const char *pat
 }
 
 /* The token cache at path into corpus when it is there and sound (corpus->from_cache
- * set), the corpus left as it was when not; a corrupt one is warned about when warn is
- * set. Errors: a cached vocabulary smaller than the data.vocab_size asked for. */
+ * set; of the training ids share's only), the corpus left as it was when not; a corrupt one is
+ * warned about when warn is set. Errors: a cached vocabulary smaller than the data.vocab_size asked
+ * for. */
 static sl_status_t
 read_cache(sl_corpus_t *corpus, const sl_config_t *cfg, const char *path, uint64_t hash,
-           const char *train, int warn)
+           const char *train, sl_train_share_t *share, int warn)
 {
     sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
                                                       &corpus->test};
-    sl_status_t st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts);
+    sl_status_t st = sl_token_cache_read(path, hash, cfg->data.level, &corpus->vocab, parts, share);
 
     if (st == SL_OK)
         st = check_cached_vocab(corpus, cfg, train);
     if (st == SL_OK) {
         corpus->hash = hash;
         corpus->from_cache = 1;
+        corpus->train_from = share->from;
+        corpus->train_all = share->all;
         return SL_OK;
     }
     if (st != SL_ERR_FORMAT && st != SL_ERR_IO)
@@ -601,10 +604,39 @@ lock_cache(const char *dir, const char *path)
     return -1;
 }
 
+/* Keeps share's part of the whole training ids the corpus was built with. */
+static sl_status_t
+cut_share(sl_corpus_t *c, sl_train_share_t *share)
+{
+    size_t all = c->train.len, lo = sl_batcher_share_start(all, share->rank, share->nranks);
+    size_t hi = sl_batcher_share_start(all, share->rank + 1, share->nranks);
+    int32_t *own = NULL;
+
+    c->train_from = lo;
+    c->train_all = all;
+    if (lo == 0 && hi == all)
+        return SL_OK;
+    if (hi > lo && !(own = malloc((hi - lo) * sizeof *own))) /* ids are free()d */
+        return sl_err_set(SL_ERR_NOMEM, "out of memory for a share of %zu training tokens",
+                          hi - lo);
+    if (own)
+        memcpy(own, c->train.ids + lo, (hi - lo) * sizeof *own);
+    free(c->train.ids);
+    c->train.ids = own;
+    c->train.len = hi - lo;
+    return SL_OK;
+}
+
+sl_status_t
+sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
+{
+    return sl_corpus_load_share(corpus, cfg, 0, 1);
+}
+
 /* A cache that is absent or unreadable is silently rebuilt, a corrupt one with a
  * warning; a cache that cannot be written costs one warning and nothing else. */
 sl_status_t
-sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
+sl_corpus_load_share(sl_corpus_t *corpus, const sl_config_t *cfg, int rank, int nranks)
 {
     sl_status_t st = SL_OK;
     source_t src[NSRC] = {
@@ -612,11 +644,14 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
     char *dir = NULL, *path = NULL;
     uint64_t hash;
     int lock = -1;
+    sl_train_share_t share = {rank, nranks, 0, 0};
     const sl_tokens_t *const cparts[SL_TOKEN_CACHE_PARTS] = {&corpus->train, &corpus->valid,
                                                              &corpus->test};
 
     memset(corpus, 0, sizeof *corpus);
     SL_TRY(check_settings(cfg));
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return sl_err_set(SL_ERR_INVALID, "corpus: rank %d of %d is out of range", rank, nranks);
     for (int k = 0; k < NSRC; k++)
         if (src[k].path && !*src[k].path)
             src[k].path = NULL;
@@ -625,10 +660,11 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
     if (dir && asprintf(&path, "%s/%016llx.tokens", dir, (unsigned long long)hash) < 0)
         path = NULL;
     if (path) {
-        SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, 0), st, out);
+        SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, &share, 0), st, out);
         if (!corpus->from_cache) { /* it may have been built while this process waited */
             lock = lock_cache(dir, path);
-            SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, 1), st, out);
+            SL_TRY_GOTO(read_cache(corpus, cfg, path, hash, src[SRC_TRAIN].path, &share, 1), st,
+                        out);
         }
     }
     if (!corpus->from_cache) {
@@ -642,10 +678,11 @@ sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg)
                  sl_token_cache_write(path, hash, cfg->data.level, corpus->vocab, cparts) != SL_OK)
             sl_log_warn("data", "%s; continuing without a token cache", sl_err_msg());
         sl_err_clear();
+        SL_TRY_GOTO(cut_share(corpus, &share), st, out);
     }
     st = SL_OK;
     sl_log_info("data", "%s: %zu train, %zu valid, %zu test tokens; vocabulary %d%s",
-                src[SRC_TRAIN].path, corpus->train.len, corpus->valid.len, corpus->test.len,
+                src[SRC_TRAIN].path, corpus->train_all, corpus->valid.len, corpus->test.len,
                 corpus->vocab->size, corpus->from_cache ? " (token cache)" : "");
 out:
     if (lock >= 0)

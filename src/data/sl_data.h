@@ -46,6 +46,8 @@ typedef struct {
     unsigned char train_sha256[32]; /* SHA-256 of the training file's bytes (provenance:
                                        sha256sum(1) of the file gives the same) */
     int from_cache;                 /* 1 if loaded from the token cache */
+    size_t train_from, train_all;   /* train holds ids [train_from, train_from + train.len)
+                                       of the training split's train_all */
 } sl_corpus_t;
 
 /* Reads, tokenizes (or loads from cache) everything cfg->data names. Errors:
@@ -56,6 +58,11 @@ typedef struct {
  * the distinct words of the corpus (SL_ERR_INVALID). Messages start with the file name.
  * The corpus owns its vocabulary and ids; on error it is left zeroed. */
 sl_status_t sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg);
+/* The same, but of the training ids only rank's share of nranks is held (the batcher's
+ * split: sl_batcher_init_at with train_from and train_all); with a valid token cache
+ * only that share is read into memory, so that a node of a large corpus never holds the
+ * whole. SL_ERR_INVALID for a rank out of range. */
+sl_status_t sl_corpus_load_share(sl_corpus_t *corpus, const sl_config_t *cfg, int rank, int nranks);
 /* Frees vocabulary and ids and zeroes the struct (safe on a zeroed one). */
 void sl_corpus_fini(sl_corpus_t *corpus);
 
@@ -103,9 +110,13 @@ typedef struct {
 /* SL_ERR_INVALID "... does not fit ..." when the share is too short for B x (T+1). */
 sl_status_t sl_batcher_init(sl_batcher_t *bt, const sl_tokens_t *tokens, int rank, int nranks,
                             int batch, int bptt);
-/* Makes tokens (bt's, malloc'd) hold bt's share only, a copy, freeing the whole, and bt
- * read from it: the same batches, a node's memory for its share alone. SL_ERR_NOMEM. */
-sl_status_t sl_batcher_keep_share(sl_batcher_t *bt, sl_tokens_t *tokens);
+/* The same over a part of a token array of all tokens: tokens holds ids [from, from +
+ * tokens->len), which must cover rank's share (a node that holds its share only,
+ * sl_corpus_load_share). */
+sl_status_t sl_batcher_init_at(sl_batcher_t *bt, const sl_tokens_t *tokens, size_t from, size_t all,
+                               int rank, int nranks, int batch, int bptt);
+/* Where rank k of n's share of len tokens starts: floor(k * len / n). */
+size_t sl_batcher_share_start(size_t len, int k, int n);
 /* Fills x and y (T*B each, caller-owned) with batch index i (0 <= i < batches_per_epoch). */
 void sl_batcher_get(const sl_batcher_t *bt, long i, int32_t *x, int32_t *y);
 

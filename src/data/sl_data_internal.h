@@ -57,13 +57,23 @@ int32_t sl_vocab_find(const sl_vocab_t *v, const char *word, size_t len);
  * keeps the corpus's own fields (hash, from_cache) itself. */
 #define SL_TOKEN_CACHE_PARTS 3
 
+/* Which training ids a node holds: rank's share of nranks (the batcher's split; 0 of 1:
+ * all), starting at id from of all. */
+typedef struct {
+    int rank, nranks;
+    size_t from, all;
+} sl_train_share_t;
+
 /* Loads the cache file at path into *vocab (a new table) and parts[0..2] (ids the
  * caller frees) when it exists and its magic, version, hash, level, sizes, checksum,
- * ids and words are all right (<unk> and <eos> at the ids the header gives them).
- * SL_ERR_IO when it cannot be opened (no cache yet), SL_ERR_FORMAT "path: corrupt token
- * cache (why)", SL_ERR_NOMEM; on any error *vocab is NULL and the parts are zeroed. */
+ * ids and words are all right (<unk> and <eos> at the ids the header gives them). Of the
+ * training ids (parts[0]) only share's are kept, share->from and share->all set, while
+ * the checksum still reads them all. SL_ERR_IO when it cannot be opened (no cache yet),
+ * SL_ERR_FORMAT "path: corrupt token cache (why)", SL_ERR_NOMEM; on any error *vocab is
+ * NULL and the parts are zeroed. */
 sl_status_t sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level,
-                                sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS]);
+                                sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS],
+                                sl_train_share_t *share);
 /* Writes vocab and parts (borrowed) atomically to path under hash and level. SL_ERR_IO
  * on failure (path untouched). */
 sl_status_t sl_token_cache_write(const char *path, uint64_t hash, sl_level_t level,

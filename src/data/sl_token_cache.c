@@ -52,6 +52,26 @@ read_sum(FILE *fp, void *dst, size_t bytes, sl_hash_t *sum)
     return 1;
 }
 
+/* n ids into dst, of which only those at [lo, hi) are kept (dst holds hi - lo), a
+ * piece at a time, every one fed to the checksum; 0 at a short read. */
+static int
+read_sum_share(FILE *fp, int32_t *dst, size_t n, size_t lo, size_t hi, sl_hash_t *sum)
+{
+    int32_t buf[16384];
+
+    for (size_t at = 0; at < n;) {
+        size_t k = n - at < 16384 ? n - at : 16384;
+        size_t a = at > lo ? at : lo, b = at + k < hi ? at + k : hi;
+
+        if (!read_sum(fp, buf, k * sizeof *buf, sum))
+            return 0;
+        if (a < b)
+            memcpy(dst + (a - lo), buf + (a - at), (b - a) * sizeof *buf);
+        at += k;
+    }
+    return 1;
+}
+
 static sl_status_t
 corrupt(const char *path, const char *what)
 {
@@ -157,7 +177,7 @@ discard(sl_vocab_t **vocab, sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
 
 sl_status_t
 sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_vocab_t **vocab,
-                    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS])
+                    sl_tokens_t *const parts[SL_TOKEN_CACHE_PARTS], sl_train_share_t *share)
 {
     sl_status_t st = SL_OK;
     cache_header_t h;
@@ -196,15 +216,20 @@ sl_token_cache_read(const char *path, uint64_t hash, sl_level_t level, sl_vocab_
         goto out;
     }
     for (int k = 0; k < SL_TOKEN_CACHE_PARTS; k++) {
-        parts[k]->len = h.n[k];
-        if (h.n[k] == 0)
-            continue;
-        parts[k]->ids = malloc(h.n[k] * sizeof(int32_t));
-        if (!parts[k]->ids) {
+        size_t lo = 0, hi = h.n[k];
+
+        if (k == 0) { /* the training ids: share's only */
+            lo = sl_batcher_share_start(h.n[0], share->rank, share->nranks);
+            hi = sl_batcher_share_start(h.n[0], share->rank + 1, share->nranks);
+            share->from = lo;
+            share->all = h.n[0];
+        }
+        parts[k]->len = hi - lo;
+        if (hi > lo && !(parts[k]->ids = malloc((hi - lo) * sizeof(int32_t)))) {
             st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
             goto out;
         }
-        if (!read_sum(fp, parts[k]->ids, h.n[k] * sizeof(int32_t), &sum)) {
+        if (!read_sum_share(fp, parts[k]->ids, h.n[k], lo, hi, &sum)) {
             st = corrupt(path, "short read");
             goto out;
         }

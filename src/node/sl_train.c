@@ -148,14 +148,13 @@ setup_model(trainer_t *t)
     int most = b > EVAL_BATCH ? b : EVAL_BATCH;
     int vocab, groups;
 
-    SL_TRY(sl_corpus_load(&t->corpus, cfg));
+    /* its share of the training ids only: of a large corpus a node would otherwise hold
+     * all of it */
+    SL_TRY(sl_corpus_load_share(&t->corpus, cfg, t->opts->rank, t->opts->nranks));
     t->corpus_loaded = 1;
-    if (sl_batcher_init(&t->train_bt, &t->corpus.train, t->opts->rank, t->opts->nranks, b, bptt) !=
-        SL_OK)
+    if (sl_batcher_init_at(&t->train_bt, &t->corpus.train, t->corpus.train_from,
+                           t->corpus.train_all, t->opts->rank, t->opts->nranks, b, bptt) != SL_OK)
         return sl_err_prefix(SL_ERR_INVALID, "train split");
-    /* of a large corpus every node would otherwise hold all of it for the whole run */
-    if (t->opts->nranks > 1)
-        SL_TRY(sl_batcher_keep_share(&t->train_bt, &t->corpus.train));
     SL_TRY(eval_batcher(&t->valid_bt, &t->corpus.valid, "valid", bptt, &t->has_valid));
     SL_TRY(eval_batcher(&t->test_bt, &t->corpus.test, "test", bptt, &t->has_test));
 

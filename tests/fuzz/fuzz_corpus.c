@@ -31,8 +31,9 @@
  * (bit 3: another hash, which must fail). Bit 2 reseals the image's checksum (its last
  * 8 bytes) first, so the checks behind it are reached. A failure must be SL_ERR_FORMAT
  * "PATH: corrupt token cache (why)" on one line with nothing left allocated; a cache
- * that is read must hold a consistent vocabulary and ids, and written again under the
- * same hash and level be the same bytes.
+ * that is read must hold a consistent vocabulary and ids, read again as a node's share
+ * give the batcher's slice of the training ids, and written again under the same hash
+ * and level be the same bytes.
  *
  * A broken promise prints what broke and aborts. SHOAL_LOG is not read: the data
  * module's info lines and warnings are silenced unless FUZZ_CORPUS_LOG is set, which
@@ -507,7 +508,9 @@ check_round_trips(const sl_corpus_t *c, sl_config_t *cfg)
 
     if (sl_token_cache_write(rt_path, c->hash, cfg->data.level, c->vocab, cpc) != SL_OK)
         broken("sl_token_cache_write failed", sl_err_msg());
-    if (sl_token_cache_read(rt_path, c->hash, cfg->data.level, &v, pt) != SL_OK)
+    sl_train_share_t all = {0, 1, 0, 0};
+
+    if (sl_token_cache_read(rt_path, c->hash, cfg->data.level, &v, pt, &all) != SL_OK)
         broken("a written token cache does not read back", sl_err_msg());
     check_same("a written token cache reads back different", c->vocab, pc, v, pt);
     sl_vocab_destroy(&v);
@@ -600,6 +603,31 @@ get_u64(const unsigned char *p)
     return x;
 }
 
+/* The cache at path read again as rank 1's share of 3 (a node's, sl_corpus_load_share):
+ * of the training ids the slice the batcher gives rank 1 of whole, the rest the same. */
+static void
+check_share(const char *path, uint64_t hash, sl_level_t level, const sl_tokens_t *whole)
+{
+    sl_tokens_t t[3];
+    sl_tokens_t *const pt[3] = {&t[0], &t[1], &t[2]};
+    sl_train_share_t share = {1, 3, 0, 0};
+    sl_vocab_t *v = NULL;
+    size_t lo = sl_batcher_share_start(whole[0].len, 1, 3);
+    size_t hi = sl_batcher_share_start(whole[0].len, 2, 3);
+
+    if (sl_token_cache_read(path, hash, level, &v, pt, &share) != SL_OK)
+        broken("a cache read whole does not read as a share", sl_err_msg());
+    if (share.from != lo || share.all != whole[0].len || t[0].len != hi - lo ||
+        (hi > lo && memcmp(t[0].ids, whole[0].ids + lo, (hi - lo) * 4) != 0))
+        broken("a share read is not the batcher's slice of the whole", "");
+    for (int k = 1; k < 3; k++)
+        if (t[k].len != whole[k].len ||
+            (t[k].len && memcmp(t[k].ids, whole[k].ids, t[k].len * 4) != 0))
+            broken("a share read has other valid or test ids", "");
+    sl_vocab_destroy(&v);
+    for (int k = 0; k < 3; k++)
+        free(t[k].ids);
+}
 static void
 fuzz_cache(unsigned flags, const unsigned char *p, size_t n)
 {
@@ -610,6 +638,7 @@ fuzz_cache(unsigned flags, const unsigned char *p, size_t n)
     sl_tokens_t *const pt[3] = {&t[0], &t[1], &t[2]};
     static sl_vocab_t dummy;
     sl_vocab_t *v = &dummy; /* not NULL: the reader must set it */
+    sl_train_share_t all = {0, 1, 0, 0};
     sl_status_t st;
 
     if (!img)
@@ -623,7 +652,7 @@ fuzz_cache(unsigned flags, const unsigned char *p, size_t n)
         hash = ~hash;
     write_file(image_path, img, n);
     memset(t, 0x5a, sizeof t);
-    st = sl_token_cache_read(image_path, hash, level, &v, pt);
+    st = sl_token_cache_read(image_path, hash, level, &v, pt, &all);
     outcome("cache", st, t[0].len, t[1].len, t[2].len);
     if (st != SL_OK) {
         const char *msg = sl_err_msg();
@@ -650,6 +679,9 @@ fuzz_cache(unsigned flags, const unsigned char *p, size_t n)
         check_vocab(v, level, pt);
         if (t[0].len == 0)
             broken("a cache was read without training tokens", "");
+        if (all.from != 0 || all.all != t[0].len)
+            broken("a whole read is not the whole training split", "");
+        check_share(image_path, hash, level, t);
         if (sl_token_cache_write(rt_path, hash, level, v, cpt) != SL_OK)
             broken("sl_token_cache_write failed", sl_err_msg());
         fp = fopen(rt_path, "rb");

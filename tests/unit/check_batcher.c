@@ -1,5 +1,5 @@
 /* Unit tests of the batcher (src/data/sl_batcher.c): streams and batches worked by hand,
- * the ranks' shares tiling the tokens, a node that keeps its share only reading the same
+ * the ranks' shares tiling the tokens, a node that holds its share only reading the same
  * batches, and a share too short for one batch refused with its sizes. */
 #include <check.h>
 #include <stdint.h>
@@ -60,32 +60,35 @@ START_TEST(test_batcher_shares)
 }
 END_TEST
 
-/* A node that keeps its share only (sl_batcher_keep_share) reads the batches it read
- * from the whole, and holds no more. */
-START_TEST(test_batcher_keep_share)
+/* A node that holds a part of the tokens only (sl_corpus_load_share): its share, or more
+ * around it, given with where the part starts in the whole, reads the batches it reads
+ * from the whole. */
+START_TEST(test_batcher_init_at)
 {
-    int32_t ref[1000], x[20], y[20], xo[20], yo[20];
-    sl_tokens_t whole_tok = {ref, 1000};
+    int32_t all[1000], x[20], y[20], xo[20], yo[20];
+    sl_tokens_t whole_tok = {all, 1000};
 
     for (int i = 0; i < 1000; i++)
-        ref[i] = i * 7 % 1009;
+        all[i] = i * 7 % 1009;
     for (int k = 0; k < 3; k++) {
-        sl_tokens_t tok = {malloc(sizeof ref), 1000};
-        sl_batcher_t whole, own;
+        size_t lo = sl_batcher_share_start(1000, k, 3), hi = sl_batcher_share_start(1000, k + 1, 3);
+        sl_batcher_t whole, share, wider;
+        sl_tokens_t part = {all + lo, hi - lo};
+        size_t from = lo > 5 ? lo - 5 : 0;
+        sl_tokens_t around = {all + from, (hi + 5 < 1000 ? hi + 5 : 1000) - from};
 
-        memcpy(tok.ids, ref, sizeof ref);
         ck_assert_int_eq(sl_batcher_init(&whole, &whole_tok, k, 3, 4, 5), SL_OK);
-        ck_assert_int_eq(sl_batcher_init(&own, &tok, k, 3, 4, 5), SL_OK);
-        ck_assert_int_eq(sl_batcher_keep_share(&own, &tok), SL_OK);
-        ck_assert_uint_eq(tok.len, whole.share_len);
-        ck_assert_ptr_eq(own.share, tok.ids);
-        ck_assert_int_eq(own.batches_per_epoch, whole.batches_per_epoch);
-        for (long i = 0; i < own.batches_per_epoch; i++) {
+        ck_assert_int_eq(sl_batcher_init_at(&share, &part, lo, 1000, k, 3, 4, 5), SL_OK);
+        ck_assert_int_eq(sl_batcher_init_at(&wider, &around, from, 1000, k, 3, 4, 5), SL_OK);
+        ck_assert_int_eq(share.batches_per_epoch, whole.batches_per_epoch);
+        ck_assert_ptr_eq(share.share, whole.share);
+        for (long i = 0; i < share.batches_per_epoch; i++) {
             sl_batcher_get(&whole, i, x, y);
-            sl_batcher_get(&own, i, xo, yo);
+            sl_batcher_get(&share, i, xo, yo);
+            ck_assert(memcmp(x, xo, sizeof x) == 0 && memcmp(y, yo, sizeof y) == 0);
+            sl_batcher_get(&wider, i, xo, yo);
             ck_assert(memcmp(x, xo, sizeof x) == 0 && memcmp(y, yo, sizeof y) == 0);
         }
-        free(tok.ids);
     }
 }
 END_TEST
@@ -118,7 +121,7 @@ batcher_suite(void)
 
     tcase_add_test(core, test_batcher_exact);
     tcase_add_test(core, test_batcher_shares);
-    tcase_add_test(core, test_batcher_keep_share);
+    tcase_add_test(core, test_batcher_init_at);
     tcase_add_test(core, test_batcher_too_short);
     suite_add_tcase(s, core);
     return s;

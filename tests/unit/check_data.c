@@ -1,16 +1,13 @@
 /* Unit tests of src/data: word and character vocabularies worked by hand, the real
- * Brown and tinyshakespeare corpora, a corpus from a pipe, UTF-8 and input errors, and
- * the token cache (the batcher: check_batcher.c). Files go to a temporary directory
- * that the parent process removes. */
+ * Brown and tinyshakespeare corpora, UTF-8 and input errors, and the token cache (the
+ * batcher: check_batcher.c; how the nodes of a run load a corpus: check_corpus_load.c).
+ * Files go to a temporary directory that the parent process removes. */
 #include <check.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,102 +241,6 @@ START_TEST(test_word_valid_fraction_and_max_tokens)
     assert_ids(&c.valid, want_valid, 3);
     sl_corpus_fini(&c);
     sl_config_fini(&cfg);
-}
-END_TEST
-
-/* A writer of text into the FIFO at path, in a child process that gives up after 60 s
- * (a reader that never came must not leave it behind). */
-static pid_t
-fifo_writer(const char *path, const char *text, size_t len)
-{
-    pid_t pid = fork();
-
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        int fd;
-
-        alarm(60);
-        fd = open(path, O_WRONLY);
-        _exit(fd >= 0 && write(fd, text, len) == (ssize_t)len && close(fd) == 0 ? 0 : 1);
-    }
-    return pid;
-}
-
-/* A training text from a pipe (process substitution, <(zcat ...)) is read once, whole,
- * where a file is hashed a piece at a time: the same ids, corpus hash and SHA-256 as the
- * file's, so that the second read of the pipe finds the file's token cache. */
-START_TEST(test_pipe_corpus)
-{
-    const char *file = write_file("small.txt", small_text, sizeof small_text - 1);
-    const char *fifo = tmp_path("small.fifo");
-    unsigned char want_sha[32];
-    sl_config_t cfg, pcfg;
-    sl_corpus_t c, p;
-    int status;
-
-    cfg_make(&cfg, file, "", NULL, SL_LEVEL_WORD, 0);
-    ck_assert_int_eq(sl_corpus_load(&c, &cfg), SL_OK);
-    crypto_hash_sha256(want_sha, (const unsigned char *)small_text, sizeof small_text - 1);
-    ck_assert(memcmp(c.train_sha256, want_sha, 32) == 0);
-    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
-    cfg_make(&pcfg, fifo, "", NULL, SL_LEVEL_WORD, 0);
-    for (int round = 0; round < 2; round++) {
-        pid_t pid = fifo_writer(fifo, small_text, sizeof small_text - 1);
-        sl_status_t st = sl_corpus_load(&p, &pcfg);
-
-        if (st != SL_OK)
-            kill(pid, SIGKILL); /* it may wait for a reader still */
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        ck_assert_msg(st == SL_OK, "%s", sl_err_msg());
-        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        ck_assert_uint_eq(p.hash, c.hash);
-        ck_assert_int_eq(p.from_cache, 1); /* the file's cache, read back */
-        ck_assert(memcmp(p.train_sha256, want_sha, 32) == 0);
-        assert_ids(&p.train, c.train.ids, c.train.len);
-        sl_corpus_fini(&p);
-    }
-    unlink(fifo);
-    sl_corpus_fini(&c);
-    sl_config_fini(&pcfg);
-    sl_config_fini(&cfg);
-}
-END_TEST
-
-/* Three processes that load Brown at once into an empty cache directory (the nodes of
- * a host starting): one tokenizes it, the others wait for its cache and read it. */
-START_TEST(test_cache_built_once)
-{
-    int gate[2], built = 0, status;
-    pid_t pids[3];
-    char dir[512];
-
-    snprintf(dir, sizeof dir, "%s", tmp_path("cache-once"));
-    ck_assert_int_eq(pipe(gate), 0);
-    for (int i = 0; i < 3; i++) {
-        pids[i] = fork();
-        ck_assert_int_ge(pids[i], 0);
-        if (pids[i] == 0) {
-            sl_config_t cfg;
-            sl_corpus_t c;
-            char go;
-
-            close(gate[1]);
-            cfg_make(&cfg, data_path("brown/train.txt"), "", NULL, SL_LEVEL_WORD, 10000);
-            set_str(&cfg.data.cache_dir, dir);
-            /* every child starts once the parent closes the gate */
-            if (read(gate[0], &go, 1) != 0 || sl_corpus_load(&c, &cfg) != SL_OK)
-                _exit(2);
-            _exit(c.from_cache);
-        }
-    }
-    close(gate[0]);
-    close(gate[1]);
-    for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
-        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) <= 1);
-        built += WEXITSTATUS(status) == 0;
-    }
-    ck_assert_int_eq(built, 1);
 }
 END_TEST
 
@@ -752,10 +653,8 @@ data_suite(void)
     tcase_set_timeout(core, 60);
     tcase_add_test(core, test_word_vocab_by_hand);
     tcase_add_test(core, test_word_valid_fraction_and_max_tokens);
-    tcase_add_test(core, test_pipe_corpus);
     tcase_add_test(core, test_brown_first_line);
     tcase_add_test(core, test_brown_full_and_cache);
-    tcase_add_test(core, test_cache_built_once);
     tcase_add_test(core, test_char_shakespeare);
     tcase_add_test(core, test_char_multibyte);
     suite_add_tcase(s, core);
