@@ -16,6 +16,7 @@
 #include "node/sl_checkpoint.h"
 #include "node/sl_model_file.h"
 #include "node/sl_node_backend.h"
+#include "node/sl_run_files.h"
 #include "node/sl_score.h"
 
 static sl_status_t
@@ -147,13 +148,17 @@ out:
 sl_status_t
 sl_eval_run(const sl_config_t *cfg, const char *path, const char *split, sl_eval_result_t *res)
 {
+    char model[SL_TRAIN_PATH_MAX];
     sl_ckpt_info_t info;
     sl_status_t rc;
 
     memset(res, 0, sizeof *res);
     res->level = cfg->data.level;
     res->loss = NAN;
-    SL_TRY(sl_checkpoint_inspect(path, &info));
+    if (!path) /* the run's own */
+        SL_TRY(sl_run_model_path(cfg, model, sizeof model));
+    SL_TRY(sl_checkpoint_inspect(path ? path : model, &info));
+    path = path ? path : model;
     rc = info.has_meta ? eval_self_contained(cfg, path, split, res)
                        : eval_with_corpus(cfg, path, split, &info, res);
     sl_checkpoint_info_fini(&info);

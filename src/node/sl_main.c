@@ -29,7 +29,6 @@
 #include "node/sl_help.h"
 #include "node/sl_launcher_env.h"
 #include "node/sl_node.h"
-#include "node/sl_run_files.h"
 #include "node/sl_version.h"
 #include "node/sl_cmd_plot.h"
 #include "node/sl_supervisor.h"
@@ -311,31 +310,12 @@ cmd_train(int argc, char **argv)
     return ex;
 }
 
-/* Without --checkpoint: the run's model.bin, the one the configuration's run wrote at its
- * end. */
-static sl_status_t
-run_model(const sl_config_t *cfg, char *path, size_t cap)
-{
-    char dir[4096];
-
-    SL_TRY(sl_run_dir_path(cfg, dir, sizeof dir));
-    if (snprintf(path, cap, "%s/model.bin", dir) >= (int)cap)
-        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", dir);
-    if (access(path, F_OK) != 0)
-        return sl_err_set(SL_ERR_IO,
-                          "%s: no such file: the run has not finished (give --checkpoint FILE, "
-                          "e.g. %s/%scheckpoint.bin)",
-                          path, dir, cfg->cluster.nodes > 1 ? "node-0/" : "");
-    return SL_OK;
-}
-
 static int
 cmd_eval(int argc, char **argv)
 {
     args_t a;
     sl_config_t cfg;
     sl_eval_result_t res;
-    char model[4096 + 16];
     sl_status_t rc;
     int ex = parse_args("eval", argc, argv, &a, OPT_EVAL);
 
@@ -347,11 +327,7 @@ cmd_eval(int argc, char **argv)
         free(a.sets);
         return ex;
     }
-    rc = SL_OK;
-    if (!a.checkpoint)
-        rc = run_model(&cfg, model, sizeof model);
-    if (rc == SL_OK)
-        rc = sl_eval_run(&cfg, a.checkpoint ? a.checkpoint : model, a.split, &res);
+    rc = sl_eval_run(&cfg, a.checkpoint, a.split, &res);
     if (rc == SL_OK) {
         if (res.level == SL_LEVEL_CHAR)
             printf("%s bpc %.3f (loss %.4f, %ld tokens)\n", a.split, res.loss / log(2.0), res.loss,

@@ -295,6 +295,22 @@ sl_run_lock(const char *dir, int *fd)
 }
 
 sl_status_t
+sl_run_model_path(const sl_config_t *cfg, char *path, size_t cap)
+{
+    char dir[RUN_PATH_MAX];
+
+    SL_TRY(sl_run_dir_path(cfg, dir, sizeof dir));
+    if (snprintf(path, cap, "%s/model.bin", dir) >= (int)cap)
+        return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", dir);
+    if (access(path, F_OK) != 0)
+        return sl_err_set(SL_ERR_IO,
+                          "%s: no such file: the run has not finished (give --checkpoint FILE, "
+                          "e.g. %s/%scheckpoint.bin)",
+                          path, dir, cfg->cluster.nodes > 1 ? "node-0/" : "");
+    return SL_OK;
+}
+
+sl_status_t
 sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap)
 {
     int n = cfg->run.dir && cfg->run.dir[0] ? snprintf(out, cap, "%s", cfg->run.dir)

@@ -67,6 +67,11 @@ typedef struct {
  * out (cap bytes). SL_ERR_INVALID when it does not fit. */
 sl_status_t sl_run_dir_path(const sl_config_t *cfg, char *out, size_t cap);
 
+/* The run's model.bin (what shoal eval evaluates without --checkpoint) into path (cap
+ * bytes). SL_ERR_IO, one line, when the run has not written it yet, saying which
+ * checkpoint to give instead; SL_ERR_INVALID when the path does not fit. */
+sl_status_t sl_run_model_path(const sl_config_t *cfg, char *path, size_t cap);
+
 /* <run_dir>/config.yaml: cfg resolved, its paths made absolute so that it works from
  * any directory, written atomically. */
 sl_status_t sl_run_write_config(const sl_config_t *cfg, const char *run_dir);

@@ -122,7 +122,8 @@ typedef struct {
     char vocab[192]; /* which vocabulary the split was read with, for the user */
 } sl_eval_result_t;
 
-/* Evaluates the checkpoint or model file at path on split ("valid" or "test") of the
+/* Evaluates the checkpoint or model file at path (NULL: the run's model.bin,
+ * sl_run_model_path) on split ("valid" or "test") of the
  * data cfg names, full softmax, in cfg's windows (sl_score.h). A file with metadata
  * (sl_model_meta.h) reads the split's file with its own vocabulary and configuration,
  * whatever file it is, without the training file (unless the valid split is a
