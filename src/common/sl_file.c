@@ -246,6 +246,23 @@ sl_atomic_abort(sl_atomic_file_t *f)
 }
 
 sl_status_t
+sl_file_lock_try(const char *path, int *fd, int *state)
+{
+    *state = -1;
+    if ((*fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
+        return sl_err_set(SL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB) == 0)
+        *state = 1;
+    else if (errno == EWOULDBLOCK)
+        *state = 0;
+    if (*state < 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    return SL_OK;
+}
+
+sl_status_t
 sl_file_rename_locked(const char *from, const char *path, int (*keep)(const char *path, void *ctx),
                       void *ctx, int *renamed)
 {

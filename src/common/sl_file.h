@@ -52,6 +52,13 @@ void sl_atomic_abort(sl_atomic_file_t *f);
  * cannot be removed is logged and left. */
 sl_status_t sl_file_remove_stale_temps(const char *path, int *removed);
 
+/* The lock file path (made when missing), locked exclusively (flock) without waiting.
+ * *state 1: locked, *fd its descriptor (O_CLOEXEC), held until it closes or the process
+ * ends; 0: another process holds it, *fd open all the same (to read what the holder
+ * wrote there, or to wait with flock) for the caller to close; -1: the file system has
+ * no locks, *fd -1. SL_ERR_IO "path: cannot open: why". */
+sl_status_t sl_file_lock_try(const char *path, int *fd, int *state);
+
 /* Renames the complete file from over path (same filesystem) unless keep(path, ctx)
  * says that what path holds stays; *renamed says which. keep is asked, and the rename
  * made, under an exclusive lock (flock) on path's directory, waited for, so that

@@ -2,7 +2,6 @@
  * cache or tokenize (words or code points), build the count-ordered vocabulary, map
  * every token to its id and split off validation and max_tokens. */
 #include <errno.h>
-#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -583,25 +582,24 @@ static int
 lock_cache(const char *dir, const char *path)
 {
     char name[4200];
-    int fd;
+    int fd, state, got;
 
     if (snprintf(name, sizeof name, "%s.lock", path) >= (int)sizeof name ||
-        sl_file_mkdirs(dir) != SL_OK) {
+        sl_file_mkdirs(dir) != SL_OK || sl_file_lock_try(name, &fd, &state) != SL_OK) {
         sl_err_clear();
         return -1;
     }
-    if ((fd = open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
-        return -1;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return fd;
-    if (errno == EWOULDBLOCK) {
+    if (state == 0) {
         sl_log_info("data", "%s: another process is building this token cache; waiting for it",
                     path);
-        if (flock(fd, LOCK_EX) == 0)
-            return fd;
+        while ((got = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+            ;
+        if (got != 0) {
+            close(fd);
+            return -1;
+        }
     }
-    close(fd);
-    return -1;
+    return fd;
 }
 
 /* Keeps share's part of the whole training ids the corpus was built with. */

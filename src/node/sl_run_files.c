@@ -6,12 +6,10 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -264,19 +262,17 @@ sl_status_t
 sl_run_lock(const char *dir, int *fd)
 {
     char path[RUN_PATH_MAX + 8], who[320], host[256] = "?", now[40];
-    int f;
+    int f, state;
 
     *fd = -1;
     if (snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_LOCK) >= (int)sizeof path)
         return sl_err_set(SL_ERR_INVALID, "run.dir: path too long (%s)", dir);
-    if ((f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0)
-        return sl_err_set(SL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK) { /* no locks on this file system */
-            sl_log_debug("run", "%s: no lock to take (%s)", path, strerror(errno));
-            close(f);
-            return SL_OK;
-        }
+    SL_TRY(sl_file_lock_try(path, &f, &state));
+    if (state < 0) { /* no locks on this file system */
+        sl_log_debug("run", "%s: no lock to take", path);
+        return SL_OK;
+    }
+    if (state == 0) {
         lock_holder(f, who, sizeof who);
         close(f);
         return sl_err_set(SL_ERR_IO,
