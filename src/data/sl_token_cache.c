@@ -59,6 +59,8 @@ read_sum_share(FILE *fp, int32_t *dst, size_t n, size_t lo, size_t hi, sl_hash_t
 {
     int32_t buf[16384];
 
+    if (lo == 0 && hi == n) /* all of them: straight in */
+        return read_sum(fp, dst, n * sizeof *dst, sum);
     for (size_t at = 0; at < n;) {
         size_t k = n - at < 16384 ? n - at : 16384;
         size_t a = at > lo ? at : lo, b = at + k < hi ? at + k : hi;
