@@ -57,16 +57,28 @@ sl_rdv_good_endpoint(const char *s, size_t len)
     return strncmp(s, "tcp://", 6) == 0 || strncmp(s, "ipc://", 6) == 0;
 }
 
-/* "tcp://0.0.0.0:PORT" (a node listening on every interface) with host put in. */
+/* 1 when s is a port number: 1 to 5 digits, 1 to 65535. */
+static int
+good_port(const char *s)
+{
+    size_t n = strspn(s, "0123456789");
+
+    return n >= 1 && n <= 5 && s[n] == '\0' && atol(s) >= 1 && atol(s) <= 65535;
+}
+
+/* "tcp://0.0.0.0:PORT" (a node listening on every interface) with host put in: 1 when
+ * done, 0 when ep is no wildcard or host is unknown, -1 when PORT is no port number. */
 static int
 fill_wildcard_host(char *ep, size_t size, const char *host)
 {
     static const char wild[] = "tcp://0.0.0.0:";
-    char port[16];
+    char port[8];
 
     if (strncmp(ep, wild, sizeof wild - 1) != 0 || !host || !*host)
         return 0;
-    snprintf(port, sizeof port, "%.15s", ep + sizeof wild - 1);
+    if (!good_port(ep + sizeof wild - 1))
+        return -1;
+    snprintf(port, sizeof port, "%s", ep + sizeof wild - 1);
     snprintf(ep, size, "tcp://%s:%s", host, port);
     return 1;
 }
@@ -448,11 +460,15 @@ check_registration(const sl_rendezvous_t *r, uint64_t run_id, const unsigned cha
     }
     memcpy(ep, m + REGISTER_BYTES, eplen);
     ep[eplen] = '\0';
-    if (strncmp(ep, "tcp://0.0.0.0:", 14) == 0 &&
-        !fill_wildcard_host(ep, SL_RDV_ENDPOINT_MAX, from)) {
-        snprintf(why, size, "rank %u listens on every interface, and its address is unknown",
-                 (unsigned)rk);
-        return 0;
+    if (strncmp(ep, "tcp://0.0.0.0:", 14) == 0) {
+        int filled = fill_wildcard_host(ep, SL_RDV_ENDPOINT_MAX, from);
+        if (filled <= 0) {
+            snprintf(why, size,
+                     filled < 0 ? "rank %u listens on every interface but on no port 1 to 65535"
+                                : "rank %u listens on every interface, and its address is unknown",
+                     (unsigned)rk);
+            return 0;
+        }
     }
     *rank = (int)rk;
     return 1;

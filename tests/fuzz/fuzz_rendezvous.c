@@ -171,9 +171,17 @@ ref_message(const settings_t *s, const unsigned char *m, size_t len, sl_rdv_mess
     memcpy(want->session, m + 24, 32);
     want->generation = le64(m + 56);
     if (len - 64 >= 14 && memcmp(m + 64, "tcp://0.0.0.0:", 14) == 0) {
-        /* every interface: the sender's address, the port's first 15 bytes */
-        size_t port = len - 78 < 15 ? len - 78 : 15;
-        if (!s->from || !*s->from)
+        /* every interface: the sender's address and the port, a number 1 to 65535 */
+        size_t port = len - 78;
+        long number = 0;
+        if (!s->from || !*s->from || port < 1 || port > 5)
+            return 0;
+        for (size_t i = 0; i < port; i++) {
+            if (m[78 + i] < '0' || m[78 + i] > '9')
+                return 0;
+            number = number * 10 + (m[78 + i] - '0');
+        }
+        if (number < 1 || number > 65535)
             return 0;
         snprintf(want->endpoint, sizeof want->endpoint, "tcp://%s:%.*s", s->from, (int)port,
                  (const char *)m + 78);
