@@ -17,113 +17,16 @@
 #include "data/sl_data_internal.h"
 
 #define CORPUS_HASH_SEED 0x636f72707573ULL /* "corpus" */
+#define TRAIN_CHUNK_BYTES (1 << 20)        /* the training text is read this much at a time */
 
 enum { SRC_TRAIN, SRC_VALID, SRC_TEST, NSRC };
 static const char *const src_key[NSRC] = {"data.train", "data.valid", "data.test"};
 
 typedef struct {
     const char *path; /* borrowed from the config; NULL when the split has no file */
-    char *data;       /* whole file, NUL-terminated */
+    char *data;       /* whole file, NUL-terminated: a held-out text, or a pipe */
     size_t len;
 } source_t;
-
-/* Walks a validated buffer token by token. Word level: runs of bytes other than
- * space, tab, CR and newline, and an <eos> (len 0) at every newline and after a last
- * line that has none. Character level: one UTF-8 sequence per token. */
-typedef struct {
-    const char *buf;
-    size_t len, pos;
-    sl_level_t level;
-    int tail_eos_done;
-} tok_iter_t;
-
-static int
-is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r';
-}
-
-/* 1 with the next token in (*tok, *n), n == 0 for <eos>; 0 at the end. */
-static int
-next_token(tok_iter_t *it, const char **tok, size_t *n)
-{
-    const char *b = it->buf;
-
-    if (it->level == SL_LEVEL_CHAR) {
-        if (it->pos >= it->len)
-            return 0;
-        *tok = b + it->pos;
-        *n = sl_utf8_seq_bytes((unsigned char)b[it->pos]);
-        it->pos += *n;
-        return 1;
-    }
-    while (it->pos < it->len && is_space(b[it->pos]))
-        it->pos++;
-    if (it->pos < it->len) {
-        size_t start = it->pos;
-        if (b[start] == '\n') {
-            it->pos++;
-            *n = 0;
-            return 1;
-        }
-        while (it->pos < it->len && b[it->pos] != '\n' && !is_space(b[it->pos]))
-            it->pos++;
-        *tok = b + start;
-        *n = it->pos - start;
-        return 1;
-    }
-    if (it->len > 0 && b[it->len - 1] != '\n' && !it->tail_eos_done) {
-        it->tail_eos_done = 1;
-        *n = 0;
-        return 1;
-    }
-    return 0;
-}
-
-typedef struct {
-    int32_t *ids;
-    size_t len, cap;
-} idbuf_t;
-
-static sl_status_t
-idbuf_push(idbuf_t *b, int32_t id, const char *path)
-{
-    if (b->len == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        int32_t *ids = realloc(b->ids, cap * sizeof *ids);
-        if (!ids)
-            return sl_err_set(SL_ERR_NOMEM, "%s: out of memory at %zu tokens", path, b->len);
-        b->ids = ids;
-        b->cap = cap;
-    }
-    b->ids[b->len++] = id;
-    return SL_OK;
-}
-
-/* Gives the buffer's first n ids to tokens (shrunk to fit); the buffer is emptied. */
-static void
-idbuf_take(idbuf_t *b, size_t n, sl_tokens_t *tokens)
-{
-    if (n == 0) {
-        free(b->ids);
-        tokens->ids = NULL;
-    } else {
-        int32_t *ids = realloc(b->ids, n * sizeof *ids);
-        tokens->ids = ids ? ids : b->ids; /* a failed shrink keeps the larger block */
-    }
-    tokens->len = n;
-    memset(b, 0, sizeof *b);
-}
-
-static sl_status_t
-check_utf8(const source_t *src)
-{
-    size_t bad = sl_utf8_invalid_at((const unsigned char *)src->data, src->len);
-
-    if (bad < src->len)
-        return sl_err_set(SL_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", src->path, bad);
-    return SL_OK;
-}
 
 /* One candidate word of the vocabulary while it is being ordered. */
 typedef struct {
@@ -148,63 +51,12 @@ entry_cmp(const void *pa, const void *pb)
     return (a->len > b->len) - (a->len < b->len);
 }
 
-sl_status_t
-sl_tokenize(const sl_vocab_t *v, sl_level_t level, const char *name, const char *text, size_t len,
-            int line_end, sl_tokens_t *out)
-{
-    tok_iter_t it = {text, len, 0, level, !line_end};
-    idbuf_t b = {0};
-    const char *tok = NULL;
-    size_t n, bad = sl_utf8_invalid_at((const unsigned char *)text, len);
-
-    memset(out, 0, sizeof *out);
-    if (bad < len)
-        return sl_err_set(SL_ERR_FORMAT, "%s: invalid UTF-8 at byte %zu", name, bad);
-    while (next_token(&it, &tok, &n)) {
-        int32_t id = n == 0 ? v->eos : sl_vocab_find(v, tok, n);
-        sl_status_t st = idbuf_push(&b, id >= 0 ? id : v->unk, name);
-        if (st != SL_OK) {
-            free(b.ids);
-            return st;
-        }
-    }
-    idbuf_take(&b, b.len, out);
-    return SL_OK;
-}
-
 /* Tokenizes a valid/test file against the finished vocabulary (unknown -> <unk>). */
 static sl_status_t
 tokenize_lookup(const source_t *src, const sl_vocab_t *v, sl_level_t level, sl_tokens_t *out)
 {
     SL_TRY(sl_tokenize(v, level, src->path, src->data, src->len, 1, out));
     if (out->len == 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
-    return SL_OK;
-}
-
-/* Tokenizes the training file into indices of a table of its distinct tokens (word
- * level: <eos> and a literal "<unk>" are entries too, so that they are counted). */
-static sl_status_t
-tokenize_types(const source_t *src, sl_level_t level, sl_vocab_t *types, int32_t *eos_type,
-               int32_t *unk_type, idbuf_t *raw)
-{
-    tok_iter_t it = {src->data, src->len, 0, level, 0};
-    const char *tok = NULL;
-    size_t n;
-
-    SL_TRY(check_utf8(src));
-    *eos_type = *unk_type = -1;
-    if (level == SL_LEVEL_WORD) {
-        SL_TRY(sl_vocab_intern(types, "<eos>", 5, eos_type));
-        SL_TRY(sl_vocab_intern(types, "<unk>", 5, unk_type));
-    }
-    while (next_token(&it, &tok, &n)) {
-        int32_t t = *eos_type;
-        if (n)
-            SL_TRY(sl_vocab_intern(types, tok, n, &t));
-        SL_TRY(idbuf_push(raw, t, src->path));
-    }
-    if (raw->len == 0)
         return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
     return SL_OK;
 }
@@ -283,67 +135,6 @@ out:
     return st;
 }
 
-/* Tokenizes everything and fills corpus (vocab and ids; hash left to the caller). */
-static sl_status_t
-build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg)
-{
-    sl_status_t st;
-    sl_vocab_t *types = NULL;
-    idbuf_t raw = {0};
-    int32_t eos_type, unk_type, *map = NULL;
-    size_t n_all, n_train;
-    const char *path = src[SRC_TRAIN].path;
-    sl_level_t level = cfg->data.level;
-
-    SL_TRY(sl_vocab_new(&types, 4096));
-    SL_TRY_GOTO(tokenize_types(&src[SRC_TRAIN], level, types, &eos_type, &unk_type, &raw), st, out);
-    n_all = n_train = raw.len;
-    if (!src[SRC_VALID].path && cfg->data.valid_fraction > 0) {
-        n_train = (size_t)((double)n_all * (1.0 - cfg->data.valid_fraction));
-        if (n_train == 0) {
-            st = sl_err_set(SL_ERR_INVALID,
-                            "%s: data.valid_fraction %g leaves none of its %zu "
-                            "tokens for training",
-                            path, cfg->data.valid_fraction, n_all);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n_train; i++)
-        types->count[raw.ids[i]]++;
-    map = malloc((size_t)types->size * sizeof *map);
-    if (!map) {
-        st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    SL_TRY_GOTO(build_vocab(path, types, eos_type, unk_type, level, cfg->data.vocab_size,
-                            sl_config_key_where(cfg, "data.vocab_size"), &c->vocab, map),
-                st, out);
-    for (size_t i = 0; i < n_all; i++)
-        raw.ids[i] = map[raw.ids[i]];
-    if (n_train < n_all) {
-        c->valid.len = n_all - n_train;
-        c->valid.ids = malloc(c->valid.len * sizeof *c->valid.ids);
-        if (!c->valid.ids) {
-            st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
-            goto out;
-        }
-        memcpy(c->valid.ids, raw.ids + n_train, c->valid.len * sizeof *c->valid.ids);
-    }
-    if (cfg->data.max_tokens > 0 && (size_t)cfg->data.max_tokens < n_train)
-        n_train = (size_t)cfg->data.max_tokens;
-    idbuf_take(&raw, n_train, &c->train);
-    if (src[SRC_VALID].path)
-        SL_TRY_GOTO(tokenize_lookup(&src[SRC_VALID], c->vocab, level, &c->valid), st, out);
-    if (src[SRC_TEST].path)
-        SL_TRY_GOTO(tokenize_lookup(&src[SRC_TEST], c->vocab, level, &c->test), st, out);
-    st = SL_OK;
-out:
-    free(raw.ids);
-    free(map);
-    sl_vocab_destroy(&types);
-    return st;
-}
-
 /* The settings' part of the corpus hash into h. */
 static void
 hash_settings(sl_hash_t *h, const sl_config_t *cfg)
@@ -358,23 +149,6 @@ hash_settings(sl_hash_t *h, const sl_config_t *cfg)
     words[4] = (uint64_t)(int64_t)cfg->data.max_tokens;
     sl_hash_init(h, CORPUS_HASH_SEED);
     sl_hash_update(h, words, sizeof words);
-}
-
-/* Identity of the data: every file's bytes (with a presence flag and length, so that
- * moving bytes between files changes it) and every setting that changes the ids. */
-static uint64_t
-corpus_hash(const source_t *src, const sl_config_t *cfg)
-{
-    sl_hash_t h;
-
-    hash_settings(&h, cfg);
-    for (int k = 0; k < NSRC; k++) {
-        uint64_t head[2] = {src[k].path != NULL, src[k].len};
-        sl_hash_update(&h, head, sizeof head);
-        if (src[k].len)
-            sl_hash_update(&h, src[k].data, src[k].len);
-    }
-    return sl_hash_final(&h);
 }
 
 /* The cache directory: data.cache_dir, else $XDG_CACHE_HOME/shoal, else
@@ -512,18 +286,146 @@ hash_sources(const sl_config_t *cfg, source_t *src, uint64_t *hash, unsigned cha
     return SL_OK;
 }
 
-/* Reads the texts hash_sources hashed (those it did not read whole); SL_ERR_IO when
- * they are no longer the bytes it hashed. */
+/* Reads the held-out texts hash_sources did not read whole. */
 static sl_status_t
-read_sources(const sl_config_t *cfg, source_t *src, uint64_t hash)
+read_held_out(const sl_config_t *cfg, source_t *src)
 {
-    for (int k = 0; k < NSRC; k++)
+    for (int k = SRC_VALID; k < NSRC; k++)
         if (src[k].path && !src[k].data)
             SL_TRY(read_source(cfg, k, &src[k]));
-    if (corpus_hash(src, cfg) != hash)
-        return sl_err_set(SL_ERR_IO, "%s: the corpus changed while it was read",
-                          src[SRC_TRAIN].path);
     return SL_OK;
+}
+
+/* The training text's distinct tokens and its ids into them, as they are read. */
+typedef struct {
+    sl_vocab_t *types;
+    int32_t eos_type;
+    sl_idbuf_t raw;
+    const char *path;
+} types_t;
+
+static sl_status_t
+add_type(void *ctx, const char *tok, size_t n)
+{
+    types_t *t = ctx;
+    int32_t type = t->eos_type;
+
+    if (n)
+        SL_TRY(sl_vocab_intern(t->types, tok, n, &type));
+    return sl_idbuf_push(&t->raw, type, t->path);
+}
+
+/* Tokenizes the training text into indices of a table of its distinct tokens (word
+ * level: <eos> and a literal "<unk>" are entries too, so that they are counted),
+ * reading it a piece at a time (never whole: only its ids are held), and hashes it and
+ * the held-out texts again on the way: SL_ERR_IO when they are no longer the bytes of
+ * hash, which hash_sources read. */
+static sl_status_t
+tokenize_types(const sl_config_t *cfg, const source_t *src, uint64_t hash, types_t *t,
+               int32_t *unk_type)
+{
+    const source_t *train = &src[SRC_TRAIN];
+    uint64_t head[2] = {1, train->len}, bytes = 0;
+    struct stat sb;
+    sl_hash_t h;
+    sl_status_t st;
+    FILE *fp = NULL;
+
+    t->eos_type = *unk_type = -1;
+    t->path = train->path;
+    if (cfg->data.level == SL_LEVEL_WORD) {
+        SL_TRY(sl_vocab_intern(t->types, "<eos>", 5, &t->eos_type));
+        SL_TRY(sl_vocab_intern(t->types, "<unk>", 5, unk_type));
+    }
+    /* a pipe was read whole by hash_source; a file is read again */
+    if (train->data && train->len)
+        fp = fmemopen(train->data, train->len, "rb");
+    else if (!train->data)
+        fp = fopen(train->path, "rb");
+    if (!fp && (!train->data || train->len))
+        return source_error(cfg, SRC_TRAIN, train,
+                            sl_err_set(SL_ERR_IO, "%s: %s", train->path, strerror(errno)));
+    if (!train->data && fstat(fileno(fp), &sb) == 0)
+        head[1] = (uint64_t)sb.st_size;
+    hash_settings(&h, cfg);
+    sl_hash_update(&h, head, sizeof head);
+    if (fp) {
+        st = sl_tokenize_stream(fp, train->path, cfg->data.level, TRAIN_CHUNK_BYTES, add_type, t,
+                                &h, &bytes);
+        fclose(fp);
+        SL_TRY(st);
+    }
+    for (int k = SRC_VALID; k < NSRC; k++) {
+        uint64_t part[2] = {src[k].path != NULL, src[k].len};
+        sl_hash_update(&h, part, sizeof part);
+        sl_hash_update(&h, src[k].data, src[k].len);
+    }
+    if (bytes != head[1] || sl_hash_final(&h) != hash)
+        return sl_err_set(SL_ERR_IO, "%s: the corpus changed while it was read", train->path);
+    if (t->raw.len == 0)
+        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", train->path);
+    return SL_OK;
+}
+
+/* Tokenizes everything and fills corpus (vocab and ids; hash left to the caller):
+ * the training text a piece at a time, the held-out texts (src) whole. */
+static sl_status_t
+build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg, uint64_t hash)
+{
+    sl_status_t st;
+    types_t t = {0};
+    int32_t unk_type, *map = NULL;
+    size_t n_all, n_train;
+    const char *path = src[SRC_TRAIN].path;
+    sl_level_t level = cfg->data.level;
+
+    SL_TRY(sl_vocab_new(&t.types, 4096));
+    SL_TRY_GOTO(tokenize_types(cfg, src, hash, &t, &unk_type), st, out);
+    n_all = n_train = t.raw.len;
+    if (!src[SRC_VALID].path && cfg->data.valid_fraction > 0) {
+        n_train = (size_t)((double)n_all * (1.0 - cfg->data.valid_fraction));
+        if (n_train == 0) {
+            st = sl_err_set(SL_ERR_INVALID,
+                            "%s: data.valid_fraction %g leaves none of its %zu "
+                            "tokens for training",
+                            path, cfg->data.valid_fraction, n_all);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n_train; i++)
+        t.types->count[t.raw.ids[i]]++;
+    map = malloc((size_t)t.types->size * sizeof *map);
+    if (!map) {
+        st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    SL_TRY_GOTO(build_vocab(path, t.types, t.eos_type, unk_type, level, cfg->data.vocab_size,
+                            sl_config_key_where(cfg, "data.vocab_size"), &c->vocab, map),
+                st, out);
+    for (size_t i = 0; i < n_all; i++)
+        t.raw.ids[i] = map[t.raw.ids[i]];
+    if (n_train < n_all) {
+        c->valid.len = n_all - n_train;
+        c->valid.ids = malloc(c->valid.len * sizeof *c->valid.ids);
+        if (!c->valid.ids) {
+            st = sl_err_set(SL_ERR_NOMEM, "%s: out of memory", path);
+            goto out;
+        }
+        memcpy(c->valid.ids, t.raw.ids + n_train, c->valid.len * sizeof *c->valid.ids);
+    }
+    if (cfg->data.max_tokens > 0 && (size_t)cfg->data.max_tokens < n_train)
+        n_train = (size_t)cfg->data.max_tokens;
+    sl_idbuf_take(&t.raw, n_train, &c->train);
+    if (src[SRC_VALID].path)
+        SL_TRY_GOTO(tokenize_lookup(&src[SRC_VALID], c->vocab, level, &c->valid), st, out);
+    if (src[SRC_TEST].path)
+        SL_TRY_GOTO(tokenize_lookup(&src[SRC_TEST], c->vocab, level, &c->test), st, out);
+    st = SL_OK;
+out:
+    free(t.raw.ids);
+    free(map);
+    sl_vocab_destroy(&t.types);
+    return st;
 }
 
 /* A cached vocabulary was built from the same data.vocab_size, but perhaps as a default
@@ -666,8 +568,8 @@ sl_corpus_load_share(sl_corpus_t *corpus, const sl_config_t *cfg, int rank, int 
         }
     }
     if (!corpus->from_cache) {
-        SL_TRY_GOTO(read_sources(cfg, src, hash), st, out);
-        SL_TRY_GOTO(build(corpus, src, cfg), st, out);
+        SL_TRY_GOTO(read_held_out(cfg, src), st, out);
+        SL_TRY_GOTO(build(corpus, src, cfg, hash), st, out);
         corpus->hash = hash;
         if (!path)
             sl_log_warn("data", "no cache directory (data.cache_dir, XDG_CACHE_HOME and HOME "

@@ -1,13 +1,16 @@
-/* Internals of src/data shared between its files: UTF-8 validation, the vocabulary's
- * interning table, and the token cache reader/writer. Not for use outside src/data.
- * The calls run one way: sl_corpus.c uses the vocabulary and the token cache, the token
- * cache uses the vocabulary, and neither of those knows the corpus. */
+/* Internals of src/data shared between its files: UTF-8 validation, tokenizing, the
+ * vocabulary's interning table, and the token cache reader/writer. Not for use outside
+ * src/data. The calls run one way: sl_corpus.c uses the tokenizer, the vocabulary and
+ * the token cache, the token cache uses the vocabulary, and none of those knows the
+ * corpus. */
 #ifndef SL_DATA_INTERNAL_H
 #define SL_DATA_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "common/sl_hash.h"
 #include "common/sl_status.h"
 #include "data/sl_data.h"
 
@@ -27,6 +30,31 @@ sl_utf8_seq_bytes(unsigned char b)
 {
     return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
 }
+
+/* ---- Tokenizing (sl_tokenize.c; sl_tokenize itself is in sl_data.h) ---- */
+
+/* A growing array of token ids. */
+typedef struct {
+    int32_t *ids;
+    size_t len, cap;
+} sl_idbuf_t;
+
+/* Appends id; SL_ERR_NOMEM "name: out of memory at N tokens". */
+sl_status_t sl_idbuf_push(sl_idbuf_t *b, int32_t id, const char *name);
+/* Gives the buffer's first n ids to tokens (shrunk to fit); the buffer is emptied. */
+void sl_idbuf_take(sl_idbuf_t *b, size_t n, sl_tokens_t *tokens);
+
+/* Called with each token in turn: its bytes (tok, n), or (NULL, 0) for <eos>. */
+typedef sl_status_t (*sl_token_fn)(void *ctx, const char *tok, size_t n);
+
+/* Reads fp to its end, chunk (> 0) bytes at a time, and calls fn with each of its
+ * tokens, the ones sl_tokenize finds in the whole text (line_end 1), in order; the
+ * memory held is one chunk and the longest word. Every byte read goes to h (when not
+ * NULL), their count to *bytes. Errors: SL_ERR_FORMAT "name: invalid UTF-8 at byte N"
+ * (N counted from the file's start; the tokens before it have been given to fn),
+ * SL_ERR_IO "name: read error: ...", SL_ERR_NOMEM, or fn's. */
+sl_status_t sl_tokenize_stream(FILE *fp, const char *name, sl_level_t level, size_t chunk,
+                               sl_token_fn fn, void *ctx, sl_hash_t *h, uint64_t *bytes);
 
 /* ---- Vocabulary (sl_vocab.c) ---- */
 
