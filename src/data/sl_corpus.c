@@ -17,14 +17,14 @@
 #include "data/sl_data_internal.h"
 
 #define CORPUS_HASH_SEED 0x636f72707573ULL /* "corpus" */
-#define TRAIN_CHUNK_BYTES (1 << 20)        /* the training text is read this much at a time */
+#define TEXT_CHUNK_BYTES (1 << 20)         /* a text is read this much at a time */
 
 enum { SRC_TRAIN, SRC_VALID, SRC_TEST, NSRC };
 static const char *const src_key[NSRC] = {"data.train", "data.valid", "data.test"};
 
 typedef struct {
     const char *path; /* borrowed from the config; NULL when the split has no file */
-    char *data;       /* whole file, NUL-terminated: a held-out text, or a pipe */
+    char *data;       /* a pipe's bytes (read once, to hash them); NULL for a file */
     size_t len;
 } source_t;
 
@@ -49,16 +49,6 @@ entry_cmp(const void *pa, const void *pb)
     if (c)
         return c;
     return (a->len > b->len) - (a->len < b->len);
-}
-
-/* Tokenizes a valid/test file against the finished vocabulary (unknown -> <unk>). */
-static sl_status_t
-tokenize_lookup(const source_t *src, const sl_vocab_t *v, sl_level_t level, sl_tokens_t *out)
-{
-    SL_TRY(sl_tokenize(v, level, src->path, src->data, src->len, 1, out));
-    if (out->len == 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
-    return SL_OK;
 }
 
 /* The vocabulary from the training counts: the top vocab_size distinct tokens (all of
@@ -212,15 +202,6 @@ source_error(const sl_config_t *cfg, int k, const source_t *src, sl_status_t st)
     return sl_err_prefix(st, "%s: %s", at, src_key[k]);
 }
 
-/* Reads one split's file whole. */
-static sl_status_t
-read_source(const sl_config_t *cfg, int k, source_t *src)
-{
-    sl_status_t st = sl_file_read_all(src->path, &src->data, &src->len);
-
-    return st == SL_OK ? SL_OK : source_error(cfg, k, src, st);
-}
-
 /* Split k's part of the corpus hash (corpus_hash's: a head, then the bytes) into h, and
  * the training text into sha, read a piece at a time: with a valid token cache the
  * texts are then never held whole (a node of a large corpus holds its ids only). A
@@ -286,17 +267,41 @@ hash_sources(const sl_config_t *cfg, source_t *src, uint64_t *hash, unsigned cha
     return SL_OK;
 }
 
-/* Reads the held-out texts hash_sources did not read whole. */
+/* Split k's text given to fn a piece at a time (a pipe's from the bytes hash_source
+ * kept), and its part of the corpus hash into h as hash_source's: SL_ERR_IO when it is
+ * no longer as long as it was then (the caller compares the hashes at the end). */
 static sl_status_t
-read_held_out(const sl_config_t *cfg, source_t *src)
+stream_source(const sl_config_t *cfg, int k, const source_t *src, sl_hash_t *h, sl_token_fn fn,
+              void *ctx)
 {
-    for (int k = SRC_VALID; k < NSRC; k++)
-        if (src[k].path && !src[k].data)
-            SL_TRY(read_source(cfg, k, &src[k]));
-    return SL_OK;
+    uint64_t head[2] = {src->path != NULL, src->len}, bytes = 0;
+    struct stat sb;
+    sl_status_t st;
+    FILE *fp;
+
+    if (src->path && !src->data)
+        fp = fopen(src->path, "rb");
+    else if (src->len)
+        fp = fmemopen(src->data, src->len, "rb");
+    else /* no file, or an empty pipe */
+        fp = NULL;
+    if (!fp && src->path && (!src->data || src->len))
+        return source_error(cfg, k, src,
+                            sl_err_set(SL_ERR_IO, "%s: %s", src->path, strerror(errno)));
+    if (fp && !src->data && fstat(fileno(fp), &sb) == 0)
+        head[1] = (uint64_t)sb.st_size;
+    sl_hash_update(h, head, sizeof head);
+    if (!fp)
+        return SL_OK;
+    st = sl_tokenize_stream(fp, src->path, cfg->data.level, TEXT_CHUNK_BYTES, fn, ctx, h, &bytes);
+    fclose(fp);
+    if (st == SL_OK && bytes != head[1])
+        st = sl_err_set(SL_ERR_IO, "%s: changed while it was read", src->path);
+    return st;
 }
 
-/* The training text's distinct tokens and its ids into them, as they are read. */
+/* The training text's distinct tokens and its ids into them, as they are read (word
+ * level: <eos> and a literal "<unk>" are entries too, so that they are counted). */
 typedef struct {
     sl_vocab_t *types;
     int32_t eos_type;
@@ -315,72 +320,66 @@ add_type(void *ctx, const char *tok, size_t n)
     return sl_idbuf_push(&t->raw, type, t->path);
 }
 
-/* Tokenizes the training text into indices of a table of its distinct tokens (word
- * level: <eos> and a literal "<unk>" are entries too, so that they are counted),
- * reading it a piece at a time (never whole: only its ids are held), and hashes it and
- * the held-out texts again on the way: SL_ERR_IO when they are no longer the bytes of
- * hash, which hash_sources read. */
-static sl_status_t
-tokenize_types(const sl_config_t *cfg, const source_t *src, uint64_t hash, types_t *t,
-               int32_t *unk_type)
-{
-    const source_t *train = &src[SRC_TRAIN];
-    uint64_t head[2] = {1, train->len}, bytes = 0;
-    struct stat sb;
-    sl_hash_t h;
-    sl_status_t st;
-    FILE *fp = NULL;
+/* A held-out text's ids in the finished vocabulary (unknown: <unk>), as they are read. */
+typedef struct {
+    const sl_vocab_t *v;
+    sl_idbuf_t ids;
+    const char *path;
+} known_t;
 
-    t->eos_type = *unk_type = -1;
-    t->path = train->path;
-    if (cfg->data.level == SL_LEVEL_WORD) {
-        SL_TRY(sl_vocab_intern(t->types, "<eos>", 5, &t->eos_type));
-        SL_TRY(sl_vocab_intern(t->types, "<unk>", 5, unk_type));
+static sl_status_t
+add_known(void *ctx, const char *tok, size_t n)
+{
+    known_t *k = ctx;
+    int32_t id = n ? sl_vocab_find(k->v, tok, n) : k->v->eos;
+
+    return sl_idbuf_push(&k->ids, id >= 0 ? id : k->v->unk, k->path);
+}
+
+/* Split k's ids (valid or test) into out when it has a file; out untouched when not. */
+static sl_status_t
+tokenize_held_out(const sl_config_t *cfg, int k, const source_t *src, const sl_vocab_t *v,
+                  sl_hash_t *h, sl_tokens_t *out)
+{
+    known_t ids = {v, {0}, src->path};
+    sl_status_t st = stream_source(cfg, k, src, h, add_known, &ids);
+
+    if (st == SL_OK && src->path && ids.ids.len == 0)
+        st = sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", src->path);
+    if (st != SL_OK || !src->path) {
+        free(ids.ids.ids);
+        return st;
     }
-    /* a pipe was read whole by hash_source; a file is read again */
-    if (train->data && train->len)
-        fp = fmemopen(train->data, train->len, "rb");
-    else if (!train->data)
-        fp = fopen(train->path, "rb");
-    if (!fp && (!train->data || train->len))
-        return source_error(cfg, SRC_TRAIN, train,
-                            sl_err_set(SL_ERR_IO, "%s: %s", train->path, strerror(errno)));
-    if (!train->data && fstat(fileno(fp), &sb) == 0)
-        head[1] = (uint64_t)sb.st_size;
-    hash_settings(&h, cfg);
-    sl_hash_update(&h, head, sizeof head);
-    if (fp) {
-        st = sl_tokenize_stream(fp, train->path, cfg->data.level, TRAIN_CHUNK_BYTES, add_type, t,
-                                &h, &bytes);
-        fclose(fp);
-        SL_TRY(st);
-    }
-    for (int k = SRC_VALID; k < NSRC; k++) {
-        uint64_t part[2] = {src[k].path != NULL, src[k].len};
-        sl_hash_update(&h, part, sizeof part);
-        sl_hash_update(&h, src[k].data, src[k].len);
-    }
-    if (bytes != head[1] || sl_hash_final(&h) != hash)
-        return sl_err_set(SL_ERR_IO, "%s: the corpus changed while it was read", train->path);
-    if (t->raw.len == 0)
-        return sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", train->path);
+    sl_idbuf_take(&ids.ids, ids.ids.len, out);
     return SL_OK;
 }
 
-/* Tokenizes everything and fills corpus (vocab and ids; hash left to the caller):
- * the training text a piece at a time, the held-out texts (src) whole. */
+/* Tokenizes everything and fills corpus (vocab and ids; hash left to the caller),
+ * each text read a piece at a time (never held whole: the ids are) and hashed again on
+ * the way: SL_ERR_IO when the texts are no longer the bytes of hash, which
+ * hash_sources read. */
 static sl_status_t
 build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg, uint64_t hash)
 {
     sl_status_t st;
-    types_t t = {0};
-    int32_t unk_type, *map = NULL;
+    types_t t = {NULL, -1, {0}, src[SRC_TRAIN].path};
+    int32_t unk_type = -1, *map = NULL;
     size_t n_all, n_train;
     const char *path = src[SRC_TRAIN].path;
     sl_level_t level = cfg->data.level;
+    sl_hash_t h;
 
     SL_TRY(sl_vocab_new(&t.types, 4096));
-    SL_TRY_GOTO(tokenize_types(cfg, src, hash, &t, &unk_type), st, out);
+    if (level == SL_LEVEL_WORD) {
+        SL_TRY_GOTO(sl_vocab_intern(t.types, "<eos>", 5, &t.eos_type), st, out);
+        SL_TRY_GOTO(sl_vocab_intern(t.types, "<unk>", 5, &unk_type), st, out);
+    }
+    hash_settings(&h, cfg);
+    SL_TRY_GOTO(stream_source(cfg, SRC_TRAIN, &src[SRC_TRAIN], &h, add_type, &t), st, out);
+    if (t.raw.len == 0) {
+        st = sl_err_set(SL_ERR_INVALID, "%s: corpus is empty", path);
+        goto out;
+    }
     n_all = n_train = t.raw.len;
     if (!src[SRC_VALID].path && cfg->data.valid_fraction > 0) {
         n_train = (size_t)((double)n_all * (1.0 - cfg->data.valid_fraction));
@@ -416,10 +415,13 @@ build(sl_corpus_t *c, const source_t *src, const sl_config_t *cfg, uint64_t hash
     if (cfg->data.max_tokens > 0 && (size_t)cfg->data.max_tokens < n_train)
         n_train = (size_t)cfg->data.max_tokens;
     sl_idbuf_take(&t.raw, n_train, &c->train);
-    if (src[SRC_VALID].path)
-        SL_TRY_GOTO(tokenize_lookup(&src[SRC_VALID], c->vocab, level, &c->valid), st, out);
-    if (src[SRC_TEST].path)
-        SL_TRY_GOTO(tokenize_lookup(&src[SRC_TEST], c->vocab, level, &c->test), st, out);
+    SL_TRY_GOTO(tokenize_held_out(cfg, SRC_VALID, &src[SRC_VALID], c->vocab, &h, &c->valid), st,
+                out);
+    SL_TRY_GOTO(tokenize_held_out(cfg, SRC_TEST, &src[SRC_TEST], c->vocab, &h, &c->test), st, out);
+    if (sl_hash_final(&h) != hash) {
+        st = sl_err_set(SL_ERR_IO, "%s: the corpus changed while it was read", path);
+        goto out;
+    }
     st = SL_OK;
 out:
     free(t.raw.ids);
@@ -568,7 +570,6 @@ sl_corpus_load_share(sl_corpus_t *corpus, const sl_config_t *cfg, int rank, int 
         }
     }
     if (!corpus->from_cache) {
-        SL_TRY_GOTO(read_held_out(cfg, src), st, out);
         SL_TRY_GOTO(build(corpus, src, cfg, hash), st, out);
         corpus->hash = hash;
         if (!path)
