@@ -133,13 +133,17 @@ sl_json_number_at(const char *text, const char *key, double *v)
 {
     char pat[64], *end;
     const char *p;
+    double x;
 
     snprintf(pat, sizeof pat, "\"%s\":", key);
     if (!(p = strstr(text, pat)))
         return 0;
     p += strlen(pat);
-    *v = strtod(p, &end);
-    return end != p && isfinite(*v);
+    x = strtod(p, &end);
+    if (end == p || !isfinite(x))
+        return 0; /* *v as it was: shoal plot's time_s keeps its 0, not a NaN */
+    *v = x;
+    return 1;
 }
 
 static sl_status_t

@@ -51,7 +51,8 @@ void sl_json_string(FILE *out, const char *s);
 /* ,"wall_time":"2026-11-27T10:15:07.123Z" (now, UTC): the last field of every record. */
 void sl_json_wall_time(FILE *out);
 /* The number after the first "key": in text (one record or a small file shoal wrote);
- * 0 when it is absent or not a finite number (null), else 1 and *v. */
+ * 0, *v unchanged, when it is absent or not a finite number (null, nan, 1e999), else 1
+ * and *v. */
 int sl_json_number_at(const char *text, const char *key, double *v);
 
 #endif

@@ -31,22 +31,50 @@ days_from_civil(long y, int m, int d)
     return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
 }
 
+/* n decimal digits at s (no sign, no space; never read past a NUL) into *v; 0 when
+ * they are not n digits. */
+static int
+digits(const char *s, int n, int *v)
+{
+    *v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        *v = *v * 10 + (s[i] - '0');
+    }
+    return 1;
+}
+
+static int
+days_in_month(int y, int m)
+{
+    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+
+    return days[m - 1] + (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0));
+}
+
 /* "2026-11-27T10:15:07.123Z" (what sl_metrics.c writes; fraction optional) at s, ended
- * by a quote, into seconds since 1970-01-01 UTC; 0 when it is not that. */
+ * by a quote, into seconds since 1970-01-01 UTC; 0 when it is not that: each field its
+ * digits alone (sscanf's %d would take a sign or spaces), a day of its month, a fraction
+ * of one digit or more. */
 static int
 parse_utc(const char *s, double *t)
 {
-    int y, mo, d, h, mi, sec, used = 0;
+    int y, mo, d, h, mi, sec;
     double frac = 0, scale = 0.1;
 
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &used) != 6 ||
-        used != 19 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 ||
-        h < 0 || mi < 0 || sec < 0)
+    if (!digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) || s[7] != '-' ||
+        !digits(s + 8, 2, &d) || s[10] != 'T' || !digits(s + 11, 2, &h) || s[13] != ':' ||
+        !digits(s + 14, 2, &mi) || s[16] != ':' || !digits(s + 17, 2, &sec) || mo < 1 || mo > 12 ||
+        d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 60)
         return 0;
-    s += used;
-    if (*s == '.')
+    s += 19;
+    if (*s == '.') {
+        if (s[1] < '0' || s[1] > '9')
+            return 0;
         for (s++; *s >= '0' && *s <= '9'; s++, scale /= 10)
             frac += (*s - '0') * scale;
+    }
     if (s[0] != 'Z' || s[1] != '"')
         return 0;
     *t = (double)days_from_civil(y, mo, d) * 86400.0 + h * 3600.0 + mi * 60.0 + sec + frac;
@@ -54,21 +82,28 @@ parse_utc(const char *s, double *t)
 }
 
 /* The record's wall_time into *t (NaN when it has none); an error naming path:lineno
- * when it is there but no ISO 8601 UTC time. */
+ * when it is there but no ISO 8601 UTC time. The error shows the value up to its quote,
+ * 40 bytes at most, each byte that is no printable ASCII as '?': one line. */
 static sl_status_t
 wall_time(const char *line, const char *path, size_t lineno, double *t)
 {
     static const char key[] = "\"wall_time\":\"";
     const char *p = strstr(line, key);
+    char shown[44];
+    size_t n = 0;
 
     *t = NAN;
     if (!p || parse_utc(p + strlen(key), t))
         return SL_OK;
-    p += strlen(key);
+    for (p += strlen(key); *p && *p != '"' && *p != '\n' && n < 40; p++)
+        shown[n++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
+    if (*p && *p != '"' && *p != '\n')
+        shown[n++] = '.', shown[n++] = '.', shown[n++] = '.';
+    shown[n] = '\0';
     return sl_err_set(SL_ERR_FORMAT,
-                      "%s:%zu: wall_time \"%.*s\" is not an ISO 8601 UTC time "
+                      "%s:%zu: wall_time \"%s\" is not an ISO 8601 UTC time "
                       "(2026-11-27T10:15:07.123Z)",
-                      path, lineno, (int)strcspn(p, "\"\n"), p);
+                      path, lineno, shown);
 }
 
 /* Appends the point v (SL_PLOT_COLS values) to the array *xs of *n points and

@@ -208,8 +208,9 @@ sl_run_best_read(const char *dir, long upto, sl_run_best_t *best)
     snprintf(path, sizeof path, "%s/%s", dir, SL_RUN_BEST_JSON);
     if (sl_file_read_all(path, &text, &len) != SL_OK)
         return;
+    /* (double)LONG_MAX is 2^63, no long: (long)step only below it */
     if (sl_json_number_at(text, "step", &step) && sl_json_number_at(text, "valid_loss", &loss) &&
-        step >= 0 && step <= (double)upto && step == (double)(long)step) {
+        step >= 0 && step <= (double)upto && step < 0x1p63 && step == floor(step)) {
         best->loss = loss;
         best->step = (long)step;
     }

@@ -17,6 +17,7 @@
 #include "common/sl_file.h"
 #include "common/sl_log.h"
 #include "node/sl_supervisor_int.h"
+#include "node/sl_supervisor_watch_internal.h"
 
 /* A node that uses less than this share of one CPU over the watchdog's window, and says
  * nothing, is hung; a node that computes (a long evaluation, a tokenization) uses far
@@ -202,19 +203,15 @@ sl_sup_node_alive(sl_sup_t *l, int rank)
     c->cpu_at_sign_s = -1; /* the next watchdog round reads it */
 }
 
-/* Process pid's CPU time (user and system, all threads) in seconds and whether it is
- * stopped (SIGSTOP, SIGTSTP: state T), from /proc/PID/stat; -1 where that cannot be
- * read (gone, or no /proc). */
-static double
-proc_cpu_s(pid_t pid, int *stopped)
+double
+sl_sup_proc_stat_cpu_s(const char *path, int *stopped)
 {
-    char path[64], buf[1024], *close_paren, state;
+    char buf[1024], *close_paren, state;
     unsigned long utime, stime;
     FILE *f;
     size_t n;
 
     *stopped = 0;
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
     f = fopen(path, "r");
     if (!f)
         return -1;
@@ -228,6 +225,18 @@ proc_cpu_s(pid_t pid, int *stopped)
         return -1;
     *stopped = state == 'T' || state == 't';
     return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Process pid's CPU time (user and system, all threads) in seconds and whether it is
+ * stopped (SIGSTOP, SIGTSTP: state T), from /proc/PID/stat; -1 where that cannot be
+ * read (gone, or no /proc). */
+static double
+proc_cpu_s(pid_t pid, int *stopped)
+{
+    char path[64];
+
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    return sl_sup_proc_stat_cpu_s(path, stopped);
 }
 
 /* The watchdog: a node that has neither sent anything nor used WATCHDOG_CPU_SHARE of a

@@ -1,7 +1,8 @@
 /* Replays a fuzz target's corpus without libFuzzer, for make check: links with one
  * target (fuzz_config.c, fuzz_wire.c, fuzz_model.c, fuzz_corpus.c, fuzz_sync_state.c,
- * fuzz_rendezvous.c, fuzz_hostlist.c) and calls its LLVMFuzzerTestOneInput on every file
- * named on the command line, or in a directory named there (in name order).
+ * fuzz_rendezvous.c, fuzz_hostlist.c, fuzz_runfiles.c) and calls its
+ * LLVMFuzzerTestOneInput on every file named on the command line, or in a directory
+ * named there (in name order).
  * Without arguments it replays SEED_DIRS (space-separated folders below
  * $SHOAL_SRCDIR, compiled in). A broken invariant aborts inside the target, after the
  * file's name was printed; no file to replay at all is a hard error (exit 99). */
