@@ -15,7 +15,8 @@
  * spread is the noise) beside each build's gemm_packed, and the packing (pack_b) that
  * a window pays once; and its largest weight gradient, dW_hh += dG^T r over B (T - 1)
  * rows, and its dX over a window (E = 64 columns); the word model's full-softmax chunk
- * (838 rows: logits = top W_out^T and dtop = dlogits W_out) and its input projection
+ * (838 rows: logits = top W_out^T, dtop = dlogits W_out and dW_out += dlogits^T top)
+ * and its input projection
  * (N x 4H, W_ih^T); each by the BLAS and by pack_b + gemm_packed. Inputs are random and
  * never zero, buffers 64-byte aligned. */
 #include "config.h"
@@ -34,8 +35,8 @@
 
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
 enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
-enum { NW = 838 };      /* the word model's rows per full-softmax chunk (2^23 / V) */
-enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 25 };
+enum { NW = 838 };     /* the word model's rows per full-softmax chunk (2^23 / V) */
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 27 };
 
 typedef struct {
     float *logits, *sampled, *gates, *gates_c, *c_prev, *c, *m, *dm, *dc, *dgates;
@@ -73,7 +74,9 @@ static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
                                      "gemm BLAS dtop 838x256x10002",
                                      "pack+gemm_packed dtop",
                                      "gemm BLAS dX 3168x64x2048",
-                                     "pack+gemm_packed dX"};
+                                     "pack+gemm_packed dX",
+                                     "gemm BLAS dW_out 10002x256x838",
+                                     "pack+gemm_packed dW_out"};
 
 static void
 fill(float *x, size_t n, uint64_t key, float scale)
@@ -83,8 +86,8 @@ fill(float *x, size_t n, uint64_t key, float scale)
 }
 
 /* The ops of gemm_packed, which a build may not have (the baseline: "-" in its column). */
-static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1, [18] = 1,
-                                    [20] = 1, [22] = 1, [24] = 1};
+static const int op_packed[NOPS] = {[10] = 1, [12] = 1, [13] = 1, [14] = 1, [16] = 1,
+                                    [18] = 1, [20] = 1, [22] = 1, [24] = 1, [26] = 1};
 
 static int
 has_op(const sl_backend_t *be, int op)
@@ -174,11 +177,20 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
         o->gemm_packed(be->ctx, 0, NW, H, V, b->logits, V, b->pk_out[k], 0.0f, b->top, H);
         break;
     case 23: /* W_ih (4HC, E 64): the first 64 columns of W_hh */
-        o->gemm(be->ctx, 0, 0, NC, 64, 4 * HC, 1.0f, b->dg_all, 4 * HC, b->whh, HC, 0.0f, b->rs, 64);
+        o->gemm(be->ctx, 0, 0, NC, 64, 4 * HC, 1.0f, b->dg_all, 4 * HC, b->whh, HC, 0.0f, b->rs,
+                64);
         break;
     case 24:
         o->pack_b(be->ctx, 0, 4 * HC, 64, b->whh, HC, b->pk_out[k]);
-        o->gemm_packed(be->ctx, 0, NC, 64, 4 * HC, b->dg_all, 4 * HC, b->pk_out[k], 0.0f, b->rs, 64);
+        o->gemm_packed(be->ctx, 0, NC, 64, 4 * HC, b->dg_all, 4 * HC, b->pk_out[k], 0.0f, b->rs,
+                       64);
+        break;
+    case 25: /* dW_out += dlogits^T top over a chunk */
+        o->gemm(be->ctx, 1, 0, V, H, NW, 1.0f, b->logits, V, b->top, H, 1.0f, b->wout, H);
+        break;
+    case 26:
+        o->pack_b(be->ctx, 0, NW, H, b->top, H, b->pk_out[k]);
+        o->gemm_packed(be->ctx, 1, V, H, NW, b->logits, V, b->pk_out[k], 1.0f, b->wout, H);
         break;
     default:
         o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);
@@ -258,7 +270,9 @@ main(int argc, char **argv)
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
         else {
-            fprintf(stderr, "usage: bench_cpu_loops [--threads T] [--rounds R] [--cpu-time] [--only TEXT]\n");
+            fprintf(
+                stderr,
+                "usage: bench_cpu_loops [--threads T] [--rounds R] [--cpu-time] [--only TEXT]\n");
             return 2;
         }
     }

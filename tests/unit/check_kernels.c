@@ -94,12 +94,15 @@ END_TEST
  * width, k = 0, padded leading dimensions whose padding must stay untouched; the
  * shapes from 32 x 2053 on are split over the threads and (m > 64) into blocks of k,
  * op(A) read in place or (transposed) copied a block at a time; m = 38 and 64 go in
- * tiles of uneven heights (38 rows in tiles of 6: 6 6 6 5 5 5 5). */
+ * tiles of uneven heights (38 rows in tiles of 6: 6 6 6 5 5 5 5); 66 x 1100 x 260 has
+ * more panels than fit in a group of them (a quarter of the L2 of any core of under
+ * 4 MiB of L2), a last group short of a full one. */
 START_TEST(test_gemm_packed)
 {
-    const int sizes[][3] = {{1, 1, 1},      {7, 17, 3},     {9, 33, 64},  {13, 70, 100},
-                            {32, 64, 5},    {6, 5, 2},      {5, 7, 0},    {32, 2053, 64},
-                            {100, 70, 300}, {38, 50, 600}, {64, 21, 9}, {70, 33, 513}};
+    const int sizes[][3] = {{1, 1, 1},      {7, 17, 3},    {9, 33, 64}, {13, 70, 100},
+                            {32, 64, 5},    {6, 5, 2},     {5, 7, 0},   {32, 2053, 64},
+                            {100, 70, 300}, {38, 50, 600}, {64, 21, 9}, {70, 33, 513},
+                            {66, 1100, 260}};
     const int nsizes = (int)(sizeof sizes / sizeof sizes[0]);
 
     for (int i = 0; i < sl_cpu_isa_count(); i++) {
