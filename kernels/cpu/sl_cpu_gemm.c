@@ -305,9 +305,13 @@ panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
             int mr = g->m - i < MR ? g->m - i : MR;
             const float *a = g->a + k0 * sk + (size_t)i * sa;
 
-            for (int kk = 0; kk < kn; kk++)
-                for (int r = 0; r < mr; r++)
-                    apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];
+            if (mr == MR)
+                for (int kk = 0; kk < kn; kk++)
+                    memcpy(apack + kk * MR, a + (size_t)kk * sk, MR * sizeof(float));
+            else
+                for (int kk = 0; kk < kn; kk++)
+                    for (int r = 0; r < mr; r++)
+                        apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];
             for (size_t p = lo; p < hi; p++)
                 rows_x_panel(g, i, mr, k0, kn, p, apack, 1, MR);
         }
