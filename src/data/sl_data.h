@@ -61,8 +61,8 @@ sl_status_t sl_corpus_load(sl_corpus_t *corpus, const sl_config_t *cfg);
 /* The same, but of the training ids only rank's share of nranks is held (the batcher's
  * split: sl_batcher_init_at with train_from and train_all); with a valid token cache
  * only that share is read into memory, so that a node of a large corpus never holds the
- * whole. The process that builds the cache reads the training text a piece at a time
- * and holds all its ids (4 bytes a token), not the text. SL_ERR_INVALID for a rank out
+ * whole. The process that builds the cache reads each text a piece at a time and
+ * holds all the ids (4 bytes a token), never a text. SL_ERR_INVALID for a rank out
  * of range. */
 sl_status_t sl_corpus_load_share(sl_corpus_t *corpus, const sl_config_t *cfg, int rank, int nranks);
 /* Frees vocabulary and ids and zeroes the struct (safe on a zeroed one). */
