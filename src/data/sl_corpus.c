@@ -250,8 +250,10 @@ hash_source(const sl_config_t *cfg, int k, source_t *src, sl_hash_t *h,
     return st == SL_OK ? SL_OK : source_error(cfg, k, src, st);
 }
 
-/* The corpus hash (of the settings and the three texts) and the training text's
- * SHA-256, reading the files a piece at a time. */
+/* The corpus hash, the identity of the data: every setting that changes the ids and
+ * each text's bytes after a presence flag and its length (so that moving bytes between
+ * files changes it); and the training text's SHA-256; the files read a piece at a
+ * time. */
 static sl_status_t
 hash_sources(const sl_config_t *cfg, source_t *src, uint64_t *hash, unsigned char *sha256)
 {

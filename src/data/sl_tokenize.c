@@ -117,18 +117,17 @@ sl_tokenize(const sl_vocab_t *v, sl_level_t level, const char *name, const char 
 
 /* How much of buf's len bytes (valid UTF-8; more may follow unless at_end) holds
  * whole tokens: at word level up to the last space or newline, which no token
- * crosses; at character level all of it, a sequence cut by the read being left out of
- * the validated part already. */
+ * crosses, looked for after from (the bytes before it have none); at character level
+ * all of it, a sequence cut by the read being left out of the validated part already. */
 static size_t
-whole_tokens(const char *buf, size_t len, sl_level_t level, int at_end)
+whole_tokens(const char *buf, size_t from, size_t len, sl_level_t level, int at_end)
 {
-    size_t cut = len;
-
     if (at_end || level == SL_LEVEL_CHAR)
         return len;
-    while (cut > 0 && buf[cut - 1] != '\n' && !is_space(buf[cut - 1]))
-        cut--;
-    return cut;
+    for (size_t cut = len; cut > from; cut--)
+        if (buf[cut - 1] == '\n' || is_space(buf[cut - 1]))
+            return cut;
+    return 0;
 }
 
 /* fn of every token of buf's len bytes but a last line's <eos> (the caller's: only
@@ -146,13 +145,15 @@ emit_tokens(const char *buf, size_t len, sl_level_t level, sl_token_fn fn, void 
 }
 
 /* The buffer holds the bytes not yet tokenized (a word cut by the last read, a UTF-8
- * sequence cut by it) and then one more read: it grows only for a longer word. */
+ * sequence cut by it) and then one more read: it grows only for a longer word. Of
+ * those kept, the first `done` are valid UTF-8 without a space or newline, so that a
+ * long word is not validated and searched again at every read. */
 sl_status_t
 sl_tokenize_stream(FILE *fp, const char *name, sl_level_t level, size_t chunk, sl_token_fn fn,
                    void *ctx, sl_hash_t *h, uint64_t *bytes)
 {
     char *buf = NULL, last = '\n';
-    size_t cap = 0, keep = 0, got;
+    size_t cap = 0, keep = 0, done = 0, got;
     uint64_t base = 0; /* file offset of buf[0] */
     int at_end = 0;
     sl_status_t st = SL_OK;
@@ -185,17 +186,18 @@ sl_tokenize_stream(FILE *fp, const char *name, sl_level_t level, size_t chunk, s
             last = buf[keep + got - 1];
         *bytes += got;
         len = keep + got;
-        valid = bad = sl_utf8_invalid_at((const unsigned char *)buf, len);
+        valid = bad = done + sl_utf8_invalid_at((const unsigned char *)buf + done, len - done);
         /* an invalid sequence in the last 3 bytes may be one the read cut short */
         if (bad < len && (at_end || len - bad > 3)) {
             st = sl_err_set(SL_ERR_FORMAT, "%s: invalid UTF-8 at byte %llu", name,
                             (unsigned long long)(base + bad));
             goto out;
         }
-        cut = whole_tokens(buf, valid, level, at_end);
+        cut = whole_tokens(buf, done, valid, level, at_end);
         SL_TRY_GOTO(emit_tokens(buf, cut, level, fn, ctx), st, out);
         memmove(buf, buf + cut, len - cut);
         keep = len - cut;
+        done = valid - cut;
         base += cut;
     }
     if (level == SL_LEVEL_WORD && last != '\n')
