@@ -46,16 +46,22 @@ sl_json_string(FILE *out, const char *s)
     fputc('"', out);
 }
 
-/* The "step" of a metrics line, or -1 when it has none. */
+/* The "step" of a metrics line (line up to its '\n' at *end, or to a NUL before), or -1
+ * when it has none. Why the line is ended for the search: strtol would otherwise skip
+ * the '\n' as white space and read the next line's number as this one's, and strstr
+ * would search the rest of the file for each line (quadratic). */
 static long
-line_step(const char *line, const char *end)
+line_step(char *line, char *end)
 {
     static const char key[] = "\"step\":";
-    const char *s = strstr(line, key);
+    const char *s;
+    long step = -1;
 
-    if (!s || s >= end)
-        return -1;
-    return strtol(s + sizeof key - 1, NULL, 10);
+    *end = '\0';
+    if ((s = strstr(line, key)))
+        step = strtol(s + sizeof key - 1, NULL, 10);
+    *end = '\n';
+    return step;
 }
 
 /* Why: a run resumed from step N would otherwise repeat the steps after N that an

@@ -282,8 +282,13 @@ sl_report_final_eval(sl_report_t *r, long step, int nmodels, const char *split, 
 sl_wire_report_t
 sl_report_wire(const sl_report_t *r, size_t nparams)
 {
-    sl_wire_report_t w = {r->opts->transport, sl_sync_algorithm(r->run.sync), r->run.comps,
-                          r->run.ncomps, nparams, r->opts->nranks, r->session_steps};
+    sl_wire_report_t w = {r->opts->transport,
+                          sl_sync_algorithm(r->run.sync),
+                          r->run.comps,
+                          r->run.ncomps,
+                          nparams,
+                          r->opts->nranks,
+                          r->session_steps};
     return w;
 }
 
@@ -406,12 +411,12 @@ sl_report_summary_run_rate(const char *dir, int nodes, int reported, double toke
         free(text);
         return sl_err_set(SL_ERR_FORMAT, "%s: not a summary written by this shoal", path);
     }
-    *end = '\0';
     if (sl_atomic_open(&f, path) != SL_OK) {
         free(text);
         return SL_ERR_IO;
     }
-    fputs(text, f.fp);
+    /* every byte before the end, a NUL too: fputs would stop there and lose the rest */
+    fwrite(text, 1, (size_t)(end - text), f.fp);
     free(text);
     json_key(f.fp, "run_tokens_per_s", 0);
     sl_json_number(f.fp, tokens_per_s);

@@ -1,13 +1,19 @@
 /* libFuzzer target: the readers of files that a person or another program may change
  * while shoal does not look: a run's metrics.jsonl as `shoal plot` reads it
- * (sl_plot_read), a node's best.json (sl_run_best_read, on resume) and the watchdog's
- * /proc/PID/stat (sl_sup_proc_stat_cpu_s; its command name is the node's to choose).
+ * (sl_plot_read), a node's best.json (sl_run_best_read, on resume), the watchdog's
+ * /proc/PID/stat (sl_sup_proc_stat_cpu_s; its command name is the node's to choose),
+ * and two that rewrite what they read: metrics.jsonl trimmed on resume
+ * (sl_metrics_open) and summary.json at a run's end (sl_report_summary_run_rate).
  * Each input is written to a file in a mkdtemp directory under $TMPDIR (else /tmp),
  * made once, and read back by the reader that its byte 0 chooses:
- *   bits 0-1  0 or 3: metrics.jsonl, 1: /proc/PID/stat, 2: best.json
+ *   bits 0-1  0 or 3: metrics.jsonl, 1: see bits 2-3, 2: best.json
  *   metrics:  bit 2: sl_plot_read is given the directory, not the file; bit 3: with the
  *             directory, the file is node-0/metrics.jsonl (a run of several nodes)
  *   best:     bits 2-3: the step it may be at most (upto): 0, 100, 10^6, LONG_MAX
+ *   1:        bits 2-3 0 or 3: /proc/PID/stat; 1: metrics.jsonl trimmed, bits 4-7 the
+ *             step kept through (keeps[] in fuzz_trim: 0, 1, 2, 5, 10, 20, 40, 100, 1000,
+ *             10^6, 2^31 - 1, 2^31, -1, LONG_MIN, LONG_MAX - 1, LONG_MAX); 2: summary.json,
+ *             bits 4-7 the figures added (figs[] in fuzz_summary)
  * The rest of the input is the file.
  *
  * Each reader is compared with a reference reader written here from its header's
@@ -28,10 +34,18 @@
  * -1). /proc/PID/stat: where the text after the last ')' is the kernel's (a state byte,
  * then ten and two more decimal numbers, digits only and within range), the state and
  * utime + stime must be the reference's; any other text may be refused (-1) or read,
- * but a value read is finite and at least 0. A broken promise prints what broke and
- * aborts. */
+ * but a value read is finite and at least 0. Trimming: each line's step is the number
+ * strtol reads after its first "step": (the line seen up to its '\n' or a NUL), -1 with
+ * none; the lines of a step at most the one kept through stay, byte for byte, the
+ * others and an unfinished last line go, by a rename of a new file over the old, and a
+ * file with nothing to drop is left as it is. summary.json: a file ending in "\n}\n"
+ * keeps every byte before it, NULs too, and gains the three figures as sl_report.c
+ * writes them, renamed into place; another is SL_ERR_FORMAT, "FILE: ...", untouched.
+ * Neither may leave a temp file. A broken promise prints what broke and aborts. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -44,7 +58,9 @@
 
 #include "common/sl_log.h"
 #include "common/sl_status.h"
+#include "node/sl_metrics.h"
 #include "node/sl_plot.h"
+#include "node/sl_report.h"
 #include "node/sl_run_files.h"
 #include "node/sl_supervisor_watch_internal.h"
 
@@ -448,6 +464,186 @@ fuzz_proc_stat(const uint8_t *data, size_t size)
     }
 }
 
+/* --- files rewritten: metrics.jsonl on resume, summary.json at a run's end ----------- */
+
+/* The whole file at path into a malloc'd buffer, *len its bytes. */
+static uint8_t *
+read_back(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    uint8_t *buf;
+
+    if (!f || fstat(fileno(f), &sb) != 0 || !(buf = malloc((size_t)sb.st_size + 1)) ||
+        fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size || fgetc(f) != EOF)
+        broken("cannot read the rewritten file back");
+    fclose(f);
+    *len = (size_t)sb.st_size;
+    return buf;
+}
+
+/* The file at path must hold want (n bytes), in a new file (an atomic rewrite renames
+ * a new one into place) when renamed, else in the one written (ino); and no temp file
+ * may be left beside it. */
+static void
+check_file(const char *path, const uint8_t *want, size_t n, int renamed, ino_t ino)
+{
+    size_t len;
+    uint8_t *got = read_back(path, &len);
+    struct stat sb;
+    DIR *d;
+    struct dirent *e;
+
+    if (len != n || memcmp(got, want, n) != 0) {
+        size_t i = 0;
+        while (i < len && i < n && got[i] == want[i])
+            i++;
+        fprintf(stderr, "fuzz_runfiles: %zu bytes, not %zu; the first difference at %zu\n", len, n,
+                i);
+        broken("a rewritten file unlike the reference's");
+    }
+    free(got);
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (sb.st_ino != ino) != renamed)
+        broken(renamed ? "a file rewritten in place, not renamed over"
+                       : "a file replaced that had nothing to change");
+    if (!(d = opendir(dir)))
+        broken("cannot read the temporary directory");
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "node-0") &&
+            strcmp(e->d_name, strrchr(path, '/') + 1)) {
+            fprintf(stderr, "fuzz_runfiles: %s left beside %s\n", e->d_name, path);
+            broken("a file left behind");
+        }
+    closedir(d);
+}
+
+/* The step of a line (its bytes before the '\n', read up to a NUL): the number strtol
+ * reads after its first "step":, -1 when it has none. */
+static long
+ref_line_step(const uint8_t *line, size_t len)
+{
+    char *text = malloc(len + 1), *s;
+    long step = -1;
+
+    if (!text)
+        broken("out of memory");
+    memcpy(text, line, len);
+    text[len] = '\0';
+    if ((s = strstr(text, "\"step\":")))
+        step = strtol(s + strlen("\"step\":"), NULL, 10);
+    free(text);
+    return step;
+}
+
+/* sl_metrics_open's trimming: the lines whose step is at most keep (or who have none)
+ * are kept, byte for byte and in order; the others and an unfinished last line are
+ * dropped by an atomic rewrite; with nothing to drop, the file is not rewritten. */
+static void
+fuzz_trim(const uint8_t *data, size_t size, int mode)
+{
+    static const long keeps[16] = {
+        0,    1,       2,       5,        10, 20,       40,           100,
+        1000, 1000000, INT_MAX, 1L << 31, -1, LONG_MIN, LONG_MAX - 1, LONG_MAX};
+    long keep = keeps[mode & 15];
+    char path[4300];
+    uint8_t *want = malloc(size + 1);
+    size_t nwant = 0, pos = 0;
+    int drop = 0;
+    sl_metrics_t m;
+    struct stat sb;
+
+    if (!want)
+        broken("out of memory");
+    while (pos < size) {
+        const uint8_t *nl = memchr(data + pos, '\n', size - pos);
+        size_t len;
+
+        if (!nl) {
+            drop = 1; /* an unfinished last line */
+            break;
+        }
+        len = (size_t)(nl - (data + pos)) + 1;
+        if (ref_line_step(data + pos, len - 1) <= keep) {
+            memcpy(want + nwant, data + pos, len);
+            nwant += len;
+        } else {
+            drop = 1;
+        }
+        pos += len;
+    }
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    write_file(path, data, size);
+    if (stat(path, &sb) != 0)
+        broken("cannot stat the input's file");
+    if (sl_metrics_open(&m, path, keep) != SL_OK)
+        broken("a metrics.jsonl that cannot be opened");
+    sl_metrics_close(&m);
+    if (drop)
+        check_file(path, want, nwant, 1, sb.st_ino);
+    else
+        check_file(path, data, size, 0, sb.st_ino);
+    unlink(path);
+    free(want);
+}
+
+/* sl_report_summary_run_rate: a file that ends with "\n}\n" keeps every byte before it
+ * and gains the three figures (%.6g, null when not finite), renamed into place; any other
+ * is refused (SL_ERR_FORMAT, "FILE: ...") and left as it was. */
+static void
+fuzz_summary(const uint8_t *data, size_t size, int mode)
+{
+    static const struct {
+        int nodes, reported;
+        double rate;
+    } figs[16] = {{2, 2, 12345.678},  {1, 1, 0},           {4, 3, NAN},
+                  {0, 0, INFINITY},   {-1, -5, -INFINITY}, {INT_MAX, INT_MIN, 1e300},
+                  {8, 8, 4.9e-324},   {3, 0, -0.0},        {16, 15, 1e-300},
+                  {2, 1, -123.5},     {64, 64, 1e15},      {5, 5, 999999.5},
+                  {7, 6, DBL_MAX},    {2, 2, 1.0 / 3},     {1, 0, 1e6},
+                  {100, 99, 123456.7}};
+    int ok = size >= 3 && memcmp(data + size - 3, "\n}\n", 3) == 0;
+    double rate = figs[mode & 15].rate;
+    char path[4300], prefix[4400], num[64], tail[256];
+    uint8_t *want;
+    size_t nwant = 0;
+    struct stat sb;
+    sl_status_t st;
+
+    if (isfinite(rate))
+        snprintf(num, sizeof num, "%.6g", rate);
+    else
+        snprintf(num, sizeof num, "null");
+    snprintf(tail, sizeof tail,
+             ",\n  \"run_tokens_per_s\": %s,\n  \"run_nodes\": %d,\n  \"run_nodes_reported\": %d"
+             "\n}\n",
+             num, figs[mode & 15].nodes, figs[mode & 15].reported);
+    if (!(want = malloc(size + strlen(tail))))
+        broken("out of memory");
+    if (ok) {
+        memcpy(want, data, size - 3);
+        memcpy(want + size - 3, tail, strlen(tail));
+        nwant = size - 3 + strlen(tail);
+    }
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    write_file(path, data, size);
+    if (stat(path, &sb) != 0)
+        broken("cannot stat the input's file");
+    st = sl_report_summary_run_rate(dir, figs[mode & 15].nodes, figs[mode & 15].reported, rate);
+    if (ok) {
+        if (st != SL_OK)
+            broken("a summary refused that ends as shoal ends it");
+        check_file(path, want, nwant, 1, sb.st_ino);
+    } else {
+        if (st != SL_ERR_FORMAT)
+            broken("a summary that does not end in \"\\n}\\n\" not refused as SL_ERR_FORMAT");
+        snprintf(prefix, sizeof prefix, "%s: ", path);
+        check_message(prefix);
+        check_file(path, data, size, 0, sb.st_ino);
+    }
+    unlink(path);
+    free(want);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -456,7 +652,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup();
     switch (data[0] & 3) {
     case 1:
-        fuzz_proc_stat(data + 1, size - 1);
+        if ((data[0] >> 2 & 3) == 1)
+            fuzz_trim(data + 1, size - 1, data[0] >> 4);
+        else if ((data[0] >> 2 & 3) == 2)
+            fuzz_summary(data + 1, size - 1, data[0] >> 4);
+        else
+            fuzz_proc_stat(data + 1, size - 1);
         break;
     case 2:
         fuzz_best(data + 1, size - 1, data[0] >> 2 & 3);
