@@ -257,8 +257,9 @@ panels_short(const gemm_args_t *g, size_t lo, size_t hi)
  * floats; the products over a window's rows). k goes in blocks of KC, so that a tile's
  * MR rows x KC block of op(A) stays in L1 for every panel, whose KC rows come from L2.
  * Stored by rows, op(A) is read in place (MR runs of KC floats), the panels a group at
- * a time (panel_group_bytes); transposed, read in place it would thrash the caches (its power-of-2
- * strides fall into a few sets), so the block is first copied into apack (k-major, contiguous). */
+ * a time (panel_group_bytes); transposed, read in place it would thrash the caches
+ * (its power-of-2 strides fall into a few sets), so the block is first copied into
+ * apack (k-major, contiguous), a tile's row of MR floats in one move. */
 enum { KC = 256, SHORT_M = 64 };
 
 /* How much of the packed op(B) panels_tall takes all of op(A)'s tiles through before
