@@ -74,6 +74,17 @@ START_TEST(test_hash_split_independent)
         sl_hash_update(&s, buf + cut, 100 - cut);
         ck_assert_uint_eq(sl_hash_final(&s), whole);
     }
+    /* no bytes, from no buffer (a share of no ids): nothing changes */
+    {
+        sl_hash_t s;
+        sl_hash_init(&s, 9);
+        sl_hash_update(&s, buf, 5);
+        sl_hash_update(&s, NULL, 0);
+        sl_hash_update(&s, buf + 5, 95);
+        sl_hash_update(&s, NULL, 0);
+        ck_assert_uint_eq(sl_hash_final(&s), whole);
+    }
+    ck_assert_uint_eq(sl_hash_bytes(NULL, 0, 9), sl_hash_bytes(buf, 0, 9));
     buf[50] ^= 1;
     ck_assert_uint_ne(sl_hash_bytes(buf, sizeof buf, 9), whole);
     ck_assert_uint_ne(sl_hash_bytes(buf, 99, 9), sl_hash_bytes(buf, 100, 9));
