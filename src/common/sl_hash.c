@@ -55,6 +55,8 @@ sl_hash_update(sl_hash_t *s, const void *data, size_t bytes)
     const unsigned char *p = data;
     size_t fill = s->len & 31;
 
+    if (bytes == 0) /* data may be NULL then, which memcpy must not be given */
+        return;
     s->len += bytes;
     if (fill) {
         size_t take = 32 - fill < bytes ? 32 - fill : bytes;

@@ -15,6 +15,7 @@ typedef struct {
 } sl_hash_t;
 
 void sl_hash_init(sl_hash_t *s, uint64_t seed);
+/* Feeds bytes bytes at data; data may be NULL when bytes is 0 (an empty file's ids). */
 void sl_hash_update(sl_hash_t *s, const void *data, size_t bytes);
 uint64_t sl_hash_final(const sl_hash_t *s);
 /* One-shot hash of a byte range. */
