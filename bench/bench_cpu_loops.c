@@ -104,7 +104,7 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
 
     switch (op) {
     case 0:
-        o->softmax_xent(be->ctx, N, V, b->logits, V, b->targets, 1.0f / N, &loss);
+        o->softmax_xent(be->ctx, N, V, b->logits, V, NULL, b->targets, 1.0f / N, &loss);
         break;
     case 1:
         o->sampled_softmax_xent(be->ctx, N, S, b->sampled, b->targets, b->samples, b->lq_true,

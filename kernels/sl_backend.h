@@ -172,11 +172,14 @@ struct sl_backend_ops {
                                   const int32_t *off, const int32_t *pos, const float *src,
                                   float *grad);
 
-    /* Full softmax cross-entropy over logits (n, v) with row stride ld. Returns the sum of
+    /* Full softmax cross-entropy over logits (n, v) with row stride ld, bias (v, or NULL)
+     * first added to every row in place (the output layer's bias: one pass over rows the
+     * op reads anyway, not a pass of add_bias over the whole block). Returns the sum of
      * -log p(target) over the n rows in *loss_sum. If grad_scale != 0 the logits are
-     * replaced by grad_scale * (softmax - onehot(target)); otherwise left as they are. */
-    void (*softmax_xent)(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
-                         float grad_scale, double *loss_sum);
+     * replaced by grad_scale * (softmax - onehot(target)); otherwise left with the bias
+     * added. */
+    void (*softmax_xent)(void *ctx, int n, int v, float *logits, int ld, const float *bias,
+                         const int32_t *targets, float grad_scale, double *loss_sum);
 
     /* Sampled softmax cross-entropy. logits (n, 1+s): column 0 is each row's true-class
      * logit, columns 1..s the shared negatives samples[0..s). In place: subtract logq

@@ -243,8 +243,8 @@ sl_cpu_vec_exp_sum(float *x, int n, float m, int store)
 
 /* The ops in sl_cpu_softmax.c, sl_cpu_lstm.c, sl_cpu_embed.c, sl_cpu_elem.c and
  * sl_cpu_gemm.c (names suffixed by level, above); ctx is the backend's sl_cpu_t. */
-void sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
-                         float grad_scale, double *loss_sum);
+void sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const float *bias,
+                         const int32_t *targets, float grad_scale, double *loss_sum);
 void sl_cpu_sampled_softmax_xent(void *ctx, int n, int s, float *logits, const int32_t *targets,
                                  const int32_t *samples, const float *logq_true,
                                  const float *logq_samp, float grad_scale, double *loss_sum);

@@ -13,19 +13,38 @@
 typedef struct {
     int v, ld;
     float *logits;
+    const float *bias;
     const int32_t *targets;
     float grad_scale;
 } xent_args_t;
 
-/* Rows [lo, hi) of the full softmax: one pass for the max, one for exp (stored when a
- * gradient is wanted) and its sum, one to scale. The row (40 kB at v = 10k) stays in
- * cache between passes. Returns the rows' loss sum in double. */
+/* x[j] += bias[j] over x[0..n), n >= 1, returning the max of the sums: the bias costs
+ * no pass of its own. */
+static inline float
+add_bias_max(float *restrict x, const float *restrict bias, int n)
+{
+    float m = x[0] + bias[0];
+
+    SL_CPU_SIMD_REDUCE(max, m)
+    for (int j = 0; j < n; j++) {
+        float z = x[j] + bias[j];
+
+        x[j] = z;
+        m = z > m ? z : m;
+    }
+    return m;
+}
+
+/* Rows [lo, hi) of the full softmax: one pass for the bias and the max, one for exp
+ * (stored when a gradient is wanted) and its sum, one to scale. The row (40 kB at v =
+ * 10k) stays in cache between passes. Returns the rows' loss sum in double. */
 static double
 xent_rows(const void *argp, size_t lo, size_t hi)
 {
     const xent_args_t *a = argp;
     const int v = a->v;
     const float gs = a->grad_scale;
+    const float *restrict bias = a->bias;
     double loss = 0;
 
     for (size_t r = lo; r < hi; r++) {
@@ -34,8 +53,8 @@ xent_rows(const void *argp, size_t lo, size_t hi)
         float xt, m, s, k;
 
         SL_ASSERT(t >= 0 && t < v); /* the vocabulary's ids, checked when loaded */
+        m = bias ? add_bias_max(x, bias, v) : sl_cpu_vec_max(x, v);
         xt = x[t];
-        m = sl_cpu_vec_max(x, v);
         s = sl_cpu_vec_exp_sum(x, v, m, gs != 0.0f);
         loss += log((double)s) + (double)m - (double)xt;
         if (gs == 0.0f)
@@ -49,10 +68,10 @@ xent_rows(const void *argp, size_t lo, size_t hi)
 }
 
 void
-sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
-                    float grad_scale, double *loss_sum)
+sl_cpu_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const float *bias,
+                    const int32_t *targets, float grad_scale, double *loss_sum)
 {
-    xent_args_t a = {v, ld, logits, targets, grad_scale};
+    xent_args_t a = {v, ld, logits, bias, targets, grad_scale};
 
     *loss_sum = n > 0 && v > 0 ? sl_cpu_par_range(ctx, (size_t)n, (size_t)n * (size_t)v,
                                                   SL_CPU_PAR_MIN_FUSED, xent_rows, &a)

@@ -102,8 +102,8 @@ void sl_cuda_embedding_gather(void *ctx, int n, int d, const float *table, const
 void sl_cuda_embedding_scatter_add(void *ctx, int nrows, int d, const int32_t *rows,
                                    const int32_t *off, const int32_t *pos, const float *src,
                                    float *grad);
-void sl_cuda_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
-                          float grad_scale, double *loss_sum);
+void sl_cuda_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const float *bias,
+                          const int32_t *targets, float grad_scale, double *loss_sum);
 void sl_cuda_sampled_softmax_xent(void *ctx, int n, int s, float *logits, const int32_t *targets,
                                   const int32_t *samples, const float *logq_true,
                                   const float *logq_samp, float grad_scale, double *loss_sum);

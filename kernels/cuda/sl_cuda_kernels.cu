@@ -376,15 +376,16 @@ sl_cuda_embedding_scatter_add(void *ctx, int nrows, int d, const int32_t *rows, 
 
 /* ---- softmax cross-entropy --------------------------------------------------------- */
 
-/* One block per row (grid-stride over rows): max, then sum of exp, both reduced over
- * the block; the row's loss log(sum) + max - x[t] in double by thread 0, which keeps
- * its block's total; with a gradient, a third pass writes gs * softmax - gs * onehot
- * (exp recomputed rather than stored: one write pass fewer). A target outside [0, v)
- * skips its row and is reported (the CPU asserts; here the host learns it after the
- * copy-back). */
+/* One block per row (grid-stride over rows): the bias added in place and the max, then
+ * sum of exp, both reduced over the block; the row's loss log(sum) + max - x[t] in
+ * double by thread 0, which keeps its block's total; with a gradient, a third pass
+ * writes gs * softmax - gs * onehot (exp recomputed rather than stored: one write pass
+ * fewer). Each thread reads back only the columns it wrote, and x[t] is read (biased)
+ * after the barriers of block_max. A target outside [0, v) skips its row and is
+ * reported (the CPU asserts; here the host learns it after the copy-back). */
 __global__ void
-xent_kernel(int n, int v, float *logits, int ld, const int32_t *__restrict__ targets, float gs,
-            double *partial, sl_cuda_result_t *res)
+xent_kernel(int n, int v, float *logits, int ld, const float *__restrict__ bias,
+            const int32_t *__restrict__ targets, float gs, double *partial, sl_cuda_result_t *res)
 {
     __shared__ float red[32];
     double acc = 0;
@@ -399,10 +400,14 @@ xent_kernel(int n, int v, float *logits, int ld, const int32_t *__restrict__ tar
                 atomicCAS(&res->bad, 0, row + 1);
             continue;
         }
-        xt = x[t];
-        for (int j = threadIdx.x; j < v; j += blockDim.x)
-            m = fmaxf(m, x[j]);
+        for (int j = threadIdx.x; j < v; j += blockDim.x) {
+            float z = bias ? x[j] + bias[j] : x[j];
+
+            x[j] = z;
+            m = fmaxf(m, z);
+        }
         m = block_max(m, red);
+        xt = x[t];
         for (int j = threadIdx.x; j < v; j += blockDim.x)
             s += expf(x[j] - m);
         s = block_sum(s, red); /* its barriers also order the reads of x[t] before writes */
@@ -423,8 +428,8 @@ xent_kernel(int n, int v, float *logits, int ld, const int32_t *__restrict__ tar
 }
 
 void
-sl_cuda_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32_t *targets,
-                     float grad_scale, double *loss_sum)
+sl_cuda_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const float *bias,
+                     const int32_t *targets, float grad_scale, double *loss_sum)
 {
     sl_cuda_t *cu = (sl_cuda_t *)ctx;
     int blocks = rows_grid(n, SL_CUDA_MAX_BLOCKS);
@@ -438,8 +443,8 @@ sl_cuda_softmax_xent(void *ctx, int n, int v, float *logits, int ld, const int32
         !sl_cuda_check(cu, cudaMemsetAsync(cu->d_result, 0, sizeof *cu->d_result, cu->stream),
                        "softmax_xent"))
         return;
-    xent_kernel<<<blocks, NT, 0, cu->stream>>>(n, v, logits, ld, targets, grad_scale, cu->partial,
-                                               cu->d_result);
+    xent_kernel<<<blocks, NT, 0, cu->stream>>>(n, v, logits, ld, bias, targets, grad_scale,
+                                               cu->partial, cu->d_result);
     if (!sl_cuda_launched(cu, "softmax_xent") ||
         !sl_cuda_finish_sum(cu, blocks, &r, "softmax_xent"))
         return;

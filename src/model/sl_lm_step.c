@@ -407,8 +407,7 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
         double ls = 0.0;
 
         packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
-        o->add_bias(ctx, n, V, b, lm->logits);
-        o->softmax_xent(ctx, n, V, lm->logits, V, d_y + r0, grad_scale, &ls);
+        o->softmax_xent(ctx, n, V, lm->logits, V, b, d_y + r0, grad_scale, &ls);
         *loss_sum += ls;
         if (grad_scale == 0.0f)
             continue;

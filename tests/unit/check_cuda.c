@@ -385,15 +385,18 @@ END_TEST
 
 /* ---- softmax ------------------------------------------------------------------------- */
 
+/* With bias (when with_bias), both add it in place: with gs 0 the device's logits are
+ * the CPU's, biased, to rounding. */
 static void
-softmax_case(int n, int v, float gs)
+softmax_case(int n, int v, float gs, int with_bias)
 {
     int ld = v + 3;
     size_t nl = (size_t)n * ld;
     int32_t *t = tc_xmalloc((size_t)n * sizeof *t), *dt;
     float *x = tc_rnd(nl, 21, -8, 8), *want = test_fcopy(x, nl), *dx, *got;
+    float *bias = with_bias ? tc_rnd((size_t)v, 23, -3, 3) : NULL, *db = NULL;
     double lc = -1, lg = -1;
-    char what[64];
+    char what[80];
 
     for (int i = 0; i < n; i++)
         t[i] = (int32_t)(sl_rng_float_at(22, (uint64_t)i) * v);
@@ -402,30 +405,38 @@ softmax_case(int n, int v, float gs)
             x[(size_t)i * ld + j] = want[(size_t)i * ld + j] = NAN;
     dx = tc_dputf(x, nl);
     dt = tc_dput(t, (size_t)n * sizeof *t);
-    tc_cpu->ops->softmax_xent(tc_cpu->ctx, n, v, want, ld, t, gs, &lc);
-    tc_dev->ops->softmax_xent(tc_dev->ctx, n, v, dx, ld, dt, gs, &lg);
+    if (bias)
+        db = tc_dputf(bias, (size_t)v);
+    tc_cpu->ops->softmax_xent(tc_cpu->ctx, n, v, want, ld, bias, t, gs, &lc);
+    tc_dev->ops->softmax_xent(tc_dev->ctx, n, v, dx, ld, db, dt, gs, &lg);
     got = tc_dgetf(dx, nl);
-    snprintf(what, sizeof what, "softmax_xent n %d v %d gs %g", n, v, (double)gs);
+    snprintf(what, sizeof what, "softmax_xent n %d v %d gs %g%s", n, v, (double)gs,
+             bias ? " with bias" : "");
     ck_assert_msg(fabs(lg - lc) <= 1e-6 * fabs(lc), "%s: loss device %.12g, cpu %.12g", what, lg,
                   lc);
-    if (gs == 0.0f)
+    if (gs == 0.0f && !bias)
         tc_expect_same(got, x, nl, what); /* logits untouched */
     else
-        tc_expect_close(got, want, nl, 1e-7 * gs, 1e-5, what);
+        tc_expect_close(got, want, nl, gs == 0.0f ? 0.0 : 1e-7 * gs, 1e-5, what);
     free(t);
     free(x);
     free(want);
     free(got);
+    free(bias);
     tc_dfree(dx);
     tc_dfree(dt);
+    tc_dfree(db);
 }
 
 START_TEST(test_softmax_xent)
 {
-    softmax_case(45, 1000, 0.5f);
-    softmax_case(45, 1000, 0.0f);
-    softmax_case(3, 33, 1.0f / 3);
-    softmax_case(1100, 70, 1.0f); /* more rows than blocks */
+    softmax_case(45, 1000, 0.5f, 0);
+    softmax_case(45, 1000, 0.0f, 0);
+    softmax_case(3, 33, 1.0f / 3, 0);
+    softmax_case(1100, 70, 1.0f, 0); /* more rows than blocks */
+    softmax_case(45, 1000, 0.5f, 1);
+    softmax_case(45, 1000, 0.0f, 1);
+    softmax_case(1100, 70, 1.0f, 1);
 }
 END_TEST
 

@@ -126,8 +126,8 @@ START_TEST(test_softmax_agrees)
         samples[k] = (k * 17) % V;
     samples[3] = t[2]; /* a sample equal to a row's target is masked out */
     s2 = test_fcopy(s1, NR * (1 + S));
-    base->ops->softmax_xent(base->ctx, NR, V, x1, V, t, 0.25f, &l1);
-    other->ops->softmax_xent(other->ctx, NR, V, x2, V, t, 0.25f, &l2);
+    base->ops->softmax_xent(base->ctx, NR, V, x1, V, NULL, t, 0.25f, &l1);
+    other->ops->softmax_xent(other->ctx, NR, V, x2, V, NULL, t, 0.25f, &l2);
     ck_assert_double_eq_tol(l2, l1, 1e-6 * l1);
     assert_close(x2, x1, NR * V, 1e-9, 1e-5, "softmax grad");
     base->ops->sampled_softmax_xent(base->ctx, NR, S, s1, t, samples, lqt, lqs, 0.5f, &l1);

@@ -144,7 +144,7 @@ xent_loss(const float *logits, const int32_t *t)
     double loss;
 
     memcpy(tmp, logits, sizeof tmp);
-    be->ops->softmax_xent(be->ctx, SN, SV, tmp, SLD, t, 0.0f, &loss);
+    be->ops->softmax_xent(be->ctx, SN, SV, tmp, SLD, NULL, t, 0.0f, &loss);
     return loss;
 }
 
@@ -161,9 +161,9 @@ START_TEST(test_softmax_xent)
 
     test_fill(x, SN * SLD, 31, 4.0f);
     memcpy(g, x, sizeof g);
-    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, t, 0.0f, &loss);
+    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, NULL, t, 0.0f, &loss);
     ck_assert(memcmp(g, x, sizeof g) == 0);
-    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, t, gs, &loss);
+    be->ops->softmax_xent(be->ctx, SN, SV, g, SLD, NULL, t, gs, &loss);
     for (int r = 0; r < SN; r++) {
         const float *row = x + r * SLD;
         double mx = row[0], s = 0;
@@ -202,6 +202,42 @@ START_TEST(test_softmax_xent)
 }
 END_TEST
 
+/* A bias given to the op is what add_bias followed by the op without one gives, bit for
+ * bit (loss and gradient; with grad_scale 0 the logits with the bias added), and the
+ * same bias is added to every row: a bias of a constant c leaves the loss and gradient
+ * of each row as they were without it (softmax is shift-invariant), to rounding. */
+START_TEST(test_softmax_xent_bias)
+{
+    const int32_t t[SN] = {3, 0, 36, 20};
+    float x[SN * SLD], bias[SV], want[SN * SLD], got[SN * SLD], flat[SV];
+    double lw, lg;
+
+    test_fill(x, SN * SLD, 47, 3.0f);
+    test_fill(bias, SV, 48, 2.0f);
+    for (int pass = 0; pass < 2; pass++) {
+        float gs = pass ? 0.25f : 0.0f;
+
+        memcpy(want, x, sizeof want);
+        for (int r = 0; r < SN; r++)
+            be->ops->add_bias(be->ctx, 1, SV, bias, want + r * SLD);
+        be->ops->softmax_xent(be->ctx, SN, SV, want, SLD, NULL, t, gs, &lw);
+        memcpy(got, x, sizeof got);
+        be->ops->softmax_xent(be->ctx, SN, SV, got, SLD, bias, t, gs, &lg);
+        ck_assert_msg(lg == lw, "loss with bias %.17g, add_bias first %.17g", lg, lw);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "logits differ, grad_scale %g",
+                      (double)gs);
+    }
+    for (int j = 0; j < SV; j++)
+        flat[j] = 1.5f;
+    memcpy(want, x, sizeof want);
+    be->ops->softmax_xent(be->ctx, SN, SV, want, SLD, NULL, t, 1.0f, &lw);
+    memcpy(got, x, sizeof got);
+    be->ops->softmax_xent(be->ctx, SN, SV, got, SLD, flat, t, 1.0f, &lg);
+    TEST_ASSERT_CLOSE(lg, lw, 0, 1e-6, "loss with a constant bias", 0);
+    for (int k = 0; k < SN * SLD; k++)
+        TEST_ASSERT_CLOSE(got[k], want[k], 1e-7, 1e-5, "gradient with a constant bias", k);
+}
+END_TEST
 /* One row worked by hand: raw logits [2, 1, 3], samples {4, 7}, target 7, logq_true 0,
  * logq_samp {ln 2, 0}. Corrected: [2, 1 - ln 2, -inf (sample 7 is the target)], so
  * loss = log(e^2 + e/2) - 2 = log(1 + e^-1 / 2) = 0.168848...; p = [e^2, e/2] / (e^2 +
@@ -313,7 +349,7 @@ START_TEST(test_softmax_exp_range)
         double want = r > 0 ? xr + log1p(exp(-xr)) : log1p(e);
         float x[2] = {0.0f, (float)r};
 
-        be->ops->softmax_xent(be->ctx, 1, 2, x, 2, &t, 1.0f, &loss);
+        be->ops->softmax_xent(be->ctx, 1, 2, x, 2, NULL, &t, 1.0f, &loss);
         TEST_ASSERT_CLOSE(loss, want, 1e-7, 3e-7, "2-class loss", r);
         TEST_ASSERT_CLOSE(x[1], e / (1 + e), 1e-30, r <= 0 ? 5e-7 : 1e-6, "2-class p", r);
     }
@@ -332,7 +368,7 @@ START_TEST(test_softmax_extremes)
     float q[2 * 4];
     double loss;
 
-    be->ops->softmax_xent(be->ctx, 2, 4, x, 4, t, 1.0f, &loss);
+    be->ops->softmax_xent(be->ctx, 2, 4, x, 4, NULL, t, 1.0f, &loss);
     ck_assert_double_eq_tol(loss, 1e4, 1e-2);
     ck_assert_float_eq_tol(x[0], -1.0f, 1e-6);
     ck_assert_float_eq_tol(x[1], 1.0f, 1e-6);
@@ -379,7 +415,7 @@ START_TEST(test_softmax_bad_target)
     const int32_t t = 3;
     double loss;
 
-    be->ops->softmax_xent(be->ctx, 1, 3, x, 3, &t, 1.0f, &loss);
+    be->ops->softmax_xent(be->ctx, 1, 3, x, 3, NULL, &t, 1.0f, &loss);
 }
 END_TEST
 
@@ -393,6 +429,7 @@ kernels_layers_suite(void)
     tcase_add_test(core, test_lstm_forward);
     tcase_add_test(core, test_lstm_backward_fd);
     tcase_add_test(core, test_softmax_xent);
+    tcase_add_test(core, test_softmax_xent_bias);
     tcase_add_test(core, test_sampled_hand);
     tcase_add_test(core, test_sampled_softmax_xent);
     suite_add_tcase(s, core);
