@@ -390,6 +390,22 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym,
     lm->top = in;
 }
 
+/* W_out^T (trans) or W_out packed into packed_out for all of a window's chunks, as
+ * packed_product would pack it for each (the same bits); NULL where the model has no
+ * packed_out or packed_product would not pack. */
+static const float *
+pack_output(sl_lm_t *lm, int N, int trans)
+{
+    int V = lm->V, R = lm->layer[lm->L - 1].r;
+
+    if (!lm->packed_out)
+        return NULL;
+    return trans ? pack_operand(lm, lm->packed_out, lm->nout_fwd, 1, R, V, lm->params + lm->out, R,
+                                N >= PACK_MIN_ROWS)
+                 : pack_operand(lm, lm->packed_out + lm->nout_fwd, lm->nout_bwd, 0, V, R,
+                                lm->params + lm->out, R, N >= PACK_MIN_ROWS);
+}
+
 /* Full softmax over row chunks: logits = top W_out^T + b. With grad_scale != 0 also
  * backward: dtop = dlogits W_out, dW_out += dlogits^T top, db_out += column sums. */
 static void
@@ -399,20 +415,28 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
     void *ctx = lm->be->ctx;
     int V = lm->V, R = lm->layer[lm->L - 1].r;
     const float *W = lm->params + lm->out, *b = lm->params + lm->out_b;
+    const float *wt = pack_output(lm, N, 1);
+    const float *wn = grad_scale != 0.0f ? pack_output(lm, N, 0) : NULL;
 
     *loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += lm->chunk) {
         int n = N - r0 < lm->chunk ? N - r0 : lm->chunk;
         const float *y = lm->top + (size_t)r0 * (size_t)R;
+        float *dy = dtop + (size_t)r0 * (size_t)R;
         double ls = 0.0;
 
-        packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
+        if (wt)
+            window_product(lm, wt, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
+        else
+            packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
         o->softmax_xent(ctx, n, V, lm->logits, V, b, d_y + r0, grad_scale, &ls);
         *loss_sum += ls;
         if (grad_scale == 0.0f)
             continue;
-        packed_product(lm, N, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f,
-                       dtop + (size_t)r0 * (size_t)R, R);
+        if (wn)
+            window_product(lm, wn, 0, n, R, V, lm->logits, V, W, R, 0.0f, dy, R);
+        else
+            packed_product(lm, N, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f, dy, R);
         packed_product(lm, N, 1, 0, V, R, n, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
         o->bias_grad(ctx, n, V, lm->logits, lm->grads + lm->out_b);
     }

@@ -15,12 +15,14 @@
 #include "model/sl_model_internal.h"
 #include "model/sl_sampler.h"
 
-/* Floats of full-softmax logits per row chunk: 32 MB on the CPU; 128 MB on a device,
+/* Floats of full-softmax logits per row chunk: 8 MB on the CPU (W_out is packed once
+ * for all of a window's chunks, so smaller ones cost no packing: the word model's 1,120
+ * rows in chunks of 209, not 838, the same speed in 24 MB less); 128 MB on a device,
  * whose memory has room and whose output products run faster over all of a window's
  * rows than in chunks (the LSTMP model's 2,240 rows x 10,002 words in one chunk, not
  * three: 4% more tokens/s on an H200 between two device runs, not side by side;
  * bench/README.md). */
-#define LOGIT_BUDGET ((size_t)1 << 23)
+#define LOGIT_BUDGET ((size_t)1 << 21)
 #define LOGIT_BUDGET_DEVICE ((size_t)1 << 25)
 #define INIT_CHUNK 65536 /* floats staged on the host per init upload */
 
@@ -189,6 +191,12 @@ alloc_workspace(sl_lm_t *lm)
     int rl = lm->layer[lm->L - 1].r;
     size_t logit_floats;
 
+    lm->chunk =
+        (int)((sl_backend_on_host(lm->be) ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)lm->V);
+    if (lm->chunk < 1)
+        lm->chunk = 1;
+    if (lm->chunk > lm->max_rows)
+        lm->chunk = lm->max_rows;
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
         size_t h = (size_t)ly->h, r = (size_t)ly->r;
@@ -224,8 +232,16 @@ alloc_workspace(sl_lm_t *lm)
         size_t fwd = o->packed_floats(lm->be->ctx, rl, lm->V);
         size_t bwd = o->packed_floats(lm->be->ctx, lm->V, rl);
 
-        packed = fwd > packed ? fwd : packed;
-        packed = bwd > packed ? bwd : packed;
+        if (lm->chunk < lm->max_rows) { /* several chunks: packed once for all of them */
+            lm->nout_fwd = fwd;
+            lm->nout_bwd = lm->sampled ? 0 : bwd; /* dtop of a full softmax's training */
+            if (fwd > 0)
+                SL_TRY(DEV_ALLOC(lm, &lm->packed_out, lm->nout_fwd + lm->nout_bwd,
+                                 "packed output weights"));
+        } else {
+            packed = fwd > packed ? fwd : packed;
+            packed = bwd > packed ? bwd : packed;
+        }
     }
     if (packed > 0)
         SL_TRY(DEV_ALLOC(lm, &lm->packed, packed, "packed gemm operands"));
@@ -257,12 +273,6 @@ alloc_workspace(sl_lm_t *lm)
     SL_TRY(DEV_ALLOC(lm, &lm->dm, mb * hmax, "dm"));
     SL_TRY(DEV_ALLOC(lm, &lm->dc, mb * hmax, "dc"));
 
-    lm->chunk =
-        (int)((sl_backend_on_host(lm->be) ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)lm->V);
-    if (lm->chunk < 1)
-        lm->chunk = 1;
-    if (lm->chunk > lm->max_rows)
-        lm->chunk = lm->max_rows;
     logit_floats = (size_t)lm->chunk * (size_t)lm->V;
     if (lm->sampled) {
         if (!fits_int(n, (size_t)lm->S + 1) || !fits_int(ns, (size_t)rl))

@@ -70,15 +70,20 @@ struct sl_lm {
     int lstm_cudnn, lstm_pending;
 
     /* device workspace */
-    float *x0;          /* (N, E) embedded input, dropout applied */
-    const float *top;   /* (N, R_L) input of the output layer (last r or its dropout) */
-    float *dgates;      /* (N, 4 Hmax) */
-    float *dbuf[2];     /* (N, max(E, Rmax)) gradients w.r.t. layer outputs / inputs */
-    float *dm, *dc;     /* (max_batch, Hmax) */
-    float *packed;      /* (npacked) one operand packed by pack_b for gemm_packed: a layer's
-                           W_hh either way round, or a weight gradient's input (sl_lm_step.c);
-                           NULL where the backend has no gemm_packed */
-    size_t npacked;     /* floats */
+    float *x0;         /* (N, E) embedded input, dropout applied */
+    const float *top;  /* (N, R_L) input of the output layer (last r or its dropout) */
+    float *dgates;     /* (N, 4 Hmax) */
+    float *dbuf[2];    /* (N, max(E, Rmax)) gradients w.r.t. layer outputs / inputs */
+    float *dm, *dc;    /* (max_batch, Hmax) */
+    float *packed;     /* (npacked) one operand packed by pack_b for gemm_packed: a layer's
+                          W_hh either way round, or a weight gradient's input (sl_lm_step.c);
+                          NULL where the backend has no gemm_packed */
+    size_t npacked;    /* floats */
+    float *packed_out; /* where a window's output layer runs in several chunks (chunk <
+                          max_rows): W_out^T (nout_fwd floats) then W_out (nout_bwd, 0 for
+                          a sampled softmax) packed once for all chunks; else NULL, and
+                          W_out goes through packed */
+    size_t nout_fwd, nout_bwd;
     float *packed_proj; /* (nproj) a layer's W_proj packed for the projections of the
                          recurrent loops, either way round; NULL where not packed */
     size_t nproj;       /* floats */

@@ -518,6 +518,78 @@ START_TEST(test_per_symbol_same_bits)
 }
 END_TEST
 
+/* A full softmax over more words than a chunk of logits holds (sl_model.c's 8 MB: 50
+ * rows of 41,943 words) runs a window of 128 rows in three chunks of 50, 50 and 28,
+ * with W_out packed once for all of them (packed_out) and the products packed (128 >=
+ * 64 rows). The gradients of W_out's rows (each chunk's first and last targets), of
+ * their biases and of the LSTM (through dtop of every chunk) against finite differences
+ * as in grad_check_ids; evaluation's loss (which packs W_out^T only) is the step's. */
+enum { VC = 41943, TC = 8, BC = 16, NC = TC * BC };
+
+START_TEST(test_grad_output_chunks)
+{
+    static const int rows[] = {0, 49, 50, 99, 100, 127};
+    sl_step_keys_t keys = {3, 4};
+    const double step = 1e-2;
+    int32_t x[NC], y[NC];
+    float s0[512], *w;
+    size_t idx[64], ni = 0;
+    double an[64], loss, eval_loss, lp, lm_;
+    layout_t lay;
+    sl_lm_state_t *st;
+    sl_lm_t *lm;
+
+    test_lm_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+    cfg.train.bptt = TC;
+    cfg.train.batch = BC;
+    expect_layout(&cfg, VC, &lay);
+    for (int i = 0; i < NC; i++) {
+        x[i] = (int32_t)((i * 7919 + 11) % VC);
+        y[i] = (int32_t)((i * 104729 + 5) % VC);
+    }
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        size_t row = lay.w_out.off + (size_t)y[rows[r]] * (size_t)H;
+
+        idx[ni++] = row;
+        idx[ni++] = row + H - 1;
+        idx[ni++] = lay.b_out.off + (size_t)y[rows[r]];
+    }
+    for (int k = 0; k < 12; k++) {
+        idx[ni++] = lay.w_ih[0].off + (size_t)k * 3;
+        idx[ni++] = lay.w_hh[0].off + (size_t)k * 5;
+    }
+    ck_assert_int_eq(sl_lm_new(&lm, &cfg, VC, 2, BC, be), SL_OK);
+    ck_assert_int_eq(sl_lm_state_new(lm, BC, &st), SL_OK);
+    ck_assert_uint_eq(sl_lm_nparams(lm), lay.total);
+    random_params(lm, 12);
+    random_state(st, s0, 13);
+    ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, TC, &keys, &loss), SL_OK);
+    for (size_t i = 0; i < ni; i++)
+        an[i] = sl_lm_grads(lm)[idx[i]];
+    ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+    ck_assert_int_eq(sl_lm_eval_batch(lm, st, x, y, TC, &eval_loss), SL_OK);
+    ck_assert_msg(eval_loss == loss, "eval %.17g, train %.17g", eval_loss, loss);
+    w = sl_lm_params(lm);
+    for (size_t i = 0; i < ni; i++) {
+        float w0 = w[idx[i]], wp = (float)(w0 + step), wm = (float)(w0 - step);
+        double fd;
+
+        w[idx[i]] = wp;
+        ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, TC, &keys, &lp), SL_OK);
+        w[idx[i]] = wm;
+        ck_assert_int_eq(sl_lm_state_load(st, s0), SL_OK);
+        ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, TC, &keys, &lm_), SL_OK);
+        w[idx[i]] = w0;
+        fd = (lp - lm_) / NC / ((double)wp - (double)wm);
+        ck_assert_msg(fabs(fd - an[i]) <= 3e-5 + 1e-2 * fabs(an[i]),
+                      "param %zu: analytic %.8g, finite differences %.8g", idx[i], an[i], fd);
+    }
+    sl_lm_state_destroy(&st);
+    sl_lm_destroy(&lm);
+}
+END_TEST
+
 /* With fixed keys the masks are fixed, so the loss is a smooth function again. */
 START_TEST(test_grad_lstmp_dropout)
 {
@@ -859,6 +931,7 @@ model_suite(void)
     tcase_add_test(core, test_grad_lstmp_sampled);
     tcase_add_test(core, test_grad_per_symbol);
     tcase_add_test(core, test_per_symbol_same_bits);
+    tcase_add_test(core, test_grad_output_chunks);
     tcase_add_test(core, test_grad_lstmp_dropout);
     tcase_add_test(core, test_dropout_keys);
     tcase_add_test(core, test_learns_full);
