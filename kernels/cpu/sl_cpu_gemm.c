@@ -76,12 +76,48 @@ sl_cpu_packed_floats(void *ctx, int k, int n)
     return k > 0 && n > 0 ? panels(n) * NR * (size_t)k : 0;
 }
 
+/* 8 x 8 floats in AVX registers (both builds' panels are a multiple of 8 wide). */
+typedef float v8_t __attribute__((vector_size(32)));
+typedef int v8i_t __attribute__((vector_size(32)));
+
+/* dst[q * ldd + r] = src[r * lds + q] for r, q < 8: the usual three rounds of
+ * shuffles (32-bit pairs, 64-bit pairs, 128-bit halves), which GCC emits as
+ * unpck/shufps/vperm2f128. */
+static inline void
+transpose8(const float *src, size_t lds, float *dst, size_t ldd)
+{
+    v8_t r[8], t[8], u[8];
+
+    for (int i = 0; i < 8; i++)
+        memcpy(&r[i], src + (size_t)i * lds, sizeof r[i]);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shuffle(r[i], r[i + 1], (v8i_t){0, 8, 1, 9, 4, 12, 5, 13});
+        t[i + 1] = __builtin_shuffle(r[i], r[i + 1], (v8i_t){2, 10, 3, 11, 6, 14, 7, 15});
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] =
+                __builtin_shuffle(t[i + h], t[i + h + 2], (v8i_t){0, 1, 8, 9, 4, 5, 12, 13});
+            u[i + 2 * h + 1] =
+                __builtin_shuffle(t[i + h], t[i + h + 2], (v8i_t){2, 3, 10, 11, 6, 7, 14, 15});
+        }
+    for (int q = 0; q < 4; q++) {
+        v8_t lo = __builtin_shuffle(u[q], u[q + 4], (v8i_t){0, 1, 2, 3, 8, 9, 10, 11});
+        v8_t hi = __builtin_shuffle(u[q], u[q + 4], (v8i_t){4, 5, 6, 7, 12, 13, 14, 15});
+
+        memcpy(dst + (size_t)q * ldd, &lo, sizeof lo);
+        memcpy(dst + (size_t)(q + 4) * ldd, &hi, sizeof hi);
+    }
+}
+
 /* Panel p, row kk holds op(B)[kk][p NR .. p NR + NR). Without trans_b, B is read row
  * by row, in order, each row's runs of NR floats going to their panels (a panel at a
  * time, B would be read down its columns, a cache line per row). With trans_b, B is
  * (n, k) and a panel gathers NR of its rows: copied a block of KB k-values at a time,
  * so that the NR panel rows being written stay in L1 while B's rows are read in
- * order. */
+ * order; a full panel's block goes 8 x 8 at a time through transpose8, 1.4-2.5x
+ * faster than element by element (the word model's W_out^T, 10 MB: 1.1-1.3 ms to 0.8,
+ * from cache, v3 and v4 builds). */
 void
 sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, float *packed)
 {
@@ -114,6 +150,12 @@ sl_cpu_pack_b(void *ctx, int trans_b, int k, int n, const float *b, int ldb, flo
         for (size_t k0 = 0; k0 < (size_t)k; k0 += KB) {
             size_t kn = (size_t)k - k0 < KB ? (size_t)k - k0 : KB;
 
+            if (cols == NR && kn == KB) {
+                for (size_t j = 0; j < NR; j += 8)
+                    for (size_t q = 0; q < KB; q += 8)
+                        transpose8(b + (j0 + j) * ld + k0 + q, ld, dst + (k0 + q) * NR + j, NR);
+                continue;
+            }
             for (size_t j = 0; j < cols; j++) {
                 const float *restrict src = b + (j0 + j) * ld + k0;
 
