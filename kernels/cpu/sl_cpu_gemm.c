@@ -329,6 +329,25 @@ panel_group_bytes(void)
     return (l2 > 0 ? (size_t)l2 : (size_t)1 << 20) / 4;
 }
 
+/* The rows of C that the next tile of MR rows reads and writes at panel p, asked for
+ * while this tile runs, from panels_tall (tile by tile, each through the panels): a
+ * tall C (dW_out, 10002 x 256, 10 MB) comes from memory a tile at a time, and its
+ * first loads left the FMAs waiting. The A/B harness of PREFETCH_ROWS: dW_out 6-15%
+ * faster with the v3 and v4 builds, every other product the same or up to 4% faster. */
+static inline __attribute__((always_inline)) void
+prefetch_next_c(const gemm_args_t *g, int i, size_t p)
+{
+    int next = i + MR;
+    const float *c;
+
+    if (next >= g->m)
+        return;
+    c = g->c + (size_t)next * g->ldc + p * NR;
+    for (int r = 0; r < MR && next + r < g->m; r++)
+        for (int l = 0; l < NR; l += LINE_FLOATS)
+            __builtin_prefetch(c + (size_t)r * g->ldc + (size_t)l, 1, 3);
+}
+
 static void
 panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
 {
@@ -349,8 +368,10 @@ panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
                 for (int i = 0; i < g->m; i += MR) {
                     int mr = g->m - i < MR ? g->m - i : MR;
 
-                    for (size_t p = p0; p < p1; p++)
+                    for (size_t p = p0; p < p1; p++) {
+                        prefetch_next_c(g, i, p);
                         rows_x_panel(g, i, mr, k0, kn, p, g->a + k0 + (size_t)i * sa, sa, 1);
+                    }
                 }
             }
             continue;
@@ -366,8 +387,10 @@ panels_tall(const gemm_args_t *g, size_t lo, size_t hi)
                 for (int kk = 0; kk < kn; kk++)
                     for (int r = 0; r < mr; r++)
                         apack[kk * MR + r] = a[(size_t)kk * sk + (size_t)r * sa];
-            for (size_t p = lo; p < hi; p++)
+            for (size_t p = lo; p < hi; p++) {
+                prefetch_next_c(g, i, p);
                 rows_x_panel(g, i, mr, k0, kn, p, apack, 1, MR);
+            }
         }
     }
 }
