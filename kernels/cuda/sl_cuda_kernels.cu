@@ -401,9 +401,12 @@ xent_kernel(int n, int v, float *logits, int ld, const float *__restrict__ bias,
             continue;
         }
         for (int j = threadIdx.x; j < v; j += blockDim.x) {
-            float z = bias ? x[j] + bias[j] : x[j];
+            float z = x[j];
 
-            x[j] = z;
+            if (bias) {
+                z += bias[j];
+                x[j] = z;
+            }
             m = fmaxf(m, z);
         }
         m = block_max(m, red);
