@@ -15,7 +15,8 @@
  * spread is the noise) beside each build's gemm_packed, and the packing (pack_b) that
  * a window pays once; and its largest weight gradient, dW_hh += dG^T r over B (T - 1)
  * rows, and its dX over a window (E = 64 columns); the word model's full-softmax chunk
- * (838 rows: logits = top W_out^T, dtop = dlogits W_out and dW_out += dlogits^T top)
+ * (209 rows: logits = top W_out^T, dtop = dlogits W_out and dW_out += dlogits^T top;
+ * each with its packing, which training does once a window for W_out)
  * and its input projection
  * (N x 4H, W_ih^T); each by the BLAS and by pack_b + gemm_packed. Inputs are random and
  * never zero, buffers 64-byte aligned. */
@@ -35,7 +36,7 @@
 
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
 enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
-enum { NW = 838 };     /* the word model's rows per full-softmax chunk (2^23 / V) */
+enum { NW = 209 };     /* the word model's rows per full-softmax chunk (2^21 / V) */
 enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 27 };
 
 typedef struct {
@@ -67,15 +68,15 @@ static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
                                      "pack_b W_hh 2048x512",
                                      "gemm BLAS dW_hh 2048x512x3168",
                                      "pack+gemm_packed dW_hh",
-                                     "gemm BLAS logits 838x10002x256",
+                                     "gemm BLAS logits 209x10002x256",
                                      "pack+gemm_packed logits",
                                      "gemm BLAS W_ih 1120x1024x256",
                                      "pack+gemm_packed W_ih",
-                                     "gemm BLAS dtop 838x256x10002",
+                                     "gemm BLAS dtop 209x256x10002",
                                      "pack+gemm_packed dtop",
                                      "gemm BLAS dX 3168x64x2048",
                                      "pack+gemm_packed dX",
-                                     "gemm BLAS dW_out 10002x256x838",
+                                     "gemm BLAS dW_out 10002x256x209",
                                      "pack+gemm_packed dW_out"};
 
 static void
