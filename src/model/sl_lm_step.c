@@ -179,9 +179,10 @@ window_product(sl_lm_t *lm, const float *packed, int trans, int m, int n, int k,
  * lm->packed for gemm_packed where the backend has it and the window has the rows to
  * pay for the packing (about one pass over op(B), as much as a product of ~32 rows);
  * else gemm. The choice depends on the model's shapes and N only (lm->packed holds
- * every weight either way round), so that an evaluation gives the same bits in every
- * model object of any max_batch, as shoal score relies on. lm->packed is free outside
- * the recurrent loops. */
+ * every weight either way round, or packed_out W_out: pack_output packs on the same
+ * condition), so that an evaluation gives the same bits in every model object of any
+ * max_batch, as shoal score relies on. lm->packed is free outside the recurrent
+ * loops. */
 enum { PACK_MIN_ROWS = 64 };
 
 static void
@@ -422,7 +423,7 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
     for (int r0 = 0; r0 < N; r0 += lm->chunk) {
         int n = N - r0 < lm->chunk ? N - r0 : lm->chunk;
         const float *y = lm->top + (size_t)r0 * (size_t)R;
-        float *dy = dtop + (size_t)r0 * (size_t)R;
+        float *dy;
         double ls = 0.0;
 
         if (wt)
@@ -433,6 +434,7 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
         *loss_sum += ls;
         if (grad_scale == 0.0f)
             continue;
+        dy = dtop + (size_t)r0 * (size_t)R; /* dtop is NULL without a gradient */
         if (wn)
             window_product(lm, wn, 0, n, R, V, lm->logits, V, W, R, 0.0f, dy, R);
         else
