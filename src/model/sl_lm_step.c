@@ -391,9 +391,8 @@ forward(sl_lm_t *lm, sl_lm_state_t *st, int T, int drop, uint64_t dkey, int sym,
     lm->top = in;
 }
 
-/* W_out^T (trans) or W_out packed into packed_out for all of a window's chunks, as
- * packed_product would pack it for each (the same bits); NULL where the model has no
- * packed_out or packed_product would not pack. */
+/* W_out^T (trans) or W_out packed into packed_out once for a window's chunks, as
+ * packed_product would for each (same bits); NULL without packed_out or where it would not. */
 static const float *
 pack_output(sl_lm_t *lm, int N, int trans)
 {
@@ -401,10 +400,23 @@ pack_output(sl_lm_t *lm, int N, int trans)
 
     if (!lm->packed_out)
         return NULL;
-    return trans ? pack_operand(lm, lm->packed_out, lm->nout_fwd, 1, R, V, lm->params + lm->out, R,
-                                N >= PACK_MIN_ROWS)
-                 : pack_operand(lm, lm->packed_out + lm->nout_fwd, lm->nout_bwd, 0, V, R,
-                                lm->params + lm->out, R, N >= PACK_MIN_ROWS);
+    return pack_operand(lm, trans ? lm->packed_out : lm->packed_out + lm->nout_fwd,
+                        trans ? lm->nout_fwd : lm->nout_bwd, trans, trans ? R : V, trans ? V : R,
+                        lm->params + lm->out, R, N >= PACK_MIN_ROWS);
+}
+
+/* C = A op(W_out), from pack_output's copy (packed) where there is one, else packed_product. */
+static void
+output_product(sl_lm_t *lm, int N, const float *packed, int trans, int m, int n, int k,
+               const float *a, int lda, float *c, int ldc)
+{
+    const float *W = lm->params + lm->out;
+    int R = lm->layer[lm->L - 1].r;
+
+    if (packed)
+        window_product(lm, packed, trans, m, n, k, a, lda, W, R, 0.0f, c, ldc);
+    else
+        packed_product(lm, N, 0, trans, m, n, k, a, lda, W, R, 0.0f, c, ldc);
 }
 
 /* Full softmax over row chunks: logits = top W_out^T + b. With grad_scale != 0 also
@@ -415,30 +427,21 @@ output_full(sl_lm_t *lm, int N, const int32_t *d_y, float grad_scale, float *dto
     const sl_backend_ops_t *o = lm->be->ops;
     void *ctx = lm->be->ctx;
     int V = lm->V, R = lm->layer[lm->L - 1].r;
-    const float *W = lm->params + lm->out, *b = lm->params + lm->out_b;
-    const float *wt = pack_output(lm, N, 1);
+    const float *b = lm->params + lm->out_b, *wt = pack_output(lm, N, 1);
     const float *wn = grad_scale != 0.0f ? pack_output(lm, N, 0) : NULL;
 
     *loss_sum = 0.0;
     for (int r0 = 0; r0 < N; r0 += lm->chunk) {
         int n = N - r0 < lm->chunk ? N - r0 : lm->chunk;
         const float *y = lm->top + (size_t)r0 * (size_t)R;
-        float *dy;
         double ls = 0.0;
 
-        if (wt)
-            window_product(lm, wt, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
-        else
-            packed_product(lm, N, 0, 1, n, V, R, y, R, W, R, 0.0f, lm->logits, V);
+        output_product(lm, N, wt, 1, n, V, R, y, R, lm->logits, V);
         o->softmax_xent(ctx, n, V, lm->logits, V, b, d_y + r0, grad_scale, &ls);
         *loss_sum += ls;
         if (grad_scale == 0.0f)
-            continue;
-        dy = dtop + (size_t)r0 * (size_t)R; /* dtop is NULL without a gradient */
-        if (wn)
-            window_product(lm, wn, 0, n, R, V, lm->logits, V, W, R, 0.0f, dy, R);
-        else
-            packed_product(lm, N, 0, 0, n, R, V, lm->logits, V, W, R, 0.0f, dy, R);
+            continue; /* dtop is NULL then */
+        output_product(lm, N, wn, 0, n, R, V, lm->logits, V, dtop + (size_t)r0 * (size_t)R, R);
         packed_product(lm, N, 1, 0, V, R, n, lm->logits, V, y, R, 1.0f, lm->grads + lm->out, R);
         o->bias_grad(ctx, n, V, lm->logits, lm->grads + lm->out_b);
     }
