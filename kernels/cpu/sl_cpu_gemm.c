@@ -182,7 +182,8 @@ enum { PREFETCH_ROWS = 16, LINE_FLOATS = 64 / (int)sizeof(float) };
  * over k goes four steps a trip: its counter, compare and pointer steps, beside each
  * step's MR broadcasts, NV loads, MR NV FMAs and a prefetch, kept AVX2's two FMA ports
  * below full; unrolled, each product of the three models 1-7% faster with the v3 build
- * and 0-7% with v4 (the same sums in the same order). */
+ * and 0-7% with v4 on an Intel Xeon (within the noise on an AMD Zen 4, where an earlier
+ * trial found no gain); the same sums in the same order. */
 static inline __attribute__((always_inline)) void
 tile(const int mr, int load_c, int k, const float *restrict a, size_t sa, size_t sk,
      const float *restrict p, float *restrict c, size_t ldc)
