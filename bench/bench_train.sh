@@ -11,9 +11,9 @@
 # long one's: what is left is the steps between them, start-up and the end cancelled.
 #
 #   bench/bench_train.sh [--steps N] [--short-steps S] [--repeat R] [--models LIST]
-#                        [--threads LIST] [--isa LIST] [--out DIR] [--keep]
-#   bench/bench_train.sh --epoch [--seed LIST] [--threads T] [--parallel] [--out DIR]
-#                        [--keep]
+#                        [--threads LIST] [--isa LIST] [--vocab N] [--out DIR] [--keep]
+#   bench/bench_train.sh --epoch [--seed LIST] [--threads T] [--parallel] [--vocab N]
+#                        [--out DIR] [--keep]
 #
 #   --steps N       training steps per run (default 60); tok/s counts training steps
 #                   only: shoal's summary tokens_per_s, PyTorch after 3 warm-up steps
@@ -32,6 +32,9 @@
 #                   baseline, v3, v4; default: the one shoal picks, the highest
 #                   this CPU runs); the tok/s ratio is the first one's against
 #                   PyTorch, the CPU table has PyTorch's against each
+#   --vocab N       the word and sampled models' vocabulary on both sides: the N most
+#                   frequent Brown training words (default 10000, the configs'; Brown
+#                   has 52,813 distinct words), to see how a larger output layer fares
 #   --epoch         instead: one full epoch of the word model on both sides (2 threads
 #                   each unless --threads says otherwise), then validation perplexity
 #                   side by side (target: shoal within 3% of PyTorch)
@@ -83,6 +86,7 @@ seed=1234
 models="word sampled char"
 threads_list="1 2"
 isas=""
+vocab=""
 epoch=0
 parallel=0
 out=""
@@ -102,6 +106,8 @@ while [ $# -gt 0 ]; do
         --threads=*) threads_list=${1#*=}; shift ;;
         --isa) [ $# -ge 2 ] || die "--isa needs a value"; isas=$2; shift 2 ;;
         --isa=*) isas=${1#*=}; shift ;;
+        --vocab) [ $# -ge 2 ] || die "--vocab needs a value"; vocab=$2; shift 2 ;;
+        --vocab=*) vocab=${1#*=}; shift ;;
         --epoch) epoch=1; shift ;;
         --parallel) parallel=1; shift ;;
         --seed) [ $# -ge 2 ] || die "--seed needs a value"; seed=$2; shift 2 ;;
@@ -121,6 +127,7 @@ for i in $isas; do
 done
 [ "$epoch" = 0 ] || [ -z "$isas" ] || die "--isa is for the throughput table, not --epoch"
 [[ $steps =~ ^[1-9][0-9]*$ ]] || die "--steps wants a positive integer, got '$steps'"
+[ -z "$vocab" ] || [[ $vocab =~ ^[1-9][0-9]*$ ]] || die "--vocab wants a positive integer, got '$vocab'"
 [[ $short_steps =~ ^[0-9]+$ ]] || die "--short-steps wants a non-negative integer, got '$short_steps'"
 [ "$epoch" = 0 ] || [ "$short_given" = 0 ] || die "--short-steps is for the throughput table, not --epoch"
 if [ "$epoch" = 0 ] && [ "$short_steps" -ge "$steps" ]; then
@@ -209,6 +216,8 @@ echo "# cpu: $(cpu_field 'model name') (family $(cpu_field 'cpu family'), model 
 echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -z "${OPENBLAS_CORETYPE:-}" ] ||
     echo "# OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment: OpenBLAS's kernel is forced on both sides"
+[ -z "$vocab" ] ||
+    echo "# --vocab $vocab: the word and sampled models' vocabulary on both sides (the configs': 10000)"
 
 # shoal_isa_line LEVEL: shoal's loop build and OpenBLAS kernel with SHOAL_CPU_ISA=LEVEL
 # ("" = its own pick), from --version and OpenBLAS's start-up line (OPENBLAS_VERBOSE=2);
@@ -246,6 +255,7 @@ data_sets() {
     case $1 in
         word|sampled)
             dsets=(--set "data.train=$data/brown/train.txt")
+            [ -z "$vocab" ] || dsets+=(--set "data.vocab_size=$vocab")
             if [ "${2:-}" = train-only ]; then
                 dsets+=(--set 'data.valid=""' --set 'data.test=""')
             else
@@ -291,6 +301,7 @@ run_shoal() {
 run_torch() {
     local name=$1 model=$2 t=$3
     shift 3
+    case $model in word|sampled) [ -z "$vocab" ] || set -- --vocab "$vocab" "$@" ;; esac
     if ! LD_LIBRARY_PATH=$torch_ld bench_cpu_time "$out/torch-$name.cpu" \
             "$torch_py" "$top/bench/torch_lm.py" --model "$model" \
             --threads "$t" --data "$data" --seed "$seed" --require-openblas \

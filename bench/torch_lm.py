@@ -98,6 +98,8 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=None, help="override B")
     p.add_argument("--bptt", type=int, default=None, help="override T")
     p.add_argument("--samples", type=int, default=None, help="override S (sampled)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="override V at word level: the N most frequent training words")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--init-range", type=float, default=0.1)
     p.add_argument("--no-eval", action="store_true",
@@ -115,6 +117,8 @@ def parse_args(argv):
         p.error("--threads must be >= 1")
     if a.steps < 0 or a.epochs < 1 or a.eval_every < 0 or a.warmup < 0:
         p.error("--steps, --warmup and --eval-every must be >= 0 and --epochs >= 1")
+    if a.vocab is not None and (a.vocab < 1 or PRESETS[a.model]["level"] != "word"):
+        p.error("--vocab wants a positive count and a word-level --model")
     if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", a.device):
         p.error("--device must be cpu, cuda or cuda:N, not %r" % a.device)
     return a
@@ -461,7 +465,7 @@ def main(argv):
         return 3
 
     cfg = dict(PRESETS[a.model])
-    for key in ("batch", "bptt", "samples"):
+    for key in ("batch", "bptt", "samples", "vocab"):
         if getattr(a, key) is not None:
             cfg[key] = getattr(a, key)
     root = a.data or os.environ.get("SHOAL_DATA") or os.path.join(

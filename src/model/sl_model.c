@@ -21,9 +21,15 @@
  * whose memory has room and whose output products run faster over all of a window's
  * rows than in chunks (the LSTMP model's 2,240 rows x 10,002 words in one chunk, not
  * three: 4% more tokens/s on an H200 between two device runs, not side by side;
- * bench/README.md). */
+ * bench/README.md). But on the CPU never fewer than LOGIT_MIN_ROWS rows: each chunk's
+ * three output products stream all of W_out and dW_out from memory once, so a chunk of
+ * few rows is bound by memory, whatever the vocabulary (the budget alone gave 63 rows
+ * at 33,000 words and 20 at 100,000, where the products ran 1.3-1.4x and 2.0-2.2x
+ * slower than at 192; 192 rows run within 7% of a whole window's 1,120 rows at 10,002,
+ * 33,000 and 100,000 words, v3 and v4 loops, an Intel Xeon; bench/README.md). */
 #define LOGIT_BUDGET ((size_t)1 << 21)
 #define LOGIT_BUDGET_DEVICE ((size_t)1 << 25)
+#define LOGIT_MIN_ROWS 192
 #define INIT_CHUNK 65536 /* floats staged on the host per init upload */
 
 /* Tensor ids that key the initialisation RNG (stable across model shapes). */
@@ -193,6 +199,8 @@ alloc_workspace(sl_lm_t *lm)
 
     lm->chunk =
         (int)((sl_backend_on_host(lm->be) ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)lm->V);
+    if (sl_backend_on_host(lm->be) && lm->chunk < LOGIT_MIN_ROWS)
+        lm->chunk = LOGIT_MIN_ROWS;
     if (lm->chunk < 1)
         lm->chunk = 1;
     if (lm->chunk > lm->max_rows)
@@ -435,6 +443,12 @@ const char *
 sl_lm_lstm_path(const sl_lm_t *lm)
 {
     return lm->lstm_pending ? "auto" : lm->lstm_cudnn ? "cudnn" : "fused";
+}
+
+int
+sl_lm_logit_rows(const sl_lm_t *lm)
+{
+    return lm->chunk;
 }
 
 sl_status_t

@@ -137,4 +137,9 @@ const int32_t *sl_lm_touched_rows(const sl_lm_t *lm, int output, int *count);
  * runs fused). */
 const char *sl_lm_lstm_path(const sl_lm_t *lm);
 
+/* Rows of the full softmax's logits computed at a time (the output layer's chunk): a
+ * fixed budget of floats over the vocabulary, at least LOGIT_MIN_ROWS on the CPU
+ * (sl_model.c), at most the rows of a window. */
+int sl_lm_logit_rows(const sl_lm_t *lm);
+
 #endif

@@ -518,22 +518,22 @@ START_TEST(test_per_symbol_same_bits)
 }
 END_TEST
 
-/* A full softmax over more words than a chunk of logits holds (sl_model.c's 8 MB: 25
- * rows of 83,886 words; with a budget of 32 MB still two chunks) runs a window of 128
- * rows in six chunks, with W_out packed once for all of them (packed_out) and the
- * products packed (128 >= 64 rows). The gradients of W_out's rows (targets of the
- * first, second, fourth and last chunks, at their edges), of their biases and of the
- * LSTM (through dtop of every chunk) against finite differences as in grad_check_ids;
- * evaluation's loss (which packs W_out^T only) is the step's. */
-enum { VC = 83886, TC = 8, BC = 16, NC = TC * BC };
+/* A full softmax over more words than a chunk of logits holds: sl_model.c's 8 MB are
+ * 128 rows of 16,384 words, fewer than the CPU's least chunk of 192 rows, so a window
+ * of 512 rows runs in three chunks (192, 192, 128), with W_out packed once for all of
+ * them (packed_out) and the products packed (>= 64 rows). The gradients of W_out's rows
+ * (targets of every chunk, at their edges), of their biases and of the LSTM (through
+ * dtop of every chunk) against finite differences as in grad_check_ids; evaluation's
+ * loss (which packs W_out^T only) is the step's. */
+enum { VC = 16384, TC = 8, BC = 64, NC = TC * BC };
 
 START_TEST(test_grad_output_chunks)
 {
-    static const int rows[] = {0, 24, 25, 99, 100, 127};
+    static const int rows[] = {0, 191, 192, 383, 384, 511};
     sl_step_keys_t keys = {3, 4};
     const double step = 1e-2;
     int32_t x[NC], y[NC];
-    float s0[512], *w;
+    float s0[2 * BC * H], *w; /* the state: h and c of BC rows */
     size_t idx[64], ni = 0;
     double an[64], loss, eval_loss, lp, lm_;
     layout_t lay;
@@ -560,9 +560,11 @@ START_TEST(test_grad_output_chunks)
         idx[ni++] = lay.w_hh[0].off + (size_t)k * 5;
     }
     ck_assert_int_eq(sl_lm_new(&lm, &cfg, VC, 2, BC, be), SL_OK);
+    ck_assert_int_eq(sl_lm_logit_rows(lm), 192);
     ck_assert_int_eq(sl_lm_state_new(lm, BC, &st), SL_OK);
     ck_assert_uint_eq(sl_lm_nparams(lm), lay.total);
     random_params(lm, 12);
+    ck_assert_uint_eq(sl_lm_state_size(st), sizeof s0 / sizeof *s0);
     random_state(st, s0, 13);
     ck_assert_int_eq(sl_lm_train_step(lm, st, x, y, TC, &keys, &loss), SL_OK);
     for (size_t i = 0; i < ni; i++)
