@@ -60,13 +60,20 @@ sl_loss_scale_unscale(const sl_loss_scale_t *ls, sl_backend_t *be, float *grads,
 
 sl_status_t
 sl_loss_scale_step(sl_loss_scale_t *ls, sl_backend_t *be, sl_optim_t *opt, float *params,
-                   float *grads, size_t n, double clip, double lr, double *norm, int *applied)
+                   float *grads, size_t n, const size_t *spans, size_t nspans, double clip,
+                   double lr, double *norm, int *applied)
 {
+    size_t all[2] = {0, n};
+
+    if (!spans) {
+        spans = all;
+        nspans = 1;
+    }
     /* clipping an overflowed gradient is harmless: the step is dropped after it */
-    *norm = sl_clip_global_norm(be, grads, n, clip);
+    *norm = sl_clip_global_norm_spans(be, grads, n, clip, spans, nspans);
     *applied = sl_loss_scale_update(ls, *norm);
     if (*applied) {
-        sl_optim_step(opt, params, grads, lr);
+        sl_optim_step_spans(opt, params, grads, lr, spans, nspans);
         return SL_OK;
     }
     if (ls->overflows >= SL_LOSS_SCALE_MAX_SKIPS)

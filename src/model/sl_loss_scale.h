@@ -54,14 +54,16 @@ void sl_loss_scale_unscale(const sl_loss_scale_t *ls, sl_backend_t *be, float *g
 
 /* The end of a training step once the gradients are final (unscaled and, with
  * allreduce, averaged over the nodes, so that every node decides alike): clip them to
- * the global norm clip (sl_clip_global_norm; 0 = off), give the norm to
+ * the global norm clip (sl_clip_global_norm_spans; 0 = off), give the norm to
  * sl_loss_scale_update, and when it says apply, update params at learning rate lr
- * (sl_optim_step); a skipped step leaves params and the optimizer state untouched.
+ * (sl_optim_step_spans); a skipped step leaves params and the optimizer state untouched.
+ * spans (nspans (offset, count) pairs within n, or NULL: all of it) holds every
+ * nonzero gradient (sl_lm_grad_spans, when nothing but the step wrote the gradients).
  * *norm: the norm before clipping (inf or NaN after an overflow); *applied: 1 when
  * params were updated. Disabled: clip and update, nothing else. SL_ERR_INVALID (the
  * step skipped, message set) at the SL_LOSS_SCALE_MAX_SKIPS-th overflow in a row. */
 sl_status_t sl_loss_scale_step(sl_loss_scale_t *ls, sl_backend_t *be, sl_optim_t *opt,
-                               float *params, float *grads, size_t n, double clip, double lr,
-                               double *norm, int *applied);
+                               float *params, float *grads, size_t n, const size_t *spans,
+                               size_t nspans, double clip, double lr, double *norm, int *applied);
 
 #endif

@@ -321,6 +321,7 @@ alloc_workspace(sl_lm_t *lm)
     SL_TRY(SL_ALLOC(&lm->off_in, n + 1, "input row offsets"));
     SL_TRY(SL_ALLOC(&lm->pos_in, n, "input row positions"));
     SL_TRY(SL_ALLOC(&lm->rows_out, (size_t)lm->V, "output rows"));
+    SL_TRY(SL_ALLOC(&lm->spans, 2 * (n + (lm->sampled ? ns : 0) + 3), "gradient spans"));
     SL_TRY(SL_ALLOC(&lm->stage, INIT_CHUNK, "init staging"));
     for (size_t i = 0; i < INIT_CHUNK; i++)
         lm->stage[i] = 1.0f;
@@ -451,6 +452,59 @@ sl_lm_logit_rows(const sl_lm_t *lm)
     return lm->chunk;
 }
 
+/* A row table of the parameters (offset, rows of len floats) and the rows of it whose
+ * gradients the last step may have written (sorted, distinct). */
+typedef struct {
+    size_t off, len;
+    int nrows, ntouched;
+    const int32_t *touched;
+} row_table_t;
+
+/* Appends [off, off + count) to the n pairs at spans, joined to the last one when they
+ * meet; returns the new n. */
+static size_t
+add_span(size_t *spans, size_t n, size_t off, size_t count)
+{
+    if (count == 0)
+        return n;
+    if (n > 0 && spans[2 * n - 2] + spans[2 * n - 1] == off) {
+        spans[2 * n - 1] += count;
+        return n;
+    }
+    spans[2 * n] = off;
+    spans[2 * n + 1] = count;
+    return n + 1;
+}
+
+size_t
+sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans)
+{
+    row_table_t t[2] = {
+        {lm->emb, (size_t)lm->E, lm->V, lm->nrows_in, lm->rows_in},
+        {lm->out, (size_t)lm->layer[lm->L - 1].r, lm->V, lm->nrows_out, lm->rows_out}};
+    int nt = lm->sampled ? 2 : 1; /* a full softmax writes every row of W_out */
+    size_t n = 0, pos = 0;
+
+    SL_ASSERT(lm->stepped);
+    *spans = NULL;
+    if (!sl_backend_on_host(lm->be))
+        return 0;
+    if (nt == 2 && t[1].off < t[0].off) {
+        row_table_t x = t[0];
+        t[0] = t[1];
+        t[1] = x;
+    }
+    for (int i = 0; i < nt; i++) {
+        n = add_span(lm->spans, n, pos, t[i].off - pos);
+        for (int r = 0; r < t[i].ntouched; r++)
+            n = add_span(lm->spans, n, t[i].off + (size_t)t[i].touched[r] * t[i].len, t[i].len);
+        pos = t[i].off + (size_t)t[i].nrows * t[i].len;
+    }
+    n = add_span(lm->spans, n, pos, lm->nparams - pos);
+    *spans = lm->spans;
+    return n;
+}
+
 sl_status_t
 sl_lm_new(sl_lm_t **out, const sl_config_t *cfg, int vocab_size, int embedding_shards,
           int max_batch, sl_backend_t *be)
@@ -511,6 +565,7 @@ sl_lm_destroy(sl_lm_t **plm)
     sl_free(lm->off_in);
     sl_free(lm->pos_in);
     sl_free(lm->rows_out);
+    sl_free(lm->spans);
     sl_free(lm->off_out);
     sl_free(lm->pos_out);
     sl_free(lm->stage);

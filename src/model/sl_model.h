@@ -142,4 +142,13 @@ const char *sl_lm_lstm_path(const sl_lm_t *lm);
  * (sl_model.c), at most the rows of a window. */
 int sl_lm_logit_rows(const sl_lm_t *lm);
 
+/* Where the last train step may have left its gradient nonzero, as (offset, count) pairs
+ * in ascending order, joined where they meet (borrowed, valid until the next train
+ * step): every parameter but the input embedding's rows and, with a sampled softmax,
+ * the output embedding's, and of those tables the rows the step touched
+ * (sl_lm_touched_rows). Everything else the step left zero. Returns the pairs; only
+ * after a train step (asserted). On a device, where a kernel per row would cost more
+ * than it saves: 0 and NULL, for all of it. */
+size_t sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans);
+
 #endif

@@ -119,7 +119,8 @@ struct sl_lm {
     int nrows_in;
     int32_t *rows_out, *off_out, *pos_out; /* (V), (V+1), (N+S) */
     int nrows_out;
-    int stepped; /* a train step has run: touched rows are valid */
+    int stepped;   /* a train step has run: touched rows are valid */
+    size_t *spans; /* (2 (max_rows + N + S + 3)) sl_lm_grad_spans' (offset, count) pairs */
     sl_sampler_t sampler;
     float *stage; /* (INIT_CHUNK, sl_model.c) host staging for initialisation */
 };

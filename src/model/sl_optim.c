@@ -96,9 +96,10 @@ sl_optim_new(sl_optim_t **out, const sl_config_t *cfg, size_t nparams, sl_backen
         if (st != SL_OK) {
             int adam = o->type == SL_OPT_ADAM;
             sl_optim_destroy(&o);
-            return sl_err_prefix(st, "optimizer state of train.optimizer.type %s (%d value%s "
-                                     "per parameter; see data.vocab_size, model.embedding, "
-                                     "model.layers)",
+            return sl_err_prefix(st,
+                                 "optimizer state of train.optimizer.type %s (%d value%s "
+                                 "per parameter; see data.vocab_size, model.embedding, "
+                                 "model.layers)",
                                  adam ? "adam" : "adagrad", adam ? 2 : 1, adam ? "s" : "");
         }
     }
@@ -122,13 +123,24 @@ sl_optim_destroy(sl_optim_t **po)
 double
 sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip)
 {
+    size_t all[2] = {0, n};
+
+    return sl_clip_global_norm_spans(be, grads, n, clip, all, 1);
+}
+
+/* The sum of squares over all n (the same sums in the same order whatever the spans);
+ * the scaling over the spans alone, which is exact: elsewhere the gradient is zero. */
+double
+sl_clip_global_norm_spans(sl_backend_t *be, float *grads, size_t n, double clip,
+                          const size_t *spans, size_t nspans)
+{
     double norm = sqrt(be->ops->sumsq(be->ctx, n, grads));
 
     if (clip > 0.0) {
         double coef = clip / (norm + 1e-6);
 
-        if (coef < 1.0)
-            be->ops->scale(be->ctx, n, (float)coef, grads);
+        for (size_t i = 0; i < nspans && coef < 1.0; i++)
+            be->ops->scale(be->ctx, spans[2 * i + 1], (float)coef, grads + spans[2 * i]);
     }
     return norm;
 }
@@ -162,13 +174,27 @@ sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps)
 void
 sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr)
 {
+    size_t all[2] = {0, o->n};
+
+    sl_optim_step_spans(o, params, grads, lr, all, 1);
+}
+
+/* SGD over the spans alone: where the gradient is zero, w - lr 0 is w, exactly. Adagrad
+ * (whose update of a zero gradient is 0 / (sqrt(acc) + eps), NaN where both are 0) and
+ * Adam (whose moments decay) update every parameter. */
+void
+sl_optim_step_spans(sl_optim_t *o, float *params, const float *grads, double lr,
+                    const size_t *spans, size_t nspans)
+{
     const sl_backend_ops_t *ops = o->be->ops;
     void *ctx = o->be->ctx;
 
     o->steps++;
     switch (o->type) {
     case SL_OPT_SGD:
-        ops->sgd_update(ctx, o->n, (float)lr, grads, params);
+        for (size_t i = 0; i < nspans; i++)
+            ops->sgd_update(ctx, spans[2 * i + 1], (float)lr, grads + spans[2 * i],
+                            params + spans[2 * i]);
         break;
     case SL_OPT_ADAGRAD:
         ops->adagrad_update(ctx, o->n, (float)lr, o->eps, grads, o->state, params);

@@ -22,6 +22,10 @@ void sl_optim_destroy(sl_optim_t **o);
 /* Scales grads so their global L2 norm is at most clip (PyTorch's clip_grad_norm_:
  * factor clip / (norm + 1e-6) when norm > clip). Returns the norm before clipping. */
 double sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip);
+/* The same where grads is zero outside spans, nspans (offset, count) pairs within n
+ * (sl_lm_grad_spans): only the spans are scaled; the same bits. */
+double sl_clip_global_norm_spans(sl_backend_t *be, float *grads, size_t n, double clip,
+                                 const size_t *spans, size_t nspans);
 
 /* Learning rate at step (0-based), in epoch (0-based), total_steps of the run:
  * constant lr, epoch_decay lr * decay^epoch, linear lr * max(0, 1 - step/total_steps)
@@ -32,6 +36,10 @@ double sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps);
 /* One update of params with grads at learning rate lr (clipping is separate); Adam's
  * bias correction uses the step count after this update (1 on the first). */
 void sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr);
+/* The same where grads is zero outside spans (as sl_clip_global_norm_spans): SGD
+ * updates only the spans, the others every parameter; the same bits. */
+void sl_optim_step_spans(sl_optim_t *o, float *params, const float *grads, double lr,
+                         const size_t *spans, size_t nspans);
 
 /* Optimizer state for checkpoints: the step count and nstate floats (0, n or 2n). */
 long sl_optim_steps(const sl_optim_t *o);

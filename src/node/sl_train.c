@@ -302,6 +302,8 @@ train_step(trainer_t *t, double *lr, double *loss)
     size_t n = sl_lm_nparams(t->lm);
     double loss_sum, norm, t0 = sl_clock_now(), dt, s0 = sl_sync_time_s(t->sync);
     float scale = t->ls.scale;
+    const size_t *spans = NULL; /* where the gradient may be nonzero (NULL: anywhere) */
+    size_t nspans = 0;
     int applied;
     sl_status_t st;
 
@@ -317,8 +319,10 @@ train_step(trainer_t *t, double *lr, double *loss)
     sl_loss_scale_unscale(&t->ls, t->be, sl_lm_grads(t->lm), n);
     SL_TRY(sync_gradients(t));
     *lr = sl_lr_at(cfg, t->cur.step, t->cur.epoch, t->total_steps);
+    if (sl_sync_algorithm(t->sync) != SL_SYNC_ALLREDUCE) /* which adds other nodes' rows */
+        nspans = sl_lm_grad_spans(t->lm, &spans);
     st = sl_loss_scale_step(&t->ls, t->be, t->opt, sl_lm_params(t->lm), sl_lm_grads(t->lm), n,
-                            cfg->train.optimizer.clip, *lr, &norm, &applied);
+                            spans, nspans, cfg->train.optimizer.clip, *lr, &norm, &applied);
     if (st != SL_OK) {
         sl_err_prefix(st, "step %ld", t->cur.step);
         return st;

@@ -178,7 +178,7 @@ START_TEST(test_too_many_overflows)
         sl_status_t st;
 
         g[0] = 1.0f, g[1] = NAN, g[2] = 0.5f, g[3] = 0.25f;
-        st = sl_loss_scale_step(&ls, be, opt, w, g, 4, 0.0, 0.1, &norm, &applied);
+        st = sl_loss_scale_step(&ls, be, opt, w, g, 4, NULL, 0, 0.0, 0.1, &norm, &applied);
         ck_assert_int_eq(applied, 0);
         ck_assert(isnan(norm));
         ck_assert_int_eq(st, i < SL_LOSS_SCALE_MAX_SKIPS ? SL_OK : SL_ERR_INVALID);
@@ -229,7 +229,7 @@ trainer_step(sl_lm_t *lm, sl_lm_state_t *st, sl_optim_t *opt, sl_loss_scale_t *l
         sl_lm_set_loss_scale(lm, ls->scale);
     ck_assert_int_eq(sl_lm_train_step(lm, st, tx, ty, T, &keys, loss), SL_OK);
     sl_loss_scale_unscale(ls, be, sl_lm_grads(lm), n);
-    ck_assert_int_eq(sl_loss_scale_step(ls, be, opt, sl_lm_params(lm), sl_lm_grads(lm), n,
+    ck_assert_int_eq(sl_loss_scale_step(ls, be, opt, sl_lm_params(lm), sl_lm_grads(lm), n, NULL, 0,
                                         cfg.train.optimizer.clip, 0.01, &norm, &applied),
                      SL_OK);
     ck_assert_int_eq(applied, isfinite(norm));

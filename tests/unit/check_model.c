@@ -593,6 +593,80 @@ START_TEST(test_grad_output_chunks)
 }
 END_TEST
 
+/* The clip and SGD over sl_lm_grad_spans alone give the same bits as over every
+ * parameter, step after step, with another batch of ids each time: the gradient is zero
+ * outside the spans, which are ascending, apart, and leave out the rows of the tables
+ * that no id touched (the input embedding; W_out too with a sampled softmax). */
+static void
+spans_same_bits(sl_output_kind_t out, double dropout)
+{
+    enum { VS = 200, STEPS = 4 };
+    sl_lm_t *lm[2];
+    sl_lm_state_t *st[2];
+    sl_optim_t *opt[2];
+    int32_t x[N], y[N];
+    double loss;
+    size_t np;
+
+    test_lm_config(&cfg, 2, P, out, dropout);
+    cfg.train.optimizer.type = SL_OPT_SGD;
+    for (int k = 0; k < 2; k++) {
+        ck_assert_int_eq(sl_lm_new(&lm[k], &cfg, VS, 2, B, be), SL_OK);
+        ck_assert_int_eq(sl_lm_state_new(lm[k], B, &st[k]), SL_OK);
+        ck_assert_int_eq(sl_optim_new(&opt[k], &cfg, sl_lm_nparams(lm[k]), be), SL_OK);
+        random_params(lm[k], 21);
+    }
+    np = sl_lm_nparams(lm[0]);
+    for (int s = 0; s < STEPS; s++) {
+        sl_step_keys_t keys = {(uint64_t)s + 1, (uint64_t)s + 7};
+        const size_t *spans;
+        size_t ns, covered = 0, next = 0, out_rows = (size_t)VS * (size_t)P;
+        const float *g = sl_lm_grads(lm[1]);
+
+        for (int i = 0; i < N; i++) {
+            x[i] = (int32_t)((i * 37 + s * 11 + 3) % VS);
+            y[i] = (int32_t)((i * 53 + s * 17 + 7) % VS);
+        }
+        for (int k = 0; k < 2; k++)
+            ck_assert_int_eq(sl_lm_train_step(lm[k], st[k], x, y, T, &keys, &loss), SL_OK);
+        ns = sl_lm_grad_spans(lm[1], &spans);
+        for (size_t i = 0; i < ns; i++) {
+            ck_assert_uint_gt(spans[2 * i + 1], 0);
+            ck_assert(i == 0 || spans[2 * i] > next); /* apart: joined where they meet */
+            for (size_t j = next; j < spans[2 * i]; j++)
+                ck_assert_msg(g[j] == 0.0f, "gradient %zu = %g outside the spans", j, g[j]);
+            next = spans[2 * i] + spans[2 * i + 1];
+            covered += spans[2 * i + 1];
+        }
+        ck_assert_uint_le(next, np);
+        for (size_t j = next; j < np; j++)
+            ck_assert_msg(g[j] == 0.0f, "gradient %zu = %g outside the spans", j, g[j]);
+        /* most of the input embedding's rows are out; with sampling W_out's too */
+        ck_assert_uint_le(covered, np - (size_t)(VS - N) * E -
+                                       (out == SL_OUTPUT_SAMPLED ? out_rows / 2 : 0));
+        ck_assert_double_gt(sl_clip_global_norm(be, sl_lm_grads(lm[0]), np, 0.01), 0.01);
+        sl_optim_step(opt[0], sl_lm_params(lm[0]), sl_lm_grads(lm[0]), 0.5);
+        ck_assert_double_gt(sl_clip_global_norm_spans(be, sl_lm_grads(lm[1]), np, 0.01, spans, ns),
+                            0.01);
+        sl_optim_step_spans(opt[1], sl_lm_params(lm[1]), sl_lm_grads(lm[1]), 0.5, spans, ns);
+        ck_assert_mem_eq(sl_lm_params(lm[0]), sl_lm_params(lm[1]), np * sizeof(float));
+    }
+    for (int k = 0; k < 2; k++) {
+        sl_optim_destroy(&opt[k]);
+        sl_lm_state_destroy(&st[k]);
+        sl_lm_destroy(&lm[k]);
+    }
+}
+
+START_TEST(test_grad_spans_same_bits)
+{
+    spans_same_bits(SL_OUTPUT_FULL, 0.0);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0);
+    spans_same_bits(SL_OUTPUT_FULL, 0.3);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3);
+}
+END_TEST
+
 /* With fixed keys the masks are fixed, so the loss is a smooth function again. */
 START_TEST(test_grad_lstmp_dropout)
 {
@@ -935,6 +1009,7 @@ model_suite(void)
     tcase_add_test(core, test_grad_per_symbol);
     tcase_add_test(core, test_per_symbol_same_bits);
     tcase_add_test(core, test_grad_output_chunks);
+    tcase_add_test(core, test_grad_spans_same_bits);
     tcase_add_test(core, test_grad_lstmp_dropout);
     tcase_add_test(core, test_dropout_keys);
     tcase_add_test(core, test_learns_full);
