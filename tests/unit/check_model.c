@@ -596,9 +596,11 @@ END_TEST
 /* The clip and SGD over sl_lm_grad_spans alone give the same bits as over every
  * parameter, step after step, with another batch of ids each time: the gradient is zero
  * outside the spans, which are ascending, apart, and leave out the rows of the tables
- * that no id touched (the input embedding; W_out too with a sampled softmax). */
+ * that no id touched (the input embedding; W_out too with a sampled softmax). ids: the
+ * distinct input ids of a window (2 of N = 6 rows: layer 0's gradients go per id,
+ * sl_lm_step.c's per_symbol). */
 static void
-spans_same_bits(sl_output_kind_t out, double dropout)
+spans_same_bits(sl_output_kind_t out, double dropout, int ids)
 {
     enum { VS = 200, STEPS = 4 };
     sl_lm_t *lm[2];
@@ -624,7 +626,7 @@ spans_same_bits(sl_output_kind_t out, double dropout)
         const float *g = sl_lm_grads(lm[1]);
 
         for (int i = 0; i < N; i++) {
-            x[i] = (int32_t)((i * 37 + s * 11 + 3) % VS);
+            x[i] = (int32_t)((i % ids * 37 + s * 11 + 3) % VS);
             y[i] = (int32_t)((i * 53 + s * 17 + 7) % VS);
         }
         for (int k = 0; k < 2; k++)
@@ -660,10 +662,12 @@ spans_same_bits(sl_output_kind_t out, double dropout)
 
 START_TEST(test_grad_spans_same_bits)
 {
-    spans_same_bits(SL_OUTPUT_FULL, 0.0);
-    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0);
-    spans_same_bits(SL_OUTPUT_FULL, 0.3);
-    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3);
+    spans_same_bits(SL_OUTPUT_FULL, 0.0, N);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, N);
+    spans_same_bits(SL_OUTPUT_FULL, 0.3, N);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3, N);
+    spans_same_bits(SL_OUTPUT_FULL, 0.0, 2);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, 2);
 }
 END_TEST
 
