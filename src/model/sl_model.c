@@ -452,14 +452,6 @@ sl_lm_logit_rows(const sl_lm_t *lm)
     return lm->chunk;
 }
 
-/* A row table of the parameters (offset, rows of len floats) and the rows of it whose
- * gradients the last step may have written (sorted, distinct). */
-typedef struct {
-    size_t off, len;
-    int nrows, ntouched;
-    const int32_t *touched;
-} row_table_t;
-
 /* Appends [off, off + count) to the n pairs at spans, joined to the last one when they
  * meet; returns the new n. */
 static size_t
@@ -476,29 +468,32 @@ add_span(size_t *spans, size_t n, size_t off, size_t count)
     return n + 1;
 }
 
+/* Appends the rows (sorted, distinct) of the table at off whose rows are len floats. */
+static size_t
+add_rows(size_t *spans, size_t n, size_t off, size_t len, const int32_t *rows, int nrows)
+{
+    for (int r = 0; r < nrows; r++)
+        n = add_span(spans, n, off + (size_t)rows[r] * len, len);
+    return n;
+}
+
 size_t
 sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans)
 {
-    row_table_t t[2] = {
-        {lm->emb, (size_t)lm->E, lm->V, lm->nrows_in, lm->rows_in},
-        {lm->out, (size_t)lm->layer[lm->L - 1].r, lm->V, lm->nrows_out, lm->rows_out}};
-    int nt = lm->sampled ? 2 : 1; /* a full softmax writes every row of W_out */
-    size_t n = 0, pos = 0;
+    size_t E = (size_t)lm->E, R = (size_t)lm->layer[lm->L - 1].r, V = (size_t)lm->V;
+    size_t n, pos = lm->emb + V * E;
 
     SL_ASSERT(lm->stepped);
+    SL_ASSERT(pos <= lm->out); /* layout(): the input embedding first, W_out near the end */
     *spans = NULL;
     if (!sl_backend_on_host(lm->be))
         return 0;
-    if (nt == 2 && t[1].off < t[0].off) {
-        row_table_t x = t[0];
-        t[0] = t[1];
-        t[1] = x;
-    }
-    for (int i = 0; i < nt; i++) {
-        n = add_span(lm->spans, n, pos, t[i].off - pos);
-        for (int r = 0; r < t[i].ntouched; r++)
-            n = add_span(lm->spans, n, t[i].off + (size_t)t[i].touched[r] * t[i].len, t[i].len);
-        pos = t[i].off + (size_t)t[i].nrows * t[i].len;
+    n = add_span(lm->spans, 0, 0, lm->emb);
+    n = add_rows(lm->spans, n, lm->emb, E, lm->rows_in, lm->nrows_in);
+    if (lm->sampled) { /* a full softmax writes every row of W_out */
+        n = add_span(lm->spans, n, pos, lm->out - pos);
+        n = add_rows(lm->spans, n, lm->out, R, lm->rows_out, lm->nrows_out);
+        pos = lm->out + V * R;
     }
     n = add_span(lm->spans, n, pos, lm->nparams - pos);
     *spans = lm->spans;

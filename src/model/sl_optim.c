@@ -139,8 +139,9 @@ sl_clip_global_norm_spans(sl_backend_t *be, float *grads, size_t n, double clip,
     if (clip > 0.0) {
         double coef = clip / (norm + 1e-6);
 
-        for (size_t i = 0; i < nspans && coef < 1.0; i++)
-            be->ops->scale(be->ctx, spans[2 * i + 1], (float)coef, grads + spans[2 * i]);
+        if (coef < 1.0)
+            for (size_t i = 0; i < nspans; i++)
+                be->ops->scale(be->ctx, spans[2 * i + 1], (float)coef, grads + spans[2 * i]);
     }
     return norm;
 }
