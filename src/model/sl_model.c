@@ -25,8 +25,8 @@
  * three output products stream all of W_out and dW_out from memory once, so a chunk of
  * few rows is bound by memory, whatever the vocabulary (the budget alone gave 63 rows
  * at 33,000 words and 20 at 100,000, where the products ran 1.3-1.4x and 2.0-2.2x
- * slower than at 192; 192 rows run within 7% of a whole window's 1,120 rows at 10,002,
- * 33,000 and 100,000 words, v3 and v4 loops, an Intel Xeon; bench/README.md). */
+ * slower than at 192; 192 rows run within 4% of a whole window's 1,120 rows at 10,002,
+ * 40,002 and 100,002 words, v3 and v4 loops, an Intel Xeon: bench/bench_logit_chunks). */
 #define LOGIT_BUDGET ((size_t)1 << 21)
 #define LOGIT_BUDGET_DEVICE ((size_t)1 << 25)
 #define LOGIT_MIN_ROWS 192
@@ -197,14 +197,7 @@ alloc_workspace(sl_lm_t *lm)
     int rl = lm->layer[lm->L - 1].r;
     size_t logit_floats;
 
-    lm->chunk =
-        (int)((sl_backend_on_host(lm->be) ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)lm->V);
-    if (sl_backend_on_host(lm->be) && lm->chunk < LOGIT_MIN_ROWS)
-        lm->chunk = LOGIT_MIN_ROWS;
-    if (lm->chunk < 1)
-        lm->chunk = 1;
-    if (lm->chunk > lm->max_rows)
-        lm->chunk = lm->max_rows;
+    lm->chunk = sl_lm_logit_chunk(lm->V, lm->max_rows, sl_backend_on_host(lm->be));
     for (int l = 0; l < lm->L; l++) {
         sl_lm_layer_t *ly = &lm->layer[l];
         size_t h = (size_t)ly->h, r = (size_t)ly->r;
@@ -450,6 +443,18 @@ int
 sl_lm_logit_rows(const sl_lm_t *lm)
 {
     return lm->chunk;
+}
+
+int
+sl_lm_logit_chunk(int V, int max_rows, int on_host)
+{
+    size_t rows = (on_host ? LOGIT_BUDGET : LOGIT_BUDGET_DEVICE) / (size_t)(V > 0 ? V : 1);
+
+    if (on_host && rows < LOGIT_MIN_ROWS)
+        rows = LOGIT_MIN_ROWS;
+    if (rows > (size_t)max_rows)
+        rows = (size_t)max_rows;
+    return rows < 1 ? 1 : (int)rows;
 }
 
 /* Appends [off, off + count) to the n pairs at spans, joined to the last one when they

@@ -141,6 +141,9 @@ const char *sl_lm_lstm_path(const sl_lm_t *lm);
  * fixed budget of floats over the vocabulary, at least LOGIT_MIN_ROWS on the CPU
  * (sl_model.c), at most the rows of a window. */
 int sl_lm_logit_rows(const sl_lm_t *lm);
+/* The rows a model of V words takes per chunk with windows of max_rows rows, on the host
+ * (on_host) or on a device (bench/bench_logit_chunks sweeps the alternatives). */
+int sl_lm_logit_chunk(int V, int max_rows, int on_host);
 
 /* Where the last train step may have left its gradient nonzero, as (offset, count) pairs
  * in ascending order, joined where they meet (borrowed, valid until the next train
