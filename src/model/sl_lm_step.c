@@ -8,8 +8,8 @@
 
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
 #include "model/sl_model_internal.h"
@@ -633,7 +633,7 @@ prepare_ids(sl_lm_t *lm, const int32_t *x, const int32_t *y, int N, uint64_t sam
     return o->to_device(ctx, lm->d_pos_in, lm->pos_in, (size_t)N * i4);
 }
 
-/* The compute of a training step on the ids prepare_ids uploaded: gradients zeroed,
+/* The compute of a training step on the ids prepare_ids uploaded, into a zero gradient:
  * forward, output layer, backward. */
 static void
 train_compute(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, double *loss_sum)
@@ -641,7 +641,6 @@ train_compute(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys,
     int N = T * st->batch, drop = lm->dropout > 0.0f;
     int sym = lm->lstm_cudnn ? 0 : per_symbol(lm, N, drop);
 
-    lm->be->ops->zero(lm->be->ctx, lm->nparams, lm->grads);
     forward(lm, st, T, drop, keys->dropout_key, sym, 1);
     if (lm->sampled)
         output_sampled(lm, N, lm->dbuf[0], loss_sum);
@@ -651,19 +650,11 @@ train_compute(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys,
 }
 
 /* device_options.lstm auto: PICK_RUNS training windows on each path, the state put
- * back after each (forward kept the window's start in h0, c0), the best of the last
+ * back and the gradient zeroed after each (forward kept the window's start in h0, c0;
+ * the step's own window runs on a zero gradient), the best of the last
  * PICK_TIMED as its time; the fused path's first windows run op by op and record its
  * loops, the later ones replay them, as training will. */
 enum { PICK_RUNS = 5, PICK_TIMED = 2 };
-
-static double
-now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static sl_status_t
 time_path(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, double *best)
@@ -678,10 +669,10 @@ time_path(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, dou
         sl_status_t rc;
 
         SL_TRY(o->sync(ctx));
-        t0 = now_s();
+        t0 = sl_clock_now();
         train_compute(lm, st, T, keys, &loss);
         rc = o->sync(ctx);
-        dt = now_s() - t0;
+        dt = sl_clock_now() - t0;
         if (i >= PICK_RUNS - PICK_TIMED && dt < *best)
             *best = dt;
         for (int l = 0; l < lm->L; l++) {
@@ -690,6 +681,7 @@ time_path(sl_lm_t *lm, sl_lm_state_t *st, int T, const sl_step_keys_t *keys, dou
             o->copy(ctx, (size_t)B * (size_t)ly->r, ly->h0, st->h[l]);
             o->copy(ctx, (size_t)B * (size_t)ly->h, ly->c0, st->c[l]);
         }
+        o->zero(ctx, lm->nparams, lm->grads);
         SL_TRY(rc);
     }
     return o->sync(ctx);
@@ -731,6 +723,7 @@ sl_lm_train_step(sl_lm_t *lm, sl_lm_state_t *st, const int32_t *x, const int32_t
     sl_status_t rc;
 
     SL_TRY(check_step(lm, st, x, y, bptt, "training step"));
+    sl_lm_clear_grads(lm); /* while the last step's rows are known */
     lm->stepped = 0;
     rc = prepare_ids(lm, x, y, bptt * st->batch, keys->sample_key);
     if (rc != SL_OK)

@@ -482,17 +482,14 @@ add_rows(size_t *spans, size_t n, size_t off, size_t len, const int32_t *rows, i
     return n;
 }
 
-size_t
-sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans)
+/* The last train step's spans into lm->spans (sl_lm_grad_spans); returns their number. */
+static size_t
+step_spans(sl_lm_t *lm)
 {
     size_t E = (size_t)lm->E, R = (size_t)lm->layer[lm->L - 1].r, V = (size_t)lm->V;
     size_t n, pos = lm->emb + V * E;
 
-    SL_ASSERT(lm->stepped);
     SL_ASSERT(pos <= lm->out); /* layout(): the input embedding first, W_out near the end */
-    *spans = NULL;
-    if (!sl_backend_on_host(lm->be))
-        return 0;
     n = add_span(lm->spans, 0, 0, lm->emb);
     n = add_rows(lm->spans, n, lm->emb, E, lm->rows_in, lm->nrows_in);
     if (lm->sampled) { /* a full softmax writes every row of W_out */
@@ -500,9 +497,31 @@ sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans)
         n = add_rows(lm->spans, n, lm->out, R, lm->rows_out, lm->nrows_out);
         pos = lm->out + V * R;
     }
-    n = add_span(lm->spans, n, pos, lm->nparams - pos);
+    return add_span(lm->spans, n, pos, lm->nparams - pos);
+}
+
+size_t
+sl_lm_grad_spans(sl_lm_t *lm, const size_t **spans)
+{
+    SL_ASSERT(lm->stepped);
+    *spans = NULL;
+    if (!sl_backend_on_host(lm->be))
+        return 0;
     *spans = lm->spans;
-    return n;
+    return step_spans(lm);
+}
+
+void
+sl_lm_clear_grads(sl_lm_t *lm)
+{
+    const sl_backend_ops_t *o = lm->be->ops;
+    size_t n = lm->stepped && lm->grads_in_spans ? step_spans(lm) : 0;
+
+    if (n == 0)
+        o->zero(lm->be->ctx, lm->nparams, lm->grads);
+    for (size_t i = 0; i < n; i++)
+        o->zero(lm->be->ctx, lm->spans[2 * i + 1], lm->grads + lm->spans[2 * i]);
+    lm->grads_in_spans = sl_backend_on_host(lm->be);
 }
 
 sl_status_t
@@ -587,6 +606,13 @@ sl_lm_params(sl_lm_t *lm)
 
 float *
 sl_lm_grads(sl_lm_t *lm)
+{
+    lm->grads_in_spans = 0; /* the caller may write anywhere */
+    return lm->grads;
+}
+
+float *
+sl_lm_grads_within_spans(sl_lm_t *lm)
 {
     return lm->grads;
 }

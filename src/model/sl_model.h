@@ -71,6 +71,10 @@ sl_status_t sl_lm_layout(const sl_config_t *cfg, int vocab_size, int embedding_s
 size_t sl_lm_nparams(const sl_lm_t *lm);
 float *sl_lm_params(sl_lm_t *lm); /* backend memory, nparams floats */
 float *sl_lm_grads(sl_lm_t *lm);  /* same layout */
+/* The gradient, for a caller that writes it only within sl_lm_grad_spans' spans or
+ * scales it by a finite factor: the next train step then zeroes those spans alone, not
+ * every parameter (sl_lm_grads, for any other use, makes it zero all). */
+float *sl_lm_grads_within_spans(sl_lm_t *lm);
 int sl_lm_ncomponents(const sl_lm_t *lm);
 const sl_component_t *sl_lm_component(const sl_lm_t *lm, int i);
 /* Deterministic re-initialisation (same result as at sl_lm_new with cfg->run.seed ==

@@ -119,7 +119,10 @@ struct sl_lm {
     int nrows_in;
     int32_t *rows_out, *off_out, *pos_out; /* (V), (V+1), (N+S) */
     int nrows_out;
-    int stepped;   /* a train step has run: touched rows are valid */
+    int stepped; /* a train step has run: touched rows are valid */
+    /* the gradient is zero outside that step's spans: a host step's, not handed out
+     * since through sl_lm_grads (sl_lm_clear_grads then zeroes the spans alone) */
+    int grads_in_spans;
     size_t *spans; /* (2 (max_rows + N + S + 3)) sl_lm_grad_spans' (offset, count) pairs */
     sl_sampler_t sampler;
     float *stage; /* (INIT_CHUNK, sl_model.c) host staging for initialisation */
@@ -137,6 +140,9 @@ struct sl_lm_state {
 
 /* sl_model.c: the backend's whole-layer LSTM op for every layer (ly->dnn), and their
  * release (the model then runs the fused path). */
+/* Zeroes the gradient before a train step: the last step's spans where nothing else
+ * can have written outside them (grads_in_spans), else all of it. */
+void sl_lm_clear_grads(sl_lm_t *lm);
 sl_status_t sl_lm_lstm_layers_new(sl_lm_t *lm);
 void sl_lm_lstm_layers_free(sl_lm_t *lm);
 

@@ -217,11 +217,11 @@ setup_sync(trainer_t *t)
 /* allreduce: the gradients averaged over the nodes, through the host mirror when they
  * live on a device. Other algorithms: nothing (sl_sync_gradients). */
 static sl_status_t
-sync_gradients(trainer_t *t)
+sync_gradients(trainer_t *t, float *grads)
 {
     if (t->stage && sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE)
-        return sl_staging_gradients(t->stage, t->sync, sl_lm_grads(t->lm), t->cur.step);
-    return sl_sync_gradients(t->sync, sl_lm_grads(t->lm), t->cur.step);
+        return sl_staging_gradients(t->stage, t->sync, grads, t->cur.step);
+    return sl_sync_gradients(t->sync, grads, t->cur.step);
 }
 
 /* The model sync after a step, through the host mirror when there is one. */
@@ -304,7 +304,8 @@ train_step(trainer_t *t, double *lr, double *loss)
     float scale = t->ls.scale;
     const size_t *spans = NULL; /* where the gradient may be nonzero (NULL: anywhere) */
     size_t nspans = 0;
-    int applied;
+    int applied, all = sl_sync_algorithm(t->sync) == SL_SYNC_ALLREDUCE; /* adds others' rows */
+    float *grads;
     sl_status_t st;
 
     if (t->cur.batch_index == 0)
@@ -316,13 +317,14 @@ train_step(trainer_t *t, double *lr, double *loss)
         sl_lm_set_loss_scale(t->lm, scale);
     SL_TRY(sl_lm_train_step(t->lm, t->st, t->x, t->y, cfg->train.bptt, &keys, &loss_sum));
     SL_TRY(sl_sync_note_model(t->sync, t->lm));
-    sl_loss_scale_unscale(&t->ls, t->be, sl_lm_grads(t->lm), n);
-    SL_TRY(sync_gradients(t));
+    grads = all ? sl_lm_grads(t->lm) : sl_lm_grads_within_spans(t->lm);
+    sl_loss_scale_unscale(&t->ls, t->be, grads, n);
+    SL_TRY(sync_gradients(t, grads));
     *lr = sl_lr_at(cfg, t->cur.step, t->cur.epoch, t->total_steps);
-    if (sl_sync_algorithm(t->sync) != SL_SYNC_ALLREDUCE) /* which adds other nodes' rows */
+    if (!all)
         nspans = sl_lm_grad_spans(t->lm, &spans);
-    st = sl_loss_scale_step(&t->ls, t->be, t->opt, sl_lm_params(t->lm), sl_lm_grads(t->lm), n,
-                            spans, nspans, cfg->train.optimizer.clip, *lr, &norm, &applied);
+    st = sl_loss_scale_step(&t->ls, t->be, t->opt, sl_lm_params(t->lm), grads, n, spans, nspans,
+                            cfg->train.optimizer.clip, *lr, &norm, &applied);
     if (st != SL_OK) {
         sl_err_prefix(st, "step %ld", t->cur.step);
         return st;
