@@ -37,7 +37,8 @@
 enum { N = 32 * 35, V = 10002, S = 1024, H = 256, HC = 512, B = 32, PARAMS = 6181650 };
 enum { NC = 32 * 99 }; /* the char model's rows of dW_hh's big product: B (T - 1) */
 enum { NW = 209 };     /* the word model's rows per full-softmax chunk (2^21 / V) */
-enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 27 };
+enum { NBLOCKS = (PARAMS + SL_SUMSQ_BLOCK - 1) / SL_SUMSQ_BLOCK };
+enum { MAX_BUILDS = 8, MAX_ROUNDS = 101, NOPS = 28 };
 
 typedef struct {
     float *logits, *sampled, *gates, *gates_c, *c_prev, *c, *m, *dm, *dc, *dgates;
@@ -49,6 +50,8 @@ typedef struct {
     float *pk_t[MAX_BUILDS], *pk[MAX_BUILDS]; /* each build's packed W_hh^T and W_hh */
     float *dg_all, *rs, *pk_rs[MAX_BUILDS];   /* char dG (NC, 4HC), r (NC, HC), packed r */
     float *top, *wout, *pk_out[MAX_BUILDS];   /* word (N, H) input, W_out (V, H), packed */
+    size_t *blocks;                           /* 0 .. NBLOCKS - 1 */
+    double *block_sums;
 } bufs_t;
 
 static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
@@ -77,7 +80,8 @@ static const char *op_names[NOPS] = {"softmax_xent 1120x10002",
                                      "gemm BLAS dX 3168x64x2048",
                                      "pack+gemm_packed dX",
                                      "gemm BLAS dW_out 10002x256x209",
-                                     "pack+gemm_packed dW_out"};
+                                     "pack+gemm_packed dW_out",
+                                     "sumsq_blocks 6.18M"};
 
 static void
 fill(float *x, size_t n, uint64_t key, float scale)
@@ -192,6 +196,9 @@ run_op(const sl_backend_t *be, int k, int op, bufs_t *b)
     case 26:
         o->pack_b(be->ctx, 0, NW, H, b->top, H, b->pk_out[k]);
         o->gemm_packed(be->ctx, 1, V, H, NW, b->logits, V, b->pk_out[k], 1.0f, b->wout, H);
+        break;
+    case 27: /* every block, as the clip over a dense gradient lists them */
+        o->sumsq_blocks(be->ctx, PARAMS, b->w, b->blocks, NBLOCKS, b->block_sums);
         break;
     default:
         o->to_half(be->ctx, PARAMS, SL_PREC_BF16, 1.0f, b->w, b->half);
@@ -331,6 +338,12 @@ main(int argc, char **argv)
             np = be[k]->ops->packed_floats(be[k]->ctx, V, H);
         b.pk_out[k] = buf(np, 28, 0.0f);
     }
+    b.blocks = malloc(sizeof(size_t) * NBLOCKS);
+    b.block_sums = malloc(sizeof(double) * NBLOCKS);
+    if (!b.blocks || !b.block_sums)
+        return 1;
+    for (size_t i = 0; i < NBLOCKS; i++)
+        b.blocks[i] = i;
     b.half = malloc(sizeof(uint16_t) * PARAMS);
     b.targets = malloc(sizeof(int32_t) * N);
     b.samples = malloc(sizeof(int32_t) * S);

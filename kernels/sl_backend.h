@@ -20,6 +20,9 @@
 
 typedef struct sl_backend_ops sl_backend_ops_t;
 
+/* Floats of a block of sumsq_blocks (64 kB). */
+enum { SL_SUMSQ_BLOCK = 1024 };
+
 /* Precision of gemm inputs: fp32, or rounded to bf16 / fp16 (nearest even) with fp32
  * accumulation and fp32 output. Also the 16-bit formats of to_half / from_half. */
 typedef enum { SL_PREC_FP32, SL_PREC_BF16, SL_PREC_FP16 } sl_precision_t;
@@ -107,6 +110,13 @@ struct sl_backend_ops {
     void (*zero)(void *ctx, size_t n, float *x);
     /* Sum of squares in double (for global-norm clipping). */
     double (*sumsq)(void *ctx, size_t n, const float *x);
+    /* The sums of squares in double of the blocks of SL_SUMSQ_BLOCK floats of x (n
+     * floats, the last block the shorter) numbered in blocks (nblocks): out[i] that of
+     * block blocks[i], each alone, so that out added in order gives the same bits
+     * whichever other blocks were summed, on any number of threads. NULL where the
+     * backend has none (CUDA: callers use sumsq). */
+    void (*sumsq_blocks)(void *ctx, size_t n, const float *x, const size_t *blocks, size_t nblocks,
+                         double *out);
 
     /* 16-bit conversion with a scale (fmt SL_PREC_BF16 or SL_PREC_FP16, both buffers of
      * this backend): dst[i] = half(src[i] * scale), rounded to nearest even, overflow to

@@ -104,6 +104,39 @@ sl_cpu_sumsq(void *ctx, size_t n, const float *x)
 }
 
 typedef struct {
+    size_t n;
+    const float *x;
+    const size_t *blocks;
+    double *out;
+} blocks_args_t;
+
+/* Blocks [lo, hi) of sl_cpu_sumsq_blocks. */
+static double
+sumsq_blocks_range(const void *argp, size_t lo, size_t hi)
+{
+    const blocks_args_t *a = argp;
+    elem_args_t e = {.x = a->x};
+
+    for (size_t i = lo; i < hi; i++) {
+        size_t b0 = a->blocks[i] * SL_SUMSQ_BLOCK;
+        size_t b1 = a->n - b0 < SL_SUMSQ_BLOCK ? a->n : b0 + SL_SUMSQ_BLOCK;
+
+        a->out[i] = sumsq_range(&e, b0, b1);
+    }
+    return 0;
+}
+
+void
+sl_cpu_sumsq_blocks(void *ctx, size_t n, const float *x, const size_t *blocks, size_t nblocks,
+                    double *out)
+{
+    blocks_args_t a = {n, x, blocks, out};
+
+    sl_cpu_par_range(ctx, nblocks, nblocks * SL_SUMSQ_BLOCK, SL_CPU_PAR_MIN_STREAM,
+                     sumsq_blocks_range, &a);
+}
+
+typedef struct {
     int cols;
     size_t rows;
     const float *bias, *dx;

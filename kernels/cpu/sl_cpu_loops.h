@@ -49,6 +49,7 @@
 #define sl_cpu_copy SL_CPU_ISA_NAME(sl_cpu_copy)
 #define sl_cpu_zero SL_CPU_ISA_NAME(sl_cpu_zero)
 #define sl_cpu_sumsq SL_CPU_ISA_NAME(sl_cpu_sumsq)
+#define sl_cpu_sumsq_blocks SL_CPU_ISA_NAME(sl_cpu_sumsq_blocks)
 #define sl_cpu_add_bias SL_CPU_ISA_NAME(sl_cpu_add_bias)
 #define sl_cpu_bias_grad SL_CPU_ISA_NAME(sl_cpu_bias_grad)
 #define sl_cpu_to_half SL_CPU_ISA_NAME(sl_cpu_to_half)
@@ -262,6 +263,8 @@ void sl_cpu_scale(void *ctx, size_t n, float alpha, float *x);
 void sl_cpu_copy(void *ctx, size_t n, const float *src, float *dst);
 void sl_cpu_zero(void *ctx, size_t n, float *x);
 double sl_cpu_sumsq(void *ctx, size_t n, const float *x);
+void sl_cpu_sumsq_blocks(void *ctx, size_t n, const float *x, const size_t *blocks, size_t nblocks,
+                         double *out);
 void sl_cpu_add_bias(void *ctx, int rows, int cols, const float *bias, float *x);
 void sl_cpu_bias_grad(void *ctx, int rows, int cols, const float *dx, float *db);
 void sl_cpu_to_half(void *ctx, size_t n, sl_precision_t fmt, float scale, const float *src,

@@ -11,6 +11,7 @@ const sl_backend_ops_t SL_CPU_ISA_NAME(sl_cpu_loops) = {
     .copy = sl_cpu_copy,
     .zero = sl_cpu_zero,
     .sumsq = sl_cpu_sumsq,
+    .sumsq_blocks = sl_cpu_sumsq_blocks,
     .to_half = sl_cpu_to_half,
     .from_half = sl_cpu_from_half,
     .add_bias = sl_cpu_add_bias,

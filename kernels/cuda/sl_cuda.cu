@@ -520,6 +520,7 @@ static const sl_backend_ops_t cuda_ops = {
     .copy = cuda_copy,
     .zero = cuda_zero,
     .sumsq = sl_cuda_sumsq,
+    .sumsq_blocks = NULL, /* clipping uses sumsq over all */
     .to_half = sl_cuda_to_half,
     .from_half = sl_cuda_from_half,
     .add_bias = sl_cuda_add_bias,

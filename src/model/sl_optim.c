@@ -128,13 +128,57 @@ sl_clip_global_norm(sl_backend_t *be, float *grads, size_t n, double clip)
     return sl_clip_global_norm_spans(be, grads, n, clip, all, 1);
 }
 
-/* The sum of squares over all n (the same sums in the same order whatever the spans);
- * the scaling over the spans alone, which is exact: elsewhere the gradient is zero. */
+/* Blocks of sumsq_blocks listed at a time (the op runs each batch on all threads). */
+enum { NORM_BATCH = 1024 };
+
+/* Sums nb blocks of grads into *sum in order; nb becomes 0. */
+static void
+add_blocks(sl_backend_t *be, const float *grads, size_t n, const size_t *blocks, size_t *nb,
+           double *sum)
+{
+    double out[NORM_BATCH];
+
+    be->ops->sumsq_blocks(be->ctx, n, grads, blocks, *nb, out);
+    for (size_t i = 0; i < *nb; i++)
+        *sum += out[i];
+    *nb = 0;
+}
+
+/* The sum of squares of grads over the blocks of SL_SUMSQ_BLOCK floats that the spans
+ * meet, added in order: the same bits as over every block, since the others are zero
+ * and their sums +0. Where the backend has no sumsq_blocks (a device), sumsq over all. */
+static double
+sumsq_spans(sl_backend_t *be, const float *grads, size_t n, const size_t *spans, size_t nspans)
+{
+    size_t blocks[NORM_BATCH], nb = 0, next = 0; /* next: the first block not yet listed */
+    double sum = 0.0;
+
+    if (!be->ops->sumsq_blocks)
+        return be->ops->sumsq(be->ctx, n, grads);
+    for (size_t i = 0; i < nspans; i++) {
+        size_t b = spans[2 * i] / SL_SUMSQ_BLOCK;
+        size_t end = (spans[2 * i] + spans[2 * i + 1] + SL_SUMSQ_BLOCK - 1) / SL_SUMSQ_BLOCK;
+
+        for (b = b > next ? b : next; b < end; b++) {
+            blocks[nb++] = b;
+            if (nb == NORM_BATCH)
+                add_blocks(be, grads, n, blocks, &nb, &sum);
+        }
+        next = end > next ? end : next;
+    }
+    if (nb > 0)
+        add_blocks(be, grads, n, blocks, &nb, &sum);
+    return sum;
+}
+
+/* The sum of squares over the blocks the spans meet (the same sums in the same order
+ * whatever the spans); the scaling over the spans alone, which is exact: elsewhere the
+ * gradient is zero. */
 double
 sl_clip_global_norm_spans(sl_backend_t *be, float *grads, size_t n, double clip,
                           const size_t *spans, size_t nspans)
 {
-    double norm = sqrt(be->ops->sumsq(be->ctx, n, grads));
+    double norm = sqrt(sumsq_spans(be, grads, n, spans, nspans));
 
     if (clip > 0.0) {
         double coef = clip / (norm + 1e-6);

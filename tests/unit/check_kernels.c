@@ -633,6 +633,44 @@ START_TEST(test_threads_agree)
 }
 END_TEST
 
+/* sumsq_blocks: each block's sum against a double reference, the same bits on 1 and 2
+ * threads (2M floats, which the CPU splits: sl_cpu_loops.h's SL_CPU_PAR_MIN_STREAM) and
+ * whichever other blocks are listed; the last block the shorter. */
+START_TEST(test_sumsq_blocks)
+{
+    enum { NB = (1 << 21) / SL_SUMSQ_BLOCK + 1, TAIL = SL_SUMSQ_BLOCK / 3 };
+    size_t n = (size_t)(NB - 1) * SL_SUMSQ_BLOCK + TAIL, *all = malloc(NB * sizeof *all);
+    size_t some[2] = {3, NB - 1};
+    float *x = malloc(sizeof(float) * n);
+    double *out1 = malloc(NB * sizeof *out1), *out2 = malloc(NB * sizeof *out2), part[2];
+
+    ck_assert(x && all && out1 && out2);
+    test_fill(x, n, 91, 1.0f);
+    for (size_t b = 0; b < NB; b++)
+        all[b] = b;
+    be->ops->set_threads(be->ctx, 1);
+    be->ops->sumsq_blocks(be->ctx, n, x, all, NB, out1);
+    be->ops->set_threads(be->ctx, 2);
+    be->ops->sumsq_blocks(be->ctx, n, x, all, NB, out2);
+    be->ops->sumsq_blocks(be->ctx, n, x, some, 2, part);
+    be->ops->set_threads(be->ctx, 1);
+    ck_assert(memcmp(out1, out2, NB * sizeof *out1) == 0);
+    ck_assert(part[0] == out1[3] && part[1] == out1[NB - 1]);
+    for (size_t b = 0; b < NB; b++) {
+        size_t end = b == NB - 1 ? n : (b + 1) * SL_SUMSQ_BLOCK;
+        double ref = 0.0;
+
+        for (size_t i = b * SL_SUMSQ_BLOCK; i < end; i++)
+            ref += (double)x[i] * x[i];
+        ck_assert_double_eq_tol(out1[b], ref, 1e-12 * ref);
+    }
+    free(x);
+    free(all);
+    free(out1);
+    free(out2);
+}
+END_TEST
+
 /* Empty sizes do nothing; p = 1 drops everything; Adagrad with eps 0 on a gradient of
  * 1e-19 (acc = 1e-38, denormal) still moves w by lr; Adam at t = 10^6 has no bias
  * correction left and stays finite. */
@@ -695,6 +733,7 @@ kernels_suite(void)
     tcase_add_checked_fixture(limits, setup, teardown);
     tcase_add_test(limits, test_registry_bad_names);
     tcase_add_test(limits, test_threads_agree);
+    tcase_add_test(limits, test_sumsq_blocks);
     tcase_add_test(limits, test_edges);
     tcase_add_test_raise_signal(limits, test_gemm_bad_leading_dim, SIGABRT);
     suite_add_tcase(s, limits);

@@ -249,6 +249,37 @@ START_TEST(test_clip)
 }
 END_TEST
 
+/* Over spans the clip's sum of squares takes the blocks the spans meet and gives the
+ * same bits as over everything: spans within a block, across a block's end, two in one
+ * block, over 2,600 blocks (more than one batch of the op, sl_optim.c's NORM_BATCH), and
+ * to the end of a short last block; only the spans are scaled. */
+START_TEST(test_clip_spans)
+{
+    enum { B = SL_SUMSQ_BLOCK };
+    size_t n = 3000 * (size_t)B + 77;
+    size_t spans[] = {5,  10,         3 * B - 4,        8,      3 * B + 100,
+                      50, 10 * B + 7, 2600 * (size_t)B, n - 20, 20};
+    float *g = calloc(n, sizeof *g), *h;
+    double ref = 0.0, norm;
+
+    ck_assert_ptr_nonnull(g);
+    for (size_t i = 0; i < 5; i++)
+        for (size_t j = spans[2 * i]; j < spans[2 * i] + spans[2 * i + 1]; j++) {
+            g[j] = 2.0f * sl_rng_float_at(7, j) - 1.0f;
+            ref += (double)g[j] * g[j];
+        }
+    h = malloc(n * sizeof *h);
+    ck_assert_ptr_nonnull(h);
+    memcpy(h, g, n * sizeof *h);
+    norm = sl_clip_global_norm(be, g, n, 1.0);
+    ck_assert_double_eq_tol(norm, sqrt(ref), 1e-12 * sqrt(ref));
+    ck_assert(sl_clip_global_norm_spans(be, h, n, 1.0, spans, 5) == norm);
+    ck_assert(memcmp(g, h, n * sizeof *h) == 0);
+    free(g);
+    free(h);
+}
+END_TEST
+
 START_TEST(test_lr_schedules)
 {
 
@@ -311,6 +342,7 @@ model_optim_suite(void)
     tcase_add_test(core, test_optim_adam);
     tcase_add_test(core, test_optim_state_round_trip);
     tcase_add_test(core, test_clip);
+    tcase_add_test(core, test_clip_spans);
     tcase_add_test(core, test_lr_schedules);
     suite_add_tcase(s, core);
 
