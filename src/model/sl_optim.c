@@ -242,7 +242,15 @@ sl_optim_step_spans(sl_optim_t *o, float *params, const float *grads, double lr,
                             params + spans[2 * i]);
         break;
     case SL_OPT_ADAGRAD:
-        ops->adagrad_update(ctx, o->n, (float)lr, o->eps, grads, o->state, params);
+        /* a zero gradient adds 0 to acc and takes 0 / (sqrt(acc) + eps) from w, nothing
+         * when eps > 0; with eps 0 and acc 0 that is NaN, so then every parameter */
+        if (o->eps > 0.0f) {
+            for (size_t i = 0; i < nspans; i++)
+                ops->adagrad_update(ctx, spans[2 * i + 1], (float)lr, o->eps, grads + spans[2 * i],
+                                    o->state + spans[2 * i], params + spans[2 * i]);
+        } else {
+            ops->adagrad_update(ctx, o->n, (float)lr, o->eps, grads, o->state, params);
+        }
         break;
     case SL_OPT_ADAM:
         ops->adam_update(ctx, o->n, (float)lr, o->beta1, o->beta2, o->eps, o->steps, grads,

@@ -36,8 +36,8 @@ double sl_lr_at(const sl_config_t *cfg, long step, int epoch, long total_steps);
 /* One update of params with grads at learning rate lr (clipping is separate); Adam's
  * bias correction uses the step count after this update (1 on the first). */
 void sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr);
-/* The same where grads is zero outside spans (as sl_clip_global_norm_spans): SGD
- * updates only the spans, the others every parameter; the same bits. */
+/* The same where grads is zero outside spans (as sl_clip_global_norm_spans): SGD, and
+ * Adagrad with eps > 0, update only the spans, Adam every parameter; the same bits. */
 void sl_optim_step_spans(sl_optim_t *o, float *params, const float *grads, double lr,
                          const size_t *spans, size_t nspans);
 

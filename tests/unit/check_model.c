@@ -593,16 +593,16 @@ START_TEST(test_grad_output_chunks)
 }
 END_TEST
 
-/* The clip and SGD over sl_lm_grad_spans alone give the same bits as over every
- * parameter, step after step, with another batch of ids each time: the gradient is zero
- * outside the spans, which are ascending, apart, and leave out the rows of the tables
- * that no id touched (the input embedding; W_out too with a sampled softmax). lm[1]
+/* The clip and SGD or Adagrad over sl_lm_grad_spans alone give the same bits as over
+ * every parameter, step after step, with another batch of ids each time: the gradient
+ * is zero outside the spans, which are ascending, apart, and leave out the rows of the
+ * tables that no id touched (the input embedding; W_out too with a sampled softmax). lm[1]
  * takes its gradient through sl_lm_grads_within_spans, so each step zeroes the last
  * step's spans alone; at step 2 a write through sl_lm_grads outside them must make the
  * next step zero all. ids: the distinct input ids of a window (2 of N = 6 rows: layer
  * 0's gradients go per id, sl_lm_step.c's per_symbol). */
 static void
-spans_same_bits(sl_output_kind_t out, double dropout, int ids)
+spans_same_bits(sl_output_kind_t out, double dropout, int ids, sl_opt_kind_t kind)
 {
     enum { VS = 200, STEPS = 4 };
     sl_lm_t *lm[2];
@@ -613,7 +613,8 @@ spans_same_bits(sl_output_kind_t out, double dropout, int ids)
     size_t np;
 
     test_lm_config(&cfg, 2, P, out, dropout);
-    cfg.train.optimizer.type = SL_OPT_SGD;
+    cfg.train.optimizer.type = kind;
+    cfg.train.optimizer.eps = 1e-10;
     for (int k = 0; k < 2; k++) {
         ck_assert_int_eq(sl_lm_new(&lm[k], &cfg, VS, 2, B, be), SL_OK);
         ck_assert_int_eq(sl_lm_state_new(lm[k], B, &st[k]), SL_OK);
@@ -665,12 +666,14 @@ spans_same_bits(sl_output_kind_t out, double dropout, int ids)
 
 START_TEST(test_grad_spans_same_bits)
 {
-    spans_same_bits(SL_OUTPUT_FULL, 0.0, N);
-    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, N);
-    spans_same_bits(SL_OUTPUT_FULL, 0.3, N);
-    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3, N);
-    spans_same_bits(SL_OUTPUT_FULL, 0.0, 2);
-    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, 2);
+    spans_same_bits(SL_OUTPUT_FULL, 0.0, N, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, N, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_FULL, 0.3, N, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3, N, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_FULL, 0.0, 2, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.0, 2, SL_OPT_SGD);
+    spans_same_bits(SL_OUTPUT_FULL, 0.0, N, SL_OPT_ADAGRAD);
+    spans_same_bits(SL_OUTPUT_SAMPLED, 0.3, N, SL_OPT_ADAGRAD);
 }
 END_TEST
 

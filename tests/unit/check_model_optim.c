@@ -191,6 +191,44 @@ START_TEST(test_optim_adam)
 }
 END_TEST
 
+/* Adagrad over spans of a gradient zero elsewhere: the same bits as over every
+ * parameter, untouched ones left as they were, with eps > 0; with eps 0 and acc0 0 a
+ * zero gradient's update is 0 / 0, NaN, over every parameter alike (PyTorch's too). */
+START_TEST(test_optim_adagrad_spans)
+{
+    enum { P = 8 };
+    const size_t spans[] = {1, 2, 5, 1};
+    const double eps[] = {1e-10, 0.0};
+
+    for (int e = 0; e < 2; e++) {
+        float g[P] = {0}, w[2][P], acc[2][P];
+        sl_optim_t *o[2];
+
+        test_lm_config(&cfg, 1, 0, SL_OUTPUT_FULL, 0.0);
+        cfg.train.optimizer.type = SL_OPT_ADAGRAD;
+        cfg.train.optimizer.initial_accumulator = 0.0;
+        cfg.train.optimizer.eps = eps[e];
+        g[1] = 0.5f;
+        g[2] = -1.0f;
+        g[5] = 2.0f;
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < P; i++)
+                w[k][i] = 0.25f * (float)(i + 1);
+            ck_assert_int_eq(sl_optim_new(&o[k], &cfg, P, be), SL_OK);
+        }
+        sl_optim_step(o[0], w[0], g, 0.1);
+        sl_optim_step_spans(o[1], w[1], g, 0.1, spans, 2);
+        for (int k = 0; k < 2; k++) {
+            ck_assert_int_eq(sl_optim_state_save(o[k], acc[k], &(long){0}), SL_OK);
+            sl_optim_destroy(&o[k]);
+        }
+        ck_assert(memcmp(w[0], w[1], sizeof w[0]) == 0);
+        ck_assert(memcmp(acc[0], acc[1], sizeof acc[0]) == 0);
+        ck_assert(e == 0 ? w[0][0] == 0.25f && w[0][7] == 2.0f : isnan(w[0][0]));
+    }
+}
+END_TEST
+
 /* Saving after one step and loading into a fresh optimizer continues identically. */
 START_TEST(test_optim_state_round_trip)
 {
@@ -340,6 +378,7 @@ model_optim_suite(void)
     tcase_add_test(core, test_optim_sgd);
     tcase_add_test(core, test_optim_adagrad);
     tcase_add_test(core, test_optim_adam);
+    tcase_add_test(core, test_optim_adagrad_spans);
     tcase_add_test(core, test_optim_state_round_trip);
     tcase_add_test(core, test_clip);
     tcase_add_test(core, test_clip_spans);
