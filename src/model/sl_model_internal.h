@@ -138,11 +138,11 @@ struct sl_lm_state {
     float *c[SL_MAX_LAYERS]; /* (batch, H) last cell state */
 };
 
+/* sl_model.c: zeroes the gradient before a train step: the last step's spans where
+ * nothing else can have written outside them (grads_in_spans), else all of it. */
+void sl_lm_clear_grads(sl_lm_t *lm);
 /* sl_model.c: the backend's whole-layer LSTM op for every layer (ly->dnn), and their
  * release (the model then runs the fused path). */
-/* Zeroes the gradient before a train step: the last step's spans where nothing else
- * can have written outside them (grads_in_spans), else all of it. */
-void sl_lm_clear_grads(sl_lm_t *lm);
 sl_status_t sl_lm_lstm_layers_new(sl_lm_t *lm);
 void sl_lm_lstm_layers_free(sl_lm_t *lm);
 
