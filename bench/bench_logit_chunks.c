@@ -187,10 +187,10 @@ main(int argc, char **argv)
            "(median%s); 'vs whole': against the window in one chunk; * the trainer's rows\n",
            N, H, threads, rounds, use_cpu_time ? ", process CPU time" : "");
     for (int v = 0; v < nv; v++) {
-        int V = vocab[v], pick = sl_lm_logit_chunk(V, N, 1), n = 0, maxr = 0;
+        int V = vocab[v], pick = sl_lm_logit_chunk(V, N, 1), n = 0, maxr;
         int list[MAX_LIST + 2];
         window_t w = {0};
-        size_t np, npt = 0;
+        size_t np = 0, npt = 0;
 
         /* the rows given, the trainer's and the whole window, each once, in order */
         for (int i = 0; i < nr + 2; i++) {
@@ -207,7 +207,6 @@ main(int argc, char **argv)
             n++;
         }
         maxr = list[n - 1];
-        np = be[0]->ops->packed_floats(be[0]->ctx, H, V);
         for (int k = 0; k < nb; k++) {
             size_t a = be[k]->ops->packed_floats(be[k]->ctx, H, V);
             size_t c = be[k]->ops->packed_floats(be[k]->ctx, V, H);
