@@ -482,13 +482,16 @@ add_rows(size_t *spans, size_t n, size_t off, size_t len, const int32_t *rows, i
     return n;
 }
 
-/* The last train step's spans into lm->spans (sl_lm_grad_spans); returns their number. */
+/* The last train step's spans in lm->spans (sl_lm_grad_spans), built once a step (the
+ * trainer asks for them, then the next step's clear); returns their number. */
 static size_t
 step_spans(sl_lm_t *lm)
 {
     size_t E = (size_t)lm->E, R = (size_t)lm->layer[lm->L - 1].r, V = (size_t)lm->V;
     size_t n, pos = lm->emb + V * E;
 
+    if (lm->nspans > 0)
+        return lm->nspans;
     SL_ASSERT(pos <= lm->out); /* layout(): the input embedding first, W_out near the end */
     n = add_span(lm->spans, 0, 0, lm->emb);
     n = add_rows(lm->spans, n, lm->emb, E, lm->rows_in, lm->nrows_in);
@@ -497,7 +500,8 @@ step_spans(sl_lm_t *lm)
         n = add_rows(lm->spans, n, lm->out, R, lm->rows_out, lm->nrows_out);
         pos = lm->out + V * R;
     }
-    return add_span(lm->spans, n, pos, lm->nparams - pos);
+    lm->nspans = add_span(lm->spans, n, pos, lm->nparams - pos);
+    return lm->nspans;
 }
 
 size_t
@@ -522,6 +526,7 @@ sl_lm_clear_grads(sl_lm_t *lm)
     for (size_t i = 0; i < n; i++)
         o->zero(lm->be->ctx, lm->spans[2 * i + 1], lm->grads + lm->spans[2 * i]);
     lm->grads_in_spans = sl_backend_on_host(lm->be);
+    lm->nspans = 0; /* the step about to run touches other rows */
 }
 
 sl_status_t

@@ -124,6 +124,7 @@ struct sl_lm {
      * since through sl_lm_grads (sl_lm_clear_grads then zeroes the spans alone) */
     int grads_in_spans;
     size_t *spans; /* (2 (max_rows + N + S + 3)) sl_lm_grad_spans' (offset, count) pairs */
+    size_t nspans; /* of them; 0 until built for the last step */
     sl_sampler_t sampler;
     float *stage; /* (INIT_CHUNK, sl_model.c) host staging for initialisation */
 };

@@ -224,9 +224,8 @@ sl_optim_step(sl_optim_t *o, float *params, const float *grads, double lr)
     sl_optim_step_spans(o, params, grads, lr, all, 1);
 }
 
-/* SGD over the spans alone: where the gradient is zero, w - lr 0 is w, exactly. Adagrad
- * (whose update of a zero gradient is 0 / (sqrt(acc) + eps), NaN where both are 0) and
- * Adam (whose moments decay) update every parameter. */
+/* SGD and Adagrad with eps > 0 over the spans alone: where the gradient is zero their
+ * update is exactly nothing. Adam (whose moments decay) updates every parameter. */
 void
 sl_optim_step_spans(sl_optim_t *o, float *params, const float *grads, double lr,
                     const size_t *spans, size_t nspans)
