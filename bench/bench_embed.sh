@@ -26,10 +26,13 @@
 # trainer must report the touched rows to the sync (sl_sync_note_model) and print the
 # per-component lines of allreduce mode. Environment: SHOAL (the binary, default
 # <repo>/build/shoal), SHOAL_DATA (corpora, default <repo>/../shared/data). Figures
-# only: it never fails on a figure; it exits non-zero when a run fails.
+# only: it never fails on a figure; it exits non-zero when a run fails. The first line
+# names the CPU the runs were made on.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 
@@ -100,7 +103,7 @@ cleanup() {
     elif [ "$made_out" = 1 ]; then
         rm -rf "$out"
     else
-        rm -rf "$out"/embed-* "$out"/cache
+        rm -rf "$out"/embed-* "$out"/cache "$out"/cpu
     fi
 }
 trap cleanup EXIT
@@ -134,6 +137,10 @@ run_one() { # n B mode
         die "run $mode n=$n B=$b failed (log: $dir.log)"
     fi
 }
+
+# the machine of the runs, for the tables (--tables-only prints the one they were made on)
+[ "$tables_only" = 1 ] || bench_cpu >"$out/cpu"
+echo "# cpu: $(cat "$out/cpu" 2>/dev/null || echo "not recorded with these runs")"
 
 for n in $nodes_list; do
     [ "$tables_only" = 0 ] || break

@@ -4,9 +4,39 @@
 # bench_lib.sh: what the bench scripts share; each sources it (". bench/bench_lib.sh"),
 # none runs it.
 
-# bench_cpu: "<model name>, <N> cpus" of this machine, for the heading of every figure.
+# bench_cpu_field NAME: the first /proc/cpuinfo line's value for NAME ("model name",
+# "cpu family", ...), empty where there is none.
+bench_cpu_field() {
+    grep -m 1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'
+}
+
+# bench_cpu_level: the x86-64 level of this CPU from its flags (v3: AVX2, FMA, BMI2; v4:
+# AVX-512 F/BW/CD/DQ/VL), what the CPU loops and OpenBLAS can use; the architecture
+# elsewhere.
+bench_cpu_level() {
+    local f
+
+    [ "$(uname -m)" = x86_64 ] || { uname -m; return; }
+    f=" $(bench_cpu_field flags) "
+    if [[ $f == *" avx512f "* && $f == *" avx512bw "* && $f == *" avx512cd "* &&
+          $f == *" avx512dq "* && $f == *" avx512vl "* ]]; then
+        echo "x86-64-v4 (AVX-512)"
+    elif [[ $f == *" avx2 "* && $f == *" fma "* && $f == *" bmi2 "* ]]; then
+        echo "x86-64-v3 (AVX2, FMA)"
+    else
+        echo "below x86-64-v3"
+    fi
+}
+
+# bench_cpu: "<model name> (family F, model M), <N> cpus, <level>" of this machine, for
+# the heading of every figure: a virtual machine's model name is often generic
+# ("Intel(R) Xeon(R) Processor"), which family, model and level tell apart.
 bench_cpu() {
-    echo "$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cpus"
+    local name
+
+    name=$(bench_cpu_field 'model name')
+    echo "${name:-unknown CPU} (family $(bench_cpu_field 'cpu family'), model" \
+        "$(bench_cpu_field model)), $(nproc) cpus, $(bench_cpu_level)"
 }
 
 # bench_help: the script's --help, its heading comment from line 2 to the first line

@@ -32,13 +32,16 @@
 #
 # Perplexity per epoch is node 0's own model (after each epoch's last sync); the final
 # row is the model shoal writes at the end: for 4 nodes, the average over all nodes.
-# Wall time is shoal's training time (evaluation excluded). Environment: SHOAL (the
+# Wall time is shoal's training time (evaluation excluded), on the CPU that DIR/NAME.cpu
+# names (the machine the run was last started on; the table lists them). Environment: SHOAL (the
 # binary, default <repo>/build/shoal), SHOAL_DATA (corpora, default <repo>/../shared/data).
 # The PNG needs gnuplot (Debian: gnuplot-nox); without it the table is still written.
 # Figures only: it exits non-zero when a run fails, never on the perplexity it finds.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/bench_lib.sh
+. "$top/bench/bench_lib.sh"
 shoal=${SHOAL:-$top/build/shoal}
 data=${SHOAL_DATA:-$top/../shared/data}
 all_runs="single gossip-bmuf ma bmuf local-bmuf allreduce gossip-bmuf-8 ma-8 bmuf-8 local-bmuf-8"
@@ -119,6 +122,7 @@ run_one() {
     fi
     command_line "$name" >"$out/$name.cmd"
     echo >>"$out/$name.cmd"
+    bench_cpu >"$out/$name.cpu"
     command_of "$name"
     echo "== $name: started $(date '+%H:%M:%S')"
     "${cmd[@]}" >"$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
@@ -141,7 +145,7 @@ python3 - "$out" $table_runs <<'EOF'
 import json, os, sys
 
 out, names = sys.argv[1], sys.argv[2:]
-rows, blocks = [], []
+rows, blocks, cpus = [], [], {}
 for name in names:
     d = os.path.join(out, name)
     summ = os.path.join(d, "summary.json")
@@ -158,6 +162,11 @@ for name in names:
             pts.append((r["step"] * tokens_per_step, r["ppl"]))
     rows.append((name, nodes, s.get("sync", "none"), [p for _, p in pts], s["valid_ppl"],
                  s.get("test_ppl"), s["train_time_s"], s["train_tokens"] * nodes))
+    try:
+        cpu = open(os.path.join(out, name + ".cpu")).read().strip()
+    except OSError:
+        cpu = "not recorded"
+    cpus.setdefault(cpu, []).append(name)
     blocks.append((name, pts))
 
 if not rows:
@@ -174,6 +183,8 @@ with open(os.path.join(out, "table.md"), "w") as f:
         rel = "%+.1f%%" % (100 * (fv / base - 1)) if base else "-"
         cells += ["%.2f" % fv, "%.2f" % ft if ft else "-", rel, "%.1f" % (wall / 60), str(tok)]
         f.write("| " + " | ".join(cells) + " |\n")
+    for cpu, names in cpus.items():
+        f.write("\ncpu: %s%s\n" % (cpu, "" if len(cpus) == 1 else " (" + ", ".join(names) + ")"))
 with open(os.path.join(out, "ppl.dat"), "w") as f:
     for name, pts in blocks:
         f.write('"%s"\n' % name)

@@ -196,23 +196,7 @@ fi
 [ "$have_shoal" = 1 ] || [ "$have_torch" = 1 ] || die "neither shoal nor PyTorch can run"
 [ "$have_shoal" = 1 ] || [ -z "$isas" ] || die "--isa needs the shoal binary"
 
-# x86-64 level of this CPU from its flags (v3: AVX2, FMA, BMI2; v4: AVX-512 F/BW/CD/DQ/VL)
-cpu_level() {
-    local f
-    f=" $(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2-) "
-    if [[ $f == *" avx512f "* && $f == *" avx512bw "* && $f == *" avx512cd "* &&
-          $f == *" avx512dq "* && $f == *" avx512vl "* ]]; then
-        echo "x86-64-v4 (AVX-512)"
-    elif [[ $f == *" avx2 "* && $f == *" fma "* && $f == *" bmi2 "* ]]; then
-        echo "x86-64-v3 (AVX2, FMA)"
-    else
-        echo "below x86-64-v3"
-    fi
-}
-cpu_field() {
-    grep -m 1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'
-}
-echo "# cpu: $(cpu_field 'model name') (family $(cpu_field 'cpu family'), model $(cpu_field model)), $(nproc) cpus, $(cpu_level)"
+echo "# cpu: $(bench_cpu)"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -z "${OPENBLAS_CORETYPE:-}" ] ||
     echo "# OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment: OpenBLAS's kernel is forced on both sides"
