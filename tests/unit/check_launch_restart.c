@@ -398,6 +398,8 @@ START_TEST(test_restart_foreign_checkpoint)
     ck_assert(stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode));
     snprintf(path, sizeof path, "%s/foreign/previous/checkpoint.bin", launch_root);
     ck_assert_int_eq(launch_header_i64(path, 144), 100);
+    free(out);
+    free(err);
     /* and the run's own checkpoint is of the other model: resuming it is no refusal */
     ck_assert_int_eq(launch_wait(launch_start("foreign", NULL,
                                               (const char *[]){"run", conf, "--set",
