@@ -27,6 +27,9 @@ typedef struct sl_link_zmq {
     void *ctx;
     sl_curve_t *curve;   /* NULL unless CURVE */
     sl_frame_mac_t *mac; /* NULL unless frame MACs */
+    /* CURVE or frame MACs authenticate every message, payload included: frames are local
+     * (sl_wire.h), their checksums over the header only */
+    int proven;
     void *router;
     unsigned stripes;      /* DEALERs per peer (o->stripes) */
     void **peers;          /* (size, stripes) DEALER per peer and stripe, NULL until

@@ -344,11 +344,12 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
     int striped = z->stripes > 1 && sl_transport_striped_kind(h->kind) &&
                   payload_bytes >= SL_TRANSPORT_STRIPE_MIN_BYTES;
 
-    /* validates before anything is allocated. The checksum covers the payload, but for
-     * a MAC'd frame's (sl_wire.h: a local frame): its hash is taken as the payload is
-     * copied, or from a lent payload itself, and put in the header before it leaves. */
+    /* validates before anything is allocated. The checksum covers the payload, but on
+     * a link whose messages CURVE or MACs prove (sl_wire.h: a local frame): its hash is
+     * taken as the payload is copied, or from a lent payload itself, and put in the
+     * header before it leaves. */
     SL_TRY(sl_wire_encode_head(h, hb));
-    if (!z->mac) {
+    if (!z->proven) {
         sl_hash_bulk_init(&sum, sl_wire_checksum_seed(hb), payload_bytes);
         hashing = &sum;
     }

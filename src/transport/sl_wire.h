@@ -153,7 +153,9 @@ void sl_wire_set_checksum(unsigned char head[SL_WIRE_HEADER_BYTES], uint64_t che
  * prove nothing. Every header field is still validated, and a reader goes no further
  * than the validated length. A local frame with a payload never passes sl_wire_decode:
  * one cannot be taken for the other. Frames that carry a MAC over header and payload
- * (sl_frame_mac.h) are local frames too: the MAC proves more than a checksum would. */
+ * (sl_frame_mac.h) are local frames too, as are those over CURVE connections
+ * (sl_curve.h), each of whose messages ZeroMQ authenticates (Poly1305) as it decrypts
+ * it: either proves more than a checksum would. */
 
 /* The header of a local frame (its checksum over the header only), payload apart.
  * SL_ERR_INVALID as for sl_wire_encode. */
