@@ -7,7 +7,7 @@
 # bench_cpu_field NAME: the first /proc/cpuinfo line's value for NAME ("model name",
 # "cpu family", ...), empty where there is none.
 bench_cpu_field() {
-    grep -m 1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'
+    { grep -m 1 "^$1[[:space:]]*:" /proc/cpuinfo || true; } | cut -d: -f2- | sed 's/^ *//'
 }
 
 # bench_cpu_level: the x86-64 level of this CPU from its flags (v3: AVX2, FMA, BMI2; v4:
