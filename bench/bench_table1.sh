@@ -33,8 +33,9 @@
 # Perplexity per epoch is node 0's own model (after each epoch's last sync); the final
 # row is the model shoal writes at the end: for 4 nodes, the average over all nodes.
 # Wall time is shoal's training time (evaluation excluded), on the CPU that DIR/NAME.cpu
-# names (the machine the run was last started on; the table lists them). Environment: SHOAL (the
-# binary, default <repo>/build/shoal), SHOAL_DATA (corpora, default <repo>/../shared/data).
+# names (the machine the run was last started on; the table lists them). Environment:
+# SHOAL (the binary, default <repo>/build/shoal), SHOAL_DATA (corpora, default
+# <repo>/../shared/data).
 # The PNG needs gnuplot (Debian: gnuplot-nox); without it the table is still written.
 # Figures only: it exits non-zero when a run fails, never on the perplexity it finds.
 set -euo pipefail
@@ -183,8 +184,8 @@ with open(os.path.join(out, "table.md"), "w") as f:
         rel = "%+.1f%%" % (100 * (fv / base - 1)) if base else "-"
         cells += ["%.2f" % fv, "%.2f" % ft if ft else "-", rel, "%.1f" % (wall / 60), str(tok)]
         f.write("| " + " | ".join(cells) + " |\n")
-    for cpu, names in cpus.items():
-        f.write("\ncpu: %s%s\n" % (cpu, "" if len(cpus) == 1 else " (" + ", ".join(names) + ")"))
+    for cpu, runs in cpus.items():
+        f.write("\ncpu: %s%s\n" % (cpu, "" if len(cpus) == 1 else " (" + ", ".join(runs) + ")"))
 with open(os.path.join(out, "ppl.dat"), "w") as f:
     for name, pts in blocks:
         f.write('"%s"\n' % name)
