@@ -118,8 +118,8 @@ zmq_open(void **out, const sl_link_env_t *env)
         st = sl_err_set(SL_ERR_NOMEM, "transport: out of memory");
         goto fail;
     }
-    z->proven = o->frame_mac || o->secret;
-    SL_TRY_GOTO(sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes, !z->proven),
+    SL_TRY_GOTO(sl_pieces_new(&z->pieces, o->size, o->mailbox_frames, o->mailbox_bytes,
+                              !sl_link_zmq_proven(z)),
                 st, fail);
     z->ctx = zmq_ctx_new();
     if (!z->ctx) {
@@ -378,10 +378,11 @@ take_piece(sl_link_zmq_t *z, zframe_t *f, uint32_t idrank, sl_link_frame_t **out
     f->whole = whole;
     f->f.pub.payload = whole;
     /* unproven, its checksum was computed as the pieces were copied */
-    why = z->proven ? sl_wire_decode_parts_local(head, sizeof head, whole, h.payload_bytes,
-                                                 o->run_id, o->rank, o->size, &f->f.pub.h)
-                    : sl_wire_decode_hashed(head, h.payload_bytes, hash, o->run_id, o->rank,
-                                            o->size, &f->f.pub.h);
+    why = sl_link_zmq_proven(z)
+              ? sl_wire_decode_parts_local(head, sizeof head, whole, h.payload_bytes, o->run_id,
+                                           o->rank, o->size, &f->f.pub.h)
+              : sl_wire_decode_hashed(head, h.payload_bytes, hash, o->run_id, o->rank, o->size,
+                                      &f->f.pub.h);
     if (why != SL_WIRE_OK) {
         drop_frame(z, f, why, idrank);
         return;
@@ -476,12 +477,12 @@ zmq_recv_frame(void *ctx, sl_link_frame_t **out, int *got)
         return SL_OK;
     }
     if (f->nparts == 1) {
-        why = (z->proven ? sl_wire_decode_local : sl_wire_decode)(
+        why = (sl_link_zmq_proven(z) ? sl_wire_decode_local : sl_wire_decode)(
             zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), o->run_id, o->rank, o->size,
             &f->f.pub.h, &f->f.pub.payload);
     } else {
         f->f.pub.payload = zmq_msg_data(&f->part[1]);
-        why = (z->proven ? sl_wire_decode_parts_local : sl_wire_decode_parts)(
+        why = (sl_link_zmq_proven(z) ? sl_wire_decode_parts_local : sl_wire_decode_parts)(
             zmq_msg_data(&f->part[0]), zmq_msg_size(&f->part[0]), f->f.pub.payload,
             zmq_msg_size(&f->part[1]), o->run_id, o->rank, o->size, &f->f.pub.h);
     }

@@ -27,9 +27,6 @@ typedef struct sl_link_zmq {
     void *ctx;
     sl_curve_t *curve;   /* NULL unless CURVE */
     sl_frame_mac_t *mac; /* NULL unless frame MACs */
-    /* CURVE or frame MACs authenticate every message, payload included: frames are local
-     * (sl_wire.h), their checksums over the header only */
-    int proven;
     void *router;
     unsigned stripes;      /* DEALERs per peer (o->stripes) */
     void **peers;          /* (size, stripes) DEALER per peer and stripe, NULL until
@@ -51,6 +48,14 @@ typedef struct sl_link_zmq {
     int have_first, rcvtimeo_ms;
     sl_lent_t lent; /* payloads still held by ZeroMQ; its I/O thread gives them back */
 } sl_link_zmq_t;
+
+/* Whether CURVE or frame MACs authenticate every message of z, payload included: its
+ * frames are then local (sl_wire.h), their checksums over the header only. */
+static inline int
+sl_link_zmq_proven(const sl_link_zmq_t *z)
+{
+    return z->o->frame_mac || z->o->secret;
+}
 
 /* zmq_setsockopt of an int or a uint64_t option (what names it in the error);
  * SL_ERR_TRANSPORT etc. as sl_zmq_fail. */

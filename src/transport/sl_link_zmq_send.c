@@ -349,7 +349,7 @@ sl_link_zmq_send_frame(void *ctx, const sl_wire_header_t *h, const void *payload
      * taken as the payload is copied, or from a lent payload itself, and put in the
      * header before it leaves. */
     SL_TRY(sl_wire_encode_head(h, hb));
-    if (!z->proven) {
+    if (!sl_link_zmq_proven(z)) {
         sl_hash_bulk_init(&sum, sl_wire_checksum_seed(hb), payload_bytes);
         hashing = &sum;
     }
