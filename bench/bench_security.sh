@@ -21,8 +21,8 @@
 # mac with frame MACs (authenticated, not encrypted); -% = how much lower a secure
 # side's figure is than none's. Loopback has no wire: the cryptography (XSalsa20-
 # Poly1305 on ZeroMQ's I/O thread for CURVE, Poly1305 on the node's own thread for mac)
-# competes with the copies for the same cores, which is its worst case. Figures only: it never fails on speed; it exits non-zero when
-# a run fails.
+# competes with the copies for the same cores, which is its worst case. Figures only: it
+# never fails on speed; it exits non-zero when a run fails.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)

@@ -31,6 +31,19 @@ sl_file_read_all(const char *path, char **data, size_t *len)
     return sl_file_read_rest(fp, path, data, len);
 }
 
+/* Whether fp is what a whole-file read can end: a file, a pipe or socket, or a terminal
+ * (read to its end of input). Any other device (/dev/zero, /dev/urandom, a disk) is not:
+ * its bytes never end, or are not a file's, and reading them whole would fill memory. */
+static int
+has_an_end(FILE *fp)
+{
+    struct stat sb;
+
+    if (fstat(fileno(fp), &sb) != 0)
+        return 1; /* fread says what is wrong */
+    return !(S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode)) || isatty(fileno(fp));
+}
+
 sl_status_t
 sl_file_read_rest(FILE *fp, const char *path, char **data, size_t *len)
 {
@@ -39,6 +52,10 @@ sl_file_read_rest(FILE *fp, const char *path, char **data, size_t *len)
 
     *data = NULL;
     *len = 0;
+    if (!has_an_end(fp)) {
+        fclose(fp);
+        return sl_err_set(SL_ERR_IO, "%s: a device, not a file or a pipe", path);
+    }
     for (;;) {
         if (n + 65536 + 1 > cap) {
             size_t ncap = cap ? cap * 2 : 1 << 20;

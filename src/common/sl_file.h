@@ -9,7 +9,8 @@
 #include "common/sl_status.h"
 
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, *len excludes the NUL).
- * SL_ERR_IO "path: reason" when missing or unreadable. Caller frees with free(). */
+ * SL_ERR_IO "path: reason" when missing or unreadable, or a device other than a
+ * terminal (/dev/zero would never end). Caller frees with free(). */
 sl_status_t sl_file_read_all(const char *path, char **data, size_t *len);
 /* The same for what is left to read of fp (path names it in errors), which it closes:
  * a pipe is read once, where opening it again would wait for another writer. */

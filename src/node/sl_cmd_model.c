@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/sl_cli.h"
 #include "common/sl_file.h"
@@ -139,37 +140,23 @@ print_line(void *ctx, long line, long tokens, double sum)
     return SL_OK;
 }
 
-/* A file's text, or stdin's for "-". */
+/* A file's text, or stdin's for "-" (read to its end through a copy of the descriptor,
+ * so that a second "-" reads nothing rather than a closed stream). */
 static sl_status_t
 read_input(const char *file, char **data, size_t *len)
 {
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf;
+    int fd;
+    FILE *in;
 
     if (strcmp(file, "-") != 0)
         return sl_file_read_all(file, data, len);
-    if (!(buf = malloc(cap)))
-        return sl_err_set(SL_ERR_NOMEM, "stdin: out of memory");
-    while ((got = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            char *more = realloc(buf, cap * 2);
-            if (!more) {
-                free(buf);
-                return sl_err_set(SL_ERR_NOMEM, "stdin: out of memory");
-            }
-            buf = more;
-            cap *= 2;
-        }
+    if ((fd = dup(STDIN_FILENO)) < 0 || !(in = fdopen(fd, "rb"))) {
+        sl_status_t st = sl_err_set(SL_ERR_IO, "stdin: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return st;
     }
-    if (ferror(stdin)) {
-        free(buf);
-        return sl_err_set(SL_ERR_IO, "stdin: %s", strerror(errno));
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return SL_OK;
+    return sl_file_read_rest(in, "stdin", data, len);
 }
 
 /* Scores file as a whole, or line by line when header_done is not NULL (TSV rows). */

@@ -345,6 +345,9 @@ START_TEST(test_file_errors)
     sl_config_init(&c);
     ck_assert_int_eq(sl_config_load_file(&c, "/nonexistent/x.yaml"), SL_ERR_IO);
     ck_assert_str_eq(sl_err_msg(), "/nonexistent/x.yaml: No such file or directory");
+    /* a device whose bytes never end is refused, not read until memory runs out */
+    ck_assert_int_eq(sl_config_load_file(&c, "/dev/zero"), SL_ERR_IO);
+    ck_assert_str_eq(sl_err_msg(), "/dev/zero: a device, not a file or a pipe");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/bad.yaml", dir);
     f = fopen(path, "w");

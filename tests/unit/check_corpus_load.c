@@ -165,6 +165,12 @@ START_TEST(test_pipe_corpus)
         sl_corpus_fini(&p);
     }
     unlink(fifo);
+    /* a device is not a pipe: refused, where reading it whole would never end */
+    sl_config_fini(&pcfg);
+    corpus_config(&pcfg, "pipe", "data.train=/dev/zero");
+    ck_assert_int_eq(sl_corpus_load(&p, &pcfg), SL_ERR_IO);
+    ck_assert_msg(strstr(sl_err_msg(), "/dev/zero: a device, not a file or a pipe"), "%s",
+                  sl_err_msg());
     sl_corpus_fini(&c);
     sl_config_fini(&pcfg);
     sl_config_fini(&cfg);

@@ -569,6 +569,11 @@ START_TEST(test_bad_model_files)
                           (const char *[]){"missing FILE", NULL});
     assert_one_line_error(run_shoal((const char *[]){"score", model, "/nonexistent.txt", NULL}), 1,
                           (const char *[]){"/nonexistent.txt", NULL});
+    /* devices whose bytes never end, as the text and as the model */
+    assert_one_line_error(run_shoal((const char *[]){"score", model, "/dev/zero", NULL}), 1,
+                          (const char *[]){"/dev/zero: a device, not a file or a pipe", NULL});
+    assert_one_line_error(run_shoal((const char *[]){"sample", "/dev/urandom", NULL}), 1,
+                          (const char *[]){"/dev/urandom: a device, not a file or a pipe", NULL});
     test_write_file(bad, "\xff\xfe oops\n", 8);
     assert_one_line_error(run_shoal((const char *[]){"score", model, bad, NULL}), 1,
                           (const char *[]){bad, "invalid UTF-8 at byte 0", NULL});
