@@ -2,8 +2,10 @@
  * wait for the table (or, once the run is under way, the table of a node that comes
  * back), read it. */
 #define _POSIX_C_SOURCE 200809L
+#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 #include "common/sl_clock.h"
@@ -117,6 +119,29 @@ take_answer(sl_rendezvous_t *r, uint64_t run_id, sl_rendezvous_table_t *t)
     return rc;
 }
 
+/* Whether rank 0's host name (master, tcp://HOST:PORT) has an IPv4 address, the
+ * only kind a node connects to: 0 when it does (or master is not tcp), 1 when the
+ * resolver says it has none, -1 when it gave no answer yet (ZeroMQ keeps trying then);
+ * why gets the resolver's words. */
+static int
+master_resolves(const char *master, char *why, size_t size)
+{
+    char host[SL_RDV_ENDPOINT_MAX];
+    const char *colon = strrchr(master, ':');
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int rc;
+
+    if (strncmp(master, "tcp://", 6) != 0 || !colon || colon < master + 6)
+        return 0;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - master - 6), master + 6);
+    if ((rc = getaddrinfo(host, NULL, &hints, &ai)) == 0) {
+        freeaddrinfo(ai);
+        return 0;
+    }
+    snprintf(why, size, "%s", gai_strerror(rc));
+    return rc == EAI_AGAIN || rc == EAI_SYSTEM || rc == EAI_MEMORY ? -1 : 1;
+}
+
 sl_status_t
 sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const unsigned char *session,
             sl_rendezvous_table_t *t)
@@ -124,8 +149,12 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
     unsigned char msg[REGISTER_BYTES + SL_RDV_ENDPOINT_MAX];
     size_t len = strlen(endpoint);
     double deadline = sl_clock_now() + r->o.timeout_ms / 1000.0;
-    char secs[32];
+    char secs[32], why[128];
 
+    /* a host name that does not resolve would only show as a timeout, minutes later */
+    if (master_resolves(r->master, why, sizeof why) > 0)
+        return sl_err_set(SL_ERR_CONFIG, "rendezvous: rank 0's address %s: %s",
+                          sl_rdv_shown(r->master), why);
     sl_rdv_put_head(msg, KIND_REGISTER, run_id);
     sl_put_u32(msg + 16, (uint32_t)r->o.rank);
     sl_put_u32(msg + 20, (uint32_t)r->o.size);
@@ -171,6 +200,11 @@ sl_rdv_join(sl_rendezvous_t *r, uint64_t run_id, const char *endpoint, const uns
             return ready < 0 ? ready : sl_rdv_keep_table(r, run_id, t, NULL);
     }
     sl_rdv_format_seconds(r->o.timeout_ms, secs, sizeof secs);
+    if (master_resolves(r->master, why, sizeof why) != 0)
+        return sl_err_set(SL_ERR_TIMEOUT,
+                          "rendezvous: no table from rank 0 at %s after %s: its host name "
+                          "does not resolve (%s)",
+                          sl_rdv_shown(r->master), secs, why);
     return sl_err_set(SL_ERR_TIMEOUT, "rendezvous: no table from rank 0 at %s after %s",
                       sl_rdv_shown(r->master), secs);
 }

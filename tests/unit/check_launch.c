@@ -5,6 +5,7 @@
  * tested in check_launch_run.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <check.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -399,7 +401,8 @@ START_TEST(test_rendezvous_tcp_wildcards)
 END_TEST
 
 /* A node that never comes: rank 0 names it after the timeout, and tells the node that
- * did come; a node without rank 0 says where it looked. Rank 1 starts first (its master
+ * did come; a node without rank 0 says where it looked, at once when rank 0's host name
+ * does not resolve. Rank 1 starts first (its master
  * line says it is up) and waits far longer than rank 0, so its message, which only rank
  * 0 can have sent, shows that it was told rather than timed out on its own. */
 START_TEST(test_rendezvous_timeouts)
@@ -431,6 +434,27 @@ START_TEST(test_rendezvous_timeouts)
     ck_assert_int_eq(ol.status, SL_ERR_TIMEOUT);
     snprintf(expect, sizeof expect, "rendezvous: no table from rank 0 at %s after 0.3 s", none);
     ck_assert_str_eq(ol.message, expect);
+
+    /* a host name that does not resolve: said at once, not after the (long) timeout;
+     * only where this machine's resolver says so (without DNS it may say "try again") */
+    {
+        struct addrinfo hints = {.ai_family = AF_INET}, *ai = NULL;
+        int rc = getaddrinfo("nohost.invalid", NULL, &hints, &ai);
+
+        if (rc == 0)
+            freeaddrinfo(ai);
+        if (rc == EAI_NONAME) {
+            lone = spawn(2, 3, 9, "tcp://nohost.invalid:2000", "ipc:///tmp/x/2", HANG_S * 1000, 0);
+            ol = finish(&lone);
+            ck_assert_int_eq(ol.status, SL_ERR_CONFIG);
+            snprintf(expect, sizeof expect, "rendezvous: rank 0's address nohost.invalid:2000: %s",
+                     gai_strerror(rc));
+            ck_assert_str_eq(ol.message, expect);
+        } else {
+            fprintf(stderr, "check_launch: nohost.invalid: %s, not EAI_NONAME: its case left out\n",
+                    gai_strerror(rc));
+        }
+    }
 
     /* two or more missing: a list; longer runs: ranges */
     snprintf(master, sizeof master, "ipc://%s/rdv-timeout6", tmp_root);
