@@ -199,6 +199,20 @@ suggest(const char *s, size_t len, const char *const *names, const size_t *lens)
     return best;
 }
 
+/* The name s (len bytes) begins with before a colon, when it is one of names: YAML
+ * reads {lstm:16} as the key 'lstm:16', a space after the colon being what makes a
+ * value. -1 when there is none. */
+static int
+key_before_colon(const char *s, size_t len, const char *const *names, const size_t *lens)
+{
+    const char *colon = memchr(s, ':', len);
+
+    for (int i = 0; colon && names[i]; i++)
+        if (lens[i] == (size_t)(colon - s) && strncmp(names[i], s, lens[i]) == 0)
+            return i;
+    return -1;
+}
+
 /* "unknown key 'x' in 'where' (did you mean 'y'?)", or the list of keys when nothing
  * is close. */
 static sl_status_t
@@ -207,13 +221,18 @@ unknown_key(const load_t *ld, yaml_mark_t m, const char *where, const char *s, s
 {
     char k[72], in[96], list[512];
     size_t used = 0;
-    int best = suggest(s, len, names, lens);
+    int best = suggest(s, len, names, lens), colon = key_before_colon(s, len, names, lens);
 
     sl_config_clip(s, len, k, sizeof k);
     if (*where)
         snprintf(in, sizeof in, " in '%s'", where);
     else
         snprintf(in, sizeof in, " at top level");
+    if (colon >= 0)
+        return sl_config_err_at(ld, m,
+                                "unknown key '%s'%s (YAML wants a space after the colon: "
+                                "'%.*s: %s')",
+                                k, in, (int)lens[colon], names[colon], k + lens[colon] + 1);
     if (best >= 0)
         return sl_config_err_at(ld, m, "unknown key '%s'%s (did you mean '%.*s'?)", k, in,
                                 (int)lens[best], names[best]);

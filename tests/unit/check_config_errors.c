@@ -183,6 +183,10 @@ static const bad_case_t bad_set[] = {
     {"model.layers=[]", "--set model.layers:1:14: 'model.layers' must have 1 to 8 layers, got 0"},
     {"model.layers=[{lstm: 64}",
      "--set model.layers:1:25: YAML syntax error: did not find expected ',' or ']'"},
+    /* YAML's key 'lstm:64': a value needs a space after the colon */
+    {"model.layers=[{lstm:64}]",
+     "--set model.layers:1:16: unknown key 'lstm:64' in 'model.layers[0]' (YAML wants a space "
+     "after the colon: 'lstm: 64')"},
     {"model.layers=[{lstm: 64, proj: 32}]",
      "--set model.layers:1:26: unknown key 'proj' in 'model.layers[0]' (did you mean "
      "'projection'?)"},
