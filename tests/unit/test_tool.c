@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,26 +115,53 @@ test_tool_find(const char *name, char *bin, size_t cap)
     return 1;
 }
 
-/* Reads fd to its end into buf (cap bytes, NUL-terminated); what does not fit is read
- * and dropped, so the writer never blocks. */
+/* One of a child's output pipes: what is read into buf (cap bytes, NUL-terminated);
+ * what does not fit is read and dropped, so that the writer never blocks. */
+typedef struct {
+    int fd;
+    char *buf;
+    size_t cap, got;
+} sink_t;
+
+/* Reads from s once; at its end, closes it (fd -1). */
 static void
-read_all(int fd, char *buf, size_t cap)
+read_some(sink_t *s)
 {
-    char sink[4096];
-    size_t got = 0;
-    ssize_t k;
+    char drop[4096];
+    int room = s->got + 1 < s->cap;
+    ssize_t k =
+        read(s->fd, room ? s->buf + s->got : drop, room ? s->cap - 1 - s->got : sizeof drop);
 
-    for (;;) {
-        int room = got + 1 < cap;
-
-        k = read(fd, room ? buf + got : sink, room ? cap - 1 - got : sizeof sink);
-        if (k <= 0)
-            break;
-        if (room)
-            got += (size_t)k;
+    if (k < 0 && errno == EINTR)
+        return;
+    if (k <= 0) {
+        close(s->fd);
+        s->fd = -1;
+    } else if (room) {
+        s->got += (size_t)k;
     }
-    buf[got] = '\0';
-    close(fd);
+}
+
+/* Reads both pipes to their ends, whichever has something: a child that fills one
+ * while the other is read never waits. */
+static void
+read_both(sink_t *out, sink_t *err)
+{
+    sink_t *s[2] = {out, err};
+
+    while (out->fd >= 0 || err->fd >= 0) {
+        struct pollfd p[2] = {{out->fd, POLLIN, 0}, {err->fd, POLLIN, 0}};
+
+        if (poll(p, 2, -1) < 0) {
+            ck_assert_int_eq(errno, EINTR);
+            continue;
+        }
+        for (int i = 0; i < 2; i++)
+            if (s[i]->fd >= 0 && p[i].revents)
+                read_some(s[i]);
+    }
+    out->buf[out->got] = '\0';
+    err->buf[err->got] = '\0';
 }
 
 int
@@ -166,8 +194,7 @@ test_tool_run(const char *bin, char *out, size_t out_cap, char *err, size_t err_
     }
     close(po[1]);
     close(pe[1]);
-    read_all(po[0], out, out_cap);
-    read_all(pe[0], err, err_cap);
+    read_both(&(sink_t){po[0], out, out_cap, 0}, &(sink_t){pe[0], err, err_cap, 0});
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status), "%s died of signal %d", bin, WTERMSIG(status));
     return WEXITSTATUS(status);
