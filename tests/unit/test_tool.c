@@ -16,6 +16,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,7 +171,7 @@ test_tool_run(const char *bin, char *out, size_t out_cap, char *err, size_t err_
 {
     const char *argv[32];
     int n = 0, status, po[2], pe[2];
-    pid_t pid;
+    pid_t pid, parent;
 
     ck_assert(out_cap > 0 && err_cap > 0);
     argv[n++] = bin;
@@ -180,9 +181,15 @@ test_tool_run(const char *bin, char *out, size_t out_cap, char *err, size_t err_
     argv[n] = NULL;
     ck_assert_int_eq(pipe(po), 0);
     ck_assert_int_eq(pipe(pe), 0);
+    parent = getpid();
     pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+#ifdef __linux__
+        /* a case Check kills on its timeout takes the program (and its nodes) with it */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(97);
+#endif
         dup2(po[1], STDOUT_FILENO);
         dup2(pe[1], STDERR_FILENO);
         close(po[0]);
