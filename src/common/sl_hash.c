@@ -168,14 +168,12 @@ bulk_blocks_avx2(uint64_t acc[8], const unsigned char *p, size_t nblocks, const 
     _mm256_storeu_si256((__m256i *)(void *)(acc + 4), a1);
 }
 
+/* Asked each time: a cached answer would be a race between the threads that hash (the
+ * builtin only reads what the runtime found at start). */
 static int
 have_avx2(void)
 {
-    static int known = -1;
-
-    if (known < 0)
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return known;
+    return __builtin_cpu_supports("avx2");
 }
 #endif
 

@@ -520,10 +520,8 @@ static void
 member_node(net_t *net, int k)
 {
     sl_members_t *m = NULL;
-    sl_status_t st;
+    sl_status_t st = agree_without_node2(net, k, &m);
 
-    adm.at[k] = -1;
-    st = agree_without_node2(net, k, &m);
     if (st == SL_OK && k == 1 && adm.deaf)
         st = deaf_steps(net, k, m);
     else if (st == SL_OK)
@@ -558,6 +556,9 @@ run_admission(net_t *net, node_fn member, node_fn newcomer)
     net->n = 3;
     net->fn[0] = net->fn[1] = member;
     net->fn[2] = newcomer;
+    /* before the threads: node 1 may read node 0's before node 0 has run */
+    for (int k = 0; k < MAXN; k++)
+        adm.at[k] = -1;
     net_run(net);
 }
 

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -715,12 +716,18 @@ test_mark_point(const char *file, int line)
         int line;
     } recent[RECENT];
     static unsigned next;
+    /* the nodes of a test cluster in threads assert at once */
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < RECENT; i++)
-        if (recent[i].line == line && recent[i].file == file)
+        if (recent[i].line == line && recent[i].file == file) {
+            pthread_mutex_unlock(&lock);
             return;
+        }
     recent[next % RECENT].file = file;
     recent[next % RECENT].line = line;
     next++;
     _mark_point(file, line);
+    pthread_mutex_unlock(&lock);
 }
