@@ -13,7 +13,7 @@ exchange_main(void *arg)
 
     x->st = sl_rendezvous_exchange(x->r, 0x5eed, x->endpoint, x->session, &x->t);
     snprintf(x->msg, sizeof x->msg, "%s", x->st == SL_OK ? "" : sl_err_msg());
-    x->done = 1;
+    atomic_store(&x->done, 1);
     return NULL;
 }
 
@@ -24,6 +24,7 @@ test_exchange_open(test_exchange_t *x, int rank, const char *master, const sl_se
     sl_rendezvous_opts_t o = {rank, 3, master, NULL, 20000, stop, secret, 1};
 
     memset(x, 0, sizeof *x);
+    atomic_init(&x->done, 0);
     ck_assert_msg(sl_rendezvous_new(&x->r, &o) == SL_OK, "%s", sl_err_msg());
     snprintf(x->endpoint, sizeof x->endpoint, "ipc:///tmp/x/rank-%d-%d", rank, fill);
     memset(x->session, fill, sizeof x->session);

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 
 #include "common/sl_status.h"
 #include "node/sl_rendezvous.h"
@@ -16,9 +17,9 @@ typedef struct {
     char endpoint[64];
     unsigned char session[SL_RDV_SESSION_BYTES];
     sl_rendezvous_table_t t;
-    sl_status_t st; /* the exchange's status, once done */
-    char msg[512];  /* its message when it failed */
-    volatile int done;
+    sl_status_t st;  /* the exchange's status, once done */
+    char msg[512];   /* its message when it failed */
+    atomic_int done; /* set after st and msg: who reads it 1 may read them */
     pthread_t thread;
 } test_exchange_t;
 
