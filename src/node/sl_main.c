@@ -183,31 +183,23 @@ load_config(sl_config_t *cfg, const args_t *a)
     return -1;
 }
 
+/* handler for the signals that stop a run with its checkpoint: SIGINT, SIGTERM, and
+ * SIGHUP (the terminal closed) unless it is ignored, as under nohup. shoal train and
+ * node stop at once on a second signal (SA_RESETHAND); shoal run counts them (the
+ * first is passed on, a second kills the nodes) and stays alive to clean up. */
 static void
-install_stop_handlers(void)
+catch_stop_signals(void (*handler)(int), int flags)
 {
-    struct sigaction sa;
+    struct sigaction sa, hup;
 
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND; /* a second signal stops at once */
+    sa.sa_flags = flags;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-}
-
-/* shoal run counts signals (the first is passed on, a second kills the nodes) and
- * stays alive to clean up. */
-static void
-install_run_handlers(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_run_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN)
+        sigaction(SIGHUP, &sa, NULL);
 }
 
 static int
@@ -286,7 +278,7 @@ cmd_train(int argc, char **argv)
     opts.quiet = a.quiet;
     opts.init = a.init;
     opts.interrupt = &stop_requested;
-    install_stop_handlers();
+    catch_stop_signals(on_stop_signal, SA_RESETHAND);
 
     rc = sl_train_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
@@ -523,7 +515,7 @@ cmd_node(int argc, char **argv)
     opts.quiet = a.quiet || rank != 0;
     opts.run_rate = 1;
     opts.interrupt = &stop_requested;
-    install_stop_handlers();
+    catch_stop_signals(on_stop_signal, SA_RESETHAND);
 
     rc = sl_node_run(&cfg, &opts, &res);
     if (rc == SL_OK) {
@@ -638,7 +630,7 @@ cmd_run(int argc, char **argv)
     opts.quiet = a.quiet;
     opts.interrupt = &stop_count;
     opts.out = stderr;
-    install_run_handlers();
+    catch_stop_signals(on_run_signal, 0);
 
     rc = sl_launch_run(&cfg, &opts, &res);
     if (rc == SL_OK) {

@@ -432,19 +432,39 @@ START_TEST(test_cli)
 }
 END_TEST
 
-/* SIGINT: the run stops after the step in progress with a checkpoint, says so in one
- * line and exits 130; the same command then finishes the run. */
-START_TEST(test_cli_sigint)
+/* Whether process pid ignores signal sig (its SigIgn mask in /proc/PID/status). */
+static int
+ignores_signal(pid_t pid, int sig)
 {
-    char conf[1024], out_path[1024], err_path[1024], metrics[1024], *err, *out;
+    char path[64], line[256];
+    unsigned long long mask = 0;
+    FILE *f;
+
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "SigIgn: %llx", &mask) == 1)
+            break;
+    fclose(f);
+    return (int)((mask >> (sig - 1)) & 1);
+}
+
+/* Signal sig to a training shoal: the run stops after the step in progress with a
+ * checkpoint, says so in one line and exits 130. With hup_ignored, SIGHUP is ignored
+ * when shoal starts (nohup): it stays ignored while shoal trains, and a SIGINT stops
+ * it. */
+static void
+interrupt_train(const char *run, int sig, int hup_ignored)
+{
+    char conf[1024], out_path[1024], err_path[1024], metrics[1024], name[256], *err, *out;
     int status;
     pid_t pid;
 
-    if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
-        return;
-    path_in(conf, sizeof conf, "sig.yaml");
-    write_tiny_yaml(conf, "sig", "");
-    snprintf(metrics, sizeof metrics, "%s/sig/metrics.jsonl", tmp_root);
+    snprintf(name, sizeof name, "%s.yaml", run);
+    path_in(conf, sizeof conf, name);
+    write_tiny_yaml(conf, run, "");
+    snprintf(metrics, sizeof metrics, "%s/%s/metrics.jsonl", tmp_root, run);
     path_in(out_path, sizeof out_path, "sig.out");
     path_in(err_path, sizeof err_path, "sig.err");
     pid = fork();
@@ -453,32 +473,48 @@ START_TEST(test_cli_sigint)
         if (!freopen(out_path, "w", stdout) || !freopen(err_path, "w", stderr))
             _exit(99);
         setenv("SHOAL_LOG", "warn", 1);
+        signal(SIGHUP, hup_ignored ? SIG_IGN : SIG_DFL);
         execl(shoal_bin, shoal_bin, "train", conf, "--quiet", "--set", "train.max_steps=0", "--set",
               "train.epochs=1000", (char *)NULL);
         _exit(98);
     }
     /* wait until it trains (a metrics line exists), then interrupt */
     test_wait_file(metrics, 1, pid, 90);
-    kill(pid, SIGINT);
+    ck_assert_int_eq(ignores_signal(pid, SIGHUP), hup_ignored);
+    kill(pid, sig);
+    if (hup_ignored)
+        kill(pid, SIGINT);
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status));
+    ck_assert_msg(WIFEXITED(status), "%s: killed by signal %d", run, WTERMSIG(status));
     ck_assert_int_eq(WEXITSTATUS(status), 130);
     err = test_read_file(err_path, NULL);
     out = test_read_file(out_path, NULL);
     ck_assert_msg(strncmp(err, "shoal: interrupted at step ", 27) == 0, "stderr: %s", err);
-    ck_assert_ptr_nonnull(strstr(err, "/sig/checkpoint.bin; run the same command to resume\n"));
+    ck_assert_ptr_nonnull(strstr(err, "/checkpoint.bin; run the same command to resume\n"));
     ck_assert_int_eq(count_lines(err), 1);
     ck_assert_str_eq(out, "");
     {
         long step = strtol(err + 27, NULL, 10), saved;
-        char ckpt[1024];
-        snprintf(ckpt, sizeof ckpt, "%s/sig/checkpoint.bin", tmp_root);
+        char ckpt[1200];
+        snprintf(ckpt, sizeof ckpt, "%s/%s/checkpoint.bin", tmp_root, run);
         saved = test_ckpt_i64(ckpt, 144);
         ck_assert_int_eq(saved, step);
         ck_assert_int_gt(step, 0);
     }
     free(err);
     free(out);
+}
+
+/* SIGINT, SIGTERM and SIGHUP (a closed terminal) stop with a checkpoint; SIGHUP ignored
+ * as nohup ignores it stays ignored. */
+START_TEST(test_cli_sigint)
+{
+    if (!test_shoal_find(shoal_bin, sizeof shoal_bin))
+        return;
+    interrupt_train("sig", SIGINT, 0);
+    interrupt_train("sigterm", SIGTERM, 0);
+    interrupt_train("sighup", SIGHUP, 0);
+    interrupt_train("nohup", SIGHUP, 1);
 }
 END_TEST
 
