@@ -443,7 +443,10 @@ make_ipc_dir(sl_sup_t *l)
         tmp = "/tmp";
     snprintf(l->ipc_dir, sizeof l->ipc_dir, "%s/shoal-run-XXXXXX", tmp);
     if (!mkdtemp(l->ipc_dir)) {
-        sl_status_t st = sl_err_set(SL_ERR_IO, "%s: %s", l->ipc_dir, strerror(errno));
+        sl_status_t st = sl_err_set(SL_ERR_IO,
+                                    "%s: %s (the nodes' sockets go under $TMPDIR, else /tmp: "
+                                    "set it to a directory this user can write)",
+                                    l->ipc_dir, strerror(errno));
         l->ipc_dir[0] = '\0';
         return st;
     }

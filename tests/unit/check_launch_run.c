@@ -230,6 +230,23 @@ START_TEST(test_run_node_fails)
     ck_assert_msg(strcmp(line, expect) == 0, "stderr: %s", err);
     free(out);
     free(err);
+
+    /* no place for the nodes' sockets: one line that says where they go */
+    snprintf(path, sizeof path, "TMPDIR=%s/no-such-dir", launch_root);
+    ck_assert_int_eq(launch_wait(launch_start("notmp", (const char *[]){path, NULL},
+                                              (const char *[]){"run", conf, NULL}),
+                                 "notmp", &out, &err),
+                     1);
+    launch_assert_nothing_left();
+    snprintf(expect, sizeof expect, "shoal: %s/no-such-dir/shoal-run-", launch_root);
+    ck_assert_msg(strncmp(err, expect, strlen(expect)) == 0 &&
+                      strchr(err, '\n') == err + strlen(err) - 1 &&
+                      strstr(err, ": No such file or directory (the nodes' sockets go under "
+                                  "$TMPDIR, else /tmp: set it to a directory this user can "
+                                  "write)\n"),
+                  "stderr: %s", err);
+    free(out);
+    free(err);
 }
 END_TEST
 
