@@ -6,7 +6,8 @@
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
 #                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w][@T] ..."]
-#                            [--tcp-only] [--trials T] [--builddir DIR]
+#                            [--tcp-only] [--security MODE] [--trials T]
+#                            [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
 #   --sizes LIST    payload sizes, K/M suffixes (default "256K 1M 4M 16M 64M")
@@ -30,6 +31,10 @@
 #                   with more stripes in one invocation
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
+#   --security MODE shoal's connections under cluster.security MODE: none (the default
+#                   here), curve (every byte encrypted on the I/O threads; with --stripes
+#                   "1@2 2@4", whether more threads and connections spread the
+#                   cryptography) or mac; raw ZeroMQ and MPI stay plain
 #   --trials T      run every program T times, in turn, and print each figure's median
 #                   (default 3): a shared machine's noise falls on all columns alike
 #   --builddir DIR  a configured, built tree: its libshoal.a is linked
@@ -62,6 +67,7 @@ chunk=""
 io=""
 stripes="0"
 tcp_only=0
+security=""
 trials=3
 
 usage() {
@@ -82,6 +88,14 @@ while [ $# -gt 0 ]; do
         --io-threads) [ $# -ge 2 ] || die "--io-threads needs a value"; io="--io-threads $2"; shift 2 ;;
         --stripes) [ $# -ge 2 ] || die "--stripes needs a value"; stripes=$2; shift 2 ;;
         --tcp-only) tcp_only=1; shift ;;
+        --security)
+            [ $# -ge 2 ] || die "--security needs a value"
+            case $2 in
+                none) security="" ;;
+                curve | mac) security="--$2" ;;
+                *) die "--security must be none, curve or mac, not '$2'" ;;
+            esac
+            shift 2 ;;
         --trials) [ $# -ge 2 ] || die "--trials needs a value"; trials=$2; shift 2 ;;
         --builddir) [ $# -ge 2 ] || die "--builddir needs a value"; builddir=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -162,13 +176,13 @@ for n in $nodes; do
         : >"$tmp/shoal.$k"
         if [ $tcp_only = 0 ]; then
             # shellcheck disable=SC2086,SC2046
-            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $(stripe_args "$first_stripes") \
+            "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$first_stripes") \
                 --sizes "$sizes" >"$tmp/shoal.$k" \
                 || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
         fi
         for s in $stripes; do
             # shellcheck disable=SC2086,SC2046
-            "$tmp/bench_allreduce" -n "$n" $ipc $chunk $(stripe_args "$s") --no-shm \
+            "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$s") --no-shm \
                 --sizes "$sizes" >"$tmp/zmq_s$s.$k" \
                 || { cat "$tmp/zmq_s$s.$k"; die "bench_allreduce -n $n --no-shm --stripes $s failed"; }
         done
