@@ -402,9 +402,9 @@ END_TEST
 
 /* A node that never comes: rank 0 names it after the timeout, and tells the node that
  * did come; a node without rank 0 says where it looked, at once when rank 0's host name
- * does not resolve. Rank 1 starts first (its master
- * line says it is up) and waits far longer than rank 0, so its message, which only rank
- * 0 can have sent, shows that it was told rather than timed out on its own. */
+ * does not resolve. Rank 1 starts first (its master line says it is up) and waits far
+ * longer than rank 0, so its message, which only rank 0 can have sent, shows that it
+ * was told rather than timed out on its own. */
 START_TEST(test_rendezvous_timeouts)
 {
     char master[1100], expect[1400], none[1100], line[1100];
