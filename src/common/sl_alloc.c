@@ -9,10 +9,32 @@
 #include <malloc.h>
 #endif
 
+/* From this size on an allocation is weighed against the memory the machine has. */
+#define SL_ALLOC_CHECKED ((size_t)64 << 20)
+
+/* The bytes the kernel can give without swapping (MemAvailable of /proc/meminfo, page
+ * cache it can drop included), 0 where it does not say. */
+static uint64_t
+mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 sl_status_t
 sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
 {
     size_t bytes;
+    uint64_t avail;
     void *p = NULL;
 
     *out = NULL;
@@ -23,6 +45,14 @@ sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
     if (bytes == 0)
         bytes = SL_ALIGN;
     bytes = (bytes + SL_ALIGN - 1) / SL_ALIGN * SL_ALIGN;
+    /* the kernel grants more than it has (overcommit), then kills the process that
+     * touches it: a one-line error here instead */
+    if (bytes >= SL_ALLOC_CHECKED && (avail = mem_available()) != 0 && bytes > avail) {
+        char want[32], have[32];
+        return sl_err_set(SL_ERR_NOMEM, "%s: %s asked for, %s of memory available on this machine",
+                          what, sl_format_bytes((double)bytes, want, sizeof want),
+                          sl_format_bytes((double)avail, have, sizeof have));
+    }
     if (posix_memalign(&p, SL_ALIGN, bytes) != 0) {
         char human[32];
         return sl_err_set(SL_ERR_NOMEM, "%s: cannot allocate %s of memory", what,

@@ -428,6 +428,35 @@ START_TEST(test_alloc_overflow)
 }
 END_TEST
 
+/* A block larger than the memory the machine has available is refused before the
+ * kernel grants it (overcommit) and kills the process that touches it; a large one
+ * that fits is made. Not zeroed: were the check gone, nothing is touched. */
+START_TEST(test_alloc_more_than_available)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kb = 0;
+    unsigned char *p;
+
+    if (!f)
+        return; /* not Linux: no MemAvailable to weigh against */
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    ck_assert_uint_gt(kb, 128 * 1024);
+    ck_assert_int_eq(SL_ALLOC(&p, (size_t)kb * 1024 + ((size_t)1 << 30), "a large block"),
+                     SL_ERR_NOMEM);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(sl_err_msg(), "a large block: ") == sl_err_msg() &&
+                      strstr(sl_err_msg(), " asked for, ") &&
+                      strstr(sl_err_msg(), " of memory available on this machine"),
+                  "%s", sl_err_msg());
+    ck_assert_int_eq(SL_ALLOC(&p, (size_t)64 << 20, "64 MiB"), SL_OK);
+    sl_free(p);
+}
+END_TEST
+
 /* Ascending order, extremes included (x - y would overflow there). */
 /* With glibc, after sl_alloc_keep_large_blocks three blocks of 30 MiB come from the
  * heap, and the 90 MiB stay there once freed (glibc's own thresholds, at most 32 and
@@ -586,6 +615,7 @@ common_suite(void)
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
+    tcase_add_test(limits, test_alloc_more_than_available);
     tcase_add_test(limits, test_alloc_keep_large_blocks);
     tcase_add_test(limits, test_sort_compare);
     tcase_add_test(limits, test_atomic_only_regular);
