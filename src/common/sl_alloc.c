@@ -1,4 +1,4 @@
-/* Aligned allocation with overflow checks. */
+/* Aligned allocation with overflow checks, and large blocks weighed against memory. */
 #include "common/sl_alloc.h"
 
 #include <stdint.h>
@@ -9,26 +9,10 @@
 #include <malloc.h>
 #endif
 
-/* From this size on an allocation is weighed against the memory the machine has. */
+#include "common/sl_meminfo.h"
+
+/* From this size on an allocation is weighed against the memory this process has. */
 #define SL_ALLOC_CHECKED ((size_t)64 << 20)
-
-/* The bytes the kernel can give without swapping (MemAvailable of /proc/meminfo, page
- * cache it can drop included), 0 where it does not say. */
-static uint64_t
-mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    unsigned long long kb = 0;
-
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
 
 sl_status_t
 sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
@@ -47,9 +31,9 @@ sl_alloc(void **out, size_t count, size_t size, int zero, const char *what)
     bytes = (bytes + SL_ALIGN - 1) / SL_ALIGN * SL_ALIGN;
     /* the kernel grants more than it has (overcommit), then kills the process that
      * touches it: a one-line error here instead */
-    if (bytes >= SL_ALLOC_CHECKED && (avail = mem_available()) != 0 && bytes > avail) {
+    if (bytes >= SL_ALLOC_CHECKED && (avail = sl_mem_available()) != 0 && bytes > avail) {
         char want[32], have[32];
-        return sl_err_set(SL_ERR_NOMEM, "%s: %s asked for, %s of memory available on this machine",
+        return sl_err_set(SL_ERR_NOMEM, "%s: %s asked for, %s of memory available to this process",
                           what, sl_format_bytes((double)bytes, want, sizeof want),
                           sl_format_bytes((double)avail, have, sizeof have));
     }

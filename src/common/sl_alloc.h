@@ -9,9 +9,9 @@
 #define SL_ALIGN 64
 
 /* Allocates count*size bytes aligned to SL_ALIGN into *out (zeroed when zero != 0).
- * SL_ERR_NOMEM on overflow or failure, or, from 64 MiB on, when the machine has less
- * memory available (MemAvailable), where the kernel would grant it and kill the
- * process that touched it; the message names what (say there which keys size it:
+ * SL_ERR_NOMEM on overflow or failure, or, from 64 MiB on, when this process has less
+ * memory available (sl_meminfo.h: the machine's, or its job's cgroup limit), where the
+ * kernel would grant it and kill the process that touched it; the message names what (say there which keys size it:
  * "parameters (data.vocab_size, model.embedding, model.layers)") and the bytes in human
  * units. Free with sl_free. */
 sl_status_t sl_alloc(void **out, size_t count, size_t size, int zero, const char *what);

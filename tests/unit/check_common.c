@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/sl_alloc.h"
+#include "common/sl_meminfo.h"
 #include "common/sl_file.h"
 #include "common/sl_half.h"
 #include "common/sl_hash.h"
@@ -450,10 +451,71 @@ START_TEST(test_alloc_more_than_available)
     ck_assert_ptr_null(p);
     ck_assert_msg(strstr(sl_err_msg(), "a large block: ") == sl_err_msg() &&
                       strstr(sl_err_msg(), " asked for, ") &&
-                      strstr(sl_err_msg(), " of memory available on this machine"),
+                      strstr(sl_err_msg(), " of memory available to this process"),
                   "%s", sl_err_msg());
     ck_assert_int_eq(SL_ALLOC(&p, (size_t)64 << 20, "64 MiB"), SL_OK);
     sl_free(p);
+}
+END_TEST
+
+/* Writes text to root/rel, making its folders. */
+static void
+put(const char *root, const char *rel, const char *text)
+{
+    char path[512], dir[512];
+
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    ck_assert_int_eq(sl_file_mkdirs(dir), SL_OK);
+    test_write_file(path, text, strlen(text));
+}
+
+/* The memory a process can take, from fake /proc and /sys/fs/cgroup trees: the
+ * machine's MemAvailable alone; under a cgroup v2 limit of a job above the process's
+ * own cgroup (4 GiB, 3 GiB used of which 1 GiB file cache: 2 GiB left); under a v1
+ * limit (1 GiB, 512 MiB used of which 256 MiB cache: 768 MiB left; the root's "no
+ * limit" ignored); a cgroup used past its limit (1 byte left, never 0: 0 is "nothing
+ * says"); nothing at all. */
+START_TEST(test_mem_available)
+{
+    char root[] = "/tmp/shoal-check-mem-XXXXXX", v2[64], v1[64], over[64], none[64];
+    const char *meminfo = "MemTotal:       16777216 kB\nMemAvailable:    8388608 kB\n";
+
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    snprintf(v2, sizeof v2, "%s/v2", root);
+    put(v2, "proc/meminfo", meminfo);
+    ck_assert_uint_eq(sl_mem_available_at(v2), (uint64_t)8 << 30);
+    put(v2, "proc/self/cgroup", "0::/job/step\n");
+    put(v2, "sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+    put(v2, "sys/fs/cgroup/job/memory.max", "4294967296\n");
+    put(v2, "sys/fs/cgroup/job/memory.current", "3221225472\n");
+    put(v2, "sys/fs/cgroup/job/memory.stat", "anon 2147483648\nfile 1073741824\n");
+    put(v2, "sys/fs/cgroup/job/step/memory.max", "max\n");
+    put(v2, "sys/fs/cgroup/job/step/memory.current", "3221225472\n");
+    ck_assert_uint_eq(sl_mem_available_at(v2), (uint64_t)2 << 30);
+
+    snprintf(v1, sizeof v1, "%s/v1", root);
+    put(v1, "proc/meminfo", meminfo);
+    put(v1, "proc/self/cgroup", "5:cpu,cpuacct:/slurm\n4:memory:/slurm/uid_1/job_2\n0::/\n");
+    put(v1, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    put(v1, "sys/fs/cgroup/memory/memory.usage_in_bytes", "999999999999\n");
+    put(v1, "sys/fs/cgroup/memory/slurm/uid_1/job_2/memory.limit_in_bytes", "1073741824\n");
+    put(v1, "sys/fs/cgroup/memory/slurm/uid_1/job_2/memory.usage_in_bytes", "536870912\n");
+    put(v1, "sys/fs/cgroup/memory/slurm/uid_1/job_2/memory.stat",
+        "cache 0\nrss 268435456\ntotal_cache 268435456\n");
+    ck_assert_uint_eq(sl_mem_available_at(v1), (uint64_t)768 << 20);
+
+    snprintf(over, sizeof over, "%s/over", root);
+    put(over, "proc/self/cgroup", "0::/job\n");
+    put(over, "sys/fs/cgroup/cgroup.controllers", "memory\n");
+    put(over, "sys/fs/cgroup/job/memory.max", "1000\n");
+    put(over, "sys/fs/cgroup/job/memory.current", "5000\n");
+    ck_assert_uint_eq(sl_mem_available_at(over), 1);
+
+    snprintf(none, sizeof none, "%s/none", root);
+    ck_assert_uint_eq(sl_mem_available_at(none), 0);
+    test_remove_tree(root);
 }
 END_TEST
 
@@ -616,6 +678,7 @@ common_suite(void)
     TCase *limits = tcase_create("limits");
     tcase_add_test(limits, test_alloc_overflow);
     tcase_add_test(limits, test_alloc_more_than_available);
+    tcase_add_test(limits, test_mem_available);
     tcase_add_test(limits, test_alloc_keep_large_blocks);
     tcase_add_test(limits, test_sort_compare);
     tcase_add_test(limits, test_atomic_only_regular);
