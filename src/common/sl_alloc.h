@@ -11,9 +11,9 @@
 /* Allocates count*size bytes aligned to SL_ALIGN into *out (zeroed when zero != 0).
  * SL_ERR_NOMEM on overflow or failure, or, from 64 MiB on, when this process has less
  * memory available (sl_meminfo.h: the machine's, or its job's cgroup limit), where the
- * kernel would grant it and kill the process that touched it; the message names what (say there which keys size it:
- * "parameters (data.vocab_size, model.embedding, model.layers)") and the bytes in human
- * units. Free with sl_free. */
+ * kernel would grant it and kill the process that touched it. The message names what
+ * (say there which keys size it: "parameters (data.vocab_size, model.embedding,
+ * model.layers)") and the bytes in human units. Free with sl_free. */
 sl_status_t sl_alloc(void **out, size_t count, size_t size, int zero, const char *what);
 void sl_free(void *p);
 
