@@ -1,10 +1,11 @@
-/* bench_allreduce: bus bandwidth of shoal's ring allreduce, and gossip push/collect
+/* bench_allreduce: bus bandwidth of shoal's allreduce, and gossip push/collect
  * throughput next to raw ZeroMQ moving the same payloads, on N local node processes.
  * Figures only (bench/bench_allreduce.sh runs it beside MPI_Allreduce).
  *
  *   bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] [--chunk FLOATS]
  *                   [--sizes "256K 1M ..."] [--emulate RATE,LATENCY_MS[,JITTER_MS]]
  *                   [--io-threads N] [--stripes N[w]] [--only LOOPS] [--reps N]
+ *                   [--allreduce auto|ring]
  *
  * Each size is timed on rank 0 after a barrier, over 256 MiB worth of repetitions (5 to
  * 1000; --reps N: N) after one warm-up. Columns:
@@ -18,6 +19,8 @@
  *                 all its threads (ZeroMQ's I/O threads too) together, in microseconds
  *                 (CLOCK_PROCESS_CPUTIME_ID over the timed repetitions): what it costs
  *                 the machine, which a loaded machine's wall time hides
+ * --allreduce ring: the allreduce goes around the ring where by default (auto) it halves
+ * and doubles (cluster.allreduce; sl_allreduce_halves); the first line says which ran.
  * --only LOOPS: time only these of allreduce, gossip and raw (comma-separated); the
  * others' columns print "-", and a profiler attached to the nodes sees one loop alone.
  * shoal's frames of 16 KiB and more between these processes go through shared-memory
@@ -73,6 +76,7 @@ typedef struct {
     unsigned io_threads;                                  /* --io-threads; 0: from the cores */
     unsigned stripes;                                     /* --stripes; 0: from io_threads */
     int whole_frames;                                     /* --stripes Nw */
+    int ring;                                             /* --allreduce ring */
     double emu_bits_per_s, emu_latency_ms, emu_jitter_ms; /* --emulate; 0: off */
     const char *emulate;
     sl_secret_t secret; /* the run's, with curve; the forked nodes inherit it */
@@ -184,7 +188,7 @@ node(const bench_t *b, int rank, int up, int down)
                 .go_round = 1,
                 .puller = (uint32_t)left,
                 .chosen = (uint32_t)((rank + 1) % n),
-                .co = {.chunk_elems = b->chunk}};
+                .co = {.chunk_elems = b->chunk, .ring = b->ring}};
     int zero = 0;
 
     sl_log_set_level(SL_LOG_ERROR);
@@ -392,7 +396,14 @@ main(int argc, char **argv)
             b.curve = 1;
         else if (!strcmp(argv[i], "--mac"))
             b.mac = 1;
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--allreduce") && i + 1 < argc) {
+            i++;
+            if (strcmp(argv[i], "auto") && strcmp(argv[i], "ring")) {
+                fprintf(stderr, "bench_allreduce: --allreduce %s: need auto or ring\n", argv[i]);
+                return 2;
+            }
+            b.ring = !strcmp(argv[i], "ring");
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
             b.chunk = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
             sizes = argv[++i];
@@ -448,7 +459,8 @@ main(int argc, char **argv)
             fprintf(stderr, "usage: bench_allreduce [-n NODES] [--ipc] [--no-shm] [--curve|--mac] "
                             "[--chunk FLOATS] [--sizes \"256K 1M 4M 16M 64M\"] "
                             "[--emulate RATE,LATENCY_MS[,JITTER_MS]] [--io-threads N] "
-                            "[--stripes N[w]] [--only allreduce,gossip,raw] [--reps N]\n");
+                            "[--stripes N[w]] [--only allreduce,gossip,raw] [--reps N] "
+                            "[--allreduce auto|ring]\n");
             return 2;
         }
     }
@@ -481,9 +493,11 @@ main(int argc, char **argv)
                                : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN), 0);
     unsigned stripes = b.emulate ? 1 : b.stripes ? b.stripes : sl_transport_stripes_auto(io);
     bench_print_cpu();
-    printf("# shoal ring allreduce / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
+    printf("# shoal %s / gossip / raw ZeroMQ: %d nodes over %s%s%s%s%s, chunk %s "
            "floats, %u ZeroMQ I/O threads a node%s, %u stripe%s a peer%s%s, freed large blocks "
            "%s, load before %.2f on %ld cpus\n",
+           sl_allreduce_halves((uint32_t)b.n, 0, b.ring) ? "allreduce by halving and doubling"
+                                                         : "ring allreduce",
            b.n, b.ipc ? "ipc" : "tcp loopback", b.no_shm || b.emulate ? "" : " + shared memory",
            b.emulate ? ", emulated links " : "", b.emulate ? b.emulate : "",
            b.curve ? ", CURVE"

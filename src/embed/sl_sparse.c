@@ -512,8 +512,8 @@ sl_status_t
 sl_sparse_allmean(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a)
 {
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
-    sl_collective_opts_t words = {0, 0, a->timeout_ms, NULL, a->group};
-    sl_collective_opts_t vals = {0, 0, a->timeout_ms, a->codec, a->group};
+    sl_collective_opts_t words = {.timeout_ms = a->timeout_ms, .group = a->group};
+    sl_collective_opts_t vals = {.timeout_ms = a->timeout_ms, .codec = a->codec, .group = a->group};
     size_t d = (size_t)a->row_len, at = 0, ng = 0;
     float inv;
 

@@ -697,7 +697,7 @@ final_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const final_job_t *j = ctx;
     const sl_sync_env_t *e = &j->f->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, NULL, g}; /* the model: fp32 */
+    sl_collective_opts_t o = {.timeout_ms = e->timeout_ms, .group = g}; /* the model: fp32 */
     float inv = 1.0f / (float)g->n;
 
     (void)count; /* all nparams */

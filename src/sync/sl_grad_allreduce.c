@@ -124,7 +124,7 @@ mean_over(void *ctx, const sl_group_t *gr, size_t *count)
 {
     const mean_job_t *j = ctx;
     const sl_sync_env_t *e = &j->g->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, gr};
+    sl_collective_opts_t o = {.timeout_ms = e->timeout_ms, .codec = e->codec, .group = gr};
     float inv = 1.0f / (float)gr->n;
 
     (void)count; /* all nparams */

@@ -253,7 +253,7 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
     const mean_job_t *j = ctx;
     sl_sync_average_t *a = j->a;
     const sl_sync_env_t *e = &a->env;
-    sl_collective_opts_t o = {0, 0, e->timeout_ms, e->codec, g};
+    sl_collective_opts_t o = {.timeout_ms = e->timeout_ms, .codec = e->codec, .group = g};
     const float *start = a->is_bmuf && e->codec ? a->start + e->comps[j->c].offset : NULL;
     float inv = 1.0f / (float)g->n;
 

@@ -280,6 +280,33 @@ pass_send(const ring_t *r, uint32_t to, uint32_t seq0, float *out, size_t len, s
     return send_seg_chunk(r, to, seq0 + (uint32_t)j, out, len, j, prev ? prev[j] : 0.0f, own);
 }
 
+/* One step's exchange, chunk by chunk: sends [out, out + nout) to `to` as seq0, seq0 + 1,
+ * ... while receiving [in, in + nin) from `from`, adding or copying, one chunk out for
+ * each one in so that `window` chunks stay in flight. prev, cur and own: the scales
+ * passed on, those received, and whether the sender keeps its decoded values (as
+ * pass_send and recv_chunk take them; NULL, NULL, 0 without a codec). */
+static sl_status_t
+pass_step(const ring_t *r, uint32_t to, uint32_t from, uint32_t seq0, float *out, size_t nout,
+          float *in, size_t nin, int add, const float *prev, float *cur, int own)
+{
+    size_t nsend = nchunks(r, nout), nrecv = nchunks(r, nin), sent = 0;
+
+    for (; sent < nsend && sent < r->window; sent++)
+        SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
+    for (size_t j = 0; j < nrecv; j++) {
+        size_t at = j * r->chunk, m = nin - at;
+        SL_TRY(recv_chunk(r, from, seq0 + (uint32_t)j, in + at, m < r->chunk ? m : r->chunk, add,
+                          cur ? &cur[j] : NULL));
+        if (sent < nsend) {
+            SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
+            sent++;
+        }
+    }
+    for (; sent < nsend; sent++)
+        SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
+    return SL_OK;
+}
+
 /* n-1 steps around the ring: at step s send segment (start - s) to the right and
  * receive segment (start - s - 1) from the left, adding it into buf (reduce-scatter)
  * or copying it (allgather). Segment k is buf[off[k] .. off[k] + len[k]). Chunk j of
@@ -302,40 +329,67 @@ ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t 
     }
     for (uint32_t s = 0; s + 1 < n; s++) {
         uint32_t sseg = (start + n - s) % n, rseg = (start + 2 * n - s - 1) % n;
-        uint32_t seq0 = seq_base + s * chunks_max;
-        size_t nsend = nchunks(r, len[sseg]), nrecv = nchunks(r, len[rseg]), sent = 0;
-        float *out = buf + off[sseg];
         /* scales of the chunks received the step before (sent now), and of this step's */
         const float *prev = r->scales && s > 0 ? r->scales + (s % 2) * chunks_max : NULL;
         float *cur = r->scales ? r->scales + ((s + 1) % 2) * chunks_max : NULL;
-        int own = r->scales && s == 0;
 
-        for (; sent < nsend && sent < r->window; sent++)
-            SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
-        for (size_t j = 0; j < nrecv; j++) {
-            size_t at = j * r->chunk, m = len[rseg] - at;
-            SL_TRY(recv_chunk(r, left, seq0 + (uint32_t)j, buf + off[rseg] + at,
-                              m < r->chunk ? m : r->chunk, add, cur ? &cur[j] : NULL));
-            if (sent < nsend) { /* one out for each one in: the window stays full */
-                SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
-                sent++;
-            }
-        }
-        for (; sent < nsend; sent++)
-            SL_TRY(pass_send(r, right, seq0, out, len[sseg], sent, prev, own));
+        SL_TRY(pass_step(r, right, left, seq_base + s * chunks_max, buf + off[sseg], len[sseg],
+                         buf + off[rseg], len[rseg], add, prev, cur, r->scales && s == 0));
     }
     return SL_OK;
 }
 
-/* The largest number of chunks of any segment, checked so that every seq fits. */
+/* The floats of segments lo .. lo + cnt - 1. */
+static size_t
+span(const size_t *off, const size_t *len, uint32_t lo, uint32_t cnt)
+{
+    return off[lo + cnt - 1] + len[lo + cnt - 1] - off[lo];
+}
+
+/* Recursive halving, then doubling, over a power-of-two n (fp32 frames). Halving step
+ * s pairs the nodes whose places differ in bit s: each sends its partner half of its
+ * range of segments and adds the other half, the one its own bit s picks, into buf,
+ * down to one segment; the doubling steps pair them again in the reverse order and swap
+ * finished ranges, twice as large each time. The ring's bytes in 2 log2 n steps rather
+ * than 2 (n - 1). The largest halves go to the nearest places, which hold the same
+ * host's nodes when a run's hosts hold runs of consecutive ranks, so that no more
+ * crosses hosts than around the ring. */
 static sl_status_t
-seq_space(const ring_t *r, const size_t *len, uint32_t steps, uint32_t *chunks_max)
+halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
+{
+    uint32_t lo = 0, cnt = r->n, bit = 1, s = 0;
+
+    for (; cnt > 1; cnt /= 2, bit *= 2, s++) {
+        uint32_t keep = r->pos & bit ? lo + cnt / 2 : lo, give = r->pos & bit ? lo : lo + cnt / 2;
+        uint32_t peer = peer_at(r, r->pos ^ bit);
+        SL_TRY(pass_step(r, peer, peer, s * chunks_max, buf + off[give],
+                         span(off, len, give, cnt / 2), buf + off[keep],
+                         span(off, len, keep, cnt / 2), 1, NULL, NULL, 0));
+        lo = keep;
+    }
+    /* the doubling overwrites ranges that halving lent to ZeroMQ */
+    SL_TRY(sl_transport_wait_sent(r->t, r->timeout_ms));
+    for (; cnt < r->n; cnt *= 2, s++) {
+        uint32_t other = lo ^ cnt, peer;
+        bit /= 2;
+        peer = peer_at(r, r->pos ^ bit);
+        SL_TRY(pass_step(r, peer, peer, s * chunks_max, buf + off[lo], span(off, len, lo, cnt),
+                         buf + off[other], span(off, len, other, cnt), 0, NULL, NULL, 0));
+        lo = lo < other ? lo : other;
+    }
+    return SL_OK;
+}
+
+/* The largest number of chunks of the k parts of len, checked so that every seq of
+ * `steps` steps fits. */
+static sl_status_t
+seq_space(const ring_t *r, const size_t *len, uint32_t k, uint32_t steps, uint32_t *chunks_max)
 {
     size_t most = 0;
 
-    for (uint32_t k = 0; k < r->n; k++)
-        if (nchunks(r, len[k]) > most)
-            most = nchunks(r, len[k]);
+    for (uint32_t i = 0; i < k; i++)
+        if (nchunks(r, len[i]) > most)
+            most = nchunks(r, len[i]);
     if (most > r->seq_max / (steps ? steps : 1))
         return sl_err_set(SL_ERR_INVALID,
                           "%s: %zu chunks per segment over %u steps do not fit the 32-bit "
@@ -345,13 +399,41 @@ seq_space(const ring_t *r, const size_t *len, uint32_t steps, uint32_t *chunks_m
     return SL_OK;
 }
 
+int
+sl_allreduce_halves(uint32_t n, int coded, int ring)
+{
+    return !coded && n >= 4 && (n & (n - 1)) == 0 && !ring;
+}
+
+/* Both halves of the ring's allreduce, or halving_passes: the caller's ring, n
+ * segments at off, len. */
+static sl_status_t
+allreduce_passes(ring_t *r, const sl_collective_opts_t *o, float *buf, const size_t *off,
+                 const size_t *len)
+{
+    uint32_t chunks_max = 0, log2n = 0;
+
+    if (sl_allreduce_halves(r->n, r->codec != NULL,
+                            (o && o->ring) || sl_transport_allreduce_ring(r->t))) {
+        size_t halves[2] = {span(off, len, 0, r->n / 2), span(off, len, r->n / 2, r->n / 2)};
+        while ((1u << log2n) < r->n)
+            log2n++;
+        SL_TRY(seq_space(r, halves, 2, 2 * log2n, &chunks_max));
+        return halving_passes(r, buf, off, len, chunks_max);
+    }
+    SL_TRY(seq_space(r, len, r->n, 2 * (r->n - 1), &chunks_max));
+    SL_TRY(ring_pass(r, buf, off, len, r->pos, 0, chunks_max, 1));
+    /* the allgather overwrites segments that reduce-scatter lent to ZeroMQ */
+    SL_TRY(sl_transport_wait_sent(r->t, r->timeout_ms));
+    return ring_pass(r, buf, off, len, (r->pos + 1) % r->n, (r->n - 1) * chunks_max, chunks_max, 0);
+}
+
 sl_status_t
 sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *buf, size_t count,
                  const sl_collective_opts_t *o)
 {
     ring_t r;
     size_t *off = NULL, *len;
-    uint32_t chunks_max;
     sl_status_t st;
 
     SL_TRY(ring_init(&r, t, SL_WIRE_ALLREDUCE, component, round, o, count));
@@ -370,13 +452,7 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
         len[k] = count / r.n + (k < count % r.n);
         off[k] = k ? off[k - 1] + len[k - 1] : 0;
     }
-    SL_TRY_GOTO(seq_space(&r, len, 2 * (r.n - 1), &chunks_max), st, out);
-    SL_TRY_GOTO(ring_pass(&r, buf, off, len, r.pos, 0, chunks_max, 1), st, out);
-    /* the allgather overwrites segments that reduce-scatter lent to ZeroMQ */
-    SL_TRY_GOTO(sl_transport_wait_sent(t, r.timeout_ms), st, out);
-    SL_TRY_GOTO(
-        ring_pass(&r, buf, off, len, (r.pos + 1) % r.n, (r.n - 1) * chunks_max, chunks_max, 0), st,
-        out);
+    SL_TRY_GOTO(allreduce_passes(&r, o, buf, off, len), st, out);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 out:
     free(off);
@@ -403,7 +479,7 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
         off[k] = k ? off[k - 1] + counts[k - 1] : 0;
     if (out + off[r.pos] != mine)
         memmove(out + off[r.pos], mine, counts[r.pos] * sizeof *out);
-    SL_TRY_GOTO(seq_space(&r, counts, r.n - 1, &chunks_max), st, done);
+    SL_TRY_GOTO(seq_space(&r, counts, r.n, r.n - 1, &chunks_max), st, done);
     SL_TRY_GOTO(ring_pass(&r, out, off, counts, r.pos, 0, chunks_max, 0), st, done);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 done:
@@ -473,9 +549,8 @@ check_ranks(const uint32_t *list, size_t len, uint32_t me, uint32_t n, const cha
                               (unsigned)me, what, i, (unsigned)list[i]);
         for (size_t j = 0; j < i; j++)
             if (list[j] == list[i])
-                return sl_err_set(SL_ERR_INVALID,
-                                  "gossip exchange: rank %u: rank %u twice in %s", (unsigned)me,
-                                  (unsigned)list[i], what);
+                return sl_err_set(SL_ERR_INVALID, "gossip exchange: rank %u: rank %u twice in %s",
+                                  (unsigned)me, (unsigned)list[i], what);
     }
     return SL_OK;
 }

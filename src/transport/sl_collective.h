@@ -73,6 +73,7 @@ typedef struct {
                                 the decoded values (its own included), so results stay
                                 identical on all nodes */
     const sl_group_t *group; /* borrowed; NULL: every rank of the transport */
+    int ring;                /* 1: sl_allreduce_sum goes round the ring where it would halve */
 } sl_collective_opts_t;
 
 /* The floats per frame of sl_allreduce_sum's default for count floats on n nodes:
@@ -80,9 +81,17 @@ typedef struct {
  * eighth of the segment, at least 65,536 (the model of tools/sl_scale.h uses it too). */
 size_t sl_allreduce_chunk(size_t count, uint32_t n);
 
+/* Whether sl_allreduce_sum over n nodes halves and doubles (Rabenseifner's allreduce,
+ * 2 log2 n steps) rather than going round the ring (2 (n - 1) steps), with the same
+ * bytes: where n is a power of two, 4 or more, its frames are fp32 (coded: 0) and
+ * neither the call (ring) nor the transport (sl_transport_opts_t.allreduce_ring) asks
+ * for the ring. Every node of a collective decides the same. */
+int sl_allreduce_halves(uint32_t n, int coded, int ring);
+
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,
- * bit-identical on every node: reduce-scatter then allgather around the ring
- * rank -> rank+1, each of the n segments streamed in chunks. o may be NULL.
+ * bit-identical on every node: reduce-scatter then allgather, around the ring
+ * rank -> rank+1 or by halving and doubling (sl_allreduce_halves), each of the n
+ * segments streamed in chunks. o may be NULL.
  * SL_ERR_TIMEOUT when a peer stops answering, SL_ERR_SHUTDOWN when one aborted,
  * SL_ERR_INVALID when the nodes disagree on sizes. */
 sl_status_t sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *buf,

@@ -292,6 +292,12 @@ sl_transport_timeout_ms(const sl_transport_t *t)
     return t->o.timeout_ms;
 }
 
+int
+sl_transport_allreduce_ring(const sl_transport_t *t)
+{
+    return t->o.allreduce_ring;
+}
+
 unsigned
 sl_transport_io_threads(const sl_transport_t *t)
 {

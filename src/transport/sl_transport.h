@@ -128,6 +128,9 @@ typedef struct {
      * choice: receivers take any number. 1 with link emulation (its frames keep their
      * order). */
     unsigned stripes;
+    /* 1: sl_allreduce_sum always goes round the ring (cluster.allreduce: ring); 0: it
+     * halves and doubles where it can (sl_allreduce_halves). */
+    int allreduce_ring;
     /* 1: with several stripes, large frames take them in turn, whole, never in pieces;
      * not a config key: for bench_allreduce --stripes Nw, which weighs the pieces. */
     int whole_frames;
@@ -212,6 +215,8 @@ const char *sl_transport_endpoint(const sl_transport_t *t);
 uint32_t sl_transport_rank(const sl_transport_t *t);
 uint32_t sl_transport_size(const sl_transport_t *t);
 int sl_transport_timeout_ms(const sl_transport_t *t);
+/* sl_transport_opts_t.allreduce_ring. */
+int sl_transport_allreduce_ring(const sl_transport_t *t);
 /* The ZeroMQ I/O threads the transport runs (io_threads resolved). */
 unsigned sl_transport_io_threads(const sl_transport_t *t);
 /* The connections the transport opens to each peer (stripes resolved). */

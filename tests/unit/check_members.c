@@ -152,7 +152,7 @@ static sl_status_t
 mean_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const mean_t *j = ctx;
-    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, g};
+    sl_collective_opts_t o = {.timeout_ms = WAIT_MS, .group = g};
     float *out = j->net->out[j->k];
 
     (void)count; /* all COUNT */
@@ -296,7 +296,7 @@ static sl_status_t
 big_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const mean_t *j = ctx;
-    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, g};
+    sl_collective_opts_t o = {.timeout_ms = WAIT_MS, .group = g};
     float *out = j->net->big[j->k];
 
     (void)count;
@@ -361,7 +361,7 @@ group_node(net_t *net, int k)
 {
     static const uint32_t pair[2] = {0, 2}, bad[2] = {2, 0};
     sl_group_t g = {pair, 2, 7}, wrong = {bad, 2, 7}, alone = {pair + (k == 2), 1, 7};
-    sl_collective_opts_t o = {0, 0, WAIT_MS, NULL, &wrong};
+    sl_collective_opts_t o = {.timeout_ms = WAIT_MS, .group = &wrong};
     float *out = net->out[k];
     sl_status_t st;
 

@@ -135,16 +135,13 @@ touched(int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
     }
 }
 
-/* Floats a ring allreduce of count floats makes node me of n send (sl_collective.h:
- * reduce-scatter sends segments me - s, allgather me + 1 - s, s = 0 .. n-2). */
+/* Floats an allreduce of count floats makes node me of n send. */
 static size_t
-ring_sent(size_t count, uint32_t me, uint32_t n)
+allreduce_sent(size_t count, uint32_t me, uint32_t n)
 {
-    size_t sent = 0;
-#define SEG(k) (count / n + ((k) % n < count % n))
-    for (uint32_t s = 0; s + 1 < n; s++)
-        sent += SEG(me + n - s) + SEG(me + 1 + n - s);
-#undef SEG
+    size_t sent = 0, recvd = 0;
+
+    test_allreduce_floats(count, n, me, 0, &sent, &recvd);
     return sent;
 }
 
@@ -217,11 +214,11 @@ node_modes(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
                 return 20 + m;
             }
             /* payload floats sent: counts (n - 1 words), index or row blocks (all but the
-             * right neighbour's), values (ring allreduce) */
+             * right neighbour's), values (allreduce) */
             size_t right = (me + 1) % n;
-            want = modes[m] == SL_EXCHANGE_DENSE ? ring_sent((size_t)R * D, me, n)
+            want = modes[m] == SL_EXCHANGE_DENSE ? allreduce_sent((size_t)R * D, me, n)
                    : modes[m] == SL_EXCHANGE_UNIQUE
-                       ? (n - 1) + total - uk[right] + ring_sent((size_t)ug * D, me, n)
+                       ? (n - 1) + total - uk[right] + allreduce_sent((size_t)ug * D, me, n)
                        : (n - 1) + (total - uk[right]) * (1 + D);
             if (n == 1)
                 want = 0;

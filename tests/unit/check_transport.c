@@ -646,9 +646,9 @@ START_TEST(test_bad_arguments)
     ck_assert_int_eq(sl_gossip_exchange(t, 0, 0, v, 2, NULL, 0, &self, 1, v, NULL, &got, 10),
                      SL_ERR_INVALID);
     ck_assert_int_eq(sl_broadcast(t, 0, 0, 2, v, 2, NULL), SL_ERR_INVALID);
-    sl_collective_opts_t co = {0, 1000, 0, NULL, NULL};
+    sl_collective_opts_t co = {.window = 1000};
     ck_assert_int_eq(sl_allreduce_sum(t, 0, 0, v, 2, &co), SL_ERR_INVALID);
-    co = (sl_collective_opts_t){1, 0, 0, NULL, NULL};
+    co = (sl_collective_opts_t){.chunk_elems = 1};
     /* 2^32 chunks of one float cannot be numbered */
     ck_assert_int_eq(sl_broadcast(t, 0, 0, 0, v, (size_t)1 << 33, &co), SL_ERR_INVALID);
     sl_transport_destroy(&t);

@@ -35,30 +35,40 @@
 typedef struct {
     size_t count, chunk;
     unsigned window;
+    int ring; /* sl_collective_opts_t.ring */
 } shape_t;
 
 /* The large shape runs twice: in the first the nodes offer and accept shared-memory
  * lanes; test_settle then makes sure every offer and accept has been read, so the
  * second certainly goes through them. */
-static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000, 7, 1},
-                                    {1000, 1000, 3}, {1000003, 65537, 0}, {1000003, 65537, 0},
-                                    {0, 0, 0}};
+static const shape_t ar_shapes[] = {
+    {1, 0, 0, 0},           {7, 3, 0, 0},           {1000, 7, 1, 0}, {1000, 1000, 3, 0},
+    {1000003, 65537, 0, 0}, {1000003, 65537, 0, 0}, {0, 0, 0, 0}};
+
+/* The same large shape with either algorithm on 8 nodes (3 halving steps). */
+static const shape_t ar8_shapes[] = {{1, 0, 0, 0},           {7, 3, 0, 0},
+                                     {1000, 7, 1, 0},        {1000003, 65537, 0, 1},
+                                     {1000003, 65537, 0, 0}, {0, 0, 0, 0}};
 
 /* 2,000,000 floats with the default chunk, on component 4: segments of 1 MiB and more
  * go in about 8 frames of at least 65,536 floats (n = 2: 1,000,000-float segments in 8
  * of 125,000; n = 5: 400,000 in 7 of 65,536; n = 7: 285,715 in 5), smaller ones in
- * one. Returns 0 when the sums and the frame count are right. */
+ * one (n = 8: 250,000, in frames of up to 262,144). n = 4 and 8 halve and double by
+ * default, in as many frames as the ring would take: n = 4 sends 1,000,000 then
+ * 500,000 floats each way (16 + 8 frames of 65,536), n = 8 1,000,000, 500,000 and
+ * 250,000 (4 + 2 + 1 of 262,144). Returns 0 when the sums and the frame count are
+ * right. */
 static int
 node_allreduce_default_chunk(sl_transport_t *t)
 {
-    static const unsigned frames_per_segment[8] = {0, 0, 8, 8, 8, 7, 6, 5};
+    static const unsigned frames_per_segment[9] = {0, 0, 8, 8, 8, 7, 6, 5, 1};
     enum { COUNT = 2000000 };
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
     float *buf = malloc(COUNT * sizeof *buf);
     sl_transport_stat_t st;
     int bad = 0;
 
-    if (!buf || n >= 8)
+    if (!buf || n > 8)
         return 1;
     for (size_t i = 0; i < COUNT; i++)
         buf[i] = (float)(me + i % 3);
@@ -88,7 +98,8 @@ node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     for (int s = 0; shapes[s].count; s++) {
         size_t count = shapes[s].count;
         float *buf = malloc(count * sizeof *buf);
-        sl_collective_opts_t o = {shapes[s].chunk, shapes[s].window, 0, NULL, NULL};
+        sl_collective_opts_t o = {
+            .chunk_elems = shapes[s].chunk, .window = shapes[s].window, .ring = shapes[s].ring};
         for (size_t i = 0; i < count; i++)
             buf[i] = test_node_input(me, i) * (float)(s + 1);
         if (shapes[s + 1].count == 0 && test_settle(t, 90, 0) != SL_OK)
@@ -107,20 +118,11 @@ node_allreduce(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
         sl_hash_update(&h, buf, count * sizeof *buf);
         free(buf);
     }
-    /* counters: in step s of reduce-scatter a node sends segment me - s and receives
-     * me - s - 1; in allgather it sends me + 1 - s and receives me - s */
     sl_transport_stat_t st;
     size_t sent = 0, recvd = 0;
     sl_transport_stat(t, SL_WIRE_ALLREDUCE, 3, &st);
-    for (int s = 0; shapes[s].count; s++) {
-        size_t count = shapes[s].count;
-#define SEG(k) (count / n + ((k) % n < count % n))
-        for (uint32_t step = 0; step + 1 < n; step++) {
-            sent += SEG(me + n - step) + SEG(me + 1 + n - step);
-            recvd += SEG(me + 2 * n - step - 1) + SEG(me + n - step);
-        }
-#undef SEG
-    }
+    for (int s = 0; shapes[s].count; s++)
+        test_allreduce_floats(shapes[s].count, n, me, shapes[s].ring || c->ring, &sent, &recvd);
     if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float))
         return 30;
     /* the large shape's chunks went through shared memory (once the lanes were
@@ -163,6 +165,22 @@ START_TEST(test_allreduce)
 }
 END_TEST
 
+/* Halving and doubling on 8 nodes, and the ring asked for where it would halve, by a
+ * call and by the transport (cluster.allreduce: ring): the sums, and each node's
+ * traffic as its algorithm moves it. */
+START_TEST(test_allreduce_halving)
+{
+    test_cluster_t c;
+    test_cluster_init(&c, 8, 1, RUN, node_allreduce, ar8_shapes);
+    test_cluster_assert_ok(&c, "allreduce halving on 8 nodes");
+    check_same_results(&c);
+    test_cluster_init(&c, 4, 0, RUN, node_allreduce, ar_shapes);
+    c.ring = 1;
+    test_cluster_assert_ok(&c, "allreduce on 4 nodes, the transport asking for the ring");
+    check_same_results(&c);
+}
+END_TEST
+
 /* ---- allgather with odd per-node counts, some zero */
 
 static size_t
@@ -186,7 +204,7 @@ node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
               *mine = malloc((counts[me] + 1) * sizeof *mine);
         for (size_t i = 0; i < counts[me]; i++)
             mine[i] = test_node_input(me, i);
-        sl_collective_opts_t o = {pass ? 3 : 4099, 2, 0, NULL, NULL};
+        sl_collective_opts_t o = {.chunk_elems = pass ? 3 : 4099, .window = 2};
         if (sl_allgather(t, 9, (uint64_t)pass, mine, out, counts, &o) != SL_OK)
             return 10 + pass;
         size_t at = 0;
@@ -218,7 +236,8 @@ END_TEST
 static int
 node_broadcast(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
 {
-    static const shape_t shapes[] = {{1, 0, 0}, {7, 3, 0}, {1000003, 65537, 0}, {1000, 1, 0}};
+    static const shape_t shapes[] = {
+        {1, 0, 0, 0}, {7, 3, 0, 0}, {1000003, 65537, 0, 0}, {1000, 1, 0, 0}};
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
     uint64_t round = 0;
 
@@ -228,7 +247,7 @@ node_broadcast(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
             float *buf = malloc(count * sizeof *buf);
             for (size_t i = 0; i < count; i++)
                 buf[i] = me == root ? test_node_input(root, i) : -99.0f;
-            sl_collective_opts_t o = {shapes[s].chunk, 0, 0, NULL, NULL};
+            sl_collective_opts_t o = {.chunk_elems = shapes[s].chunk};
             if (sl_broadcast(t, 1, round, root, buf, count, &o) != SL_OK)
                 return 10 + (int)s;
             for (size_t i = 0; i < count; i++)
@@ -493,7 +512,7 @@ node_after_injection(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     /* and a real collective still works */
     for (size_t i = 0; i < 1000; i++)
         buf[i] = test_node_input(me, i);
-    sl_collective_opts_t o = {64, 0, 0, NULL, NULL};
+    sl_collective_opts_t o = {.chunk_elems = 64};
     if (sl_allreduce_sum(t, 0, 0, buf, 1000, &o) != SL_OK)
         return 16;
     for (size_t i = 0; i < 1000; i++)
@@ -755,6 +774,7 @@ transport_cluster_suite(void)
     TCase *core = tcase_create("core");
     tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
     tcase_add_test(core, test_allreduce);
+    tcase_add_test(core, test_allreduce_halving);
     tcase_add_test(core, test_allgather);
     tcase_add_test(core, test_broadcast);
     tcase_add_test(core, test_barrier);

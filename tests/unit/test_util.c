@@ -177,6 +177,7 @@ node_main(test_cluster_t *c, int rank, int up, int down, pid_t parent)
     o.heartbeat_ms = c->heartbeat_ms;
     o.linger_ms = 500;
     o.shm = c->shm;
+    o.allreduce_ring = c->ring;
     if (sl_transport_new(&t, &o) != SL_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, sl_err_msg());
         _exit(90);
@@ -469,6 +470,38 @@ float
 test_node_input(uint32_t k, size_t i)
 {
     return (float)((k * 131 + i * 17 + (i >> 7)) % 1024) / 64.0f - 8.0f;
+}
+
+/* Adds to *sent and *recvd the floats node me of n sends and receives in an allreduce
+ * of count floats (segment k: count / n floats, one more for the first count % n).
+ * Ring: in step s of reduce-scatter a node sends segment me - s and receives me - s - 1;
+ * in allgather it sends me + 1 - s and receives me - s. Halving and doubling end with
+ * node me holding segment R, me's bits reversed; at each level h = n/2, ..., 1 the node
+ * sends the segments k that differ from R at bit h and at no higher one, and receives
+ * those that differ at no bit from h up (halving; doubling the other way round). */
+void
+test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *sent, size_t *recvd)
+{
+#define SEG(k) (count / n + ((k) % n < count % n))
+    if (!ring && n >= 4 && (n & (n - 1)) == 0) {
+        uint32_t rev = 0;
+        for (uint32_t b = 1, rb = n / 2; b < n; b *= 2, rb /= 2)
+            rev |= me & b ? rb : 0;
+        for (uint32_t h = n / 2; h > 0; h /= 2)
+            for (uint32_t k = 0; k < n; k++) {
+                uint32_t above = (k ^ rev) & ~(h - 1);
+                if (above == h || above == 0) {
+                    *sent += SEG(k);
+                    *recvd += SEG(k);
+                }
+            }
+        return;
+    }
+    for (uint32_t step = 0; step + 1 < n; step++) {
+        *sent += SEG(me + n - step) + SEG(me + 1 + n - step);
+        *recvd += SEG(me + 2 * n - step - 1) + SEG(me + n - step);
+    }
+#undef SEG
 }
 
 /* ------------------------------------------------ three sync nodes in one process */

@@ -80,6 +80,7 @@ struct test_cluster {
     int timeout_ms;    /* their transport timeout (TEST_WAIT_MS) */
     int shm;           /* shared-memory lanes (sl_transport_opts_t.shm, 1) */
     int heartbeat_ms;  /* ZMTP heartbeats of their DEALERs (200; 0 off) */
+    int ring;          /* sl_transport_opts_t.allreduce_ring (0) */
     test_node_fn node; /* the node's part */
     const void *arg;   /* for node, borrowed */
     int final_barrier; /* 1: a node that passed passes a barrier before it destroys its
@@ -151,6 +152,12 @@ void test_pair_connect(sl_transport_t *t[2], int frame_mac);
  * alone; with sessions (2 * SL_MAC_SESSION_BYTES; NULL: no frame MACs) late first learns
  * t0's session key and its own, which sessions holds afterwards. */
 void test_pair_join(sl_transport_t *t0, sl_transport_t *late, unsigned char *sessions);
+
+/* Adds to *sent and *recvd the floats node me of n sends and receives in an
+ * sl_allreduce_sum of count floats in fp32, ring as sl_collective_opts_t.ring; worked
+ * out apart from sl_collective.c, from where each algorithm moves the segments. */
+void test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *sent,
+                           size_t *recvd);
 
 /* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
  * exact in float whatever the order of addition. */
