@@ -32,6 +32,9 @@ typedef enum {
 /* How the nodes of a run reach each other: Unix-domain sockets (one machine) or TCP. */
 typedef enum { SL_CLUSTER_IPC, SL_CLUSTER_TCP } sl_cluster_transport_t;
 typedef enum { SL_SECURITY_CURVE, SL_SECURITY_MAC, SL_SECURITY_NONE } sl_security_t;
+/* How an allreduce moves its segments (src/transport/sl_collective.h): halving and
+ * doubling where it can, else around the ring; or always around the ring. */
+typedef enum { SL_ALLREDUCE_AUTO, SL_ALLREDUCE_RING } sl_allreduce_t;
 /* How the nodes' models are kept together (src/sync/sl_sync.h). */
 typedef enum {
     SL_SYNC_NONE,       /* nodes train independently */
@@ -159,6 +162,7 @@ typedef struct {
                               cores (sl_transport_io_threads_auto), default 0 */
         int stripes;       /* ZeroMQ connections per peer, 0..16; 0 = one per sending I/O
                               thread (sl_transport_stripes_auto), default 0 */
+        sl_allreduce_t allreduce; /* auto | ring, default auto */
         sl_security_t security; /* curve | mac | none, default curve */
         char *key_file; /* the run's secret (shoal keygen) for shoal node; shoal run makes
                            one when "", default "" */

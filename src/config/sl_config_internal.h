@@ -29,6 +29,7 @@ extern const char *const sl_config_lstm_names[];
 extern const char *const sl_config_precision_names[]; /* precision is a checked string */
 extern const char *const sl_config_transport_names[];
 extern const char *const sl_config_security_names[];
+extern const char *const sl_config_allreduce_names[];
 extern const char *const sl_config_sync_names[];
 extern const char *const sl_config_block_ref_names[];
 extern const char *const sl_config_exchange_names[];

@@ -14,6 +14,7 @@ const char *const sl_config_precision_names[] = {"fp32", "bf16", "fp16", NULL};
 const char *const sl_config_lstm_names[] = {"auto", "cudnn", "fused", NULL};
 const char *const sl_config_transport_names[] = {"ipc", "tcp", NULL};
 const char *const sl_config_security_names[] = {"curve", "mac", "none", NULL};
+const char *const sl_config_allreduce_names[] = {"auto", "ring", NULL};
 const char *const sl_config_sync_names[] = {
     "none", "allreduce", "ma", "bmuf", "local-ma", "local-bmuf", "gossip-ma", "gossip-bmuf", NULL};
 const char *const sl_config_block_ref_names[] = {"blockstart", "omega", NULL};
@@ -24,8 +25,9 @@ const char *const sl_config_rounding_names[] = {"nearest", "stochastic", NULL};
 _Static_assert(sizeof(sl_level_t) == sizeof(int) && sizeof(sl_output_kind_t) == sizeof(int) &&
                    sizeof(sl_opt_kind_t) == sizeof(int) && sizeof(sl_sched_kind_t) == sizeof(int) &&
                    sizeof(sl_cluster_transport_t) == sizeof(int) &&
-                   sizeof(sl_security_t) == sizeof(int) && sizeof(sl_exchange_t) == sizeof(int) &&
-                   sizeof(sl_compress_t) == sizeof(int) && sizeof(sl_rounding_t) == sizeof(int),
+                   sizeof(sl_security_t) == sizeof(int) && sizeof(sl_allreduce_t) == sizeof(int) &&
+                   sizeof(sl_exchange_t) == sizeof(int) && sizeof(sl_compress_t) == sizeof(int) &&
+                   sizeof(sl_rounding_t) == sizeof(int),
                "enum fields are stored as int");
 
 int

@@ -226,6 +226,12 @@ const entry_t sl_config_schema[] = {
             "pieces over them, of 64 KiB and more in turn, a collective's chunks all on the "
             "first (0 = one per sending I/O thread: io_threads minus half of them rounded "
             "up, at least 1)"},
+    {K("cluster.allreduce", T_ENUM, cluster.allreduce), .def = "auto",
+     .names = sl_config_allreduce_names,
+     .doc = "how an allreduce moves its segments: auto = by recursive halving and doubling "
+            "(2 log2 n steps) when the nodes are a power of two, 4 or more, and the frames "
+            "fp32, else around the ring (2 (n - 1) steps), the same bytes either way; ring = "
+            "always around the ring"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve",
      .names = sl_config_security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "

@@ -172,6 +172,7 @@ open_transport(node_t *n, uint64_t run_id)
             : sl_transport_io_threads_auto(sysconf(_SC_NPROCESSORS_ONLN),
                                            sl_sync_is_neighbourhood(cfg->sync.algorithm));
     to.stripes = (unsigned)cfg->cluster.stripes;
+    to.allreduce_ring = cfg->cluster.allreduce == SL_ALLREDUCE_RING;
     to.secret = cfg->cluster.security == SL_SECURITY_CURVE ? &n->secret : NULL;
     to.frame_mac = cfg->cluster.security == SL_SECURITY_MAC;
     to.emulate_bits_per_s = sl_config_bits_per_s(cfg->cluster.emulate.bandwidth);

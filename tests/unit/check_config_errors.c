@@ -433,6 +433,14 @@ START_TEST(test_number_limits)
     ck_assert_str_eq(sl_err_msg(), "--set cluster.stripes:1:17: 'cluster.stripes' must be "
                                    "at most 16, got 17");
     ck_assert_int_eq(c.cluster.stripes, 16);
+    /* how allreduces move: auto (halving where it can) or ring */
+    ck_assert_int_eq(c.cluster.allreduce, SL_ALLREDUCE_AUTO);
+    test_config_set_ok(&c, "cluster.allreduce=ring");
+    ck_assert_int_eq(c.cluster.allreduce, SL_ALLREDUCE_RING);
+    ck_assert_int_eq(sl_config_set(&c, "cluster.allreduce=halving"), SL_ERR_CONFIG);
+    ck_assert_str_eq(sl_err_msg(), "--set cluster.allreduce:1:19: 'cluster.allreduce' must be "
+                                   "one of: auto, ring (got 'halving')");
+    ck_assert_int_eq(c.cluster.allreduce, SL_ALLREDUCE_RING);
     /* shoal run's restarts and watchdog */
     ck_assert_int_eq(c.cluster.restart.max, 0);
     ck_assert_int_eq(c.cluster.restart.delay_ms, 5000);

@@ -559,7 +559,7 @@ START_TEST(test_run_int8)
         "node 0: the sync lines' int8 and fp32 bytes are not all it sent");
 
     /* the reference itself: allreduce in fp32 sends 2 (n - 1) / n x the model's bytes a
-     * step, plus its frames' headers (6 per step here: 3 reduce-scatter, 3 allgather) */
+     * step, plus its frames' headers (4 per step here: 2 halving, 2 doubling) */
     tiny_yaml(conf, sizeof conf, "q-allreduce", "sync: {algorithm: allreduce}\n");
     ck_assert_int_eq(wait_shoal(start_shoal("q-allreduce",
                                             (const char *[]){"run", conf, "-n", "4", "--quiet",
@@ -632,6 +632,46 @@ START_TEST(test_allreduce_equals_big_batch)
     ck_assert_uint_gt(n, 1000);
     free(a);
     free(b);
+}
+END_TEST
+
+/* cluster.allreduce reaches the nodes: the same 4-node allreduce run halving and
+ * doubling (auto) and around the ring adds the gradients in another order, so the two
+ * models differ in their last bits and in no more. */
+START_TEST(test_allreduce_ring_or_halving)
+{
+    static const char *const algo[2] = {"auto", "ring"};
+    char conf[700], run[64], set[64], path[800];
+    float *m[2];
+    size_t n[2], differ = 0;
+    double worst = 0;
+
+    if (!have_shoal())
+        return;
+    for (int k = 0; k < 2; k++) {
+        snprintf(run, sizeof run, "ar-%s", algo[k]);
+        snprintf(set, sizeof set, "cluster.allreduce=%s", algo[k]);
+        tiny_yaml(conf, sizeof conf, run, "sync: {algorithm: allreduce}\n");
+        ck_assert_int_eq(
+            wait_shoal(start_shoal(run, (const char *[]){"run", conf, "-n", "4", "--quiet", "--set",
+                                                         set, "--set", "train.optimizer.type=sgd",
+                                                         "--set", "train.optimizer.lr=1", "--set",
+                                                         "train.max_steps=30", NULL})),
+            0);
+        snprintf(path, sizeof path, "%s/%s/model.bin", tmp_root, run);
+        m[k] = test_model_params(path, &n[k]);
+    }
+    ck_assert_uint_eq(n[0], n[1]);
+    for (size_t i = 0; i < n[0]; i++) {
+        double d = fabs((double)m[0][i] - (double)m[1][i]);
+        differ += m[0][i] != m[1][i];
+        if (d > worst)
+            worst = d;
+    }
+    ck_assert_msg(differ > 0, "halving and the ring gave the same bits: the setting was lost");
+    ck_assert_msg(worst < 1e-4, "halving and the ring differ by up to %g", worst);
+    free(m[0]);
+    free(m[1]);
 }
 END_TEST
 
@@ -877,6 +917,7 @@ runs_suite(void)
 
     tcase_add_loop_test(core, test_run_each_algorithm, 0,
                         (int)(sizeof algorithms / sizeof algorithms[0]));
+    tcase_add_test(core, test_allreduce_ring_or_halving);
     tcase_add_loop_test(core, test_allreduce_equals_big_batch, 0,
                         (int)(sizeof big_batch_opts / sizeof big_batch_opts[0]));
     tcase_add_test(core, test_run_unique);
