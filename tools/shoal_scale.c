@@ -316,6 +316,7 @@ replay(const args_t *a, scale_t *s)
             .latency_ms = s->latency_ms,
             .chunk_values = SL_COLLECTIVE_CHUNK_ELEMS,
             .allreduce_chunk_auto = 1,
+            .allreduce_ring = cfg->cluster.allreduce == SL_ALLREDUCE_RING,
             .header_bytes = SL_WIRE_HEADER_BYTES,
             .shared_uplink = a->shared_uplink,
             .overlap = s->overlap,

@@ -56,8 +56,10 @@ link_index(const sim_t *s, int src, int dst)
         return (size_t)src;
     if (s->slots == s->n)
         slot = d;
-    else
+    else if (d <= k || s->n - d <= k)
         slot = d <= k ? d : 2 * k + 1 - (s->n - d);
+    else /* a halving partner beyond the ring's links: src ^ dst is a power of two */
+        slot = 2 * k + 1 + __builtin_ctz((unsigned)(src ^ dst));
     SL_ASSERT(d != 0 && slot > 0 && slot < s->slots);
     return (size_t)src * (size_t)s->slots + (size_t)slot;
 }
@@ -119,8 +121,43 @@ ring(sim_t *s, double step_bytes, int nsteps)
         s->done[i] = max2(s->start[i], nsteps > 0 ? s->recv[(size_t)i * m + m - 1] : 0);
 }
 
+/* Halving then doubling (sl_collective.c's halving_passes) on n = 2^L nodes: step j
+ * pairs node i with i ^ 2^j (doubling: the same pairs in reverse), which sends
+ * bytes / 2^(j+1) (doubling: bytes * 2^j / n) in frames, all handed to the link once
+ * the node has what its partner sent in the step before. start -> done. */
 static void
-ring_allreduce(sim_t *s, double bytes)
+halving(sim_t *s, double bytes)
+{
+    int n = s->n, levels = 0;
+    double *at = s->recv, *next = s->next; /* (n) when each node begins the step */
+
+    while ((1 << levels) < n)
+        levels++;
+    memcpy(at, s->start, (size_t)n * sizeof *at);
+    for (int j = 0; j < 2 * levels; j++) {
+        int lvl = j < levels ? j : 2 * levels - 1 - j;
+        double range = j < levels ? bytes / (double)(2 << j) : bytes * (1 << (j - levels)) / n;
+        long m = frames_of(s, range);
+
+        for (int i = 0; i < n; i++) {
+            int to = i ^ (1 << lvl);
+            double t = at[i];
+
+            for (long c = 0; c < m; c++)
+                t = send(s, i, to,
+                         c < m - 1 ? s->chunk_bytes : range - (double)(m - 1) * s->chunk_bytes,
+                         at[i]);
+            next[to] = max2(at[to], t);
+        }
+        memcpy(at, next, (size_t)n * sizeof *at);
+    }
+    memcpy(s->done, at, (size_t)n * sizeof *at);
+}
+
+/* As sl_allreduce_sum takes it: halving and doubling where the default does, else the
+ * ring, in frames of the set chunk or of sl_allreduce_chunk's. */
+static void
+allreduce(sim_t *s, double bytes)
 {
     double chunk = s->chunk_bytes;
 
@@ -128,7 +165,10 @@ ring_allreduce(sim_t *s, double bytes)
         s->chunk_bytes =
             (double)sl_allreduce_chunk((size_t)ceil(bytes / s->p->value_bytes), (uint32_t)s->n) *
             s->p->value_bytes;
-    ring(s, bytes / s->n, 2 * (s->n - 1));
+    if (sl_allreduce_halves((uint32_t)s->n, s->p->value_bytes != 4, s->p->allreduce_ring))
+        halving(s, bytes);
+    else
+        ring(s, bytes / s->n, 2 * (s->n - 1));
     s->chunk_bytes = chunk;
 }
 
@@ -235,7 +275,7 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
 
     if (!c->sparse || p->exchange == SL_EXCHANGE_DENSE) {
         if (collective(p->algorithm))
-            ring_allreduce(s, (double)c->count * vb);
+            allreduce(s, (double)c->count * vb);
         else
             gossip_push(s, (double)c->count * vb, round, comp);
     } else if (p->exchange == SL_EXCHANGE_ALLGATHER && p->algorithm == SL_SYNC_ALLREDUCE) {
@@ -243,7 +283,7 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
     } else if (collective(p->algorithm)) {
         ring_allgather(s, r * 4.0);
         chain(s);
-        ring_allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
+        allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
     } else {
         double u2 = union_rows(s, c, 2);
 
@@ -346,7 +386,10 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     if (p->algorithm == SL_SYNC_LOCAL_MA || p->algorithm == SL_SYNC_LOCAL_BMUF)
         q = links > 0 ? links : 1;
     SL_TRY(sl_schedule_init(&s->sched, n, k, q, p->seed));
-    s->slots = p->shared_uplink ? 1 : n <= 2 * k + 1 ? n : 2 * k + 1;
+    /* beyond the ring's links, one to each halving partner */
+    s->slots = p->shared_uplink ? 1
+               : n <= 2 * k + 1 ? n
+                                : 2 * k + 1 + (n & (n - 1) ? 0 : __builtin_ctz((unsigned)n));
     s->ms_per_byte = p->bits_per_s > 0 ? 8000.0 / p->bits_per_s : 0.0;
     SL_TRY(SL_CALLOC(&s->link_free, un * (size_t)s->slots, "scale links"));
     SL_TRY(SL_CALLOC(&s->clock, un, "scale clocks"));
@@ -387,7 +430,7 @@ sync_due(sim_t *s, long step)
             s->start[i] = max2(s->clock[i], s->worker[i]);
         /* allreduce with dense rows sums the whole gradient buffer at once */
         if (p->algorithm == SL_SYNC_ALLREDUCE && p->exchange == SL_EXCHANGE_DENSE) {
-            ring_allreduce(s, fused);
+            allreduce(s, fused);
             c = p->ncomps;
         } else {
             exchange(s, comp, step / comp->period, c);

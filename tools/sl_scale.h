@@ -5,18 +5,23 @@
  * emulated link, src/transport/sl_link_emu.h, without jitter). Who talks to whom comes
  * from topology/ (sl_ring, sl_schedule), the component sizes from the model's layout
  * (sl_lm_layout). What is modelled, per algorithm:
- *   allreduce        every step, a ring allreduce of all gradients (one, over the whole
+ *   allreduce        every step, an allreduce of all gradients (one, over the whole
  *                    buffer; with sync.exchange unique or allgather the row shards go
- *                    as below and every other component in its own ring allreduce)
- *   ma, bmuf         per due component a ring allreduce: 2(n-1) steps of S/n bytes, each
- *                    step in frames of chunk_values values (or as sl_allreduce_chunk
- *                    frames them, allreduce_chunk_auto; sl_collective.h); node i
+ *                    as below and every other component in its own allreduce)
+ *   ma, bmuf         per due component an allreduce. Where sl_allreduce_halves says
+ *                    shoal halves and doubles: 2 log2 n steps, step j pairing node i
+ *                    with i ^ 2^j (then the same pairs in reverse), sending S/2, ...,
+ *                    S/n bytes and back up in frames, all once the node has its
+ *                    partner's frames of the step before. Else a ring allreduce:
+ *                    2(n-1) steps of S/n bytes, each step in frames of chunk_values
+ *                    values (or as sl_allreduce_chunk frames them,
+ *                    allreduce_chunk_auto; sl_collective.h); node i
  *                    sends frame c of step j to i+1 once it holds frame c of step j-1
  *                    from i-1 (the window of frames sent ahead is not modelled)
  *   local-*, gossip-* each node pushes the component, one frame, to the nodes that pull
  *                    from it (sl_schedule_pullers) and waits for the q it chose
  *   unique rows      ma/bmuf/allreduce: allgathers of the row-set sizes (4 bytes) and of
- *                    the sets (4 bytes a row), then a ring allreduce of the union's
+ *                    the sets (4 bytes a row), then an allreduce of the union's
  *                    rows (src/embed/sl_sparse.h); allreduce with allgather: the sizes,
  *                    then every node's rows with their ids; gossip/local: a request with
  *                    the row set to each chosen node, answered with the ids it lacks
@@ -66,6 +71,8 @@ typedef struct {
     int allreduce_chunk_auto;      /* 1: ring allreduces in frames of sl_allreduce_chunk
                                       (transport/sl_collective.h), as shoal sends them;
                                       chunk_values then frames the allgathers only */
+    int allreduce_ring;            /* 1: allreduces go round the ring where shoal's
+                                      default halves and doubles (cluster.allreduce) */
     int header_bytes;              /* bytes every frame adds to its payload, >= 0 */
     int shared_uplink;             /* 1: all of a node's frames queue on one link of that
                                       rate (a NIC); 0: each directed link has it */

@@ -1,5 +1,5 @@
 /* tests/unit/check_scale.c: the scaling model of shoal-scale (tools/sl_scale.c) against
- * hand-computed wall times and bytes (ring allreduce, BMUF periods, gossip, local,
+ * hand-computed wall times and bytes (ring and halving allreduce, BMUF periods, gossip, local,
  * overlap, the row exchange), the component sizes it takes from the model, and the
  * shoal-scale command line. */
 #include "config.h"
@@ -73,11 +73,26 @@ START_TEST(test_allreduce_ring)
     ck_assert_double_eq_tol(r.utilization, 100.0 / 152, EPS);
     ck_assert_double_eq_tol(r.speedup, 2 * 100.0 / 152, EPS);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6, 1e-3);
-    /* n = 4: 6 x (1e6 B: 8 ms + 10 ms) */
+    /* n = 4 around the ring: 6 x (1e6 B: 8 ms + 10 ms) */
     p = params(SL_SYNC_ALLREDUCE, 4, 1000000, 1, 10);
+    p.allreduce_ring = 1;
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 6e6, 1e-3);
+    /* by default halving and doubling: 2e6 B (16 ms + 10) to rank ^ 1, 1e6 B (8 + 10)
+     * to rank ^ 2, then back: the same bytes */
+    p.allreduce_ring = 0;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 26 + 18 + 18 + 26), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 6e6, 1e-3);
+    /* n = 8: 2e6, 1e6, 5e5 B (4 + 10) and back, against the ring's 14 x (5e5 B) */
+    p = params(SL_SYNC_ALLREDUCE, 8, 1000000, 1, 10);
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 2 * (26 + 18 + 14)), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 7e6, 1e-3);
+    p.allreduce_ring = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 14 * 14), EPS);
     /* one node: nothing to exchange */
     p = params(SL_SYNC_ALLREDUCE, 1, 1000000, 1, 10);
     r = run(&p);
@@ -133,11 +148,14 @@ START_TEST(test_ring_frames_as_shoal)
 }
 END_TEST
 
-/* BMUF with H = 4: one allreduce (108 ms on 4 nodes) every 4 steps. */
+/* BMUF with H = 4: one allreduce (108 ms on 4 nodes around the ring) every 4 steps. */
 START_TEST(test_bmuf_period)
 {
     sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1000000, 4, 8);
-    sl_scale_result_t r = run(&p);
+    sl_scale_result_t r;
+
+    p.allreduce_ring = 1;
+    r = run(&p);
 
     ck_assert_double_eq_tol(r.wall_ms, 8 * 100 + 2 * 108, EPS);
     ck_assert_double_eq_tol(r.wait_ms_per_step, 2 * 108 / 8.0, EPS);
@@ -186,6 +204,7 @@ START_TEST(test_shared_uplink)
     /* a ring uses one link per node anyway */
     p = params(SL_SYNC_ALLREDUCE, 4, 1000000, 1, 10);
     p.shared_uplink = 1;
+    p.allreduce_ring = 1;
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 6 * 18), EPS);
 }
@@ -224,13 +243,15 @@ START_TEST(test_local_every_neighbour)
 }
 END_TEST
 
-/* Overlap: the 108 ms exchange begun after step 4 is waited for after step 4 + tau.
- * tau = 2 hides it (step 6 ends at 600 > 508), tau = 1 does not (step 5 waits to 508). */
+/* Overlap: the 108 ms exchange (the ring's) begun after step 4 is waited for after step
+ * 4 + tau. tau = 2 hides it (step 6 ends at 600 > 508), tau = 1 does not (step 5 waits to
+ * 508). */
 START_TEST(test_overlap)
 {
     sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1000000, 4, 6);
     sl_scale_result_t r;
 
+    p.allreduce_ring = 1;
     p.overlap = 2;
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 600, EPS);
