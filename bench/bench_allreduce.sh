@@ -6,7 +6,8 @@
 #
 #   bench/bench_allreduce.sh [--nodes "2 4"] [--sizes "256K 1M 4M 16M 64M"] [--ipc]
 #                            [--chunk FLOATS] [--io-threads N] [--stripes "N[w][@T] ..."]
-#                            [--tcp-only] [--security MODE] [--trials T]
+#                            [--allreduce "auto ring"] [--tcp-only] [--security MODE]
+#                            [--trials T]
 #                            [--builddir DIR]
 #
 #   --nodes LIST    node counts (default "2 4")
@@ -29,6 +30,13 @@
 #                   that run with T I/O threads in place of --io-threads' count, so
 #                   that "1@2 2@4" weighs the default thread count against more threads
 #                   with more stripes in one invocation
+#   --allreduce LIST  how shoal's allreduce moves its segments (cluster.allreduce):
+#                   auto (the default: halving and doubling on 4, 8, 16 nodes, else the
+#                   ring) or ring; with both, "auto ring", the ZeroMQ-only runs are made
+#                   once for each, taking turns, and their columns come once for each
+#                   (busbw_zmq_auto_GBps, busbw_zmq_ring_GBps; with several stripe
+#                   counts too, busbw_zmq_auto_s1_GBps, ...); the lanes run takes the
+#                   first. The "# shoal" lines say which algorithm each run used
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --security MODE shoal's connections under cluster.security MODE: none (the default
@@ -66,6 +74,7 @@ ipc=""
 chunk=""
 io=""
 stripes="0"
+algos="auto"
 tcp_only=0
 security=""
 trials=3
@@ -87,6 +96,7 @@ while [ $# -gt 0 ]; do
         --chunk) [ $# -ge 2 ] || die "--chunk needs a value"; chunk="--chunk $2"; shift 2 ;;
         --io-threads) [ $# -ge 2 ] || die "--io-threads needs a value"; io="--io-threads $2"; shift 2 ;;
         --stripes) [ $# -ge 2 ] || die "--stripes needs a value"; stripes=$2; shift 2 ;;
+        --allreduce) [ $# -ge 2 ] || die "--allreduce needs a value"; algos=$2; shift 2 ;;
         --tcp-only) tcp_only=1; shift ;;
         --security)
             [ $# -ge 2 ] || die "--security needs a value"
@@ -114,6 +124,28 @@ done
 stripes="${stripe_list[*]}" # one space between the counts
 [ -n "$stripes" ] || die "--stripes needs at least one count"
 first_stripes=${stripes%% *}
+read -r -a algo_list <<<"$algos"
+[ ${#algo_list[@]} -gt 0 ] || die "--allreduce needs at least one of auto and ring"
+for a in "${algo_list[@]}"; do
+    case $a in auto | ring) ;; *) die "--allreduce: '$a' is not auto or ring" ;; esac
+done
+first_algo=${algo_list[0]}
+# the ZeroMQ-only runs: one per algorithm and stripe count, named ALGO_sCOUNT; their
+# columns' label drops what does not vary
+variants=()
+labels=()
+for a in "${algo_list[@]}"; do
+    for s in $stripes; do
+        variants+=("${a}_s$s")
+        if [ ${#algo_list[@]} -gt 1 ] && [ "$s" = "$stripes" ]; then
+            labels+=("$a")
+        elif [ ${#algo_list[@]} -gt 1 ]; then
+            labels+=("${a}_s$s")
+        else
+            labels+=("s$s")
+        fi
+    done
+done
 
 # stripe_args SPEC: bench_allreduce's stripe and I/O thread options for one --stripes item
 stripe_args() {
@@ -177,14 +209,14 @@ for n in $nodes; do
         if [ $tcp_only = 0 ]; then
             # shellcheck disable=SC2086,SC2046
             "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$first_stripes") \
-                --sizes "$sizes" >"$tmp/shoal.$k" \
+                --allreduce "$first_algo" --sizes "$sizes" >"$tmp/shoal.$k" \
                 || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
         fi
-        for s in $stripes; do
+        for v in "${variants[@]}"; do
             # shellcheck disable=SC2086,SC2046
-            "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$s") --no-shm \
-                --sizes "$sizes" >"$tmp/zmq_s$s.$k" \
-                || { cat "$tmp/zmq_s$s.$k"; die "bench_allreduce -n $n --no-shm --stripes $s failed"; }
+            "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "${v#*_s}") --no-shm \
+                --allreduce "${v%%_s*}" --sizes "$sizes" >"$tmp/zmq_$v.$k" \
+                || { cat "$tmp/zmq_$v.$k"; die "bench_allreduce -n $n --no-shm ($v) failed"; }
         done
         : >"$tmp/mpi.$k"
         : >"$tmp/mpitcp.$k"
@@ -197,20 +229,20 @@ for n in $nodes; do
         fi
     done
     zfiles=()
-    for prog in shoal mpi mpitcp $(for s in $stripes; do echo "zmq_s$s"; done); do
+    for prog in shoal mpi mpitcp "${variants[@]/#/zmq_}"; do
         median "$tmp/$prog".[0-9]* >"$tmp/$prog.txt"
     done
-    for s in $stripes; do zfiles+=("$tmp/zmq_s$s.txt"); done
+    for v in "${variants[@]}"; do zfiles+=("$tmp/zmq_$v.txt"); done
     if [ $tcp_only = 0 ]; then
         grep '^#' "$tmp/shoal.1" | grep -v 'load after\|^# cpu:' || true
     fi
-    for s in $stripes; do grep '^#' "$tmp/zmq_s$s.1" | grep -v 'load after\|^# cpu:' || true; done
+    for v in "${variants[@]}"; do grep '^#' "$tmp/zmq_$v.1" | grep -v 'load after\|^# cpu:' || true; done
     [ "$trials" = 1 ] || echo "# medians of $trials trials, the programs taking turns"
     # one line per size: shoal's columns (ZeroMQ-only ones per stripe count), then MPI's,
     # joined on the size; the rows follow the lanes run, or the first ZeroMQ run
     main=$tmp/shoal.txt
     [ $tcp_only = 0 ] || { cp "${zfiles[0]}" "$tmp/main.txt"; main=$tmp/main.txt; }
-    awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="$stripes" '
+    awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="${labels[*]}" '
         function col(name, width) { return sprintf(" %" width "s", name) }
         BEGIN { split(names, sn, " ") }
         FILENAME == ARGV[1] { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
@@ -223,12 +255,12 @@ for n in $nodes; do
             next
         }
         FNR == 1 {
-            wb = nz == 1 ? 14 : 18; wg = nz == 1 ? 15 : 19
+            wb = nz == 1 ? 14 : 22; wg = nz == 1 ? 15 : 23
             h = sprintf("%-8s", "size")
             if (lanes) h = h col("allreduce_ms", 12) col("busbw_GBps", 10)
-            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "busbw_zmq_GBps" : "busbw_zmq_s" sn[z] "_GBps", wb)
+            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "busbw_zmq_GBps" : "busbw_zmq_" sn[z] "_GBps", wb)
             if (lanes) h = h col("gossip_GBps", 11)
-            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "gossip_zmq_GBps" : "gossip_zmq_s" sn[z] "_GBps", wg)
+            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "gossip_zmq_GBps" : "gossip_zmq_" sn[z] "_GBps", wg)
             h = h col("rawzmq_GBps", 11)
             if (have_mpi && lanes) h = h col("mpi_ms", 10) col("mpi_GBps", 9)
             if (have_mpi) h = h col("mpitcp_ms", 12) col("mpitcp_GBps", 11)
@@ -247,6 +279,6 @@ for n in $nodes; do
             r = r col(sprintf("%.1f", zgocpu[1, $1]), 17) col(sprintf("%.1f", zrawcpu[1, $1]), 13)
             print r
         }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "${zfiles[@]}" "$main"
-    echo "# load after each trial: $(grep -h 'load after' "$tmp"/zmq_s"$first_stripes".[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
+    echo "# load after each trial: $(grep -h 'load after' "$tmp"/zmq_"${variants[0]}".[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
     echo
 done

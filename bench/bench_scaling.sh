@@ -16,7 +16,9 @@
 #   --nodes LIST    numbers of emulated hosts, one shoal node each (default "4 8")
 #   --links LIST    RATE/LATENCY_MS pairs (default "10gbit/0.1 1gbit/10 100mbit/50");
 #                   every algorithm also runs with no limit ("none"), its baseline
-#   --algos LIST    of allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap (default all)
+#   --algos LIST    of allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap (default these
+#                   four), allreduce-ring and bmuf-ring (the same with cluster.allreduce:
+#                   ring, for halving and doubling against the ring on 4 and 8 nodes)
 #   --steps S       steps per node, every run (default 256: two embedding syncs)
 #   --seeds LIST    run.seed values (default "1"); each seed is a run of every cell
 #   --tau T         gossip-bmuf-overlap's sync.overlap_steps (default 4, below 16)
@@ -115,8 +117,8 @@ for l in $links; do
     [[ $l =~ ^[0-9.]+[kmgt]?bit/[0-9.]+$ ]] || die "--links: '$l' is not RATE/LATENCY_MS (1gbit/10)"
 done
 for a in $algos; do
-    case $a in allreduce | bmuf | gossip-bmuf | gossip-bmuf-overlap) ;;
-    *) die "--algos: '$a' is not allreduce, bmuf, gossip-bmuf or gossip-bmuf-overlap" ;;
+    case $a in allreduce | bmuf | gossip-bmuf | gossip-bmuf-overlap | allreduce-ring | bmuf-ring) ;;
+    *) die "--algos: '$a' is not allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap, allreduce-ring or bmuf-ring" ;;
     esac
 done
 for s in $seeds; do [[ $s =~ ^[0-9]+$ ]] || die "--seeds: '$s' is not a whole number"; done
@@ -161,11 +163,11 @@ common=(--quiet --set cluster.key_file="$out/key" --set data.cache_dir="$out/cac
 algo_args() {
     local q=$(($2 >= 8 ? 2 : 1))
     case $1 in
-    allreduce)
+    allreduce*)
         conf=$top/conf/brown-4nodes-allreduce.yaml
         args=()
         ;;
-    bmuf)
+    bmuf*)
         conf=$top/conf/brown-4nodes-bmuf.yaml
         args=(--set sync.period=16 --set sync.embedding_period=128 --set sync.exchange=unique)
         ;;
@@ -176,6 +178,7 @@ algo_args() {
         [ "$1" = gossip-bmuf ] || args+=(--set sync.overlap_steps="$tau")
         ;;
     esac
+    case $1 in *-ring) args+=(--set cluster.allreduce=ring) ;; esac
 }
 
 # num KEY FILE: a number of a JSON object written one key a line (summary.json)
