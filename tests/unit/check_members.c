@@ -19,7 +19,7 @@
 #include "test_util.h"
 #include "transport/sl_collective.h"
 
-enum { MAXN = 4, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
+enum { MAXN = 5, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
 
 typedef struct net net_t;
 
@@ -177,6 +177,38 @@ mean_node(net_t *net, int k)
     record(net, k, m, st);
     sl_members_destroy(&m);
 }
+
+/* Of 5 nodes, 1 never answers: the ring's mean over all five times out, and the four
+ * left, ranks {0, 2, 3, 4}, halve and double (a power of two), each pairing with the
+ * place whose bit differs: the mean over them, exactly, on every one. */
+START_TEST(test_mean_halves_over_survivors)
+{
+    static const uint32_t left[4] = {0, 2, 3, 4};
+    static net_t net;
+
+    memset(&net, 0, sizeof net);
+    net.n = 5;
+    net.fn[0] = net.fn[2] = net.fn[3] = net.fn[4] = mean_node;
+    net_run(&net);
+    ck_assert(sl_allreduce_halves(4, 0, 0));
+    for (int j = 0; j < 4; j++) {
+        int k = (int)left[j];
+        ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
+        ck_assert_int_eq(net.count[k], 4);
+        ck_assert_int_eq(net.epoch[k], 1);
+        ck_assert_int_eq(net.nodes[k], 4);
+        for (int r = 0; r < 4; r++)
+            ck_assert_uint_eq(net.ranks[k][r], left[r]);
+        for (int i = 0; i < COUNT; i++) {
+            float want = 0;
+            for (int r = 0; r < 4; r++)
+                want += test_node_input(left[r], (size_t)i);
+            ck_assert_msg(net.out[k][i] == want / 4.0f, "node %d, float %d: %g, want %g", k, i,
+                          (double)net.out[k][i], (double)(want / 4.0f));
+        }
+    }
+}
+END_TEST
 
 /* Node 2's second failure: it sends its proposal for epoch 1 (it completed no
  * collective; its view: all four) to node 0 only, then stops. */
@@ -834,6 +866,7 @@ members_suite(void)
 
     tcase_add_test(core, test_group_collective);
     tcase_add_test(core, test_agree_drops_silent);
+    tcase_add_test(core, test_mean_halves_over_survivors);
     tcase_add_test(limits, test_second_failure_while_reforming);
     tcase_add_test(limits, test_behind_takes_result);
     tcase_add_test(limits, test_lent_frames_to_the_dead);
