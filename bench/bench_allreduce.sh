@@ -35,8 +35,10 @@
 #                   ring) or ring; with both, "auto ring", the ZeroMQ-only runs are made
 #                   once for each, taking turns, and their columns come once for each
 #                   (busbw_zmq_auto_GBps, busbw_zmq_ring_GBps; with several stripe
-#                   counts too, busbw_zmq_auto_s1_GBps, ...); the lanes run takes the
-#                   first. The "# shoal" lines say which algorithm each run used
+#                   counts too, busbw_zmq_auto_s1_GBps, ...), and so is the lanes run
+#                   (busbw_GBps the first's, then busbw_ring_GBps: the bus bandwidth
+#                   through shared memory; the lanes run's other columns are the
+#                   first's). The "# shoal" lines say which algorithm each run used
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --security MODE shoal's connections under cluster.security MODE: none (the default
@@ -205,13 +207,14 @@ median() {
 echo "# cpu: $(bench_cpu)"
 for n in $nodes; do
     for k in $(seq "$trials"); do
-        : >"$tmp/shoal.$k"
-        if [ $tcp_only = 0 ]; then
+        for a in "${algo_list[@]}"; do
+            : >"$tmp/shoal_$a.$k"
+            [ $tcp_only = 0 ] || continue
             # shellcheck disable=SC2086,SC2046
             "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$first_stripes") \
-                --allreduce "$first_algo" --sizes "$sizes" >"$tmp/shoal.$k" \
-                || { cat "$tmp/shoal.$k"; die "bench_allreduce -n $n failed"; }
-        fi
+                --allreduce "$a" --sizes "$sizes" >"$tmp/shoal_$a.$k" \
+                || { cat "$tmp/shoal_$a.$k"; die "bench_allreduce -n $n ($a) failed"; }
+        done
         for v in "${variants[@]}"; do
             # shellcheck disable=SC2086,SC2046
             "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "${v#*_s}") --no-shm \
@@ -229,22 +232,27 @@ for n in $nodes; do
         fi
     done
     zfiles=()
-    for prog in shoal mpi mpitcp "${variants[@]/#/zmq_}"; do
+    lfiles=() # the lanes runs of the algorithms after the first
+    for prog in mpi mpitcp "${algo_list[@]/#/shoal_}" "${variants[@]/#/zmq_}"; do
         median "$tmp/$prog".[0-9]* >"$tmp/$prog.txt"
     done
     for v in "${variants[@]}"; do zfiles+=("$tmp/zmq_$v.txt"); done
+    for a in "${algo_list[@]:1}"; do lfiles+=("$tmp/shoal_$a.txt"); done
     if [ $tcp_only = 0 ]; then
-        grep '^#' "$tmp/shoal.1" | grep -v 'load after\|^# cpu:' || true
+        for a in "${algo_list[@]}"; do
+            grep '^#' "$tmp/shoal_$a.1" | grep -v 'load after\|^# cpu:' || true
+        done
     fi
     for v in "${variants[@]}"; do grep '^#' "$tmp/zmq_$v.1" | grep -v 'load after\|^# cpu:' || true; done
     [ "$trials" = 1 ] || echo "# medians of $trials trials, the programs taking turns"
     # one line per size: shoal's columns (ZeroMQ-only ones per stripe count), then MPI's,
     # joined on the size; the rows follow the lanes run, or the first ZeroMQ run
-    main=$tmp/shoal.txt
-    [ $tcp_only = 0 ] || { cp "${zfiles[0]}" "$tmp/main.txt"; main=$tmp/main.txt; }
-    awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="${labels[*]}" '
+    main=$tmp/shoal_$first_algo.txt
+    [ $tcp_only = 0 ] || { cp "${zfiles[0]}" "$tmp/main.txt"; main=$tmp/main.txt; lfiles=(); }
+    awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="${labels[*]}" \
+        -v nl=${#lfiles[@]} -v algos="${algo_list[*]}" '
         function col(name, width) { return sprintf(" %" width "s", name) }
-        BEGIN { split(names, sn, " ") }
+        BEGIN { split(names, sn, " "); split(algos, an, " ") }
         FILENAME == ARGV[1] { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
         FILENAME == ARGV[2] { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
         FILENAME != ARGV[ARGC - 1] {
@@ -252,12 +260,16 @@ for n in $nodes; do
                 if (FILENAME == ARGV[2 + z]) {
                     zbw[z, $1] = $3; zgo[z, $1] = $4; zraw[z, $1] = $5; zgocpu[z, $1] = $7; zrawcpu[z, $1] = $8
                 }
+            for (l = 1; l <= nl; l++)
+                if (FILENAME == ARGV[2 + nz + l])
+                    lbw[l, $1] = $3
             next
         }
         FNR == 1 {
             wb = nz == 1 ? 14 : 22; wg = nz == 1 ? 15 : 23
             h = sprintf("%-8s", "size")
             if (lanes) h = h col("allreduce_ms", 12) col("busbw_GBps", 10)
+            for (l = 1; l <= nl; l++) h = h col("busbw_" an[l + 1] "_GBps", 15)
             for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "busbw_zmq_GBps" : "busbw_zmq_" sn[z] "_GBps", wb)
             if (lanes) h = h col("gossip_GBps", 11)
             for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "gossip_zmq_GBps" : "gossip_zmq_" sn[z] "_GBps", wg)
@@ -270,6 +282,7 @@ for n in $nodes; do
         {
             r = sprintf("%-8s", $1)
             if (lanes) r = r col($2, 12) col($3, 10)
+            for (l = 1; l <= nl; l++) r = r col(lbw[l, $1], 15)
             for (z = 1; z <= nz; z++) r = r col(zbw[z, $1], wb)
             if (lanes) r = r col($4, 11)
             for (z = 1; z <= nz; z++) r = r col(zgo[z, $1], wg)
@@ -278,7 +291,7 @@ for n in $nodes; do
             if (have_mpi) r = r col(tcp_ms[$1], 12) col(tcp_bw[$1], 11)
             r = r col(sprintf("%.1f", zgocpu[1, $1]), 17) col(sprintf("%.1f", zrawcpu[1, $1]), 13)
             print r
-        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "${zfiles[@]}" "$main"
+        }' "$tmp/mpi.txt" "$tmp/mpitcp.txt" "${zfiles[@]}" "${lfiles[@]}" "$main"
     echo "# load after each trial: $(grep -h 'load after' "$tmp"/zmq_"${variants[0]}".[0-9]* | awk '{ print $NF }' | tr '\n' ' ')"
     echo
 done
