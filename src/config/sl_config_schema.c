@@ -229,8 +229,8 @@ const entry_t sl_config_schema[] = {
     {K("cluster.allreduce", T_ENUM, cluster.allreduce), .def = "auto",
      .names = sl_config_allreduce_names,
      .doc = "how an allreduce moves its segments: auto = by recursive halving and doubling "
-            "(2 log2 n steps) when the nodes are a power of two, 4 or more, and the frames "
-            "fp32, else around the ring (2 (n - 1) steps), the same bytes either way; ring = "
+            "(2 log2(n) steps) when the nodes are a power of two, 4 or more, and the frames "
+            "fp32, else around the ring (2(n-1) steps), the same bytes either way; ring = "
             "always around the ring"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve",
      .names = sl_config_security_names,
