@@ -188,7 +188,7 @@ node(const bench_t *b, int rank, int up, int down)
                 .go_round = 1,
                 .puller = (uint32_t)left,
                 .chosen = (uint32_t)((rank + 1) % n),
-                .co = {.chunk_elems = b->chunk, .ring = b->ring}};
+                .co = {.chunk_elems = b->chunk}};
     int zero = 0;
 
     sl_log_set_level(SL_LOG_ERROR);
@@ -202,6 +202,7 @@ node(const bench_t *b, int rank, int up, int down)
     o.frame_mac = b->mac;
     o.io_threads = b->io_threads;
     o.stripes = b->stripes;
+    o.allreduce_ring = b->ring;
     o.whole_frames = b->whole_frames;
     o.emulate_bits_per_s = b->emu_bits_per_s;
     o.emulate_latency_ms = b->emu_latency_ms;

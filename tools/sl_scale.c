@@ -128,11 +128,9 @@ ring(sim_t *s, double step_bytes, int nsteps)
 static void
 halving(sim_t *s, double bytes)
 {
-    int n = s->n, levels = 0;
+    int n = s->n, levels = __builtin_ctz((unsigned)n);
     double *at = s->recv, *next = s->next; /* (n) when each node begins the step */
 
-    while ((1 << levels) < n)
-        levels++;
     memcpy(at, s->start, (size_t)n * sizeof *at);
     for (int j = 0; j < 2 * levels; j++) {
         int lvl = j < levels ? j : 2 * levels - 1 - j;

@@ -408,17 +408,14 @@ sl_allreduce_halves(uint32_t n, int coded, int ring)
 /* Both halves of the ring's allreduce, or halving_passes: the caller's ring, n
  * segments at off, len. */
 static sl_status_t
-allreduce_passes(ring_t *r, const sl_collective_opts_t *o, float *buf, const size_t *off,
-                 const size_t *len)
+allreduce_passes(ring_t *r, float *buf, const size_t *off, const size_t *len)
 {
-    uint32_t chunks_max = 0, log2n = 0;
+    uint32_t chunks_max = 0;
 
-    if (sl_allreduce_halves(r->n, r->codec != NULL,
-                            (o && o->ring) || sl_transport_allreduce_ring(r->t))) {
+    if (sl_allreduce_halves(r->n, r->codec != NULL, sl_transport_allreduce_ring(r->t))) {
         size_t halves[2] = {span(off, len, 0, r->n / 2), span(off, len, r->n / 2, r->n / 2)};
-        while ((1u << log2n) < r->n)
-            log2n++;
-        SL_TRY(seq_space(r, halves, 2, 2 * log2n, &chunks_max));
+        /* 2 log2 n steps */
+        SL_TRY(seq_space(r, halves, 2, 2 * (uint32_t)__builtin_ctz(r->n), &chunks_max));
         return halving_passes(r, buf, off, len, chunks_max);
     }
     SL_TRY(seq_space(r, len, r->n, 2 * (r->n - 1), &chunks_max));
@@ -452,7 +449,7 @@ sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *b
         len[k] = count / r.n + (k < count % r.n);
         off[k] = k ? off[k - 1] + len[k - 1] : 0;
     }
-    SL_TRY_GOTO(allreduce_passes(&r, o, buf, off, len), st, out);
+    SL_TRY_GOTO(allreduce_passes(&r, buf, off, len), st, out);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 out:
     free(off);

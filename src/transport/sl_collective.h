@@ -73,7 +73,6 @@ typedef struct {
                                 the decoded values (its own included), so results stay
                                 identical on all nodes */
     const sl_group_t *group; /* borrowed; NULL: every rank of the transport */
-    int ring;                /* 1: sl_allreduce_sum goes round the ring where it would halve */
 } sl_collective_opts_t;
 
 /* The floats per frame of sl_allreduce_sum's default for count floats on n nodes:
@@ -83,9 +82,9 @@ size_t sl_allreduce_chunk(size_t count, uint32_t n);
 
 /* Whether sl_allreduce_sum over n nodes halves and doubles (Rabenseifner's allreduce,
  * 2 log2 n steps) rather than going round the ring (2 (n - 1) steps), with the same
- * bytes: where n is a power of two, 4 or more, its frames are fp32 (coded: 0) and
- * neither the call (ring) nor the transport (sl_transport_opts_t.allreduce_ring) asks
- * for the ring. Every node of a collective decides the same. */
+ * bytes: where n is a power of two, 4 or more, its frames are fp32 (coded: 0) and the
+ * transport does not ask for the ring (ring: sl_transport_opts_t.allreduce_ring).
+ * Every node of a collective decides the same. */
 int sl_allreduce_halves(uint32_t n, int coded, int ring);
 
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,

@@ -154,7 +154,7 @@ void test_pair_connect(sl_transport_t *t[2], int frame_mac);
 void test_pair_join(sl_transport_t *t0, sl_transport_t *late, unsigned char *sessions);
 
 /* Adds to *sent and *recvd the floats node me of n sends and receives in an
- * sl_allreduce_sum of count floats in fp32, ring as sl_collective_opts_t.ring; worked
+ * sl_allreduce_sum of count floats in fp32, ring as sl_transport_opts_t.allreduce_ring; worked
  * out apart from sl_collective.c, from where each algorithm moves the segments. */
 void test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *sent,
                            size_t *recvd);
