@@ -33,12 +33,14 @@
 #   --allreduce LIST  how shoal's allreduce moves its segments (cluster.allreduce):
 #                   auto (the default: halving and doubling on 4, 8, 16 nodes, else the
 #                   ring) or ring; with both, "auto ring", the ZeroMQ-only runs are made
-#                   once for each, taking turns, and their columns come once for each
-#                   (busbw_zmq_auto_GBps, busbw_zmq_ring_GBps; with several stripe
+#                   once for each, taking turns, and their busbw columns come once for
+#                   each (busbw_zmq_auto_GBps, busbw_zmq_ring_GBps; with several stripe
 #                   counts too, busbw_zmq_auto_s1_GBps, ...), and so is the lanes run
 #                   (busbw_GBps the first's, then busbw_ring_GBps: the bus bandwidth
-#                   through shared memory; the lanes run's other columns are the
-#                   first's). The "# shoal" lines say which algorithm each run used
+#                   through shared memory). The algorithm changes only the allreduce:
+#                   the runs of the others time it alone (bench_allreduce --only
+#                   allreduce), and the gossip and raw columns are the first's. The
+#                   "# shoal" lines say which algorithm each run used
 #   --tcp-only      only what crosses hosts: shoal over ZeroMQ, raw ZeroMQ (from the run
 #                   of the first stripe count) and MPI over TCP; no shared-memory columns
 #   --security MODE shoal's connections under cluster.security MODE: none (the default
@@ -204,6 +206,12 @@ median() {
         }' "$@"
 }
 
+# only_for ALGO: what bench_allreduce times for the runs of ALGO: everything for the
+# first algorithm, the allreduce alone for the others (gossip and raw do not change)
+only_for() {
+    [ "$1" = "$first_algo" ] || echo "--only allreduce"
+}
+
 echo "# cpu: $(bench_cpu)"
 for n in $nodes; do
     for k in $(seq "$trials"); do
@@ -212,13 +220,13 @@ for n in $nodes; do
             [ $tcp_only = 0 ] || continue
             # shellcheck disable=SC2086,SC2046
             "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "$first_stripes") \
-                --allreduce "$a" --sizes "$sizes" >"$tmp/shoal_$a.$k" \
+                --allreduce "$a" $(only_for "$a") --sizes "$sizes" >"$tmp/shoal_$a.$k" \
                 || { cat "$tmp/shoal_$a.$k"; die "bench_allreduce -n $n ($a) failed"; }
         done
         for v in "${variants[@]}"; do
             # shellcheck disable=SC2086,SC2046
             "$tmp/bench_allreduce" -n "$n" $ipc $security $chunk $(stripe_args "${v#*_s}") --no-shm \
-                --allreduce "${v%%_s*}" --sizes "$sizes" >"$tmp/zmq_$v.$k" \
+                --allreduce "${v%%_s*}" $(only_for "${v%%_s*}") --sizes "$sizes" >"$tmp/zmq_$v.$k" \
                 || { cat "$tmp/zmq_$v.$k"; die "bench_allreduce -n $n --no-shm ($v) failed"; }
         done
         : >"$tmp/mpi.$k"
@@ -250,9 +258,9 @@ for n in $nodes; do
     main=$tmp/shoal_$first_algo.txt
     [ $tcp_only = 0 ] || { cp "${zfiles[0]}" "$tmp/main.txt"; main=$tmp/main.txt; lfiles=(); }
     awk -v have_mpi=$have_mpi -v lanes=$((1 - tcp_only)) -v nz=${#zfiles[@]} -v names="${labels[*]}" \
-        -v nl=${#lfiles[@]} -v algos="${algo_list[*]}" '
+        -v nl=${#lfiles[@]} -v algos="${algo_list[*]}" -v stripe_names="$stripes" '
         function col(name, width) { return sprintf(" %" width "s", name) }
-        BEGIN { split(names, sn, " "); split(algos, an, " ") }
+        BEGIN { split(names, sn, " "); split(algos, an, " "); ns = split(stripe_names, gn, " ") }
         FILENAME == ARGV[1] { mpi_ms[$1] = $2; mpi_bw[$1] = $3; next }
         FILENAME == ARGV[2] { tcp_ms[$1] = $2; tcp_bw[$1] = $3; next }
         FILENAME != ARGV[ARGC - 1] {
@@ -266,13 +274,14 @@ for n in $nodes; do
             next
         }
         FNR == 1 {
-            wb = nz == 1 ? 14 : 22; wg = nz == 1 ? 15 : 23
+            wb = nz == 1 ? 14 : 22; wg = ns == 1 ? 15 : 23
             h = sprintf("%-8s", "size")
             if (lanes) h = h col("allreduce_ms", 12) col("busbw_GBps", 10)
             for (l = 1; l <= nl; l++) h = h col("busbw_" an[l + 1] "_GBps", 15)
             for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "busbw_zmq_GBps" : "busbw_zmq_" sn[z] "_GBps", wb)
             if (lanes) h = h col("gossip_GBps", 11)
-            for (z = 1; z <= nz; z++) h = h col(nz == 1 ? "gossip_zmq_GBps" : "gossip_zmq_" sn[z] "_GBps", wg)
+            # from the runs of the first algorithm, one per stripe count
+            for (z = 1; z <= ns; z++) h = h col(ns == 1 ? "gossip_zmq_GBps" : "gossip_zmq_s" gn[z] "_GBps", wg)
             h = h col("rawzmq_GBps", 11)
             if (have_mpi && lanes) h = h col("mpi_ms", 10) col("mpi_GBps", 9)
             if (have_mpi) h = h col("mpitcp_ms", 12) col("mpitcp_GBps", 11)
@@ -285,7 +294,7 @@ for n in $nodes; do
             for (l = 1; l <= nl; l++) r = r col(lbw[l, $1], 15)
             for (z = 1; z <= nz; z++) r = r col(zbw[z, $1], wb)
             if (lanes) r = r col($4, 11)
-            for (z = 1; z <= nz; z++) r = r col(zgo[z, $1], wg)
+            for (z = 1; z <= ns; z++) r = r col(zgo[z, $1], wg)
             r = r col(lanes ? $5 : zraw[1, $1], 11)
             if (have_mpi && lanes) r = r col(mpi_ms[$1], 10) col(mpi_bw[$1], 9)
             if (have_mpi) r = r col(tcp_ms[$1], 12) col(tcp_bw[$1], 11)
