@@ -183,10 +183,11 @@ load_config(sl_config_t *cfg, const args_t *a)
     return -1;
 }
 
-/* handler for the signals that stop a run with its checkpoint: SIGINT, SIGTERM, and
- * SIGHUP (the terminal closed) unless it is ignored, as under nohup. shoal train and
- * node stop at once on a second signal (SA_RESETHAND); shoal run counts them (the
- * first is passed on, a second kills the nodes) and stays alive to clean up. */
+/* Installs handler for the signals that stop a run with its checkpoint: SIGINT,
+ * SIGTERM, and SIGHUP (the terminal closed) unless it is ignored, as under nohup.
+ * shoal train and node stop at once on a second signal (SA_RESETHAND); shoal run
+ * counts them (the first is passed on, a second kills the nodes) and stays alive to
+ * clean up. */
 static void
 catch_stop_signals(void (*handler)(int), int flags)
 {
