@@ -59,6 +59,7 @@
 #include "common/sl_log.h"
 #include "config/sl_config.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_transport.h"
 

@@ -13,6 +13,7 @@
 #include "common/sl_log.h"
 #include "common/sl_rng.h"
 #include "common/sl_sort.h"
+#include "transport/sl_gossip.h"
 
 #define MAX_LINKS 64 /* peers in one list of an exchange: the ring's 2k links, k <= 32 */
 

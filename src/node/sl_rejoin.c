@@ -11,7 +11,7 @@
 #include "common/sl_endian.h"
 #include "common/sl_hash.h"
 #include "common/sl_log.h"
-#include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 
 #define SIZES_BYTES 40 /* u64 step, parameters, sync state bytes, optimizer floats and steps */
 

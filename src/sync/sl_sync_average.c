@@ -20,6 +20,7 @@
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 
 struct sl_sync_average {
     sl_sync_env_t env;

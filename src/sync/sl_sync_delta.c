@@ -13,7 +13,7 @@
 #include "common/sl_rng.h"
 #include "embed/sl_quant.h"
 #include "topology/sl_ring.h"
-#include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_wire_quant.h"
 
 #define NO_ROUND UINT64_MAX /* a mirror that holds nothing valid yet */

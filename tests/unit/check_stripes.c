@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_zmq_pieces.h"
 

@@ -30,7 +30,7 @@
 #include "sync/sl_sync.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
-#include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_transport.h"
 #include "test_tool.h"
 #include "test_util.h"

@@ -13,6 +13,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_log.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_frame_mac.h"
 #include "transport/sl_mailbox.h"
 #include "transport/sl_transport.h"

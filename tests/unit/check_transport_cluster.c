@@ -18,6 +18,7 @@
 #include "common/sl_clock.h"
 #include "common/sl_hash.h"
 #include "transport/sl_collective.h"
+#include "transport/sl_gossip.h"
 #include "transport/sl_transport.h"
 
 #include "test_tool.h"
