@@ -121,9 +121,29 @@ ring(sim_t *s, double step_bytes, int nsteps)
         s->done[i] = max2(s->start[i], nsteps > 0 ? s->recv[(size_t)i * m + m - 1] : 0);
 }
 
+/* One step of a pairwise exchange: node i, beginning it at at[i], hands its partner
+ * i ^ bit `blocks` blocks of `bytes` each, every block in its own frames; next[i] =
+ * when node i has what its partner sent, or at[i] if later. */
+static void
+pair_step(sim_t *s, const double *at, double *next, int bit, double bytes, long blocks)
+{
+    long m = frames_of(s, bytes);
+    double last = bytes - (double)(m - 1) * s->chunk_bytes;
+
+    for (int i = 0; i < s->n; i++) {
+        int to = i ^ bit;
+        double t = at[i];
+
+        for (long b = 0; b < blocks; b++)
+            for (long c = 0; c < m; c++)
+                t = send(s, i, to, c < m - 1 ? s->chunk_bytes : last, at[i]);
+        next[to] = max2(at[to], t);
+    }
+}
+
 /* Halving then doubling (sl_collective.c's halving_passes) on n = 2^L nodes: step j
  * pairs node i with i ^ 2^j (doubling: the same pairs in reverse), which sends
- * bytes / 2^(j+1) (doubling: bytes * 2^j / n) in frames, all handed to the link once
+ * bytes / 2^(j+1) (doubling: bytes * 2^j / n) as one range, all handed to the link once
  * the node has what its partner sent in the step before. start -> done. */
 static void
 halving(sim_t *s, double bytes)
@@ -135,18 +155,25 @@ halving(sim_t *s, double bytes)
     for (int j = 0; j < 2 * levels; j++) {
         int lvl = j < levels ? j : 2 * levels - 1 - j;
         double range = j < levels ? bytes / (double)(2 << j) : bytes * (1 << (j - levels)) / n;
-        long m = frames_of(s, range);
 
-        for (int i = 0; i < n; i++) {
-            int to = i ^ (1 << lvl);
-            double t = at[i];
+        pair_step(s, at, next, 1 << lvl, range, 1);
+        memcpy(at, next, (size_t)n * sizeof *at);
+    }
+    memcpy(s->done, at, (size_t)n * sizeof *at);
+}
 
-            for (long c = 0; c < m; c++)
-                t = send(s, i, to,
-                         c < m - 1 ? s->chunk_bytes : range - (double)(m - 1) * s->chunk_bytes,
-                         at[i]);
-            next[to] = max2(at[to], t);
-        }
+/* Recursive doubling (sl_collective.c's doubling_pass) of blocks of `block` bytes on
+ * n = 2^L nodes: step j pairs node i with i ^ (n >> (j + 1)) and sends 2^j blocks, each
+ * in its own frames. start -> done. */
+static void
+doubling(sim_t *s, double block)
+{
+    int n = s->n;
+    double *at = s->recv, *next = s->next;
+
+    memcpy(at, s->start, (size_t)n * sizeof *at);
+    for (int j = 0; (n >> (j + 1)) > 0; j++) {
+        pair_step(s, at, next, n >> (j + 1), block, 1L << j);
         memcpy(at, next, (size_t)n * sizeof *at);
     }
     memcpy(s->done, at, (size_t)n * sizeof *at);
@@ -177,13 +204,26 @@ chain(sim_t *s)
     memcpy(s->start, s->done, (size_t)s->n * sizeof *s->start);
 }
 
-/* The sizes (one int32 from each node), then bytes_per_node from each node. */
+/* An allgather of `block` bytes from each node (coded: a codec's frames), as
+ * sl_allgather takes it: blocks of one size double where sl_allreduce_halves would
+ * halve, else go round the ring. */
 static void
-ring_allgather(sim_t *s, double bytes_per_node)
+allgather(sim_t *s, double block, int coded)
 {
-    ring(s, 4.0, s->n - 1);
+    if (sl_allreduce_halves((uint32_t)s->n, coded, s->p->allreduce_ring))
+        doubling(s, block);
+    else
+        ring(s, block, s->n - 1);
+}
+
+/* The sizes (one int32 from each node), then each node's rows (rows int32 ids) in a
+ * second allgather, both in fp32 frames. */
+static void
+gather_rows(sim_t *s, double rows)
+{
+    allgather(s, 4.0, 0);
     chain(s);
-    ring(s, bytes_per_node, s->n - 1);
+    allgather(s, rows * 4.0, 0);
 }
 
 static int
@@ -277,9 +317,11 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
         else
             gossip_push(s, (double)c->count * vb, round, comp);
     } else if (p->exchange == SL_EXCHANGE_ALLGATHER && p->algorithm == SL_SYNC_ALLREDUCE) {
-        ring_allgather(s, r * (4.0 + c->row_len * vb));
+        gather_rows(s, r);
+        chain(s);
+        allgather(s, r * c->row_len * vb, vb != 4);
     } else if (collective(p->algorithm)) {
-        ring_allgather(s, r * 4.0);
+        gather_rows(s, r);
         chain(s);
         allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
     } else {

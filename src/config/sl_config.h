@@ -32,8 +32,9 @@ typedef enum {
 /* How the nodes of a run reach each other: Unix-domain sockets (one machine) or TCP. */
 typedef enum { SL_CLUSTER_IPC, SL_CLUSTER_TCP } sl_cluster_transport_t;
 typedef enum { SL_SECURITY_CURVE, SL_SECURITY_MAC, SL_SECURITY_NONE } sl_security_t;
-/* How an allreduce moves its segments (src/transport/sl_collective.h): halving and
- * doubling where it can, else around the ring; or always around the ring. */
+/* How an allreduce moves its segments, and an allgather its blocks
+ * (src/transport/sl_collective.h): halving and doubling, recursive doubling, where they
+ * can, else around the ring; or always around the ring. */
 typedef enum { SL_ALLREDUCE_AUTO, SL_ALLREDUCE_RING } sl_allreduce_t;
 /* How the nodes' models are kept together (src/sync/sl_sync.h). */
 typedef enum {

@@ -1,12 +1,14 @@
-/* Collectives on top of sl_transport: ring allreduce and allgather (one ring pass
- * routine), chain broadcast, dissemination barrier.
+/* Collectives on top of sl_transport: allreduce and allgather around the ring or by
+ * halving and doubling (one streaming step routine), chain broadcast, dissemination
+ * barrier.
  *
- * A ring pass streams: in each of its n-1 steps a node sends one segment to its right
- * neighbour and receives another from its left, chunk by chunk, keeping `window`
- * chunks in flight ahead of what it has received. Sends never run more than the window
- * (plus the difference between the two segments' sizes) ahead of receives, far below
- * ZeroMQ's high-water mark, so a ring of blocked senders cannot form; and every node
- * that waits keeps reading its socket, filing early chunks in the mailbox.
+ * Every step streams (pass_step): a node sends one range to a peer and receives another
+ * (around the ring from its right and left neighbours, else from one partner), chunk
+ * by chunk, keeping `window` chunks in flight ahead of what it has received. Sends
+ * never run more than the window (plus the difference between the two ranges' sizes)
+ * ahead of receives, far below ZeroMQ's high-water mark, so a ring of blocked senders
+ * cannot form; and every node that waits keeps reading its socket, filing early chunks
+ * in the mailbox.
  *
  * With a codec (compression) chunks go as encoded copies: partial sums are encoded with
  * a fresh scale at every hop and added in fp32 by the receiver; a finished value (the
@@ -259,49 +261,91 @@ recv_chunk(const ring_t *r, uint32_t from, uint32_t seq, float *dst, size_t n, i
     return st;
 }
 
-/* Sends chunk j of segment [p, p + len) to `to` as seq, with scale (0: fresh) and own
- * as send_chunk says. */
-static sl_status_t
-send_seg_chunk(const ring_t *r, uint32_t to, uint32_t seq, float *p, size_t len, size_t j,
-               float scale, int own)
+/* The chunks a step sends or receives, in frames of r->chunk: of blocks q, q + stride,
+ * ... below end, block q being len[q] floats at buf + off[q] (len NULL: one block of
+ * `range` floats at buf); chunk j of block q travels as seq seq0 + q * per_block + j. */
+typedef struct {
+    float *buf;
+    const size_t *off, *len;
+    size_t range;
+    uint32_t q, stride, end;
+    uint32_t seq0, per_block;
+    size_t j; /* the next chunk of block q */
+} chunks_t;
+
+/* The floats of segments lo .. lo + cnt - 1. */
+static size_t
+span(const size_t *off, const size_t *len, uint32_t lo, uint32_t cnt)
 {
-    size_t at = j * r->chunk, m = len - at;
-    return send_chunk(r, to, seq, p + at, m < r->chunk ? m : r->chunk, scale, own);
+    return off[lo + cnt - 1] + len[lo + cnt - 1] - off[lo];
 }
 
-/* Chunk j of a ring step: with the scale it arrived with (prev, a value passed on) or
- * a fresh one (prev NULL). */
-static sl_status_t
-pass_send(const ring_t *r, uint32_t to, uint32_t seq0, float *out, size_t len, size_t j,
-          const float *prev, int own)
+/* Segments lo .. lo + cnt - 1 of buf (off, len) as one range, its chunk j as seq0 + j. */
+static chunks_t
+segments(float *buf, const size_t *off, const size_t *len, uint32_t lo, uint32_t cnt, uint32_t seq0)
 {
-    return send_seg_chunk(r, to, seq0 + (uint32_t)j, out, len, j, prev ? prev[j] : 0.0f, own);
+    return (chunks_t){.buf = buf + off[lo],
+                      .range = span(off, len, lo, cnt),
+                      .stride = 1,
+                      .end = 1,
+                      .seq0 = seq0};
 }
 
-/* One step's exchange, chunk by chunk: sends [out, out + nout) to `to` as seq0, seq0 + 1,
- * ... while receiving [in, in + nin) from `from`, adding or copying, one chunk out for
- * each one in so that `window` chunks stay in flight. prev, cur and own: the scales
- * passed on, those received, and whether the sender keeps its decoded values (as
- * pass_send and recv_chunk take them; NULL, NULL, 0 without a codec). */
-static sl_status_t
-pass_step(const ring_t *r, uint32_t to, uint32_t from, uint32_t seq0, float *out, size_t nout,
-          float *in, size_t nin, int add, const float *prev, float *cur, int own)
+/* The next chunk of c: *m floats at *p, travelling as *seq, chunk *j of its block; 0
+ * when none is left. */
+static int
+chunks_next(const ring_t *r, chunks_t *c, float **p, size_t *m, uint32_t *seq, size_t *j)
 {
-    size_t nsend = nchunks(r, nout), nrecv = nchunks(r, nin), sent = 0;
-
-    for (; sent < nsend && sent < r->window; sent++)
-        SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
-    for (size_t j = 0; j < nrecv; j++) {
-        size_t at = j * r->chunk, m = nin - at;
-        SL_TRY(recv_chunk(r, from, seq0 + (uint32_t)j, in + at, m < r->chunk ? m : r->chunk, add,
-                          cur ? &cur[j] : NULL));
-        if (sent < nsend) {
-            SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
-            sent++;
+    for (; c->q < c->end; c->q += c->stride, c->j = 0) {
+        size_t at = c->j * r->chunk, len = c->len ? c->len[c->q] : c->range;
+        if (at < len) {
+            *p = c->buf + (c->len ? c->off[c->q] : 0) + at;
+            *m = len - at < r->chunk ? len - at : r->chunk;
+            *seq = c->seq0 + c->q * c->per_block + (uint32_t)c->j;
+            *j = c->j++;
+            return 1;
         }
     }
-    for (; sent < nsend; sent++)
-        SL_TRY(pass_send(r, to, seq0, out, nout, sent, prev, own));
+    return 0;
+}
+
+/* Sends out's next chunk to `to`, if one is left (*more 0 when none was): with the
+ * scale it arrived with (prev, a value passed on) or a fresh one (prev NULL), and own
+ * as send_chunk takes it. */
+static sl_status_t
+send_next(const ring_t *r, uint32_t to, chunks_t *out, const float *prev, int own, int *more)
+{
+    float *p;
+    size_t m, j;
+    uint32_t seq;
+
+    *more = chunks_next(r, out, &p, &m, &seq, &j);
+    return *more ? send_chunk(r, to, seq, p, m, prev ? prev[j] : 0.0f, own) : SL_OK;
+}
+
+/* One step's exchange, chunk by chunk: sends out to `to` while receiving in from
+ * `from`, adding or copying, one chunk out for each one in so that `window` chunks stay
+ * in flight. prev, cur and own: the scales passed on, those received (by chunk of a
+ * one-block out and in), and whether the sender keeps its decoded values (as send_next
+ * and recv_chunk take them; NULL, NULL, 0 without a codec). */
+static sl_status_t
+pass_step(const ring_t *r, uint32_t to, uint32_t from, chunks_t out, chunks_t in, int add,
+          const float *prev, float *cur, int own)
+{
+    float *p;
+    size_t m, j;
+    uint32_t seq;
+    int more = 1;
+
+    for (unsigned k = 0; k < r->window && more; k++)
+        SL_TRY(send_next(r, to, &out, prev, own, &more));
+    while (chunks_next(r, &in, &p, &m, &seq, &j)) {
+        SL_TRY(recv_chunk(r, from, seq, p, m, add, cur ? &cur[j] : NULL));
+        if (more)
+            SL_TRY(send_next(r, to, &out, prev, own, &more));
+    }
+    while (more)
+        SL_TRY(send_next(r, to, &out, prev, own, &more));
     return SL_OK;
 }
 
@@ -331,17 +375,13 @@ ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t 
         const float *prev = r->scales && s > 0 ? r->scales + (s % 2) * chunks_max : NULL;
         float *cur = r->scales ? r->scales + ((s + 1) % 2) * chunks_max : NULL;
 
-        SL_TRY(pass_step(r, right, left, seq_base + s * chunks_max, buf + off[sseg], len[sseg],
-                         buf + off[rseg], len[rseg], add, prev, cur, r->scales && s == 0));
+        uint32_t seq0 = seq_base + s * chunks_max;
+
+        SL_TRY(pass_step(r, right, left, segments(buf, off, len, sseg, 1, seq0),
+                         segments(buf, off, len, rseg, 1, seq0), add, prev, cur,
+                         r->scales && s == 0));
     }
     return SL_OK;
-}
-
-/* The floats of segments lo .. lo + cnt - 1. */
-static size_t
-span(const size_t *off, const size_t *len, uint32_t lo, uint32_t cnt)
-{
-    return off[lo + cnt - 1] + len[lo + cnt - 1] - off[lo];
 }
 
 /* Recursive halving, then doubling, over a power-of-two n (fp32 frames). Halving step
@@ -360,9 +400,8 @@ halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint
     for (; cnt > 1; cnt /= 2, bit *= 2, s++) {
         uint32_t keep = r->pos & bit ? lo + cnt / 2 : lo, give = r->pos & bit ? lo : lo + cnt / 2;
         uint32_t peer = peer_at(r, r->pos ^ bit);
-        SL_TRY(pass_step(r, peer, peer, s * chunks_max, buf + off[give],
-                         span(off, len, give, cnt / 2), buf + off[keep],
-                         span(off, len, keep, cnt / 2), 1, NULL, NULL, 0));
+        SL_TRY(pass_step(r, peer, peer, segments(buf, off, len, give, cnt / 2, s * chunks_max),
+                         segments(buf, off, len, keep, cnt / 2, s * chunks_max), 1, NULL, NULL, 0));
         lo = keep;
     }
     /* the doubling overwrites ranges that halving lent to ZeroMQ */
@@ -371,8 +410,8 @@ halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint
         uint32_t other = lo ^ cnt, peer;
         bit /= 2;
         peer = peer_at(r, r->pos ^ bit);
-        SL_TRY(pass_step(r, peer, peer, s * chunks_max, buf + off[lo], span(off, len, lo, cnt),
-                         buf + off[other], span(off, len, other, cnt), 0, NULL, NULL, 0));
+        SL_TRY(pass_step(r, peer, peer, segments(buf, off, len, lo, cnt, s * chunks_max),
+                         segments(buf, off, len, other, cnt, s * chunks_max), 0, NULL, NULL, 0));
         lo = lo < other ? lo : other;
     }
     return SL_OK;
@@ -455,6 +494,61 @@ out:
     return st;
 }
 
+/* The floats on doubling's critical path (the most any node sends at each step) may
+ * exceed the ring's (every block but the smallest, down each link) by as much as the
+ * hand-overs shrink, (n - 1) / log2 n times. */
+int
+sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring)
+{
+    double total = 0, least = 0, doubling = 0;
+
+    if (!sl_allreduce_halves(n, coded, ring))
+        return 0;
+    for (uint32_t q = 0; q < n; q++) {
+        total += (double)counts[q];
+        least = q == 0 || (double)counts[q] < least ? (double)counts[q] : least;
+    }
+    for (uint32_t b = n / 2; b > 0; b /= 2) {
+        double most = 0;
+        for (uint32_t first = 0; first < 2 * b; first++) {
+            double held = 0;
+            for (uint32_t q = first; q < n; q += 2 * b)
+                held += (double)counts[q];
+            most = held > most ? held : most;
+        }
+        doubling += most;
+    }
+    return doubling * __builtin_ctz(n) <= (total - least) * (n - 1);
+}
+
+/* Recursive doubling over a power-of-two n (fp32 frames): step b = n/2, n/4, ..., 1
+ * pairs the places that differ in bit b, and each sends its partner the blocks it
+ * holds, those of the places that agree with its own below bit 2b, receiving as many.
+ * log2 n steps rather than n - 1, the ring's bytes where the blocks are of one size;
+ * the first step, between the farthest places, moves one block, the last, between
+ * neighbours (the same host's nodes where hosts hold consecutive ranks), half of them.
+ * A block goes from one node to another once: its chunk j travels as seq
+ * q * chunks_max + j. */
+static sl_status_t
+doubling_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
+{
+    for (uint32_t b = r->n / 2; b > 0; b /= 2) {
+        uint32_t peer = peer_at(r, r->pos ^ b);
+        chunks_t out = {.buf = buf,
+                        .off = off,
+                        .len = len,
+                        .q = r->pos % (2 * b),
+                        .stride = 2 * b,
+                        .end = r->n,
+                        .per_block = chunks_max},
+                 in = out;
+
+        in.q = (r->pos ^ b) % (2 * b);
+        SL_TRY(pass_step(r, peer, peer, out, in, 0, NULL, NULL, 0));
+    }
+    return SL_OK;
+}
+
 sl_status_t
 sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float *mine, float *out,
              const size_t *counts, const sl_collective_opts_t *o)
@@ -462,6 +556,7 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     ring_t r;
     size_t *off;
     uint32_t chunks_max;
+    int doubles;
     sl_status_t st;
 
     SL_TRY(ring_init(&r, t, SL_WIRE_ALLGATHER, component, round, o, 0));
@@ -474,8 +569,11 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
         off[k] = k ? off[k - 1] + counts[k - 1] : 0;
     if (out + off[r.pos] != mine)
         memmove(out + off[r.pos], mine, counts[r.pos] * sizeof *out);
-    SL_TRY_GOTO(seq_space(&r, counts, r.n, r.n - 1, &chunks_max), st, done);
-    SL_TRY_GOTO(ring_pass(&r, out, off, counts, r.pos, 0, chunks_max, 0), st, done);
+    doubles = sl_allgather_doubles(r.n, counts, r.codec != NULL, sl_transport_allreduce_ring(t));
+    SL_TRY_GOTO(seq_space(&r, counts, r.n, doubles ? r.n : r.n - 1, &chunks_max), st, done);
+    SL_TRY_GOTO(doubles ? doubling_pass(&r, out, off, counts, chunks_max)
+                        : ring_pass(&r, out, off, counts, r.pos, 0, chunks_max, 0),
+                st, done);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 done:
     free(off);

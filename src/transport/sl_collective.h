@@ -1,9 +1,10 @@
-/* Collectives over the transport: ring allreduce (sum), ring allgather with per-node
- * sizes, chain broadcast and dissemination barrier (the gossip exchange is
- * sl_gossip.h's). Every node of the run (or of the group, sl_group_t) calls the same
- * collective with the same component, round, sizes and options; rounds of one
- * (collective, component) must increase from call to call (sl_transport.h: older rounds
- * are stale), except that a group of another epoch may redo a round.
+/* Collectives over the transport: allreduce (sum) and allgather with per-node sizes,
+ * around the ring or by halving and doubling, chain broadcast and dissemination
+ * barrier (the gossip exchange is sl_gossip.h's). Every node of the run (or of the
+ * group, sl_group_t) calls the same collective with the same component, round, sizes
+ * and options; rounds of one (collective, component) must increase from call to call
+ * (sl_transport.h: older rounds are stale), except that a group of another epoch may
+ * redo a round.
  *
  * Buffers are lent to ZeroMQ while a collective runs and given back before it returns
  * SL_OK. After an error they may still be queued to a dead peer: the caller must then
@@ -83,7 +84,8 @@ size_t sl_allreduce_chunk(size_t count, uint32_t n);
  * 2 log2 n steps) rather than going round the ring (2 (n - 1) steps), with the same
  * bytes: where n is a power of two, 4 or more, its frames are fp32 (coded: 0) and the
  * transport does not ask for the ring (ring: sl_transport_opts_t.allreduce_ring).
- * Every node of a collective decides the same. */
+ * sl_allgather doubles on the same condition where its blocks' sizes allow. Every node
+ * of a collective decides the same. */
 int sl_allreduce_halves(uint32_t n, int coded, int ring);
 
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,
@@ -95,9 +97,17 @@ int sl_allreduce_halves(uint32_t n, int coded, int ring);
 sl_status_t sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *buf,
                              size_t count, const sl_collective_opts_t *o);
 
+/* Whether sl_allgather of counts (n blocks) doubles (log2 n steps) rather than going
+ * round the ring (n - 1 steps): where sl_allreduce_halves would halve, and no block is
+ * so much larger than the rest that doubling, which sends it on log2 n steps one after
+ * another, would lose more on bytes than it gains on hand-overs. Blocks of one size
+ * always double. */
+int sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring);
+
 /* out (sum of counts floats) receives every node's block in rank order: node k's
  * counts[k] floats at offset counts[0] + ... + counts[k-1]. mine (counts[rank] floats)
- * may be that very place in out. counts may differ and be 0. */
+ * may be that very place in out. counts may differ and be 0. By recursive doubling or
+ * around the ring, as sl_allgather_doubles says. */
 sl_status_t sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float *mine,
                          float *out, const size_t *counts, const sl_collective_opts_t *o);
 

@@ -141,7 +141,8 @@ START_TEST(test_agree_drops_silent)
 END_TEST
 
 /* The mean of COUNT floats over the group: the inputs test_node_input(rank, i), so that
- * the sums are exact. */
+ * the sums are exact; then the group's ranks, one float from each node, gathered and
+ * checked against g's. */
 typedef struct {
     net_t *net;
     int k;
@@ -153,7 +154,8 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
 {
     const mean_t *j = ctx;
     sl_collective_opts_t o = {.timeout_ms = WAIT_MS, .group = g};
-    float *out = j->net->out[j->k];
+    float *out = j->net->out[j->k], ranks[MAXN], me = (float)j->k;
+    size_t ones[MAXN] = {1, 1, 1, 1, 1};
 
     (void)count; /* all COUNT */
     for (int i = 0; i < COUNT; i++)
@@ -161,6 +163,11 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
     SL_TRY(sl_allreduce_sum(j->net->t[j->k], 5, j->round, out, COUNT, &o));
     for (int i = 0; i < COUNT; i++)
         out[i] /= (float)g->n;
+    SL_TRY(sl_allgather(j->net->t[j->k], 5, j->round, &me, ranks, ones, &o));
+    for (uint32_t p = 0; p < g->n; p++)
+        if (ranks[p] != (float)g->ranks[p])
+            return sl_err_set(SL_ERR_INVALID, "place %u of the gather holds rank %g, not %u",
+                              (unsigned)p, (double)ranks[p], (unsigned)g->ranks[p]);
     return SL_OK;
 }
 
@@ -180,7 +187,8 @@ mean_node(net_t *net, int k)
 
 /* Of 5 nodes, 1 never answers: the ring's mean over all five times out, and the four
  * left, ranks {0, 2, 3, 4}, halve and double (a power of two), each pairing with the
- * place whose bit differs: the mean over them, exactly, on every one. */
+ * place whose bit differs: the mean over them, exactly, on every one; and their ranks
+ * gathered by doubling, each in its place. */
 START_TEST(test_mean_halves_over_survivors)
 {
     static const uint32_t left[4] = {0, 2, 3, 4};

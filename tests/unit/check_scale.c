@@ -286,9 +286,10 @@ START_TEST(test_components_in_sequence)
 }
 END_TEST
 
-/* Rows: ma/bmuf allgather the row sets (4 B a row, n-1 steps) and allreduce the union
- * R n^b; gossip sends its set to the chosen node and gets the union of two sets back
- * with ids. 2 shards of 1000 rows x 10, R = 100, b = 0.5, fp16. */
+/* Rows: ma/bmuf allgather the row sets (4 B a row; by doubling, log2 n steps, or round
+ * the ring, n - 1) and allreduce the union R n^b; gossip sends its set to the chosen
+ * node and gets the union of two sets back with ids. 2 shards of 1000 rows x 10,
+ * R = 100, b = 0.5, fp16. */
 START_TEST(test_unique_rows)
 {
     sl_scale_component_t c;
@@ -311,11 +312,19 @@ START_TEST(test_unique_rows)
     p.bits_per_s = 8e6; /* 1 byte = 1 us */
     p.latency_ms = 1;
     r = run(&p);
-    /* allgathers: sizes 3 x (4 B = 0.004 ms + 1), sets 3 x (400 B = 0.4 ms + 1);
-     * allreduce: 6 x (ug x 20 B / 4 = 1 ms + 1) */
+    /* allgathers by doubling: sizes 4 B (0.004 ms + 1) to rank ^ 2, then 2 x 4 B (0.008 +
+     * 1) to rank ^ 1; sets 400 B (0.4 + 1), then 2 x 400 B (0.8 + 1); allreduce (fp16:
+     * round the ring): 6 x (ug x 20 B / 4 = 1 ms + 1) */
+    ck_assert_double_eq_tol(r.wall_ms,
+                            100 + 1.004 + 1.008 + 1.4 + 1.8 + 6 * (ug * 20 / 4 / 1000 + 1), 1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 6 * ug * 20 / 4, 1e-6);
+    /* round the ring, asked for: sizes 3 x (4 B + 1), sets 3 x (400 B + 1), the same bytes */
+    p.allreduce_ring = 1;
+    r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 100 + 3 * 1.004 + 3 * 1.4 + 6 * (ug * 20 / 4 / 1000 + 1),
                             1e-9);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 6 * ug * 20 / 4, 1e-6);
+    p.allreduce_ring = 0;
     /* gossip, 2 nodes: request 400 B; reply: the ids of the other's rows the requester
      * lacks, u2 - 100 of them, then the values of u2 = 100 x 2^0.5 rows (20 B each) */
     p.algorithm = SL_SYNC_GOSSIP_MA;
@@ -328,6 +337,15 @@ START_TEST(test_unique_rows)
     p.exchange = SL_EXCHANGE_DENSE;
     r = run(&p);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 10000 * 2, 1e-6);
+    /* allreduce mode's allgather baseline, fp32, 4 nodes: sizes and sets as above, then
+     * the rows' values by doubling, 4,000 B (4 ms + 1), then 2 x 4,000 B (8 + 1) */
+    p.algorithm = SL_SYNC_ALLREDUCE;
+    p.nodes = 4;
+    p.exchange = SL_EXCHANGE_ALLGATHER;
+    p.value_bytes = 4;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 1.004 + 1.008 + 1.4 + 1.8 + 5 + 9, 1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 3 * 4000, 1e-6);
 }
 END_TEST
 

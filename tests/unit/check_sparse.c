@@ -145,6 +145,17 @@ allreduce_sent(size_t count, uint32_t me, uint32_t n)
     return sent;
 }
 
+/* Floats an allgather of counts makes node me of n send, by the algorithm sl_allgather
+ * takes (test_allgather_doubles_when in check_transport_cluster checks its choice). */
+static size_t
+allgather_sent(const size_t *counts, uint32_t me, uint32_t n)
+{
+    size_t sent = 0, recvd = 0;
+
+    test_allgather_floats(counts, n, me, sl_allgather_doubles(n, counts, 0, 0), &sent, &recvd);
+    return sent;
+}
+
 /* Every scenario in every mode on one context, checked against the local sums. */
 static int
 node_modes(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
@@ -213,13 +224,19 @@ node_modes(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
                         total, ug);
                 return 20 + m;
             }
-            /* payload floats sent: counts (n - 1 words), index or row blocks (all but the
-             * right neighbour's), values (allreduce) */
-            size_t right = (me + 1) % n;
+            /* payload floats sent: counts (a word each), index blocks, then the values
+             * (allreduce) or the row blocks */
+            size_t ones[TEST_CLUSTER_MAXN], ukd[TEST_CLUSTER_MAXN];
+            for (uint32_t k = 0; k < n; k++) {
+                ones[k] = 1;
+                ukd[k] = uk[k] * D;
+            }
             want = modes[m] == SL_EXCHANGE_DENSE ? allreduce_sent((size_t)R * D, me, n)
                    : modes[m] == SL_EXCHANGE_UNIQUE
-                       ? (n - 1) + total - uk[right] + allreduce_sent((size_t)ug * D, me, n)
-                       : (n - 1) + (total - uk[right]) * (1 + D);
+                       ? allgather_sent(ones, me, n) + allgather_sent(uk, me, n) +
+                             allreduce_sent((size_t)ug * D, me, n)
+                       : allgather_sent(ones, me, n) + allgather_sent(uk, me, n) +
+                             allgather_sent(ukd, me, n);
             if (n == 1)
                 want = 0;
             if (s.sent_bytes != want * sizeof(float) + s.sent_frames * SL_WIRE_HEADER_BYTES) {

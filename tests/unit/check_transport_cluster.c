@@ -185,6 +185,10 @@ END_TEST
 
 /* ---- allgather with odd per-node counts, some zero */
 
+/* Pass 0's block of 1,000,003 floats goes round the ring, which sends it once down each
+ * link, where doubling would send it on each of log2 n steps; pass 1's blocks of 1 to
+ * 27 floats double where n is a power of two, 4 or more, unless the transport asks for
+ * the ring. */
 static size_t
 ag_count(uint32_t k, int pass)
 {
@@ -193,10 +197,17 @@ ag_count(uint32_t k, int pass)
 }
 
 static int
+ag_doubles(uint32_t n, int pass, int ring)
+{
+    return pass == 1 && !ring && n >= 4 && (n & (n - 1)) == 0;
+}
+
+static int
 node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
 {
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
-    size_t counts[TEST_CLUSTER_MAXN], total = 0;
+    size_t counts[TEST_CLUSTER_MAXN], total = 0, sent = 0, recvd = 0;
+    sl_transport_stat_t st;
 
     for (int pass = 0; pass < 2; pass++) {
         total = 0;
@@ -217,19 +228,63 @@ node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
         *result ^= sl_hash_bytes(out, total * sizeof *out, (uint64_t)pass);
         free(out);
         free(mine);
+        test_allgather_floats(counts, n, me, ag_doubles(n, pass, c->ring), &sent, &recvd);
+    }
+    sl_transport_stat(t, SL_WIRE_ALLGATHER, 9, &st);
+    if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float)) {
+        fprintf(stderr,
+                "rank %u of %u: allgather sent %" PRIu64 " and received %" PRIu64
+                " bytes, want %zu and %zu\n",
+                me, n, st.sent_bytes, st.recv_bytes, sent * sizeof(float), recvd * sizeof(float));
+        return 30;
     }
     return 0;
 }
 
+/* Around the ring, and by doubling on 4 and 8 nodes (on 8 also with the transport
+ * asking for the ring): every block in its place, and each node's traffic as its
+ * algorithm moves it. */
 START_TEST(test_allgather)
 {
-    static const int sizes[] = {2, 3, 7};
+    static const int sizes[] = {2, 3, 4, 7, 8};
     test_cluster_t c;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         test_cluster_init(&c, sizes[i], (int)(i % 2 == 0), RUN, node_allgather, NULL);
         test_cluster_assert_ok(&c, "allgather");
         check_same_results(&c);
     }
+    test_cluster_init(&c, 8, 0, RUN, node_allgather, NULL);
+    c.ring = 1;
+    test_cluster_assert_ok(&c, "allgather on 8 nodes, the transport asking for the ring");
+    check_same_results(&c);
+}
+END_TEST
+
+/* Doubling's critical path against the ring's busiest link, worked out by hand: {4, 1,
+ * 1, 1} on 4 nodes sends 4 + 5 floats one step after the other, 9, against the ring's
+ * 7 - 1 = 6, just the (n - 1) / log2 n = 1.5 times allowed; {5, 1, 1, 1} 11 against 7,
+ * too many. On 8 nodes ag_count's pass 1 (11, 19, 27, 6, 14, 22, 1, 9) sends 27 + 41 +
+ * 56 = 124 against 109 - 1 = 108, well within 7/3; pass 0's 3,000,021 against
+ * 1,000,029 is not. */
+START_TEST(test_allgather_doubles_when)
+{
+    size_t four[4] = {4, 1, 1, 1}, five[4] = {5, 1, 1, 1}, ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    size_t pass0[8], pass1[8];
+
+    for (uint32_t k = 0; k < 8; k++) {
+        pass0[k] = ag_count(k, 0);
+        pass1[k] = ag_count(k, 1);
+    }
+    ck_assert(sl_allgather_doubles(4, four, 0, 0));
+    ck_assert(!sl_allgather_doubles(4, five, 0, 0));
+    ck_assert(sl_allgather_doubles(8, pass1, 0, 0));
+    ck_assert(!sl_allgather_doubles(8, pass0, 0, 0));
+    ck_assert(sl_allgather_doubles(8, ones, 0, 0));
+    /* sl_allreduce_halves's conditions: n, a codec, the ring asked for */
+    ck_assert(!sl_allgather_doubles(2, ones, 0, 0));
+    ck_assert(!sl_allgather_doubles(6, ones, 0, 0));
+    ck_assert(!sl_allgather_doubles(8, ones, 1, 0));
+    ck_assert(!sl_allgather_doubles(8, ones, 0, 1));
 }
 END_TEST
 
@@ -777,6 +832,7 @@ transport_cluster_suite(void)
     tcase_add_test(core, test_allreduce);
     tcase_add_test(core, test_allreduce_halving);
     tcase_add_test(core, test_allgather);
+    tcase_add_test(core, test_allgather_doubles_when);
     tcase_add_test(core, test_broadcast);
     tcase_add_test(core, test_barrier);
     tcase_add_test(core, test_gossip);

@@ -504,6 +504,28 @@ test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *s
 #undef SEG
 }
 
+/* Ring: a node sends every block but its right neighbour's, once. Doubling: at level
+ * h = n/2, ..., 1 a node sends the blocks of the nodes whose ranks agree with its own
+ * on the bits below 2h, so block q goes out once for each of the lowest bits in which
+ * q and me agree, log2 n times for its own. Either way a node receives every block
+ * but its own, once. */
+void
+test_allgather_floats(const size_t *counts, uint32_t n, uint32_t me, int doubles, size_t *sent,
+                      size_t *recvd)
+{
+    for (uint32_t q = 0; q < n; q++) {
+        uint32_t agree = 0;
+        while (agree < 31 && (1u << agree) < n && !(((q ^ me) >> agree) & 1u))
+            agree++;
+        if (doubles)
+            *sent += agree * counts[q];
+        else if (q != (me + 1) % n)
+            *sent += counts[q];
+        if (q != me)
+            *recvd += counts[q];
+    }
+}
+
 /* ------------------------------------------------ three sync nodes in one process */
 
 const sl_component_t test_trio_comps[TEST_TRIO_NC] = {

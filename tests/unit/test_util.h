@@ -159,6 +159,12 @@ void test_pair_join(sl_transport_t *t0, sl_transport_t *late, unsigned char *ses
 void test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *sent,
                            size_t *recvd);
 
+/* Adds to *sent and *recvd the floats node me of n sends and receives in an
+ * sl_allgather of counts (fp32), by recursive doubling (doubles) or around the ring,
+ * worked out apart from sl_collective.c as test_allreduce_floats is. */
+void test_allgather_floats(const size_t *counts, uint32_t n, uint32_t me, int doubles, size_t *sent,
+                           size_t *recvd);
+
 /* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
  * exact in float whatever the order of addition. */
 float test_node_input(uint32_t k, size_t i);
