@@ -23,7 +23,10 @@
  *   unique rows      ma/bmuf/allreduce: allgathers of the row-set sizes (4 bytes) and of
  *                    the sets (4 bytes a row), then an allreduce of the union's
  *                    rows (src/embed/sl_sparse.h); allreduce with allgather: the sizes,
- *                    then every node's rows with their ids; gossip/local: a request with
+ *                    every node's ids, then its rows. An allgather doubles where an
+ *                    allreduce would halve (log2 n steps, step j pairing node i with
+ *                    i ^ n/2^(j+1) and sending 2^j blocks), else goes round the ring
+ *                    (n-1 steps of a block); gossip/local: a request with
  *                    the row set to each chosen node, answered with the ids it lacks
  *                    and the values of the union of both sets. A node touches R rows
  *                    of a shard per sync; the union of m nodes' sets is
