@@ -506,9 +506,9 @@ test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *s
 
 /* Ring: a node sends every block but its right neighbour's, once. Doubling: at level
  * h = n/2, ..., 1 a node sends the blocks of the nodes whose ranks agree with its own
- * on the bits below 2h, so block q goes out once for each of the lowest bits in which
- * q and me agree, log2 n times for its own. Either way a node receives every block
- * but its own, once. */
+ * on the bits below 2h, so block q goes out once for each low bit that q and me share
+ * below the lowest in which they differ, log2 n times for its own. Either way a node
+ * receives every block but its own, once. */
 void
 test_allgather_floats(const size_t *counts, uint32_t n, uint32_t me, int doubles, size_t *sent,
                       size_t *recvd)
