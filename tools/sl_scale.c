@@ -468,10 +468,18 @@ sync_due(sim_t *s, long step)
             continue;
         for (int i = 0; i < s->n; i++)
             s->start[i] = max2(s->clock[i], s->worker[i]);
-        /* allreduce with dense rows sums the whole gradient buffer at once */
+        /* allreduce with dense rows sums the whole gradient buffer at once; by rows,
+         * the components that go whole sum each run of them side by side at once */
         if (p->algorithm == SL_SYNC_ALLREDUCE && p->exchange == SL_EXCHANGE_DENSE) {
             allreduce(s, fused);
             c = p->ncomps;
+        } else if (p->algorithm == SL_SYNC_ALLREDUCE && !comp->sparse) {
+            double bytes = (double)comp->count * p->value_bytes;
+
+            while (c + 1 < p->ncomps && !p->comps[c + 1].sparse &&
+                   step % p->comps[c + 1].period == 0)
+                bytes += (double)p->comps[++c].count * p->value_bytes;
+            allreduce(s, bytes);
         } else {
             exchange(s, comp, step / comp->period, c);
         }

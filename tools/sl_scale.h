@@ -7,7 +7,8 @@
  * (sl_lm_layout). What is modelled, per algorithm:
  *   allreduce        every step, an allreduce of all gradients (one, over the whole
  *                    buffer; with sync.exchange unique or allgather the row shards go
- *                    as below and every other component in its own allreduce)
+ *                    as below and the other components in one allreduce for each run
+ *                    of them next to each other in comps, as the layout has them)
  *   ma, bmuf         per due component an allreduce. Where sl_allreduce_halves says
  *                    shoal halves and doubles: 2 log2 n steps, step j pairing node i
  *                    with i ^ 2^j (then the same pairs in reverse), sending S/2, ...,

@@ -76,10 +76,12 @@ sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
     *gp = NULL;
 }
 
-/* Each row shard's gradient summed by its touched rows (round = step), each other
- * component by a ring allreduce of its own (component SL_GRAD_COMPONENT(ncomps, c),
- * round step): each (kind, component) advances by one round a step, as the mailbox's
- * window of rounds ahead wants. */
+/* Each row shard's gradient summed by its touched rows (round = step); the other
+ * components by allreduces, one for each run of them that lie side by side in grads
+ * (the LSTM layers and their projections), as component SL_GRAD_COMPONENT(ncomps, c)
+ * of the run's first c, round step: on a slow link every allreduce costs 2 log2 n
+ * latencies or more, whatever its size. Each (kind, component) advances by one round a
+ * step, as the mailbox's window of rounds ahead wants. */
 static sl_status_t
 sum_by_rows(const mean_job_t *j, const sl_collective_opts_t *o)
 {
@@ -93,8 +95,15 @@ sum_by_rows(const mean_job_t *j, const sl_collective_opts_t *o)
         sl_status_t st;
 
         if (!sl_sync_by_rows(cp, e->exchange)) {
-            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, c), (uint64_t)j->step,
-                                  j->grads + cp->offset, cp->count, o);
+            int first = c;
+            size_t count = cp->count;
+
+            /* with the components that also go whole and follow it in grads */
+            while (c + 1 < e->ncomps && !sl_sync_by_rows(&e->comps[c + 1], e->exchange) &&
+                   e->comps[c + 1].offset == cp->offset + count)
+                count += e->comps[++c].count;
+            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, first), (uint64_t)j->step,
+                                  j->grads + cp->offset, count, o);
         } else {
             sl_sparse_stats_t ss;
             size_t n = 0;

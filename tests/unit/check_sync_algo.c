@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "config/sl_config.h"
+#include "sync/sl_grad_allreduce.h"
 #include "sync/sl_sync.h"
 #include "topology/sl_ring.h"
 #include "topology/sl_schedule.h"
@@ -45,6 +46,13 @@ static const sl_component_t comps[NCOMP] = {
     {"lstm.1", 9, 2, 0, 0, 0, 0},
 };
 static const int period[NCOMP] = {1, 2, 3};
+/* For the allreduce of gradients: the row shard first, the dense components side by
+ * side after it, one allreduce for both. */
+static const sl_component_t side_comps[NCOMP] = {
+    {"embedding.0", 0, 6, 1, 0, 3, 2},
+    {"lstm.0", 6, 3, 0, 0, 0, 0},
+    {"lstm.1", 9, 2, 0, 0, 0, 0},
+};
 static const char layout_conf[] =
     "sync={period: 1, embedding_period: 2, exchange: dense, periods: [{match: lstm.1, period: 3}]}";
 /* The same with lstm.0 alone syncing in the first 6 steps. */
@@ -73,12 +81,13 @@ touched_row(int k, long t)
     return (int32_t)((k + t) % 3);
 }
 
-/* Node k's gradient of parameter i at step t (allreduce): multiples of 1/4, 0 on the
- * rows of the shard it did not touch (as a real step leaves them), else never 0. */
+/* Node k's gradient of parameter i at step t (allreduce) in layout cs: multiples of
+ * 1/4, 0 on the rows of the shard it did not touch (as a real step leaves them), else
+ * never 0. */
 static double
-grad_value(int k, long t, int i)
+grad_value(const sl_component_t *cs, int k, long t, int i)
 {
-    const sl_component_t *e = &comps[1];
+    const sl_component_t *e = cs == side_comps ? &cs[0] : &cs[1];
 
     if ((size_t)i >= e->offset && (size_t)i < e->offset + e->count &&
         ((size_t)i - e->offset) / (size_t)e->row_len != (size_t)touched_row(k, t))
@@ -98,11 +107,12 @@ typedef struct {
     int absent;    /* this rank leaves right after the rendezvous; -1: none */
     int final;     /* sl_sync_final after the steps */
     int timeout_ms;
-    int skip, skip_step; /* rank skip makes its local step but no sl_sync_after_step at
-                            step skip_step (0: nobody skips) */
-    int poison;          /* instead, rank skip pushes lstm.0 snapshots its pullers cannot
-                            use: POISON_NAN or POISON_SIZE (0: none) */
-    int poison_q;        /* the q of the gossip schedule that says who its pullers are */
+    int skip, skip_step;         /* rank skip makes its local step but no sl_sync_after_step at
+                                    step skip_step (0: nobody skips) */
+    int poison;                  /* instead, rank skip pushes lstm.0 snapshots its pullers cannot
+                                    use: POISON_NAN or POISON_SIZE (0: none) */
+    int poison_q;                /* the q of the gossip schedule that says who its pullers are */
+    const sl_component_t *comps; /* the layout: comps or side_comps (NULL: comps) */
 } plan_t;
 
 enum { POISON_NAN = 1, POISON_SIZE };
@@ -113,8 +123,9 @@ typedef struct {
     float avg[NP];
     int has_avg, writer, nmodels;
     long rounds[NCOMP];
-    unsigned char dead[MAXN]; /* sl_sync_is_dead after the steps */
-    uint64_t refused;         /* snapshots refused (the plan's poison) */
+    unsigned char dead[MAXN];    /* sl_sync_is_dead after the steps */
+    uint64_t refused;            /* snapshots refused (the plan's poison) */
+    uint64_t grad_frames[NCOMP]; /* allreduce frames sent as SL_GRAD_COMPONENT(NCOMP, c) */
 } node_out_t;
 
 /* The check that failed in a node (its exit status). */
@@ -156,6 +167,7 @@ static int
 node_steps(test_cluster_t *c, sl_transport_t *t, sl_sync_t *s, int k, float *p, node_out_t *out)
 {
     const plan_t *pl = c->arg;
+    const sl_component_t *cs = pl->comps ? pl->comps : comps;
     float g[NP];
 
     for (long step = 1; step <= pl->steps; step++) {
@@ -165,7 +177,7 @@ node_steps(test_cluster_t *c, sl_transport_t *t, sl_sync_t *s, int k, float *p, 
             int32_t row = touched_row(k, step);
 
             for (int i = 0; i < NP; i++)
-                g[i] = (float)grad_value(k, step, i);
+                g[i] = (float)grad_value(cs, k, step, i);
             if (sl_sync_note_rows(s, 0, &row, 1) != SL_OK ||
                 sl_sync_gradients(s, g, step - 1) != SL_OK)
                 return FAIL_GRADIENTS;
@@ -211,14 +223,19 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
     cfg.cluster.nodes = pl->n;
     for (int i = 0; i < NP; i++)
         p[i] = (float)start_value(k, i);
-    if (sl_sync_new(&s, &cfg, t, k, pl->n, comps, NCOMP, p, NP) != SL_OK)
+    if (sl_sync_new(&s, &cfg, t, k, pl->n, pl->comps ? pl->comps : comps, NCOMP, p, NP) != SL_OK)
         rc = FAIL_NEW;
     if (rc == 0)
         rc = node_steps(c, t, s, k, p, out);
     out->refused =
         sl_transport_dropped(t, pl->poison == POISON_SIZE ? SL_DROP_BAD_SIZE : SL_DROP_NONFINITE);
-    for (int j = 0; j < NCOMP && rc == 0; j++)
+    for (int j = 0; j < NCOMP && rc == 0; j++) {
+        sl_transport_stat_t ts;
+
         out->rounds[j] = sl_sync_stat(s, j)->rounds;
+        sl_transport_stat(t, SL_WIRE_ALLREDUCE, SL_GRAD_COMPONENT(NCOMP, j), &ts);
+        out->grad_frames[j] = ts.sent_msgs;
+    }
     for (int j = 0; j < pl->n && rc == 0; j++)
         out->dead[j] = (unsigned char)sl_sync_is_dead(s, j);
     if (rc == 0 && pl->final) {
@@ -721,20 +738,25 @@ END_TEST
 static const struct {
     int n;
     const char *exchange;
-} grad_cases[] = {{3, "sync.exchange=dense"},
-                  {4, "sync.exchange=dense"},
-                  {4, "sync.exchange=unique"},
-                  {3, "sync.exchange=allgather"}};
+    const sl_component_t *comps;
+} grad_cases[] = {{3, "sync.exchange=dense", comps},
+                  {4, "sync.exchange=dense", comps},
+                  {4, "sync.exchange=unique", comps},
+                  {3, "sync.exchange=allgather", comps},
+                  {3, "sync.exchange=unique", side_comps}};
 
 /* sl_sync_gradients over 3 and 4 nodes, three steps, each node touching one row of the
  * shard per step (sl_sync_note_rows): every node's gradient becomes the mean of the
  * nodes' gradients (a sum would be 3 or 4 times too large), the shard's too, whether
  * it goes whole or by the touched rows (unique: their union summed; allgather): exact
- * on 4 nodes (multiples of 1/4 divided by 4), within 1e-6 on 3. */
+ * on 4 nodes (multiples of 1/4 divided by 4), within 1e-6 on 3. By rows, the dense
+ * components go one allreduce each, or one for both where they lie side by side
+ * (side_comps). */
 START_TEST(test_gradients_mean)
 {
     static node_out_t out[MAXN];
-    int n = grad_cases[_i].n;
+    int n = grad_cases[_i].n, rows = strstr(grad_cases[_i].exchange, "dense") == NULL;
+    const sl_component_t *cs = grad_cases[_i].comps;
     double tol = n == 4 ? 0 : 1e-6;
     plan_t pl = {.layout = layout_conf,
                  .algo_conf = "sync={algorithm: allreduce}",
@@ -743,7 +765,8 @@ START_TEST(test_gradients_mean)
                  .steps = 3,
                  .gradients = 1,
                  .absent = -1,
-                 .timeout_ms = 30000};
+                 .timeout_ms = 30000,
+                 .comps = cs};
 
     run_nodes(&pl, out);
     for (int k = 0; k < n; k++) {
@@ -751,9 +774,17 @@ START_TEST(test_gradients_mean)
             for (int i = 0; i < NP; i++) {
                 double mean = 0;
                 for (int j = 0; j < n; j++)
-                    mean += grad_value(j, t + 1, i);
+                    mean += grad_value(cs, j, t + 1, i);
                 assert_close(grad_cases[_i].exchange, k, i, out[k].p[t][i], mean / n, tol);
             }
+        for (int c = 0; c < NCOMP; c++) {
+            /* frames of the component's own allreduce: only a dense one that is not
+             * second of two side by side */
+            int own = rows && !cs[c].sparse && !(c > 0 && !cs[c - 1].sparse);
+            ck_assert_msg((out[k].grad_frames[c] > 0) == own,
+                          "%s, node %d: %llu allreduce frames as %s's", grad_cases[_i].exchange, k,
+                          (unsigned long long)out[k].grad_frames[c], cs[c].name);
+        }
     }
 }
 END_TEST
