@@ -374,7 +374,6 @@ ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t 
         /* scales of the chunks received the step before (sent now), and of this step's */
         const float *prev = r->scales && s > 0 ? r->scales + (s % 2) * chunks_max : NULL;
         float *cur = r->scales ? r->scales + ((s + 1) % 2) * chunks_max : NULL;
-
         uint32_t seq0 = seq_base + s * chunks_max;
 
         SL_TRY(pass_step(r, right, left, segments(buf, off, len, sseg, 1, seq0),

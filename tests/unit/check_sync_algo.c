@@ -87,8 +87,10 @@ touched_row(int k, long t)
 static double
 grad_value(const sl_component_t *cs, int k, long t, int i)
 {
-    const sl_component_t *e = cs == side_comps ? &cs[0] : &cs[1];
+    const sl_component_t *e = cs;
 
+    while (!e->sparse) /* the layout's row shard */
+        e++;
     if ((size_t)i >= e->offset && (size_t)i < e->offset + e->count &&
         ((size_t)i - e->offset) / (size_t)e->row_len != (size_t)touched_row(k, t))
         return 0;
