@@ -23,6 +23,7 @@ typedef struct {
     const sl_scale_params_t *p;
     sl_schedule_t sched;
     int n, slots, tau;
+    int levels;          /* L of halving on n = 2^L m (m odd), 0 where it does not halve */
     double ms_per_byte;  /* 8000 / bits_per_s; 0 with no limit */
     double *link_free;   /* (n, slots) when each directed link has sent its last frame */
     double *clock;       /* (n) where each node's training thread is */
@@ -45,8 +46,9 @@ max2(double a, double b)
 }
 
 /* Directed link src -> dst as an index among src's slots: the offset d = dst - src mod n
- * when every node is a neighbour (n <= 2k + 1), else 1..k forward, k+1..2k backward;
- * src's one slot with a shared uplink. */
+ * when every node is a neighbour (n <= 2k + 1), else 1..k forward, k+1..2k backward,
+ * then the halving partners and the two on src's ring of m beyond those; src's one slot
+ * with a shared uplink. */
 static size_t
 link_index(const sim_t *s, int src, int dst)
 {
@@ -58,8 +60,10 @@ link_index(const sim_t *s, int src, int dst)
         slot = d;
     else if (d <= k || s->n - d <= k)
         slot = d <= k ? d : 2 * k + 1 - (s->n - d);
-    else /* a halving partner beyond the ring's links: src ^ dst is a power of two */
+    else if (__builtin_ctz((unsigned)(src ^ dst)) < s->levels) /* a halving partner */
         slot = 2 * k + 1 + __builtin_ctz((unsigned)(src ^ dst));
+    else /* the next or the one before on a ring of m, halving's odd factor */
+        slot = 2 * k + 1 + s->levels + (d == 1 << s->levels);
     SL_ASSERT(d != 0 && slot > 0 && slot < s->slots);
     return (size_t)src * (size_t)s->slots + (size_t)slot;
 }
@@ -88,14 +92,15 @@ frames_of(const sim_t *s, double step_bytes)
     return f < 1 ? 1 : (long)f;
 }
 
-/* nsteps ring steps of step_bytes each, in frames: node i sends frame c of step j to i+1
- * once it has frame c of step j-1 from i-1 (step 0 at its start). An allreduce is 2(n-1)
- * steps of S/n (reduce-scatter, allgather), an allgather n-1 steps of one node's share.
- * start -> done. */
+/* nsteps ring steps of step_bytes each, in frames, on the rings of the nodes that agree
+ * below bit `shift` (the whole ring: shift 0): node i sends frame c of step j to the next
+ * on its ring, i + 2^shift, once it has frame c of step j-1 from i - 2^shift (step 0 at
+ * its start). An allreduce is 2(n-1) steps of S/n (reduce-scatter, allgather), an
+ * allgather n-1 steps of one node's share. start -> done. */
 static void
-ring(sim_t *s, double step_bytes, int nsteps)
+ring(sim_t *s, double step_bytes, int nsteps, int shift)
 {
-    int n = s->n;
+    int n = s->n, low = (1 << shift) - 1;
     long m = frames_of(s, step_bytes);
     double last = step_bytes - (double)(m - 1) * s->chunk_bytes;
 
@@ -107,7 +112,7 @@ ring(sim_t *s, double step_bytes, int nsteps)
         double *t;
 
         for (int i = 0; i < n; i++) {
-            int to = (i + 1) % n;
+            int to = (i & low) + ((((i >> shift) + 1) % (n >> shift)) << shift);
 
             for (long c = 0; c < m; c++)
                 s->next[(size_t)to * m + c] = send(s, i, to, c < m - 1 ? s->chunk_bytes : last,
@@ -141,39 +146,50 @@ pair_step(sim_t *s, const double *at, double *next, int bit, double bytes, long 
     }
 }
 
-/* Halving then doubling (sl_collective.c's halving_passes) on n = 2^L nodes: step j
- * pairs node i with i ^ 2^j (doubling: the same pairs in reverse), which sends
- * bytes / 2^(j+1) (doubling: bytes * 2^j / n) as one range, all handed to the link once
- * the node has what its partner sent in the step before. start -> done. */
+/* Halving then doubling (sl_collective.c's halving_passes) on n = 2^L m nodes (m odd):
+ * halving step j pairs node i with i ^ 2^j and sends bytes / 2^(j+1) as one range, then
+ * the rings of m (2 (m - 1) steps of bytes / n), then doubling step j pairs the nodes
+ * at the reverse levels and sends bytes m 2^j / n, each step's range handed to the link
+ * once the node has what its partner sent in the step before. start -> done. */
 static void
 halving(sim_t *s, double bytes)
 {
-    int n = s->n, levels = __builtin_ctz((unsigned)n);
+    int n = s->n, levels = __builtin_ctz((unsigned)n), m = n >> levels;
     double *at = s->recv, *next = s->next; /* (n) when each node begins the step */
 
     memcpy(at, s->start, (size_t)n * sizeof *at);
-    for (int j = 0; j < 2 * levels; j++) {
-        int lvl = j < levels ? j : 2 * levels - 1 - j;
-        double range = j < levels ? bytes / (double)(2 << j) : bytes * (1 << (j - levels)) / n;
-
-        pair_step(s, at, next, 1 << lvl, range, 1);
+    for (int j = 0; j < levels; j++) {
+        pair_step(s, at, next, 1 << j, bytes / (double)(2 << j), 1);
+        memcpy(at, next, (size_t)n * sizeof *at);
+    }
+    memcpy(s->start, at, (size_t)n * sizeof *at);
+    ring(s, bytes / n, 2 * (m - 1), levels); /* uses, and swaps, recv and next */
+    at = s->recv;
+    next = s->next;
+    memcpy(at, s->done, (size_t)n * sizeof *at);
+    for (int j = 0; j < levels; j++) {
+        pair_step(s, at, next, 1 << (levels - 1 - j), bytes * m * (1 << j) / n, 1);
         memcpy(at, next, (size_t)n * sizeof *at);
     }
     memcpy(s->done, at, (size_t)n * sizeof *at);
 }
 
 /* Recursive doubling (sl_collective.c's doubling_pass) of blocks of `block` bytes on
- * n = 2^L nodes: step j pairs node i with i ^ (n >> (j + 1)) and sends 2^j blocks, each
- * in its own frames. start -> done. */
+ * n = 2^L m nodes (m odd): first m - 1 steps round the rings of m, then doubling step j
+ * pairs node i with i ^ 2^(L-1-j) and sends m 2^j blocks, each in its own frames.
+ * start -> done. */
 static void
 doubling(sim_t *s, double block)
 {
-    int n = s->n;
-    double *at = s->recv, *next = s->next;
+    int n = s->n, levels = __builtin_ctz((unsigned)n), m = n >> levels;
+    double *at, *next;
 
-    memcpy(at, s->start, (size_t)n * sizeof *at);
-    for (int j = 0; (n >> (j + 1)) > 0; j++) {
-        pair_step(s, at, next, n >> (j + 1), block, 1L << j);
+    ring(s, block, m - 1, levels);
+    at = s->recv;
+    next = s->next;
+    memcpy(at, s->done, (size_t)n * sizeof *at);
+    for (int j = 0; j < levels; j++) {
+        pair_step(s, at, next, 1 << (levels - 1 - j), block, (long)m << j);
         memcpy(at, next, (size_t)n * sizeof *at);
     }
     memcpy(s->done, at, (size_t)n * sizeof *at);
@@ -193,7 +209,7 @@ allreduce(sim_t *s, double bytes)
     if (sl_allreduce_halves((uint32_t)s->n, s->p->value_bytes != 4, s->p->allreduce_ring))
         halving(s, bytes);
     else
-        ring(s, bytes / s->n, 2 * (s->n - 1));
+        ring(s, bytes / s->n, 2 * (s->n - 1), 0);
     s->chunk_bytes = chunk;
 }
 
@@ -213,7 +229,7 @@ allgather(sim_t *s, double block, int coded)
     if (sl_allreduce_halves((uint32_t)s->n, coded, s->p->allreduce_ring))
         doubling(s, block);
     else
-        ring(s, block, s->n - 1);
+        ring(s, block, s->n - 1, 0);
 }
 
 /* The sizes (one int32 from each node), then each node's rows (rows int32 ids) in a
@@ -426,10 +442,11 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     if (p->algorithm == SL_SYNC_LOCAL_MA || p->algorithm == SL_SYNC_LOCAL_BMUF)
         q = links > 0 ? links : 1;
     SL_TRY(sl_schedule_init(&s->sched, n, k, q, p->seed));
-    /* beyond the ring's links, one to each halving partner */
+    /* beyond the ring's links, one to each halving partner and two on its ring of m */
+    s->levels = n >= 4 && n % 2 == 0 ? __builtin_ctz((unsigned)n) : 0;
     s->slots = p->shared_uplink ? 1
                : n <= 2 * k + 1 ? n
-                                : 2 * k + 1 + (n & (n - 1) ? 0 : __builtin_ctz((unsigned)n));
+                                : 2 * k + 1 + s->levels + (s->levels && n >> s->levels > 1) * 2;
     s->ms_per_byte = p->bits_per_s > 0 ? 8000.0 / p->bits_per_s : 0.0;
     SL_TRY(SL_CALLOC(&s->link_free, un * (size_t)s->slots, "scale links"));
     SL_TRY(SL_CALLOC(&s->clock, un, "scale clocks"));

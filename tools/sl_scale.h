@@ -10,10 +10,12 @@
  *                    as below and the other components in one allreduce for each run
  *                    of them next to each other in comps, as the layout has them)
  *   ma, bmuf         per due component an allreduce. Where sl_allreduce_halves says
- *                    shoal halves and doubles: 2 log2 n steps, step j pairing node i
- *                    with i ^ 2^j (then the same pairs in reverse), sending S/2, ...,
- *                    S/n bytes and back up in frames, all once the node has its
- *                    partner's frames of the step before. Else a ring allreduce:
+ *                    shoal halves and doubles, on n = 2^L m (m odd): L steps, step j
+ *                    pairing node i with i ^ 2^j and sending S/2, ..., S/2^L bytes,
+ *                    2(m-1) ring steps of S/n round the rings of m (i to i + 2^L),
+ *                    then the L steps in reverse and back up, in frames, each once
+ *                    the node has its partner's frames of the step before. Else a
+ *                    ring allreduce:
  *                    2(n-1) steps of S/n bytes, each step in frames of chunk_values
  *                    values (or as sl_allreduce_chunk frames them,
  *                    allreduce_chunk_auto; sl_collective.h); node i
@@ -25,9 +27,10 @@
  *                    the sets (4 bytes a row), then an allreduce of the union's
  *                    rows (src/embed/sl_sparse.h); allreduce with allgather: the sizes,
  *                    every node's ids, then its rows. An allgather doubles where an
- *                    allreduce would halve (log2 n steps, step j pairing node i with
- *                    i ^ n/2^(j+1) and sending 2^j blocks), else goes round the ring
- *                    (n-1 steps of a block); gossip/local: a request with
+ *                    allreduce would halve (on n = 2^L m: m-1 ring steps of a block
+ *                    round the rings of m, then L steps, step j pairing node i with
+ *                    i ^ 2^(L-1-j) and sending m 2^j blocks), else goes round the
+ *                    ring (n-1 steps of a block); gossip/local: a request with
  *                    the row set to each chosen node, answered with the ids it lacks
  *                    and the values of the union of both sets. A node touches R rows
  *                    of a shard per sync; the union of m nodes' sets is

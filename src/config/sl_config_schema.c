@@ -229,10 +229,11 @@ const entry_t sl_config_schema[] = {
     {K("cluster.allreduce", T_ENUM, cluster.allreduce), .def = "auto",
      .names = sl_config_allreduce_names,
      .doc = "how an allreduce moves its segments: auto = by recursive halving and doubling "
-            "(2 log2(n) steps) when the nodes are a power of two, 4 or more, and the frames "
-            "fp32, else around the ring (2(n-1) steps), the same bytes either way, and "
-            "allgathers by recursive doubling (log2(n) steps) where their blocks are of "
-            "about one size; ring = always around the ring"},
+            "when the nodes are even, 4 or more, and the frames fp32 (2 log2(n) steps for a "
+            "power of two; on 2^L m nodes, m odd, with rings of m in the middle, 2(L+m-1): "
+            "6 on 6 nodes), else around the ring (2(n-1) steps), the same bytes either way, "
+            "and allgathers by recursive doubling where their blocks are of about one size; "
+            "ring = always around the ring"},
     {K("cluster.security", T_ENUM, cluster.security), .def = "curve",
      .names = sl_config_security_names,
      .doc = "curve: only holders of the run's secret join, every connection encrypted; "

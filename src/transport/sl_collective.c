@@ -349,19 +349,32 @@ pass_step(const ring_t *r, uint32_t to, uint32_t from, chunks_t out, chunks_t in
     return SL_OK;
 }
 
-/* n-1 steps around the ring: at step s send segment (start - s) to the right and
- * receive segment (start - s - 1) from the left, adding it into buf (reduce-scatter)
- * or copying it (allgather). Segment k is buf[off[k] .. off[k] + len[k]). Chunk j of
- * step s travels as seq seq_base + s * chunks_max + j. With a codec, a copying pass
- * sends at step 0 the node's own finished segment (fresh scales, kept decoded) and
- * later the segment it received the step before, with the scales it came with (kept
- * in r->scales, chunks_max per step). */
-static sl_status_t
-ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t start,
-          uint32_t seq_base, uint32_t chunks_max, int add)
+/* A ring over m of the nodes: member j is the node at place low + (j << shift) and holds
+ * segment seg0 + j * seg_step; this node is member k. The whole ring: m = n, k = its
+ * place, low = shift = seg0 = 0, seg_step = 1. */
+typedef struct {
+    uint32_t m, k, low, shift, seg0, seg_step;
+} circle_t;
+
+static circle_t
+whole_ring(const ring_t *r)
 {
-    uint32_t n = r->n, right = peer_at(r, (r->pos + 1) % n),
-             left = peer_at(r, (r->pos + n - 1) % n);
+    return (circle_t){.m = r->n, .k = r->pos, .seg_step = 1};
+}
+
+/* m - 1 steps around circle c: at step s send member (start - s)'s segment to the right
+ * and receive member (start - s - 1)'s from the left, adding it into buf
+ * (reduce-scatter) or copying it (allgather). Segment q is buf[off[q] .. off[q] +
+ * len[q]). Chunk j of step s travels as seq seq_base + s * chunks_max + j. With a codec,
+ * a copying pass sends at step 0 the node's own finished segment (fresh scales, kept
+ * decoded) and later the segment it received the step before, with the scales it came
+ * with (kept in r->scales, chunks_max per step). */
+static sl_status_t
+ring_pass(ring_t *r, const circle_t *c, float *buf, const size_t *off, const size_t *len,
+          uint32_t start, uint32_t seq_base, uint32_t chunks_max, int add)
+{
+    uint32_t m = c->m, right = peer_at(r, c->low + (((c->k + 1) % m) << c->shift)),
+             left = peer_at(r, c->low + (((c->k + m - 1) % m) << c->shift));
 
     if (r->codec && !add) {
         free(r->scales);
@@ -369,8 +382,9 @@ ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t 
         if (!r->scales)
             return sl_err_set(SL_ERR_NOMEM, "%s: out of memory", sl_wire_kind_name(r->kind));
     }
-    for (uint32_t s = 0; s + 1 < n; s++) {
-        uint32_t sseg = (start + n - s) % n, rseg = (start + 2 * n - s - 1) % n;
+    for (uint32_t s = 0; s + 1 < m; s++) {
+        uint32_t sseg = c->seg0 + (start + m - s) % m * c->seg_step,
+                 rseg = c->seg0 + (start + 2 * m - s - 1) % m * c->seg_step;
         /* scales of the chunks received the step before (sent now), and of this step's */
         const float *prev = r->scales && s > 0 ? r->scales + (s % 2) * chunks_max : NULL;
         float *cur = r->scales ? r->scales + ((s + 1) % 2) * chunks_max : NULL;
@@ -383,31 +397,47 @@ ring_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t 
     return SL_OK;
 }
 
-/* Recursive halving, then doubling, over a power-of-two n (fp32 frames). Halving step
- * s pairs the nodes whose places differ in bit s: each sends its partner half of its
- * range of segments and adds the other half, the one its own bit s picks, into buf,
- * down to one segment; the doubling steps pair them again in the reverse order and swap
- * finished ranges, twice as large each time. The ring's bytes in 2 log2 n steps rather
- * than 2 (n - 1). The largest halves go to the nearest places, which hold the same
- * host's nodes when a run's hosts hold runs of consecutive ranks, so that no more
- * crosses hosts than around the ring. */
+/* Recursive halving, then doubling, over n = 2^L m (m odd; fp32 frames), with rings of
+ * m in the middle. Halving step s < L pairs the nodes whose places differ in bit s: each
+ * sends its partner half of its range of segments and adds the other half, the one its
+ * own bit s picks, into buf, down to m segments, summed over the 2^L nodes that agree
+ * with it above bit L. The m nodes that agree with it below bit L hold the same m
+ * segments: a ring among them (places 2^L apart) sums and spreads those. The doubling
+ * steps pair the nodes again in the reverse order and swap finished ranges, twice as
+ * large each time. The ring's bytes in 2 (L + m - 1) steps rather than 2 (n - 1): 2
+ * log2 n for a power of two, 6 rather than 10 on 6 nodes, 8 rather than 22 on 12. The
+ * largest halves go to the nearest places, which hold the same host's nodes when a
+ * run's hosts hold runs of consecutive ranks, so that no more crosses hosts than around
+ * the ring. */
 static sl_status_t
 halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
 {
+    uint32_t levels = (uint32_t)__builtin_ctz(r->n), m = r->n >> levels;
     uint32_t lo = 0, cnt = r->n, bit = 1, s = 0;
+    circle_t c = {.m = m,
+                  .k = r->pos >> levels,
+                  .low = r->pos & ((1u << levels) - 1),
+                  .shift = levels,
+                  .seg_step = 1};
 
-    for (; cnt > 1; cnt /= 2, bit *= 2, s++) {
+    for (; cnt > m; cnt /= 2, bit *= 2, s++) {
         uint32_t keep = r->pos & bit ? lo + cnt / 2 : lo, give = r->pos & bit ? lo : lo + cnt / 2;
         uint32_t peer = peer_at(r, r->pos ^ bit);
         SL_TRY(pass_step(r, peer, peer, segments(buf, off, len, give, cnt / 2, s * chunks_max),
                          segments(buf, off, len, keep, cnt / 2, s * chunks_max), 1, NULL, NULL, 0));
         lo = keep;
     }
-    /* the doubling overwrites ranges that halving lent to ZeroMQ */
+    c.seg0 = lo;
+    SL_TRY(ring_pass(r, &c, buf, off, len, c.k, s * chunks_max, chunks_max, 1));
+    s += m - 1;
+    /* the ring's allgather and the doubling overwrite ranges lent to ZeroMQ before */
     SL_TRY(sl_transport_wait_sent(r->t, r->timeout_ms));
+    SL_TRY(ring_pass(r, &c, buf, off, len, (c.k + 1) % m, s * chunks_max, chunks_max, 0));
+    s += m - 1;
     for (; cnt < r->n; cnt *= 2, s++) {
-        uint32_t other = lo ^ cnt, peer;
+        uint32_t other, peer;
         bit /= 2;
+        other = r->pos & bit ? lo - cnt : lo + cnt;
         peer = peer_at(r, r->pos ^ bit);
         SL_TRY(pass_step(r, peer, peer, segments(buf, off, len, lo, cnt, s * chunks_max),
                          segments(buf, off, len, other, cnt, s * chunks_max), 0, NULL, NULL, 0));
@@ -438,7 +468,17 @@ seq_space(const ring_t *r, const size_t *len, uint32_t k, uint32_t steps, uint32
 int
 sl_allreduce_halves(uint32_t n, int coded, int ring)
 {
-    return !coded && n >= 4 && (n & (n - 1)) == 0 && !ring;
+    return !coded && n >= 4 && n % 2 == 0 && !ring;
+}
+
+/* The steps of halving_passes's halving and its ring's reduce-scatter on n nodes, L +
+ * m - 1 for n = 2^L m (m odd); the doubling and the ring's allgather as many again. */
+static uint32_t
+halving_steps(uint32_t n)
+{
+    uint32_t levels = (uint32_t)__builtin_ctz(n);
+
+    return levels + (n >> levels) - 1;
 }
 
 /* Both halves of the ring's allreduce, or halving_passes: the caller's ring, n
@@ -447,18 +487,20 @@ static sl_status_t
 allreduce_passes(ring_t *r, float *buf, const size_t *off, const size_t *len)
 {
     uint32_t chunks_max = 0;
+    circle_t c = whole_ring(r);
 
     if (sl_allreduce_halves(r->n, r->codec != NULL, sl_transport_allreduce_ring(r->t))) {
         size_t halves[2] = {span(off, len, 0, r->n / 2), span(off, len, r->n / 2, r->n / 2)};
-        /* 2 log2 n steps */
-        SL_TRY(seq_space(r, halves, 2, 2 * (uint32_t)__builtin_ctz(r->n), &chunks_max));
+
+        SL_TRY(seq_space(r, halves, 2, 2 * halving_steps(r->n), &chunks_max));
         return halving_passes(r, buf, off, len, chunks_max);
     }
     SL_TRY(seq_space(r, len, r->n, 2 * (r->n - 1), &chunks_max));
-    SL_TRY(ring_pass(r, buf, off, len, r->pos, 0, chunks_max, 1));
+    SL_TRY(ring_pass(r, &c, buf, off, len, r->pos, 0, chunks_max, 1));
     /* the allgather overwrites segments that reduce-scatter lent to ZeroMQ */
     SL_TRY(sl_transport_wait_sent(r->t, r->timeout_ms));
-    return ring_pass(r, buf, off, len, (r->pos + 1) % r->n, (r->n - 1) * chunks_max, chunks_max, 0);
+    return ring_pass(r, &c, buf, off, len, (r->pos + 1) % r->n, (r->n - 1) * chunks_max, chunks_max,
+                     0);
 }
 
 sl_status_t
@@ -493,21 +535,33 @@ out:
     return st;
 }
 
-/* The floats on doubling's critical path (the most any node sends at each step) may
- * exceed the ring's (every block but the smallest, down each link) by as much as the
- * hand-overs shrink, (n - 1) / log2 n times. */
+/* The floats on the critical path of doubling_pass (the most any node sends at each
+ * step, summed) may exceed the ring's (every block but the smallest, down each link) by
+ * as much as the hand-overs shrink, from n - 1 to L + m - 1 for n = 2^L m (m odd). */
 int
 sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring)
 {
     double total = 0, least = 0, doubling = 0;
+    uint32_t levels, m;
 
     if (!sl_allreduce_halves(n, coded, ring))
         return 0;
+    levels = (uint32_t)__builtin_ctz(n);
+    m = n >> levels;
     for (uint32_t q = 0; q < n; q++) {
         total += (double)counts[q];
         least = q == 0 || (double)counts[q] < least ? (double)counts[q] : least;
     }
-    for (uint32_t b = n / 2; b > 0; b /= 2) {
+    /* ring step s: the node at place p sends the block of place p - s 2^L */
+    for (uint32_t s = 0; s + 1 < m; s++) {
+        double most = 0;
+        for (uint32_t p = 0; p < n; p++) {
+            double c = (double)counts[(p + (m - s) * (n / m)) % n];
+            most = c > most ? c : most;
+        }
+        doubling += most;
+    }
+    for (uint32_t b = n / m / 2; b > 0; b /= 2) {
         double most = 0;
         for (uint32_t first = 0; first < 2 * b; first++) {
             double held = 0;
@@ -517,21 +571,32 @@ sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring)
         }
         doubling += most;
     }
-    return doubling * __builtin_ctz(n) <= (total - least) * (n - 1);
+    return doubling * halving_steps(n) <= (total - least) * (n - 1);
 }
 
-/* Recursive doubling over a power-of-two n (fp32 frames): step b = n/2, n/4, ..., 1
- * pairs the places that differ in bit b, and each sends its partner the blocks it
- * holds, those of the places that agree with its own below bit 2b, receiving as many.
- * log2 n steps rather than n - 1, the ring's bytes where the blocks are of one size;
- * the first step, between the farthest places, moves one block, the last, between
- * neighbours (the same host's nodes where hosts hold consecutive ranks), half of them.
- * A block goes from one node to another once: its chunk j travels as seq
- * q * chunks_max + j. */
+/* Recursive doubling over n = 2^L m (m odd; fp32 frames). First a ring among the m
+ * places that agree with this node's below bit L gathers their blocks; then step b =
+ * 2^(L-1), ..., 1 pairs the places that differ in bit b, and each sends its partner the
+ * blocks it holds, those of the places that agree with its own below bit 2b, receiving
+ * as many. L + m - 1 steps rather than n - 1 (log2 n for a power of two), the ring's
+ * bytes where the blocks are of one size; the first doubling step, between the farthest
+ * places, moves m blocks, the last, between neighbours (the same host's nodes where
+ * hosts hold consecutive ranks), half of them. A block goes from one node to another
+ * once: in the doubling its chunk j travels as seq q * chunks_max + j, around the ring
+ * as the step's chunk (the ring's pairs are not the doubling's). */
 static sl_status_t
 doubling_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
 {
-    for (uint32_t b = r->n / 2; b > 0; b /= 2) {
+    uint32_t levels = (uint32_t)__builtin_ctz(r->n), low = r->pos & ((1u << levels) - 1);
+    circle_t c = {.m = r->n >> levels,
+                  .k = r->pos >> levels,
+                  .low = low,
+                  .shift = levels,
+                  .seg0 = low,
+                  .seg_step = 1u << levels};
+
+    SL_TRY(ring_pass(r, &c, buf, off, len, c.k, 0, chunks_max, 0));
+    for (uint32_t b = (1u << levels) / 2; b > 0; b /= 2) {
         uint32_t peer = peer_at(r, r->pos ^ b);
         chunks_t out = {.buf = buf,
                         .off = off,
@@ -556,9 +621,11 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     size_t *off;
     uint32_t chunks_max;
     int doubles;
+    circle_t c;
     sl_status_t st;
 
     SL_TRY(ring_init(&r, t, SL_WIRE_ALLGATHER, component, round, o, 0));
+    c = whole_ring(&r);
     off = malloc(r.n * sizeof *off);
     if (!off) {
         ring_fini(&r);
@@ -571,7 +638,7 @@ sl_allgather(sl_transport_t *t, uint32_t component, uint64_t round, const float 
     doubles = sl_allgather_doubles(r.n, counts, r.codec != NULL, sl_transport_allreduce_ring(t));
     SL_TRY_GOTO(seq_space(&r, counts, r.n, doubles ? r.n : r.n - 1, &chunks_max), st, done);
     SL_TRY_GOTO(doubles ? doubling_pass(&r, out, off, counts, chunks_max)
-                        : ring_pass(&r, out, off, counts, r.pos, 0, chunks_max, 0),
+                        : ring_pass(&r, &c, out, off, counts, r.pos, 0, chunks_max, 0),
                 st, done);
     st = sl_transport_wait_sent(t, r.timeout_ms);
 done:

@@ -80,12 +80,13 @@ typedef struct {
  * eighth of the segment, at least 65,536 (the model of tools/sl_scale.h uses it too). */
 size_t sl_allreduce_chunk(size_t count, uint32_t n);
 
-/* Whether sl_allreduce_sum over n nodes halves and doubles (Rabenseifner's allreduce,
- * 2 log2 n steps) rather than going round the ring (2 (n - 1) steps), with the same
- * bytes: where n is a power of two, 4 or more, its frames are fp32 (coded: 0) and the
- * transport does not ask for the ring (ring: sl_transport_opts_t.allreduce_ring).
- * sl_allgather doubles on the same condition where its blocks' sizes allow. Every node
- * of a collective decides the same. */
+/* Whether sl_allreduce_sum over n nodes halves and doubles (Rabenseifner's allreduce;
+ * on n = 2^L m, m odd, with rings of m in the middle: 2 (L + m - 1) steps, 2 log2 n for
+ * a power of two) rather than going round the ring (2 (n - 1) steps), with the same
+ * bytes: where n is even, 4 or more, its frames are fp32 (coded: 0) and the transport
+ * does not ask for the ring (ring: sl_transport_opts_t.allreduce_ring). sl_allgather
+ * doubles on the same condition where its blocks' sizes allow. Every node of a
+ * collective decides the same. */
 int sl_allreduce_halves(uint32_t n, int coded, int ring);
 
 /* buf (count floats, the same count on every node) becomes the sum over all nodes,
@@ -97,11 +98,11 @@ int sl_allreduce_halves(uint32_t n, int coded, int ring);
 sl_status_t sl_allreduce_sum(sl_transport_t *t, uint32_t component, uint64_t round, float *buf,
                              size_t count, const sl_collective_opts_t *o);
 
-/* Whether sl_allgather of counts (n blocks) doubles (log2 n steps) rather than going
- * round the ring (n - 1 steps): where sl_allreduce_halves would halve, and no block is
- * so much larger than the rest that doubling, which sends it on log2 n steps one after
- * another, would lose more on bytes than it gains on hand-overs. Blocks of one size
- * always double. */
+/* Whether sl_allgather of counts (n blocks) doubles (L + m - 1 steps on n = 2^L m, m
+ * odd: log2 n for a power of two) rather than going round the ring (n - 1 steps):
+ * where sl_allreduce_halves would halve, and no block is so much larger than the rest
+ * that doubling, which sends it on several steps one after another, would lose more on
+ * bytes than it gains on hand-overs. Blocks of one size always double. */
 int sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring);
 
 /* out (sum of counts floats) receives every node's block in rank order: node k's

@@ -129,7 +129,7 @@ typedef struct {
      * order). */
     unsigned stripes;
     /* 1: sl_allreduce_sum always goes round the ring (cluster.allreduce: ring); 0: it
-     * halves and doubles where it can (sl_allreduce_halves). */
+     * halves and doubles where it can (sl_allreduce_halves: an even n, 4 or more). */
     int allreduce_ring;
     /* 1: with several stripes, large frames take them in turn, whole, never in pieces;
      * not a config key: for bench_allreduce --stripes Nw, which weighs the pieces. */

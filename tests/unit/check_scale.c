@@ -93,6 +93,21 @@ START_TEST(test_allreduce_ring)
     p.allreduce_ring = 1;
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 14 * 14), EPS);
+    /* n = 6 = 2 x 3: 2e6 B to rank ^ 1, then 4 steps of S/6 = 666,667 B (5.333 ms + 10)
+     * round the rings of 3 (ranks 2 apart), then 2e6 B back; the ring's bytes, against
+     * its 10 steps */
+    p = params(SL_SYNC_ALLREDUCE, 6, 1000000, 1, 10);
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 26 + 4 * (16.0 / 3 + 10) + 26), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6 * 10 / 6, 1e-3);
+    p.allreduce_ring = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 10 * (16.0 / 3 + 10)), EPS);
+    /* n = 12 = 4 x 3: 2e6 and 1e6 B, 4 steps of 333,333 B (2.667 ms + 10), 1e6 and 2e6 */
+    p = params(SL_SYNC_ALLREDUCE, 12, 1000000, 1, 10);
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + 26 + 18 + 4 * (8.0 / 3 + 10) + 18 + 26), EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 4e6 * 22 / 12, 1e-3);
     /* one node: nothing to exchange */
     p = params(SL_SYNC_ALLREDUCE, 1, 1000000, 1, 10);
     r = run(&p);

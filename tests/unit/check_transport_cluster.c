@@ -45,30 +45,35 @@ static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000,
                                     {1000, 1000, 3}, {1000003, 65537, 0}, {1000003, 65537, 0},
                                     {0, 0, 0}};
 
-/* On 8 nodes (3 halving steps), with either algorithm. */
+/* On 6, 8 and 12 nodes, with either algorithm. */
 static const shape_t ar8_shapes[] = {
     {1, 0, 0}, {7, 3, 0}, {1000, 7, 1}, {1000003, 65537, 0}, {0, 0, 0}};
 
 /* 2,000,000 floats with the default chunk, on component 4: segments of 1 MiB and more
  * go in about 8 frames of at least 65,536 floats (n = 2: 1,000,000-float segments in 8
  * of 125,000; n = 5: 400,000 in 7 of 65,536; n = 7: 285,715 in 5), smaller ones in
- * one (n = 8: 250,000, in frames of up to 262,144). n = 4 and 8 halve and double by
- * default, in as many frames as the ring would take: n = 4 sends 1,000,000 then
- * 500,000 floats each way (16 + 8 frames of 65,536), n = 8 1,000,000, 500,000 and
- * 250,000 (4 + 2 + 1 of 262,144). Returns 0 when the sums and the frame count are
- * right. */
+ * one (n = 8: 250,000, in frames of up to 262,144). The ring sends 2 (n - 1) segments.
+ * n = 4, 6, 8 and 12 halve and double by default: n = 4 sends 1,000,000 then 500,000
+ * floats each way (16 + 8 frames of 65,536), as many frames as the ring would take;
+ * n = 8 1,000,000, 500,000 and 250,000 (4 + 2 + 1 of 262,144), half the ring's; n = 6
+ * 1,000,000 in 16 frames of 65,536 to its neighbour, then 2 + 2 segments of 333,333 in
+ * 6 round a ring of 3, and the same 16 back, 56 in all where the ring sends 60; n =
+ * 12 1,000,000 and 500,000 (4 + 2 of 262,144), then 2 + 2 segments of 166,667 in one,
+ * 16 in all against 22. Returns 0 when the sums and the frame count are right. */
 static int
 node_allreduce_default_chunk(sl_transport_t *t)
 {
-    static const unsigned frames_per_segment[9] = {0, 0, 8, 8, 8, 7, 6, 5, 1};
+    static const unsigned frames_sent[] = {0, 0, 16, 32, 48, 56, 56, 60, 14, 0, 0, 0, 16};
     enum { COUNT = 2000000 };
     uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
     float *buf = malloc(COUNT * sizeof *buf);
     sl_transport_stat_t st;
     int bad = 0;
 
-    if (!buf || n > 8)
+    if (!buf || n >= sizeof frames_sent / sizeof *frames_sent) {
+        free(buf);
         return 1;
+    }
     for (size_t i = 0; i < COUNT; i++)
         buf[i] = (float)(me + i % 3);
     if (sl_allreduce_sum(t, 4, 0, buf, COUNT, NULL) != SL_OK)
@@ -78,7 +83,7 @@ node_allreduce_default_chunk(sl_transport_t *t)
             bad = 3;
     free(buf);
     sl_transport_stat(t, SL_WIRE_ALLREDUCE, 4, &st);
-    if (!bad && st.sent_msgs != 2u * (n - 1) * frames_per_segment[n])
+    if (!bad && st.sent_msgs != frames_sent[n])
         bad = 4;
     if (bad)
         fprintf(stderr, "rank %u of %u: default chunk check %d (%" PRIu64 " frames sent)\n", me, n,
@@ -163,15 +168,18 @@ START_TEST(test_allreduce)
 }
 END_TEST
 
-/* Halving and doubling on 8 nodes, and the ring where it would halve, the transport
- * asking for it (cluster.allreduce: ring) on 8 and 4 nodes: the sums, and each node's
- * traffic as its algorithm moves it. */
+/* Halving and doubling on 8 nodes, and on 6 and 12 with rings of 3 in the middle; the
+ * ring where it would halve, the transport asking for it (cluster.allreduce: ring), on
+ * 8 and 4 nodes: the sums, and each node's traffic as its algorithm moves it. */
 START_TEST(test_allreduce_halving)
 {
+    static const int sizes[] = {8, 6, 12};
     test_cluster_t c;
-    test_cluster_init(&c, 8, 1, RUN, node_allreduce, ar8_shapes);
-    test_cluster_assert_ok(&c, "allreduce halving on 8 nodes");
-    check_same_results(&c);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        test_cluster_init(&c, sizes[i], 1, RUN, node_allreduce, i ? ar_shapes : ar8_shapes);
+        test_cluster_assert_ok(&c, "allreduce halving");
+        check_same_results(&c);
+    }
     test_cluster_init(&c, 8, 1, RUN, node_allreduce, ar8_shapes);
     c.ring = 1;
     test_cluster_assert_ok(&c, "allreduce on 8 nodes, the transport asking for the ring");
@@ -185,21 +193,17 @@ END_TEST
 
 /* ---- allgather with odd per-node counts, some zero */
 
-/* Pass 0's block of 1,000,003 floats goes round the ring, which sends it once down each
- * link, where doubling would send it on each of log2 n steps; pass 1's blocks of 1 to
- * 27 floats double where n is a power of two, 4 or more, unless the transport asks for
- * the ring. */
+/* Pass 0's blocks of 1,000,003 floats (ranks 3 and 10) and pass 1's of 1 to 27 floats,
+ * each pass as sl_allgather_doubles says (test_allgather_doubles_when works its choice
+ * out by hand): pass 0 goes round the ring up to 8 nodes, which sends a large block
+ * once down each link where doubling would send it on each of its steps, and doubles
+ * on 12, where the ring would send two of them; pass 1 doubles where n is even, 4 or
+ * more, unless the transport asks for the ring. */
 static size_t
 ag_count(uint32_t k, int pass)
 {
     static const size_t counts[] = {5, 0, 1, 1000003, 13, 2, 0};
     return pass == 0 ? counts[k % 7] : (k * 37 + 11) % 29;
-}
-
-static int
-ag_doubles(uint32_t n, int pass, int ring)
-{
-    return pass == 1 && !ring && n >= 4 && (n & (n - 1)) == 0;
 }
 
 static int
@@ -228,7 +232,8 @@ node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
         *result ^= sl_hash_bytes(out, total * sizeof *out, (uint64_t)pass);
         free(out);
         free(mine);
-        test_allgather_floats(counts, n, me, ag_doubles(n, pass, c->ring), &sent, &recvd);
+        test_allgather_floats(counts, n, me, sl_allgather_doubles(n, counts, 0, c->ring), &sent,
+                              &recvd);
     }
     sl_transport_stat(t, SL_WIRE_ALLGATHER, 9, &st);
     if (st.sent_bytes != sent * sizeof(float) || st.recv_bytes != recvd * sizeof(float)) {
@@ -241,12 +246,12 @@ node_allgather(sl_transport_t *t, test_cluster_t *c, uint64_t *result)
     return 0;
 }
 
-/* Around the ring, and by doubling on 4 and 8 nodes (on 8 also with the transport
- * asking for the ring): every block in its place, and each node's traffic as its
- * algorithm moves it. */
+/* Around the ring, and by doubling on 4 and 8 nodes, on 6 and 12 after rings of 3 (on 8
+ * also with the transport asking for the ring): every block in its place, and each
+ * node's traffic as its algorithm moves it. */
 START_TEST(test_allgather)
 {
-    static const int sizes[] = {2, 3, 4, 7, 8};
+    static const int sizes[] = {2, 3, 4, 7, 8, 6, 12};
     test_cluster_t c;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         test_cluster_init(&c, sizes[i], (int)(i % 2 == 0), RUN, node_allgather, NULL);
@@ -265,13 +270,20 @@ END_TEST
  * 7 - 1 = 6, just the (n - 1) / log2 n = 1.5 times allowed; {5, 1, 1, 1} 11 against 7,
  * too many. On 8 nodes ag_count's pass 1 (11, 19, 27, 6, 14, 22, 1, 9) sends 27 + 41 +
  * 56 = 124 against 109 - 1 = 108, well within 7/3; pass 0's 3,000,021 against
- * 1,000,029 is not. */
+ * 1,000,029 is not. On 6 nodes a ring of 3 comes first, whose 2 steps each carry the
+ * largest block: {3, 1, 1, 1, 1, 1} sends 3 + 3 + 5 = 11 in 3 steps against the ring's
+ * 7 in 5, just within 5/3; {4, 1, 1, 1, 1, 1} 14 against 8, too many; pass 0 of 6
+ * nodes 1,000,003 + 1,000,003 + 1,000,005 against 1,000,024, too many. On 12 nodes
+ * (rings of 3, then 2 steps) pass 0 sends 2 x 1,000,003 + 1,000,021 + 1,000,024 =
+ * 4,000,051 in 4 steps against 2,000,046 in 11, within 11/4; on 4 nodes 2,000,006
+ * against 1,000,009 in 3 steps, not within 3/2. */
 START_TEST(test_allgather_doubles_when)
 {
     size_t four[4] = {4, 1, 1, 1}, five[4] = {5, 1, 1, 1}, ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    size_t pass0[8], pass1[8];
+    size_t three[6] = {3, 1, 1, 1, 1, 1}, four6[6] = {4, 1, 1, 1, 1, 1};
+    size_t pass0[12], pass1[12];
 
-    for (uint32_t k = 0; k < 8; k++) {
+    for (uint32_t k = 0; k < 12; k++) {
         pass0[k] = ag_count(k, 0);
         pass1[k] = ag_count(k, 1);
     }
@@ -280,9 +292,16 @@ START_TEST(test_allgather_doubles_when)
     ck_assert(sl_allgather_doubles(8, pass1, 0, 0));
     ck_assert(!sl_allgather_doubles(8, pass0, 0, 0));
     ck_assert(sl_allgather_doubles(8, ones, 0, 0));
+    ck_assert(sl_allgather_doubles(6, three, 0, 0));
+    ck_assert(!sl_allgather_doubles(6, four6, 0, 0));
+    ck_assert(!sl_allgather_doubles(6, pass0, 0, 0));
+    ck_assert(sl_allgather_doubles(12, pass0, 0, 0));
+    ck_assert(!sl_allgather_doubles(4, pass0, 0, 0));
+    ck_assert(sl_allgather_doubles(12, pass1, 0, 0));
+    ck_assert(sl_allgather_doubles(6, ones, 0, 0));
     /* sl_allreduce_halves's conditions: n, a codec, the ring asked for */
     ck_assert(!sl_allgather_doubles(2, ones, 0, 0));
-    ck_assert(!sl_allgather_doubles(6, ones, 0, 0));
+    ck_assert(!sl_allgather_doubles(7, ones, 0, 0));
     ck_assert(!sl_allgather_doubles(8, ones, 1, 0));
     ck_assert(!sl_allgather_doubles(8, ones, 0, 1));
 }

@@ -475,51 +475,66 @@ test_node_input(uint32_t k, size_t i)
 /* Adds to *sent and *recvd the floats node me of n sends and receives in an allreduce
  * of count floats (segment k: count / n floats, one more for the first count % n).
  * Ring: in step s of reduce-scatter a node sends segment me - s and receives me - s - 1;
- * in allgather it sends me + 1 - s and receives me - s. Halving and doubling end with
- * node me holding segment R, me's bits reversed; at each level h = n/2, ..., 1 the node
- * sends the segments k that differ from R at bit h and at no higher one, and receives
- * those that differ at no bit from h up (halving; doubling the other way round). */
+ * in allgather it sends me + 1 - s and receives me - s. Halving and doubling on n =
+ * 2^L m (m odd) see the segments as 2^L blocks of m, block B holding segments Bm ..
+ * Bm + m - 1. They end with node me holding block R, the L low bits of me reversed; at
+ * each level h = 2^(L-1), ..., 1 the node sends the blocks that differ from R at bit h
+ * and at no higher one, and receives those that differ at no bit from h up (halving;
+ * doubling the other way round). In between, the m nodes that share me's low L bits
+ * (me >> L their places on a ring) go round their ring over block R's m segments. */
 void
 test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size_t *sent, size_t *recvd)
 {
-#define SEG(k) (count / n + ((k) % n < count % n))
-    if (!ring && n >= 4 && (n & (n - 1)) == 0) {
-        uint32_t rev = 0;
-        for (uint32_t b = 1, rb = n / 2; b < n; b *= 2, rb /= 2)
-            rev |= me & b ? rb : 0;
-        for (uint32_t h = n / 2; h > 0; h /= 2)
-            for (uint32_t k = 0; k < n; k++) {
-                uint32_t above = (k ^ rev) & ~(h - 1);
-                if (above == h || above == 0) {
-                    *sent += SEG(k);
-                    *recvd += SEG(k);
-                }
+#define SEG(k) (count / n + ((k) < count % n))
+    uint32_t levels = 0, m = n, at = 0, rev = 0;
+
+    if (!ring && n >= 4 && n % 2 == 0)
+        while (m % 2 == 0) {
+            m /= 2;
+            levels++;
+        }
+    for (uint32_t b = 0; b < levels; b++)
+        rev |= (me >> b & 1u) << (levels - 1 - b);
+    for (uint32_t h = (1u << levels) / 2; h > 0; h /= 2)
+        for (uint32_t blk = 0; blk < n / m; blk++) {
+            uint32_t above = (blk ^ rev) & ~(h - 1);
+            for (uint32_t i = 0; i < m && (above == h || above == 0); i++) {
+                *sent += SEG(blk * m + i);
+                *recvd += SEG(blk * m + i);
             }
-        return;
-    }
-    for (uint32_t step = 0; step + 1 < n; step++) {
-        *sent += SEG(me + n - step) + SEG(me + 1 + n - step);
-        *recvd += SEG(me + 2 * n - step - 1) + SEG(me + n - step);
+        }
+    /* the ring of the m nodes at me's place among them, over block R (the whole ring:
+     * m = n, place me, R = 0) */
+    at = rev * m;
+    me >>= levels;
+    for (uint32_t step = 0; step + 1 < m; step++) {
+        *sent += SEG(at + (me + m - step) % m) + SEG(at + (me + 1 + m - step) % m);
+        *recvd += SEG(at + (me + 2 * m - step - 1) % m) + SEG(at + (me + m - step) % m);
     }
 #undef SEG
 }
 
-/* Ring: a node sends every block but its right neighbour's, once. Doubling: at level
- * h = n/2, ..., 1 a node sends the blocks of the nodes whose ranks agree with its own
- * on the bits below 2h, so block q goes out once for each low bit that q and me share
- * below the lowest in which they differ, log2 n times for its own. Either way a node
- * receives every block but its own, once. */
+/* Ring: a node sends every block but its right neighbour's, once. Doubling on n = 2^L m
+ * (m odd): first round the ring of the m nodes that share me's low L bits, sending
+ * their blocks but its right neighbour's (me + 2^L); then at level h = 2^(L-1), ..., 1
+ * a node sends the blocks of the nodes whose ranks agree with its own on the bits below
+ * 2h, so block q goes out once for each low bit that q and me share below the lowest in
+ * which they differ, at most L times. Either way a node receives every block but its
+ * own, once. */
 void
 test_allgather_floats(const size_t *counts, uint32_t n, uint32_t me, int doubles, size_t *sent,
                       size_t *recvd)
 {
+    uint32_t levels = 0;
+
+    while (doubles && (n >> levels) % 2 == 0)
+        levels++;
     for (uint32_t q = 0; q < n; q++) {
-        uint32_t agree = 0;
-        while (agree < 31 && (1u << agree) < n && !(((q ^ me) >> agree) & 1u))
+        uint32_t agree = 0, step = doubles ? 1u << levels : 1u;
+        while (agree < levels && !(((q ^ me) >> agree) & 1u))
             agree++;
-        if (doubles)
-            *sent += agree * counts[q];
-        else if (q != (me + 1) % n)
+        *sent += agree * counts[q];
+        if ((q - me) % step == 0 && q != (me + step) % n)
             *sent += counts[q];
         if (q != me)
             *recvd += counts[q];

@@ -45,7 +45,7 @@
 #include "sync/sl_sync.h"
 #include "transport/sl_transport.h"
 
-#define TEST_CLUSTER_MAXN 8
+#define TEST_CLUSTER_MAXN 12
 #define TEST_CLUSTER_NRES 3       /* words of result a node hands back */
 #define TEST_CLUSTER_EP_BYTES 256 /* room for one endpoint */
 #define TEST_CLUSTER_HUNG (-2)    /* status: killed by the hang guard */
@@ -165,7 +165,7 @@ void test_allreduce_floats(size_t count, uint32_t n, uint32_t me, int ring, size
 void test_allgather_floats(const size_t *counts, uint32_t n, uint32_t me, int doubles, size_t *sent,
                            size_t *recvd);
 
-/* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 8 of them are
+/* Node k's i-th input: a multiple of 1/64 in [-8, 8), so sums of up to 12 of them are
  * exact in float whatever the order of addition. */
 float test_node_input(uint32_t k, size_t i);
 
