@@ -19,7 +19,7 @@
 #include "test_util.h"
 #include "transport/sl_collective.h"
 
-enum { MAXN = 5, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
+enum { MAXN = 7, COUNT = 37, WAIT_MS = 300, BIG = 3 * 65536 };
 
 typedef struct net net_t;
 
@@ -155,9 +155,11 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
     const mean_t *j = ctx;
     sl_collective_opts_t o = {.timeout_ms = WAIT_MS, .group = g};
     float *out = j->net->out[j->k], ranks[MAXN], me = (float)j->k;
-    size_t ones[MAXN] = {1, 1, 1, 1, 1};
+    size_t ones[MAXN];
 
     (void)count; /* all COUNT */
+    for (int r = 0; r < MAXN; r++)
+        ones[r] = 1;
     for (int i = 0; i < COUNT; i++)
         out[i] = test_node_input((uint32_t)j->k, (size_t)i);
     SL_TRY(sl_allreduce_sum(j->net->t[j->k], 5, j->round, out, COUNT, &o));
@@ -185,36 +187,52 @@ mean_node(net_t *net, int k)
     sl_members_destroy(&m);
 }
 
-/* Of 5 nodes, 1 never answers: the ring's mean over all five times out, and the four
- * left, ranks {0, 2, 3, 4}, halve and double (a power of two), each pairing with the
- * place whose bit differs: the mean over them, exactly, on every one; and their ranks
- * gathered by doubling, each in its place. */
-START_TEST(test_mean_halves_over_survivors)
+/* Of n nodes, rank `silent` never answers: the mean over all of them times out, and
+ * the n - 1 left halve and double over their places, each pairing with the place whose
+ * bit differs (and with n - 1 = 2^L m, going round the rings of the m places that agree
+ * below bit L): the mean over them, exactly, on every one; and their ranks gathered by
+ * doubling, each in its place. */
+static void
+check_mean_over_survivors(int n, int silent)
 {
-    static const uint32_t left[4] = {0, 2, 3, 4};
     static net_t net;
+    uint32_t left[MAXN];
+    int nl = 0;
 
     memset(&net, 0, sizeof net);
-    net.n = 5;
-    net.fn[0] = net.fn[2] = net.fn[3] = net.fn[4] = mean_node;
+    net.n = n;
+    for (int k = 0; k < n; k++)
+        if (k != silent) {
+            net.fn[k] = mean_node;
+            left[nl++] = (uint32_t)k;
+        }
     net_run(&net);
-    ck_assert(sl_allreduce_halves(4, 0, 0));
-    for (int j = 0; j < 4; j++) {
+    ck_assert(sl_allreduce_halves((uint32_t)nl, 0, 0));
+    for (int j = 0; j < nl; j++) {
         int k = (int)left[j];
         ck_assert_msg(net.st[k] == SL_OK, "node %d: %s", k, net.err[k]);
-        ck_assert_int_eq(net.count[k], 4);
+        ck_assert_int_eq(net.count[k], nl);
         ck_assert_int_eq(net.epoch[k], 1);
-        ck_assert_int_eq(net.nodes[k], 4);
-        for (int r = 0; r < 4; r++)
+        ck_assert_int_eq(net.nodes[k], nl);
+        for (int r = 0; r < nl; r++)
             ck_assert_uint_eq(net.ranks[k][r], left[r]);
         for (int i = 0; i < COUNT; i++) {
             float want = 0;
-            for (int r = 0; r < 4; r++)
+            for (int r = 0; r < nl; r++)
                 want += test_node_input(left[r], (size_t)i);
-            ck_assert_msg(net.out[k][i] == want / 4.0f, "node %d, float %d: %g, want %g", k, i,
-                          (double)net.out[k][i], (double)(want / 4.0f));
+            ck_assert_msg(net.out[k][i] == want / (float)nl, "node %d, float %d: %g, want %g", k, i,
+                          (double)net.out[k][i], (double)(want / (float)nl));
         }
     }
+}
+
+/* Of 5 nodes rank 1 stops: ranks {0, 2, 3, 4} halve and double (a power of two). Of 7
+ * rank 5 stops: {0, 1, 2, 3, 4, 6} halve once, places {0, 2, 4} and {1, 3, 5} (ranks
+ * {0, 2, 4} and {1, 3, 6}) go round their rings of 3, and double once. */
+START_TEST(test_mean_halves_over_survivors)
+{
+    check_mean_over_survivors(5, 1);
+    check_mean_over_survivors(7, 5);
 }
 END_TEST
 
