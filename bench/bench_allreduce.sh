@@ -31,8 +31,8 @@
 #                   that "1@2 2@4" weighs the default thread count against more threads
 #                   with more stripes in one invocation
 #   --allreduce LIST  how shoal's allreduce moves its segments (cluster.allreduce):
-#                   auto (the default: halving and doubling on 4, 8, 16 nodes, else the
-#                   ring) or ring; with both, "auto ring", the ZeroMQ-only runs are made
+#                   auto (the default: halving and doubling on even counts from 4,
+#                   else the ring) or ring; with both, "auto ring", the ZeroMQ-only runs are made
 #                   once for each, taking turns, and their busbw columns come once for
 #                   each (busbw_zmq_auto_GBps, busbw_zmq_ring_GBps; with several stripe
 #                   counts too, busbw_zmq_auto_s1_GBps, ...), and so is the lanes run

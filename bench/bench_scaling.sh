@@ -18,7 +18,7 @@
 #                   every algorithm also runs with no limit ("none"), its baseline
 #   --algos LIST    of allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap (default these
 #                   four), allreduce-ring and bmuf-ring (the same with cluster.allreduce:
-#                   ring, for halving and doubling against the ring on 4 and 8 nodes)
+#                   ring, for halving and doubling against the ring on even counts)
 #   --steps S       steps per node, every run (default 256: two embedding syncs)
 #   --seeds LIST    run.seed values (default "1"); each seed is a run of every cell
 #   --tau T         gossip-bmuf-overlap's sync.overlap_steps (default 4, below 16)
