@@ -406,6 +406,13 @@ START_TEST(test_unique_rows)
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 100 + 1.004 + 1.008 + 1.4 + 1.8 + 5 + 9, 1e-9);
     ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 4 + 3 * 400 + 3 * 4000, 1e-6);
+    /* 6 nodes: each allgather 2 steps of a block round the rings of 3 (ranks 2 apart),
+     * then 3 blocks to rank ^ 1: sizes 2 x (0.004 + 1) + 0.012 + 1, sets 2 x (0.4 + 1) +
+     * 1.2 + 1, values 2 x (4 + 1) + 12 + 1; the ring's bytes, 5 blocks each */
+    p.nodes = 6;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 100 + 2 * 1.004 + 1.012 + 2 * 1.4 + 2.2 + 2 * 5 + 13, 1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 5 * 4 + 5 * 400 + 5 * 4000, 1e-6);
 }
 END_TEST
 
