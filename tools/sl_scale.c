@@ -468,6 +468,14 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     return SL_OK;
 }
 
+/* Whether ma or bmuf averages component c whole (not by rows) in an allreduce. */
+static int
+averages_whole(const sl_scale_params_t *p, const sl_scale_component_t *c)
+{
+    return (p->algorithm == SL_SYNC_MA || p->algorithm == SL_SYNC_BMUF) &&
+           (!c->sparse || p->exchange == SL_EXCHANGE_DENSE);
+}
+
 /* Every node hands the due components to its worker at the end of step `step`. */
 static int
 sync_due(sim_t *s, long step)
@@ -495,6 +503,14 @@ sync_due(sim_t *s, long step)
 
             while (c + 1 < p->ncomps && !p->comps[c + 1].sparse &&
                    step % p->comps[c + 1].period == 0)
+                bytes += (double)p->comps[++c].count * p->value_bytes;
+            allreduce(s, bytes);
+        } else if (averages_whole(p, comp)) {
+            /* ma, bmuf: a run of whole components of one period, side by side, at once */
+            double bytes = (double)comp->count * p->value_bytes;
+
+            while (c + 1 < p->ncomps && averages_whole(p, &p->comps[c + 1]) &&
+                   p->comps[c + 1].period == comp->period)
                 bytes += (double)p->comps[++c].count * p->value_bytes;
             allreduce(s, bytes);
         } else {

@@ -50,6 +50,7 @@ struct sl_sync {
     int overlap_dense; /* the dense components overlap too (else only the row shards) */
     sl_overlap_t *ov;  /* NULL when tau is 0 */
     long *applied_at;  /* (ncomps) step of the last update applied */
+    int *joins;        /* (ncomps) c + 1 syncs with c in one allreduce (ma, bmuf) */
     int64_t *due;      /* (ncomps) for the checkpoint state */
     int ndead;         /* the worker's dead count when an update was last applied */
 };
@@ -133,6 +134,47 @@ check_overlap(sl_sync_t *s, const sl_config_t *cfg)
     return SL_OK;
 }
 
+/* Whether c's exchanges go to the overlap worker: the row shards always, the dense
+ * components with sync.overlap_dense. A delay costs the dense recurrent weights the
+ * most (bench/README.md, "Overlapped sync"), and they are the smaller share of bytes. */
+static int
+overlapped(const sl_sync_t *s, int c)
+{
+    return s->overlap_dense || s->env.comps[c].sparse;
+}
+
+/* joins: the components that sync in one allreduce with the one before, always at the
+ * same steps and rounds (the same H_i and p_i), on this thread (not overlapped). Rank 0
+ * logs the runs. */
+static sl_status_t
+setup_joins(sl_sync_t *s)
+{
+    const sl_component_t *cp = s->env.comps;
+    char line[1024];
+    size_t used = 0;
+
+    SL_TRY(SL_CALLOC(&s->joins, (size_t)s->env.ncomps, "sync runs"));
+    for (int c = 0; c + 1 < s->env.ncomps; c++)
+        s->joins[c] = sl_sync_average_joins(s->avg, c) && s->period[c] == s->period[c + 1] &&
+                      s->phase[c] == s->phase[c + 1] &&
+                      !(s->tau > 0 && (overlapped(s, c) || overlapped(s, c + 1)));
+    line[0] = '\0';
+    for (int c = 0; c < s->env.ncomps && used < sizeof line; c++)
+        if (s->joins[c] && (c == 0 || !s->joins[c - 1])) {
+            int last = c + 1;
+            while (s->joins[last])
+                last++;
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s .. %s",
+                                     used ? "; " : "", cp[c].name, cp[last].name);
+        }
+    if (used && s->env.rank == 0)
+        sl_log_info("sync",
+                    "one allreduce for each run of components side by side: %s (their "
+                    "bytes and time count as the first's)",
+                    line);
+    return SL_OK;
+}
+
 /* The worker thread of overlapped sync (sl_overlap.h), over the parts already set up. */
 static sl_status_t
 start_overlap(sl_sync_t *s)
@@ -201,8 +243,10 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         SL_TRY_GOTO(setup_touched(s), st, fail);
     if (algo == SL_SYNC_ALLREDUCE)
         SL_TRY_GOTO(sl_grad_allreduce_new(&s->grad, &s->env), st, fail);
-    else if (algo != SL_SYNC_NONE)
+    else if (algo != SL_SYNC_NONE) {
         SL_TRY_GOTO(sl_sync_average_new(&s->avg, &s->env, cfg, s->live, params), st, fail);
+        SL_TRY_GOTO(setup_joins(s), st, fail);
+    }
     if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(sl_final_new(&s->final, &s->env), st, fail);
     SL_TRY_GOTO(start_overlap(s), st, fail);
@@ -223,6 +267,7 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_overlap_destroy(&s->ov); /* first: its worker uses the parts below */
     sl_free(s->applied_at);
     sl_free(s->due);
+    sl_free(s->joins);
     sl_final_destroy(&s->final);
     sl_grad_allreduce_destroy(&s->grad);
     sl_sync_average_destroy(&s->avg);
@@ -521,28 +566,35 @@ sl_sync_gradients(sl_sync_t *s, float *grads, long step)
     return SL_OK;
 }
 
-/* One sync of component c at round (its block index). */
-static sl_status_t
-sync_component(sl_sync_t *s, float *params, int c, uint64_t round)
+/* The components that sync with c in one allreduce, c itself included. */
+static int
+run_length(const sl_sync_t *s, int c)
 {
-    sl_sync_stat_t *stat = &s->stat[c];
-    double t0 = sl_clock_now();
+    int k = 1;
 
-    SL_TRY(sl_sync_average_component(s->avg, params, c, round, s->touched ? &s->touched[c] : NULL,
-                                     stat));
-    stat->rounds++;
-    sl_sync_fill_bytes(stat, s->env.tr, (uint32_t)c);
-    stat->time_s += sl_clock_now() - t0;
-    return SL_OK;
+    while (s->joins && s->joins[c + k - 1])
+        k++;
+    return k;
 }
 
-/* Whether c's exchanges go to the overlap worker: the row shards always, the dense
- * components with sync.overlap_dense. A delay costs the dense recurrent weights the
- * most (bench/README.md, "Overlapped sync"), and they are the smaller share of bytes. */
-static int
-overlapped(const sl_sync_t *s, int c)
+/* One sync at round (their block index) of component c and the k - 1 that join it; a
+ * run's bytes and time count as its first component's, on whose name its frames go. */
+static sl_status_t
+sync_components(sl_sync_t *s, float *params, int c, int k, uint64_t round)
 {
-    return s->overlap_dense || s->env.comps[c].sparse;
+    double t0 = sl_clock_now();
+
+    if (k > 1)
+        SL_TRY(sl_sync_average_components(s->avg, params, c, k, round, &s->stat[c]));
+    else
+        SL_TRY(sl_sync_average_component(s->avg, params, c, round,
+                                         s->touched ? &s->touched[c] : NULL, &s->stat[c]));
+    for (int i = c; i < c + k; i++) {
+        s->stat[i].rounds++;
+        sl_sync_fill_bytes(&s->stat[i], s->env.tr, (uint32_t)i);
+    }
+    s->stat[c].time_s += sl_clock_now() - t0;
+    return SL_OK;
 }
 
 /* Overlapped sync after steps_done: first the updates due now (waiting for their
@@ -580,9 +632,11 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
     }
     if (here && st == SL_OK) {
         sl_overlap_wait(s->ov); /* the transport is this thread's until the hand-overs */
-        for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
+        for (int c = 0, k; c < s->env.ncomps && st == SL_OK; c += k) {
+            k = run_length(s, c);
             if (sync_point(s, c, steps_done) && !overlapped(s, c))
-                st = sync_component(s, params, c, round_at(s, c, steps_done));
+                st = sync_components(s, params, c, k, round_at(s, c, steps_done));
+        }
         /* with nothing handed over, the worker does not close the liveness step */
         if (st == SL_OK && last < 0 && s->neighbour)
             sl_liveness_end_step(s->live);
@@ -624,9 +678,11 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
     if (s->ov)
         return overlap_after_step(s, params, steps_done);
     t0 = sl_clock_now();
-    for (int c = 0; c < s->env.ncomps; c++)
+    for (int c = 0, k; c < s->env.ncomps; c += k) {
+        k = run_length(s, c);
         if (sl_sync_due(s, c, steps_done))
-            SL_TRY(sync_component(s, params, c, round_at(s, c, steps_done)));
+            SL_TRY(sync_components(s, params, c, k, round_at(s, c, steps_done)));
+    }
     if (s->neighbour)
         sl_liveness_end_step(s->live);
     s->time_s += sl_clock_now() - t0;

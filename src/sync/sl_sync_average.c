@@ -124,10 +124,18 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
     a->top_pct = cfg->sync.exchange_top;
     a->random_pct = cfg->sync.exchange_random;
     a->seed = cfg->run.seed;
-    /* components that go by rows have their own buffers (sl_sparse.h) */
-    for (int c = 0; c < env->ncomps; c++)
-        if (env->comps[c].count > max_count && !sl_sync_by_rows(&env->comps[c], env->exchange))
-            max_count = env->comps[c].count;
+    /* components that go by rows have their own buffers (sl_sparse.h); an all-node
+     * average may take a run of whole components lying side by side at once */
+    for (int c = 0, first = 0; c < env->ncomps; c++) {
+        size_t span;
+
+        if (sl_sync_by_rows(&env->comps[c], env->exchange))
+            continue;
+        if (c == 0 || !sl_sync_average_joins(a, c - 1))
+            first = c;
+        span = env->comps[c].offset + env->comps[c].count - env->comps[first].offset;
+        max_count = span > max_count ? span : max_count;
+    }
     if (a->neighbour)
         SL_TRY_GOTO(setup_neighbourhood(a, cfg, max_count), st, fail);
     /* block momentum auto is 1 - 1/m for the m models an average takes: every node's
@@ -274,10 +282,12 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
     return SL_OK;
 }
 
-/* The average of component c with all members (sl_members.h: a member that stops
+/* The average of components c .. c + k - 1, side by side at theta (count floats), with
+ * all members in one allreduce as component c (sl_members.h: a member that stops
  * answering is dropped and the average redone over the others): bar, over *nodes. */
 static sl_status_t
-all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t count, int *nodes)
+all_mean(sl_sync_average_t *a, int c, int k, uint64_t round, const float *theta, size_t count,
+         int *nodes)
 {
     const sl_sync_env_t *e = &a->env;
     mean_job_t j = {a, c, round, theta, count};
@@ -285,8 +295,12 @@ all_mean(sl_sync_average_t *a, int c, uint64_t round, const float *theta, size_t
     size_t n = count;
     sl_status_t st;
 
-    snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
-             sl_sync_algorithm_name(e->algo), round);
+    if (k > 1)
+        snprintf(what, sizeof what, "sync of %s .. %s (%s, round %" PRIu64 ")", e->comps[c].name,
+                 e->comps[c + k - 1].name, sl_sync_algorithm_name(e->algo), round);
+    else
+        snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
+                 sl_sync_algorithm_name(e->algo), round);
     st = sl_members_run(e->members, mean_over, &j, a->bar, &n, nodes, what);
     if (st != SL_OK)
         return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)round);
@@ -454,34 +468,72 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
     return SL_OK;
 }
 
+int
+sl_sync_average_joins(const sl_sync_average_t *a, int c)
+{
+    const sl_sync_env_t *e = &a->env;
+    const sl_component_t *cp = &e->comps[c];
+
+    return !a->neighbour && c + 1 < e->ncomps && !sl_sync_by_rows(cp, e->exchange) &&
+           !sl_sync_by_rows(cp + 1, e->exchange) && cp[1].offset == cp->offset + cp->count;
+}
+
+/* MA or BMUF on component c of params from its mean bar, over *got peers. */
+static void
+take_mean(sl_sync_average_t *a, float *params, int c, const float *bar, size_t got,
+          sl_sync_stat_t *stat)
+{
+    const sl_component_t *cp = &a->env.comps[c];
+    float *theta = params + cp->offset;
+
+    stat->distance = sl_bmuf_distance(theta, bar, cp->count);
+    if (no_copy_came(a, got))
+        ; /* theta_bar is theta: nothing to take, no block end */
+    else if (a->is_bmuf)
+        sl_bmuf_update(&a->bmuf, theta, bar, a->omega + cp->offset, a->delta + cp->offset,
+                       a->start + cp->offset, cp->count);
+    else
+        memcpy(theta, bar, cp->count * sizeof *theta);
+}
+
+sl_status_t
+sl_sync_average_components(sl_sync_average_t *a, float *params, int c, int k, uint64_t round,
+                           sl_sync_stat_t *stat)
+{
+    const sl_component_t *cp = &a->env.comps[c];
+    size_t count = cp[k - 1].offset + cp[k - 1].count - cp->offset;
+    int nodes;
+
+    for (int i = 0; i + 1 < k; i++)
+        if (!sl_sync_average_joins(a, c + i))
+            return sl_err_set(SL_ERR_INVALID, "sync: %s and %s cannot share an average", cp[i].name,
+                              cp[i + 1].name);
+    SL_TRY(all_mean(a, c, k, round, params + cp->offset, count, &nodes));
+    if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
+        a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
+    for (int i = 0; i < k; i++) {
+        take_mean(a, params, c + i, a->bar + (cp[i].offset - cp->offset), (size_t)nodes - 1,
+                  &stat[i]);
+        stat[i].expected += (size_t)nodes - 1;
+        stat[i].answered += (size_t)nodes - 1;
+    }
+    return SL_OK;
+}
+
 sl_status_t
 sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
                           sl_rowset_t *touched, sl_sync_stat_t *stat)
 {
     const sl_component_t *cp = &a->env.comps[c];
-    float *theta = params + cp->offset;
-    size_t count = cp->count, expected = 0, got = 0;
+    size_t expected = 0, got = 0;
 
+    if (!a->neighbour && !sl_sync_by_rows(cp, a->env.exchange))
+        return sl_sync_average_components(a, params, c, 1, round, stat);
     if (sl_sync_by_rows(cp, a->env.exchange)) {
         SL_TRY(sync_rows(a, params, c, round, touched, stat, &expected, &got));
     } else {
-        if (a->neighbour) {
-            SL_TRY(neighbourhood_mean(a, c, round, theta, count, &expected, &got));
-        } else {
-            int nodes;
-            SL_TRY(all_mean(a, c, round, theta, count, &nodes));
-            expected = got = (size_t)nodes - 1;
-            if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
-                a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
-        }
-        stat->distance = sl_bmuf_distance(theta, a->bar, count);
-        if (no_copy_came(a, got))
-            ; /* theta_bar is theta: nothing to take, no block end */
-        else if (a->is_bmuf)
-            sl_bmuf_update(&a->bmuf, theta, a->bar, a->omega + cp->offset, a->delta + cp->offset,
-                           a->start + cp->offset, count);
-        else
-            memcpy(theta, a->bar, count * sizeof *theta);
+        SL_TRY(neighbourhood_mean(a, c, round, params + cp->offset, cp->count, &expected, &got));
+        take_mean(a, params, c, a->bar, got, stat);
     }
     stat->expected += expected;
     stat->answered += got;

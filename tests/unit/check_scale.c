@@ -283,7 +283,8 @@ START_TEST(test_overlap)
 }
 END_TEST
 
-/* Two components due at the same step go one after the other. */
+/* Two components due at the same step go one after the other where their periods
+ * differ; side by side with one period, in one allreduce (ma, bmuf). */
 START_TEST(test_components_in_sequence)
 {
     sl_scale_component_t c[2];
@@ -295,9 +296,15 @@ START_TEST(test_components_in_sequence)
     c[1].count = 500000; /* 1e6 B a chunk: 8 ms + 10 */
     p.comps = c;
     p.ncomps = 2;
+    /* one allreduce of 6e6 B: 2 x (3e6 B: 24 ms + 10) */
     r = run(&p);
-    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 26 + 2 * 18, EPS);
+    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 34, EPS);
     ck_assert_double_eq_tol(r.bytes_per_node_step, (4e6 + 2e6) / 2, 1e-3);
+    /* c[1] every step: alone after step 1, after c[0] at step 2 */
+    c[1].period = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 18 + 2 * 26 + 2 * 18, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, (4e6 + 2 * 2e6) / 2, 1e-3);
 }
 END_TEST
 

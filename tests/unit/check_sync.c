@@ -310,6 +310,52 @@ START_TEST(test_periods_by_rule)
 }
 END_TEST
 
+/* Node k's value i: small integers, so that the sums over 3 nodes are exact. */
+static float
+side_value(int k, int i)
+{
+    return (float)((k * 7 + i * 3) % 11) - 5.0f;
+}
+
+/* ma on 3 nodes, every step, the whole components side by side (the trio's four with
+ * sync.exchange dense) go in one allreduce as the first, embedding.0: every node ends
+ * with the mean, the frames are all component 0's (each node sends 2 (n - 1) / n of the
+ * 45 floats, 4 ring steps of 15), none are the others', and each counts its round.
+ * With lstm.0 every 2 steps (sync.periods) over 2 steps, embedding.0 and .1 (period 1)
+ * still go together, lstm.0 and softmax.0 each alone: periods differ. */
+START_TEST(test_side_by_side_one_allreduce)
+{
+    static test_trio_t tr;
+    static const int rounds[TEST_TRIO_NC] = {2, 2, 1, 2};
+
+    test_trio_init(&tr, "sync={algorithm: ma, period: 1}", side_value);
+    test_trio_run(&tr);
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        for (int i = 0; i < TEST_TRIO_NP; i++) {
+            float want = (side_value(0, i) + side_value(1, i) + side_value(2, i)) / 3.0f;
+            ck_assert_float_eq_tol(tr.p[k][i], want, 1e-6f);
+        }
+        ck_assert_uint_eq(tr.stat[k][0].sent_bytes, 60 * sizeof(float));
+        for (int c = 0; c < TEST_TRIO_NC; c++) {
+            ck_assert_int_eq(tr.stat[k][c].rounds, 1);
+            ck_assert_uint_eq(tr.stat[k][c].answered, 2);
+            if (c > 0)
+                ck_assert_uint_eq(tr.stat[k][c].sent_bytes, 0);
+        }
+    }
+    test_trio_init(&tr, "sync={algorithm: ma, period: 1, periods: [{match: lstm.0, period: 2}]}",
+                   side_value);
+    tr.blocks = 2;
+    test_trio_run(&tr);
+    for (int k = 0; k < TEST_TRIO_N; k++)
+        for (int c = 0; c < TEST_TRIO_NC; c++) {
+            ck_assert_int_eq(tr.stat[k][c].rounds, rounds[c]);
+            ck_assert_msg((tr.stat[k][c].sent_bytes > 0) == (c != 1), "node %d, component %d", k,
+                          c);
+        }
+}
+END_TEST
+
 /* A sync object on one node (nothing exchanged) over comps with the config sets. */
 static sl_status_t
 periods_sync(sl_sync_t **s, const char *sets, const sl_component_t *comps, int ncomps)
@@ -431,6 +477,7 @@ sync_suite(void)
     tcase_add_test(core, test_sync_single_node);
     tcase_add_test(core, test_gossip_ma_consensus_rate);
     tcase_add_test(core, test_periods_by_rule);
+    tcase_add_test(core, test_side_by_side_one_allreduce);
     tcase_add_test(limits, test_periods_rules);
     tcase_set_timeout(core, 120);
     tcase_set_timeout(limits, 120);
