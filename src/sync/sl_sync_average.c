@@ -478,7 +478,7 @@ sl_sync_average_joins(const sl_sync_average_t *a, int c)
            !sl_sync_by_rows(cp + 1, e->exchange) && cp[1].offset == cp->offset + cp->count;
 }
 
-/* MA or BMUF on component c of params from its mean bar, over *got peers. */
+/* MA or BMUF on component c of params from its mean bar, over got peers. */
 static void
 take_mean(sl_sync_average_t *a, float *params, int c, const float *bar, size_t got,
           sl_sync_stat_t *stat)
