@@ -506,12 +506,17 @@ sync_due(sim_t *s, long step)
                 bytes += (double)p->comps[++c].count * p->value_bytes;
             allreduce(s, bytes);
         } else if (averages_whole(p, comp)) {
-            /* ma, bmuf: a run of whole components of one period, side by side, at once */
-            double bytes = (double)comp->count * p->value_bytes;
+            /* ma, bmuf: the whole components of one period at once, with the first */
+            double bytes = 0;
+            int first = 1;
 
-            while (c + 1 < p->ncomps && averages_whole(p, &p->comps[c + 1]) &&
-                   p->comps[c + 1].period == comp->period)
-                bytes += (double)p->comps[++c].count * p->value_bytes;
+            for (int d = 0; d < p->ncomps; d++)
+                if (averages_whole(p, &p->comps[d]) && p->comps[d].period == comp->period) {
+                    first &= d >= c;
+                    bytes += (double)p->comps[d].count * p->value_bytes;
+                }
+            if (!first)
+                continue;
             allreduce(s, bytes);
         } else {
             exchange(s, comp, step / comp->period, c);

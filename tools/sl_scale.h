@@ -9,9 +9,9 @@
  *                    buffer; with sync.exchange unique or allgather the row shards go
  *                    as below and the other components in one allreduce for each run
  *                    of them next to each other in comps, as the layout has them)
- *   ma, bmuf         per due component an allreduce, one for each run of components
- *                    of one period that go whole, next to each other in comps (as
- *                    shoal syncs them without overlap). Where sl_allreduce_halves says
+ *   ma, bmuf         per due component an allreduce, one for all the components of
+ *                    one period that go whole, at the first of them (as shoal syncs
+ *                    them without overlap). Where sl_allreduce_halves says
  *                    shoal halves and doubles, on n = 2^L m (m odd): L steps, step j
  *                    pairing node i with i ^ 2^j and sending S/2, ..., S/2^L bytes,
  *                    2(m-1) ring steps of S/n round the rings of m (i to i + 2^L),

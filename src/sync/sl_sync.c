@@ -50,7 +50,8 @@ struct sl_sync {
     int overlap_dense; /* the dense components overlap too (else only the row shards) */
     sl_overlap_t *ov;  /* NULL when tau is 0 */
     long *applied_at;  /* (ncomps) step of the last update applied */
-    int *joins;        /* (ncomps) c + 1 syncs with c in one allreduce (ma, bmuf) */
+    int *lead;         /* (ncomps) the component whose allreduce c's average goes in */
+    int *group;        /* (ncomps) scratch: the components of one allreduce */
     int64_t *due;      /* (ncomps) for the checkpoint state */
     int ndead;         /* the worker's dead count when an update was last applied */
 };
@@ -143,34 +144,61 @@ overlapped(const sl_sync_t *s, int c)
     return s->overlap_dense || s->env.comps[c].sparse;
 }
 
-/* joins: the components that sync in one allreduce with the one before, always at the
- * same steps and rounds (the same H_i and p_i), on this thread (not overlapped). Rank 0
- * logs the runs. */
-static sl_status_t
-setup_joins(sl_sync_t *s)
+/* Whether c may share an allreduce with other components: it goes whole in an
+ * all-node average, on this thread (not overlapped). */
+static int
+groupable(const sl_sync_t *s, int c)
 {
-    const sl_component_t *cp = s->env.comps;
+    return sl_sync_average_whole(s->avg, c) && !(s->tau > 0 && overlapped(s, c));
+}
+
+/* The components whose average goes in c's allreduce, c first, into s->group: how many
+ * (none when c's goes in another's). */
+static int
+group_of(const sl_sync_t *s, int c)
+{
+    int k = 0;
+
+    for (int d = c; d < s->env.ncomps; d++)
+        if (s->lead[d] == c)
+            s->group[k++] = d;
+    return k;
+}
+
+/* lead: each groupable component goes in the allreduce of the first one with its H_i and
+ * p_i, with which it is always due, at the same rounds; the others in their own. Rank 0
+ * logs the groups of more than one. */
+static sl_status_t
+setup_groups(sl_sync_t *s)
+{
+    int n = s->env.ncomps;
     char line[1024];
     size_t used = 0;
 
-    SL_TRY(SL_CALLOC(&s->joins, (size_t)s->env.ncomps, "sync runs"));
-    for (int c = 0; c + 1 < s->env.ncomps; c++)
-        s->joins[c] = sl_sync_average_joins(s->avg, c) && s->period[c] == s->period[c + 1] &&
-                      s->phase[c] == s->phase[c + 1] &&
-                      !(s->tau > 0 && (overlapped(s, c) || overlapped(s, c + 1)));
+    SL_TRY(SL_ALLOC(&s->lead, (size_t)n, "sync groups"));
+    SL_TRY(SL_ALLOC(&s->group, (size_t)n, "sync groups"));
+    for (int c = 0; c < n; c++) {
+        s->lead[c] = c;
+        for (int d = 0; d < c && s->lead[c] == c && groupable(s, c); d++)
+            if (s->lead[d] == d && groupable(s, d) && s->period[d] == s->period[c] &&
+                s->phase[d] == s->phase[c])
+                s->lead[c] = d;
+    }
     line[0] = '\0';
-    for (int c = 0; c < s->env.ncomps && used < sizeof line; c++)
-        if (s->joins[c] && (c == 0 || !s->joins[c - 1])) {
-            int last = c + 1;
-            while (s->joins[last])
-                last++;
-            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s .. %s",
-                                     used ? "; " : "", cp[c].name, cp[last].name);
-        }
+    for (int c = 0; c < n; c++) {
+        int k = group_of(s, c);
+
+        for (int i = 0; k > 1 && i < k && used < sizeof line; i++)
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s",
+                                     i      ? ", "
+                                     : used ? "; "
+                                            : "",
+                                     s->env.comps[s->group[i]].name);
+    }
     if (used && s->env.rank == 0)
         sl_log_info("sync",
-                    "one allreduce for each run of components side by side: %s (their "
-                    "bytes and time count as the first's)",
+                    "one allreduce for the components due together: %s (their bytes and time "
+                    "count as the first's)",
                     line);
     return SL_OK;
 }
@@ -245,7 +273,7 @@ sl_sync_new(sl_sync_t **out, const sl_config_t *cfg, sl_transport_t *tr, int ran
         SL_TRY_GOTO(sl_grad_allreduce_new(&s->grad, &s->env), st, fail);
     else if (algo != SL_SYNC_NONE) {
         SL_TRY_GOTO(sl_sync_average_new(&s->avg, &s->env, cfg, s->live, params), st, fail);
-        SL_TRY_GOTO(setup_joins(s), st, fail);
+        SL_TRY_GOTO(setup_groups(s), st, fail);
     }
     if (algo != SL_SYNC_NONE)
         SL_TRY_GOTO(sl_final_new(&s->final, &s->env), st, fail);
@@ -267,7 +295,8 @@ sl_sync_destroy(sl_sync_t **sp)
     sl_overlap_destroy(&s->ov); /* first: its worker uses the parts below */
     sl_free(s->applied_at);
     sl_free(s->due);
-    sl_free(s->joins);
+    sl_free(s->lead);
+    sl_free(s->group);
     sl_final_destroy(&s->final);
     sl_grad_allreduce_destroy(&s->grad);
     sl_sync_average_destroy(&s->avg);
@@ -566,32 +595,22 @@ sl_sync_gradients(sl_sync_t *s, float *grads, long step)
     return SL_OK;
 }
 
-/* The components that sync with c in one allreduce, c itself included. */
-static int
-run_length(const sl_sync_t *s, int c)
-{
-    int k = 1;
-
-    while (s->joins && s->joins[c + k - 1])
-        k++;
-    return k;
-}
-
-/* One sync at round (their block index) of component c and the k - 1 that join it; a
- * run's bytes and time count as its first component's, on whose name its frames go. */
+/* The sync at round (their block index) of component c and those whose allreduce it
+ * leads (s->lead); a group's bytes and time count as c's, on whose name its frames go. */
 static sl_status_t
-sync_components(sl_sync_t *s, float *params, int c, int k, uint64_t round)
+sync_group(sl_sync_t *s, float *params, int c, uint64_t round)
 {
     double t0 = sl_clock_now();
+    int k = group_of(s, c);
 
     if (k > 1)
-        SL_TRY(sl_sync_average_components(s->avg, params, c, k, round, &s->stat[c]));
+        SL_TRY(sl_sync_average_components(s->avg, params, s->group, k, round, s->stat));
     else
         SL_TRY(sl_sync_average_component(s->avg, params, c, round,
                                          s->touched ? &s->touched[c] : NULL, &s->stat[c]));
-    for (int i = c; i < c + k; i++) {
-        s->stat[i].rounds++;
-        sl_sync_fill_bytes(&s->stat[i], s->env.tr, (uint32_t)i);
+    for (int i = 0; i < k; i++) {
+        s->stat[s->group[i]].rounds++;
+        sl_sync_fill_bytes(&s->stat[s->group[i]], s->env.tr, (uint32_t)s->group[i]);
     }
     s->stat[c].time_s += sl_clock_now() - t0;
     return SL_OK;
@@ -632,11 +651,9 @@ overlap_after_step(sl_sync_t *s, float *params, long steps_done)
     }
     if (here && st == SL_OK) {
         sl_overlap_wait(s->ov); /* the transport is this thread's until the hand-overs */
-        for (int c = 0, k; c < s->env.ncomps && st == SL_OK; c += k) {
-            k = run_length(s, c);
-            if (sync_point(s, c, steps_done) && !overlapped(s, c))
-                st = sync_components(s, params, c, k, round_at(s, c, steps_done));
-        }
+        for (int c = 0; c < s->env.ncomps && st == SL_OK; c++)
+            if (s->lead[c] == c && sync_point(s, c, steps_done) && !overlapped(s, c))
+                st = sync_group(s, params, c, round_at(s, c, steps_done));
         /* with nothing handed over, the worker does not close the liveness step */
         if (st == SL_OK && last < 0 && s->neighbour)
             sl_liveness_end_step(s->live);
@@ -678,11 +695,9 @@ sl_sync_after_step(sl_sync_t *s, float *params, long steps_done)
     if (s->ov)
         return overlap_after_step(s, params, steps_done);
     t0 = sl_clock_now();
-    for (int c = 0, k; c < s->env.ncomps; c += k) {
-        k = run_length(s, c);
-        if (sl_sync_due(s, c, steps_done))
-            SL_TRY(sync_components(s, params, c, k, round_at(s, c, steps_done)));
-    }
+    for (int c = 0; c < s->env.ncomps; c++)
+        if (s->lead[c] == c && sl_sync_due(s, c, steps_done))
+            SL_TRY(sync_group(s, params, c, round_at(s, c, steps_done)));
     if (s->neighbour)
         sl_liveness_end_step(s->live);
     s->time_s += sl_clock_now() - t0;

@@ -107,7 +107,7 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
                     sl_liveness_t *lv, const float *params)
 {
     sl_sync_average_t *a;
-    size_t max_count = 1;
+    size_t max_count = 1, whole = 0;
     sl_status_t st;
 
     *out = NULL;
@@ -125,17 +125,15 @@ sl_sync_average_new(sl_sync_average_t **out, const sl_sync_env_t *env, const sl_
     a->random_pct = cfg->sync.exchange_random;
     a->seed = cfg->run.seed;
     /* components that go by rows have their own buffers (sl_sparse.h); an all-node
-     * average may take a run of whole components lying side by side at once */
-    for (int c = 0, first = 0; c < env->ncomps; c++) {
-        size_t span;
-
+     * average may take every whole component at once */
+    for (int c = 0; c < env->ncomps; c++) {
         if (sl_sync_by_rows(&env->comps[c], env->exchange))
             continue;
-        if (c == 0 || !sl_sync_average_joins(a, c - 1))
-            first = c;
-        span = env->comps[c].offset + env->comps[c].count - env->comps[first].offset;
-        max_count = span > max_count ? span : max_count;
+        whole += env->comps[c].count;
+        max_count = env->comps[c].count > max_count ? env->comps[c].count : max_count;
     }
+    if (!a->neighbour && whole > max_count)
+        max_count = whole;
     if (a->neighbour)
         SL_TRY_GOTO(setup_neighbourhood(a, cfg, max_count), st, fail);
     /* block momentum auto is 1 - 1/m for the m models an average takes: every node's
@@ -240,22 +238,25 @@ neighbourhood_mean(sl_sync_average_t *a, int c, uint64_t round, const float *the
     return SL_OK;
 }
 
-/* One all-node average: component c at round, from theta (count floats). */
+/* One all-node average: components cs[0 .. k-1] of params at round, packed in that
+ * order in bar (count floats), in one allreduce as component cs[0]. */
 typedef struct {
     sl_sync_average_t *a;
-    int c;
+    const int *cs;
+    int k;
     uint64_t round;
-    const float *theta;
+    const float *params;
     size_t count;
 } mean_job_t;
 
-/* bar := the mean of theta over group g (a ring allreduce); theta is left as it was, so
- * an attempt that failed leaves nothing behind. bmuf with fp16 / bf16: what travels is
- * the change since the block start, which every member holds (the same bits after each
- * all-node block update, and a rejoined node takes them), so the down-cast rounds a
- * small delta, not the weights; bar = start + the mean delta. fp32 sends the weights:
- * the same bytes, and the mean of the weights needs no reference. MA keeps no block
- * start that survives a resume on every node alike, so it sends weights too. */
+/* bar := the mean over group g of the job's components (an allreduce); params are left
+ * as they were, so an attempt that failed leaves nothing behind. bmuf with fp16 / bf16:
+ * what travels is the change since the block start, which every member holds (the same
+ * bits after each all-node block update, and a rejoined node takes them), so the
+ * down-cast rounds a small delta, not the weights; bar = start + the mean delta. fp32
+ * sends the weights: the same bytes, and the mean of the weights needs no reference. MA
+ * keeps no block start that survives a resume on every node alike, so it sends weights
+ * too. */
 static sl_status_t
 mean_over(void *ctx, const sl_group_t *g, size_t *count)
 {
@@ -263,47 +264,56 @@ mean_over(void *ctx, const sl_group_t *g, size_t *count)
     sl_sync_average_t *a = j->a;
     const sl_sync_env_t *e = &a->env;
     sl_collective_opts_t o = {.timeout_ms = e->timeout_ms, .codec = e->codec, .group = g};
-    const float *start = a->is_bmuf && e->codec ? a->start + e->comps[j->c].offset : NULL;
-    float inv = 1.0f / (float)g->n;
+    int deltas = a->is_bmuf && e->codec;
+    float inv = 1.0f / (float)g->n, *at = a->bar;
 
-    (void)count; /* all of the component */
-    if (start)
-        for (size_t i = 0; i < j->count; i++)
-            a->bar[i] = j->theta[i] - start[i];
-    else
-        memcpy(a->bar, j->theta, j->count * sizeof *j->theta);
-    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->c, j->round, a->bar, j->count, &o));
-    if (start) {
-        sl_bmuf_rebuild(a->bar, start, a->bar, 1.0 / (double)g->n, j->count);
-        return SL_OK;
+    (void)count; /* all of the components */
+    for (int i = 0; i < j->k; at += e->comps[j->cs[i++]].count) {
+        const sl_component_t *cp = &e->comps[j->cs[i]];
+        const float *theta = j->params + cp->offset, *start = a->start + cp->offset;
+
+        if (deltas)
+            for (size_t n = 0; n < cp->count; n++)
+                at[n] = theta[n] - start[n];
+        else
+            memcpy(at, theta, cp->count * sizeof *theta);
     }
-    for (size_t i = 0; i < j->count; i++)
-        a->bar[i] *= inv;
+    SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)j->cs[0], j->round, a->bar, j->count, &o));
+    at = a->bar;
+    for (int i = 0; i < j->k; at += e->comps[j->cs[i++]].count) {
+        const sl_component_t *cp = &e->comps[j->cs[i]];
+
+        if (deltas)
+            sl_bmuf_rebuild(at, a->start + cp->offset, at, 1.0 / (double)g->n, cp->count);
+        else
+            for (size_t n = 0; n < cp->count; n++)
+                at[n] *= inv;
+    }
     return SL_OK;
 }
 
-/* The average of components c .. c + k - 1, side by side at theta (count floats), with
- * all members in one allreduce as component c (sl_members.h: a member that stops
- * answering is dropped and the average redone over the others): bar, over *nodes. */
+/* The average of components cs[0 .. k-1] of params with all members, in one allreduce
+ * as component cs[0] (sl_members.h: a member that stops answering is dropped and the
+ * average redone over the others): bar, packed, over *nodes. */
 static sl_status_t
-all_mean(sl_sync_average_t *a, int c, int k, uint64_t round, const float *theta, size_t count,
+all_mean(sl_sync_average_t *a, const int *cs, int k, uint64_t round, const float *params,
          int *nodes)
 {
     const sl_sync_env_t *e = &a->env;
-    mean_job_t j = {a, c, round, theta, count};
+    mean_job_t j = {a, cs, k, round, params, 0};
     char what[160];
-    size_t n = count;
+    size_t n;
     sl_status_t st;
 
-    if (k > 1)
-        snprintf(what, sizeof what, "sync of %s .. %s (%s, round %" PRIu64 ")", e->comps[c].name,
-                 e->comps[c + k - 1].name, sl_sync_algorithm_name(e->algo), round);
-    else
-        snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
-                 sl_sync_algorithm_name(e->algo), round);
+    for (int i = 0; i < k; i++)
+        j.count += e->comps[cs[i]].count;
+    n = j.count;
+    snprintf(what, sizeof what, "sync of %s%s (%s, round %" PRIu64 ")", e->comps[cs[0]].name,
+             k > 1 ? " and the components due with it" : "", sl_sync_algorithm_name(e->algo),
+             round);
     st = sl_members_run(e->members, mean_over, &j, a->bar, &n, nodes, what);
     if (st != SL_OK)
-        return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)round);
+        return sl_sync_collective_failed(st, e->algo, e->comps[cs[0]].name, (long)round);
     return SL_OK;
 }
 
@@ -469,13 +479,9 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
 }
 
 int
-sl_sync_average_joins(const sl_sync_average_t *a, int c)
+sl_sync_average_whole(const sl_sync_average_t *a, int c)
 {
-    const sl_sync_env_t *e = &a->env;
-    const sl_component_t *cp = &e->comps[c];
-
-    return !a->neighbour && c + 1 < e->ncomps && !sl_sync_by_rows(cp, e->exchange) &&
-           !sl_sync_by_rows(cp + 1, e->exchange) && cp[1].offset == cp->offset + cp->count;
+    return !a->neighbour && !sl_sync_by_rows(&a->env.comps[c], a->env.exchange);
 }
 
 /* MA or BMUF on component c of params from its mean bar, over got peers. */
@@ -496,28 +502,36 @@ take_mean(sl_sync_average_t *a, float *params, int c, const float *bar, size_t g
         memcpy(theta, bar, cp->count * sizeof *theta);
 }
 
-sl_status_t
-sl_sync_average_components(sl_sync_average_t *a, float *params, int c, int k, uint64_t round,
-                           sl_sync_stat_t *stat)
+/* sl_sync_average_components; stat[i] is cs[i]'s, or with by_component stat[cs[i]]. */
+static sl_status_t
+average_whole(sl_sync_average_t *a, float *params, const int *cs, int k, uint64_t round,
+              sl_sync_stat_t *stat, int by_component)
 {
-    const sl_component_t *cp = &a->env.comps[c];
-    size_t count = cp[k - 1].offset + cp[k - 1].count - cp->offset;
+    const float *bar = a->bar;
     int nodes;
 
-    for (int i = 0; i + 1 < k; i++)
-        if (!sl_sync_average_joins(a, c + i))
-            return sl_err_set(SL_ERR_INVALID, "sync: %s and %s cannot share an average", cp[i].name,
-                              cp[i + 1].name);
-    SL_TRY(all_mean(a, c, k, round, params + cp->offset, count, &nodes));
+    for (int i = 0; i < k; i++)
+        if (!sl_sync_average_whole(a, cs[i]))
+            return sl_err_set(SL_ERR_INVALID, "sync: %s does not go whole in an all-node average",
+                              a->env.comps[cs[i]].name);
+    SL_TRY(all_mean(a, cs, k, round, params, &nodes));
     if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
         a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
-    for (int i = 0; i < k; i++) {
-        take_mean(a, params, c + i, a->bar + (cp[i].offset - cp->offset), (size_t)nodes - 1,
-                  &stat[i]);
-        stat[i].expected += (size_t)nodes - 1;
-        stat[i].answered += (size_t)nodes - 1;
+    for (int i = 0; i < k; bar += a->env.comps[cs[i++]].count) {
+        sl_sync_stat_t *st = &stat[by_component ? cs[i] : i];
+
+        take_mean(a, params, cs[i], bar, (size_t)nodes - 1, st);
+        st->expected += (size_t)nodes - 1;
+        st->answered += (size_t)nodes - 1;
     }
     return SL_OK;
+}
+
+sl_status_t
+sl_sync_average_components(sl_sync_average_t *a, float *params, const int *cs, int k,
+                           uint64_t round, sl_sync_stat_t *stat)
+{
+    return average_whole(a, params, cs, k, round, stat, 1);
 }
 
 sl_status_t
@@ -527,8 +541,8 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
     const sl_component_t *cp = &a->env.comps[c];
     size_t expected = 0, got = 0;
 
-    if (!a->neighbour && !sl_sync_by_rows(cp, a->env.exchange))
-        return sl_sync_average_components(a, params, c, 1, round, stat);
+    if (sl_sync_average_whole(a, c))
+        return average_whole(a, params, &c, 1, round, stat, 0);
     if (sl_sync_by_rows(cp, a->env.exchange)) {
         SL_TRY(sync_rows(a, params, c, round, touched, stat, &expected, &got));
     } else {

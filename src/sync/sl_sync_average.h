@@ -51,17 +51,16 @@ void sl_sync_average_destroy(sl_sync_average_t **a);
 sl_status_t sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t round,
                                       sl_rowset_t *touched, sl_sync_stat_t *stat);
 
-/* Whether component c + 1 can share one average with c: an all-node average (ma,
- * bmuf) of two components that go whole (not by rows) and lie side by side in the
- * parameters. On a slow link an allreduce waits for its hand-overs whatever its size:
- * one over a run of such components waits once. */
-int sl_sync_average_joins(const sl_sync_average_t *a, int c);
+/* Whether component c goes whole (not by rows) in an all-node average (ma, bmuf): such
+ * components due together can share one allreduce. On a slow link an allreduce waits
+ * for its hand-overs whatever its size: one for all of them waits once. */
+int sl_sync_average_whole(const sl_sync_average_t *a, int c);
 
-/* One sync at round of the k components c .. c + k - 1, each joining the one before
- * (sl_sync_average_joins; SL_ERR_INVALID if not), due together, in one allreduce as
- * component c: for each, MA or BMUF on it and its stat (stat[0 .. k-1]) as
- * sl_sync_average_component does. k = 1: one component that goes whole. */
-sl_status_t sl_sync_average_components(sl_sync_average_t *a, float *params, int c, int k,
+/* One sync at round of the k components cs[0 .. k-1], each going whole
+ * (sl_sync_average_whole; SL_ERR_INVALID if not), due together, in one allreduce as
+ * component cs[0]: for each, MA or BMUF on it and its statistics (stat, every
+ * component's, indexed by component) as sl_sync_average_component does. */
+sl_status_t sl_sync_average_components(sl_sync_average_t *a, float *params, const int *cs, int k,
                                        uint64_t round, sl_sync_stat_t *stat);
 
 /* The BMUF state, nparams floats each, owned by a (omega, Delta, the block start), for

@@ -284,10 +284,10 @@ START_TEST(test_overlap)
 END_TEST
 
 /* Two components due at the same step go one after the other where their periods
- * differ; side by side with one period, in one allreduce (ma, bmuf). */
+ * differ; with one period, in one allreduce (ma, bmuf), side by side or not. */
 START_TEST(test_components_in_sequence)
 {
-    sl_scale_component_t c[2];
+    sl_scale_component_t c[3];
     sl_scale_params_t p = params(SL_SYNC_MA, 2, 1000000, 2, 2);
     sl_scale_result_t r;
 
@@ -305,6 +305,13 @@ START_TEST(test_components_in_sequence)
     r = run(&p);
     ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 18 + 2 * 26 + 2 * 18, EPS);
     ck_assert_double_eq_tol(r.bytes_per_node_step, (4e6 + 2 * 2e6) / 2, 1e-3);
+    /* c[2] of c[0]'s period after c[1]: with c[0] (6e6 B), then c[1] */
+    c[2] = c[1];
+    c[2].period = 2;
+    p.ncomps = 3;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * 18 + 2 * 34 + 2 * 18, EPS);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, (6e6 + 2 * 2e6) / 2, 1e-3);
 }
 END_TEST
 
