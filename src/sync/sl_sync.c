@@ -188,12 +188,11 @@ setup_groups(sl_sync_t *s)
     for (int c = 0; c < n; c++) {
         int k = group_of(s, c);
 
-        for (int i = 0; k > 1 && i < k && used < sizeof line; i++)
-            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s",
-                                     i      ? ", "
-                                     : used ? "; "
-                                            : "",
+        for (int i = 0; k > 1 && i < k && used < sizeof line; i++) {
+            const char *sep = used == 0 ? "" : i > 0 ? ", " : "; ";
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s", sep,
                                      s->env.comps[s->group[i]].name);
+        }
     }
     if (used && s->env.rank == 0)
         sl_log_info("sync",
