@@ -362,6 +362,19 @@ whole_ring(const ring_t *r)
     return (circle_t){.m = r->n, .k = r->pos, .seg_step = 1};
 }
 
+/* On n = 2^L m (m odd): the ring of the m places that agree with this node's below bit
+ * L, its segments left for the caller to set. */
+static circle_t
+odd_ring(const ring_t *r)
+{
+    uint32_t levels = (uint32_t)__builtin_ctz(r->n);
+
+    return (circle_t){.m = r->n >> levels,
+                      .k = r->pos >> levels,
+                      .low = r->pos & ((1u << levels) - 1),
+                      .shift = levels};
+}
+
 /* m - 1 steps around circle c: at step s send member (start - s)'s segment to the right
  * and receive member (start - s - 1)'s from the left, adding it into buf
  * (reduce-scatter) or copying it (allgather). Segment q is buf[off[q] .. off[q] +
@@ -412,13 +425,8 @@ ring_pass(ring_t *r, const circle_t *c, float *buf, const size_t *off, const siz
 static sl_status_t
 halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
 {
-    uint32_t levels = (uint32_t)__builtin_ctz(r->n), m = r->n >> levels;
-    uint32_t lo = 0, cnt = r->n, bit = 1, s = 0;
-    circle_t c = {.m = m,
-                  .k = r->pos >> levels,
-                  .low = r->pos & ((1u << levels) - 1),
-                  .shift = levels,
-                  .seg_step = 1};
+    circle_t c = odd_ring(r);
+    uint32_t m = c.m, lo = 0, cnt = r->n, bit = 1, s = 0;
 
     for (; cnt > m; cnt /= 2, bit *= 2, s++) {
         uint32_t keep = r->pos & bit ? lo + cnt / 2 : lo, give = r->pos & bit ? lo : lo + cnt / 2;
@@ -428,6 +436,7 @@ halving_passes(ring_t *r, float *buf, const size_t *off, const size_t *len, uint
         lo = keep;
     }
     c.seg0 = lo;
+    c.seg_step = 1;
     SL_TRY(ring_pass(r, &c, buf, off, len, c.k, s * chunks_max, chunks_max, 1));
     s += m - 1;
     /* the ring's allgather and the doubling overwrite ranges lent to ZeroMQ before */
@@ -587,16 +596,12 @@ sl_allgather_doubles(uint32_t n, const size_t *counts, int coded, int ring)
 static sl_status_t
 doubling_pass(ring_t *r, float *buf, const size_t *off, const size_t *len, uint32_t chunks_max)
 {
-    uint32_t levels = (uint32_t)__builtin_ctz(r->n), low = r->pos & ((1u << levels) - 1);
-    circle_t c = {.m = r->n >> levels,
-                  .k = r->pos >> levels,
-                  .low = low,
-                  .shift = levels,
-                  .seg0 = low,
-                  .seg_step = 1u << levels};
+    circle_t c = odd_ring(r);
 
+    c.seg0 = c.low; /* the blocks of the ring's places */
+    c.seg_step = 1u << c.shift;
     SL_TRY(ring_pass(r, &c, buf, off, len, c.k, 0, chunks_max, 0));
-    for (uint32_t b = (1u << levels) / 2; b > 0; b /= 2) {
+    for (uint32_t b = c.seg_step / 2; b > 0; b /= 2) {
         uint32_t peer = peer_at(r, r->pos ^ b);
         chunks_t out = {.buf = buf,
                         .off = off,
