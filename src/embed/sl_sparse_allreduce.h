@@ -1,12 +1,11 @@
-/* Allreduce-mode exchange of one row-shard component's gradient (sync.algorithm
- * allreduce, sync.exchange unique | allgather | dense): the sum over all n nodes of the
- * shard gradient, every node ending with the same rows. Section III-A of "Language
- * Modeling at Scale" (Baidu), in its symbols:
- *   J^   the node's touched rows, deduplicated, duplicate gradients summed (the model
- *        does both: sl_lm_touched_rows), U_i = |J^| rows of D = row_len floats
- *   I    the allgather of every node's J^ (per-node counts first)
- *   I^   the sorted union of I, U_g = |I^| rows
- *   M_i  the node's rows scattered into a U_g x D matrix, zeros elsewhere
+/* Allreduce-mode exchange of row-shard components' gradients (sync.algorithm
+ * allreduce, sync.exchange unique | allgather | dense): the sum over all n nodes of each
+ * shard gradient, every node ending with the same rows; several shards, and dense
+ * gradients beside them, go in the same collectives (sl_sparse_allreduce_shards). Section III-A of
+ * "Language Modeling at Scale" (Baidu), in its symbols: J^   the node's touched rows, deduplicated,
+ * duplicate gradients summed (the model does both: sl_lm_touched_rows), U_i = |J^| rows of D =
+ * row_len floats I    the allgather of every node's J^ (per-node counts first) I^   the sorted
+ * union of I, U_g = |I^| rows M_i  the node's rows scattered into a U_g x D matrix, zeros elsewhere
  *   M^   the ring allreduce (sum) of the M_i, written back into rows I^ of the shard
  * Modes:
  *   SL_EXCHANGE_UNIQUE     the paper: bytes and memory O(sum of U_i + U_g x D)
@@ -28,8 +27,10 @@
  * codec of the collective options (sync.compression). One call uses rounds
  * 3 round + 0 (counts), 3 round + 1 (indices) and 3 round + 2 (values: an allreduce, or
  * an allgather in allgather mode) of the given component: rounds of a component must
- * increase from call to call, as for every collective. Frames from peers are not
- * trusted: a count over the shard's rows, a row outside the shard, rows not strictly
+ * increase from call to call, as for every collective. With several shards, a node's
+ * block of each collective holds its part of shard 0, then of shard 1, ...: the same
+ * three collectives whatever the shards, each waiting for its hand-overs once. Frames from peers
+ * are not trusted: a count over the shard's rows, a row outside the shard, rows not strictly
  * ascending make the call fail with SL_ERR_INVALID on every node (the ring passes the
  * same data to all). */
 #ifndef SL_SPARSE_ALLREDUCE_H
@@ -46,10 +47,10 @@
 
 typedef struct sl_sparse_allreduce sl_sparse_allreduce_t;
 
-/* What the last call did on this node. Bytes are on the wire: payload plus the
- * SL_WIRE_HEADER_BYTES of every frame, for the allgather and allreduce frames of this
- * component. Sent figures are exact; a frame is counted as received when it arrives, so
- * one of the next call that arrives during this call counts here. */
+/* What the last call did on this node (the rows: summed over its shards). Bytes are on the wire:
+ * payload plus the SL_WIRE_HEADER_BYTES of every frame, for the allgather and allreduce frames of
+ * this component. Sent figures are exact; a frame is counted as received when it arrives, so one of
+ * the next call that arrives during this call counts here. */
 typedef struct {
     uint64_t sent_bytes, recv_bytes;
     uint64_t sent_frames, recv_frames;
@@ -69,6 +70,12 @@ typedef struct {
  * int32) or nodes < 1; SL_ERR_NOMEM. */
 sl_status_t sl_sparse_allreduce_new(sl_sparse_allreduce_t **out, const sl_component_t *c,
                                     int nodes);
+/* A context for k >= 1 row shards (shards[0 .. k), as for new) whose calls may add up to
+ * dense floats of gradients that are not by rows (sl_sparse_allreduce_shards); its
+ * buffers' worst cases are the shards' summed, plus dense. */
+sl_status_t sl_sparse_allreduce_new_shards(sl_sparse_allreduce_t **out,
+                                           const sl_component_t *const *shards, int k, size_t dense,
+                                           int nodes);
 /* Frees; accepts NULL, NULLs *sa. After a call that failed, buffers may still be lent to
  * ZeroMQ (sl_collective.h): destroy the transport first. */
 void sl_sparse_allreduce_destroy(sl_sparse_allreduce_t **sa);
@@ -97,7 +104,37 @@ sl_status_t sl_sparse_allreduce(sl_sparse_allreduce_t *sa, sl_transport_t *tr, u
                                 uint64_t round, sl_exchange_t mode, const int32_t *rows, int nrows,
                                 float *shard_grad, const sl_collective_opts_t *o);
 
+/* One shard's part of a call: the node's touched rows and the shard's gradient, as
+ * rows, nrows and shard_grad of sl_sparse_allreduce. */
+typedef struct {
+    const int32_t *rows;
+    int nrows;
+    float *grad;
+} sl_sparse_part_t;
+
+/* count floats of a gradient that goes whole, summed beside the shards. */
+typedef struct {
+    float *x;
+    size_t count;
+} sl_sparse_span_t;
+
+/* sl_sparse_allreduce for the context's k shards at once, parts[p] being shard p's, and
+ * the ndense spans dense[0 .. ndense) (at most the context's dense floats in all)
+ * summed too, in the same three collectives: one allgather of every node's k counts,
+ * one of its rows of every shard, and, unique, one allreduce of every shard's M_i
+ * followed by the spans; allgather: one allgather of every shard's values, then one
+ * allreduce of the spans (none without spans). mode dense takes one shard and no spans.
+ * Each shard's sum is what a call of its own gives (the same bits in allgather mode;
+ * in unique mode to rounding, as the values' places in the allreduce differ). */
+sl_status_t sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t *tr,
+                                       uint32_t component, uint64_t round, sl_exchange_t mode,
+                                       const sl_sparse_part_t *parts, const sl_sparse_span_t *dense,
+                                       int ndense, const sl_collective_opts_t *o);
+
 /* The figures of the last call (zeros before the first). */
 void sl_sparse_allreduce_stats(const sl_sparse_allreduce_t *sa, sl_sparse_stats_t *out);
+/* Shard p's rows in the last call (local_rows, gather_rows, union_rows; the rest 0). */
+void sl_sparse_allreduce_shard_stats(const sl_sparse_allreduce_t *sa, int p,
+                                     sl_sparse_stats_t *out);
 
 #endif

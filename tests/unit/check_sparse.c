@@ -87,12 +87,15 @@ enum { OVERLAP, DISJOINT, SOME_EMPTY, ALL_ROWS, ALL_EMPTY, NSCEN };
 static const char *const scen_name[NSCEN] = {"overlapping", "disjoint", "empty on some nodes",
                                              "all rows", "empty everywhere"};
 
-/* Node k's touched rows (absolute ids, ascending, some outside the shard) and its shard
- * gradient (R, D): nonzero random values in its touched rows of the shard, 0 elsewhere. */
+/* Node k's touched rows (absolute ids, ascending, some outside shard c) and its shard
+ * gradient (c's rows x row_len): nonzero random values in its touched rows of the
+ * shard, 0 elsewhere. */
 static void
-touched(int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
+touched_in(const sl_component_t *c, int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
 {
     static unsigned char on[VOCAB];
+    long rb = c->row_begin, nr = c->rows;
+    int d = c->row_len;
     uint64_t key = sl_mix64((uint64_t)scen * 1000 + (uint64_t)k);
 
     memset(on, 0, sizeof on);
@@ -121,18 +124,27 @@ touched(int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
         break;
     }
     *nrows = 0;
-    memset(grad, 0, (size_t)R * D * sizeof *grad);
+    memset(grad, 0, (size_t)nr * d * sizeof *grad);
     for (int r = 0; r < VOCAB; r++) {
         if (!on[r])
             continue;
         rows[(*nrows)++] = r;
-        if (r < RB || r >= RB + R)
+        if (r < rb || r >= rb + nr)
             continue;
-        for (int e = 0; e < D; e++) { /* in [-1, -1/8) or [1/8, 1): never 0 */
-            float u = sl_rng_float_at(key ^ 0xabcdULL, (uint64_t)r * D + (uint64_t)e);
-            grad[(r - RB) * D + e] = (u < 0.5f ? -1.0f : 1.0f) * (0.125f + 1.75f * fabsf(u - 0.5f));
+        for (int e = 0; e < d; e++) { /* in [-1, -1/8) or [1/8, 1): never 0 */
+            float u = sl_rng_float_at(key ^ 0xabcdULL, (uint64_t)r * d + (uint64_t)e);
+            grad[(r - rb) * d + e] = (u < 0.5f ? -1.0f : 1.0f) * (0.125f + 1.75f * fabsf(u - 0.5f));
         }
     }
+}
+
+/* touched_in for the shard of shard(). */
+static void
+touched(int scen, int k, int n, int32_t *rows, int *nrows, float *grad)
+{
+    sl_component_t c = shard();
+
+    touched_in(&c, scen, k, n, rows, nrows, grad);
 }
 
 /* Floats an allreduce of count floats makes node me of n send. */
@@ -290,6 +302,156 @@ START_TEST(test_modes)
         ck_assert_msg(sent == recv, "%d nodes: %llu bytes sent, %llu received", n,
                       (unsigned long long)sent, (unsigned long long)recv);
         ck_assert(n == 1 || sent > 0);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- several shards */
+
+/* The second shard of test_shards: rows [0, 120) of 3 floats, below the first's. */
+static const sl_component_t shard_b = {
+    .name = "softmax.0", .count = 120 * 3, .sparse = 1, .row_begin = 0, .rows = 120, .row_len = 3};
+/* Its dense spans' lengths. */
+static const size_t span_len[2] = {5, 6};
+
+/* What every node's rows of shard c in scenario scen sum to: fsum in rank order from
+ * zero, asum of the magnitudes; cnt[r] the nodes that touched row r, uk[k] node k's rows
+ * in the shard; returns U_g. */
+static int
+reference(const sl_component_t *c, int scen, uint32_t n, float *fsum, double *asum, int *cnt,
+          size_t *uk)
+{
+    static int32_t krows[VOCAB];
+    static float kgrad[R * D];
+    size_t len = (size_t)c->rows * (size_t)c->row_len;
+    int kn, ug = 0;
+
+    memset(fsum, 0, len * sizeof *fsum);
+    memset(asum, 0, len * sizeof *asum);
+    memset(cnt, 0, (size_t)c->rows * sizeof *cnt);
+    for (uint32_t k = 0; k < n; k++) {
+        touched_in(c, scen, (int)k, (int)n, krows, &kn, kgrad);
+        uk[k] = 0;
+        for (int i = 0; i < kn; i++)
+            if (krows[i] >= c->row_begin && krows[i] < c->row_begin + c->rows)
+                cnt[krows[i] - c->row_begin]++, uk[k]++;
+        for (size_t j = 0; j < len; j++) {
+            fsum[j] += kgrad[j];
+            asum[j] += fabs(kgrad[j]);
+        }
+    }
+    for (long r = 0; r < c->rows; r++)
+        ug += cnt[r] > 0;
+    return ug;
+}
+
+/* out (shard c, its rows' fsum, asum, cnt) against the sum: allgather bitwise, unique
+ * within 1e-6 x sum |terms| and bitwise where at most two nodes touched the row. */
+static int
+sum_ok(const sl_component_t *c, sl_exchange_t mode, const float *out, const float *fsum,
+       const double *asum, const int *cnt)
+{
+    size_t len = (size_t)c->rows * (size_t)c->row_len;
+
+    for (size_t j = 0; j < len; j++)
+        if (mode == SL_EXCHANGE_ALLGATHER || cnt[j / (size_t)c->row_len] <= 2
+                ? memcmp(&out[j], &fsum[j], sizeof *out) != 0
+                : fabs(out[j] - fsum[j]) > 1e-6 * asum[j]) {
+            fprintf(stderr, "%s, mode %d: [%zu] = %.9g, want %.9g\n", c->name, (int)mode, j, out[j],
+                    fsum[j]);
+            return 1;
+        }
+    return 0;
+}
+
+/* Two shards of different rows and widths and two dense spans in one call per mode
+ * and scenario: each shard's sum as the rows give it, the spans' sums exact (multiples
+ * of 1/4), each shard's rows in its stats, and on the wire exactly three collectives:
+ * 2 counts a node, then each node's rows of both shards, then (unique) one allreduce of
+ * both unions' values and the spans, or (allgather) both shards' values gathered and
+ * one allreduce of the spans. */
+static int
+node_shards(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
+{
+    static const sl_exchange_t modes[2] = {SL_EXCHANGE_UNIQUE, SL_EXCHANGE_ALLGATHER};
+    const sl_component_t a = shard(), *shards[2] = {&a, &shard_b};
+    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
+    static int32_t rows[2][VOCAB];
+    static float grad[2][R * D], fsum[2][R * D], dense[11];
+    static double asum[2][R * D];
+    static int cnt[2][R];
+    uint64_t round = 2;
+    sl_hash_t h;
+
+    (void)c;
+    sl_hash_init(&h, 9);
+    if (sl_sparse_allreduce_new_shards(&keep[0], shards, 2, 11, (int)n) != SL_OK)
+        return 1;
+    for (int scen = OVERLAP; scen <= SOME_EMPTY; scen++)
+        for (int m = 0; m < 2; m++) {
+            int sc[2] = {scen, (scen + 1) % 3}, nrows[2], ug[2];
+            size_t uk[2][TEST_CLUSTER_MAXN], two[TEST_CLUSTER_MAXN], both[TEST_CLUSTER_MAXN],
+                vals[TEST_CLUSTER_MAXN], want, total;
+            sl_sparse_part_t parts[2];
+            sl_sparse_span_t spans[2] = {{dense, span_len[0]}, {dense + 5, span_len[1]}};
+            sl_sparse_stats_t s;
+
+            for (int p = 0; p < 2; p++) {
+                ug[p] = reference(shards[p], sc[p], n, fsum[p], asum[p], cnt[p], uk[p]);
+                touched_in(shards[p], sc[p], (int)me, (int)n, rows[p], &nrows[p], grad[p]);
+                parts[p] = (sl_sparse_part_t){rows[p], nrows[p], grad[p]};
+            }
+            for (int i = 0; i < 11; i++)
+                dense[i] = 0.25f * (float)((me + 1) * (uint32_t)(i + 1));
+            if (sl_sparse_allreduce_shards(keep[0], t, COMP, round++, modes[m], parts, spans, 2,
+                                           WAIT(TEST_WAIT_MS)) != SL_OK)
+                return 10 + m;
+            for (int p = 0; p < 2; p++) {
+                if (sum_ok(shards[p], modes[m], grad[p], fsum[p], asum[p], cnt[p]))
+                    return 20 + 2 * p + m;
+                total = 0;
+                for (uint32_t k = 0; k < n; k++)
+                    total += uk[p][k];
+                sl_sparse_allreduce_shard_stats(keep[0], p, &s);
+                if (s.local_rows != uk[p][me] || s.gather_rows != total ||
+                    s.union_rows != (modes[m] == SL_EXCHANGE_UNIQUE ? (size_t)ug[p] : 0) ||
+                    s.sent_bytes != 0)
+                    return 30 + 2 * p + m;
+                sl_hash_update(&h, grad[p], sizeof grad[p]);
+            }
+            for (int i = 0; i < 11; i++)
+                if (dense[i] != 0.25f * (float)((i + 1) * n * (n + 1) / 2))
+                    return 40 + m;
+            for (uint32_t k = 0; k < n; k++) {
+                two[k] = 2;
+                both[k] = uk[0][k] + uk[1][k];
+                vals[k] = uk[0][k] * D + uk[1][k] * 3;
+            }
+            want = allgather_sent(two, me, n) + allgather_sent(both, me, n) +
+                   (modes[m] == SL_EXCHANGE_UNIQUE
+                        ? allreduce_sent((size_t)ug[0] * D + (size_t)ug[1] * 3 + 11, me, n)
+                        : allgather_sent(vals, me, n) + allreduce_sent(11, me, n));
+            sl_sparse_allreduce_stats(keep[0], &s);
+            if (n == 1)
+                want = 0;
+            if (s.sent_bytes != want * sizeof(float) + s.sent_frames * SL_WIRE_HEADER_BYTES) {
+                fprintf(stderr, "shards, mode %d: sent %llu bytes in %llu frames, want %zu\n", m,
+                        (unsigned long long)s.sent_bytes, (unsigned long long)s.sent_frames,
+                        want * sizeof(float));
+                return 50 + m;
+            }
+        }
+    res[0] = sl_hash_final(&h);
+    return 0;
+}
+
+START_TEST(test_shards)
+{
+    test_cluster_t c;
+    for (int n = 1; n <= 5; n++) {
+        run_cluster(&c, n, node_shards, 1, "two shards and dense spans in one call");
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(c.res[i][0] == c.res[0][0], "%d nodes: rank %d's results differ", n, i);
     }
 }
 END_TEST
@@ -643,6 +805,7 @@ sparse_suite(void)
     tcase_set_timeout(core, 300); /* a hang guard: each cluster has its own */
     tcase_add_test(core, test_modes);
     tcase_add_test(core, test_codec);
+    tcase_add_test(core, test_shards);
     suite_add_tcase(s, core);
     TCase *limits = tcase_create("limits");
     tcase_set_timeout(limits, 300);
