@@ -332,10 +332,6 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
             allreduce(s, (double)c->count * vb);
         else
             gossip_push(s, (double)c->count * vb, round, comp);
-    } else if (p->exchange == SL_EXCHANGE_ALLGATHER && p->algorithm == SL_SYNC_ALLREDUCE) {
-        gather_rows(s, r);
-        chain(s);
-        allgather(s, r * c->row_len * vb, vb != 4);
     } else if (collective(p->algorithm)) {
         gather_rows(s, r);
         chain(s);
@@ -468,6 +464,44 @@ sim_init(sim_t *s, const sl_scale_params_t *p)
     return SL_OK;
 }
 
+/* Allreduce mode by rows, as sl_sparse_allreduce_shards takes a step: every row shard's
+ * count, then its rows, gathered; then unique: one allreduce of the shards' unions and
+ * the other components; allgather: the shards' rows gathered, then one allreduce of
+ * the others. */
+static void
+gradients_by_rows(sim_t *s)
+{
+    const sl_scale_params_t *p = s->p;
+    double vb = p->value_bytes, shards = 0, rows = 0, unions = 0, gathered = 0, dense = 0;
+
+    for (int c = 0; c < p->ncomps; c++) {
+        const sl_scale_component_t *comp = &p->comps[c];
+        double r = fmin(comp->unique_rows, (double)comp->rows);
+
+        if (!comp->sparse) {
+            dense += (double)comp->count * vb;
+            continue;
+        }
+        shards++;
+        rows += r;
+        unions += union_rows(s, comp, s->n) * comp->row_len * vb;
+        gathered += r * comp->row_len * vb;
+    }
+    allgather(s, 4.0 * shards, 0);
+    chain(s);
+    allgather(s, rows * 4.0, 0);
+    chain(s);
+    if (p->exchange == SL_EXCHANGE_UNIQUE) {
+        allreduce(s, unions + dense);
+        return;
+    }
+    allgather(s, gathered, vb != 4);
+    if (dense > 0) {
+        chain(s);
+        allreduce(s, dense);
+    }
+}
+
 /* Whether ma or bmuf averages component c whole (not by rows) in an allreduce. */
 static int
 averages_whole(const sl_scale_params_t *p, const sl_scale_component_t *c)
@@ -493,18 +527,14 @@ sync_due(sim_t *s, long step)
             continue;
         for (int i = 0; i < s->n; i++)
             s->start[i] = max2(s->clock[i], s->worker[i]);
-        /* allreduce with dense rows sums the whole gradient buffer at once; by rows,
-         * the components that go whole sum each run of them side by side at once */
-        if (p->algorithm == SL_SYNC_ALLREDUCE && p->exchange == SL_EXCHANGE_DENSE) {
-            allreduce(s, fused);
+        /* allreduce sums the whole gradient buffer at once, or by rows every shard
+         * and the rest in one call */
+        if (p->algorithm == SL_SYNC_ALLREDUCE) {
+            if (p->exchange == SL_EXCHANGE_DENSE)
+                allreduce(s, fused);
+            else
+                gradients_by_rows(s);
             c = p->ncomps;
-        } else if (p->algorithm == SL_SYNC_ALLREDUCE && !comp->sparse) {
-            double bytes = (double)comp->count * p->value_bytes;
-
-            while (c + 1 < p->ncomps && !p->comps[c + 1].sparse &&
-                   step % p->comps[c + 1].period == 0)
-                bytes += (double)p->comps[++c].count * p->value_bytes;
-            allreduce(s, bytes);
         } else if (averages_whole(p, comp)) {
             /* ma, bmuf: the whole components of one period at once, with the first */
             double bytes = 0;

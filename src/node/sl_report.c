@@ -18,7 +18,6 @@
 #include "common/sl_clock.h"
 #include "common/sl_file.h"
 #include "common/sl_log.h"
-#include "sync/sl_grad_allreduce.h"
 #include "transport/sl_transport.h"
 #include "transport/sl_wire.h"
 
@@ -93,7 +92,8 @@ flush_metrics(sl_report_t *r)
 
 /* {"event":"sync", ...} lines into metrics.jsonl: per component (cumulative counts, the
  * last consensus distance, rows and bytes by encoding of the sparse exchange), or for
- * allreduce one line for the gradients (and one per row shard exchanged by rows). */
+ * allreduce one line for the gradients, all the bytes (and one per row shard exchanged by
+ * rows, its rows). */
 static sl_status_t
 report_sync(sl_report_t *r, long step)
 {
@@ -110,14 +110,15 @@ report_sync(sl_report_t *r, long step)
         int grads = a == SL_SYNC_ALLREDUCE && c == nc;
 
         if (a == SL_SYNC_ALLREDUCE && !grads && sl_sync_stat(sync, c)->rounds == 0)
-            continue; /* allreduce: row shards by rows have lines of their own */
+            continue; /* allreduce: row shards by rows have lines of their own (their rows) */
         if (grads) {
             sl_transport_stat_t ts;
             memset(&g, 0, sizeof g);
-            /* the whole gradient, or each component not exchanged by rows */
-            for (int j = -1; j < nc; j++) {
-                sl_transport_stat(r->opts->transport, SL_WIRE_ALLREDUCE,
-                                  j < 0 ? (uint32_t)nc : SL_GRAD_COMPONENT(nc, j), &ts);
+            /* the whole gradient, or the row shards and the rest together (their
+             * row counts and rows gathered, the values summed) */
+            for (int kind = 0; kind < 2; kind++) {
+                sl_transport_stat(r->opts->transport, kind ? SL_WIRE_ALLGATHER : SL_WIRE_ALLREDUCE,
+                                  (uint32_t)nc, &ts);
                 g.sent_bytes += ts.sent_bytes;
                 g.recv_bytes += ts.recv_bytes;
             }

@@ -1,6 +1,7 @@
 /* The allreduce-mode gradient mean (sl_grad_allreduce.h): dense, or by rows through
  * src/embed/sl_sparse_allreduce.h (the Baidu paper's section III-A: U_g, the sorted
- * union of the touched rows, summed; or the allgather baseline). Must not touch the
+ * union of the touched rows, summed; or the allgather baseline), every row shard and the
+ * other components in the same collectives. Must not touch the
  * parameters or the model-averaging state: gradients in, gradients out. */
 #include "sync/sl_grad_allreduce.h"
 
@@ -8,15 +9,20 @@
 #include <string.h>
 
 #include "common/sl_alloc.h"
-#include "common/sl_clock.h"
 #include "embed/sl_sparse_allreduce.h"
 #include "transport/sl_collective.h"
 
 struct sl_grad_allreduce {
     sl_sync_env_t env;
-    float *saved;                /* (nparams) this step's gradients, for an attempt again */
-    int32_t *sel;                /* (max_rows) the absolute touched rows of a shard */
-    sl_sparse_allreduce_t **sar; /* (ncomps) for the components that go by rows */
+    float *saved; /* (nparams) this step's gradients, for an attempt again */
+    /* by rows: the row shards and the other components' runs in one call */
+    sl_sparse_allreduce_t *sar;
+    int nshards, nspans;
+    int *shard_comp;         /* (nshards) the row shards' components */
+    int32_t *sel;            /* (their rows summed) each shard's absolute touched rows */
+    sl_sparse_part_t *parts; /* (nshards) */
+    sl_sparse_span_t *spans; /* (nspans) a run of the other components side by side */
+    size_t *span_at;         /* (nspans) where each run starts in the gradients */
 };
 
 /* One step's gradient mean: the attempt's inputs. */
@@ -28,11 +34,75 @@ typedef struct {
     sl_sync_stat_t *stat;
 } mean_job_t;
 
+/* The runs of components that go whole and lie side by side in the gradients (the LSTM
+ * layers and their projections one, the softmax bias another) into g->spans and
+ * g->span_at, or, spans NULL, only counted; returns how many. */
+static int
+whole_runs(sl_grad_allreduce_t *g, size_t *floats)
+{
+    const sl_sync_env_t *e = &g->env;
+    int n = 0;
+
+    *floats = 0;
+    for (int c = 0; c < e->ncomps; c++) {
+        const sl_component_t *cp = &e->comps[c];
+        size_t count = cp->count;
+
+        if (sl_sync_by_rows(cp, e->exchange))
+            continue;
+        while (c + 1 < e->ncomps && !sl_sync_by_rows(&e->comps[c + 1], e->exchange) &&
+               e->comps[c + 1].offset == cp->offset + count)
+            count += e->comps[++c].count;
+        if (g->spans) {
+            g->spans[n] = (sl_sparse_span_t){NULL, count};
+            g->span_at[n] = cp->offset;
+        }
+        *floats += count;
+        n++;
+    }
+    return n;
+}
+
+/* The one sparse allreduce context of a run by rows, for its row shards and runs. */
+static sl_status_t
+setup_by_rows(sl_grad_allreduce_t *g)
+{
+    const sl_sync_env_t *e = &g->env;
+    const sl_component_t **shards;
+    size_t rows = 0, dense;
+    sl_status_t st;
+
+    for (int c = 0; c < e->ncomps; c++)
+        if (sl_sync_by_rows(&e->comps[c], e->exchange)) {
+            g->nshards++;
+            rows += (size_t)e->comps[c].rows;
+        }
+    if (g->nshards == 0)
+        return SL_OK;
+    g->nspans = whole_runs(g, &dense);
+    SL_TRY(SL_ALLOC(&g->shard_comp, (size_t)g->nshards, "gradient allreduce"));
+    SL_TRY(SL_ALLOC(&g->parts, (size_t)g->nshards, "gradient allreduce"));
+    SL_TRY(SL_ALLOC(&g->sel, rows, "exchanged rows"));
+    if (g->nspans > 0) {
+        SL_TRY(SL_ALLOC(&g->spans, (size_t)g->nspans, "gradient allreduce"));
+        SL_TRY(SL_ALLOC(&g->span_at, (size_t)g->nspans, "gradient allreduce"));
+        whole_runs(g, &dense);
+    }
+    SL_TRY(SL_ALLOC(&shards, (size_t)g->nshards, "gradient allreduce"));
+    for (int c = 0, p = 0; c < e->ncomps; c++)
+        if (sl_sync_by_rows(&e->comps[c], e->exchange)) {
+            g->shard_comp[p] = c;
+            shards[p++] = &e->comps[c];
+        }
+    st = sl_sparse_allreduce_new_shards(&g->sar, shards, g->nshards, dense, e->size);
+    sl_free(shards);
+    return st;
+}
+
 sl_status_t
 sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env)
 {
     sl_grad_allreduce_t *g;
-    long max_rows = 0;
     sl_status_t st;
 
     *out = NULL;
@@ -42,17 +112,8 @@ sl_grad_allreduce_new(sl_grad_allreduce_t **out, const sl_sync_env_t *env)
     SL_TRY(SL_CALLOC(&g, 1, "gradient allreduce"));
     g->env = *env;
     SL_TRY_GOTO(SL_ALLOC(&g->saved, env->nparams, "gradient allreduce"), st, fail);
-    for (int c = 0; c < env->ncomps; c++)
-        if (sl_sync_by_rows(&env->comps[c], env->exchange) && env->comps[c].rows > max_rows)
-            max_rows = env->comps[c].rows;
-    if (max_rows > 0) {
-        SL_TRY_GOTO(SL_ALLOC(&g->sel, (size_t)max_rows, "exchanged rows"), st, fail);
-        SL_TRY_GOTO(SL_CALLOC(&g->sar, (size_t)env->ncomps, "sparse allreduce"), st, fail);
-        for (int c = 0; c < env->ncomps; c++)
-            if (sl_sync_by_rows(&env->comps[c], env->exchange))
-                SL_TRY_GOTO(sl_sparse_allreduce_new(&g->sar[c], &env->comps[c], env->size), st,
-                            fail);
-    }
+    if (env->exchange != SL_EXCHANGE_DENSE)
+        SL_TRY_GOTO(setup_by_rows(g), st, fail);
     *out = g;
     return SL_OK;
 fail:
@@ -67,63 +128,52 @@ sl_grad_allreduce_destroy(sl_grad_allreduce_t **gp)
 
     if (!g)
         return;
-    for (int c = 0; g->sar && c < g->env.ncomps; c++)
-        sl_sparse_allreduce_destroy(&g->sar[c]);
-    sl_free(g->sar);
+    sl_sparse_allreduce_destroy(&g->sar);
+    sl_free(g->span_at);
+    sl_free(g->spans);
+    sl_free(g->parts);
     sl_free(g->sel);
+    sl_free(g->shard_comp);
     sl_free(g->saved);
     sl_free(g);
     *gp = NULL;
 }
 
-/* Each row shard's gradient summed by its touched rows (round = step); the other
- * components by allreduces, one for each run of them that lie side by side in grads
- * (the LSTM layers and their projections), as component SL_GRAD_COMPONENT(ncomps, c)
- * of the run's first c, round step: on a slow link every allreduce costs 2 log2 n
- * latencies or more, whatever its size. Each (kind, component) advances by one round a
- * step, as the mailbox's window of rounds ahead wants. */
+/* Every row shard's gradient summed by its touched rows and the other components' with
+ * them, in one sl_sparse_allreduce_shards call (component ncomps, round step): on a
+ * slow link every collective costs log2 n latencies or more, whatever its size. */
 static sl_status_t
 sum_by_rows(const mean_job_t *j, const sl_collective_opts_t *o)
 {
     sl_grad_allreduce_t *g = j->g;
     const sl_sync_env_t *e = &g->env;
+    int32_t *sel = g->sel;
+    sl_status_t st;
 
-    for (int c = 0; c < e->ncomps; c++) {
-        const sl_component_t *cp = &e->comps[c];
-        double t0 = sl_clock_now();
-        sl_sync_stat_t *stat = &j->stat[c];
-        sl_status_t st;
+    for (int p = 0; p < g->nshards; p++) {
+        const sl_component_t *cp = &e->comps[g->shard_comp[p]];
+        int n = 0;
 
-        if (!sl_sync_by_rows(cp, e->exchange)) {
-            int first = c;
-            size_t count = cp->count;
-
-            /* with the components that also go whole and follow it in grads */
-            while (c + 1 < e->ncomps && !sl_sync_by_rows(&e->comps[c + 1], e->exchange) &&
-                   e->comps[c + 1].offset == cp->offset + count)
-                count += e->comps[++c].count;
-            st = sl_allreduce_sum(e->tr, SL_GRAD_COMPONENT(e->ncomps, first), (uint64_t)j->step,
-                                  j->grads + cp->offset, count, o);
-        } else {
-            sl_sparse_stats_t ss;
-            size_t n = 0;
-
-            for (long r = 0; r < cp->rows; r++)
-                if (sl_rowset_has(&j->touched[c], r))
-                    g->sel[n++] = (int32_t)(cp->row_begin + r);
-            st = sl_sparse_allreduce(g->sar[c], e->tr, (uint32_t)c, (uint64_t)j->step, e->exchange,
-                                     g->sel, (int)n, j->grads + cp->offset, o);
-            sl_sparse_allreduce_stats(g->sar[c], &ss);
-            stat->rounds++;
-            stat->rows_own += ss.local_rows;
-            stat->rows_merged += e->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
-            sl_sync_fill_bytes(stat, e->tr, (uint32_t)c);
-            stat->time_s += sl_clock_now() - t0;
-        }
-        if (st != SL_OK)
-            return st;
+        for (long r = 0; r < cp->rows; r++)
+            if (sl_rowset_has(&j->touched[g->shard_comp[p]], r))
+                sel[n++] = (int32_t)(cp->row_begin + r);
+        g->parts[p] = (sl_sparse_part_t){sel, n, j->grads + cp->offset};
+        sel += cp->rows;
     }
-    return SL_OK;
+    for (int i = 0; i < g->nspans; i++)
+        g->spans[i].x = j->grads + g->span_at[i];
+    st = sl_sparse_allreduce_shards(g->sar, e->tr, (uint32_t)e->ncomps, (uint64_t)j->step,
+                                    e->exchange, g->parts, g->spans, g->nspans, o);
+    for (int p = 0; p < g->nshards && st == SL_OK; p++) {
+        sl_sync_stat_t *stat = &j->stat[g->shard_comp[p]];
+        sl_sparse_stats_t ss;
+
+        sl_sparse_allreduce_shard_stats(g->sar, p, &ss);
+        stat->rounds++;
+        stat->rows_own += ss.local_rows;
+        stat->rows_merged += e->exchange == SL_EXCHANGE_UNIQUE ? ss.union_rows : ss.gather_rows;
+    }
+    return st;
 }
 
 /* One attempt over group gr: the gradients as they were at the start of the step, summed
@@ -138,7 +188,7 @@ mean_over(void *ctx, const sl_group_t *gr, size_t *count)
 
     (void)count; /* all nparams */
     memcpy(j->grads, j->g->saved, e->nparams * sizeof *j->grads);
-    if (e->exchange == SL_EXCHANGE_DENSE)
+    if (!j->g->sar) /* dense, or no row shards */
         SL_TRY(sl_allreduce_sum(e->tr, (uint32_t)e->ncomps, (uint64_t)j->step, j->grads, e->nparams,
                                 &o));
     else

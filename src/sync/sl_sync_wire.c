@@ -3,8 +3,6 @@
 
 #include <string.h>
 
-#include "sync/sl_grad_allreduce.h"
-
 static void
 add(sl_sync_wire_count_t *w, const sl_transport_t *tr, unsigned kind, uint32_t c)
 {
@@ -27,15 +25,15 @@ sl_sync_wire_component(const sl_transport_t *tr, sl_sync_algorithm_t a, int ncom
     memset(out, 0, sizeof *out);
     if (!tr)
         return;
-    if (c == ncomps) { /* allreduce: the gradient as one buffer */
-        if (a == SL_SYNC_ALLREDUCE)
+    if (c == ncomps) { /* allreduce: the gradient, by rows or not */
+        if (a == SL_SYNC_ALLREDUCE) {
             add(out, tr, SL_WIRE_ALLREDUCE, (uint32_t)ncomps);
+            add(out, tr, SL_WIRE_ALLGATHER, (uint32_t)ncomps);
+        }
         return;
     }
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         add(out, tr, kinds[k], (uint32_t)c);
-    if (a == SL_SYNC_ALLREDUCE)
-        add(out, tr, SL_WIRE_ALLREDUCE, SL_GRAD_COMPONENT(ncomps, c));
 }
 
 void

@@ -22,9 +22,9 @@ typedef struct {
 } sl_sync_wire_count_t;
 
 /* What component c (0 .. ncomps-1) of a run of algorithm a sent: its gossip snapshots,
- * sparse sets and values, allgathers and allreduces; for allreduce also its gradient
- * chunks (SL_GRAD_COMPONENT). c == ncomps: allreduce's whole-gradient frames. tr may be
- * NULL (zeros). */
+ * sparse sets and values, allgathers and allreduces. c == ncomps: allreduce mode's
+ * gradient frames (the whole gradient, or by rows every shard's counts, rows and values
+ * with the other components: sl_grad_allreduce.h). tr may be NULL (zeros). */
 void sl_sync_wire_component(const sl_transport_t *tr, sl_sync_algorithm_t a, int ncomps, int c,
                             sl_sync_wire_count_t *out);
 

@@ -315,48 +315,42 @@ START_TEST(test_components_in_sequence)
 }
 END_TEST
 
-/* Allreduce mode by rows: the components that go whole and lie side by side go in one
- * allreduce. lstm.0 and lstm.1 (500,000 floats each) after a row shard take one of
- * 4e6 B on 4 nodes, 26 + 18 + 18 + 26 = 88 ms a step, as one component of 1,000,000
- * would; with the shard between them, two of 2e6 B, 18 + 14 + 14 + 18 = 64 ms each, 40
- * ms a step more. */
-START_TEST(test_allreduce_side_by_side)
+/* Allreduce mode by rows: one call a step, wherever the shard lies. lstm.0 and lstm.1
+ * (500,000 floats each) and a shard of 4 rows of 1 float, all touched, on 4 nodes at
+ * 1 Gbit/s (125,000 B a ms) and 10 ms: the counts gathered by doubling (4 B, then 8 B),
+ * the rows (16 B, then 32 B), then one allreduce of the union's 16 B and the 4e6 B of
+ * the LSTM by halving and doubling (halves of 2,000,008 B, quarters of 1,000,004 B). */
+START_TEST(test_allreduce_by_rows_one_call)
 {
-    sl_scale_component_t c[3], merged[2];
+    sl_scale_component_t c[3], shard;
     sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 4, 500000, 1, 10);
-    double side, split;
+    sl_scale_result_t r;
+    double step = 0;
 
-    memset(c, 0, sizeof c);
-    strcpy(c[0].name, "embedding.0");
-    c[0].sparse = 1;
-    c[0].rows = 4;
-    c[0].row_len = 1;
-    c[0].count = 4;
-    c[0].period = 1;
-    c[0].unique_rows = 4;
-    c[1] = c[2] = dense_comp;
+    memset(&shard, 0, sizeof shard);
+    strcpy(shard.name, "embedding.0");
+    shard.sparse = 1;
+    shard.rows = 4;
+    shard.row_len = 1;
+    shard.count = 4;
+    shard.period = 1;
+    shard.unique_rows = 4;
+    c[0] = c[2] = dense_comp;
     strcpy(c[2].name, "lstm.1");
+    c[1] = shard;
     p.exchange = SL_EXCHANGE_UNIQUE;
     p.comps = c;
     p.ncomps = 3;
-    side = run(&p).wall_ms;
-    merged[0] = c[0];
-    merged[1] = dense_comp;
-    merged[1].count = 1000000;
-    p.comps = merged;
-    p.ncomps = 2;
-    ck_assert_double_eq_tol(run(&p).wall_ms, side, EPS);
-    c[0] = dense_comp;
-    c[1] = merged[0];
-    p.comps = c;
-    p.ncomps = 3;
-    split = run(&p).wall_ms;
-    ck_assert_double_eq_tol(split - side, 10 * 40, 1e-6);
-    /* the dense pair's 88 ms a step: the rest is the shard's */
-    p.comps = merged;
-    p.ncomps = 1;
-    merged[0] = merged[1];
-    ck_assert_double_eq_tol(run(&p).wall_ms, 10 * (100 + 88), EPS);
+    r = run(&p);
+    for (int i = 0; i < 2; i++) /* counts, rows: each two steps of doubling */
+        step += 2 * 10 + (3 << (2 * i + 2)) / 125000.0;
+    step += 2 * (2 * 10 + 2000008 / 125000.0 + 1000004 / 125000.0);
+    ck_assert_double_eq_tol(r.wall_ms, 10 * (100 + step), 1e-6);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 12 + 48 + 2 * (2000008 + 1000004), 1e-6);
+    /* the shard first: the same */
+    c[0] = shard;
+    c[1] = dense_comp;
+    ck_assert_double_eq_tol(run(&p).wall_ms, r.wall_ms, 1e-9);
 }
 END_TEST
 
@@ -590,7 +584,7 @@ scale_suite(void)
     tcase_add_test(core, test_shared_uplink);
     tcase_add_test(core, test_overlap);
     tcase_add_test(core, test_components_in_sequence);
-    tcase_add_test(core, test_allreduce_side_by_side);
+    tcase_add_test(core, test_allreduce_by_rows_one_call);
     tcase_add_test(core, test_unique_rows);
     tcase_add_test(core, test_components_from_config);
     tcase_add_test(core, test_cli);

@@ -125,9 +125,10 @@ typedef struct {
     float avg[NP];
     int has_avg, writer, nmodels;
     long rounds[NCOMP];
-    unsigned char dead[MAXN];    /* sl_sync_is_dead after the steps */
-    uint64_t refused;            /* snapshots refused (the plan's poison) */
-    uint64_t grad_frames[NCOMP]; /* allreduce frames sent as SL_GRAD_COMPONENT(NCOMP, c) */
+    unsigned char dead[MAXN]; /* sl_sync_is_dead after the steps */
+    uint64_t refused;         /* snapshots refused (the plan's poison) */
+    /* allreduce and allgather frames sent as component c (NCOMP: the gradients') */
+    uint64_t grad_frames[NCOMP + 1][2];
 } node_out_t;
 
 /* The check that failed in a node (its exit status). */
@@ -231,12 +232,15 @@ node(sl_transport_t *t, test_cluster_t *c, uint64_t *res)
         rc = node_steps(c, t, s, k, p, out);
     out->refused =
         sl_transport_dropped(t, pl->poison == POISON_SIZE ? SL_DROP_BAD_SIZE : SL_DROP_NONFINITE);
-    for (int j = 0; j < NCOMP && rc == 0; j++) {
+    for (int j = 0; j <= NCOMP && rc == 0; j++) {
         sl_transport_stat_t ts;
 
-        out->rounds[j] = sl_sync_stat(s, j)->rounds;
-        sl_transport_stat(t, SL_WIRE_ALLREDUCE, SL_GRAD_COMPONENT(NCOMP, j), &ts);
-        out->grad_frames[j] = ts.sent_msgs;
+        if (j < NCOMP)
+            out->rounds[j] = sl_sync_stat(s, j)->rounds;
+        for (int g = 0; g < 2; g++) {
+            sl_transport_stat(t, g ? SL_WIRE_ALLGATHER : SL_WIRE_ALLREDUCE, (uint32_t)j, &ts);
+            out->grad_frames[j][g] = ts.sent_msgs;
+        }
     }
     for (int j = 0; j < pl->n && rc == 0; j++)
         out->dead[j] = (unsigned char)sl_sync_is_dead(s, j);
@@ -751,9 +755,9 @@ static const struct {
  * shard per step (sl_sync_note_rows): every node's gradient becomes the mean of the
  * nodes' gradients (a sum would be 3 or 4 times too large), the shard's too, whether
  * it goes whole or by the touched rows (unique: their union summed; allgather): exact
- * on 4 nodes (multiples of 1/4 divided by 4), within 1e-6 on 3. By rows, the dense
- * components go one allreduce each, or one for both where they lie side by side
- * (side_comps). */
+ * on 4 nodes (multiples of 1/4 divided by 4), within 1e-6 on 3. By rows, every frame
+ * is the gradients' (component NCOMP), the dense components' values among the shard's:
+ * one call a step, whatever the layout (side_comps: the dense components side by side). */
 START_TEST(test_gradients_mean)
 {
     static node_out_t out[MAXN];
@@ -779,14 +783,16 @@ START_TEST(test_gradients_mean)
                     mean += grad_value(cs, j, t + 1, i);
                 assert_close(grad_cases[_i].exchange, k, i, out[k].p[t][i], mean / n, tol);
             }
-        for (int c = 0; c < NCOMP; c++) {
-            /* frames of the component's own allreduce: only a dense one that is not
-             * second of two side by side */
-            int own = rows && !cs[c].sparse && !(c > 0 && !cs[c - 1].sparse);
-            ck_assert_msg((out[k].grad_frames[c] > 0) == own,
-                          "%s, node %d: %llu allreduce frames as %s's", grad_cases[_i].exchange, k,
-                          (unsigned long long)out[k].grad_frames[c], cs[c].name);
-        }
+        for (int c = 0; c <= NCOMP; c++)
+            for (int g = 0; g < 2; g++) {
+                /* every frame is the gradients': by rows, the shard's counts and rows
+                 * gathered and the values summed with the dense components' */
+                int own = c == NCOMP && (g == 0 || rows);
+                ck_assert_msg(
+                    (out[k].grad_frames[c][g] > 0) == own,
+                    "%s, node %d: %llu %s frames as component %d's", grad_cases[_i].exchange, k,
+                    (unsigned long long)out[k].grad_frames[c][g], g ? "allgather" : "allreduce", c);
+            }
     }
 }
 END_TEST
