@@ -24,7 +24,8 @@
 # sampled softmax with 512 negatives (seed groups: the default, zipf), SGD. Figures
 # are node 0's sync counters (payload bytes sent, row counts) from metrics.jsonl: the
 # trainer must report the touched rows to the sync (sl_sync_note_model) and print the
-# per-component lines of allreduce mode. Environment: SHOAL (the binary, default
+# per-component lines of allreduce mode (rows; the step's bytes are on its "gradients"
+# line, since every shard goes with the rest of the gradient in one exchange). Environment: SHOAL (the binary, default
 # <repo>/build/shoal), SHOAL_DATA (corpora, default <repo>/../shared/data). Figures
 # only: it never fails on a figure; it exits non-zero when a run fails. The first line
 # names the CPU the runs were made on.
@@ -204,52 +205,36 @@ def show(rows):
         if j == 0:
             print("  ".join("-" * x for x in w))
 
-V = 10002   # vocabulary of brown-sampled.yaml with <unk> and <eos>
+def step_bytes(mode, n, b):
+    """Bytes node 0 sent per step in allreduce mode: the "gradients" line holds the whole
+    step's exchange (by rows, every shard's counts, rows and values with the LSTM's and
+    the softmax bias's gradients, in three collectives)."""
+    d = sync_lines(mode, n, b).get("gradients")
+    return None if d is None else d["sent_bytes"] / steps
 
-def dense_allreduce(n, d):
-    """Bytes a node sends in a ring allreduce of the V x d shard: 2 (n-1)/n of it (the
-    dense gradients go in one allreduce of the whole model, so there is no line of the
-    shard alone)."""
-    return 2.0 * (n - 1) / n * V * d * 4
-
-# input embedding: D = 256, K = B x T tokens a node sees a step
-print("\ninput embedding (D = %d), allreduce mode: KiB sent per step by node 0" % D)
-rows = [["n", "B", "K", "U_i", "U_g", "U_g/(nK)", "dense*", "allgather", "unique",
-         "K x D allgather*", "unique/(KxD)", "2U_g/(nK)"]]
+# allreduce mode: rows per step of the two shards and the bytes of the whole step
+print("\nallreduce mode: rows a step of the input embedding (D = %d, K = B x T tokens a "
+      "node) and\nthe output embedding (targets + 512 negatives, d = 128), and KiB sent "
+      "per step by node 0\nfor the whole gradient" % D)
+rows = [["n", "B", "K", "in U_i", "in U_g", "out U_i", "out U_g", "dense", "allgather",
+         "unique", "unique/dense"]]
 for n in nodes:
     for b in batches:
         K = b * bptt
-        u = table("embedding", "allreduce-unique", n, b)
-        a = table("embedding", "allreduce-allgather", n, b)
-        if u is None:
-            rows.append([n, b, K] + ["n/a"] * 9)
+        ui = table("embedding", "allreduce-unique", n, b)
+        uo = table("softmax", "allreduce-unique", n, b)
+        dense, gath, uniq = (step_bytes(m, n, b) for m in
+                             ("allreduce-dense", "allreduce-allgather", "allreduce-unique"))
+        if ui is None or uo is None:
+            rows.append([n, b, K] + ["n/a"] * 8)
             continue
-        kxd = (n - 1) * K * D * 4.0  # ring allgather of every node's K x D rows
-        rows.append([n, b, K, "%.0f" % u["own"], "%.0f" % u["merged"],
-                     "%.3f" % (u["merged"] / (n * K)), kb(dense_allreduce(n, D)),
-                     kb(a["sent"] if a else None), kb(u["sent"]), kb(kxd),
-                     "%.3f" % (u["sent"] / kxd), "%.3f" % (2 * u["merged"] / (n * K))])
+        rows.append([n, b, K, "%.0f" % ui["own"], "%.0f" % ui["merged"], "%.0f" % uo["own"],
+                     "%.0f" % uo["merged"], kb(dense), kb(gath), kb(uniq),
+                     "%.3f" % (uniq / dense) if uniq and dense else "n/a"])
 show(rows)
-print("* computed, not run: dense = 2 (n-1)/n x V x D x 4 bytes (ring allreduce);\n"
-      "  K x D allgather = (n-1) x K x D x 4 (ring allgather of every node's K rows, what\n"
-      "  Horovod and TensorFlow do; shoal's allgather mode gathers deduplicated rows).\n"
-      "  A ring allreduce sends each value about twice, so unique/(KxD) ~ 2 U_g/(nK).")
-
-# output embedding: rows are targets and negatives; d = the LSTM's 128
-print("\noutput embedding (d = 128, targets + 512 negatives a step), allreduce mode: KiB "
-      "sent per step by node 0")
-rows = [["n", "B", "U_i", "U_g", "dense*", "allgather", "unique", "unique/allgather"]]
-for n in nodes:
-    for b in batches:
-        u = table("softmax", "allreduce-unique", n, b)
-        a = table("softmax", "allreduce-allgather", n, b)
-        if u is None or a is None:
-            rows.append([n, b] + ["n/a"] * 6)
-            continue
-        rows.append([n, b, "%.0f" % u["own"], "%.0f" % u["merged"],
-                     kb(dense_allreduce(n, 128)), kb(a["sent"]), kb(u["sent"]),
-                     "%.3f" % (u["sent"] / a["sent"])])
-show(rows)
+print("The LSTM's and the softmax bias's gradients go whole in every mode; dense sums the\n"
+      "two V x D shards whole too, allgather gathers every node's deduplicated rows (what\n"
+      "Horovod and TensorFlow do, less their duplicates), unique sums the union.")
 
 for prefix, what in (("embedding", "input embedding"), ("softmax", "output embedding")):
     print("\n%s, gossip-BMUF (embeddings synced every 4 steps): KiB sent per step by "
