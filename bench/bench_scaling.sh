@@ -18,7 +18,9 @@
 #                   every algorithm also runs with no limit ("none"), its baseline
 #   --algos LIST    of allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap (default these
 #                   four), allreduce-ring and bmuf-ring (the same with cluster.allreduce:
-#                   ring, for halving and doubling against the ring on even counts)
+#                   ring, for halving and doubling against the ring on even counts),
+#                   allreduce-unique (allreduce with sync.exchange unique: the Baidu
+#                   paper's sparse allreduce of the row shards)
 #   --steps S       steps per node, every run (default 256: two embedding syncs)
 #   --seeds LIST    run.seed values (default "1"); each seed is a run of every cell
 #   --tau T         gossip-bmuf-overlap's sync.overlap_steps (default 4, below 16)
@@ -117,8 +119,9 @@ for l in $links; do
     [[ $l =~ ^[0-9.]+[kmgt]?bit/[0-9.]+$ ]] || die "--links: '$l' is not RATE/LATENCY_MS (1gbit/10)"
 done
 for a in $algos; do
-    case $a in allreduce | bmuf | gossip-bmuf | gossip-bmuf-overlap | allreduce-ring | bmuf-ring) ;;
-    *) die "--algos: '$a' is not allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap, allreduce-ring or bmuf-ring" ;;
+    case $a in allreduce | bmuf | gossip-bmuf | gossip-bmuf-overlap | allreduce-ring | bmuf-ring | \
+        allreduce-unique) ;;
+    *) die "--algos: '$a' is not allreduce, bmuf, gossip-bmuf, gossip-bmuf-overlap, allreduce-ring, bmuf-ring or allreduce-unique" ;;
     esac
 done
 for s in $seeds; do [[ $s =~ ^[0-9]+$ ]] || die "--seeds: '$s' is not a whole number"; done
@@ -166,6 +169,7 @@ algo_args() {
     allreduce*)
         conf=$top/conf/brown-4nodes-allreduce.yaml
         args=()
+        [ "$1" != allreduce-unique ] || args=(--set sync.exchange=unique)
         ;;
     bmuf*)
         conf=$top/conf/brown-4nodes-bmuf.yaml
