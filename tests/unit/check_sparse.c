@@ -793,6 +793,23 @@ START_TEST(test_bad_arguments)
         sl_sparse_allreduce(sa, t, COMP, 3, SL_EXCHANGE_DENSE, rows, -1, grad, WAIT(100)),
         SL_ERR_INVALID);
     sl_sparse_allreduce_destroy(&sa);
+    /* several shards: none, more dense floats than the context's, dense mode */
+    const sl_component_t *two[2] = {&comp, &shard_b};
+    sl_sparse_part_t parts[2] = {{rows, 0, grad}, {rows, 0, copy}};
+    sl_sparse_span_t span = {copy, 4};
+    ck_assert_int_eq(sl_sparse_allreduce_new_shards(&sa, two, 0, 0, 1), SL_ERR_INVALID);
+    ck_assert_int_eq(sl_sparse_allreduce_new_shards(&sa, two, 2, 3, 1), SL_OK);
+    ck_assert_int_eq(
+        sl_sparse_allreduce_shards(sa, t, COMP, 4, SL_EXCHANGE_UNIQUE, parts, &span, 1, WAIT(100)),
+        SL_ERR_INVALID);
+    span.count = 3;
+    ck_assert_int_eq(
+        sl_sparse_allreduce_shards(sa, t, COMP, 5, SL_EXCHANGE_DENSE, parts, &span, 1, WAIT(100)),
+        SL_ERR_INVALID);
+    ck_assert_int_eq(
+        sl_sparse_allreduce_shards(sa, t, COMP, 6, SL_EXCHANGE_UNIQUE, parts, &span, 1, WAIT(100)),
+        SL_OK);
+    sl_sparse_allreduce_destroy(&sa);
     sl_transport_destroy(&t);
 }
 END_TEST
