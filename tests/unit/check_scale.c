@@ -49,6 +49,24 @@ params(sl_sync_algorithm_t algorithm, int nodes, size_t count, int period, long 
     return p;
 }
 
+/* embedding.0: a row shard of rows x row_len, synced every step, unique_rows of it
+ * touched by a node between syncs. */
+static sl_scale_component_t
+row_shard(long rows, int row_len, double unique_rows)
+{
+    sl_scale_component_t c;
+
+    memset(&c, 0, sizeof c);
+    strcpy(c.name, "embedding.0");
+    c.sparse = 1;
+    c.rows = rows;
+    c.row_len = row_len;
+    c.count = (size_t)rows * (size_t)row_len;
+    c.period = 1;
+    c.unique_rows = unique_rows;
+    return c;
+}
+
 static sl_scale_result_t
 run(const sl_scale_params_t *p)
 {
@@ -322,19 +340,11 @@ END_TEST
  * the LSTM by halving and doubling (halves of 2,000,008 B, quarters of 1,000,004 B). */
 START_TEST(test_allreduce_by_rows_one_call)
 {
-    sl_scale_component_t c[3], shard;
+    sl_scale_component_t c[3], shard = row_shard(4, 1, 4);
     sl_scale_params_t p = params(SL_SYNC_ALLREDUCE, 4, 500000, 1, 10);
     sl_scale_result_t r;
     double step = 0;
 
-    memset(&shard, 0, sizeof shard);
-    strcpy(shard.name, "embedding.0");
-    shard.sparse = 1;
-    shard.rows = 4;
-    shard.row_len = 1;
-    shard.count = 4;
-    shard.period = 1;
-    shard.unique_rows = 4;
     c[0] = c[2] = dense_comp;
     strcpy(c[2].name, "lstm.1");
     c[1] = shard;
@@ -360,19 +370,11 @@ END_TEST
  * R = 100, b = 0.5, fp16. */
 START_TEST(test_unique_rows)
 {
-    sl_scale_component_t c;
+    sl_scale_component_t c = row_shard(1000, 10, 100);
     sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1, 1, 1);
     sl_scale_result_t r;
     double ug = 100 * 2.0; /* 100 x 4^0.5 */
 
-    memset(&c, 0, sizeof c);
-    strcpy(c.name, "embedding.0");
-    c.sparse = 1;
-    c.rows = 1000;
-    c.row_len = 10;
-    c.count = 10000;
-    c.period = 1;
-    c.unique_rows = 100;
     p.comps = &c;
     p.exchange = SL_EXCHANGE_UNIQUE;
     p.value_bytes = 2;
