@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/sl_alloc.h"
+#include "common/sl_log.h"
 #include "embed/sl_sparse_allreduce.h"
 #include "transport/sl_collective.h"
 
@@ -96,6 +97,11 @@ setup_by_rows(sl_grad_allreduce_t *g)
         }
     st = sl_sparse_allreduce_new_shards(&g->sar, shards, g->nshards, dense, e->size);
     sl_free(shards);
+    if (st == SL_OK && e->rank == 0)
+        sl_log_info("sync",
+                    "the touched rows of %d row shards and the other %zu gradients in one "
+                    "exchange a step (their bytes on the gradients line of metrics.jsonl)",
+                    g->nshards, dense);
     return st;
 }
 
