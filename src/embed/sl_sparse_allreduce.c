@@ -50,6 +50,7 @@ struct sl_sparse_allreduce {
     int n;              /* taking part in this call: the group's, or every rank */
     uint32_t me;        /* this node's place among them */
     int broken;         /* a call failed: buffers may be lent to ZeroMQ */
+    int keep;           /* this call: M_i of every union row, the sums kept (union_sums) */
     float *count_words; /* (nodes x k) U_k of each shard as bit patterns, node by node */
     size_t *per_node;   /* (nodes) all k: the counts allgather */
     size_t *blocks;     /* (nodes) node k's index words, then floats, in the allgather */
@@ -428,13 +429,17 @@ exchange_unique(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t componen
     }
     SL_TRY(grow(&sa->vals, total + dense_count, "sparse allreduce rows"));
     m = sa->vals.p;
-    /* step 5: M_i (U_g, D), the own rows in their places in I^, zeros elsewhere */
+    /* step 5: M_i (U_g, D), the own rows in their places in I^, zeros elsewhere (or,
+     * keep, the shard's values in every row of I^) */
     for (int p = 0; p < sa->k; p++) {
         const shard_t *s = &sa->shard[p];
         size_t d = (size_t)s->row_len, i = 0;
         float *mp = m + s->at;
         for (size_t j = 0; j < s->ug; j++) {
-            if (i < s->ui && s->mine[i] - s->row_begin == s->uni[j]) {
+            if (sa->keep) {
+                memcpy(mp + j * d, s->grad + (size_t)s->uni[j] * d, d * sizeof *mp);
+                i += i < s->ui && s->mine[i] - s->row_begin == s->uni[j];
+            } else if (i < s->ui && s->mine[i] - s->row_begin == s->uni[j]) {
                 memcpy(mp + j * d, s->grad + (size_t)s->uni[j] * d, d * sizeof *mp);
                 i++;
             } else {
@@ -449,7 +454,7 @@ exchange_unique(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t componen
         failed(sl_allreduce_sum(tr, component, 3 * round + PHASE_VALUES, m, total + dense_count, o),
                component, round, "row values"));
     /* step 7: the summed rows into the shards */
-    for (int p = 0; p < sa->k; p++) {
+    for (int p = 0; p < sa->k && !sa->keep; p++) {
         const shard_t *s = &sa->shard[p];
         size_t d = (size_t)s->row_len;
         for (size_t j = 0; j < s->ug; j++)
@@ -567,10 +572,11 @@ check_call(const sl_sparse_allreduce_t *sa, int grouped, uint32_t component, uin
     return SL_OK;
 }
 
-sl_status_t
-sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component,
-                           uint64_t round, sl_exchange_t mode, const sl_sparse_part_t *parts,
-                           const sl_sparse_span_t *dense, int ndense, const sl_collective_opts_t *o)
+/* A call of sl_sparse_allreduce_shards, or with keep of sl_sparse_allreduce_union_sums. */
+static sl_status_t
+run_call(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, uint64_t round,
+         sl_exchange_t mode, const sl_sparse_part_t *parts, const sl_sparse_span_t *dense,
+         int ndense, const sl_collective_opts_t *o, int keep)
 {
     sl_collective_opts_t raw = {0}; /* the same without codec, for the index words */
     double t0 = sl_clock_now();
@@ -578,6 +584,9 @@ sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32
     sl_status_t st;
 
     memset(&sa->last, 0, sizeof sa->last);
+    sa->keep = keep;
+    for (int p = 0; p < sa->k; p++)
+        sa->shard[p].ug = 0;
     if (sa->broken)
         return sl_err_set(SL_ERR_INVALID,
                           "sparse allreduce: component %u: an earlier call "
@@ -591,7 +600,7 @@ sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32
     SL_TRY(check_call(sa, o && o->group, component, round, mode, dense, ndense, &dense_count));
     for (int p = 0; p < sa->k; p++)
         SL_TRY(own_rows(&sa->shard[p], &parts[p]));
-    if (sa->n == 1) {
+    if (sa->n == 1 && !keep) {
         for (int p = 0; p < sa->k; p++) {
             sl_sparse_stats_t *l = &sa->shard[p].last;
             l->gather_rows = mode == SL_EXCHANGE_DENSE ? 0 : l->local_rows;
@@ -634,6 +643,33 @@ done:
     }
     sa->last.time_s = sl_clock_now() - t0;
     return st;
+}
+
+sl_status_t
+sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component,
+                           uint64_t round, sl_exchange_t mode, const sl_sparse_part_t *parts,
+                           const sl_sparse_span_t *dense, int ndense, const sl_collective_opts_t *o)
+{
+    return run_call(sa, tr, component, round, mode, parts, dense, ndense, o, 0);
+}
+
+sl_status_t
+sl_sparse_allreduce_union_sums(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component,
+                               uint64_t round, const sl_sparse_part_t *parts,
+                               const sl_collective_opts_t *o)
+{
+    return run_call(sa, tr, component, round, SL_EXCHANGE_UNIQUE, parts, NULL, 0, o, 1);
+}
+
+size_t
+sl_sparse_allreduce_union(const sl_sparse_allreduce_t *sa, int p, const int32_t **rows,
+                          const float **sums)
+{
+    const shard_t *s = &sa->shard[p];
+
+    *rows = s->uni;
+    *sums = (const float *)sa->vals.p + s->at;
+    return s->ug;
 }
 
 sl_status_t

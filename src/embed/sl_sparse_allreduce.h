@@ -131,6 +131,21 @@ sl_status_t sl_sparse_allreduce_shards(sl_sparse_allreduce_t *sa, sl_transport_t
                                        const sl_sparse_part_t *parts, const sl_sparse_span_t *dense,
                                        int ndense, const sl_collective_opts_t *o);
 
+/* The all-node sums of ma and bmuf by rows (src/sync/sl_sync_average.c): as
+ * sl_sparse_allreduce_shards in unique mode without dense spans, but each node's M_i
+ * holds its shard's values (parts[p].grad, read only) in every row of the union I^, not
+ * only in its own, and the sums stay in the context, read with
+ * sl_sparse_allreduce_union until the next call. Over a group of one node, the union is
+ * the node's rows and the sums its values. */
+sl_status_t sl_sparse_allreduce_union_sums(sl_sparse_allreduce_t *sa, sl_transport_t *tr,
+                                           uint32_t component, uint64_t round,
+                                           const sl_sparse_part_t *parts,
+                                           const sl_collective_opts_t *o);
+/* Shard p's union of the last sl_sparse_allreduce_union_sums: *rows (shard-relative,
+ * ascending) and *sums (n x row_len), borrowed; returns n (meaningless after a failed call). */
+size_t sl_sparse_allreduce_union(const sl_sparse_allreduce_t *sa, int p, const int32_t **rows,
+                                 const float **sums);
+
 /* The figures of the last call (zeros before the first). */
 void sl_sparse_allreduce_stats(const sl_sparse_allreduce_t *sa, sl_sparse_stats_t *out);
 /* Shard p's rows in the last call (local_rows, gather_rows, union_rows; the rest 0). */
