@@ -232,12 +232,12 @@ allgather(sim_t *s, double block, int coded)
         ring(s, block, s->n - 1, 0);
 }
 
-/* The sizes (one int32 from each node), then each node's rows (rows int32 ids) in a
- * second allgather, both in fp32 frames. */
+/* The sizes (one int32 a shard from each node), then each node's rows (rows int32 ids
+ * of all the shards) in a second allgather, both in fp32 frames. */
 static void
-gather_rows(sim_t *s, double rows)
+gather_rows(sim_t *s, double shards, double rows)
 {
-    allgather(s, 4.0, 0);
+    allgather(s, 4.0 * shards, 0);
     chain(s);
     allgather(s, rows * 4.0, 0);
 }
@@ -332,8 +332,8 @@ exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
             allreduce(s, (double)c->count * vb);
         else
             gossip_push(s, (double)c->count * vb, round, comp);
-    } else if (collective(p->algorithm)) {
-        gather_rows(s, r);
+    } else if (collective(p->algorithm)) { /* an overlapped row shard of ma, bmuf */
+        gather_rows(s, 1, r);
         chain(s);
         allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
     } else {
@@ -487,9 +487,7 @@ gradients_by_rows(sim_t *s)
         unions += union_rows(s, comp, s->n) * comp->row_len * vb;
         gathered += r * comp->row_len * vb;
     }
-    allgather(s, 4.0 * shards, 0);
-    chain(s);
-    allgather(s, rows * 4.0, 0);
+    gather_rows(s, shards, rows);
     chain(s);
     if (p->exchange == SL_EXCHANGE_UNIQUE) {
         allreduce(s, unions + dense);
@@ -508,6 +506,41 @@ averages_whole(const sl_scale_params_t *p, const sl_scale_component_t *c)
 {
     return (p->algorithm == SL_SYNC_MA || p->algorithm == SL_SYNC_BMUF) &&
            (!c->sparse || p->exchange == SL_EXCHANGE_DENSE);
+}
+
+/* Whether ma or bmuf averages row shard c by its rows with all nodes on the node's own
+ * thread (not overlapped): the shards of one period share an exchange. */
+static int
+averages_rows(const sl_scale_params_t *p, const sl_scale_component_t *c)
+{
+    return (p->algorithm == SL_SYNC_MA || p->algorithm == SL_SYNC_BMUF) && c->sparse &&
+           p->exchange != SL_EXCHANGE_DENSE && p->overlap == 0;
+}
+
+/* The row shards of c's period (ma, bmuf by rows) in one exchange, at the first of
+ * them: every shard's size, then rows, gathered, then one allreduce of their unions.
+ * Returns 0 when c is not the first. */
+static int
+rows_together(sim_t *s, int c)
+{
+    const sl_scale_params_t *p = s->p;
+    double shards = 0, rows = 0, unions = 0;
+
+    for (int d = 0; d < p->ncomps; d++) {
+        const sl_scale_component_t *comp = &p->comps[d];
+
+        if (!averages_rows(p, comp) || comp->period != p->comps[c].period)
+            continue;
+        if (d < c)
+            return 0;
+        shards++;
+        rows += fmin(comp->unique_rows, (double)comp->rows);
+        unions += union_rows(s, comp, s->n) * comp->row_len * p->value_bytes;
+    }
+    gather_rows(s, shards, rows);
+    chain(s);
+    allreduce(s, unions);
+    return 1;
 }
 
 /* Every node hands the due components to its worker at the end of step `step`. */
@@ -548,6 +581,9 @@ sync_due(sim_t *s, long step)
             if (!first)
                 continue;
             allreduce(s, bytes);
+        } else if (averages_rows(p, comp)) {
+            if (!rows_together(s, c))
+                continue;
         } else {
             exchange(s, comp, step / comp->period, c);
         }

@@ -1,6 +1,5 @@
-/* Zipf-unique sparse exchange of a row shard: row sets, the neighbourhood exchange
- * (request, answer with the union's values, per-row mean) and the all-node average
- * (allgather of sets, sorted union U_g, allreduce of its values); see sl_sparse.h. */
+/* Zipf-unique sparse exchange of a row shard: row sets and the neighbourhood exchange
+ * (request, answer with the union's values, per-row mean); see sl_sparse.h. */
 #include "embed/sl_sparse.h"
 
 #include <inttypes.h>
@@ -19,7 +18,7 @@
 
 struct sl_sparse {
     long max_rows;
-    int max_len, answers, nodes;
+    int max_len, answers;
     int32_t *lists;     /* (answers, max_rows) rows of each answer, L = E_k u E_j */
     size_t *nlist;      /* (answers) */
     float *vals;        /* (answers, max_rows, max_len) values of each answer */
@@ -32,10 +31,6 @@ struct sl_sparse {
     int32_t *out_rows;  /* (max_rows) the result */
     float *out_mean;    /* (max_rows, max_len) */
     size_t nout;
-    int32_t *gath;         /* (nodes, max_rows) allgathered sets */
-    int32_t *words;        /* (nodes) allgathered sizes */
-    size_t *counts, *ones; /* (nodes) */
-    sl_rowset_t seen;      /* (max_rows) the union U_g */
 };
 
 sl_status_t
@@ -79,19 +74,19 @@ sl_sparse_select(const sl_rowset_t *touched, long ntop, double random_frac, uint
 }
 
 sl_status_t
-sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers, int nodes)
+sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers)
 {
     sl_sparse_t *sp;
     sl_status_t st;
     size_t r, d, nl;
 
     *out = NULL;
-    if (max_rows < 1 || max_row_len < 1 || answers < 0 || answers > MAX_LINKS || nodes < 1 ||
+    if (max_rows < 1 || max_row_len < 1 || answers < 1 || answers > MAX_LINKS ||
         max_rows > INT32_MAX || (uint64_t)max_rows * (uint64_t)max_row_len > UINT32_MAX)
         return sl_err_set(SL_ERR_INVALID,
-                          "sparse exchange: %ld rows of %d, %d answers, %d nodes: need sizes >= 1, "
+                          "sparse exchange: %ld rows of %d, %d answers: need sizes >= 1, "
                           "at most %d answers and 2^32 values per shard",
-                          max_rows, max_row_len, answers, nodes, MAX_LINKS);
+                          max_rows, max_row_len, answers, MAX_LINKS);
     SL_TRY(SL_CALLOC(&sp, 1, "sparse exchange"));
     r = (size_t)max_rows;
     d = (size_t)max_row_len;
@@ -99,12 +94,9 @@ sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers, in
     sp->max_rows = max_rows;
     sp->max_len = max_row_len;
     sp->answers = answers;
-    sp->nodes = nodes;
-    if (answers > 0) {
-        SL_TRY_GOTO(SL_ALLOC(&sp->lists, nl * r, "sparse answers"), st, fail);
-        SL_TRY_GOTO(SL_CALLOC(&sp->nlist, nl, "sparse answers"), st, fail);
-        SL_TRY_GOTO(SL_ALLOC(&sp->vals, nl * r * d, "sparse answers"), st, fail);
-    }
+    SL_TRY_GOTO(SL_ALLOC(&sp->lists, nl * r, "sparse answers"), st, fail);
+    SL_TRY_GOTO(SL_CALLOC(&sp->nlist, nl, "sparse answers"), st, fail);
+    SL_TRY_GOTO(SL_ALLOC(&sp->vals, nl * r * d, "sparse answers"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&sp->req, r, "sparse rows"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&sp->uni, r, "sparse rows"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&sp->extra, r, "sparse rows"), st, fail);
@@ -113,13 +105,6 @@ sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers, in
     SL_TRY_GOTO(SL_ALLOC(&sp->enc, r * d * sizeof(float), "sparse values"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&sp->out_rows, r, "sparse result"), st, fail);
     SL_TRY_GOTO(SL_ALLOC(&sp->out_mean, r * d, "sparse result"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&sp->gath, (size_t)nodes * r, "sparse sets"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&sp->words, (size_t)nodes, "sparse sets"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&sp->counts, (size_t)nodes, "sparse sets"), st, fail);
-    SL_TRY_GOTO(SL_ALLOC(&sp->ones, (size_t)nodes, "sparse sets"), st, fail);
-    SL_TRY_GOTO(sl_rowset_init(&sp->seen, max_rows), st, fail);
-    for (int k = 0; k < nodes; k++)
-        sp->ones[k] = 1;
     *out = sp;
     return SL_OK;
 fail:
@@ -145,11 +130,6 @@ sl_sparse_destroy(sl_sparse_t **spp)
     sl_free(sp->enc);
     sl_free(sp->out_rows);
     sl_free(sp->out_mean);
-    sl_free(sp->gath);
-    sl_free(sp->words);
-    sl_free(sp->counts);
-    sl_free(sp->ones);
-    sl_rowset_fini(&sp->seen);
     sl_free(sp);
     *spp = NULL;
 }
@@ -507,64 +487,4 @@ sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
                       ": %zu of the %zu peers waited for did not answer or ask within %d ms",
                       (unsigned)me, (unsigned)a->component, a->round, missing,
                       p->pullers_wait + p->chosen_wait, a->timeout_ms);
-}
-
-sl_status_t
-sl_sparse_allmean(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a)
-{
-    uint32_t me = sl_transport_rank(t), n = sl_transport_size(t);
-    sl_collective_opts_t words = {.timeout_ms = a->timeout_ms, .group = a->group};
-    sl_collective_opts_t vals = {.timeout_ms = a->timeout_ms, .codec = a->codec, .group = a->group};
-    size_t d = (size_t)a->row_len, at = 0, ng = 0;
-    float inv;
-
-    sp->nout = 0;
-    SL_TRY(check_args(sp, a, 0, 0));
-    if (a->group) { /* "node k" is the group's k-th */
-        n = a->group->n;
-        for (uint32_t k = 0; k < n; k++)
-            if (a->group->ranks[k] == sl_transport_rank(t))
-                me = k;
-    }
-    if (n > (uint32_t)sp->nodes || me >= n)
-        return sl_err_set(SL_ERR_INVALID, "sparse exchange: node %u of %u, sized for %d",
-                          (unsigned)me, (unsigned)n, sp->nodes);
-    inv = 1.0f / (float)n;
-    /* sizes, then the sets: 32-bit words in fp32 frames, copied bit for bit, never added */
-    sp->words[me] = (int32_t)a->nmine;
-    SL_TRY(sl_allgather(t, a->component, 2 * a->round, (const float *)(const void *)&sp->words[me],
-                        (float *)(void *)sp->words, sp->ones, &words));
-    for (uint32_t k = 0; k < n; k++) {
-        if (sp->words[k] < 0 || sp->words[k] > a->rows)
-            return sl_err_set(SL_ERR_INVALID,
-                              "sparse exchange: rank %u says it has %d rows of component %u "
-                              "(%ld rows)",
-                              (unsigned)k, (int)sp->words[k], (unsigned)a->component, a->rows);
-        sp->counts[k] = (size_t)sp->words[k];
-    }
-    SL_TRY(sl_allgather(t, a->component, 2 * a->round + 1, (const float *)(const void *)a->mine,
-                        (float *)(void *)sp->gath, sp->counts, &words));
-    /* U_g: the sorted union, through a bitmap over the shard's rows */
-    sl_rowset_clear(&sp->seen);
-    for (uint32_t k = 0; k < n; k++) {
-        if (!rows_ok(sp->gath + at, sp->counts[k], a->rows))
-            return sl_err_set(SL_ERR_INVALID,
-                              "sparse exchange: rank %u sent row ids for component %u that are "
-                              "not strictly ascending within its %ld rows",
-                              (unsigned)k, (unsigned)a->component, a->rows);
-        for (size_t i = 0; i < sp->counts[k]; i++)
-            sl_rowset_add(&sp->seen, sp->gath[at + i]);
-        at += sp->counts[k];
-    }
-    for (long r = 0; r < a->rows; r++)
-        if (sl_rowset_has(&sp->seen, r))
-            sp->out_rows[ng++] = (int32_t)r;
-    /* M: the U_g rows of every node, summed (fp32 accumulation), divided by n as the
-     * dense average is */
-    pack_rows(sp, a, sp->out_rows, ng);
-    SL_TRY(sl_allreduce_sum(t, a->component, a->round, sp->pack, ng * d, &vals));
-    for (size_t j = 0; j < ng * d; j++)
-        sp->out_mean[j] = sp->pack[j] * inv;
-    sp->nout = ng;
-    return SL_OK;
 }

@@ -1,6 +1,7 @@
 /* Zipf-unique sparse exchange of one row-shard component (an embedding or softmax shard
  * of rows x row_len floats; DESIGN.md "Embedding exchange") for the model-averaging
- * algorithms (gossip-*, local-*, ma, bmuf with sync.exchange unique). Symbols:
+ * algorithms (gossip-*, local-*, and E_k for ma, bmuf with sync.exchange unique).
+ * Symbols:
  *   U_k   the rows node k touched since the component's last sync: sl_rowset_t, one bit
  *         per row of the shard, so its size does not depend on the number of nodes
  *   E_k   the rows node k exchanges: U_k, the shard's first ceil(p% x rows) rows (row ids
@@ -11,18 +12,15 @@
  * Neighbourhood exchange (sl_sparse_gossip): a puller k sends E_k to each node j it
  * chose (SL_WIRE_SPARSE_INDEX, seq 0); j answers with E_j \ E_k (seq 1) and the values
  * of the rows L = E_k u E_j in ascending order (SL_WIRE_SPARSE_VALUES); k averages each
- * row over its own copy and the answers that hold it.
- * All-node average (sl_sparse_allmean), the Baidu paper's section III-A applied to
- * values: the sizes |E_k| and then the sets are allgathered, U_g is their sorted union,
- * the U_g x row_len values are ring-allreduced and divided by n.
- * Either way the result is a list of rows (ascending) and their means; the caller (the
- * sync algorithm) takes them (MA) or applies block momentum to them row by row (BMUF);
- * every other row keeps its value. Values travel through a codec (compression); row ids
- * are shard-local, int32 little-endian on the wire. In the neighbourhood exchange a
- * peer's frame this node cannot use (ids out of range or not strictly ascending, values
- * of another size, NaN or infinite values) is refused (sl_transport_refuse: counted,
- * logged once) and the peer left out of that round; in the all-node average such ids
- * make the exchange fail with SL_ERR_INVALID. */
+ * row over its own copy and the answers that hold it. (The all-node average of ma and
+ * bmuf is src/embed/sl_sparse_allreduce.h's sl_sparse_allreduce_union_sums.)
+ * The result is a list of rows (ascending) and their means; the caller (the sync
+ * algorithm) takes them (MA) or applies block momentum to them row by row (BMUF); every
+ * other row keeps its value. Values travel through a codec (compression); row ids are
+ * shard-local, int32 little-endian on the wire. A peer's frame this node cannot use (ids
+ * out of range or not strictly ascending, values of another size, NaN or infinite
+ * values) is refused (sl_transport_refuse: counted, logged once) and the peer left out
+ * of that round. */
 #ifndef SL_SPARSE_H
 #define SL_SPARSE_H
 
@@ -76,8 +74,7 @@ typedef struct {
     const int32_t *mine; /* E_k: nmine shard-local rows, strictly ascending; borrowed */
     size_t nmine;
     const sl_codec_t *codec; /* borrowed; NULL: fp32 */
-    int timeout_ms;          /* the whole exchange (gossip) or each receive (allmean), > 0 */
-    const sl_group_t *group; /* allmean: the nodes taking part (borrowed); NULL: every rank */
+    int timeout_ms;          /* the whole exchange, > 0 */
 } sl_sparse_args_t;
 
 /* The peers of a neighbourhood exchange (distinct ranks, not this node's). Every chosen
@@ -97,13 +94,12 @@ typedef struct {
     size_t nasked;
 } sl_sparse_peers_t;
 
-/* Buffers for shards of up to max_rows x max_row_len, answers answers (the most chosen
- * nodes of a neighbourhood exchange, q for gossip; 0 when only sl_sparse_allmean is
- * used) and nodes nodes: memory is O((answers + 3) x max_rows x max_row_len + nodes x
- * max_rows) bytes, all allocated here; a node pulled from by many (up to 64) needs no
- * more. SL_ERR_INVALID for sizes < 1 (answers outside [0, 64]), SL_ERR_NOMEM. */
-sl_status_t sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers,
-                          int nodes);
+/* Buffers for shards of up to max_rows x max_row_len and answers answers (the most
+ * chosen nodes of a neighbourhood exchange, q for gossip): memory is O((answers + 3) x
+ * max_rows x max_row_len) bytes, all allocated here; a node pulled from by many (up to
+ * 64) needs no more. SL_ERR_INVALID for sizes < 1 (answers outside [1, 64]),
+ * SL_ERR_NOMEM. */
+sl_status_t sl_sparse_new(sl_sparse_t **out, long max_rows, int max_row_len, int answers);
 /* Frees; accepts NULL, NULLs *sp. */
 void sl_sparse_destroy(sl_sparse_t **sp);
 
@@ -115,13 +111,6 @@ void sl_sparse_destroy(sl_sparse_t **sp);
  * transport: fatal. */
 sl_status_t sl_sparse_gossip(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a,
                              sl_sparse_peers_t *p);
-
-/* The all-node average of the file comment, every node of the transport (or of
- * a->group, sl_collective.h) taking part with the same component and round (collective rounds used:
- * allgather 2 round and 2 round + 1, allreduce round, of a->component). Every node ends with the
- * same rows and bit-identical means. Errors as the collectives' (sl_collective.h), and
- * SL_ERR_INVALID for a peer's bad set. */
-sl_status_t sl_sparse_allmean(sl_sparse_t *sp, sl_transport_t *t, const sl_sparse_args_t *a);
 
 /* The last exchange's result: *rows (ascending, shard-local) and *mean (n, row_len),
  * both borrowed until the next exchange; returns n. */

@@ -144,12 +144,16 @@ overlapped(const sl_sync_t *s, int c)
     return s->overlap_dense || s->env.comps[c].sparse;
 }
 
-/* Whether c may share an allreduce with other components: it goes whole in an
- * all-node average, on this thread (not overlapped). */
+/* Whether c may share its exchange with other components, and with which: 1 when it
+ * goes whole in an all-node average (with the others that do, in one allreduce), 2 when
+ * it goes there by rows (with the other row shards, in one sparse exchange), on this
+ * thread (not overlapped); else 0. */
 static int
 groupable(const sl_sync_t *s, int c)
 {
-    return sl_sync_average_whole(s->avg, c) && !(s->tau > 0 && overlapped(s, c));
+    if (s->tau > 0 && overlapped(s, c))
+        return 0;
+    return sl_sync_average_whole(s->avg, c) ? 1 : sl_sync_average_rows(s->avg, c) ? 2 : 0;
 }
 
 /* The components whose average goes in c's allreduce, c first, into s->group: how many
@@ -165,9 +169,9 @@ group_of(const sl_sync_t *s, int c)
     return k;
 }
 
-/* lead: each groupable component goes in the allreduce of the first one with its H_i and
- * p_i, with which it is always due, at the same rounds; the others in their own. Rank 0
- * logs the groups of more than one. */
+/* lead: each groupable component goes in the exchange of the first one of its kind
+ * (groupable) with its H_i and p_i, with which it is always due, at the same rounds; the
+ * others in their own. Rank 0 logs the groups of more than one. */
 static sl_status_t
 setup_groups(sl_sync_t *s)
 {
@@ -180,8 +184,8 @@ setup_groups(sl_sync_t *s)
     for (int c = 0; c < n; c++) {
         s->lead[c] = c;
         for (int d = 0; d < c && s->lead[c] == c && groupable(s, c); d++)
-            if (s->lead[d] == d && groupable(s, d) && s->period[d] == s->period[c] &&
-                s->phase[d] == s->phase[c])
+            if (s->lead[d] == d && groupable(s, d) == groupable(s, c) &&
+                s->period[d] == s->period[c] && s->phase[d] == s->phase[c])
                 s->lead[c] = d;
     }
     line[0] = '\0';
@@ -196,7 +200,7 @@ setup_groups(sl_sync_t *s)
     }
     if (used && s->env.rank == 0)
         sl_log_info("sync",
-                    "one allreduce for the components due together: %s (their bytes and time "
+                    "one exchange for the components due together: %s (their bytes and time "
                     "count as the first's)",
                     line);
     return SL_OK;
@@ -603,7 +607,7 @@ sync_group(sl_sync_t *s, float *params, int c, uint64_t round)
     int k = group_of(s, c);
 
     if (k > 1)
-        SL_TRY(sl_sync_average_components(s->avg, params, s->group, k, round, s->stat));
+        SL_TRY(sl_sync_average_components(s->avg, params, s->group, k, round, s->touched, s->stat));
     else
         SL_TRY(sl_sync_average_component(s->avg, params, c, round,
                                          s->touched ? &s->touched[c] : NULL, &s->stat[c]));

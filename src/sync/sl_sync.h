@@ -81,8 +81,9 @@
 typedef struct sl_sync sl_sync_t;
 
 /* Per component, since the start of the process. In ma and bmuf the whole components
- * due together share one allreduce (sl_sync_average_components): its time and bytes
- * count under the first of them, the others' stay 0. */
+ * due together share one allreduce, and the row shards due together one sparse
+ * exchange (sl_sync_average_components): its time and bytes count under the first of
+ * them, the others' stay 0. */
 typedef struct {
     long rounds;         /* syncs done */
     double time_s;       /* time spent in them (waiting included; with overlap, the

@@ -15,6 +15,7 @@
 #include "common/sl_rng.h"
 #include "common/sl_sort.h"
 #include "config/sl_config_quant.h"
+#include "embed/sl_sparse_allreduce.h"
 #include "sync/sl_bmuf.h"
 #include "sync/sl_sync_delta.h"
 #include "topology/sl_ring.h"
@@ -40,11 +41,16 @@ struct sl_sync_average {
     /* components that go by rows (sl_sparse.h) */
     double top_pct, random_pct; /* exchange_top, exchange_random */
     uint64_t seed;
-    int32_t *sel;        /* (max_rows) E_k */
-    sl_sparse_t *sparse; /* NULL when no component goes by rows */
+    int32_t *sel;        /* E_k: (max_rows) a neighbourhood's; all-node, (the row shards'
+                            rows summed) each shard's of one sync, one after the other */
+    sl_sparse_t *sparse; /* a neighbourhood's exchange; NULL when no component goes by rows */
     uint32_t *asked;     /* (links) pullers answered by a sparse exchange */
-    float *packed;       /* (1 + max_rows (1 + max_len)) all-node: an exchange's result,
-                            [n][n row ids][n x row_len means], ids as their bits */
+    /* all-node: the exchange of the row shards led by c (sl_sync.h's groups), made at c's
+     * first sync (ncomps), and a sync's result, each shard's [n][n row ids][n x row_len
+     * means], ids as their bits (room for every row shard's worst case) */
+    sl_sparse_allreduce_t **sums;
+    sl_sparse_part_t *parts; /* (the row shards) each shard's E_k and values in a sync */
+    float *packed;
 };
 
 /* The neighbourhood's schedule and lists, when the average is over one. */
@@ -82,6 +88,7 @@ setup_rows(sl_sync_average_t *a)
     const sl_sync_env_t *e = &a->env;
     long max_rows = 0;
     int max_len = 0;
+    size_t rows = 0, results = 0, shards = 0;
 
     for (int c = 0; c < e->ncomps; c++) {
         if (!sl_sync_by_rows(&e->comps[c], e->exchange))
@@ -90,16 +97,21 @@ setup_rows(sl_sync_average_t *a)
             max_rows = e->comps[c].rows;
         if (e->comps[c].row_len > max_len)
             max_len = e->comps[c].row_len;
+        shards++;
+        rows += (size_t)e->comps[c].rows;
+        results += 1 + (size_t)e->comps[c].rows * (1 + (size_t)e->comps[c].row_len);
     }
     if (max_rows == 0)
         return SL_OK;
-    SL_TRY(SL_ALLOC(&a->sel, (size_t)max_rows, "exchanged rows"));
-    if (a->neighbour)
+    if (a->neighbour) {
+        SL_TRY(SL_ALLOC(&a->sel, (size_t)max_rows, "exchanged rows"));
         SL_TRY(SL_ALLOC(&a->asked, (size_t)a->sched.links, "sync lists"));
-    else
-        SL_TRY(
-            SL_ALLOC(&a->packed, 1 + (size_t)max_rows * (1 + (size_t)max_len), "exchanged rows"));
-    return sl_sparse_new(&a->sparse, max_rows, max_len, a->neighbour ? a->sched.picks : 0, e->size);
+        return sl_sparse_new(&a->sparse, max_rows, max_len, a->sched.picks);
+    }
+    SL_TRY(SL_ALLOC(&a->sel, rows, "exchanged rows"));
+    SL_TRY(SL_CALLOC(&a->sums, (size_t)e->ncomps, "sparse exchanges"));
+    SL_TRY(SL_ALLOC(&a->parts, shards, "sparse exchanges"));
+    return SL_ALLOC(&a->packed, results, "exchanged rows");
 }
 
 sl_status_t
@@ -179,6 +191,10 @@ sl_sync_average_destroy(sl_sync_average_t **ap)
     sl_free(a->sel);
     sl_free(a->asked);
     sl_free(a->packed);
+    for (int c = 0; a->sums && c < a->env.ncomps; c++)
+        sl_sparse_allreduce_destroy(&a->sums[c]);
+    sl_free(a->sums);
+    sl_free(a->parts);
     sl_sparse_destroy(&a->sparse);
     sl_sync_delta_destroy(&a->dx);
     sl_free(a);
@@ -317,63 +333,99 @@ all_mean(sl_sync_average_t *a, const int *cs, int k, uint64_t round, const float
     return SL_OK;
 }
 
-/* One all-node exchange of a row shard's rows: its arguments, the average's object. */
+/* One all-node exchange of the row shards cs[0 .. k-1], due together: each shard's E_k
+ * and values in parts, in one sl_sparse_allreduce_union_sums as component cs[0]. */
 typedef struct {
     sl_sync_average_t *a;
-    sl_sparse_args_t sa;
+    sl_sparse_allreduce_t *sums;
+    const int *cs;
+    int k;
+    uint64_t round;
+    const sl_sparse_part_t *parts;
 } rows_job_t;
 
-/* One attempt over group g: the all-node mean of the rows (sl_sparse_allmean), packed
- * into a->packed (*count floats), so that a member that missed its end can be handed it
- * whole (sl_members_run). */
+/* One attempt over group g: the all-node means of the shards' unions, packed into
+ * a->packed (*count floats) shard by shard, so that a member that missed its end can be
+ * handed them whole (sl_members_run). */
 static sl_status_t
 rows_over(void *ctx, const sl_group_t *g, size_t *count)
 {
-    rows_job_t *j = ctx;
-    const int32_t *rows;
-    const float *mean;
-    size_t n, d = (size_t)j->sa.row_len;
-    uint32_t u;
+    const rows_job_t *j = ctx;
+    const sl_sync_env_t *e = &j->a->env;
+    sl_collective_opts_t o = {.timeout_ms = e->timeout_ms, .codec = e->codec, .group = g};
+    float inv = 1.0f / (float)g->n, *out = j->a->packed;
 
-    j->sa.group = g;
-    SL_TRY(sl_sparse_allmean(j->a->sparse, j->a->env.tr, &j->sa));
-    n = sl_sparse_result(j->a->sparse, &rows, &mean);
-    u = (uint32_t)n;
-    memcpy(j->a->packed, &u, sizeof u);
-    memcpy(j->a->packed + 1, rows, n * sizeof *rows);
-    memcpy(j->a->packed + 1 + n, mean, n * d * sizeof *mean);
-    *count = 1 + n + n * d;
+    SL_TRY(
+        sl_sparse_allreduce_union_sums(j->sums, e->tr, (uint32_t)j->cs[0], j->round, j->parts, &o));
+    for (int i = 0; i < j->k; i++) {
+        const int32_t *rows;
+        const float *sums;
+        size_t n = sl_sparse_allreduce_union(j->sums, i, &rows, &sums),
+               nd = n * (size_t)e->comps[j->cs[i]].row_len;
+        uint32_t u = (uint32_t)n;
+
+        memcpy(out, &u, sizeof u);
+        memcpy(out + 1, rows, n * sizeof *rows);
+        out += 1 + n;
+        for (size_t v = 0; v < nd; v++)
+            out[v] = sums[v] * inv;
+        out += nd;
+    }
+    *count = (size_t)(out - j->a->packed);
     return SL_OK;
 }
 
-/* The all-node mean of row shard c's rows in sa, over the members (redone over the
- * others when one stops answering): *rows (*n row ids, as bits in floats) and *mean (*n,
- * row_len) point into a->packed; *nodes the members it is over. */
+/* The exchange of the row shards led by cs[0] (k of them), made at its first sync: the
+ * shards as sl_sparse_allreduce takes them, with their rows counted from 0 (E_k is
+ * shard-local). */
 static sl_status_t
-all_rows(sl_sync_average_t *a, int c, const sl_sparse_args_t *sa, const float **rows,
-         const float **mean, size_t *nres, int *nodes)
+rows_exchange(sl_sync_average_t *a, const int *cs, int k, sl_sparse_allreduce_t **out)
 {
     const sl_sync_env_t *e = &a->env;
-    rows_job_t j = {a, *sa};
-    size_t count = 1 + (size_t)sa->rows * (1 + (size_t)sa->row_len);
-    char what[160];
-    uint32_t n;
+    sl_component_t *shards;
+    const sl_component_t **list;
     sl_status_t st;
 
-    snprintf(what, sizeof what, "sync of %s (%s, round %" PRIu64 ")", e->comps[c].name,
-             sl_sync_algorithm_name(e->algo), sa->round);
-    st = sl_members_run(e->members, rows_over, &j, a->packed, &count, nodes, what);
+    if (!a->sums[cs[0]]) {
+        SL_TRY(SL_ALLOC(&shards, (size_t)k, "sparse exchanges"));
+        st = SL_ALLOC(&list, (size_t)k, "sparse exchanges");
+        for (int i = 0; st == SL_OK && i < k; i++) {
+            shards[i] = e->comps[cs[i]];
+            shards[i].row_begin = 0;
+            list[i] = &shards[i];
+        }
+        if (st == SL_OK)
+            st = sl_sparse_allreduce_new_shards(&a->sums[cs[0]], list, k, 0, e->size);
+        sl_free(list);
+        sl_free(shards);
+        SL_TRY(st);
+    }
+    *out = a->sums[cs[0]];
+    return SL_OK;
+}
+
+/* The all-node means of the row shards cs[0 .. k-1] (parts: their E_k and values) over
+ * the members (redone over the others when one stops answering), packed in a->packed
+ * (*count floats, as rows_over leaves them); *nodes the members they are over. */
+static sl_status_t
+all_rows(sl_sync_average_t *a, const int *cs, int k, uint64_t round, const sl_sparse_part_t *parts,
+         size_t *count, int *nodes)
+{
+    const sl_sync_env_t *e = &a->env;
+    rows_job_t j = {a, NULL, cs, k, round, parts};
+    char what[160];
+    sl_status_t st;
+
+    SL_TRY(rows_exchange(a, cs, k, &j.sums));
+    *count = 0;
+    for (int i = 0; i < k; i++)
+        *count += 1 + (size_t)e->comps[cs[i]].rows * (1 + (size_t)e->comps[cs[i]].row_len);
+    snprintf(what, sizeof what, "sync of %s%s (%s, round %" PRIu64 ")", e->comps[cs[0]].name,
+             k > 1 ? " and the row shards due with it" : "", sl_sync_algorithm_name(e->algo),
+             round);
+    st = sl_members_run(e->members, rows_over, &j, a->packed, count, nodes, what);
     if (st != SL_OK)
-        return sl_sync_collective_failed(st, e->algo, e->comps[c].name, (long)sa->round);
-    memcpy(&n, a->packed, sizeof n);
-    if (count != 1 + n + (size_t)n * (size_t)sa->row_len)
-        return sl_err_set(SL_ERR_INVALID,
-                          "sync %s round %" PRIu64 ": a result of %zu floats "
-                          "for %u rows",
-                          e->comps[c].name, sa->round, count, (unsigned)n);
-    *rows = a->packed + 1;
-    *mean = a->packed + 1 + n;
-    *nres = n;
+        return sl_sync_collective_failed(st, e->algo, e->comps[cs[0]].name, (long)round);
     return SL_OK;
 }
 
@@ -394,64 +446,31 @@ no_copy_came(const sl_sync_average_t *a, size_t got)
     return a->neighbour && got == 0;
 }
 
-/* One sync of row shard c at round by its rows (sync.exchange unique): E_k (the touched
- * rows, the top p%, a random q% keyed by (seed, component, round)), the sparse exchange
- * with the neighbourhood or all nodes, then MA or BMUF on the rows averaged only: the
- * other rows keep their values and BMUF state. */
-static sl_status_t
-sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_t *touched,
-          sl_sync_stat_t *stat, size_t *expected, size_t *got)
+/* E_k of row shard c at round into out (shard-local rows, ascending): the touched rows
+ * (touched is emptied), the top p%, a random q% keyed by (seed, component, round). */
+static size_t
+select_rows(const sl_sync_average_t *a, int c, uint64_t round, sl_rowset_t *touched, int32_t *out)
 {
-    const sl_sync_env_t *e = &a->env;
-    const sl_component_t *cp = &e->comps[c];
-    float *theta = params + cp->offset;
-    size_t d = (size_t)cp->row_len, nsel, nres = 0;
+    const sl_component_t *cp = &a->env.comps[c];
     uint64_t kw[4] = {a->seed, 'R', (uint64_t)c, round};
     long ntop = (long)ceil(a->top_pct / 100.0 * (double)cp->rows);
-    const int32_t *rows = NULL;
-    const float *ids = NULL, *mean;
-    double dist = 0;
-    sl_sparse_args_t sa;
-    sl_status_t st;
+    size_t n = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), out);
 
-    nsel = sl_sparse_select(touched, ntop, a->random_pct / 100.0, sl_hash_u64s(kw, 4), a->sel);
     sl_rowset_clear(touched);
-    sa = (sl_sparse_args_t){(uint32_t)c,   round,
-                            theta,         cp->rows,
-                            cp->row_len,   a->sel,
-                            nsel,          e->codec,
-                            e->timeout_ms, e->members ? sl_members_group(e->members) : NULL};
-    if (a->neighbour) {
-        size_t nc, ncw, np, npw;
-        sl_sparse_peers_t p;
+    return n;
+}
 
-        SL_TRY(pick_peers(a, c, round, &nc, &ncw, &np, &npw));
-        p = (sl_sparse_peers_t){a->chosen, nc, ncw, a->pullers, np, npw, a->from, 0, a->asked, 0};
-        st = sl_sparse_gossip(a->sparse, e->tr, &sa, &p);
-        if (st != SL_OK && st != SL_ERR_TIMEOUT)
-            return sl_err_prefix(st, "sync %s round %" PRIu64, cp->name, round);
-        sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, nc, ncw, a->from, p.nanswered,
-                          cp->name, round);
-        sl_liveness_tally(a->lv, SL_LIVENESS_PULLER, a->pullers, np, npw, p.asked, p.nasked,
-                          cp->name, round);
-        *expected = nc; /* each was sent our set */
-        *got = p.nanswered;
-        nres = sl_sparse_result(a->sparse, &rows, &mean);
-    } else {
-        int nodes;
+/* MA or BMUF on the nres rows of shard c averaged (their ids in rows, or as bits in ids)
+ * from their means: the other rows keep their values and BMUF state. */
+static sl_status_t
+apply_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, const int32_t *rows,
+           const float *ids, const float *mean, size_t nres, sl_sync_stat_t *stat)
+{
+    const sl_component_t *cp = &a->env.comps[c];
+    float *theta = params + cp->offset;
+    size_t d = (size_t)cp->row_len;
+    double dist = 0;
 
-        SL_TRY(all_rows(a, c, &sa, &ids, &mean, &nres, &nodes));
-        *expected = *got = (size_t)nodes - 1;
-        if (a->eta_auto)
-            a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
-    }
-    stat->rows_own += nsel;
-    if (no_copy_came(a, *got)) {
-        for (size_t i = 0; i < nsel; i++) /* not synced: E_k goes into the next sync */
-            sl_rowset_add(touched, a->sel[i]);
-        stat->distance = 0;
-        return SL_OK;
-    }
     for (size_t i = 0; i < nres; i++) {
         int32_t r;
         size_t at;
@@ -475,6 +494,97 @@ sync_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_
     }
     stat->distance = sqrt(dist);
     stat->rows_merged += nres;
+    return SL_OK;
+}
+
+/* One sync of row shard c at round by its rows with the neighbourhood (sync.exchange
+ * unique): E_k, the sparse exchange, then MA or BMUF on the rows averaged. */
+static sl_status_t
+neighbourhood_rows(sl_sync_average_t *a, float *params, int c, uint64_t round, sl_rowset_t *touched,
+                   sl_sync_stat_t *stat, size_t *expected, size_t *got)
+{
+    const sl_sync_env_t *e = &a->env;
+    const sl_component_t *cp = &e->comps[c];
+    size_t nsel = select_rows(a, c, round, touched, a->sel), nres, nc, ncw, np, npw;
+    sl_sparse_args_t sa = {(uint32_t)c, round,       params + cp->offset,
+                           cp->rows,    cp->row_len, a->sel,
+                           nsel,        e->codec,    e->timeout_ms};
+    const int32_t *rows;
+    const float *mean;
+    sl_sparse_peers_t p;
+    sl_status_t st;
+
+    SL_TRY(pick_peers(a, c, round, &nc, &ncw, &np, &npw));
+    p = (sl_sparse_peers_t){a->chosen, nc, ncw, a->pullers, np, npw, a->from, 0, a->asked, 0};
+    st = sl_sparse_gossip(a->sparse, e->tr, &sa, &p);
+    if (st != SL_OK && st != SL_ERR_TIMEOUT)
+        return sl_err_prefix(st, "sync %s round %" PRIu64, cp->name, round);
+    sl_liveness_tally(a->lv, SL_LIVENESS_CHOSEN, a->chosen, nc, ncw, a->from, p.nanswered, cp->name,
+                      round);
+    sl_liveness_tally(a->lv, SL_LIVENESS_PULLER, a->pullers, np, npw, p.asked, p.nasked, cp->name,
+                      round);
+    *expected = nc; /* each was sent our set */
+    *got = p.nanswered;
+    nres = sl_sparse_result(a->sparse, &rows, &mean);
+    stat->rows_own += nsel;
+    if (no_copy_came(a, *got)) {
+        for (size_t i = 0; i < nsel; i++) /* not synced: E_k goes into the next sync */
+            sl_rowset_add(touched, a->sel[i]);
+        stat->distance = 0;
+        return SL_OK;
+    }
+    return apply_rows(a, params, c, round, rows, NULL, mean, nres, stat);
+}
+
+/* One sync at round of the row shards cs[0 .. k-1], due together, with all nodes in one
+ * exchange (sl_sync_average_rows; touched and stat indexed by component, or with k = 1
+ * and !by_component c's own), then MA or BMUF on each shard's rows averaged. */
+static sl_status_t
+average_rows(sl_sync_average_t *a, float *params, const int *cs, int k, uint64_t round,
+             sl_rowset_t *touched, sl_sync_stat_t *stat, int by_component)
+{
+    const sl_sync_env_t *e = &a->env;
+    sl_sparse_part_t *parts = a->parts;
+    const float *at = a->packed;
+    int32_t *sel = a->sel;
+    size_t count;
+    int nodes;
+
+    for (int i = 0; i < k; i++) {
+        const sl_component_t *cp = &e->comps[cs[i]];
+        size_t n;
+
+        if (a->neighbour || !sl_sync_by_rows(cp, e->exchange))
+            return sl_err_set(SL_ERR_INVALID, "sync: %s is no row shard of an all-node average",
+                              cp->name);
+        n = select_rows(a, cs[i], round, by_component ? &touched[cs[i]] : touched, sel);
+        parts[i] = (sl_sparse_part_t){sel, (int)n, params + cp->offset};
+        sel += cp->rows;
+    }
+    SL_TRY(all_rows(a, cs, k, round, parts, &count, &nodes));
+    if (a->eta_auto) /* 1 - 1/n follows the members (sl_bmuf_opts_from_config) */
+        a->bmuf.eta = (float)(1.0 - 1.0 / (double)nodes);
+    for (int i = 0; i < k; i++) {
+        const sl_component_t *cp = &e->comps[cs[i]];
+        sl_sync_stat_t *st = by_component ? &stat[cs[i]] : stat;
+        uint32_t n;
+
+        /* a member that missed the end takes the others' result: checked as any input */
+        if (count < (size_t)(at - a->packed) + 1)
+            return sl_err_set(SL_ERR_INVALID, "sync %s round %" PRIu64 ": a result cut short",
+                              cp->name, round);
+        memcpy(&n, at, sizeof n);
+        if (n > (uint32_t)cp->rows ||
+            count - (size_t)(at - a->packed) - 1 < n * (1 + (size_t)cp->row_len))
+            return sl_err_set(SL_ERR_INVALID,
+                              "sync %s round %" PRIu64 ": a result of %zu floats for %u rows",
+                              cp->name, round, count, (unsigned)n);
+        st->rows_own += (size_t)parts[i].nrows;
+        st->expected += (size_t)nodes - 1;
+        st->answered += (size_t)nodes - 1;
+        SL_TRY(apply_rows(a, params, cs[i], round, NULL, at + 1, at + 1 + n, n, st));
+        at += 1 + n + (size_t)n * (size_t)cp->row_len;
+    }
     return SL_OK;
 }
 
@@ -527,10 +637,18 @@ average_whole(sl_sync_average_t *a, float *params, const int *cs, int k, uint64_
     return SL_OK;
 }
 
+int
+sl_sync_average_rows(const sl_sync_average_t *a, int c)
+{
+    return !a->neighbour && sl_sync_by_rows(&a->env.comps[c], a->env.exchange);
+}
+
 sl_status_t
 sl_sync_average_components(sl_sync_average_t *a, float *params, const int *cs, int k,
-                           uint64_t round, sl_sync_stat_t *stat)
+                           uint64_t round, sl_rowset_t *touched, sl_sync_stat_t *stat)
 {
+    if (k > 0 && sl_sync_average_rows(a, cs[0]))
+        return average_rows(a, params, cs, k, round, touched, stat, 1);
     return average_whole(a, params, cs, k, round, stat, 1);
 }
 
@@ -543,8 +661,10 @@ sl_sync_average_component(sl_sync_average_t *a, float *params, int c, uint64_t r
 
     if (sl_sync_average_whole(a, c))
         return average_whole(a, params, &c, 1, round, stat, 0);
+    if (sl_sync_average_rows(a, c))
+        return average_rows(a, params, &c, 1, round, touched, stat, 0);
     if (sl_sync_by_rows(cp, a->env.exchange)) {
-        SL_TRY(sync_rows(a, params, c, round, touched, stat, &expected, &got));
+        SL_TRY(neighbourhood_rows(a, params, c, round, touched, stat, &expected, &got));
     } else {
         SL_TRY(neighbourhood_mean(a, c, round, params + cp->offset, cp->count, &expected, &got));
         take_mean(a, params, c, a->bar, got, stat);

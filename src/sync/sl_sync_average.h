@@ -56,12 +56,20 @@ sl_status_t sl_sync_average_component(sl_sync_average_t *a, float *params, int c
  * for its hand-overs whatever its size: one for all of them waits once. */
 int sl_sync_average_whole(const sl_sync_average_t *a, int c);
 
-/* One sync at round of the k components cs[0 .. k-1], each going whole
- * (sl_sync_average_whole; SL_ERR_INVALID if not), due together, in one allreduce as
- * component cs[0]: for each, MA or BMUF on it and its statistics (stat, every
- * component's, indexed by component) as sl_sync_average_component does. */
+/* Whether component c is a row shard that goes by its rows in an all-node average
+ * (ma, bmuf with sync.exchange unique): such shards due together can share one
+ * exchange, as whole components share an allreduce. */
+int sl_sync_average_rows(const sl_sync_average_t *a, int c);
+
+/* One sync at round of the k components cs[0 .. k-1], due together, each going whole
+ * (sl_sync_average_whole) or each a row shard by rows (sl_sync_average_rows;
+ * SL_ERR_INVALID otherwise), in one exchange as component cs[0]: the whole ones in one
+ * allreduce, the row shards' sets and values in the three collectives of
+ * sl_sparse_allreduce_union_sums (src/embed/sl_sparse_allreduce.h). For each, MA or BMUF
+ * on it and its statistics as sl_sync_average_component does; touched (the row sets,
+ * unused for whole components) and stat are every component's, indexed by component. */
 sl_status_t sl_sync_average_components(sl_sync_average_t *a, float *params, const int *cs, int k,
-                                       uint64_t round, sl_sync_stat_t *stat);
+                                       uint64_t round, sl_rowset_t *touched, sl_sync_stat_t *stat);
 
 /* The BMUF state, nparams floats each, owned by a (omega, Delta, the block start), for
  * checkpoints; all NULL unless the algorithm is one of the *bmuf. */

@@ -426,6 +426,42 @@ START_TEST(test_unique_rows)
 }
 END_TEST
 
+/* ma, bmuf by rows: the row shards of one period in one exchange. Two shards as
+ * test_unique_rows's (R = 100 of 1000 rows x 10, b = 0.5, fp16, 1 byte = 1 us, 1 ms),
+ * BMUF on 4 nodes: the sizes, 2 x 4 B (0.008 ms + 1) to rank ^ 2, then 4 x 4 B; the sets,
+ * 800 B (0.8 + 1), then 1600 B; then one allreduce of both unions round the ring
+ * (fp16), 6 x (2 ug x 20 B / 4 + 1). With overlap each goes alone, one after the
+ * other, after the last step. */
+START_TEST(test_row_shards_together)
+{
+    sl_scale_component_t c[2] = {row_shard(1000, 10, 100), row_shard(1000, 10, 100)};
+    sl_scale_params_t p = params(SL_SYNC_BMUF, 4, 1, 1, 1);
+    sl_scale_result_t r;
+    double ug = 100 * 2.0, alone;
+
+    strcpy(c[1].name, "softmax.0");
+    p.comps = c;
+    p.ncomps = 2;
+    p.exchange = SL_EXCHANGE_UNIQUE;
+    p.value_bytes = 2;
+    p.zipf_exponent = 0.5;
+    p.bits_per_s = 8e6;
+    p.latency_ms = 1;
+    r = run(&p);
+    ck_assert_double_eq_tol(
+        r.wall_ms, 100 + 1.008 + 1.016 + 1.8 + 2.6 + 6 * (2 * ug * 20 / 4 / 1000 + 1), 1e-9);
+    ck_assert_double_eq_tol(r.bytes_per_node_step, 3 * 8 + 3 * 800 + 6 * 2 * ug * 20 / 4, 1e-6);
+    p.ncomps = 1;
+    alone = run(&p).wall_ms - 100;
+    p.ncomps = 2;
+    p.overlap = 1;
+    p.steps = 2;
+    c[0].period = c[1].period = 2;
+    r = run(&p);
+    ck_assert_double_eq_tol(r.wall_ms, 200 + 2 * alone, 1e-9);
+}
+END_TEST
+
 /* Components and periods from the config through the model's layout. */
 START_TEST(test_components_from_config)
 {
@@ -588,6 +624,7 @@ scale_suite(void)
     tcase_add_test(core, test_components_in_sequence);
     tcase_add_test(core, test_allreduce_by_rows_one_call);
     tcase_add_test(core, test_unique_rows);
+    tcase_add_test(core, test_row_shards_together);
     tcase_add_test(core, test_components_from_config);
     tcase_add_test(core, test_cli);
     tcase_set_timeout(core, 60);

@@ -184,6 +184,67 @@ START_TEST(test_unique_equals_dense)
 }
 END_TEST
 
+/* ma by rows on 3 nodes: the three row shards (embedding.0, embedding.1, softmax.0),
+ * due together, go in one exchange as embedding.0, lstm.0 in its allreduce: the
+ * shards' frames are all embedding.0's, exactly those of three collectives (each
+ * node's 3 counts, its rows of the three shards, the unions' values: 2 floats a row),
+ * and each shard counts its round and rows. (test_unique_equals_dense checks the
+ * values.) */
+START_TEST(test_row_shards_one_exchange)
+{
+    static test_trio_t tr;
+    size_t counts[TEST_TRIO_N], rows[TEST_TRIO_N], uni = 0, sent, recvd;
+
+    test_trio_init(&tr, "sync={algorithm: ma, period: 1, exchange: unique}", eighths);
+    tr.step = note_hand_rows;
+    test_trio_run(&tr);
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        counts[k] = 3;
+        rows[k] = 0;
+    }
+    for (int c = 0; c < TEST_TRIO_NC; c++) {
+        const sl_component_t *cp = &tr.comps[c];
+
+        for (long r = 0; cp->sparse && r < cp->rows; r++) {
+            int any = 0;
+            for (int k = 0; k < TEST_TRIO_N; k++) {
+                rows[k] += (size_t)touched(k, cp, r);
+                any |= touched(k, cp, r);
+            }
+            uni += (size_t)any;
+        }
+    }
+    for (int k = 0; k < TEST_TRIO_N; k++) {
+        sent = recvd = 0; /* the three add their floats */
+        test_allgather_floats(counts, TEST_TRIO_N, (uint32_t)k, 0, &sent, &recvd);
+        test_allgather_floats(rows, TEST_TRIO_N, (uint32_t)k, 0, &sent, &recvd);
+        test_allreduce_floats(2 * uni, TEST_TRIO_N, (uint32_t)k, 1, &sent, &recvd);
+        ck_assert_uint_eq(tr.stat[k][0].sent_bytes, sent * sizeof(float));
+        ck_assert_uint_gt(tr.stat[k][2].sent_bytes, 0); /* lstm.0, whole */
+        for (int c = 0; c < TEST_TRIO_NC; c++) {
+            const sl_component_t *cp = &tr.comps[c];
+            size_t own = 0, merged = 0;
+
+            for (long r = 0; cp->sparse && r < cp->rows; r++) {
+                int any = 0;
+                own += (size_t)touched(k, cp, r);
+                for (int m = 0; m < TEST_TRIO_N; m++)
+                    any |= touched(m, cp, r);
+                merged += (size_t)any;
+            }
+            ck_assert_int_eq(tr.stat[k][c].rounds, 1);
+            if (c == 1 || c == 3)
+                ck_assert_uint_eq(tr.stat[k][c].sent_bytes, 0);
+            if (cp->sparse) {
+                ck_assert_uint_eq(tr.stat[k][c].rows_own, own);
+                ck_assert_uint_eq(tr.stat[k][c].rows_merged, merged);
+                ck_assert_uint_eq(tr.stat[k][c].answered, 2);
+            }
+        }
+    }
+}
+END_TEST
+
 /* bmuf (all-node average) with exchange unique, eta 0.5, zeta 1, Nesterov, blockstart,
  * on one shard of 4 rows of 1 float; every node starts at 0 (omega = start = 0).
  *   block 1: node 0 moves row 0 to 3 and touched it, node 1 row 1 to 6 (touched), node
@@ -344,8 +405,11 @@ START_TEST(test_compression_bound)
         }
         for (int c = 0; c < TEST_TRIO_NC; c++) {
             /* every node sends in ma; in gossip a node may have no puller. ma dense: the
-             * four components lie side by side, one allreduce as the first */
-            int joined = ma && c > 0 && strcmp(compress_cases[_i].exchange, "dense") == 0;
+             * four components lie side by side, one allreduce as the first; ma unique:
+             * the three row shards in one exchange as the first (lstm.0 alone) */
+            int joined =
+                ma && c > 0 &&
+                (strcmp(compress_cases[_i].exchange, "dense") == 0 || test_trio_comps[c].sparse);
             ck_assert(!ma || joined || cmp.stat[k][c].sent_enc_bytes[enc] > 0);
             ck_assert(joined || cmp.stat[0][c].sent_enc_bytes[enc] +
                                         cmp.stat[1][c].sent_enc_bytes[enc] +
@@ -690,11 +754,11 @@ START_TEST(test_bad_answers_refused)
     eps[1] = sl_transport_endpoint(t[1]);
     ck_assert_int_eq(sl_transport_connect(t[0], eps), SL_OK);
     ck_assert_int_eq(sl_transport_connect(t[1], eps), SL_OK);
-    ck_assert_int_eq(sl_sparse_new(&sp, 4, 2, 1, 2), SL_OK);
+    ck_assert_int_eq(sl_sparse_new(&sp, 4, 2, 1), SL_OK);
     for (uint64_t round = 1; round <= 4; round++) {
         sl_wire_key_t ids = {round, 5, 1, 1, SL_WIRE_SPARSE_INDEX};
         sl_wire_key_t vals = {round, 5, 0, 1, SL_WIRE_SPARSE_VALUES};
-        sl_sparse_args_t a = {5, round, shard, 4, 2, mine, 2, NULL, TEST_WAIT_MS, NULL};
+        sl_sparse_args_t a = {5, round, shard, 4, 2, mine, 2, NULL, TEST_WAIT_MS};
         sl_sparse_peers_t p = {&chosen, 1, 1, NULL, 0, 0, answered, 0, asked, 0};
         const void *extra = round == 3 ? bad_id : round == 4 ? row2 : NULL;
 
@@ -738,6 +802,7 @@ sync_rows_suite(void)
     Suite *s = suite_create("sync_rows");
     TCase *core = tcase_create("core"), *limits = tcase_create("limits");
 
+    tcase_add_test(core, test_row_shards_one_exchange);
     tcase_add_loop_test(core, test_unique_equals_dense, 0,
                         (int)(sizeof unique_cases / sizeof unique_cases[0]));
     tcase_add_test(core, test_bmuf_rows_by_hand);
