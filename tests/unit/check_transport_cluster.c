@@ -45,9 +45,10 @@ static const shape_t ar_shapes[] = {{1, 0, 0},       {7, 3, 0},           {1000,
                                     {1000, 1000, 3}, {1000003, 65537, 0}, {1000003, 65537, 0},
                                     {0, 0, 0}};
 
-/* On 6, 8 and 12 nodes, with either algorithm. */
-static const shape_t ar8_shapes[] = {
-    {1, 0, 0}, {7, 3, 0}, {1000, 7, 1}, {1000003, 65537, 0}, {0, 0, 0}};
+/* Fewer shapes for 8 nodes, with either algorithm; the large one still twice, since
+ * only the second is sure to find the lanes accepted. */
+static const shape_t ar8_shapes[] = {{1, 0, 0},           {7, 3, 0},           {1000, 7, 1},
+                                     {1000003, 65537, 0}, {1000003, 65537, 0}, {0, 0, 0}};
 
 /* 2,000,000 floats with the default chunk, on component 4: segments of 1 MiB and more
  * go in about 8 frames of at least 65,536 floats (n = 2: 1,000,000-float segments in 8
