@@ -314,33 +314,19 @@ union_rows(const sim_t *s, const sl_scale_component_t *c, int m)
     return fmin((double)c->rows, r * pow(m, s->p->zipf_exponent));
 }
 
-static int
-collective(sl_sync_algorithm_t a)
-{
-    return a == SL_SYNC_ALLREDUCE || a == SL_SYNC_MA || a == SL_SYNC_BMUF;
-}
-
-/* One component's exchange, start -> done. */
+/* Gossip and local: one component's exchange with the neighbourhood, start -> done. */
 static void
 exchange(sim_t *s, const sl_scale_component_t *c, long round, int comp)
 {
     const sl_scale_params_t *p = s->p;
-    double vb = p->value_bytes, r = fmin(c->unique_rows, (double)c->rows);
+    double vb = p->value_bytes, r = fmin(c->unique_rows, (double)c->rows), u2;
 
     if (!c->sparse || p->exchange == SL_EXCHANGE_DENSE) {
-        if (collective(p->algorithm))
-            allreduce(s, (double)c->count * vb);
-        else
-            gossip_push(s, (double)c->count * vb, round, comp);
-    } else if (collective(p->algorithm)) { /* an overlapped row shard of ma, bmuf */
-        gather_rows(s, 1, r);
-        chain(s);
-        allreduce(s, union_rows(s, c, s->n) * c->row_len * vb);
-    } else {
-        double u2 = union_rows(s, c, 2);
-
-        gossip_request(s, r * 4.0, (u2 - r) * 4.0, u2 * c->row_len * vb, round, comp);
+        gossip_push(s, (double)c->count * vb, round, comp);
+        return;
     }
+    u2 = union_rows(s, c, 2);
+    gossip_request(s, r * 4.0, (u2 - r) * 4.0, u2 * c->row_len * vb, round, comp);
 }
 
 static sl_status_t
@@ -508,18 +494,18 @@ averages_whole(const sl_scale_params_t *p, const sl_scale_component_t *c)
            (!c->sparse || p->exchange == SL_EXCHANGE_DENSE);
 }
 
-/* Whether ma or bmuf averages row shard c by its rows with all nodes on the node's own
- * thread (not overlapped): the shards of one period share an exchange. */
+/* Whether ma or bmuf averages row shard c by its rows with all nodes. */
 static int
 averages_rows(const sl_scale_params_t *p, const sl_scale_component_t *c)
 {
     return (p->algorithm == SL_SYNC_MA || p->algorithm == SL_SYNC_BMUF) && c->sparse &&
-           p->exchange != SL_EXCHANGE_DENSE && p->overlap == 0;
+           p->exchange != SL_EXCHANGE_DENSE;
 }
 
 /* The row shards of c's period (ma, bmuf by rows) in one exchange, at the first of
- * them: every shard's size, then rows, gathered, then one allreduce of their unions.
- * Returns 0 when c is not the first. */
+ * them, or c alone when overlapped (the worker takes them one by one): every shard's
+ * size, then rows, gathered, then one allreduce of their unions. Returns 0 when c is
+ * not the first. */
 static int
 rows_together(sim_t *s, int c)
 {
@@ -529,7 +515,8 @@ rows_together(sim_t *s, int c)
     for (int d = 0; d < p->ncomps; d++) {
         const sl_scale_component_t *comp = &p->comps[d];
 
-        if (!averages_rows(p, comp) || comp->period != p->comps[c].period)
+        if (!averages_rows(p, comp) || comp->period != p->comps[c].period ||
+            (p->overlap > 0 && d != c))
             continue;
         if (d < c)
             return 0;
