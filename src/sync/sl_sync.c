@@ -50,8 +50,8 @@ struct sl_sync {
     int overlap_dense; /* the dense components overlap too (else only the row shards) */
     sl_overlap_t *ov;  /* NULL when tau is 0 */
     long *applied_at;  /* (ncomps) step of the last update applied */
-    int *lead;         /* (ncomps) the component whose allreduce c's average goes in */
-    int *group;        /* (ncomps) scratch: the components of one allreduce */
+    int *lead;         /* (ncomps) the component whose exchange c's average goes in */
+    int *group;        /* (ncomps) scratch: the components of one exchange */
     int64_t *due;      /* (ncomps) for the checkpoint state */
     int ndead;         /* the worker's dead count when an update was last applied */
 };
@@ -156,7 +156,7 @@ groupable(const sl_sync_t *s, int c)
     return sl_sync_average_whole(s->avg, c) ? 1 : sl_sync_average_rows(s->avg, c) ? 2 : 0;
 }
 
-/* The components whose average goes in c's allreduce, c first, into s->group: how many
+/* The components whose average goes in c's exchange, c first, into s->group: how many
  * (none when c's goes in another's). */
 static int
 group_of(const sl_sync_t *s, int c)
@@ -598,7 +598,7 @@ sl_sync_gradients(sl_sync_t *s, float *grads, long step)
     return SL_OK;
 }
 
-/* The sync at round (their block index) of component c and those whose allreduce it
+/* The sync at round (their block index) of component c and those whose exchange it
  * leads (s->lead); a group's bytes and time count as c's, on whose name its frames go. */
 static sl_status_t
 sync_group(sl_sync_t *s, float *params, int c, uint64_t round)
