@@ -50,7 +50,6 @@ struct sl_sparse_allreduce {
     int n;              /* taking part in this call: the group's, or every rank */
     uint32_t me;        /* this node's place among them */
     int broken;         /* a call failed: buffers may be lent to ZeroMQ */
-    int keep;           /* this call: M_i of every union row, the sums kept (union_sums) */
     float *count_words; /* (nodes x k) U_k of each shard as bit patterns, node by node */
     size_t *per_node;   /* (nodes) all k: the counts allgather */
     size_t *blocks;     /* (nodes) node k's index words, then floats, in the allgather */
@@ -409,11 +408,12 @@ pack_spans(float *buf, const sl_sparse_span_t *dense, int ndense, int to_buf)
 }
 
 /* The paper's steps 3-7 (steps 1-2, the local unique rows with summed gradients, are
- * the model's), every shard's M_i and the dense spans in one allreduce. */
+ * the model's), every shard's M_i and the dense spans in one allreduce; with keep
+ * (sl_sparse_allreduce_union_sums) M_i of every union row, and the sums stay in vals. */
 static sl_status_t
 exchange_unique(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, uint64_t round,
                 const sl_collective_opts_t *raw, const sl_collective_opts_t *o,
-                const sl_sparse_span_t *dense, int ndense, size_t dense_count)
+                const sl_sparse_span_t *dense, int ndense, size_t dense_count, int keep)
 {
     size_t total = 0;
     float *m;
@@ -436,7 +436,7 @@ exchange_unique(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t componen
         size_t d = (size_t)s->row_len, i = 0;
         float *mp = m + s->at;
         for (size_t j = 0; j < s->ug; j++) {
-            if (sa->keep) {
+            if (keep) {
                 memcpy(mp + j * d, s->grad + (size_t)s->uni[j] * d, d * sizeof *mp);
                 i += i < s->ui && s->mine[i] - s->row_begin == s->uni[j];
             } else if (i < s->ui && s->mine[i] - s->row_begin == s->uni[j]) {
@@ -454,7 +454,7 @@ exchange_unique(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t componen
         failed(sl_allreduce_sum(tr, component, 3 * round + PHASE_VALUES, m, total + dense_count, o),
                component, round, "row values"));
     /* step 7: the summed rows into the shards */
-    for (int p = 0; p < sa->k && !sa->keep; p++) {
+    for (int p = 0; p < sa->k && !keep; p++) {
         const shard_t *s = &sa->shard[p];
         size_t d = (size_t)s->row_len;
         for (size_t j = 0; j < s->ug; j++)
@@ -584,7 +584,6 @@ run_call(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, uint
     sl_status_t st;
 
     memset(&sa->last, 0, sizeof sa->last);
-    sa->keep = keep;
     for (int p = 0; p < sa->k; p++)
         sa->shard[p].ug = 0;
     if (sa->broken)
@@ -617,7 +616,7 @@ run_call(sl_sparse_allreduce_t *sa, sl_transport_t *tr, uint32_t component, uint
     tally(&sa->last, tr, component, -1);
     switch (mode) {
     case SL_EXCHANGE_UNIQUE:
-        st = exchange_unique(sa, tr, component, round, &raw, o, dense, ndense, dense_count);
+        st = exchange_unique(sa, tr, component, round, &raw, o, dense, ndense, dense_count, keep);
         break;
     case SL_EXCHANGE_ALLGATHER:
         st = exchange_allgather(sa, tr, component, round, &raw, o, dense, ndense, dense_count);

@@ -554,7 +554,7 @@ average_rows(sl_sync_average_t *a, float *params, const int *cs, int k, uint64_t
         const sl_component_t *cp = &e->comps[cs[i]];
         size_t n;
 
-        if (a->neighbour || !sl_sync_by_rows(cp, e->exchange))
+        if (!sl_sync_average_rows(a, cs[i]))
             return sl_err_set(SL_ERR_INVALID, "sync: %s is no row shard of an all-node average",
                               cp->name);
         n = select_rows(a, cs[i], round, by_component ? &touched[cs[i]] : touched, sel);
