@@ -6,9 +6,8 @@
  * from topology/ (sl_ring, sl_schedule), the component sizes from the model's layout
  * (sl_lm_layout). What is modelled, per algorithm:
  *   allreduce        every step, an allreduce of all gradients (one, over the whole
- *                    buffer; with sync.exchange unique or allgather the row shards go
- *                    as below and the other components in one allreduce for each run
- *                    of them next to each other in comps, as the layout has them)
+ *                    buffer; with sync.exchange unique or allgather every row shard
+ *                    and the other components in one exchange, as below)
  *   ma, bmuf         per due component an allreduce, one for all the components of
  *                    one period that go whole, at the first of them (as shoal syncs
  *                    them without overlap). Where sl_allreduce_halves says
@@ -25,10 +24,13 @@
  *                    from i-1 (the window of frames sent ahead is not modelled)
  *   local-*, gossip-* each node pushes the component, one frame, to the nodes that pull
  *                    from it (sl_schedule_pullers) and waits for the q it chose
- *   unique rows      ma/bmuf/allreduce: allgathers of the row-set sizes (4 bytes) and of
- *                    the sets (4 bytes a row), then an allreduce of the union's
- *                    rows (src/embed/sl_sparse.h); allreduce with allgather: the sizes,
- *                    every node's ids, then its rows. An allgather doubles where an
+ *   unique rows      ma/bmuf/allreduce: allgathers of the row-set sizes (4 bytes a
+ *                    shard) and of the sets (4 bytes a row), then an allreduce of the
+ *                    unions' rows, every shard due at once in the same three (ma/bmuf
+ *                    without overlap; allreduce with the other gradients after the
+ *                    rows: src/embed/sl_sparse_allreduce.h); allreduce with allgather:
+ *                    the sizes, every node's ids, its rows, then an allreduce of the
+ *                    other gradients. An allgather doubles where an
  *                    allreduce would halve (on n = 2^L m: m-1 ring steps of a block
  *                    round the rings of m, then L steps, step j pairing node i with
  *                    i ^ 2^(L-1-j) and sending m 2^j blocks), else goes round the
